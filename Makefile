@@ -1,0 +1,31 @@
+# Thin wrapper: every target does its own set-up, so a fresh clone needs only `make run` or `make test`.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+SANITIZE ?= 0
+CMAKE_FLAGS ?=
+ifeq ($(SANITIZE),1)
+  BUILD := build-sanitize
+  CMAKE_FLAGS += -DKVSCOPE_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+endif
+
+.PHONY: all deps build run test bench clean
+all: build
+
+deps:
+	@scripts/setup_deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 || (cat $(BUILD).configure.log; exit 1)
+	@cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	@scripts/run_default.sh $(BUILD)
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+bench: build
+	@bench/run_all.sh $(BUILD)
+
+clean:
+	rm -rf build build-sanitize build.configure.log build-sanitize.configure.log

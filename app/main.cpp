@@ -1,0 +1,38 @@
+// kvscope: see what KV-cache compression policies do to a real language model.
+// Exit codes: 0 success, 1 runtime error, 2 bad usage.
+#include <cstdio>
+#include <exception>
+#include <vector>
+
+#include "app/subcommands.h"
+#include "core/common/error.h"
+
+int main(int argc, char** argv) {
+  using namespace kvscope;
+  CLI::App root{"kvscope: inspect KV-cache compression policies on a real language model"};
+  root.require_subcommand(1);
+  root.set_version_flag("--version", std::string(KVSCOPE_VERSION) + " (" + KVSCOPE_GIT_COMMIT + ")");
+
+  const std::vector<app::Command> commands = {
+      app::register_info(root),
+      app::register_generate(root),
+  };
+
+  try {
+    root.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = root.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  try {
+    for (const auto& command : commands)
+      if (command.parser->parsed()) return command.run();
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "kvscope: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvscope: error: %s\n", e.what());
+    return 1;
+  }
+  return 2;
+}

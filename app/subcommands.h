@@ -1,0 +1,17 @@
+#pragma once
+// Each subcommand lives in its own cli_*.cpp and registers itself with the root parser. The returned
+// runner is called after parsing when that subcommand was chosen; it returns the process exit code.
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace kvscope::app {
+
+struct Command {
+  CLI::App* parser = nullptr;
+  std::function<int()> run;
+};
+
+Command register_info(CLI::App& root);
+Command register_generate(CLI::App& root);
+
+}  // namespace kvscope::app

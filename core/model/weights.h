@@ -1,0 +1,45 @@
+#pragma once
+// The model's tensors, as views into the memory-mapped GGUF file (never copied whole).
+#include <cstdint>
+#include <vector>
+
+#include "core/model/ggml_type.h"
+
+namespace kvscope::model {
+
+class GgufFile;
+struct ModelConfig;
+
+// A weight matrix W[rows][cols] stored row-major in its file type: y = W x takes x of length cols.
+struct QuantMatrix {
+  GgmlType type = GgmlType::F32;
+  int rows = 0;
+  int cols = 0;
+  const uint8_t* data = nullptr;
+  std::size_t row_bytes = 0;
+  const uint8_t* row(int r) const { return data + static_cast<std::size_t>(r) * row_bytes; }
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm;  // [dim]
+  std::vector<float> ffn_norm;   // [dim]
+  QuantMatrix wq;      // [n_heads*head_dim][dim]
+  QuantMatrix wk;      // [n_kv_heads*head_dim][dim]
+  QuantMatrix wv;      // [n_kv_heads*head_dim][dim]
+  QuantMatrix wo;      // [dim][n_heads*head_dim]
+  QuantMatrix w_gate;  // [ffn_dim][dim]
+  QuantMatrix w_up;    // [ffn_dim][dim]
+  QuantMatrix w_down;  // [dim][ffn_dim]
+};
+
+struct ModelWeights {
+  QuantMatrix token_embedding;    // [vocab][dim]
+  std::vector<float> output_norm;  // [dim]
+  QuantMatrix output;              // [vocab][dim]; the embedding itself when tied
+  std::vector<LayerWeights> layers;
+};
+
+// Binds every tensor the config needs, checking names, shapes and types; throws Error naming the tensor.
+ModelWeights bind_weights(const GgufFile& file, const ModelConfig& config);
+
+}  // namespace kvscope::model

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs everything kvscope needs on a fresh Debian machine, doing only what is missing:
+# apt packages, a project-local Python venv with pinned PyPI packages, and the default model file.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+deps="$root/.deps"
+mkdir -p "$deps"
+
+apt_packages=(cmake g++ make pkg-config libopenblas-dev libhdf5-dev catch2 nlohmann-json3-dev
+              libcli11-dev libglfw3-dev libgl-dev libstb-dev xvfb xauth imagemagick python3-venv)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing apt packages: ${missing[*]}"
+  sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Pinned PyPI packages for tests and tools, in a venv that never touches the system Python.
+venv="$deps/venv"
+req="$root/scripts/requirements.txt"
+stamp="$venv/.requirements.sha256"
+want="$(sha256sum "$req" | cut -d' ' -f1)"
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: creating $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r "$req"
+  echo "$want" > "$stamp"
+fi
+
+"$root/scripts/fetch_model.sh"
