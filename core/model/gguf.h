@@ -1,5 +1,6 @@
 #pragma once
 // GGUF v2/v3 reader: header, typed metadata, tensor infos; tensor data stays memory-mapped.
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -35,6 +36,8 @@ class GgufFile {
  public:
   // Opens and validates the whole file (header, metadata, tensor bounds). Throws Error naming file and field.
   static GgufFile open(const std::filesystem::path& path);
+  // Parses a copy of an in-memory image; `name` stands in for the path in messages (tests, fuzzing).
+  static GgufFile open_memory(const uint8_t* data, std::size_t size, const std::string& name);
 
   GgufFile(GgufFile&&) noexcept;
   GgufFile& operator=(GgufFile&&) noexcept;
@@ -65,13 +68,21 @@ class GgufFile {
 
  private:
   GgufFile() = default;
+  void parse(const uint8_t* data, uint64_t size);
+  void release();
+
   std::filesystem::path path_;
   uint32_t version_ = 0;
   uint64_t size_ = 0;
   uint64_t alignment_ = 32;
   std::map<std::string, GgufValue> metadata_;
   std::vector<GgufTensorInfo> tensors_;
-  void* mapping_ = nullptr;
+  std::map<std::string, std::size_t> tensor_index_;
+  void* mapping_ = nullptr;                // the mmap of path_, or null
+  std::vector<uint8_t> owned_;             // the image of open_memory
 };
+
+// The GGUF name of a value's type ("uint32", "string", "array of string", ...), for messages.
+std::string gguf_value_type_name(const GgufValue& value);
 
 }  // namespace kvscope::model

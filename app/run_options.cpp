@@ -1,0 +1,68 @@
+#include "app/run_options.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "core/common/error.h"
+#include "core/model/chat_template.h"
+
+namespace kvscope::app {
+
+void ModelOptions::add_to(CLI::App* cmd) {
+  cmd->add_option("--model", model_path, "GGUF model file (default: $KVSCOPE_MODEL, then SmolLM2-135M-Instruct)");
+  cmd->add_option("--threads", threads, "threads for the kernels and BLAS (0 = all cores)")->check(CLI::NonNegativeNumber);
+}
+
+model::Model ModelOptions::load() const {
+  engine::set_threads(threads);
+  return model::load_model(model_path.empty() ? model::default_model_path() : std::filesystem::path(model_path));
+}
+
+void PromptOptions::add_to(CLI::App* cmd) {
+  auto* text_opt = cmd->add_option("--prompt", prompt, "prompt text");
+  auto* file_opt = cmd->add_option("--prompt-file", prompt_file, "read the prompt from a file");
+  text_opt->excludes(file_opt);
+  cmd->add_flag("--chat", chat, "wrap the prompt in the model's chat template (ChatML) as a user message");
+}
+
+std::string PromptOptions::text() const {
+  std::string body = prompt;
+  if (!prompt_file.empty()) {
+    std::ifstream in(prompt_file, std::ios::binary);
+    if (!in) throw UsageError("cannot read prompt file '" + prompt_file + "'");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    body = ss.str();
+  }
+  if (body.empty()) throw UsageError("no prompt: pass --prompt TEXT or --prompt-file FILE");
+  return chat ? model::apply_chatml({{"user", body}}) : body;
+}
+
+std::vector<int> PromptOptions::tokens(const model::Model& model) const {
+  std::vector<int> ids;
+  if (model.tokenizer->add_bos() && model.tokenizer->bos_id() >= 0) ids.push_back(model.tokenizer->bos_id());
+  const auto body = model.tokenizer->encode(text(), chat);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
+void GenerationFlags::add_to(CLI::App* cmd) {
+  cmd->add_option("--max-new-tokens", max_new_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--temperature", temperature, "sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", top_k, "sample from the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-p", top_p, "nucleus sampling mass")->check(CLI::Range(0.0f, 1.0f));
+  cmd->add_option("--seed", seed, "random seed for sampling");
+  cmd->add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens");
+  cmd->add_option("--budget", budget, "KV tokens per layer and KV head (e.g. 128) or share of the prompt (e.g. 20%)");
+}
+
+engine::GenerateOptions GenerationFlags::options() const {
+  engine::GenerateOptions o;
+  o.max_new_tokens = max_new_tokens;
+  o.sampling = {temperature, top_k, top_p, seed};
+  o.stop_at_end_of_generation = !ignore_eos;
+  if (!budget.empty()) o.budget = policy::BudgetSpec::parse(budget);
+  return o;
+}
+
+}  // namespace kvscope::app

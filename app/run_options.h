@@ -1,0 +1,41 @@
+#pragma once
+// Options every model-running subcommand shares: the model, the prompt, generation and the policy.
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "core/engine/engine.h"
+#include "core/model/model.h"
+
+namespace kvscope::app {
+
+struct ModelOptions {
+  std::string model_path;  // empty: KVSCOPE_MODEL, then the default model
+  int threads = 0;
+  void add_to(CLI::App* cmd);
+  model::Model load() const;
+};
+
+struct PromptOptions {
+  std::string prompt;
+  std::string prompt_file;
+  bool chat = false;
+  void add_to(CLI::App* cmd);
+  // The prompt text (chat-formatted with --chat) and its token ids; throws UsageError without a prompt.
+  std::string text() const;
+  std::vector<int> tokens(const model::Model& model) const;
+};
+
+struct GenerationFlags {
+  int max_new_tokens = 64;
+  float temperature = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  uint64_t seed = 0;
+  bool ignore_eos = false;
+  std::string budget;  // "128" or "20%"; empty: the whole prompt
+  void add_to(CLI::App* cmd);
+  engine::GenerateOptions options() const;
+};
+
+}  // namespace kvscope::app

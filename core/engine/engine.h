@@ -1,0 +1,85 @@
+#pragma once
+// The Llama forward pass on the CPU: prefill in one batched pass (or in blocks, for policies that evict
+// while the prompt streams in), then decode one token at a time. Policies and observers hook in per layer.
+#include <atomic>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/cache/kv_cache.h"
+#include "core/engine/attention_observation.h"
+#include "core/engine/run_observer.h"
+#include "core/engine/sampling.h"
+#include "core/engine/step.h"
+#include "core/model/model.h"
+#include "core/policy/budget_spec.h"
+
+namespace kvscope::policy {
+class Policy;
+}
+
+namespace kvscope::engine {
+
+struct GenerateOptions {
+  int max_new_tokens = 64;
+  SamplingOptions sampling;
+  bool stop_at_end_of_generation = true;  // stop at EOS / <|im_end|>
+  policy::BudgetSpec budget;              // resolved against the prompt when a policy runs
+};
+
+struct Progress {
+  Phase phase = Phase::Prefill;
+  int done = 0;   // prompt tokens processed, or tokens generated
+  int total = 0;
+};
+
+struct RunHooks {
+  policy::Policy* policy = nullptr;          // nullptr keeps the full cache
+  std::vector<RunObserver*> observers;       // the recorder, tests, ...
+  std::function<void(const Progress&)> progress;
+  const std::atomic<bool>* cancel = nullptr;  // checked between layers; a cancelled run returns early
+};
+
+struct RunResult {
+  std::vector<int> prompt_tokens;
+  std::vector<int> generated_tokens;
+  std::vector<float> logprobs;  // log p of each generated token under the model
+  std::string text;             // the decoded continuation
+  double prefill_ms = 0.0;
+  double decode_ms = 0.0;       // all decode steps together
+  std::size_t cache_bytes = 0, cache_peak_bytes = 0, full_cache_bytes = 0;
+  std::vector<std::size_t> layer_bytes, layer_peak_bytes;
+  std::vector<std::vector<int>> kept;  // [layers][kv_heads] entries at the end
+  std::vector<int> layer_budgets;      // the policy's budgets at the end (empty without a policy)
+  bool cancelled = false;
+  std::string stop_reason;             // "max_new_tokens", "end_of_generation", "context_full", "cancelled"
+
+  double decode_ms_per_token() const { return generated_tokens.size() > 1 ? decode_ms / (generated_tokens.size() - 1) : 0.0; }
+};
+
+class Engine {
+ public:
+  explicit Engine(const model::Model& model);
+
+  // Runs the prompt, then generates. Throws UsageError for an empty prompt or one longer than the context.
+  RunResult generate(const std::vector<int>& prompt, const GenerateOptions& options, const RunHooks& hooks = {});
+
+  // Final-position logits of a prompt run in one pass with a fresh full cache.
+  std::vector<float> prompt_logits(const std::vector<int>& prompt);
+
+  const model::Model& model() const { return model_; }
+
+ private:
+  struct Run;
+  void forward(Run& run, const int* tokens, int n, int first_position, const StepInfo& step, float* logits);
+  void attention(Run& run, int layer, const float* q, int n, const int32_t* positions, const StepInfo& step, float* out);
+  void finish_step(Run& run, const StepInfo& step, int token, float logprob);
+  void apply_edit(Run& run, cache::CacheEdit&& edit, const StepInfo& step);
+
+  const model::Model& model_;
+};
+
+// Sets the number of threads the kernels and BLAS use (0 = all cores).
+void set_threads(int threads);
+
+}  // namespace kvscope::engine

@@ -1,0 +1,20 @@
+#pragma once
+// Sees everything a run does: attention (through AttentionObserver), every cache edit before it is
+// applied, and the end of every step. The recorder implements it; so can tests and the GUI.
+#include "core/cache/cache_edit.h"
+#include "core/cache/kv_cache.h"
+#include "core/engine/attention_observation.h"
+#include "core/engine/step.h"
+
+namespace kvscope::engine {
+
+class RunObserver : public AttentionObserver {
+ public:
+  ObservationRequest request(int, Phase) const override { return {}; }
+  // `before` is the cache as the edit found it, so indices in the edit can be resolved to positions.
+  virtual void on_edit(const cache::CacheEdit& /*edit*/, const cache::KVCache& /*before*/, const StepInfo& /*step*/) {}
+  // `token` is the token sampled from this step's logits (-1 for prefill blocks before the last).
+  virtual void on_step_end(const StepInfo& /*step*/, const cache::KVCache& /*cache*/, int /*token*/, float /*logprob*/) {}
+};
+
+}  // namespace kvscope::engine

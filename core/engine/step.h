@@ -1,0 +1,14 @@
+#pragma once
+// Where a run is: which phase, which block or decode step, how many tokens so far.
+#include "core/engine/attention_observation.h"
+
+namespace kvscope::engine {
+
+struct StepInfo {
+  Phase phase = Phase::Prefill;
+  int step = 0;               // prefill block index, or decode step index
+  int seq_len = 0;            // tokens processed so far (prompt + generated), including this step's
+  bool prefill_done = false;  // true for the last prefill block and every decode step
+};
+
+}  // namespace kvscope::engine

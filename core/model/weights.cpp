@@ -1,0 +1,100 @@
+#include "core/model/weights.h"
+
+#include <string>
+
+#include "core/common/error.h"
+#include "core/model/config.h"
+#include "core/model/gguf.h"
+#include "kernels/common/dequantize.h"
+
+namespace kvscope::model {
+namespace {
+
+std::string shape_text(const std::vector<uint64_t>& shape) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+[[noreturn]] void tensor_error(const GgufFile& file, const GgufTensorInfo& info, const std::string& what) {
+  throw Error(file.path().string() + ": tensor '" + info.name + "' " + what);
+}
+
+std::string supported_types() {
+  std::string list;
+  for (uint32_t id = 0; id < 64; ++id) {
+    const GgmlTypeTraits* traits = ggml_type_traits(id);
+    if (traits && traits->supported) list += (list.empty() ? "" : ", ") + std::string(traits->name);
+  }
+  return list;
+}
+
+void check_supported_type(const GgufFile& file, const GgufTensorInfo& info) {
+  const GgmlTypeTraits* traits = ggml_type_traits(static_cast<uint32_t>(info.type));
+  if (!traits || !traits->supported)
+    tensor_error(file, info, "type: " + ggml_type_name(static_cast<uint32_t>(info.type)) +
+                                 " is not supported (supported: " + supported_types() + ")");
+}
+
+// GGUF lists the contiguous dimension first: shape [ne0, ne1] is a row-major matrix of ne1 rows of ne0 values.
+QuantMatrix bind_matrix(const GgufFile& file, const std::string& name, int rows, int cols) {
+  const GgufTensorInfo& info = file.tensor(name);
+  const bool matches = info.shape.size() == 2 && info.shape[0] == static_cast<uint64_t>(cols) &&
+                       info.shape[1] == static_cast<uint64_t>(rows);
+  if (!matches)
+    tensor_error(file, info, "shape: " + shape_text(info.shape) + " (expected [" + std::to_string(cols) + ", " +
+                                 std::to_string(rows) + "] for " + std::to_string(rows) + " rows of " +
+                                 std::to_string(cols) + " values)");
+  check_supported_type(file, info);
+  QuantMatrix matrix;
+  matrix.type = info.type;
+  matrix.rows = rows;
+  matrix.cols = cols;
+  matrix.data = info.data;
+  matrix.row_bytes = ggml_row_bytes(info.type, static_cast<uint64_t>(cols));
+  return matrix;
+}
+
+std::vector<float> bind_vector(const GgufFile& file, const std::string& name, int length) {
+  const GgufTensorInfo& info = file.tensor(name);
+  if (info.shape.size() != 1 || info.shape[0] != static_cast<uint64_t>(length))
+    tensor_error(file, info, "shape: " + shape_text(info.shape) + " (expected [" + std::to_string(length) + "])");
+  if (info.type != GgmlType::F32 && info.type != GgmlType::F16 && info.type != GgmlType::BF16)
+    tensor_error(file, info, "type: " + ggml_type_name(static_cast<uint32_t>(info.type)) +
+                                 " is not supported for a norm vector (expected F32, F16 or BF16)");
+  std::vector<float> values(static_cast<std::size_t>(length));
+  kernels::dequantize_row(info.type, info.data, values.data(), length);
+  return values;
+}
+
+LayerWeights bind_layer(const GgufFile& file, const ModelConfig& config, int layer) {
+  const std::string prefix = "blk." + std::to_string(layer) + ".";
+  const int q_dim = config.n_heads * config.head_dim;
+  const int kv_dim = config.n_kv_heads * config.head_dim;
+  LayerWeights weights;
+  weights.attn_norm = bind_vector(file, prefix + "attn_norm.weight", config.dim);
+  weights.ffn_norm = bind_vector(file, prefix + "ffn_norm.weight", config.dim);
+  weights.wq = bind_matrix(file, prefix + "attn_q.weight", q_dim, config.dim);
+  weights.wk = bind_matrix(file, prefix + "attn_k.weight", kv_dim, config.dim);
+  weights.wv = bind_matrix(file, prefix + "attn_v.weight", kv_dim, config.dim);
+  weights.wo = bind_matrix(file, prefix + "attn_output.weight", config.dim, q_dim);
+  weights.w_gate = bind_matrix(file, prefix + "ffn_gate.weight", config.ffn_dim, config.dim);
+  weights.w_up = bind_matrix(file, prefix + "ffn_up.weight", config.ffn_dim, config.dim);
+  weights.w_down = bind_matrix(file, prefix + "ffn_down.weight", config.dim, config.ffn_dim);
+  return weights;
+}
+
+}  // namespace
+
+ModelWeights bind_weights(const GgufFile& file, const ModelConfig& config) {
+  ModelWeights weights;
+  weights.token_embedding = bind_matrix(file, "token_embd.weight", config.vocab_size, config.dim);
+  weights.output_norm = bind_vector(file, "output_norm.weight", config.dim);
+  weights.output = file.find_tensor("output.weight") ? bind_matrix(file, "output.weight", config.vocab_size, config.dim)
+                                                     : weights.token_embedding;
+  weights.layers.reserve(static_cast<std::size_t>(config.n_layers));
+  for (int layer = 0; layer < config.n_layers; ++layer) weights.layers.push_back(bind_layer(file, config, layer));
+  return weights;
+}
+
+}  // namespace kvscope::model

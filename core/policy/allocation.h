@@ -1,0 +1,35 @@
+#pragma once
+// Layer budget allocation, separate from token scoring so any scorer can use any allocation
+// (`--policy snapkv --allocation cake`), as the papers themselves combine them.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/engine/attention_observation.h"
+#include "core/policy/params.h"
+
+namespace kvscope::policy {
+
+class LayerAllocation {
+ public:
+  virtual ~LayerAllocation() = default;
+  virtual std::string name() const = 0;
+  // What the allocation needs to see of each layer's prefill attention (none for static shapes).
+  virtual engine::ObservationRequest request(int layer) const = 0;
+  // Each layer's observation of the (final) prefill step, in layer order.
+  virtual void observe(const engine::AttentionObservation& obs) = 0;
+  // Budgets per layer after all layers were observed; they sum to n_layers * average_budget (up to
+  // the per-layer clamp [1, seq_len]).
+  virtual std::vector<int> budgets(int n_layers, int average_budget, int seq_len) = 0;
+};
+
+// Allocations by name: uniform, pyramid, and the adaptive ones of D2O, DynamicKV and CAKE.
+std::vector<std::string> allocation_names();
+std::vector<ParamSpec> allocation_params(const std::string& name);
+std::unique_ptr<LayerAllocation> make_allocation(const std::string& name, const PolicyParams& params);
+
+// Shared arithmetic: integer budgets proportional to non-negative weights, summing exactly to total,
+// each clamped to [min_each, max_each] (largest-remainder rounding, deterministic).
+std::vector<int> proportional_budgets(const std::vector<double>& weights, long total, int min_each, int max_each);
+
+}  // namespace kvscope::policy

@@ -1,0 +1,167 @@
+#include "core/policy/params.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "core/common/error.h"
+
+namespace kvscope::policy {
+
+namespace {
+
+std::string format_number(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+std::string valid_names(const std::vector<ParamSpec>& specs) {
+  if (specs.empty()) return "(it takes no parameters)";
+  std::string out;
+  for (const auto& s : specs) out += (out.empty() ? "" : ", ") + s.name;
+  return out;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : "|") + s;
+  return out;
+}
+
+}  // namespace
+
+ParamSpec ParamSpec::integer(std::string name, int def, int lo, int hi, std::string doc) {
+  ParamSpec s;
+  s.name = std::move(name);
+  s.kind = Kind::Int;
+  s.default_number = def;
+  s.min = lo;
+  s.max = hi;
+  s.doc = std::move(doc);
+  return s;
+}
+
+ParamSpec ParamSpec::real(std::string name, double def, double lo, double hi, std::string doc) {
+  ParamSpec s = integer(std::move(name), 0, 0, 0, std::move(doc));
+  s.kind = Kind::Float;
+  s.default_number = def;
+  s.min = lo;
+  s.max = hi;
+  return s;
+}
+
+ParamSpec ParamSpec::choice(std::string name, std::string def, std::vector<std::string> options, std::string doc) {
+  ParamSpec s;
+  s.name = std::move(name);
+  s.kind = Kind::Choice;
+  s.choices = std::move(options);
+  s.default_choice = std::move(def);
+  s.doc = std::move(doc);
+  return s;
+}
+
+ParamSpec ParamSpec::flag(std::string name, bool def, std::string doc) {
+  ParamSpec s = integer(std::move(name), def ? 1 : 0, 0, 1, std::move(doc));
+  s.kind = Kind::Bool;
+  return s;
+}
+
+std::string ParamSpec::default_text() const {
+  switch (kind) {
+    case Kind::Choice: return default_choice;
+    case Kind::Bool: return default_number != 0.0 ? "true" : "false";
+    default: return format_number(default_number);
+  }
+}
+
+std::string ParamSpec::range_text() const {
+  switch (kind) {
+    case Kind::Choice: return join(choices);
+    case Kind::Bool: return "true|false";
+    case Kind::Int: return "integer in [" + format_number(min) + ", " + format_number(max) + "]";
+    default: return "[" + format_number(min) + ", " + format_number(max) + "]";
+  }
+}
+
+PolicyParams::PolicyParams(const std::string& policy, const std::vector<ParamSpec>& specs,
+                           const std::vector<std::pair<std::string, std::string>>& assignments)
+    : policy_(policy) {
+  for (const auto& s : specs) {
+    if (s.kind == ParamSpec::Kind::Choice)
+      choices_[s.name] = s.default_choice;
+    else
+      numbers_[s.name] = s.default_number;
+  }
+  for (const auto& [key, text] : assignments) {
+    const ParamSpec* spec = nullptr;
+    for (const auto& s : specs)
+      if (s.name == key) spec = &s;
+    if (!spec)
+      throw UsageError("policy '" + policy + "' has no parameter '" + key + "'; valid parameters: " + valid_names(specs));
+    const std::string what = "policy '" + policy + "' parameter '" + key + "'";
+    if (spec->kind == ParamSpec::Kind::Choice) {
+      bool ok = false;
+      for (const auto& c : spec->choices) ok = ok || c == text;
+      if (!ok) throw UsageError(what + " = '" + text + "' is not one of " + join(spec->choices));
+      choices_[key] = text;
+      continue;
+    }
+    if (spec->kind == ParamSpec::Kind::Bool) {
+      if (text == "true" || text == "1" || text == "on") numbers_[key] = 1;
+      else if (text == "false" || text == "0" || text == "off") numbers_[key] = 0;
+      else throw UsageError(what + " = '" + text + "' is not true or false");
+      continue;
+    }
+    char* end = nullptr;
+    const double value = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !std::isfinite(value))
+      throw UsageError(what + " = '" + text + "' is not a number; expected " + spec->range_text());
+    if (spec->kind == ParamSpec::Kind::Int && value != std::floor(value))
+      throw UsageError(what + " = '" + text + "' is not an integer; expected " + spec->range_text());
+    if (value < spec->min || value > spec->max)
+      throw UsageError(what + " = " + text + " is out of range; expected " + spec->range_text());
+    numbers_[key] = value;
+  }
+}
+
+int PolicyParams::get_int(const std::string& name) const { return static_cast<int>(get_float(name)); }
+
+double PolicyParams::get_float(const std::string& name) const {
+  auto it = numbers_.find(name);
+  if (it == numbers_.end()) throw Error("policy '" + policy_ + "' read undeclared parameter '" + name + "'");
+  return it->second;
+}
+
+bool PolicyParams::get_bool(const std::string& name) const { return get_float(name) != 0.0; }
+
+const std::string& PolicyParams::get_choice(const std::string& name) const {
+  auto it = choices_.find(name);
+  if (it == choices_.end()) throw Error("policy '" + policy_ + "' read undeclared parameter '" + name + "'");
+  return it->second;
+}
+
+std::map<std::string, std::string> PolicyParams::as_text() const {
+  std::map<std::string, std::string> out = choices_;
+  for (const auto& [k, v] : numbers_) out[k] = format_number(v);
+  return out;
+}
+
+PolicySpecText split_policy_spec(const std::string& text) {
+  PolicySpecText out;
+  const auto colon = text.find(':');
+  out.name = text.substr(0, colon);
+  if (out.name.empty()) throw UsageError("policy spec '" + text + "' has no policy name");
+  if (colon == std::string::npos) return out;
+  std::stringstream rest(text.substr(colon + 1));
+  std::string item;
+  while (std::getline(rest, item, ',')) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+      throw UsageError("policy spec '" + text + "': '" + item + "' is not of the form key=value");
+    out.assignments.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+  }
+  return out;
+}
+
+}  // namespace kvscope::policy

@@ -1,0 +1,57 @@
+#pragma once
+// Policy parameters: each policy declares its parameters (paper default, range, doc); the command line
+// "snapkv:window=32,kernel=7,pooling=avg" is parsed and checked against that declaration.
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kvscope::policy {
+
+struct ParamSpec {
+  enum class Kind { Int, Float, Choice, Bool };
+  std::string name;
+  Kind kind = Kind::Int;
+  double default_number = 0.0;        // Int, Float, Bool (0/1)
+  double min = 0.0, max = 0.0;        // inclusive range for Int and Float
+  std::vector<std::string> choices;   // Choice
+  std::string default_choice;         // Choice
+  std::string doc;                    // one line, citing the paper's equation or section
+
+  static ParamSpec integer(std::string name, int def, int lo, int hi, std::string doc);
+  static ParamSpec real(std::string name, double def, double lo, double hi, std::string doc);
+  static ParamSpec choice(std::string name, std::string def, std::vector<std::string> options, std::string doc);
+  static ParamSpec flag(std::string name, bool def, std::string doc);
+  std::string default_text() const;
+  std::string range_text() const;
+};
+
+class PolicyParams {
+ public:
+  PolicyParams() = default;
+  // Every spec's default, then the given "key=value" pairs checked against the specs.
+  PolicyParams(const std::string& policy, const std::vector<ParamSpec>& specs,
+               const std::vector<std::pair<std::string, std::string>>& assignments);
+
+  int get_int(const std::string& name) const;
+  double get_float(const std::string& name) const;
+  bool get_bool(const std::string& name) const;
+  const std::string& get_choice(const std::string& name) const;
+  // Every parameter as text, for traces and reports.
+  std::map<std::string, std::string> as_text() const;
+  void set_number(const std::string& name, double value) { numbers_[name] = value; }
+  void set_choice(const std::string& name, const std::string& value) { choices_[name] = value; }
+
+ private:
+  std::string policy_;
+  std::map<std::string, double> numbers_;
+  std::map<std::string, std::string> choices_;
+};
+
+// "name:key=value,key=value" -> name and the pairs. Throws UsageError on malformed text.
+struct PolicySpecText {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> assignments;
+};
+PolicySpecText split_policy_spec(const std::string& text);
+
+}  // namespace kvscope::policy

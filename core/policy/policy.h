@@ -1,0 +1,55 @@
+#pragma once
+// The policy interface: a policy reads attention observations and the cache, and returns CacheEdits.
+// It never moves K/V rows itself (the cache does), and everything it decides is visible to the recorder.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/cache/cache_edit.h"
+#include "core/cache/kv_cache.h"
+#include "core/engine/attention_observation.h"
+#include "core/engine/step.h"
+#include "core/model/config.h"
+#include "core/policy/diagnostics.h"
+
+namespace kvscope::policy {
+
+using engine::AttentionObservation;
+using engine::ObservationRequest;
+using engine::Phase;
+
+struct RunInfo {
+  model::ModelConfig config;
+  int prompt_length = 0;
+  int budget = 0;          // tokens per (layer, KV head), resolved from the user's budget
+  int max_new_tokens = 0;
+};
+
+using engine::StepInfo;
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string name() const = 0;
+  // What the policy needs to see of attention in each layer and phase.
+  virtual ObservationRequest request(int layer, Phase phase) const = 0;
+  // Tokens per prefill block; 0 runs the prompt in one exact pass (policies that act after prefill).
+  virtual int prefill_block_size() const { return 0; }
+  virtual void begin(const RunInfo& info) = 0;
+  // After a layer's attention in a forward step; an edit returned here is applied at once (cascades).
+  virtual cache::CacheEdit after_layer(const AttentionObservation& obs, cache::KVCache& cache) = 0;
+  // After all layers of a forward step (post-prefill compression, per-step eviction).
+  virtual cache::CacheEdit after_step(const StepInfo& step, cache::KVCache& cache) = 0;
+  // The length (layer, kv_head) must have after `step`, or -1 when the policy promises none. The engine
+  // checks it after every step, so a policy that silently stops compressing is caught.
+  virtual int expected_length(int layer, int kv_head, const StepInfo& step) const = 0;
+  // Current token budget of each layer (for reporting and plotting).
+  virtual std::vector<int> layer_budgets() const = 0;
+  // Named numbers behind the decisions (allocations, thresholds, ...), for the trace.
+  const Diagnostics& diagnostics() const { return diagnostics_; }
+
+ protected:
+  Diagnostics diagnostics_;
+};
+
+}  // namespace kvscope::policy

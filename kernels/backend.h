@@ -1,0 +1,28 @@
+#pragma once
+// The op set the engine runs on. The CPU versions live in kernels/cpu; the CUDA versions mirror them
+// function by function in kernels/cuda, sharing the per-element math in kernels/common.
+#include "core/model/config.h"
+#include "core/model/weights.h"
+
+namespace kvscope::kernels {
+
+// Y[n][W.rows] = X[n][W.cols] * W^T. Decode (n small) works on the quantized blocks directly;
+// prefill dequantizes W once into a scratch buffer and uses BLAS.
+void matmul(const model::QuantMatrix& w, const float* x, int n, float* y);
+
+// One row of the embedding table, dequantized.
+void embedding_row(const model::QuantMatrix& table, int id, float* out);
+
+// out = x / rms(x) * weight, for one row of length dim.
+void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out);
+
+// Rotates the first rope_dim dimensions of each of n_heads vectors (each head_dim long) to `position`.
+void rope(float* heads, int n_heads, int head_dim, int rope_dim, int position, float base, model::RopeStyle style);
+
+// In-place numerically stable softmax over n values.
+void softmax(float* x, int n);
+
+// out[i] = silu(gate[i]) * up[i].
+void swiglu(const float* gate, const float* up, float* out, int n);
+
+}  // namespace kvscope::kernels

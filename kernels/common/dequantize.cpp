@@ -1,0 +1,84 @@
+#include "kernels/common/dequantize.h"
+
+#include <cstring>
+#include <string>
+
+#include "core/common/error.h"
+#include "kernels/common/quant_blocks.h"
+
+namespace kvscope::kernels {
+namespace {
+
+using BlockFn = void (*)(const uint8_t*, float*);
+
+void dequantize_blocks(BlockFn fn, int block_elements, int block_bytes, const uint8_t* src, float* dst,
+                       int64_t n) {
+  for (int64_t i = 0; i < n / block_elements; ++i) fn(src + i * block_bytes, dst + i * block_elements);
+}
+
+}  // namespace
+
+float fp16_to_fp32(uint16_t h) { return blocks::half_to_float(h); }
+
+float bf16_to_fp32(uint16_t h) { return blocks::bf16_to_float(h); }
+
+// Round to nearest, ties to even; overflow goes to infinity, NaN stays a (quiet) NaN.
+uint16_t fp32_to_fp16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u | ((magnitude >> 13) & 0x3FFu));
+  if (magnitude >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520 rounds past 65504
+  if (magnitude >= 0x38800000u) {                                               // normal half (>= 2^-14)
+    const uint32_t rebiased = magnitude - 0x38000000u;                          // exponent bias 127 -> 15
+    uint32_t half = rebiased >> 13;
+    const uint32_t rest = rebiased & 0x1FFFu;
+    if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;  // a carry into the exponent is correct
+    return static_cast<uint16_t>(sign | half);
+  }
+  if (magnitude <= 0x33000000u) return sign;  // <= 2^-25: rounds (ties to even) to zero
+  // Subnormal half: count units of 2^-24.
+  const uint32_t exponent = magnitude >> 23;
+  const uint32_t mantissa = (magnitude & 0x7FFFFFu) | 0x800000u;
+  const uint32_t shift = 126u - exponent;  // 14..24
+  uint32_t half = mantissa >> shift;
+  const uint32_t rest = mantissa & ((1u << shift) - 1u);
+  const uint32_t halfway = 1u << (shift - 1u);
+  if (rest > halfway || (rest == halfway && (half & 1u))) ++half;
+  return static_cast<uint16_t>(sign | half);
+}
+
+void dequantize_row(model::GgmlType type, const uint8_t* src, float* dst, int64_t n) {
+  const model::GgmlTypeTraits* traits = model::ggml_type_traits(static_cast<uint32_t>(type));
+  const std::string name = model::ggml_type_name(static_cast<uint32_t>(type));
+  if (!traits || !traits->supported) throw Error("dequantize: type " + name + " is not supported by kvscope");
+  if (n < 0 || n % traits->block_elements != 0)
+    throw Error("dequantize: row length " + std::to_string(n) + " is not a whole number of " + name +
+                " blocks (expected a non-negative multiple of " + std::to_string(traits->block_elements) + ")");
+  switch (type) {
+    case model::GgmlType::F32:
+      if (n > 0) std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
+      return;
+    case model::GgmlType::F16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = blocks::half_to_float(blocks::load_u16(src + 2 * i));
+      return;
+    case model::GgmlType::BF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = blocks::bf16_to_float(blocks::load_u16(src + 2 * i));
+      return;
+    case model::GgmlType::Q4_0:
+      return dequantize_blocks(blocks::dequantize_block_q4_0, blocks::kQ4_0Elements, blocks::kQ4_0Bytes, src, dst, n);
+    case model::GgmlType::Q4_1:
+      return dequantize_blocks(blocks::dequantize_block_q4_1, blocks::kQ4_1Elements, blocks::kQ4_1Bytes, src, dst, n);
+    case model::GgmlType::Q8_0:
+      return dequantize_blocks(blocks::dequantize_block_q8_0, blocks::kQ8_0Elements, blocks::kQ8_0Bytes, src, dst, n);
+    case model::GgmlType::Q4_K:
+      return dequantize_blocks(blocks::dequantize_block_q4_k, blocks::kQ4_KElements, blocks::kQ4_KBytes, src, dst, n);
+    case model::GgmlType::Q6_K:
+      return dequantize_blocks(blocks::dequantize_block_q6_k, blocks::kQ6_KElements, blocks::kQ6_KBytes, src, dst, n);
+    default:
+      throw Error("dequantize: type " + name + " is marked supported but has no dequantizer");
+  }
+}
+
+}  // namespace kvscope::kernels

@@ -1,0 +1,23 @@
+#pragma once
+// RoPE per-pair math shared by CPU and CUDA: theta_i = position * base^(-2i/rope_dim).
+#include <cmath>
+
+#if defined(__CUDACC__)
+#define KVSCOPE_HD __host__ __device__
+#else
+#define KVSCOPE_HD
+#endif
+
+namespace kvscope::kernels {
+
+KVSCOPE_HD inline void rope_rotate_pair(float& a, float& b, int pair, int rope_dim, int position, float base) {
+  const float freq = powf(base, -2.0f * static_cast<float>(pair) / static_cast<float>(rope_dim));
+  const float angle = static_cast<float>(position) * freq;
+  const float c = cosf(angle), s = sinf(angle);
+  const float ra = a * c - b * s;
+  const float rb = a * s + b * c;
+  a = ra;
+  b = rb;
+}
+
+}  // namespace kvscope::kernels

@@ -1,0 +1,50 @@
+// Element-wise CPU ops. Matrix products live in matmul.cpp.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/backend.h"
+#include "kernels/common/dequantize.h"
+#include "kernels/common/rope_math.h"
+
+namespace kvscope::kernels {
+
+void embedding_row(const model::QuantMatrix& table, int id, float* out) {
+  dequantize_row(table.type, table.row(id), out, table.cols);
+}
+
+void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out) {
+  double sum_sq = 0.0;
+  for (int i = 0; i < dim; ++i) sum_sq += static_cast<double>(x[i]) * x[i];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(sum_sq / dim) + eps);
+  for (int i = 0; i < dim; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+void rope(float* heads, int n_heads, int head_dim, int rope_dim, int position, float base, model::RopeStyle style) {
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = heads + static_cast<long>(h) * head_dim;
+    for (int pair = 0; pair < rope_dim / 2; ++pair) {
+      if (style == model::RopeStyle::AdjacentPairs)
+        rope_rotate_pair(v[2 * pair], v[2 * pair + 1], pair, rope_dim, position, base);
+      else
+        rope_rotate_pair(v[pair], v[pair + rope_dim / 2], pair, rope_dim, position, base);
+    }
+  }
+}
+
+void softmax(float* x, int n) {
+  if (n <= 0) return;
+  const float max_value = *std::max_element(x, x + n);
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max_value);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void swiglu(const float* gate, const float* up, float* out, int n) {
+  for (int i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+}  // namespace kvscope::kernels
