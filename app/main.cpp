@@ -16,6 +16,9 @@ int main(int argc, char** argv) {
   const std::vector<app::Command> commands = {
       app::register_info(root),
       app::register_generate(root),
+      app::register_trace(root),
+      app::register_inspect(root),
+      app::register_policies(root),
   };
 
   try {

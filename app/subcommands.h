@@ -13,5 +13,8 @@ struct Command {
 
 Command register_info(CLI::App& root);
 Command register_generate(CLI::App& root);
+Command register_trace(CLI::App& root);
+Command register_inspect(CLI::App& root);
+Command register_policies(CLI::App& root);
 
 }  // namespace kvscope::app

@@ -32,3 +32,4 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
 fi
 
 "$root/scripts/fetch_model.sh"
+"$root/scripts/fetch_imgui.sh"

@@ -47,9 +47,9 @@ void KVCache::append(int layer, const float* k, const float* v, int n, const int
 }
 
 void KVCache::reserve_for(HeadEntries& head, std::size_t entries) {
-  // Growing one token at a time doubles capacity; reserving exactly keeps bytes() honest after prefill.
+  // Growing one token at a time would double capacity; reserving exactly keeps bytes() honest after prefill.
   if (head.positions.capacity() >= entries) return;
-  const std::size_t target = head.positions.empty() ? entries : std::max(entries, head.positions.size() * 2);
+  const std::size_t target = head.positions.empty() ? entries : std::max(entries, head.positions.size() + head.positions.size() / 4 + kMinSlackEntries);
   head.keys.reserve(target * head_dim_);
   head.values.reserve(target * head_dim_);
   head.positions.reserve(target);
@@ -96,11 +96,16 @@ void KVCache::validate(const HeadEdit& e, int current_size, int n_layers, int n_
 }
 
 void KVCache::apply(const CacheEdit& edit) {
+  // Validate the whole edit first so a bad edit leaves the cache untouched.
+  std::vector<char> seen(heads_.size(), 0);
   for (const HeadEdit& e : edit.heads) {
-    validate(e, (e.layer >= 0 && e.layer < n_layers_ && e.kv_head >= 0 && e.kv_head < n_kv_heads_) ? size(e.layer, e.kv_head) : 0,
-             n_layers_, n_kv_heads_);
-    apply_head(e);
+    const bool in_range = e.layer >= 0 && e.layer < n_layers_ && e.kv_head >= 0 && e.kv_head < n_kv_heads_;
+    validate(e, in_range ? size(e.layer, e.kv_head) : 0, n_layers_, n_kv_heads_);
+    char& once = seen[static_cast<std::size_t>(e.layer) * n_kv_heads_ + e.kv_head];
+    if (once) throw Error(where(e) + ": the edit names this head twice");
+    once = 1;
   }
+  for (const HeadEdit& e : edit.heads) apply_head(e);
   update_bytes();
 }
 

@@ -30,6 +30,7 @@ void set_threads(int threads) {
 struct Engine::Run {
   explicit Run(const model::ModelConfig& c) : cache(c.n_layers, c.n_kv_heads, c.head_dim) {}
   cache::KVCache cache;
+  std::unique_ptr<cache::KVCache> shadow;  // every K/V row, never edited; only for full-cache-output observers
   const RunHooks* hooks = nullptr;
   bool cancelled() const { return hooks && hooks->cancel && hooks->cancel->load(std::memory_order_relaxed); }
 };
@@ -59,6 +60,13 @@ void Engine::attention(Run& run, int layer, const float* q, int n, const int32_t
   obs.query_positions.assign(positions, positions + n);
   AttentionInputs inputs{c, run.cache, layer, q, n, positions};
   compute_attention(inputs, request, run.hooks->observers, obs, out);
+  if (run.shadow && step.phase == Phase::Decode) {
+    std::vector<float> full(static_cast<std::size_t>(n) * c.n_heads * c.head_dim);
+    AttentionObservation unused;
+    compute_attention({c, *run.shadow, layer, q, n, positions}, {}, {}, unused, full.data());
+    for (RunObserver* o : run.hooks->observers)
+      if (o->wants_full_cache_output()) o->on_full_cache_output(layer, step, n, c.n_heads * c.head_dim, out, full.data());
+  }
 
   if (!request.any()) return;
   for (RunObserver* o : run.hooks->observers) o->on_observation(obs);
@@ -95,6 +103,7 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
       kernels::rope(&k[static_cast<std::size_t>(i) * kv_dim], c.n_kv_heads, c.head_dim, c.rope_dim, positions[i], c.rope_base, c.rope_style);
     }
     run.cache.append(l, k.data(), v.data(), n, positions.data());
+    if (run.shadow) run.shadow->append(l, k.data(), v.data(), n, positions.data());
     attention(run, l, q.data(), n, positions.data(), step, attn_out.data());
 
     kernels::matmul(lw.wo, attn_out.data(), n, proj.data());
@@ -149,6 +158,12 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   }
   Run run(c);
   run.hooks = &hooks;
+  if (hooks.policy)
+    for (RunObserver* o : hooks.observers)
+      if (o->wants_full_cache_output()) {
+        run.shadow = std::make_unique<cache::KVCache>(c.n_layers, c.n_kv_heads, c.head_dim);
+        break;
+      }
   RunResult result;
   result.prompt_tokens = prompt;
   Sampler sampler(options.sampling);

@@ -15,6 +15,14 @@ class RunObserver : public AttentionObserver {
   virtual void on_edit(const cache::CacheEdit& /*edit*/, const cache::KVCache& /*before*/, const StepInfo& /*step*/) {}
   // `token` is the token sampled from this step's logits (-1 for prefill blocks before the last).
   virtual void on_step_end(const StepInfo& /*step*/, const cache::KVCache& /*cache*/, int /*token*/, float /*logprob*/) {}
+
+  // Output error against a full cache (CAOTE Fig. 3). When an observer wants it and a policy runs, the
+  // engine keeps a shadow cache that receives every K/V row and is never edited, and in each decode step
+  // also attends the same queries over it. compressed/full: the layer's attention outputs [n_queries][width]
+  // (width = n_heads * head_dim), before the output projection. Costs a second attention and a full cache.
+  virtual bool wants_full_cache_output() const { return false; }
+  virtual void on_full_cache_output(int /*layer*/, const StepInfo& /*step*/, int /*n_queries*/, int /*width*/,
+                                    const float* /*compressed*/, const float* /*full*/) {}
 };
 
 }  // namespace kvscope::engine

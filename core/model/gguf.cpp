@@ -281,7 +281,7 @@ void GgufFile::parse(const uint8_t* data, uint64_t size) {
   if (version_ == 1)
     reader.fail("version", "GGUF v1 is not supported (expected 2 or 3); convert the model again with current llama.cpp");
   if (version_ != 2 && version_ != 3) {
-    if (std::byteswap(version_) == 2 || std::byteswap(version_) == 3)
+    if (__builtin_bswap32(version_) == 2 || __builtin_bswap32(version_) == 3)
       reader.fail("version", "this is a big-endian GGUF file, which is not supported (expected little-endian)");
     reader.fail("version", std::to_string(version_) + " is not supported (expected 2 or 3)");
   }

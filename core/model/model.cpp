@@ -10,7 +10,7 @@
 namespace kvscope::model {
 namespace {
 
-bool is_regular_file(const std::filesystem::path& path) {
+bool is_file(const std::filesystem::path& path) {
   std::error_code ec;
   return std::filesystem::is_regular_file(path, ec);
 }
@@ -44,7 +44,7 @@ Model load_model(const std::filesystem::path& path) {
 
 std::filesystem::path default_model_path() {
   if (const char* env = std::getenv("KVSCOPE_MODEL"); env && *env) {
-    if (!is_regular_file(env))
+    if (!is_file(env))
       throw Error(std::string(env) + ": KVSCOPE_MODEL names no model file (expected a GGUF file path)");
     return env;
   }
@@ -55,7 +55,7 @@ std::filesystem::path default_model_path() {
     candidates.push_back(dir.parent_path().parent_path() / relative);  // <source>/build/app/kvscope
   }
   for (const auto& candidate : candidates)
-    if (is_regular_file(candidate)) return candidate;
+    if (is_file(candidate)) return candidate;
   throw Error(candidates.front().string() +
               ": default model not found; run `make` to fetch it (scripts/fetch_model.sh) or pass --model PATH");
 }

@@ -41,6 +41,29 @@ void append_utf8(std::string& out, char32_t cp);
 
 }  // namespace unicode
 
+// Special-token strings found in text before pre-tokenizing, for both tokenizers. Matching is leftmost,
+// then longest, as the reference's added-token matcher does.
+struct TextPiece {
+  std::string_view text;
+  int id = -1;  // -1: raw text between special tokens
+};
+class SpecialTokenMatcher {
+ public:
+  // Control tokens are matched only when encode is asked to parse special tokens; user-defined ones always.
+  void add(std::string text, int id, bool control);
+  std::vector<TextPiece> split(std::string_view text, bool parse_special) const;
+  size_t size() const { return tokens_.size(); }
+
+ private:
+  struct Entry {
+    std::string text;
+    int id;
+    bool control;
+  };
+  std::vector<Entry> tokens_;
+  std::vector<int> by_first_byte_[256];  // entry indices, longest first
+};
+
 // How text is cut into words before BPE, named by tokenizer.ggml.pre.
 enum class BpePreTokenizer {
   Gpt2,    // "gpt2", "default": the GPT-2 regex
@@ -92,8 +115,7 @@ class BpeTokenizer final : public Tokenizer {
   std::unordered_map<std::string, int> byte_ids_;   // raw bytes -> id, normal tokens only
   std::unordered_map<uint64_t, std::pair<int, int>> merges_;  // (left id << 32 | right id) -> (rank, merged id)
   int byte_token_[256];             // id of the token for each single byte, -1 when missing
-  std::vector<std::pair<std::string, int>> specials_;  // matched in the text before pre-tokenizing
-  std::vector<bool> special_is_control_;
+  SpecialTokenMatcher specials_;
   std::vector<bool> end_of_generation_;
   BpePreTokenizer pre_;
   int bos_id_, eos_id_, unk_id_;
@@ -104,15 +126,6 @@ class BpeTokenizer final : public Tokenizer {
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<int>> cache_;
 };
-
-// Splits text at special-token strings (leftmost, then longest match) for both tokenizers. Each piece is
-// either raw text (id == -1) or one special token.
-struct TextPiece {
-  std::string_view text;
-  int id = -1;
-};
-std::vector<TextPiece> split_special(std::string_view text, const std::vector<std::pair<std::string, int>>& specials,
-                                     const std::vector<bool>& is_control, bool parse_special);
 
 // Token texts that end a turn in common chat formats; both tokenizers treat them as end of generation.
 bool is_end_of_turn_text(std::string_view token);

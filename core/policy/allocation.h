@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/engine/attention_observation.h"
+#include "core/policy/diagnostics.h"
 #include "core/policy/params.h"
 
 namespace kvscope::policy {
@@ -21,15 +22,27 @@ class LayerAllocation {
   // Budgets per layer after all layers were observed; they sum to n_layers * average_budget (up to
   // the per-layer clamp [1, seq_len]).
   virtual std::vector<int> budgets(int n_layers, int average_budget, int seq_len) = 0;
+  // Named numbers behind the last budgets() call (preferences, variances ...), for the trace.
+  virtual void publish(Diagnostics& /*out*/) const {}
+
+  // Tokens of every layer's budget the scorer keeps whatever the allocation says (SnapKV's observation
+  // window). Shape-based allocations spread only the budget above it, as PyramidKV does.
+  void set_reserved(int tokens) { reserved_ = tokens; }
+
+ protected:
+  int reserved_ = 0;
 };
 
-// Allocations by name: uniform, pyramid, and the adaptive ones of D2O, DynamicKV and CAKE.
+// Allocations by name: uniform, pyramid, and the adaptive ones of D2O, DynamicKV and CAKE. The table
+// itself, and how to add to it, is in allocation_catalog.h.
 std::vector<std::string> allocation_names();
 std::vector<ParamSpec> allocation_params(const std::string& name);
+// Throws UsageError listing the valid names for an unknown one.
 std::unique_ptr<LayerAllocation> make_allocation(const std::string& name, const PolicyParams& params);
 
 // Shared arithmetic: integer budgets proportional to non-negative weights, summing exactly to total,
-// each clamped to [min_each, max_each] (largest-remainder rounding, deterministic).
+// each clamped to [min_each, max_each] (largest-remainder rounding, deterministic). A total outside
+// [n * min_each, n * max_each] is first clamped into it. All-zero weights share equally.
 std::vector<int> proportional_budgets(const std::vector<double>& weights, long total, int min_each, int max_each);
 
 }  // namespace kvscope::policy

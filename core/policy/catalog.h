@@ -6,5 +6,15 @@
 namespace kvscope::policy {
 
 PolicyInfo full_policy_info();
+PolicyInfo streaming_llm_policy_info();
+PolicyInfo h2o_policy_info();
+PolicyInfo tova_policy_info();
+PolicyInfo snapkv_policy_info();
+PolicyInfo pyramidkv_policy_info();
+PolicyInfo d2o_policy_info();
+PolicyInfo dynamickv_policy_info();
+PolicyInfo caote_policy_info();
+PolicyInfo kvmerger_policy_info();
+PolicyInfo cake_policy_info();
 
 }  // namespace kvscope::policy

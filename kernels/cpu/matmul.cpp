@@ -6,6 +6,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/common/dequantize.h"
+#include "kernels/cpu/quant_dot.h"
 
 namespace kvscope::kernels {
 
@@ -19,13 +20,29 @@ float dot(const float* a, const float* b, int n) {
 }
 
 void matvec_rows(const model::QuantMatrix& w, const float* x, int n, float* y) {
+  const bool quantized_dot = w.cols % 32 == 0 && (w.type == model::GgmlType::Q4_1 || w.type == model::GgmlType::Q4_0 ||
+                                                   w.type == model::GgmlType::Q8_0);
+  std::vector<float> sums(quantized_dot ? static_cast<std::size_t>(n) * (w.cols / 32) : 0);
+  for (int i = 0; i < (quantized_dot ? n : 0); ++i)
+    block_sums32(x + static_cast<long>(i) * w.cols, w.cols, sums.data() + static_cast<long>(i) * (w.cols / 32));
 #pragma omp parallel
   {
-    std::vector<float> row(w.cols);
+    std::vector<float> row(quantized_dot ? 0 : w.cols);
 #pragma omp for schedule(static)
     for (int r = 0; r < w.rows; ++r) {
-      dequantize_row(w.type, w.row(r), row.data(), w.cols);
-      for (int i = 0; i < n; ++i) y[static_cast<long>(i) * w.rows + r] = dot(row.data(), x + static_cast<long>(i) * w.cols, w.cols);
+      if (!quantized_dot) dequantize_row(w.type, w.row(r), row.data(), w.cols);
+      for (int i = 0; i < n; ++i) {
+        const float* xi = x + static_cast<long>(i) * w.cols;
+        const float* si = sums.data() + static_cast<long>(i) * (w.cols / 32);
+        float value;
+        switch (quantized_dot ? w.type : model::GgmlType::F32) {
+          case model::GgmlType::Q4_1: value = dot_q4_1(w.row(r), xi, si, w.cols); break;
+          case model::GgmlType::Q4_0: value = dot_q4_0(w.row(r), xi, si, w.cols); break;
+          case model::GgmlType::Q8_0: value = dot_q8_0(w.row(r), xi, w.cols); break;
+          default: value = dot(row.data(), xi, w.cols);
+        }
+        y[static_cast<long>(i) * w.rows + r] = value;
+      }
     }
   }
 }
@@ -39,9 +56,11 @@ void matmul(const model::QuantMatrix& w, const float* x, int n, float* y) {
   }
   thread_local std::vector<float> dense;
   dense.resize(static_cast<std::size_t>(w.rows) * w.cols);
+  // The scratch is thread_local to the caller; worker threads must reach it through a plain pointer.
+  float* scratch = dense.data();
 #pragma omp parallel for schedule(static)
-  for (int r = 0; r < w.rows; ++r) dequantize_row(w.type, w.row(r), dense.data() + static_cast<long>(r) * w.cols, w.cols);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w.rows, w.cols, 1.0f, x, w.cols, dense.data(), w.cols, 0.0f, y,
+  for (int r = 0; r < w.rows; ++r) dequantize_row(w.type, w.row(r), scratch + static_cast<long>(r) * w.cols, w.cols);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w.rows, w.cols, 1.0f, x, w.cols, scratch, w.cols, 0.0f, y,
               w.rows);
 }
 

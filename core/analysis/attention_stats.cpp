@@ -1,0 +1,151 @@
+#include "core/analysis/attention_stats.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvscope::analysis {
+
+namespace {
+
+// The window can never exceed the rows there are; with S <= S_w no key lies before the window.
+int clamp_window(int s, int window) { return std::clamp(window, 0, s); }
+
+double plogp(double p) { return p > 0.0 ? p * std::log(p) : 0.0; }
+
+double entropy_of(std::span<const double> p) {
+  double h = 0.0;
+  for (double x : p) h -= plogp(x);
+  return h;
+}
+
+double unbiased_variance(double sum, double sq, int n) {
+  if (n < 2) return 0.0;
+  const double mean = sum / n;
+  return std::max(0.0, (sq - n * mean * mean) / (n - 1));
+}
+
+}  // namespace
+
+double cake_window_entropy(const float* a, int s, int window) {
+  const int w = clamp_window(s, window);
+  double h = 0.0;
+  for (int i = s - w; i < s; ++i)
+    for (int j = 0; j < s - w; ++j) {
+      const double p = a[static_cast<std::size_t>(i) * s + j];
+      h -= p * std::log(p + kCakeEntropyEps);
+    }
+  return h;
+}
+
+double cake_column_variance(const float* a, int s, int window) {
+  const int w = clamp_window(s, window);
+  double v = 0.0;
+  for (int j = 0; j < s - w; ++j) {
+    double sum = 0.0, sq = 0.0;
+    for (int i = s - w; i < s; ++i) {
+      const double p = a[static_cast<std::size_t>(i) * s + j];
+      sum += p;
+      sq += p * p;
+    }
+    v += unbiased_variance(sum, sq, w);
+  }
+  return v;
+}
+
+double population_variance(std::span<const double> x) {
+  if (x.empty()) return 0.0;
+  double mean = 0.0;
+  for (double v : x) mean += v;
+  mean /= static_cast<double>(x.size());
+  double var = 0.0;
+  for (double v : x) var += (v - mean) * (v - mean);
+  return var / static_cast<double>(x.size());
+}
+
+namespace {
+std::vector<double> column_sums_of(const float* a, int s) {
+  std::vector<double> sums(s, 0.0);
+  for (int i = 0; i < s; ++i)
+    for (int j = 0; j < s; ++j) sums[j] += a[static_cast<std::size_t>(i) * s + j];
+  return sums;
+}
+}  // namespace
+
+double d2o_colsum_variance(const float* a, int s) { return population_variance(column_sums_of(a, s)); }
+
+double mean_row_entropy(const float* a, int s, bool normalized) {
+  double total = 0.0;
+  int rows = 0;
+  for (int i = normalized ? 1 : 0; i < s; ++i) {
+    double h = 0.0;
+    for (int j = 0; j < s; ++j) h -= plogp(a[static_cast<std::size_t>(i) * s + j]);
+    total += normalized ? h / std::log(i + 1.0) : h;
+    ++rows;
+  }
+  return rows > 0 ? total / rows : 0.0;
+}
+
+double colsum_entropy(const float* a, int s) {
+  std::vector<double> p = column_sums_of(a, s);
+  for (double& x : p) x /= s;
+  return entropy_of(p);
+}
+
+AttentionStats attention_stats(const float* a, int s, int window) {
+  AttentionStats r;
+  r.cake_window_entropy = cake_window_entropy(a, s, window);
+  r.cake_column_variance = cake_column_variance(a, s, window);
+  r.d2o_colsum_variance = d2o_colsum_variance(a, s);
+  r.mean_row_entropy = mean_row_entropy(a, s, false);
+  r.mean_row_entropy_normalized = mean_row_entropy(a, s, true);
+  r.colsum_entropy = colsum_entropy(a, s);
+  return r;
+}
+
+AttentionStatsAccumulator::AttentionStatsAccumulator(int s, int window)
+    : s_(std::max(0, s)),
+      window_(clamp_window(s_, window)),
+      window_start_(s_ - window_),
+      column_sums_(s_, 0.0),
+      row_entropy_(s_, 0.0),
+      window_sum_(window_start_, 0.0),
+      window_sq_(window_start_, 0.0) {}
+
+void AttentionStatsAccumulator::add_row(int i, std::span<const float> values, std::span<const int32_t> cols) {
+  if (i < 0 || i >= s_) return;
+  const bool in_window = i >= window_start_;
+  double h = 0.0;
+  for (std::size_t k = 0; k < values.size(); ++k) {
+    const int j = cols.empty() ? static_cast<int>(k) : cols[k];
+    if (j < 0 || j >= s_) continue;
+    const double p = values[k];
+    column_sums_[j] += p;
+    h -= plogp(p);
+    if (in_window && j < window_start_) {
+      window_sum_[j] += p;
+      window_sq_[j] += p * p;
+      window_entropy_ -= p * std::log(p + kCakeEntropyEps);
+    }
+  }
+  row_entropy_[i] += h;
+}
+
+AttentionStats AttentionStatsAccumulator::finish() const {
+  AttentionStats r;
+  r.cake_window_entropy = window_entropy_;
+  for (int j = 0; j < window_start_; ++j) r.cake_column_variance += unbiased_variance(window_sum_[j], window_sq_[j], window_);
+  r.d2o_colsum_variance = population_variance(column_sums_);
+  double total = 0.0, normalized = 0.0;
+  for (int i = 0; i < s_; ++i) {
+    total += row_entropy_[i];
+    if (i >= 1) normalized += row_entropy_[i] / std::log(i + 1.0);
+  }
+  r.mean_row_entropy = s_ > 0 ? total / s_ : 0.0;
+  r.mean_row_entropy_normalized = s_ > 1 ? normalized / (s_ - 1) : 0.0;
+  std::vector<double> p(column_sums_);
+  for (double& x : p) x /= s_;
+  r.colsum_entropy = entropy_of(p);
+  return r;
+}
+
+}  // namespace kvscope::analysis

@@ -1,0 +1,209 @@
+#include "core/model/tokenizer_spm.h"
+
+#include <algorithm>
+#include <queue>
+#include <tuple>
+
+#include "core/common/error.h"
+
+namespace kvscope::model {
+
+namespace {
+
+constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, sentencepiece's stand-in for ' '
+
+// "<0xAB>" -> 0xAB, otherwise -1.
+int parse_byte_token(const std::string& s) {
+  if (s.size() != 6 || s.compare(0, 3, "<0x") != 0 || s[5] != '>') return -1;
+  auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  const int hi = hex(s[3]), lo = hex(s[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
+  std::string out;
+  out.reserve(s.size());
+  size_t pos = 0;
+  while (true) {
+    const size_t hit = s.find(from, pos);
+    if (hit == std::string_view::npos) break;
+    out.append(s.substr(pos, hit - pos)).append(to);
+    pos = hit + from.size();
+  }
+  out.append(s.substr(pos));
+  return out;
+}
+
+}  // namespace
+
+SpmTokenizer::SpmTokenizer(SpmVocab vocab)
+    : tokens_(std::move(vocab.tokens)),
+      scores_(std::move(vocab.scores)),
+      bos_id_(vocab.bos_id),
+      eos_id_(vocab.eos_id),
+      unk_id_(vocab.unk_id),
+      add_bos_(vocab.add_bos),
+      add_space_prefix_(vocab.add_space_prefix) {
+  const int n = static_cast<int>(tokens_.size());
+  if (n == 0) throw Error("SentencePiece tokenizer: tokenizer.ggml.tokens is empty");
+  if (scores_.empty()) scores_.assign(n, 0.0f);
+  if (static_cast<int>(scores_.size()) != n)
+    throw Error("SentencePiece tokenizer: tokenizer.ggml.scores has " + std::to_string(scores_.size()) +
+                " entries, expected one per token (" + std::to_string(n) + ")");
+  if (!vocab.token_types.empty() && static_cast<int>(vocab.token_types.size()) != n)
+    throw Error("SentencePiece tokenizer: tokenizer.ggml.token_type has " + std::to_string(vocab.token_types.size()) +
+                " entries, expected one per token (" + std::to_string(n) + ")");
+  const std::initializer_list<std::pair<const char*, int>> special_ids = {
+      {"bos_token_id", bos_id_}, {"eos_token_id", eos_id_}, {"unknown_token_id", unk_id_}};
+  for (const auto& [name, id] : special_ids)
+    if (id < -1 || id >= n)
+      throw Error(std::string("SentencePiece tokenizer: tokenizer.ggml.") + name + " = " + std::to_string(id) +
+                  " is outside the vocabulary of " + std::to_string(n) + " tokens");
+
+  const bool typed = !vocab.token_types.empty();
+  byte_value_.assign(n, -1);
+  end_of_generation_.assign(n, false);
+  std::fill(std::begin(byte_token_), std::end(byte_token_), -1);
+  for (int id = 0; id < n; ++id) {
+    const std::string& piece = tokens_[id];
+    const int byte = parse_byte_token(piece);
+    TokenType type = typed ? static_cast<TokenType>(vocab.token_types[id])
+                           : (byte >= 0 ? TokenType::Byte : TokenType::Normal);
+    if (type == TokenType::Byte && byte >= 0) {
+      byte_value_[id] = byte;
+      if (byte_token_[byte] < 0) byte_token_[byte] = id;
+    }
+    if (type == TokenType::Normal || type == TokenType::UserDefined) piece_ids_.emplace(piece, id);
+    if (type == TokenType::Control || type == TokenType::UserDefined)
+      specials_.add(piece, id, type == TokenType::Control);
+    if ((type == TokenType::Control || type == TokenType::UserDefined || !typed) && is_end_of_turn_text(piece))
+      end_of_generation_[id] = true;
+  }
+}
+
+void SpmTokenizer::encode_text(std::string_view text, std::vector<int>& out) const {
+  // Symbols are spans of `text` in a linked list over fixed slots; the heap pops the best-scoring adjacent
+  // pair whose concatenation is a piece, leftmost on ties, as sentencepiece's BPE does.
+  struct Symbol {
+    uint32_t begin, length;
+    int prev, next;
+  };
+  std::vector<Symbol> sym;
+  for (size_t pos = 0; pos < text.size();) {
+    const auto ch = unicode::decode_utf8(text, pos);
+    const int i = static_cast<int>(sym.size());
+    sym.push_back({static_cast<uint32_t>(pos), static_cast<uint32_t>(ch.length), i - 1, i + 1});
+    pos += ch.length;
+  }
+  if (sym.empty()) return;
+  sym.back().next = -1;
+  auto span = [&](const Symbol& s) { return text.substr(s.begin, s.length); };
+
+  using Candidate = std::tuple<float, int, int, int, uint32_t>;  // score, -left, left, right, combined length
+  std::priority_queue<Candidate> heap;
+  auto push = [&](int l) {
+    if (l < 0 || sym[l].next < 0) return;
+    const int r = sym[l].next;
+    const uint32_t length = sym[l].length + sym[r].length;
+    const auto it = piece_ids_.find(std::string(text.substr(sym[l].begin, length)));
+    if (it != piece_ids_.end()) heap.emplace(scores_[it->second], -l, l, r, length);
+  };
+  for (int i = 0; i + 1 < static_cast<int>(sym.size()); ++i) push(i);
+  while (!heap.empty()) {
+    const auto [score, neg_l, l, r, length] = heap.top();
+    heap.pop();
+    (void)score;
+    (void)neg_l;
+    if (sym[l].length == 0 || sym[r].length == 0 || sym[l].next != r || sym[l].length + sym[r].length != length)
+      continue;  // stale: one side merged with something else first
+    sym[l].length = length;
+    sym[r].length = 0;
+    sym[l].next = sym[r].next;
+    if (sym[r].next >= 0) sym[sym[r].next].prev = l;
+    push(sym[l].prev);
+    push(l);
+  }
+
+  for (int i = 0; i >= 0; i = sym[i].next) {
+    const std::string_view piece = span(sym[i]);
+    const auto it = piece_ids_.find(std::string(piece));
+    if (it != piece_ids_.end()) {
+      out.push_back(it->second);
+      continue;
+    }
+    // Only single characters can be missing (merges only form pieces). Byte fallback spells the character's
+    // bytes; without byte tokens it becomes the unknown token, or nothing when there is none.
+    const bool all_bytes = std::all_of(piece.begin(), piece.end(),
+                                       [&](char c) { return byte_token_[static_cast<uint8_t>(c)] >= 0; });
+    if (all_bytes) {
+      for (char c : piece) out.push_back(byte_token_[static_cast<uint8_t>(c)]);
+    } else if (unk_id_ >= 0) {
+      out.push_back(unk_id_);
+    }
+  }
+}
+
+std::vector<int> SpmTokenizer::encode(std::string_view text, bool parse_special) const {
+  std::vector<int> out;
+  // As llama.cpp and the reference's legacy Llama tokenizer: the space prefix goes before the text at the
+  // start and after every special token.
+  bool after_special = true;
+  for (const TextPiece& piece : specials_.split(text, parse_special)) {
+    if (piece.id >= 0) {
+      out.push_back(piece.id);
+      after_special = true;
+      continue;
+    }
+    std::string escaped = (add_space_prefix_ && after_special) ? std::string(kSpace) : std::string();
+    escaped += replace_all(piece.text, " ", kSpace);
+    encode_text(escaped, out);
+    after_special = false;
+  }
+  return out;
+}
+
+std::string SpmTokenizer::decode(const std::vector<int>& ids) const {
+  std::string out, run;  // run: pending bytes of consecutive byte tokens
+  size_t run_tokens = 0;
+  auto flush = [&] {
+    if (run_tokens == 0) return;
+    if (unicode::utf8_lossy(run) == run) {
+      out += run;
+    } else {
+      for (size_t k = 0; k < run_tokens; ++k) out += "\xEF\xBF\xBD";
+    }
+    run.clear();
+    run_tokens = 0;
+  };
+  for (int id : ids) {
+    if (id < 0 || id >= vocab_size()) continue;  // unknown ids carry no text
+    if (byte_value_[id] >= 0) {
+      run.push_back(static_cast<char>(byte_value_[id]));
+      ++run_tokens;
+      continue;
+    }
+    flush();
+    out += replace_all(tokens_[id], kSpace, " ");
+  }
+  flush();
+  if (add_space_prefix_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
+  return out;
+}
+
+std::string SpmTokenizer::token_text(int id) const {
+  if (id < 0 || id >= vocab_size()) return {};
+  if (byte_value_[id] >= 0) return byte_value_[id] < 0x80 ? std::string(1, static_cast<char>(byte_value_[id])) : "\xEF\xBF\xBD";
+  return replace_all(tokens_[id], kSpace, " ");
+}
+
+bool SpmTokenizer::is_end_of_generation(int id) const {
+  if (id < 0 || id >= vocab_size()) return false;
+  return id == eos_id_ || end_of_generation_[id];
+}
+
+}  // namespace kvscope::model

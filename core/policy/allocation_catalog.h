@@ -1,0 +1,37 @@
+#pragma once
+// Every layer allocation by name, with its parameters. allocation.cpp lists them in one table; an
+// allocation file that is not listed there is not reachable by name. Adding one (d2o, dynamickv, cake):
+// write allocation_<name>.cpp defining `AllocationInfo <name>_allocation_info()`, declare it below and
+// add one line to the table in allocation.cpp.
+//
+// Allocation parameters are set through the policy that uses the allocation
+// ("snapkv:allocation=pyramid,beta=20"), so their names share one namespace with every scored policy's
+// own parameters: a name a policy already declares (e.g. `window`) means the policy's value. Pick names
+// that say what they are (`cake_tau1`, not `t1`) unless sharing is intended.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/policy/allocation.h"
+
+namespace kvscope::policy {
+
+struct AllocationInfo {
+  std::string name;
+  std::string summary;    // one line
+  std::string reference;  // the paper
+  std::vector<ParamSpec> params;
+  std::function<std::unique_ptr<LayerAllocation>(const PolicyParams&)> make;
+};
+
+const std::vector<AllocationInfo>& all_allocations();
+const AllocationInfo& find_allocation(const std::string& name);  // throws UsageError listing the valid names
+
+AllocationInfo uniform_allocation_info();  // allocation.cpp
+AllocationInfo pyramid_allocation_info();  // allocation_pyramid.cpp
+AllocationInfo d2o_allocation_info();      // allocation_d2o.cpp
+AllocationInfo dynamickv_allocation_info();  // allocation_dynamickv.cpp
+AllocationInfo cake_allocation_info();     // allocation_cake.cpp
+
+}  // namespace kvscope::policy

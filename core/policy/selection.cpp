@@ -1,0 +1,116 @@
+#include "core/policy/selection.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "core/common/error.h"
+
+namespace kvscope::policy {
+
+namespace {
+// NaN would break the strict weak ordering of the sort; an entry with no meaningful score ranks last.
+float rank_value(float s) { return std::isnan(s) ? -std::numeric_limits<float>::infinity() : s; }
+}  // namespace
+
+std::vector<int32_t> keep_top_scores(std::span<const float> scores, int budget, int sinks, int recent) {
+  const int n = static_cast<int>(scores.size());
+  std::vector<int32_t> keep;
+  if (budget >= n) {
+    keep.resize(n);
+    std::iota(keep.begin(), keep.end(), 0);
+    return keep;
+  }
+  budget = std::max(budget, 0);
+  // Sinks come first and recent entries second when the budget cannot hold both.
+  const int n_sinks = std::clamp(sinks, 0, budget);
+  const int n_recent = std::clamp(recent, 0, budget - n_sinks);
+  const int middle_begin = n_sinks, middle_end = n - n_recent;
+  const int n_top = budget - n_sinks - n_recent;
+
+  std::vector<int32_t> middle(middle_end - middle_begin);
+  std::iota(middle.begin(), middle.end(), middle_begin);
+  std::partial_sort(middle.begin(), middle.begin() + n_top, middle.end(), [&](int32_t a, int32_t b) {
+    const float sa = rank_value(scores[a]), sb = rank_value(scores[b]);
+    return sa > sb || (sa == sb && a < b);
+  });
+  keep.reserve(budget);
+  for (int i = 0; i < n_sinks; ++i) keep.push_back(i);
+  keep.insert(keep.end(), middle.begin(), middle.begin() + n_top);
+  for (int i = middle_end; i < n; ++i) keep.push_back(i);
+  std::sort(keep.begin(), keep.end());
+  return keep;
+}
+
+Pooling parse_pooling(const std::string& name) {
+  if (name == "none") return Pooling::None;
+  if (name == "avg") return Pooling::Avg;
+  if (name == "max") return Pooling::Max;
+  throw UsageError("pooling '" + name + "' is not one of none|avg|max");
+}
+
+std::vector<float> pool1d(std::span<const float> x, int kernel, Pooling pooling) {
+  if (pooling == Pooling::None || kernel == 1) return {x.begin(), x.end()};
+  if (kernel < 1 || kernel % 2 == 0)
+    throw UsageError("pooling kernel " + std::to_string(kernel) + " must be a positive odd number");
+  const int n = static_cast<int>(x.size());
+  const int half = kernel / 2;
+  std::vector<float> out(n);
+  for (int i = 0; i < n; ++i) {
+    const int lo = std::max(0, i - half), hi = std::min(n - 1, i + half);
+    if (pooling == Pooling::Avg) {
+      // The padded zeros count in the divisor (PyTorch's avg_pool1d with count_include_pad), so entries
+      // near the ends score lower, exactly as in SnapKV's reference code.
+      double sum = 0.0;
+      for (int j = lo; j <= hi; ++j) sum += x[j];
+      out[i] = static_cast<float>(sum / kernel);
+    } else {
+      // max_pool1d pads with -inf, i.e. the maximum over the real neighbours only.
+      float m = x[lo];
+      for (int j = lo + 1; j <= hi; ++j) m = std::max(m, x[j]);
+      out[i] = m;
+    }
+  }
+  return out;
+}
+
+GroupReduce parse_group_reduce(const std::string& name) {
+  if (name == "mean") return GroupReduce::Mean;
+  if (name == "max") return GroupReduce::Max;
+  if (name == "sum") return GroupReduce::Sum;
+  throw UsageError("group reduction '" + name + "' is not one of mean|max|sum");
+}
+
+std::vector<float> reduce_group(const std::vector<std::vector<float>>& per_head, int kv_head, int group_size,
+                                GroupReduce reduce) {
+  const int first = kv_head * group_size;
+  if (group_size < 1 || first + group_size > static_cast<int>(per_head.size()))
+    throw Error("reduce_group: kv head " + std::to_string(kv_head) + " with group size " + std::to_string(group_size) +
+                " needs query heads up to " + std::to_string(first + group_size - 1) + ", but only " +
+                std::to_string(per_head.size()) + " were observed");
+  const std::size_t n = per_head[first].size();
+  std::vector<float> out(per_head[first]);
+  for (int h = first + 1; h < first + group_size; ++h) {
+    if (per_head[h].size() != n)
+      throw Error("reduce_group: query heads " + std::to_string(first) + " and " + std::to_string(h) + " of kv head " +
+                  std::to_string(kv_head) + " observed " + std::to_string(n) + " and " + std::to_string(per_head[h].size()) +
+                  " keys");
+    for (std::size_t j = 0; j < n; ++j)
+      out[j] = reduce == GroupReduce::Max ? std::max(out[j], per_head[h][j]) : out[j] + per_head[h][j];
+  }
+  if (reduce == GroupReduce::Mean)
+    for (float& v : out) v /= static_cast<float>(group_size);
+  return out;
+}
+
+cache::HeadEdit keep_edit(int layer, int kv_head, std::vector<int32_t> keep, std::vector<float> scores) {
+  cache::HeadEdit edit;
+  edit.layer = layer;
+  edit.kv_head = kv_head;
+  edit.keep = std::move(keep);
+  edit.scores = std::move(scores);
+  return edit;
+}
+
+}  // namespace kvscope::policy

@@ -1,0 +1,493 @@
+#include "core/trace/hdf5_writer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstddef>
+#include <future>
+
+#include "core/common/error.h"
+#include "core/trace/float16.h"
+#include "core/trace/hdf5_util.h"
+
+namespace kvscope::trace {
+
+using h5::Handle;
+
+std::vector<uint16_t> to_half(const float* values, std::size_t n) {
+  std::vector<uint16_t> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = float_to_half(values[i]);
+  return out;
+}
+
+namespace {
+
+std::string two_digits(int i) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%02d", i);
+  return buf;
+}
+
+// Events: the in-memory struct with its padding, and the packed type written to the file.
+Handle event_memory_type() {
+  Handle action(H5Tenum_create(H5T_NATIVE_UINT8));
+  uint8_t v = static_cast<uint8_t>(EventAction::Evicted);
+  H5Tenum_insert(action, "evicted", &v);
+  v = static_cast<uint8_t>(EventAction::Merged);
+  H5Tenum_insert(action, "merged", &v);
+  Handle t(H5Tcreate(H5T_COMPOUND, sizeof(Event)));
+  H5Tinsert(t, "step", offsetof(Event, step), H5T_NATIVE_INT32);
+  H5Tinsert(t, "phase", offsetof(Event, phase), H5T_NATIVE_UINT8);
+  H5Tinsert(t, "layer", offsetof(Event, layer), H5T_NATIVE_INT16);
+  H5Tinsert(t, "kv_head", offsetof(Event, kv_head), H5T_NATIVE_INT16);
+  H5Tinsert(t, "position", offsetof(Event, position), H5T_NATIVE_INT32);
+  H5Tinsert(t, "score", offsetof(Event, score), H5T_NATIVE_FLOAT);
+  H5Tinsert(t, "secondary_score", offsetof(Event, secondary_score), H5T_NATIVE_FLOAT);
+  H5Tinsert(t, "action", offsetof(Event, action), action);
+  H5Tinsert(t, "merge_target", offsetof(Event, merge_target), H5T_NATIVE_INT32);
+  H5Tinsert(t, "merge_weight", offsetof(Event, merge_weight), H5T_NATIVE_FLOAT);
+  return t;
+}
+
+struct StepField {
+  const char* name;
+  hid_t file_type;
+  hid_t mem_type;
+  const char* units;
+};
+const StepField kStepFields[] = {
+    {"phase", H5T_STD_U8LE, H5T_NATIVE_UINT8, "0 prefill block, 1 decode step"},
+    {"step", H5T_STD_I32LE, H5T_NATIVE_INT32, "prefill block index or decode step index"},
+    {"seq_len", H5T_STD_I32LE, H5T_NATIVE_INT32, "tokens processed so far"},
+    {"cache_bytes", H5T_STD_U64LE, H5T_NATIVE_UINT64, "bytes of K/V held by the cache at the end of the step"},
+    {"cache_entries", H5T_STD_I64LE, H5T_NATIVE_INT64, "entries over all (layer, kv head) at the end of the step"},
+    {"ms", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, "milliseconds of wall time since the previous step ended"},
+    {"token", H5T_STD_I32LE, H5T_NATIVE_INT32, "token sampled at the end of the step (-1: none)"},
+};
+
+}  // namespace
+
+struct Hdf5Writer::State {
+  struct Run {
+    RunLayout layout;
+    Handle group;
+    Handle generated_ids, generated_strings, logprobs, events, nmse;
+    std::vector<Handle> steps;  // parallel to kStepFields
+    std::vector<Handle> kept, decode;
+    std::map<std::string, Handle> maps;  // map datasets still receiving rows
+    hsize_t n_steps = 0;
+  };
+  Handle file;  // declared first: destroyed after every object handle below
+  Handle event_type;
+  std::vector<Run> runs;
+  std::string path;
+  int gzip = 4;
+};
+
+Hdf5Writer::Hdf5Writer(const std::filesystem::path& path, const WriterOptions& options)
+    : path_(path), options_(options), state_(std::make_unique<State>()) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error("trace file '" + path.string() + "' is a directory");
+  if (std::filesystem::exists(path, ec) && !options.force)
+    throw Error("trace file '" + path.string() + "' already exists (pass --force to overwrite it)");
+  const auto parent = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+  if (!std::filesystem::is_directory(parent, ec))
+    throw Error("cannot create trace file '" + path.string() + "': folder '" + parent.string() + "' does not exist");
+
+  state_->path = path.string();
+  state_->gzip = options.gzip_level;
+  thread_ = std::thread([this] { thread_main(); });
+  auto created = std::make_shared<std::promise<void>>();
+  auto done = created->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back({0, [this, created] {
+                        try {
+                          Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
+                          // v1.8 objects allow dense attribute storage while any HDF5 >= 1.8 (and h5py) reads them.
+                          H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+#if H5_VERSION_GE(1, 10, 7)
+                          H5Pset_file_locking(fapl, true, true);
+#endif
+                          state_->file = Handle(h5::check(H5Fcreate(state_->path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl),
+                                                          "cannot create trace file '" + state_->path + "'"));
+                          h5::set_attr(state_->file, "format", std::string(h5::kFormatName));
+                          h5::set_attr(state_->file, "format_version", static_cast<int64_t>(h5::kFormatVersion));
+                          h5::set_attr(state_->file, "created_by",
+                                       std::string("kvscope ") + KVSCOPE_VERSION + " (" + KVSCOPE_GIT_COMMIT + ")");
+                          h5::ensure_group(state_->file, "runs");
+                          state_->event_type = event_memory_type();
+                          H5Fflush(state_->file, H5F_SCOPE_LOCAL);
+                          created->set_value();
+                        } catch (...) {
+                          created->set_exception(std::current_exception());
+                        }
+                      }});
+  }
+  not_empty_.notify_one();
+  try {
+    done.get();
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    not_empty_.notify_one();
+    thread_.join();
+    closed_ = true;
+    throw;
+  }
+}
+
+Hdf5Writer::~Hdf5Writer() {
+  try {
+    close();
+  } catch (...) {
+    // A destructor must not throw; callers who care about the error call close() themselves.
+  }
+}
+
+void Hdf5Writer::thread_main() {
+  h5::silence_errors();
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      not_empty_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) break;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    bool failed;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      failed = !error_.empty();
+    }
+    if (!failed) {
+      try {
+        task.fn();
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        const std::string message = e.what();
+        error_ = message.find(state_->path) != std::string::npos ? message
+                                                                 : "trace file '" + state_->path + "': " + message;
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queued_bytes_ -= task.bytes;
+    }
+    not_full_.notify_all();
+  }
+  // Objects first, then the file (State declares the file first so it is destroyed last).
+  try {
+    for (auto& run : state_->runs) H5Fflush(run.group, H5F_SCOPE_LOCAL);
+  } catch (...) {
+  }
+  state_->runs.clear();
+  state_->event_type.reset();
+  state_->file.reset();
+}
+
+void Hdf5Writer::post(std::size_t bytes, std::function<void()> fn) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (closed_ || stopping_) throw Error("trace file '" + path_.string() + "' is already closed");
+  if (!error_.empty()) throw Error(error_);
+  not_full_.wait(lock, [&] { return queue_.empty() || queued_bytes_ + bytes <= options_.queue_bytes || !error_.empty(); });
+  if (!error_.empty()) throw Error(error_);
+  queued_bytes_ += bytes;
+  queue_.push_back({bytes, std::move(fn)});
+  lock.unlock();
+  not_empty_.notify_one();
+}
+
+void Hdf5Writer::rethrow_if_failed() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!error_.empty()) throw Error(error_);
+}
+
+void Hdf5Writer::close() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) {
+      if (!error_.empty()) throw Error(error_);
+      return;
+    }
+    stopping_ = true;
+  }
+  not_empty_.notify_one();
+  if (thread_.joinable()) thread_.join();
+  closed_ = true;
+  rethrow_if_failed();
+}
+
+int Hdf5Writer::begin_run(RunLayout layout) {
+  if (layout.name.empty()) throw UsageError("a trace run needs a name");
+  for (char c : layout.name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'))
+      throw UsageError("run name '" + layout.name + "' may only hold letters, digits, '_', '-' and '.'");
+  if (std::find(run_names_.begin(), run_names_.end(), layout.name) != run_names_.end())
+    throw UsageError("trace file '" + path_.string() + "' already has a run named '" + layout.name + "'");
+  run_names_.push_back(layout.name);
+  const int id = static_cast<int>(run_names_.size()) - 1;
+  auto shared = std::make_shared<RunLayout>(std::move(layout));
+  post(shared->prompt_ids.size() * 8, [this, shared] {
+    State& s = *state_;
+    State::Run run;
+    run.layout = *shared;
+    const RunLayout& L = run.layout;
+    run.group = h5::ensure_group(s.file, "runs/" + L.name);
+    hid_t g = run.group;
+    for (const auto& [key, value] : L.metadata) h5::set_attr(g, key, value);
+    h5::set_attr(g, "name", L.name);
+    h5::set_attr(g, "complete", static_cast<int64_t>(0));
+    h5::set_attr(g, "n_layers", static_cast<int64_t>(L.n_layers));
+    h5::set_attr(g, "n_heads", static_cast<int64_t>(L.n_heads));
+    h5::set_attr(g, "n_kv_heads", static_cast<int64_t>(L.n_kv_heads));
+    h5::set_attr(g, "head_dim", static_cast<int64_t>(L.head_dim));
+    h5::set_attr(g, "prompt_length", static_cast<int64_t>(L.prompt_length));
+    h5::set_attr(g, "max_positions", static_cast<int64_t>(L.max_positions));
+
+    const hsize_t P = L.prompt_ids.size();
+    const hsize_t unlimited = H5S_UNLIMITED;
+    Handle tokens = h5::ensure_group(g, "tokens");
+    {
+      Handle d = h5::create_dataset(tokens, "prompt_ids", {H5T_STD_I32LE, {P}, {}, {std::max<hsize_t>(P, 1)}, s.gzip, {"position"}});
+      h5::write_slab(d, H5T_NATIVE_INT32, {0}, {P}, L.prompt_ids.data());
+      Handle st = h5::create_dataset(tokens, "prompt_strings",
+                                     {h5::utf8_string_type(), {P}, {}, {std::max<hsize_t>(P, 1)}, 0, {"position"}});
+      h5::set_attr(st, "definition", std::string("each prompt token decoded on its own (UTF-8)"));
+      h5::write_strings(st, L.prompt_strings, 0);
+    }
+    run.generated_ids = h5::create_dataset(tokens, "generated_ids", {H5T_STD_I32LE, {0}, {unlimited}, {256}, s.gzip, {"token"}});
+    run.generated_strings =
+        h5::create_dataset(tokens, "generated_strings", {h5::utf8_string_type(), {0}, {unlimited}, {256}, 0, {"token"}});
+    run.logprobs = h5::create_dataset(tokens, "logprobs", {H5T_IEEE_F32LE, {0}, {unlimited}, {256}, s.gzip, {"token"}});
+    h5::set_attr(run.logprobs, "units", std::string("natural log of the probability of each generated token"));
+
+    Handle file_event_type(H5Tcopy(s.event_type));
+    H5Tpack(file_event_type);
+    run.events = h5::create_dataset(g, "events", {file_event_type, {0}, {unlimited}, {1024}, s.gzip, {"event"}});
+    h5::set_attr(run.events, "definition",
+                 std::string("one row per cache entry leaving the cache: step = row of steps/ and of the kept-mask step "
+                             "axis; phase 0 prefill 1 decode; position = original token position; score, secondary_score "
+                             "= the policy's scores of the entry (NaN: none); action evicted|merged; merge_target = "
+                             "position of the entry it was merged into (-1 if evicted); merge_weight = its weight"));
+
+    Handle steps = h5::ensure_group(g, "steps");
+    for (const auto& f : kStepFields) {
+      Handle d = h5::create_dataset(steps, f.name, {f.file_type, {0}, {unlimited}, {256}, s.gzip, {"step"}});
+      h5::set_attr(d, "units", std::string(f.units));
+      run.steps.push_back(std::move(d));
+    }
+
+    const hsize_t kv = static_cast<hsize_t>(L.n_kv_heads), positions = static_cast<hsize_t>(L.max_positions);
+    Handle kept = h5::ensure_group(g, "kept_mask");
+    h5::set_attr(kept, "definition",
+                 std::string("per layer [kv_head][position][step]: 1 kept, 0 evicted (or not yet seen), 2 merged away"));
+    for (int l = 0; l < L.n_layers; ++l) {
+      Handle d = h5::create_dataset(kept, "layer_" + two_digits(l),
+                                    {H5T_STD_U8LE, {kv, positions, 0}, {kv, positions, unlimited}, {kv, positions, 1}, s.gzip,
+                                     {"kv_head", "position", "step"}});
+      run.kept.push_back(std::move(d));
+    }
+    if (L.decode_cols > 0) {
+      Handle dec = h5::ensure_group(g, "decode_attention");
+      h5::set_attr(dec, "definition",
+                   std::string("per layer [decode_step][head][key block]: the decode query's attention probabilities over "
+                               "key positions, pooled in blocks of col_block positions"));
+      h5::set_attr(dec, "col_block", static_cast<int64_t>(L.decode_col_block));
+      h5::set_attr(dec, "source_cols", static_cast<int64_t>(L.max_positions));
+      h5::set_attr(dec, "pooling", std::string(pooling_name(L.decode_pooling)));
+      const hsize_t heads = static_cast<hsize_t>(L.n_heads), cols = static_cast<hsize_t>(L.decode_cols);
+      for (int l = 0; l < L.n_layers; ++l) {
+        Handle d = h5::create_dataset(dec, "layer_" + two_digits(l),
+                                      {h5::half_type(), {0, heads, cols}, {unlimited, heads, cols}, {1, heads, cols}, s.gzip,
+                                       {"decode_step", "head", "key_block"}});
+        h5::set_attr(d, "units", std::string("probability"));
+        run.decode.push_back(std::move(d));
+      }
+    }
+    if (L.nmse) {
+      const hsize_t layers = static_cast<hsize_t>(L.n_layers);
+      run.nmse = h5::create_dataset(g, "nmse", {H5T_IEEE_F32LE, {0, layers}, {unlimited, layers}, {64, layers}, s.gzip,
+                                                {"decode_step", "layer"}});
+      h5::set_attr(run.nmse, "definition",
+                   std::string("CAOTE Fig. 3: ||o_compressed - o_full||^2 / ||o_full||^2 of the layer's attention output "
+                               "(all query heads concatenated), compressed cache vs a shadow full cache, same query"));
+    }
+    H5Fflush(s.file, H5F_SCOPE_LOCAL);
+    s.runs.push_back(std::move(run));
+  });
+  return id;
+}
+
+namespace {
+void set_map_attrs(hid_t d, const Map2D& m, const std::string& units, const std::string& definition) {
+  h5::set_attr(d, "source_rows", static_cast<int64_t>(m.source_rows));
+  h5::set_attr(d, "source_cols", static_cast<int64_t>(m.source_cols));
+  h5::set_attr(d, "row_block", static_cast<int64_t>(m.row_block));
+  h5::set_attr(d, "col_block", static_cast<int64_t>(m.col_block));
+  h5::set_attr(d, "pooling", std::string(pooling_name(m.pooling)));
+  h5::set_attr(d, "units", units);
+  h5::set_attr(d, "definition", definition);
+  if (!m.source_positions.empty()) h5::set_attr(d, "source_positions", m.source_positions);
+}
+
+Handle create_map_dataset(hid_t group, const std::string& path, const Map2D& m, int gzip) {
+  const auto slash = path.rfind('/');
+  Handle parent = h5::ensure_group(group, slash == std::string::npos ? "" : path.substr(0, slash));
+  const std::string leaf = slash == std::string::npos ? path : path.substr(slash + 1);
+  const hsize_t rows = static_cast<hsize_t>(m.rows), cols = static_cast<hsize_t>(m.cols);
+  return h5::create_dataset(parent, leaf,
+                            {h5::half_type(), {rows, cols}, {}, {std::min<hsize_t>(rows, 64), std::min<hsize_t>(cols, 1024)}, gzip,
+                             {"query", "key"}});
+}
+}  // namespace
+
+void Hdf5Writer::create_map(int run, const std::string& dataset, const Map2D& shape, const std::string& units,
+                            const std::string& definition) {
+  Map2D meta = shape;
+  meta.values.clear();
+  post(64, [this, run, dataset, meta, units, definition] {
+    auto& r = state_->runs.at(run);
+    Handle d = create_map_dataset(r.group, dataset, meta, state_->gzip);
+    set_map_attrs(d, meta, units, definition);
+    r.maps[dataset] = std::move(d);
+  });
+}
+
+void Hdf5Writer::write_map_rows(int run, const std::string& dataset, int first_row, int n_rows,
+                                std::vector<uint16_t> half_values) {
+  auto data = std::make_shared<std::vector<uint16_t>>(std::move(half_values));
+  post(data->size() * 2, [this, run, dataset, first_row, n_rows, data] {
+    auto& r = state_->runs.at(run);
+    auto it = r.maps.find(dataset);
+    if (it == r.maps.end()) throw Error("map '" + dataset + "' of run '" + r.layout.name + "' was never created");
+    const hsize_t cols = n_rows > 0 ? data->size() / static_cast<std::size_t>(n_rows) : 0;
+    h5::write_slab(it->second, h5::half_type(), {static_cast<hsize_t>(first_row), 0}, {static_cast<hsize_t>(n_rows), cols},
+                   data->data());
+  });
+}
+
+void Hdf5Writer::write_map(int run, const std::string& dataset, const Map2D& map, const std::string& units,
+                           const std::string& definition) {
+  auto shared = std::make_shared<Map2D>(map);
+  post(map.values.size() * 4, [this, run, dataset, shared, units, definition] {
+    auto& r = state_->runs.at(run);
+    Handle d = create_map_dataset(r.group, dataset, *shared, state_->gzip);
+    set_map_attrs(d, *shared, units, definition);
+    const auto half = to_half(shared->values.data(), shared->values.size());
+    h5::write_slab(d, h5::half_type(), {0, 0}, {static_cast<hsize_t>(shared->rows), static_cast<hsize_t>(shared->cols)},
+                   half.data());
+  });
+}
+
+void Hdf5Writer::write_stat(int run, const std::string& name, const LayerHeadStat& stat) {
+  auto shared = std::make_shared<LayerHeadStat>(stat);
+  post(64, [this, run, name, shared] {
+    auto& r = state_->runs.at(run);
+    Handle group = h5::ensure_group(r.group, "stats");
+    const hsize_t layers = shared->values.size(), heads = layers ? shared->values[0].size() : 0;
+    std::vector<double> flat;
+    for (const auto& row : shared->values) {
+      if (row.size() != heads) throw Error("stat '" + name + "' has rows of different lengths");
+      flat.insert(flat.end(), row.begin(), row.end());
+    }
+    Handle d = h5::create_dataset(group, name, {H5T_IEEE_F64LE, {layers, heads}, {}, {}, 0, {"layer", "head"}});
+    h5::write_slab(d, H5T_NATIVE_DOUBLE, {0, 0}, {layers, heads}, flat.data());
+    h5::set_attr(d, "definition", shared->description);
+  });
+}
+
+void Hdf5Writer::write_layer_stat(int run, const std::string& name, const LayerStat& stat) {
+  auto shared = std::make_shared<LayerStat>(stat);
+  post(64, [this, run, name, shared] {
+    auto& r = state_->runs.at(run);
+    Handle group = h5::ensure_group(r.group, "stats");
+    const hsize_t layers = shared->values.size();
+    Handle d = h5::create_dataset(group, name, {H5T_IEEE_F64LE, {layers}, {}, {}, 0, {"layer"}});
+    h5::write_slab(d, H5T_NATIVE_DOUBLE, {0}, {layers}, shared->values.data());
+    h5::set_attr(d, "definition", shared->description);
+  });
+}
+
+void Hdf5Writer::write_series(int run, const std::string& name, const policy::Series& series) {
+  auto shared = std::make_shared<policy::Series>(series);
+  post(series.values.size() * 8, [this, run, name, shared] {
+    auto& r = state_->runs.at(run);
+    Handle group = h5::ensure_group(r.group, "policy");
+    std::vector<hsize_t> dims;
+    for (int d : shared->shape) dims.push_back(static_cast<hsize_t>(std::max(d, 0)));
+    hsize_t count = 1;
+    for (hsize_t d : dims) count *= d;
+    if (dims.empty() || count != shared->values.size()) dims = {shared->values.size()};
+    Handle d = h5::create_dataset(group, name, {H5T_IEEE_F64LE, dims, {}, {}, 0, shared->dims});
+    h5::write_slab(d, H5T_NATIVE_DOUBLE, std::vector<hsize_t>(dims.size(), 0), dims, shared->values.data());
+    h5::set_attr(d, "description", shared->description);
+    std::string joined;
+    for (std::size_t i = 0; i < shared->dims.size(); ++i) joined += (i ? "," : "") + shared->dims[i];
+    h5::set_attr(d, "dims", joined);
+  });
+}
+
+void Hdf5Writer::write_layer_budgets(int run, const std::vector<int>& budgets) {
+  std::vector<int32_t> values(budgets.begin(), budgets.end());
+  post(64, [this, run, values] {
+    auto& r = state_->runs.at(run);
+    Handle group = h5::ensure_group(r.group, "budgets");
+    const hsize_t n = values.size();
+    Handle d = h5::create_dataset(group, "layer_budgets", {H5T_STD_I32LE, {n}, {}, {}, 0, {"layer"}});
+    h5::write_slab(d, H5T_NATIVE_INT32, {0}, {n}, values.data());
+    h5::set_attr(d, "units", std::string("tokens per (layer, kv head) at the end of the run"));
+  });
+}
+
+void Hdf5Writer::append_step(int run, StepRecord record) {
+  std::size_t bytes = record.events.size() * sizeof(Event) + record.decode_attention.size() * 2 + record.nmse.size() * 4;
+  for (const auto& k : record.kept) bytes += k.size();
+  auto shared = std::make_shared<StepRecord>(std::move(record));
+  post(bytes, [this, run, shared] {
+    State& s = *state_;
+    auto& r = s.runs.at(run);
+    const StepRecord& rec = *shared;
+    const StepStats& st = rec.stats;
+    const void* fields[] = {&st.phase, &st.step, &st.seq_len, &st.cache_bytes, &st.cache_entries, &st.ms, &st.token};
+    for (std::size_t i = 0; i < r.steps.size(); ++i) h5::append_rows(r.steps[i], kStepFields[i].mem_type, 1, fields[i]);
+    h5::append_rows(r.events, s.event_type, rec.events.size(), rec.events.data());
+    const hsize_t step = r.n_steps;
+    const hsize_t kv = static_cast<hsize_t>(r.layout.n_kv_heads), positions = static_cast<hsize_t>(r.layout.max_positions);
+    for (std::size_t l = 0; l < r.kept.size() && l < rec.kept.size(); ++l) {
+      h5::extend(r.kept[l], 2, step + 1);
+      h5::write_slab(r.kept[l], H5T_NATIVE_UINT8, {0, 0, step}, {kv, positions, 1}, rec.kept[l].data());
+    }
+    for (std::size_t l = 0; l < r.kept.size(); ++l) h5::extend(r.kept[l], 2, step + 1);
+    if (rec.has_token) {
+      h5::append_rows(r.generated_ids, H5T_NATIVE_INT32, 1, &rec.token);
+      const hsize_t n = h5::dataset_dims(r.generated_strings)[0];
+      h5::extend(r.generated_strings, 0, n + 1);
+      h5::write_strings(r.generated_strings, {rec.token_string}, n);
+      h5::append_rows(r.logprobs, H5T_NATIVE_FLOAT, 1, &rec.logprob);
+    }
+    if (!rec.decode_attention.empty() && !r.decode.empty()) {
+      const std::size_t per_layer = rec.decode_attention.size() / r.decode.size();
+      for (std::size_t l = 0; l < r.decode.size(); ++l)
+        h5::append_rows(r.decode[l], h5::half_type(), 1, rec.decode_attention.data() + l * per_layer);
+    }
+    if (!rec.nmse.empty() && r.nmse.valid()) h5::append_rows(r.nmse, H5T_NATIVE_FLOAT, 1, rec.nmse.data());
+    ++r.n_steps;
+    h5::check_status(H5Fflush(s.file, H5F_SCOPE_LOCAL), "cannot flush after step " + std::to_string(step));
+  });
+}
+
+void Hdf5Writer::end_run(int run, const std::map<std::string, std::string>& final_metadata) {
+  post(64, [this, run, final_metadata] {
+    auto& r = state_->runs.at(run);
+    for (const auto& [key, value] : final_metadata) h5::set_attr(r.group, key, value);
+    r.maps.clear();
+    h5::set_attr(r.group, "complete", static_cast<int64_t>(1));
+    h5::check_status(H5Fflush(state_->file, H5F_SCOPE_LOCAL), "cannot flush run '" + r.layout.name + "'");
+  });
+  rethrow_if_failed();
+}
+
+}  // namespace kvscope::trace

@@ -1,0 +1,615 @@
+#include "core/trace/recorder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/analysis/output_error.h"
+#include "core/analysis/similarity.h"
+#include "core/common/error.h"
+#include "core/trace/float16.h"
+
+namespace kvscope::trace {
+
+using engine::Phase;
+
+namespace {
+
+std::string two_digits(int i) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%02d", i);
+  return buf;
+}
+
+bool parse_switch(const std::string& key, const std::string& value) {
+  if (value == "on" || value == "true" || value == "1" || value == "yes") return true;
+  if (value == "off" || value == "false" || value == "0" || value == "no") return false;
+  throw UsageError("--record: '" + key + "' takes on or off, not '" + value + "'");
+}
+
+std::vector<int> parse_list(const std::string& key, const std::string& value) {
+  std::vector<int> out;
+  if (value.empty() || value == "none") return out;
+  std::stringstream ss(value);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      std::size_t used = 0;
+      const int v = std::stoi(item, &used);
+      if (used != item.size() || v < 0) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      throw UsageError("--record: '" + key + "' takes a list of indices like 0,3, not '" + value + "'");
+    }
+  }
+  return out;
+}
+
+constexpr float kNoScore = std::numeric_limits<float>::quiet_NaN();
+
+const char* kAttentionDefinition =
+    "softmax(q k^T / sqrt(d)) of the prefill queries (rows, by position) over key positions (columns); keys a query "
+    "could not see, or that were evicted before it ran, are 0; pooled over row_block x col_block cells";
+
+}  // namespace
+
+RecordOptions RecordOptions::parse(const std::string& spec) {
+  RecordOptions o;
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, ';')) {
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) throw UsageError("--record: expected key=value, got '" + item + "'");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "layers") {
+      o.full_layers = parse_list(key, value);
+    } else if (key == "heads") {
+      o.full_heads = parse_list(key, value);
+    } else if (key == "pooling") {
+      if (value != "max" && value != "mean") throw UsageError("--record: pooling is max or mean, not '" + value + "'");
+      o.pooling = value == "max" ? Pooling::Max : Pooling::Mean;
+    } else if (key == "size") {
+      const auto v = parse_list(key, value);
+      if (v.size() != 1 || v[0] < 16 || v[0] > 4096) throw UsageError("--record: size is one number in [16, 4096], not '" + value + "'");
+      o.max_map_size = v[0];
+    } else if (key == "similarity") {
+      o.similarity = parse_switch(key, value);
+    } else if (key == "nmse") {
+      o.nmse = parse_switch(key, value);
+    } else if (key == "decode") {
+      o.decode_attention = parse_switch(key, value);
+    } else if (key == "attention") {
+      o.attention = parse_switch(key, value);
+    } else if (key == "stats") {
+      o.stats = parse_switch(key, value);
+    } else {
+      throw UsageError("--record: unknown key '" + key +
+                       "' (valid: layers, heads, pooling, size, similarity, nmse, decode, attention, stats)");
+    }
+  }
+  return o;
+}
+
+std::string RecordOptions::to_json() const {
+  nlohmann::json j;
+  j["full_layers"] = full_layers;
+  j["full_heads"] = full_heads;
+  j["max_map_size"] = max_map_size;
+  j["pooling"] = pooling_name(pooling);
+  j["attention"] = attention;
+  j["stats"] = stats;
+  j["similarity"] = similarity;
+  j["decode_attention"] = decode_attention;
+  j["nmse"] = nmse;
+  return j.dump();
+}
+
+bool RecordOptions::full_resolution(int layer, int head) const {
+  if (std::find(full_layers.begin(), full_layers.end(), layer) == full_layers.end()) return false;
+  return full_heads.empty() || std::find(full_heads.begin(), full_heads.end(), head) != full_heads.end();
+}
+
+std::string run_name(const std::string& policy, const std::string& budget) {
+  std::string name = policy;
+  if (!budget.empty()) {
+    std::string b = budget;
+    if (!b.empty() && b.back() == '%') b = b.substr(0, b.size() - 1) + "pct";
+    name += "_b" + b;
+  }
+  for (char& c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) c = '_';
+  return name;
+}
+
+// A prefill map being pooled: rows go to the writer in batches and, for the live view, into a Map2D.
+struct Recorder::MapBuild {
+  MapBuild(const analysis::PoolShape& shape, std::string dataset_path) : pooler(shape, {}), path(std::move(dataset_path)) {}
+  analysis::RowPooler pooler;
+  std::string path;
+  std::shared_ptr<Map2D> live;
+  std::vector<uint16_t> pending;
+  int pending_first = 0, pending_rows = 0;
+};
+
+Recorder::Recorder(RecordOptions options, Hdf5Writer* writer, RecordedRun run)
+    : options_(std::move(options)), writer_(writer), run_(std::move(run)) {
+  const auto& c = run_.config;
+  if (c.n_layers <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0)
+    throw Error("recorder: model shape " + std::to_string(c.n_layers) + " layers, " + std::to_string(c.n_heads) + " heads, " +
+                std::to_string(c.n_kv_heads) + " kv heads is not valid");
+  prompt_length_ = static_cast<int>(run_.prompt.size());
+  max_positions_ = prompt_length_ + std::max(0, run_.max_new_tokens);
+  const std::size_t heads = static_cast<std::size_t>(c.n_layers) * c.n_kv_heads;
+  mirror_.assign(heads, {});
+  state_.assign(heads, std::vector<uint8_t>(static_cast<std::size_t>(max_positions_), kEvicted));
+  layer_done_.assign(c.n_layers, false);
+  similarity_done_.assign(c.n_layers, false);
+  stats_.assign(c.n_layers, std::vector<analysis::AttentionStats>(c.n_heads));
+  layer_colsum_.assign(c.n_layers, {});
+  decode_shape_ = analysis::PoolShape::fit(1, max_positions_, 1, options_.max_map_size, options_.pooling);
+  decode_rows_.assign(static_cast<std::size_t>(c.n_layers) * c.n_heads * decode_shape_.cols(), 0.0f);
+  nmse_row_.assign(c.n_layers, 0.0f);
+
+  live_.name = run_.name;
+  live_.metadata = run_.metadata;
+  live_.metadata["record_options"] = options_.to_json();
+  live_.n_layers = c.n_layers;
+  live_.n_heads = c.n_heads;
+  live_.n_kv_heads = c.n_kv_heads;
+  live_.head_dim = c.head_dim;
+  live_.prompt_length = prompt_length_;
+  live_.prompt_ids.assign(run_.prompt.begin(), run_.prompt.end());
+  for (int id : run_.prompt)
+    live_.prompt_strings.push_back(run_.tokenizer ? run_.tokenizer->token_text(id) : std::to_string(id));
+
+  if (writer_) {
+    RunLayout layout;
+    layout.name = run_.name;
+    layout.metadata = live_.metadata;
+    layout.n_layers = c.n_layers;
+    layout.n_heads = c.n_heads;
+    layout.n_kv_heads = c.n_kv_heads;
+    layout.head_dim = c.head_dim;
+    layout.prompt_length = prompt_length_;
+    layout.max_positions = max_positions_;
+    layout.prompt_ids = live_.prompt_ids;
+    layout.prompt_strings = live_.prompt_strings;
+    if (options_.decode_attention && run_.max_new_tokens > 1) {
+      layout.decode_cols = decode_shape_.cols();
+      layout.decode_col_block = decode_shape_.col_block;
+      layout.decode_pooling = options_.pooling;
+    }
+    layout.nmse = options_.nmse;
+    run_id_ = writer_->begin_run(std::move(layout));
+  }
+  last_step_end_ = last_publish_ = std::chrono::steady_clock::now();
+  publish(true);
+}
+
+Recorder::~Recorder() = default;
+
+engine::ObservationRequest Recorder::request(int, Phase phase) const {
+  engine::ObservationRequest r;
+  r.rows = phase == Phase::Prefill ? (options_.attention || options_.stats) : options_.decode_attention;
+  return r;
+}
+
+void Recorder::key_positions(int layer, int kv_head, int n_cols, std::vector<int32_t>& out) const {
+  const auto& m = mirror_[static_cast<std::size_t>(layer) * run_.config.n_kv_heads + kv_head];
+  out.clear();
+  // No entry ever left: the cache holds positions 0..seq_len-1 in order, so column j is position j.
+  if (static_cast<int>(m.size()) == prev_seq_len_) return;
+  const int n_old = static_cast<int>(std::lower_bound(m.begin(), m.end(), prev_seq_len_) - m.begin());
+  out.resize(n_cols);
+  for (int j = 0; j < n_cols; ++j) out[j] = j < static_cast<int>(m.size()) ? m[j] : prev_seq_len_ + (j - n_old);
+}
+
+std::string Recorder::map_path(const char* group, int layer, const char* head_prefix, int head) const {
+  return std::string(group) + "/layer_" + two_digits(layer) + "/" + head_prefix + two_digits(head);
+}
+
+void Recorder::flush_map_rows(MapBuild& b, bool all) {
+  if (b.pending_rows == 0 || (!all && b.pending_rows < 64)) return;
+  if (writer_) writer_->write_map_rows(run_id_, b.path, b.pending_first, b.pending_rows, std::move(b.pending));
+  b.pending.clear();
+  b.pending_first += b.pending_rows;
+  b.pending_rows = 0;
+}
+
+void Recorder::on_rows(int layer, int head, int first_row, int n_rows, int n_cols, const float* probs) {
+  const auto& c = run_.config;
+  std::vector<int32_t> cols;
+  key_positions(layer, kv_of(head), n_cols, cols);
+
+  if (prefill_finished_) {
+    if (!options_.decode_attention) return;
+    float* out = decode_rows_.data() + (static_cast<std::size_t>(layer) * c.n_heads + head) * decode_shape_.cols();
+    const int block = decode_shape_.col_block;
+    const bool max = options_.pooling == Pooling::Max;
+    for (int j = 0; j < n_cols; ++j) {
+      const int pos = cols.empty() ? j : cols[j];
+      if (pos < 0 || pos >= max_positions_) continue;
+      float& cell = out[pos / block];
+      cell = max ? std::max(cell, probs[j]) : cell + probs[j];
+    }
+    return;
+  }
+
+  const std::pair<int, int> key{layer, head};
+  MapBuild* build = nullptr;
+  if (options_.attention) {
+    auto it = maps_.find(key);
+    if (it == maps_.end()) {
+      const bool full = options_.full_resolution(layer, head);
+      const int edge = full ? 0 : options_.max_map_size;
+      const auto shape = analysis::PoolShape::fit(prompt_length_, prompt_length_, edge, edge, options_.pooling);
+      auto b = std::make_unique<MapBuild>(shape, map_path("attention", layer, "head_", head));
+      if (options_.live_view) {
+        b->live = std::make_shared<Map2D>(shape.empty_map());
+        b->live->values.assign(static_cast<std::size_t>(b->live->rows) * b->live->cols, 0.0f);
+      }
+      MapBuild* raw = b.get();
+      b->pooler = analysis::RowPooler(shape, [this, raw](int out_row, std::span<const float> values) {
+        if (raw->live) std::copy(values.begin(), values.end(), raw->live->values.begin() + static_cast<std::size_t>(out_row) * raw->live->cols);
+        const std::size_t old = raw->pending.size();
+        raw->pending.resize(old + values.size());
+        for (std::size_t i = 0; i < values.size(); ++i) raw->pending[old + i] = float_to_half(values[i]);
+        ++raw->pending_rows;
+        flush_map_rows(*raw, false);
+      });
+      if (writer_) writer_->create_map(run_id_, b->path, shape.empty_map(), "probability", kAttentionDefinition);
+      it = maps_.emplace(key, std::move(b)).first;
+    }
+    build = it->second.get();
+  }
+  analysis::AttentionStatsAccumulator* acc = nullptr;
+  if (options_.stats) {
+    auto it = stats_acc_.find(key);
+    if (it == stats_acc_.end())
+      it = stats_acc_.emplace(key, std::make_unique<analysis::AttentionStatsAccumulator>(prompt_length_)).first;
+    acc = it->second.get();
+  }
+  for (int r = 0; r < n_rows; ++r) {
+    const int query = prev_seq_len_ + first_row + r;
+    const std::span<const float> row(probs + static_cast<std::size_t>(r) * n_cols, static_cast<std::size_t>(n_cols));
+    if (build) build->pooler.add_row(query, row, cols);
+    if (acc) acc->add_row(query, row, cols);
+  }
+}
+
+void Recorder::on_observation(const engine::AttentionObservation& obs) {
+  if (prefill_finished_ || obs.phase != Phase::Prefill || obs.query_positions.empty()) return;
+  if (obs.query_positions.back() == prompt_length_ - 1) finish_prefill_layer(obs.layer);
+}
+
+void Recorder::finish_prefill_layer(int layer) {
+  if (layer_done_[layer]) return;
+  layer_done_[layer] = true;
+  const auto& c = run_.config;
+  for (int h = 0; h < c.n_heads; ++h) {
+    const std::pair<int, int> key{layer, h};
+    if (auto it = maps_.find(key); it != maps_.end()) {
+      MapBuild& b = *it->second;
+      b.pooler.finish();
+      flush_map_rows(b, true);
+      if (b.live) live_.attention[key] = b.live;
+      maps_.erase(it);
+    }
+    if (auto it = stats_acc_.find(key); it != stats_acc_.end()) {
+      stats_[layer][h] = it->second->finish();
+      const auto& sums = it->second->column_sums();
+      auto& mean = layer_colsum_[layer];
+      mean.resize(sums.size(), 0.0);
+      for (std::size_t j = 0; j < sums.size(); ++j) mean[j] += sums[j] / c.n_heads;
+      stats_acc_.erase(it);
+    }
+  }
+}
+
+void Recorder::finish_prefill() {
+  const auto& c = run_.config;
+  for (int l = 0; l < c.n_layers; ++l) finish_prefill_layer(l);
+  if (!options_.stats) return;
+  struct Named {
+    const char* name;
+    double analysis::AttentionStats::*field;
+    const char* description;
+  };
+  static const Named per_head[] = {
+      {"cake_window_entropy", &analysis::AttentionStats::cake_window_entropy,
+       "CAKE Eq. 4 on Obs = A[S-S_w:S, 0:S-S_w], S_w = 32: -sum Obs ln(Obs + 1e-10), per query head"},
+      {"cake_column_variance", &analysis::AttentionStats::cake_column_variance,
+       "CAKE Eq. 5 on Obs: sum over keys of the unbiased variance over the window's queries, per query head"},
+      {"d2o_colsum_variance", &analysis::AttentionStats::d2o_colsum_variance,
+       "D2O Eq. 4 per head: population variance over keys j of s[j] = sum_i A[i,j]"},
+      {"mean_row_entropy", &analysis::AttentionStats::mean_row_entropy,
+       "D2O App. A.9 Eq. 21 (a): (1/S) sum_i H(A[i,:]), H(p) = -sum p ln p (nats)"},
+      {"mean_row_entropy_normalized", &analysis::AttentionStats::mean_row_entropy_normalized,
+       "mean over rows i >= 1 of H(A[i,:]) / ln(i+1): row entropy relative to the uniform causal row"},
+      {"colsum_entropy", &analysis::AttentionStats::colsum_entropy,
+       "D2O App. A.9 (b): H(s / S) of the normalised cumulative attention s[j] = sum_i A[i,j]"},
+  };
+  for (const auto& n : per_head) {
+    LayerHeadStat s;
+    s.description = n.description;
+    for (int l = 0; l < c.n_layers; ++l) {
+      std::vector<double> row;
+      for (int h = 0; h < c.n_heads; ++h) row.push_back(stats_[l][h].*(n.field));
+      s.values.push_back(std::move(row));
+    }
+    if (writer_) writer_->write_stat(run_id_, n.name, s);
+    live_.stats[n.name] = std::move(s);
+  }
+  LayerStat entropy{{}, "CAKE H_l (Eq. 4): cake_window_entropy summed over the layer's query heads (reference code)"};
+  LayerStat variance{{}, "CAKE V_l (Eq. 5): cake_column_variance summed over the layer's query heads (reference code)"};
+  LayerStat d2o{{}, "D2O F_v^l (Eq. 4): population variance of the head-mean column sums s^l[j] (digest A6-1)"};
+  for (int l = 0; l < c.n_layers; ++l) {
+    double h = 0.0, v = 0.0;
+    for (int k = 0; k < c.n_heads; ++k) {
+      h += stats_[l][k].cake_window_entropy;
+      v += stats_[l][k].cake_column_variance;
+    }
+    entropy.values.push_back(h);
+    variance.values.push_back(v);
+    d2o.values.push_back(analysis::population_variance(layer_colsum_[l]));
+  }
+  for (auto* s : {&entropy, &variance, &d2o}) {
+    const char* name = s == &entropy ? "cake_layer_entropy" : s == &variance ? "cake_layer_variance" : "d2o_layer_variance";
+    if (writer_) writer_->write_layer_stat(run_id_, name, *s);
+    live_.layer_stats[name] = *s;
+  }
+}
+
+void Recorder::record_similarity(int layer, const cache::KVCache& cache) {
+  if (similarity_done_[layer]) return;
+  similarity_done_[layer] = true;
+  const auto& c = run_.config;
+  const int group = c.n_heads / c.n_kv_heads;
+  for (int g = 0; g < c.n_kv_heads; ++g) {
+    bool full = false;
+    for (int h = g * group; h < (g + 1) * group; ++h) full = full || options_.full_resolution(layer, h);
+    const int edge = full ? 0 : options_.max_map_size;
+    for (auto which : {analysis::CachedVectors::Keys, analysis::CachedVectors::Values}) {
+      const bool keys = which == analysis::CachedVectors::Keys;
+      auto map = std::make_shared<Map2D>(analysis::cache_similarity_map(cache, layer, g, which, edge, options_.pooling));
+      if (writer_)
+        writer_->write_map(run_id_, map_path(keys ? "similarity/keys" : "similarity/values", layer, "kv_head_", g), *map,
+                           "cosine similarity",
+                           keys ? "KVMerger Fig. 2: cos(k_i, k_j) of the post-RoPE keys cached at the end of prefill"
+                                : "cos(v_i, v_j) of the values cached at the end of prefill (KVMerger: no locality)");
+      (keys ? live_.key_similarity : live_.value_similarity)[{layer, g}] = std::move(map);
+    }
+  }
+}
+
+void Recorder::on_edit(const cache::CacheEdit& edit, const cache::KVCache& before, const engine::StepInfo& step) {
+  const auto& c = run_.config;
+  // The cache as the edit finds it in the last prefill step is the fullest prompt cache there will be.
+  if (options_.similarity && !prefill_finished_ && step.phase == Phase::Prefill && step.prefill_done)
+    for (const auto& he : edit.heads)
+      if (he.layer >= 0 && he.layer < c.n_layers) record_similarity(he.layer, before);
+
+  for (const auto& he : edit.heads) {
+    if (he.layer < 0 || he.layer >= c.n_layers || he.kv_head < 0 || he.kv_head >= c.n_kv_heads) continue;
+    const std::size_t idx = static_cast<std::size_t>(he.layer) * c.n_kv_heads + he.kv_head;
+    const auto positions = before.positions(he.layer, he.kv_head);
+    const int n = static_cast<int>(positions.size());
+    // 1 kept, 2 merged away, 0 evicted; merge target and weight for the merged.
+    std::vector<uint8_t> fate(n, kEvicted);
+    std::vector<int32_t> target(n, -1);
+    std::vector<float> weight(n, 0.0f);
+    std::vector<int32_t> kept;
+    for (int32_t k : he.keep)
+      if (k >= 0 && k < n) {
+        fate[k] = kKept;
+        kept.push_back(positions[k]);
+      }
+    for (const auto& mg : he.merges)
+      for (std::size_t i = 0; i < mg.sources.size(); ++i) {
+        const int32_t src = mg.sources[i];
+        if (src < 0 || src >= n || fate[src] == kKept) continue;
+        fate[src] = kMergedAway;
+        target[src] = mg.target >= 0 && mg.target < n ? positions[mg.target] : -1;
+        weight[src] = i + 1 < mg.weights.size() ? mg.weights[i + 1] : 0.0f;
+      }
+    const bool has_scores = static_cast<int>(he.scores.size()) == n;
+    const bool has_secondary = static_cast<int>(he.secondary_scores.size()) == n;
+    for (int i = 0; i < n; ++i) {
+      if (fate[i] == kKept) continue;
+      Event e;
+      e.step = n_steps_;
+      e.phase = step.phase == Phase::Prefill ? 0 : 1;
+      e.layer = static_cast<int16_t>(he.layer);
+      e.kv_head = static_cast<int16_t>(he.kv_head);
+      e.position = positions[i];
+      e.score = has_scores ? he.scores[i] : kNoScore;
+      e.secondary_score = has_secondary ? he.secondary_scores[i] : kNoScore;
+      e.action = fate[i] == kMergedAway ? EventAction::Merged : EventAction::Evicted;
+      e.merge_target = target[i];
+      e.merge_weight = weight[i];
+      step_events_.push_back(e);
+      if (positions[i] >= 0 && positions[i] < max_positions_) state_[idx][positions[i]] = fate[i];
+    }
+    mirror_[idx] = std::move(kept);
+  }
+}
+
+void Recorder::on_full_cache_output(int layer, const engine::StepInfo& step, int n_queries, int width,
+                                    const float* compressed, const float* full) {
+  if (!options_.nmse || step.phase != Phase::Decode || layer < 0 || layer >= run_.config.n_layers) return;
+  nmse_row_[layer] = static_cast<float>(analysis::output_nmse(compressed, full, static_cast<std::size_t>(n_queries) * width));
+  nmse_seen_ = true;
+}
+
+void Recorder::on_step_end(const engine::StepInfo& step, const cache::KVCache& cache, int token, float logprob) {
+  const auto& c = run_.config;
+  const auto now = std::chrono::steady_clock::now();
+  const bool final_prefill = step.phase == Phase::Prefill && step.prefill_done;
+  if (final_prefill) {
+    if (options_.similarity)
+      for (int l = 0; l < c.n_layers; ++l) record_similarity(l, cache);
+    finish_prefill();
+  }
+
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int g = 0; g < c.n_kv_heads; ++g) {
+      const std::size_t idx = static_cast<std::size_t>(l) * c.n_kv_heads + g;
+      const auto positions = cache.positions(l, g);
+      for (int32_t p : positions)
+        if (p >= 0 && p < max_positions_) state_[idx][p] = kKept;
+      mirror_[idx].assign(positions.begin(), positions.end());
+    }
+
+  StepRecord rec;
+  rec.stats.phase = step.phase == Phase::Prefill ? 0 : 1;
+  rec.stats.step = step.step;
+  rec.stats.seq_len = step.seq_len;
+  rec.stats.cache_bytes = cache.bytes();
+  rec.stats.cache_entries = cache.total_entries();
+  rec.stats.ms = std::chrono::duration<double, std::milli>(now - last_step_end_).count();
+  rec.stats.token = token;
+  rec.events = std::move(step_events_);
+  step_events_.clear();
+  rec.kept.resize(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    auto& k = rec.kept[l];
+    k.reserve(static_cast<std::size_t>(c.n_kv_heads) * max_positions_);
+    for (int g = 0; g < c.n_kv_heads; ++g) {
+      const auto& s = state_[static_cast<std::size_t>(l) * c.n_kv_heads + g];
+      k.insert(k.end(), s.begin(), s.end());
+    }
+  }
+  // The engine samples one token more than it keeps when max_new_tokens is 0.
+  if (token >= 0 && n_generated_ < run_.max_new_tokens) {
+    rec.has_token = true;
+    rec.token = token;
+    rec.token_string = run_.tokenizer ? run_.tokenizer->token_text(token) : std::to_string(token);
+    rec.logprob = logprob;
+    ++n_generated_;
+  }
+  std::vector<float> decode_row;
+  if (step.phase == Phase::Decode && options_.decode_attention) {
+    if (options_.pooling == Pooling::Mean) {
+      const int cols = decode_shape_.cols(), block = decode_shape_.col_block;
+      for (std::size_t i = 0; i < decode_rows_.size(); ++i) {
+        const int col = static_cast<int>(i % cols);
+        decode_rows_[i] /= static_cast<float>(std::min(block, max_positions_ - col * block));
+      }
+    }
+    rec.decode_attention = to_half(decode_rows_.data(), decode_rows_.size());
+    if (options_.live_view) decode_row = decode_rows_;
+    std::fill(decode_rows_.begin(), decode_rows_.end(), 0.0f);
+  }
+  if (step.phase == Phase::Decode && options_.nmse && nmse_seen_) {
+    rec.nmse = nmse_row_;
+    std::fill(nmse_row_.begin(), nmse_row_.end(), 0.0f);
+    nmse_seen_ = false;
+  }
+
+  if (options_.live_view) {
+    live_.steps.push_back(rec.stats);
+    live_.events.insert(live_.events.end(), rec.events.begin(), rec.events.end());
+    kept_history_.push_back(rec.kept);
+    if (rec.has_token) {
+      live_.generated_ids.push_back(rec.token);
+      live_.generated_strings.push_back(rec.token_string);
+      live_.logprobs.push_back(rec.logprob);
+    }
+    if (!decode_row.empty()) decode_history_.push_back(std::move(decode_row));
+    if (!rec.nmse.empty()) live_.nmse.push_back(rec.nmse);
+  }
+  if (writer_) writer_->append_step(run_id_, std::move(rec));
+
+  prev_seq_len_ = step.seq_len;
+  ++n_steps_;
+  if (final_prefill) prefill_finished_ = true;
+  last_step_end_ = std::chrono::steady_clock::now();
+  publish(final_prefill);
+}
+
+void Recorder::finish(const engine::RunResult& result) {
+  if (finished_) return;
+  finished_ = true;
+  if (!prefill_finished_) finish_prefill();
+  if (run_.policy) {
+    for (const auto& [name, series] : run_.policy->diagnostics().all()) {
+      if (writer_) writer_->write_series(run_id_, name, series);
+      live_.policy_series[name] = series;
+    }
+  }
+  if (!result.layer_budgets.empty()) {
+    if (writer_) writer_->write_layer_budgets(run_id_, result.layer_budgets);
+    live_.layer_budgets = result.layer_budgets;
+  }
+  std::map<std::string, std::string> final_meta = {
+      {"stop_reason", result.stop_reason},
+      {"generated_text", result.text},
+      {"prefill_ms", std::to_string(result.prefill_ms)},
+      {"decode_ms", std::to_string(result.decode_ms)},
+      {"cache_peak_bytes", std::to_string(result.cache_peak_bytes)},
+      {"full_cache_bytes", std::to_string(result.full_cache_bytes)},
+  };
+  for (const auto& [k, v] : final_meta) live_.metadata[k] = v;
+  if (live_.generated_ids.size() > result.generated_tokens.size()) {
+    live_.generated_ids.resize(result.generated_tokens.size());
+    live_.generated_strings.resize(result.generated_tokens.size());
+    live_.logprobs.resize(result.generated_tokens.size());
+  }
+  if (writer_) writer_->end_run(run_id_, final_meta);
+  live_.complete = true;
+  publish(true);
+}
+
+std::shared_ptr<const RunTrace> Recorder::snapshot() const {
+  std::lock_guard<std::mutex> lock(publish_mutex_);
+  return published_;
+}
+
+void Recorder::publish(bool force) {
+  if (!options_.live_view) return;
+  const auto now = std::chrono::steady_clock::now();
+  // Copying the kept-mask history costs O(steps x layers x positions); a viewer needs a few frames a second.
+  if (!force && now - last_publish_ < std::chrono::milliseconds(200)) return;
+  last_publish_ = now;
+  auto snap = std::make_shared<RunTrace>(live_);
+  const auto& c = run_.config;
+  const int steps = static_cast<int>(kept_history_.size());
+  snap->kept_mask.resize(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    KeptMask& m = snap->kept_mask[l];
+    m.n_kv_heads = c.n_kv_heads;
+    m.n_positions = max_positions_;
+    m.n_steps = steps;
+    m.values.assign(static_cast<std::size_t>(c.n_kv_heads) * max_positions_ * steps, kEvicted);
+    for (int s = 0; s < steps; ++s) {
+      const auto& k = kept_history_[s][l];
+      for (std::size_t i = 0; i < k.size(); ++i) m.values[i * steps + s] = k[i];
+    }
+  }
+  const int dsteps = static_cast<int>(decode_history_.size());
+  if (dsteps > 0) {
+    const int cols = decode_shape_.cols();
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int h = 0; h < c.n_heads; ++h) {
+        auto m = std::make_shared<Map2D>();
+        m->rows = m->source_rows = dsteps;
+        m->cols = cols;
+        m->source_cols = max_positions_;
+        m->col_block = decode_shape_.col_block;
+        m->pooling = options_.pooling;
+        m->values.resize(static_cast<std::size_t>(dsteps) * cols);
+        for (int s = 0; s < dsteps; ++s)
+          std::copy_n(decode_history_[s].begin() + (static_cast<std::size_t>(l) * c.n_heads + h) * cols, cols,
+                      m->values.begin() + static_cast<std::size_t>(s) * cols);
+        snap->decode_attention[{l, h}] = std::move(m);
+      }
+  }
+  std::lock_guard<std::mutex> lock(publish_mutex_);
+  published_ = std::move(snap);
+}
+
+}  // namespace kvscope::trace

@@ -1,0 +1,138 @@
+#pragma once
+// The Recorder watches one run (engine::RunObserver) and turns what it sees into a trace: pooled
+// attention maps and statistics from the streamed probability rows, key/value similarity maps from the
+// cache at the end of prefill, one event per entry an edit removes, the kept mask and per-step numbers.
+// It forwards everything to an Hdf5Writer (optional) and keeps a live RunTrace (optional) that a viewer
+// reads through snapshot(), the same model a file read gives.
+//
+// Everything runs on the engine thread except snapshot(). Heavy HDF5 work happens on the writer's thread.
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/analysis/attention_stats.h"
+#include "core/analysis/pooling.h"
+#include "core/engine/engine.h"
+#include "core/engine/run_observer.h"
+#include "core/model/config.h"
+#include "core/model/tokenizer.h"
+#include "core/policy/policy.h"
+#include "core/trace/hdf5_writer.h"
+#include "core/trace/trace_view.h"
+
+namespace kvscope::trace {
+
+struct RecordOptions {
+  std::vector<int> full_layers;  // layers whose prefill attention is stored at full resolution
+  std::vector<int> full_heads;   // query heads of those layers at full resolution (empty: all heads)
+  int max_map_size = 512;        // edge of pooled maps
+  Pooling pooling = Pooling::Max;
+  bool attention = true;         // prefill attention maps
+  bool stats = true;             // entropy / variance statistics of prefill attention
+  bool similarity = true;        // key and value cosine-similarity maps at the end of prefill
+  bool decode_attention = true;  // one pooled row per decode step, layer and head
+  bool nmse = false;             // CAOTE Fig. 3 output error against a shadow full cache (costs a second attention)
+  bool live_view = true;         // keep a RunTrace in memory for snapshot()
+
+  // "layers=0,3;heads=0;pooling=max;size=512;similarity=on;nmse=off;decode=on;attention=on;stats=on"
+  // (',' and ';' both separate keys from each other only through ';'). Throws UsageError naming the key.
+  static RecordOptions parse(const std::string& spec);
+  std::string to_json() const;
+  bool full_resolution(int layer, int head) const;
+};
+
+// What the recorder needs to know before the run.
+struct RecordedRun {
+  std::string name;                              // run name in the file
+  std::map<std::string, std::string> metadata;   // model, policy, budget, prompt ... (see docs/trace-format.md)
+  model::ModelConfig config;
+  const model::Tokenizer* tokenizer = nullptr;   // for token strings (nullptr: ids as text)
+  std::vector<int> prompt;
+  int max_new_tokens = 0;
+  const policy::Policy* policy = nullptr;        // diagnostics and budgets are read from it at finish()
+};
+
+class Recorder : public engine::RunObserver {
+ public:
+  // Registers the run with the writer (which may be nullptr for a live-only recording).
+  Recorder(RecordOptions options, Hdf5Writer* writer, RecordedRun run);
+  ~Recorder() override;
+
+  // After Engine::generate: budgets, policy diagnostics, final attributes, complete = 1.
+  void finish(const engine::RunResult& result);
+
+  // The latest published state of the run (thread-safe; published at step ends and at finish).
+  std::shared_ptr<const RunTrace> snapshot() const;
+
+  // engine::RunObserver
+  engine::ObservationRequest request(int layer, engine::Phase phase) const override;
+  void on_rows(int layer, int head, int first_row, int n_rows, int n_cols, const float* probs) override;
+  void on_observation(const engine::AttentionObservation& obs) override;
+  void on_edit(const cache::CacheEdit& edit, const cache::KVCache& before, const engine::StepInfo& step) override;
+  void on_step_end(const engine::StepInfo& step, const cache::KVCache& cache, int token, float logprob) override;
+  bool wants_full_cache_output() const override { return options_.nmse; }
+  void on_full_cache_output(int layer, const engine::StepInfo& step, int n_queries, int width, const float* compressed,
+                            const float* full) override;
+
+ private:
+  struct MapBuild;
+  struct HeadStats;
+
+  int kv_of(int head) const { return head / (run_.config.n_heads / run_.config.n_kv_heads); }
+  // Column j of (layer, kv head)'s attention row -> original key position, for the cache as attention saw it.
+  void key_positions(int layer, int kv_head, int n_cols, std::vector<int32_t>& out) const;
+  void finish_prefill_layer(int layer);
+  void finish_prefill();
+  void record_similarity(int layer, const cache::KVCache& cache);
+  void flush_map_rows(MapBuild& build, bool all);
+  void publish(bool force);
+  std::string map_path(const char* group, int layer, const char* head_prefix, int head) const;
+
+  RecordOptions options_;
+  Hdf5Writer* writer_;
+  RecordedRun run_;
+  int run_id_ = -1;
+  int prompt_length_ = 0, max_positions_ = 0;
+
+  // Where the run is.
+  bool prefill_finished_ = false;
+  int prev_seq_len_ = 0;
+  int n_steps_ = 0, n_generated_ = 0;
+  std::chrono::steady_clock::time_point last_step_end_;
+
+  // Positions of each (layer, kv head)'s entries: the cache at the last step end, updated by edits.
+  std::vector<std::vector<int32_t>> mirror_;
+  // What became of every position: KeptState per (layer, kv head) x max_positions.
+  std::vector<std::vector<uint8_t>> state_;
+  std::vector<Event> step_events_;
+
+  // Prefill maps and statistics, per (layer, head), alive until the layer's last prefill block.
+  std::map<std::pair<int, int>, std::unique_ptr<MapBuild>> maps_;
+  std::map<std::pair<int, int>, std::unique_ptr<analysis::AttentionStatsAccumulator>> stats_acc_;
+  std::vector<bool> layer_done_, similarity_done_;
+  std::vector<std::vector<analysis::AttentionStats>> stats_;  // [layers][heads]
+  std::vector<std::vector<double>> layer_colsum_;              // head-mean column sums per layer (D2O)
+
+  // Decode rows of the current step: [layers][heads][decode_cols], and NMSE: [layers].
+  analysis::PoolShape decode_shape_;
+  std::vector<float> decode_rows_;
+  std::vector<float> nmse_row_;
+  bool nmse_seen_ = false;
+
+  // Live view.
+  RunTrace live_;
+  std::vector<std::vector<std::vector<uint8_t>>> kept_history_;  // [steps][layers][kv_heads * positions]
+  std::vector<std::vector<float>> decode_history_;                // [decode steps][layers * heads * cols]
+  mutable std::mutex publish_mutex_;
+  std::shared_ptr<const RunTrace> published_;
+  std::chrono::steady_clock::time_point last_publish_;
+  bool finished_ = false;
+};
+
+// Run names: "<policy>_b<budget>" with characters outside [A-Za-z0-9_.-] replaced ("20%" -> "20pct").
+std::string run_name(const std::string& policy, const std::string& budget);
+
+}  // namespace kvscope::trace

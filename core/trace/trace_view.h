@@ -1,0 +1,170 @@
+#pragma once
+// The read-only model of recorded runs that viewers draw from. It is the same whether it was filled by a
+// live Recorder or read back from an HDF5 trace, so a panel never needs to know where its data came from.
+// Plain data plus small accessors; shapes are written the way the papers write them.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/policy/diagnostics.h"
+
+namespace kvscope::trace {
+
+enum class Pooling { Max, Mean };
+
+inline const char* pooling_name(Pooling p) { return p == Pooling::Max ? "max" : "mean"; }
+
+// A 2-D map stored at full or pooled resolution. Cell (r, c) covers source rows
+// [r*row_block, (r+1)*row_block) and columns [c*col_block, (c+1)*col_block), clipped to the source size.
+struct Map2D {
+  int rows = 0, cols = 0;                 // stored shape
+  int source_rows = 0, source_cols = 0;   // shape before pooling
+  int row_block = 1, col_block = 1;       // 1 = full resolution
+  Pooling pooling = Pooling::Max;
+  std::vector<float> values;              // [rows][cols], row-major
+  // Original token positions of the source rows/columns when they are not simply 0..source_rows-1
+  // (a similarity map over a cache that was already compressed). Empty means 0..source_rows-1.
+  std::vector<int32_t> source_positions;
+
+  bool empty() const { return values.empty(); }
+  bool full_resolution() const { return row_block == 1 && col_block == 1; }
+  float at(int r, int c) const { return values[static_cast<std::size_t>(r) * cols + c]; }
+  const float* row(int r) const { return values.data() + static_cast<std::size_t>(r) * cols; }
+};
+
+// A per-(layer, head) statistic: values[layer][head].
+struct LayerHeadStat {
+  std::vector<std::vector<double>> values;  // [layers][heads]
+  std::string description;                  // definition, citing the paper's equation
+};
+
+// A per-layer statistic (heads already combined the way the paper does): values[layer].
+struct LayerStat {
+  std::vector<double> values;  // [layers]
+  std::string description;
+};
+
+enum class EventAction : uint8_t { Evicted = 0, Merged = 1 };
+
+inline const char* event_action_name(EventAction a) { return a == EventAction::Evicted ? "evicted" : "merged"; }
+
+// One cache entry leaving the cache (evicted, or merged into another entry).
+struct Event {
+  int32_t step = 0;                 // prefill block or decode step index
+  uint8_t phase = 0;                // 0 prefill, 1 decode (engine::Phase)
+  int16_t layer = 0;
+  int16_t kv_head = 0;
+  int32_t position = 0;             // original token position of the entry
+  float score = 0.0f;               // the policy's score of the entry (NaN when it has none)
+  float secondary_score = 0.0f;     // second score (CAOTE: the base policy's), NaN when none
+  EventAction action = EventAction::Evicted;
+  int32_t merge_target = -1;        // original position of the entry it was merged into, -1 if evicted
+  float merge_weight = 0.0f;        // the entry's weight in the merge, 0 if evicted
+};
+
+// Kept-mask values: what became of position p at the end of step s.
+enum KeptState : uint8_t { kEvicted = 0, kKept = 1, kMergedAway = 2 };
+
+// Per layer: mask[kv_head][position][step], where step indexes RunTrace::steps (prefill blocks first, then
+// decode steps). Positions not yet seen at a step read kEvicted (never held).
+struct KeptMask {
+  int n_kv_heads = 0, n_positions = 0, n_steps = 0;
+  std::vector<uint8_t> values;  // [kv_heads][positions][steps]
+  uint8_t at(int kv_head, int position, int step) const {
+    return values[(static_cast<std::size_t>(kv_head) * n_positions + position) * n_steps + step];
+  }
+};
+
+// One row per recorded step (prefill blocks first, then decode steps).
+struct StepStats {
+  uint8_t phase = 0;             // 0 prefill, 1 decode
+  int32_t step = 0;
+  int32_t seq_len = 0;           // tokens processed so far
+  uint64_t cache_bytes = 0;
+  int64_t cache_entries = 0;     // over all (layer, kv head)
+  double ms = 0.0;               // wall time of the step
+  int32_t token = -1;            // token sampled at the end of the step
+};
+
+struct RunTrace {
+  std::string name;                                // e.g. "h2o_b128"
+  // model, model_sha256, policy, policy_params (JSON), budget, allocation, prompt, kvscope_version,
+  // git_commit, start_time, host, stop_reason ...
+  std::map<std::string, std::string> metadata;
+
+  std::vector<int32_t> prompt_ids, generated_ids;
+  std::vector<std::string> prompt_strings, generated_strings;  // one decoded piece per token
+  std::vector<float> logprobs;                                 // per generated token
+
+  int n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, prompt_length = 0;
+
+  // Maps are shared and immutable once published, so a snapshot of a live run copies pointers, not pixels.
+  using MapRef = std::shared_ptr<const Map2D>;
+  using MapTable = std::map<std::pair<int, int>, MapRef>;
+  // Prefill attention [queries][keys] in position space, key {layer, query head}.
+  MapTable attention;
+  // Decode attention: one row per decode step over key positions, [decode steps][pooled keys].
+  MapTable decode_attention;
+  // Cosine similarity of post-RoPE keys / values over the prompt, key {layer, kv head}.
+  MapTable key_similarity, value_similarity;
+
+  std::map<std::string, LayerHeadStat> stats;         // "cake_window_entropy", "mean_row_entropy", ...
+  std::map<std::string, LayerStat> layer_stats;       // "cake_layer_entropy", "d2o_layer_variance", ...
+  std::vector<int> layer_budgets;                     // final, per layer
+  std::map<std::string, policy::Series> policy_series;  // the policy's diagnostics
+
+  std::vector<Event> events;
+  std::vector<KeptMask> kept_mask;                    // per layer
+  std::vector<StepStats> steps;
+  // CAOTE Fig. 3 output error per decode step and layer; empty when not recorded.
+  std::vector<std::vector<float>> nmse;               // [decode steps][layers]
+
+  bool complete = false;
+
+  std::string meta(const std::string& key, const std::string& fallback = "") const {
+    auto it = metadata.find(key);
+    return it == metadata.end() ? fallback : it->second;
+  }
+  const Map2D* attention_map(int layer, int head) const { return find(attention, layer, head); }
+  const Map2D* decode_attention_map(int layer, int head) const { return find(decode_attention, layer, head); }
+  const Map2D* key_similarity_map(int layer, int kv_head) const { return find(key_similarity, layer, kv_head); }
+  const Map2D* value_similarity_map(int layer, int kv_head) const { return find(value_similarity, layer, kv_head); }
+  const LayerHeadStat* stat(const std::string& stat_name) const {
+    auto it = stats.find(stat_name);
+    return it == stats.end() ? nullptr : &it->second;
+  }
+  const LayerStat* layer_stat(const std::string& stat_name) const {
+    auto it = layer_stats.find(stat_name);
+    return it == layer_stats.end() ? nullptr : &it->second;
+  }
+  // Index into `steps` of the first decode step (== number of prefill blocks), or n_steps() if none.
+  int first_decode_step() const {
+    for (int i = 0; i < n_steps(); ++i)
+      if (steps[i].phase == 1) return i;
+    return n_steps();
+  }
+  int n_generated() const { return static_cast<int>(generated_ids.size()); }
+  int n_steps() const { return static_cast<int>(steps.size()); }
+
+ private:
+  static const Map2D* find(const MapTable& m, int a, int b) {
+    auto it = m.find({a, b});
+    return it == m.end() ? nullptr : it->second.get();
+  }
+};
+
+struct TraceView {
+  std::vector<std::shared_ptr<const RunTrace>> runs;
+  std::vector<std::string> warnings;  // e.g. "run 'h2o_b128' is incomplete (complete=false): the writer stopped early"
+
+  const RunTrace* find(const std::string& name) const {
+    for (const auto& r : runs)
+      if (r->name == name) return r.get();
+    return nullptr;
+  }
+};
+
+}  // namespace kvscope::trace

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The main job on the default model and sample prompt: the window when a display is available,
+# otherwise the same run on the command line.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${1:-build}"
+bin="$root/$build/app/kvscope"
+prompt="$root/sample_data/prompts/story.txt"
+if [ -n "${DISPLAY:-}" ] && "$bin" gui --help >/dev/null 2>&1; then
+  exec "$bin" gui
+fi
+echo "kvscope: no display; running the default job on the command line" >&2
+exec "$bin" generate --prompt-file "$prompt" --policy snapkv --budget 50% --max-new-tokens 64

@@ -1,0 +1,186 @@
+// read_config on built files (defaults, validation messages) and on the real default model.
+#include "core/model/config.h"
+
+#include <catch2/catch.hpp>
+#include <limits>
+
+#include "core/model/gguf.h"
+#include "tests/core/model/gguf_builder.h"
+#include "tests/core/model/test_support.h"
+
+using kvscope::model::GgufFile;
+using kvscope::model::ModelConfig;
+using kvscope::model::read_config;
+using kvscope::test::error_message;
+using kvscope::test::GgufBuilder;
+using kvscope::test::TempFile;
+namespace t = kvscope::test;
+
+namespace {
+
+struct Keys {
+  int64_t layers = 2, context = 512, dim = 64, ffn = 128, heads = 4;
+  float eps = 1e-6f;
+};
+
+// The required keys of a small model; tests add the optional ones or change these through `keys`.
+GgufBuilder base(const std::string& arch = "llama", const Keys& keys = {}) {
+  GgufBuilder b;
+  b.str("general.architecture", arch)
+      .i64(arch + ".block_count", keys.layers)
+      .i64(arch + ".context_length", keys.context)
+      .i64(arch + ".embedding_length", keys.dim)
+      .i64(arch + ".feed_forward_length", keys.ffn)
+      .i64(arch + ".attention.head_count", keys.heads)
+      .f32(arch + ".attention.layer_norm_rms_epsilon", keys.eps);
+  return b;
+}
+
+ModelConfig config_of(const GgufBuilder& b) {
+  const auto built = b.build();
+  return read_config(GgufFile::open_memory(built.bytes.data(), built.bytes.size(), "config.gguf"));
+}
+
+void expect_config_error(const GgufBuilder& b, std::initializer_list<std::string> fragments) {
+  const TempFile tmp("config.gguf", b.build().bytes);
+  const GgufFile file = GgufFile::open(tmp.path());
+  const std::string message = error_message([&] { read_config(file); });
+  INFO("message: " << message);
+  CHECK_THAT(message, Catch::Contains(tmp.path().string()));
+  for (const auto& fragment : fragments) CHECK_THAT(message, Catch::Contains(fragment));
+}
+
+}  // namespace
+
+TEST_CASE("read_config reads the llama keys and applies the documented defaults", "[config]") {
+  auto b = base();
+  b.string_array("tokenizer.ggml.tokens", {"a", "b", "c"});
+  const ModelConfig c = config_of(b);
+  CHECK(c.architecture == "llama");
+  CHECK(c.name == "config");  // no general.name: the file's stem
+  CHECK(c.n_layers == 2);
+  CHECK(c.dim == 64);
+  CHECK(c.ffn_dim == 128);
+  CHECK(c.n_heads == 4);
+  CHECK(c.n_kv_heads == 4);  // head_count_kv defaults to head_count
+  CHECK(c.head_dim == 16);
+  CHECK(c.group_size() == 1);
+  CHECK(c.context_length == 512);
+  CHECK(c.rope_dim == 16);  // defaults to head_dim
+  CHECK(c.rope_base == 10000.0f);
+  CHECK(c.rms_eps == 1e-6f);
+  CHECK(c.vocab_size == 3);  // counted from the token list
+  CHECK(c.tied_embeddings);  // no output.weight tensor
+  CHECK(c.rope_style == kvscope::model::RopeStyle::AdjacentPairs);
+}
+
+TEST_CASE("read_config takes explicit values over defaults", "[config]") {
+  auto b = base("mistral");
+  b.str("general.name", "Named")
+      .u64("mistral.attention.head_count_kv", 2)
+      .f64("mistral.rope.freq_base", 1e6)
+      .u16("mistral.rope.dimension_count", 8)
+      .i32("mistral.vocab_size", 100)
+      .string_array("tokenizer.ggml.tokens", {"a"})
+      .u32("mistral.attention.key_length", 16);
+  b.tensor("output.weight", {64, 100}, t::kTypeQ8_0, t::tensor_bytes(t::kTypeQ8_0, 6400, 1));
+  const ModelConfig c = config_of(b);
+  CHECK(c.architecture == "mistral");
+  CHECK(c.name == "Named");
+  CHECK(c.n_kv_heads == 2);
+  CHECK(c.group_size() == 2);
+  CHECK(c.rope_base == 1e6f);
+  CHECK(c.rope_dim == 8);
+  CHECK(c.vocab_size == 100);  // the key wins over the token list
+  CHECK_FALSE(c.tied_embeddings);
+}
+
+TEST_CASE("read_config rejects unsupported architectures, listing the supported ones", "[config]") {
+  expect_config_error(base("qwen2"), {"'general.architecture'", "'qwen2' is not supported", "supported: llama, mistral"});
+  GgufBuilder none;
+  none.u32("llama.block_count", 2);
+  expect_config_error(none, {"'general.architecture'", "missing"});
+}
+
+TEST_CASE("read_config validates ranges and divisibility, naming the key", "[config]") {
+  SECTION("zero layers") {
+    expect_config_error(base("llama", {.layers = 0}), {"'llama.block_count'", "0 is out of range (expected 1..1024)"});
+  }
+  SECTION("missing required key") {
+    GgufBuilder b;
+    b.str("general.architecture", "llama").u32("llama.block_count", 2);
+    expect_config_error(b, {"'llama.embedding_length'", "missing"});
+  }
+  SECTION("wrong type") {
+    GgufBuilder b;
+    b.str("general.architecture", "llama").str("llama.block_count", "thirty");
+    expect_config_error(b, {"'llama.block_count'", "expected an integer", "found string"});
+  }
+  SECTION("heads that do not divide dim") {
+    expect_config_error(base("llama", {.heads = 5}),
+                        {"'llama.attention.head_count'", "5 does not divide embedding_length 64"});
+  }
+  SECTION("kv heads that do not divide heads") {
+    auto b = base();
+    b.u32("llama.attention.head_count_kv", 3).u32("llama.vocab_size", 10);
+    expect_config_error(b, {"'llama.attention.head_count_kv'", "3 does not divide head_count 4"});
+  }
+  SECTION("more kv heads than heads") {
+    auto b = base();
+    b.u32("llama.attention.head_count_kv", 8).u32("llama.vocab_size", 10);
+    expect_config_error(b, {"'llama.attention.head_count_kv'", "8 is out of range (expected 1..4)"});
+  }
+  SECTION("absurd sizes") {
+    auto b = base();
+    b.u64("llama.vocab_size", uint64_t{1} << 40);
+    expect_config_error(b, {"'llama.vocab_size'", "out of range"});
+  }
+  SECTION("negative context") {
+    expect_config_error(base("llama", {.context = -1}), {"'llama.context_length'", "-1 is out of range"});
+  }
+  SECTION("rope dimensions") {
+    auto odd = base();
+    odd.u32("llama.rope.dimension_count", 7).u32("llama.vocab_size", 10);
+    expect_config_error(odd, {"'llama.rope.dimension_count'", "7 is odd"});
+    auto wide = base();
+    wide.u32("llama.rope.dimension_count", 32).u32("llama.vocab_size", 10);
+    expect_config_error(wide, {"'llama.rope.dimension_count'", "32 is out of range (expected 2..16)"});
+  }
+  SECTION("bad floats") {
+    auto zero_base = base();
+    zero_base.f32("llama.rope.freq_base", 0.0f).u32("llama.vocab_size", 10);
+    expect_config_error(zero_base, {"'llama.rope.freq_base'", "out of range"});
+    auto nan_eps = base("llama", {.eps = std::numeric_limits<float>::quiet_NaN()});
+    nan_eps.u32("llama.vocab_size", 10);
+    expect_config_error(nan_eps, {"'llama.attention.layer_norm_rms_epsilon'", "finite"});
+  }
+  SECTION("head size decoupled from dim / heads") {
+    auto b = base();
+    b.u32("llama.attention.key_length", 128).u32("llama.vocab_size", 10);
+    expect_config_error(b, {"'llama.attention.key_length'", "128 is out of range (expected 16..16)"});
+  }
+  SECTION("no vocabulary size anywhere") {
+    expect_config_error(base(), {"'llama.vocab_size'", "missing", "tokenizer.ggml.tokens"});
+  }
+}
+
+TEST_CASE("read_config on the real default model", "[config][real]") {
+  KVSCOPE_REQUIRE_REAL_MODEL();
+  const GgufFile file = GgufFile::open(t::real_model_path());
+  const ModelConfig c = read_config(file);
+  CHECK(c.architecture == "llama");
+  CHECK(c.n_layers == 30);
+  CHECK(c.n_heads == 9);
+  CHECK(c.n_kv_heads == 3);
+  CHECK(c.group_size() == 3);
+  CHECK(c.dim == 576);
+  CHECK(c.head_dim == 64);
+  CHECK(c.ffn_dim == 1536);
+  CHECK(c.vocab_size == 49152);
+  CHECK(c.context_length == 8192);
+  CHECK(c.rope_base == 100000.0f);
+  CHECK(c.rope_dim == 64);
+  CHECK(c.rms_eps == Approx(1e-5f));
+  CHECK(c.tied_embeddings);
+  CHECK(c.rope_style == kvscope::model::RopeStyle::AdjacentPairs);
+}

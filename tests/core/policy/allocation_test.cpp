@@ -1,0 +1,109 @@
+// proportional_budgets and the uniform/pyramid allocations against hand arithmetic.
+#include <catch2/catch.hpp>
+
+#include <numeric>
+#include <random>
+
+#include "core/common/error.h"
+#include "core/policy/allocation.h"
+#include "core/policy/allocation_catalog.h"
+
+using namespace kvscope;
+using namespace kvscope::policy;
+
+namespace {
+long sum_of(const std::vector<int>& v) { return std::accumulate(v.begin(), v.end(), 0L); }
+
+PolicyParams pyramid_params(double beta) {
+  return PolicyParams("test", allocation_params("pyramid"), {{"beta", std::to_string(beta)}});
+}
+}  // namespace
+
+TEST_CASE("proportional_budgets rounds by largest remainder", "[allocation]") {
+  // weights 1:2:3:4 of 10 -> exactly 1, 2, 3, 4.
+  CHECK(proportional_budgets({1, 2, 3, 4}, 10, 0, 100) == std::vector<int>{1, 2, 3, 4});
+  // 3 equal weights, 10 tokens: 3.33 each; the one extra token goes to the first (ties to the lower layer).
+  CHECK(proportional_budgets({1, 1, 1}, 10, 0, 100) == std::vector<int>{4, 3, 3});
+  // 0.5, 0.3, 0.2 of 7: 3.5, 2.1, 1.4 -> floors 3, 2, 1 (6), the remainder goes to 3.5.
+  CHECK(proportional_budgets({0.5, 0.3, 0.2}, 7, 0, 100) == std::vector<int>{4, 2, 1});
+  // All-zero weights share equally.
+  CHECK(proportional_budgets({0, 0}, 5, 0, 100) == std::vector<int>{3, 2});
+}
+
+TEST_CASE("proportional_budgets respects the per-entry clamp and moves the excess", "[allocation]") {
+  // 8:1:1 of 20 would give 16, 2, 2; max 10 caps the first and the rest share 10 equally.
+  CHECK(proportional_budgets({8, 1, 1}, 20, 1, 10) == std::vector<int>{10, 5, 5});
+  // min 3 lifts the small ones: 3 + 3 leaves 14 for the first.
+  CHECK(proportional_budgets({100, 1, 1}, 20, 3, 100) == std::vector<int>{14, 3, 3});
+  // A total beyond n * max is clamped to it.
+  CHECK(proportional_budgets({1, 1}, 50, 0, 10) == std::vector<int>{10, 10});
+  CHECK_THROWS_AS(proportional_budgets({1, -1}, 5, 0, 10), Error);
+  CHECK(proportional_budgets({}, 5, 0, 10).empty());
+}
+
+TEST_CASE("proportional_budgets sums exactly on random weights", "[allocation]") {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + trial % 31;
+    std::vector<double> w(n);
+    for (double& x : w) x = u(rng) * u(rng);
+    const int max_each = 5 + trial % 40;
+    const long total = static_cast<long>(u(rng) * n * max_each);
+    const auto b = proportional_budgets(w, total, 0, max_each);
+    REQUIRE(sum_of(b) == total);
+    for (int x : b) REQUIRE((x >= 0 && x <= max_each));
+  }
+}
+
+TEST_CASE("uniform allocation gives every layer the average", "[allocation]") {
+  auto a = make_allocation("uniform", PolicyParams());
+  CHECK(a->budgets(4, 16, 100) == std::vector<int>{16, 16, 16, 16});
+  CHECK(a->budgets(2, 500, 100) == std::vector<int>{100, 100});
+}
+
+TEST_CASE("pyramid budgets follow PyramidKV's arithmetic sequence", "[allocation]") {
+  auto a = make_allocation("pyramid", pyramid_params(20));
+  a->set_reserved(4);
+  // avg 20, window 4, 4 layers, prompt 40. Above the window: extra = 16; top = 16 / 20 = 0.8;
+  // bottom = 2 * 16 - 0.8 = 31.2 (<= 40 - 4, no cap). Steps of (31.2 - 0.8) / 3 = 10.1333:
+  // 31.2, 21.0667, 10.9333, 0.8 (sum 64 = 4 * 16). Floors 31, 21, 10, 0 leave 2 tokens, which go to
+  // the largest remainders .9333 (layer 2) and .8 (layer 3): 31, 21, 11, 1; plus the window 4 each.
+  CHECK(a->budgets(4, 20, 40) == std::vector<int>{35, 25, 15, 5});
+  // Bottom capped at the prompt: avg 30, window 0, 3 layers, prompt 40. top = 1.5, bottom = 58.5 > 40, so
+  // bottom = 40 and top = 60 - 40 = 20: 40, 30, 20.
+  a->set_reserved(0);
+  CHECK(a->budgets(3, 30, 40) == std::vector<int>{40, 30, 20});
+  // A budget that covers the prompt is uniform.
+  CHECK(a->budgets(3, 50, 40) == std::vector<int>{40, 40, 40});
+}
+
+TEST_CASE("pyramid budgets sum to L x average and fall monotonically", "[allocation]") {
+  for (double beta : {1.0, 2.0, 20.0, 100.0})
+    for (int layers : {2, 7, 30})
+      for (int avg : {5, 17, 64})
+        for (int reserved : {0, 4}) {
+          auto a = make_allocation("pyramid", pyramid_params(beta));
+          a->set_reserved(reserved);
+          const int seq_len = 150;
+          const auto b = a->budgets(layers, avg, seq_len);
+          INFO("beta " << beta << " layers " << layers << " avg " << avg << " reserved " << reserved);
+          REQUIRE(static_cast<int>(b.size()) == layers);
+          CHECK(sum_of(b) == static_cast<long>(layers) * avg);
+          for (int l = 0; l < layers; ++l) {
+            CHECK(b[l] >= std::max(1, std::min(reserved, avg)));
+            CHECK(b[l] <= seq_len);
+            if (l > 0) CHECK(b[l] <= b[l - 1]);
+          }
+        }
+}
+
+TEST_CASE("allocation registry names its entries", "[allocation]") {
+  const auto names = allocation_names();
+  REQUIRE(names.size() >= 2);
+  CHECK(names[0] == "uniform");
+  CHECK(names[1] == "pyramid");
+  CHECK_THROWS_WITH(make_allocation("triangle", PolicyParams()), Catch::Contains("uniform") && Catch::Contains("pyramid"));
+  CHECK(allocation_params("pyramid").at(0).name == "beta");
+  CHECK_THROWS_WITH(PolicyParams("x", allocation_params("pyramid"), {{"beta", "0.5"}}), Catch::Contains("out of range"));
+}

@@ -1,0 +1,83 @@
+// Policy specs: every baseline is reachable by name, its parameters carry paper defaults inside their
+// ranges, and mistakes are reported with the valid choices.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "core/common/error.h"
+#include "core/policy/allocation.h"
+#include "core/policy/registry.h"
+
+using namespace kvscope;
+using namespace kvscope::policy;
+
+TEST_CASE("the baselines are registered", "[registry]") {
+  for (const std::string name : {"full", "streaming_llm", "h2o", "tova", "snapkv", "pyramidkv"}) {
+    INFO(name);
+    const auto inst = make_policy(name);
+    REQUIRE(inst.policy != nullptr);
+    CHECK(inst.policy->name() == name);
+    CHECK(inst.name == name);
+  }
+}
+
+TEST_CASE("every parameter has a doc line and a default inside its range", "[registry]") {
+  for (const auto& info : all_policies()) {
+    std::set<std::string> seen;
+    for (const auto& p : info.params) {
+      INFO(info.name << "." << p.name);
+      CHECK(seen.insert(p.name).second);
+      CHECK_FALSE(p.doc.empty());
+      if (p.kind == ParamSpec::Kind::Choice) {
+        CHECK(std::find(p.choices.begin(), p.choices.end(), p.default_choice) != p.choices.end());
+      } else {
+        CHECK(p.default_number >= p.min);
+        CHECK(p.default_number <= p.max);
+      }
+    }
+  }
+}
+
+TEST_CASE("paper defaults", "[registry]") {
+  auto params = [](const std::string& spec) { return make_policy(spec).params; };
+  CHECK(params("streaming_llm").get_int("sinks") == 4);
+  CHECK(params("h2o").get_float("recent_ratio") == 0.5);
+  CHECK(params("h2o").get_int("block") == 0);
+  CHECK(params("snapkv").get_int("window") == 32);
+  CHECK(params("snapkv").get_int("kernel") == 7);
+  CHECK(params("snapkv").get_choice("pooling") == "avg");
+  CHECK(params("snapkv").get_choice("allocation") == "uniform");
+  CHECK(params("pyramidkv").get_choice("allocation") == "pyramid");
+  CHECK(params("pyramidkv").get_float("beta") == 20.0);
+  CHECK(params("tova").get_choice("heads") == "kv");
+  CHECK(make_policy("h2o:block=16").policy->prefill_block_size() == 16);
+  CHECK(make_policy("snapkv").policy->prefill_block_size() == 0);
+}
+
+TEST_CASE("spec errors list the valid values", "[registry]") {
+  CHECK_THROWS_AS(make_policy("snapkvv"), UsageError);
+  CHECK_THROWS_WITH(make_policy("snapkvv"), Catch::Contains("unknown policy 'snapkvv'") && Catch::Contains("streaming_llm") &&
+                                                Catch::Contains("h2o") && Catch::Contains("tova") &&
+                                                Catch::Contains("snapkv") && Catch::Contains("pyramidkv"));
+  CHECK_THROWS_WITH(make_policy("h2o:heavy=3"), Catch::Contains("no parameter 'heavy'") &&
+                                                    Catch::Contains("recent_ratio") && Catch::Contains("block") &&
+                                                    Catch::Contains("allocation"));
+  CHECK_THROWS_WITH(make_policy("h2o:recent_ratio=1.5"), Catch::Contains("out of range") && Catch::Contains("[0, 1]"));
+  CHECK_THROWS_WITH(make_policy("streaming_llm:sinks=-1"), Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(make_policy("streaming_llm:sinks=2.5"), Catch::Contains("not an integer"));
+  CHECK_THROWS_WITH(make_policy("snapkv:pooling=mean"), Catch::Contains("avg|max|none"));
+  CHECK_THROWS_WITH(make_policy("snapkv:allocation=cone"), Catch::Contains("uniform") && Catch::Contains("pyramid"));
+  CHECK_THROWS_WITH(make_policy("snapkv:kernel=4"), Catch::Contains("odd"));
+  CHECK_THROWS_WITH(make_policy("pyramidkv:beta=0"), Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(make_policy("tova:heads=all"), Catch::Contains("kv|layer"));
+  CHECK_THROWS_WITH(make_policy("h2o:block"), Catch::Contains("key=value"));
+}
+
+TEST_CASE("every scored policy accepts every allocation", "[registry]") {
+  for (const std::string name : {"streaming_llm", "h2o", "tova", "snapkv", "pyramidkv"})
+    for (const auto& allocation : allocation_names()) {
+      INFO(name << " allocation " << allocation);
+      const auto inst = make_policy(name + ":allocation=" + allocation);
+      CHECK(inst.params.get_choice("allocation") == allocation);
+    }
+}

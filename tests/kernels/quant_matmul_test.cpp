@@ -1,0 +1,57 @@
+// The quantized decode path (dot products on the blocks) and the prefill path (dequantize + BLAS) against a
+// direct loop over the dequantized weights.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/common/dequantize.h"
+
+using namespace kvscope;
+
+namespace {
+
+// Random blocks of a 32-element format: `header` bytes of halves (scales), then `payload` random bytes.
+std::vector<uint8_t> random_blocks(int blocks, int header_halves, int payload, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<uint8_t> out;
+  for (int b = 0; b < blocks; ++b) {
+    for (int h = 0; h < header_halves; ++h) {
+      const uint16_t bits = kernels::fp32_to_fp16(scale(rng));
+      out.push_back(bits & 0xFF);
+      out.push_back(bits >> 8);
+    }
+    for (int i = 0; i < payload; ++i) out.push_back(static_cast<uint8_t>(byte(rng)));
+  }
+  return out;
+}
+
+void check_type(model::GgmlType type, int header_halves, int payload, int block_bytes) {
+  const int rows = 45, cols = 128, blocks_per_row = cols / 32;
+  auto data = random_blocks(rows * blocks_per_row, header_halves, payload, 3);
+  model::QuantMatrix w{type, rows, cols, data.data(), static_cast<std::size_t>(blocks_per_row * block_bytes)};
+  std::vector<float> dense(rows * cols);
+  for (int r = 0; r < rows; ++r) kernels::dequantize_row(type, w.row(r), &dense[r * cols], cols);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> dist;
+  for (int n : {1, 2, 9}) {
+    std::vector<float> x(n * cols), y(n * rows);
+    for (auto& v : x) v = dist(rng);
+    kernels::matmul(w, x.data(), n, y.data());
+    for (int i = 0; i < n; ++i)
+      for (int r = 0; r < rows; ++r) {
+        double s = 0;
+        for (int c = 0; c < cols; ++c) s += double(dense[r * cols + c]) * x[i * cols + c];
+        REQUIRE(y[i * rows + r] == Approx(s).margin(1e-4));
+      }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Q4_1 matmul equals the dequantized product") { check_type(model::GgmlType::Q4_1, 2, 16, 20); }
+TEST_CASE("Q4_0 matmul equals the dequantized product") { check_type(model::GgmlType::Q4_0, 1, 16, 18); }
+TEST_CASE("Q8_0 matmul equals the dequantized product") { check_type(model::GgmlType::Q8_0, 1, 32, 34); }

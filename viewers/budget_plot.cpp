@@ -1,0 +1,137 @@
+#include "viewers/budget_plot.h"
+
+#include <imgui.h>
+#include <implot.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvscope::viewers {
+
+std::vector<std::string> layer_series_names(const trace::RunTrace& run) {
+  std::vector<std::string> names;
+  for (const auto& [name, s] : run.policy_series)
+    if (std::find(s.dims.begin(), s.dims.end(), "layer") != s.dims.end() && !s.values.empty()) names.push_back(name);
+  return names;
+}
+
+std::vector<LineSeries> series_lines(const policy::Series& s, int max_lines) {
+  std::vector<LineSeries> out;
+  if (s.shape.size() == 1) {
+    LineSeries line;
+    line.name = "value";
+    line.kind = LineSeries::Kind::Bars;
+    for (int l = 0; l < s.shape[0] && l < static_cast<int>(s.values.size()); ++l) {
+      line.x.push_back(l);
+      line.y.push_back(s.values[l]);
+    }
+    out.push_back(std::move(line));
+    return out;
+  }
+  if (s.shape.size() != 2) return out;
+  const int rows = s.shape[0], cols = s.shape[1];
+  const bool layer_last = s.dims.size() == 2 && s.dims[1] == "layer";
+  const int n_lines = layer_last ? rows : cols;
+  const int n_layers = layer_last ? cols : rows;
+  const std::string dim = s.dims.size() == 2 ? (layer_last ? s.dims[0] : s.dims[1]) : "row";
+  std::vector<int> pick;
+  if (n_lines <= max_lines) {
+    for (int i = 0; i < n_lines; ++i) pick.push_back(i);
+  } else {
+    for (int k = 0; k < max_lines; ++k) pick.push_back(static_cast<int>(std::lround(k * (n_lines - 1.0) / (max_lines - 1))));
+    pick.erase(std::unique(pick.begin(), pick.end()), pick.end());
+  }
+  for (int i : pick) {
+    LineSeries line;
+    line.name = dim + " " + std::to_string(i);
+    line.color = i;
+    for (int l = 0; l < n_layers; ++l) {
+      const std::size_t idx = layer_last ? static_cast<std::size_t>(i) * cols + l : static_cast<std::size_t>(l) * cols + i;
+      if (idx >= s.values.size()) break;
+      line.x.push_back(l);
+      line.y.push_back(s.values[idx]);
+    }
+    out.push_back(std::move(line));
+  }
+  return out;
+}
+
+LinePlot BudgetPlot::build(const AppState& state) const {
+  LinePlot plot;
+  const trace::RunTrace* active = state.active_run();
+  if (!active) return plot;
+  plot.x_label = "layer";
+  if (series.empty()) {
+    plot.title = "Final budget per layer";
+    plot.y_label = "tokens per (layer, KV head)";
+    std::vector<int> idx;
+    for (int i = 0; i < static_cast<int>(state.runs.size()); ++i) {
+      const trace::RunTrace* r = state.run(i);
+      if (r && r->n_layers == active->n_layers && !r->layer_budgets.empty()) idx.push_back(i);
+    }
+    const double width = 0.84 / std::max<std::size_t>(1, idx.size());
+    for (std::size_t k = 0; k < idx.size(); ++k) {
+      const trace::RunTrace* r = state.run(idx[k]);
+      LineSeries s;
+      s.name = r->name;
+      s.kind = LineSeries::Kind::Bars;
+      s.bar_width = width;
+      s.color = idx[k];
+      for (std::size_t l = 0; l < r->layer_budgets.size(); ++l) {
+        s.x.push_back(l - 0.42 + width * (k + 0.5));
+        s.y.push_back(r->layer_budgets[l]);
+      }
+      plot.series.push_back(std::move(s));
+    }
+  } else if (auto it = active->policy_series.find(series); it != active->policy_series.end()) {
+    plot.title = active->name + ": " + series;
+    plot.y_label = series;
+    plot.series = series_lines(it->second);
+  }
+  plot.marks_x.push_back(state.sel.layer);
+  return plot;
+}
+
+void BudgetPlot::draw(AppState& state) {
+  const trace::RunTrace* active = state.active_run();
+  if (!active) {
+    centered_hint("No run yet.");
+    return;
+  }
+  const auto names = layer_series_names(*active);
+  if (!series.empty() && std::find(names.begin(), names.end(), series) == names.end()) series.clear();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 16);
+  if (ImGui::BeginCombo("series", series.empty() ? "final budgets (all runs)" : series.c_str())) {
+    if (ImGui::Selectable("final budgets (all runs)", series.empty())) series.clear();
+    for (const auto& n : names) {
+      if (ImGui::Selectable(n.c_str(), n == series)) series = n;
+      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", active->policy_series.at(n).description.c_str());
+    }
+    ImGui::EndCombo();
+  }
+  ImGui::SameLine();
+  ImGui::TextDisabled("%s", names.empty() ? "(this policy exposes no per-layer series)" : "");
+  ImGui::SameLine();
+  export_button(state, key());
+  const LinePlot plot = build(state);
+  if (plot.series.empty()) {
+    centered_hint("No per-layer budgets: the full cache and fixed-budget policies give every layer the same budget.");
+    return;
+  }
+  int clicked = -1;
+  draw_line_plot("budget", plot, ImGui::GetContentRegionAvail(), [&] {
+    if (plot_clicked()) clicked = static_cast<int>(std::lround(ImPlot::GetPlotMousePos().x));
+  });
+  if (clicked >= 0) state.sel = clamp(Selection{clicked, state.sel.head, state.sel.step}, shape_of(*active));
+}
+
+Figure BudgetPlot::figure(const AppState& state) {
+  Figure f;
+  f.title = "budget";
+  LinePlot p = build(state);
+  p.marks_x.clear();
+  if (!p.series.empty()) f.parts.push_back(std::move(p));
+  return f;
+}
+
+}  // namespace kvscope::viewers

@@ -1,0 +1,34 @@
+#pragma once
+// Two to four runs side by side (Tracy's compare view): the same attention map of each run in columns
+// whose layer/head selections are linked, a difference map (each run minus the first), and which
+// cache entries each run kept that the first did not.
+#include "viewers/panel.h"
+
+namespace kvscope::viewers {
+
+class CompareView final : public Panel {
+ public:
+  CompareView() : Panel("compare", "Compare") {}
+  void draw(AppState& state) override;
+  Figure figure(const AppState& state) override;
+
+  bool decode = false;
+  bool show_difference = true;
+
+ private:
+  struct Column {
+    std::string signature, why;
+    HeatmapPlot plot;
+    bool ok = false;
+  };
+  void refresh(const AppState& state);
+  std::vector<Column> columns_;
+  Column diff_;
+  std::string diff_signature_;
+};
+
+// The kept-set difference of two runs at their last step for one (layer, kv head), as a one-row map
+// of KeptDiff states with a legend.
+HeatmapPlot kept_diff_plot(const trace::RunTrace& a, const trace::RunTrace& b, int layer, int kv_head, KeptDiff& diff);
+
+}  // namespace kvscope::viewers

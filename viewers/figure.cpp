@@ -1,0 +1,408 @@
+#include "viewers/figure.h"
+
+#include <implot.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+
+#include "core/common/error.h"
+
+namespace kvscope::viewers {
+
+namespace {
+
+ImVec4 to_vec4(Rgba c, float alpha = 1.0f) { return ImVec4(c.r / 255.0f, c.g / 255.0f, c.b / 255.0f, alpha * c.a / 255.0f); }
+
+// FNV-1a over the plotted numbers: cheap enough per frame for a few thousand points, and tells a
+// panel that its data changed so the axes refit once instead of staying where the user left them.
+struct Hasher {
+  uint64_t h = 1469598103934665603ull;
+  void bytes(const void* p, std::size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  }
+  void str(const std::string& s) { bytes(s.data(), s.size()); }
+  template <typename T>
+  void vec(const std::vector<T>& v) {
+    bytes(v.data(), v.size() * sizeof(T));
+  }
+};
+
+// True once per change of `hash` for the plot `id` in the current window, kept in ImGui's state storage.
+bool changed_since_last_frame(const char* id, uint64_t hash) {
+  ImGuiStorage* storage = ImGui::GetStateStorage();
+  const ImGuiID key = ImGui::GetID(id) ^ 0x5eedu;
+  const int folded = static_cast<int>(hash ^ (hash >> 32));
+  const bool changed = storage->GetInt(key, folded ^ 1) != folded;
+  storage->SetInt(key, folded);
+  return changed;
+}
+
+Image colorize_plot(const HeatmapPlot& p) {
+  const trace::Map2D& m = p.map;
+  if (p.categories.empty()) return colorize(m.values.data(), m.rows, m.cols, p.scale, p.cmap);
+  Image img(m.cols, m.rows);
+  for (int r = 0; r < m.rows; ++r)
+    for (int c = 0; c < m.cols; ++c) {
+      const float v = m.at(r, c);
+      const int k = std::isnan(v) ? -1 : static_cast<int>(v);
+      img.set(c, r, k >= 0 && k < static_cast<int>(p.categories.size()) ? p.categories[k].color : Rgba{0, 0, 0, 255});
+    }
+  return img;
+}
+
+constexpr Rgba kEvictedColor{214, 39, 40, 255};
+constexpr Rgba kMergedColor{255, 160, 20, 255};
+
+}  // namespace
+
+Rgba series_color(int index) {
+  static const Rgba deep[] = {{76, 114, 176, 255}, {221, 132, 82, 255}, {85, 168, 104, 255}, {196, 78, 82, 255},
+                              {129, 114, 179, 255}, {147, 120, 96, 255}, {218, 139, 195, 255}, {140, 140, 140, 255},
+                              {204, 185, 116, 255}, {100, 181, 205, 255}};
+  const int n = static_cast<int>(std::size(deep));
+  return deep[((index % n) + n) % n];
+}
+
+bool Figure::svg_capable() const {
+  if (parts.empty()) return false;
+  for (const auto& p : parts)
+    if (!std::holds_alternative<LinePlot>(p)) return false;
+  return true;
+}
+
+int implot_colormap(Colormap cmap) {
+  const std::string name = std::string("kv_") + colormap_name(cmap);
+  int index = ImPlot::GetColormapIndex(name.c_str());
+  if (index >= 0) return index;
+  std::vector<ImU32> cols;
+  for (const Rgba& c : colormap_stops(cmap)) cols.push_back(IM_COL32(c.r, c.g, c.b, c.a));
+  return ImPlot::AddColormap(name.c_str(), cols.data(), static_cast<int>(cols.size()), false);
+}
+
+void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const PlotHook& hook) {
+  Hasher h;
+  for (const auto& s : plot.series) {
+    h.str(s.name);
+    h.vec(s.x);
+    h.vec(s.y);
+  }
+  h.bytes(&plot.log_y, sizeof plot.log_y);
+  const bool refit = changed_since_last_frame(id, h.h);
+  const std::string title = plot.title + "##" + id;
+  if (!ImPlot::BeginPlot(title.c_str(), size)) return;
+  ImPlot::SetupAxes(plot.x_label.empty() ? nullptr : plot.x_label.c_str(), plot.y_label.empty() ? nullptr : plot.y_label.c_str());
+  if (plot.log_y) ImPlot::SetupAxisScale(ImAxis_Y1, ImPlotScale_Log10);
+  if (refit) ImPlot::SetNextAxesToFit();
+  ImPlot::SetupLegend(ImPlotLocation_NorthEast);
+  for (std::size_t i = 0; i < plot.series.size(); ++i) {
+    const LineSeries& s = plot.series[i];
+    const int n = static_cast<int>(std::min(s.x.size(), s.y.size()));
+    if (n == 0) continue;
+    const Rgba col = series_color(s.color >= 0 ? s.color : static_cast<int>(i));
+    ImPlotSpec spec;
+    spec.LineColor = to_vec4(col);
+    spec.FillColor = to_vec4(col);
+    spec.LineWeight = 2.0f;
+    const char* label = s.name.c_str();
+    if (s.y_low.size() == s.x.size() && s.y_high.size() == s.x.size()) {
+      ImPlotSpec band = spec;
+      band.FillAlpha = 0.25f;
+      ImPlot::PlotShaded(label, s.x.data(), s.y_low.data(), s.y_high.data(), n, band);
+    }
+    switch (s.kind) {
+      case LineSeries::Kind::Line:
+        if (n <= 64) {
+          spec.Marker = ImPlotMarker_Circle;
+          spec.MarkerSize = 2.5f;
+        }
+        ImPlot::PlotLine(label, s.x.data(), s.y.data(), n, spec);
+        break;
+      case LineSeries::Kind::Bars:
+        spec.FillAlpha = 0.85f;
+        ImPlot::PlotBars(label, s.x.data(), s.y.data(), n, s.bar_width, spec);
+        break;
+      case LineSeries::Kind::Stairs: ImPlot::PlotStairs(label, s.x.data(), s.y.data(), n, spec); break;
+      case LineSeries::Kind::Markers:
+        spec.Marker = ImPlotMarker_Circle;
+        ImPlot::PlotScatter(label, s.x.data(), s.y.data(), n, spec);
+        break;
+    }
+  }
+  if (!plot.marks_x.empty()) {
+    ImPlotSpec spec;
+    spec.LineColor = ImVec4(0.6f, 0.6f, 0.6f, 0.8f);
+    spec.Flags = ImPlotItemFlags_NoLegend;
+    ImPlot::PlotInfLines("##marks", plot.marks_x.data(), static_cast<int>(plot.marks_x.size()), spec);
+  }
+  if (hook) hook();
+  ImPlot::EndPlot();
+}
+
+void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureStore& textures, const PlotHook& hook) {
+  const trace::Map2D& m = plot.map;
+  const float font = ImGui::GetFontSize();
+  const bool legend = !plot.categories.empty();
+  const float bar_w = legend ? 0.0f : std::round(font * 5.5f);
+  const ImVec2 plot_size(std::max(50.0f, size.x - bar_w), size.y);
+  const std::string signature = plot.signature + "|" + colormap_name(plot.cmap) + "|" +
+                                std::to_string(static_cast<int>(plot.scale.kind)) + "|" + std::to_string(plot.scale.vmin) +
+                                "|" + std::to_string(plot.scale.vmax);
+  const ImTextureID tex = textures.get(id, signature, [&] { return colorize_plot(plot); });
+  Hasher h;
+  h.str(plot.signature);
+  const bool refit = changed_since_last_frame(id, h.h);
+  const bool marks = !plot.column_marks.empty();
+  const double strip = marks ? std::max(1.0, 0.035 * m.source_rows) : 0.0;
+  const std::string title = plot.title + "##" + id;
+  if (ImPlot::BeginPlot(title.c_str(), plot_size, legend || marks ? 0 : ImPlotFlags_NoLegend)) {
+    ImPlot::SetupAxis(ImAxis_X1, plot.x_label.empty() ? nullptr : plot.x_label.c_str());
+    ImPlot::SetupAxis(ImAxis_Y1, plot.y_label.empty() ? nullptr : plot.y_label.c_str(), ImPlotAxisFlags_Invert);
+    ImPlot::SetupAxesLimits(0, std::max(1, m.source_cols), 0, std::max(1.0, m.source_rows + strip),
+                            refit ? ImPlotCond_Always : ImPlotCond_Once);
+    ImPlot::SetupLegend(ImPlotLocation_NorthEast, ImPlotLegendFlags_Outside);
+    if (tex != ImTextureID_Invalid) {
+      // The axis is inverted (row 0 on top) while PlotImage assumes y up, so the v coordinates flip.
+      ImPlot::PlotImage("##map", ImTextureRef(tex), ImPlotPoint(0, 0),
+                        ImPlotPoint(static_cast<double>(m.cols) * m.col_block, static_cast<double>(m.rows) * m.row_block),
+                        ImVec2(0, 1), ImVec2(1, 0));
+    }
+    for (const auto& c : plot.categories) {
+      ImPlotSpec spec;
+      spec.LineColor = to_vec4(c.color);
+      spec.FillColor = to_vec4(c.color);
+      ImPlot::PlotDummy(c.name.c_str(), spec);
+    }
+    if (marks) {
+      ImDrawList* dl = ImPlot::GetPlotDrawList();
+      ImPlot::PushPlotClipRect();
+      const double y0 = m.source_rows + 0.15 * strip, y1 = m.source_rows + strip;
+      for (int c = 0; c < static_cast<int>(plot.column_marks.size()); ++c) {
+        if (!plot.column_marks[c]) continue;
+        const Rgba col = plot.column_marks[c] == 2 ? kMergedColor : kEvictedColor;
+        const ImVec2 a = ImPlot::PlotToPixels(c, y0), b = ImPlot::PlotToPixels(c + 1, y1);
+        // At least a pixel wide, so single evicted keys stay visible when zoomed out.
+        dl->AddRectFilled(ImVec2(std::min(a.x, b.x), std::min(a.y, b.y)),
+                          ImVec2(std::max({a.x, b.x, std::min(a.x, b.x) + 1.0f}), std::max(a.y, b.y)),
+                          IM_COL32(col.r, col.g, col.b, 255));
+      }
+      ImPlot::PopPlotClipRect();
+      ImPlotSpec ev, mg;
+      ev.LineColor = ev.FillColor = to_vec4(kEvictedColor);
+      mg.LineColor = mg.FillColor = to_vec4(kMergedColor);
+      ImPlot::PlotDummy("evicted key", ev);
+      ImPlot::PlotDummy("merged key", mg);
+    }
+    if (hook) hook();
+    ImPlot::EndPlot();
+  }
+  if (!legend) {
+    ImGui::SameLine(0, 0);
+    const std::string label = plot.colorbar_label + "##cb" + id;
+    ImPlot::ColormapScale(label.c_str(), plot.scale.axis_min(), plot.scale.axis_max(), ImVec2(bar_w, size.y), "%.3g",
+                          0, implot_colormap(plot.cmap));
+  }
+}
+
+void draw_figure(const Figure& figure, ImVec2 size, TextureStore& textures) {
+  const int n = static_cast<int>(figure.parts.size());
+  if (n == 0) return;
+  const float gap = ImGui::GetStyle().ItemSpacing.x;
+  const float w = (size.x - gap * (n - 1)) / n;
+  for (int i = 0; i < n; ++i) {
+    if (i) ImGui::SameLine();
+    const std::string id = "part" + std::to_string(i);
+    ImGui::BeginGroup();
+    if (const auto* lp = std::get_if<LinePlot>(&figure.parts[i])) draw_line_plot(id.c_str(), *lp, ImVec2(w, size.y));
+    else draw_heatmap(id.c_str(), std::get<HeatmapPlot>(figure.parts[i]), ImVec2(w, size.y), textures);
+    ImGui::EndGroup();
+  }
+}
+
+std::vector<double> nice_ticks(double lo, double hi, int target_count) {
+  std::vector<double> ticks;
+  if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return ticks;
+  const double raw = (hi - lo) / std::max(1, target_count);
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = mag;
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    step = m * mag;
+    if (step >= raw) break;
+  }
+  const double first = std::ceil(lo / step - 1e-9) * step;
+  for (double t = first; t <= hi + step * 1e-9; t += step) ticks.push_back(std::fabs(t) < step * 1e-9 ? 0.0 : t);
+  return ticks;
+}
+
+namespace {
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += ch;
+    }
+  }
+  return out;
+}
+
+std::string hex_color(Rgba c) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "#%02x%02x%02x", c.r, c.g, c.b);
+  return buf;
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+std::string tick_label(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+void line_plot_svg(std::ostringstream& out, const LinePlot& plot, double ox, double width, double height, float font) {
+  const double left = ox + font * 5.0, right = ox + width - font * 1.2, top = font * 2.6, bottom = height - font * 3.6;
+  double x_lo = std::numeric_limits<double>::infinity(), x_hi = -x_lo, y_lo = x_lo, y_hi = -x_lo;
+  bool bars = false;
+  for (const auto& s : plot.series) {
+    const double half = s.kind == LineSeries::Kind::Bars ? s.bar_width / 2 : 0.0;
+    bars |= s.kind == LineSeries::Kind::Bars;
+    for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      if (!std::isfinite(s.y[i]) || (plot.log_y && s.y[i] <= 0)) continue;
+      x_lo = std::min(x_lo, s.x[i] - half), x_hi = std::max(x_hi, s.x[i] + half);
+      y_lo = std::min(y_lo, s.y[i]), y_hi = std::max(y_hi, s.y[i]);
+      if (i < s.y_low.size() && std::isfinite(s.y_low[i])) y_lo = std::min(y_lo, s.y_low[i]);
+      if (i < s.y_high.size() && std::isfinite(s.y_high[i])) y_hi = std::max(y_hi, s.y_high[i]);
+    }
+  }
+  if (!std::isfinite(x_lo)) x_lo = 0, x_hi = 1, y_lo = 0, y_hi = 1;
+  if (bars && !plot.log_y) y_lo = std::min(y_lo, 0.0), y_hi = std::max(y_hi, 0.0);
+  if (x_hi <= x_lo) x_hi = x_lo + 1;
+  if (y_hi <= y_lo) y_hi = y_lo + 1;
+  auto ty = [&](double v) { return plot.log_y ? std::log10(std::max(v, 1e-300)) : v; };
+  double a = ty(y_lo), b = ty(y_hi);
+  const double pad = 0.05 * (b - a);
+  a -= pad, b += pad;
+  const double xpad = bars ? 0.0 : 0.02 * (x_hi - x_lo);
+  const double xa = x_lo - xpad, xb = x_hi + xpad;
+  auto px = [&](double x) { return left + (x - xa) / (xb - xa) * (right - left); };
+  auto py = [&](double y) { return bottom - (ty(y) - a) / (b - a) * (bottom - top); };
+
+  out << "<g font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"" << num(font) << "\">\n";
+  out << "<text x=\"" << num((left + right) / 2) << "\" y=\"" << num(font * 1.6) << "\" text-anchor=\"middle\" font-weight=\"bold\">"
+      << xml_escape(plot.title) << "</text>\n";
+  // Grid and ticks.
+  std::vector<double> yt;
+  if (plot.log_y) {
+    for (double e = std::ceil(a); e <= std::floor(b); e += 1) yt.push_back(std::pow(10.0, e));
+  } else {
+    yt = nice_ticks(a, b, 6);
+  }
+  for (double t : yt) {
+    out << "<line x1=\"" << num(left) << "\" x2=\"" << num(right) << "\" y1=\"" << num(py(t)) << "\" y2=\"" << num(py(t))
+        << "\" stroke=\"#e0e0e0\"/>\n";
+    out << "<text x=\"" << num(left - font * 0.4) << "\" y=\"" << num(py(t) + font * 0.35) << "\" text-anchor=\"end\">"
+        << tick_label(t) << "</text>\n";
+  }
+  for (double t : nice_ticks(xa, xb, 8)) {
+    out << "<line x1=\"" << num(px(t)) << "\" x2=\"" << num(px(t)) << "\" y1=\"" << num(top) << "\" y2=\"" << num(bottom)
+        << "\" stroke=\"#eeeeee\"/>\n";
+    out << "<text x=\"" << num(px(t)) << "\" y=\"" << num(bottom + font * 1.3) << "\" text-anchor=\"middle\">" << tick_label(t)
+        << "</text>\n";
+  }
+  // Data, clipped to the plot area.
+  const std::string clip = "clip" + std::to_string(static_cast<long>(ox));
+  out << "<clipPath id=\"" << clip << "\"><rect x=\"" << num(left) << "\" y=\"" << num(top) << "\" width=\"" << num(right - left)
+      << "\" height=\"" << num(bottom - top) << "\"/></clipPath>\n<g clip-path=\"url(#" << clip << ")\">\n";
+  for (std::size_t si = 0; si < plot.series.size(); ++si) {
+    const LineSeries& s = plot.series[si];
+    const std::string col = hex_color(series_color(s.color >= 0 ? s.color : static_cast<int>(si)));
+    const std::size_t n = std::min(s.x.size(), s.y.size());
+    if (s.y_low.size() == s.x.size() && s.y_high.size() == s.x.size() && n > 0) {
+      out << "<polygon fill=\"" << col << "\" fill-opacity=\"0.25\" stroke=\"none\" points=\"";
+      for (std::size_t i = 0; i < n; ++i) out << num(px(s.x[i])) << "," << num(py(s.y_high[i])) << " ";
+      for (std::size_t i = n; i-- > 0;) out << num(px(s.x[i])) << "," << num(py(s.y_low[i])) << " ";
+      out << "\"/>\n";
+    }
+    if (s.kind == LineSeries::Kind::Bars) {
+      const double base = plot.log_y ? std::pow(10.0, a) : 0.0;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!std::isfinite(s.y[i])) continue;
+        const double x0 = px(s.x[i] - s.bar_width / 2), x1 = px(s.x[i] + s.bar_width / 2);
+        const double y0 = py(std::max(s.y[i], base)), y1 = py(base);
+        out << "<rect x=\"" << num(x0) << "\" y=\"" << num(std::min(y0, y1)) << "\" width=\"" << num(x1 - x0)
+            << "\" height=\"" << num(std::fabs(y1 - y0)) << "\" fill=\"" << col << "\" fill-opacity=\"0.85\"/>\n";
+      }
+    } else if (s.kind == LineSeries::Kind::Markers) {
+      for (std::size_t i = 0; i < n; ++i)
+        if (std::isfinite(s.y[i]))
+          out << "<circle cx=\"" << num(px(s.x[i])) << "\" cy=\"" << num(py(s.y[i])) << "\" r=\"3\" fill=\"" << col << "\"/>\n";
+    } else {
+      // NaN breaks the line, as in ImPlot.
+      std::string path;
+      bool pen = false;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!std::isfinite(s.y[i]) || (plot.log_y && s.y[i] <= 0)) {
+          pen = false;
+          continue;
+        }
+        if (s.kind == LineSeries::Kind::Stairs && pen) path += "H" + num(px(s.x[i])) + " ";
+        path += (pen ? "L" : "M") + num(px(s.x[i])) + "," + num(py(s.y[i])) + " ";
+        pen = true;
+      }
+      out << "<path d=\"" << path << "\" fill=\"none\" stroke=\"" << col << "\" stroke-width=\"2\"/>\n";
+    }
+  }
+  for (double xm : plot.marks_x)
+    out << "<line x1=\"" << num(px(xm)) << "\" x2=\"" << num(px(xm)) << "\" y1=\"" << num(top) << "\" y2=\"" << num(bottom)
+        << "\" stroke=\"#999999\" stroke-dasharray=\"4,3\"/>\n";
+  out << "</g>\n";
+  out << "<rect x=\"" << num(left) << "\" y=\"" << num(top) << "\" width=\"" << num(right - left) << "\" height=\""
+      << num(bottom - top) << "\" fill=\"none\" stroke=\"#333333\"/>\n";
+  out << "<text x=\"" << num((left + right) / 2) << "\" y=\"" << num(height - font * 0.8) << "\" text-anchor=\"middle\">"
+      << xml_escape(plot.x_label) << "</text>\n";
+  out << "<text transform=\"translate(" << num(ox + font * 1.2) << "," << num((top + bottom) / 2)
+      << ") rotate(-90)\" text-anchor=\"middle\">" << xml_escape(plot.y_label) << "</text>\n";
+  // Legend, top right inside the plot.
+  double ly = top + font * 1.2;
+  for (std::size_t si = 0; si < plot.series.size(); ++si) {
+    const LineSeries& s = plot.series[si];
+    if (s.name.empty() || s.name.rfind("##", 0) == 0) continue;
+    const std::string name = s.name.substr(0, s.name.find("##"));
+    const std::string col = hex_color(series_color(s.color >= 0 ? s.color : static_cast<int>(si)));
+    out << "<rect x=\"" << num(right - font * 12) << "\" y=\"" << num(ly - font * 0.75) << "\" width=\"" << num(font * 0.8)
+        << "\" height=\"" << num(font * 0.8) << "\" fill=\"" << col << "\"/>\n";
+    out << "<text x=\"" << num(right - font * 10.8) << "\" y=\"" << num(ly) << "\">" << xml_escape(name) << "</text>\n";
+    ly += font * 1.3;
+  }
+  out << "</g>\n";
+}
+
+}  // namespace
+
+std::string figure_svg(const Figure& figure, int width, int height, float font_px) {
+  if (!figure.svg_capable())
+    throw Error("figure '" + figure.title + "' has heatmap parts; SVG export covers line and bar plots only (use .png)");
+  std::ostringstream out;
+  out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width
+      << "\" height=\"" << height << "\" viewBox=\"0 0 " << width << " " << height << "\">\n";
+  out << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  const double part_w = static_cast<double>(width) / figure.parts.size();
+  for (std::size_t i = 0; i < figure.parts.size(); ++i)
+    line_plot_svg(out, std::get<LinePlot>(figure.parts[i]), part_w * i, part_w, height, font_px);
+  out << "</svg>\n";
+  return out.str();
+}
+
+}  // namespace kvscope::viewers

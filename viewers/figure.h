@@ -1,0 +1,81 @@
+#pragma once
+// What a panel shows, as data: line/bar plots and heatmaps with their titles, axes, labels and colour
+// scales. The window draws them with ImPlot; figure_export draws the same specs offscreen to PNG (and
+// line/bar plots to SVG), so an exported figure is the panel the user was looking at.
+#include <functional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <imgui.h>
+
+#include "core/trace/trace_view.h"
+#include "viewers/colormap.h"
+#include "viewers/texture.h"
+
+namespace kvscope::viewers {
+
+// The series palette (ImPlot's "Deep"), shared by ImPlot drawing and SVG so both agree.
+Rgba series_color(int index);
+
+struct LineSeries {
+  enum class Kind { Line, Bars, Stairs, Markers };
+  std::string name;
+  Kind kind = Kind::Line;
+  std::vector<double> x, y;
+  std::vector<double> y_low, y_high;  // optional band around the line (e.g. min..max over heads)
+  double bar_width = 0.8;             // in x units
+  int color = -1;                     // palette index; -1 = position in the plot
+};
+
+struct LinePlot {
+  std::string title, x_label, y_label;
+  std::vector<LineSeries> series;
+  bool log_y = false;
+  std::vector<double> marks_x;  // vertical guides (the selected layer, ...)
+};
+
+struct Category {
+  std::string name;
+  Rgba color;
+};
+
+// A map drawn as an image. x runs over source columns (keys), y over source rows (queries or steps),
+// row 0 at the top.
+struct HeatmapPlot {
+  std::string title, x_label, y_label, colorbar_label;
+  trace::Map2D map;
+  ColorScale scale;
+  Colormap cmap = Colormap::Viridis;
+  std::vector<Category> categories;  // non-empty: values are category indices, shown with a legend
+  // Per source column: 0 nothing, 1 evicted, 2 merged. Drawn as a strip under the map.
+  std::vector<uint8_t> column_marks;
+  std::string signature;  // identifies the content, for texture caching
+};
+
+struct Figure {
+  std::string title;  // for the export dialog and file names
+  std::vector<std::variant<LinePlot, HeatmapPlot>> parts;  // laid out left to right
+  bool empty() const { return parts.empty(); }
+  bool svg_capable() const;
+};
+
+// Called inside BeginPlot/EndPlot after the data is drawn (hover read-outs, drag tools, clicks).
+using PlotHook = std::function<void()>;
+
+// Draws into the current ImGui window with ImPlot, `size` including the colourbar or legend.
+void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const PlotHook& hook = {});
+void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureStore& textures, const PlotHook& hook = {});
+void draw_figure(const Figure& figure, ImVec2 size, TextureStore& textures);
+
+// Adds our colormaps to the current ImPlot context (once per context) and returns its ImPlot index.
+int implot_colormap(Colormap cmap);
+
+// Evenly spaced round tick values (1, 2, 5 x 10^k) covering [lo, hi].
+std::vector<double> nice_ticks(double lo, double hi, int target_count);
+
+// A standalone SVG of the line/bar parts of a figure (throws Error for heatmaps: they are pictures,
+// export them as PNG).
+std::string figure_svg(const Figure& figure, int width, int height, float font_px = 14.0f);
+
+}  // namespace kvscope::viewers

@@ -1,0 +1,42 @@
+#pragma once
+// Figures to files without a display: an ImGui + ImPlot context of its own (no window, no OpenGL) lays
+// the figure out, and the software rasteriser turns its draw lists into pixels. The window's export
+// menu and `kvscope figure` both come through here, so they produce the same pictures.
+#include <memory>
+#include <string>
+
+#include "viewers/figure.h"
+#include "viewers/image.h"
+
+struct ImGuiContext;
+struct ImPlotContext;
+
+namespace kvscope::viewers {
+
+struct ExportOptions {
+  int width = 1200, height = 800;
+  float font_px = 0.0f;   // 0: scaled with the figure (height / 50, at least 13)
+  bool dark = false;      // the window's dark style; off gives white paper for print
+};
+
+class FigureRenderer {
+ public:
+  FigureRenderer();
+  ~FigureRenderer();
+  FigureRenderer(const FigureRenderer&) = delete;
+  FigureRenderer& operator=(const FigureRenderer&) = delete;
+
+  // Renders on the calling thread. Saves and restores whatever ImGui/ImPlot context was current, so
+  // the window may call it between its own frames.
+  Image render(const Figure& figure, const ExportOptions& options);
+
+ private:
+  ImGuiContext* imgui_ = nullptr;
+  ImPlotContext* implot_ = nullptr;
+};
+
+// Writes PNG or SVG by the path's extension (.png, .svg); throws Error for other extensions, for SVG of
+// heatmaps, or when the file cannot be written.
+void export_figure(const Figure& figure, const std::string& path, const ExportOptions& options);
+
+}  // namespace kvscope::viewers

@@ -1,0 +1,45 @@
+#include "viewers/image.h"
+
+#include <unordered_set>
+
+#include "core/common/error.h"
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#pragma GCC diagnostic ignored "-Wsign-compare"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#endif
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#define STB_IMAGE_WRITE_STATIC
+#include <stb/stb_image_write.h>
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+namespace kvscope::viewers {
+
+Image::Image(int w, int h, Rgba fill) : width(w), height(h), rgba(static_cast<std::size_t>(w) * h * 4) {
+  for (std::size_t i = 0; i < rgba.size(); i += 4) {
+    rgba[i] = fill.r, rgba[i + 1] = fill.g, rgba[i + 2] = fill.b, rgba[i + 3] = fill.a;
+  }
+}
+
+std::size_t Image::distinct_colors() const {
+  std::unordered_set<uint32_t> seen;
+  for (std::size_t i = 0; i + 3 < rgba.size(); i += 4)
+    seen.insert(static_cast<uint32_t>(rgba[i]) << 16 | static_cast<uint32_t>(rgba[i + 1]) << 8 | rgba[i + 2]);
+  return seen.size();
+}
+
+void write_png(const Image& image, const std::string& path) {
+  if (image.empty()) throw Error("cannot write '" + path + "': the image is empty");
+  std::vector<uint8_t> rgb(static_cast<std::size_t>(image.width) * image.height * 3);
+  for (std::size_t i = 0, j = 0; i < image.rgba.size(); i += 4, j += 3) {
+    rgb[j] = image.rgba[i], rgb[j + 1] = image.rgba[i + 1], rgb[j + 2] = image.rgba[i + 2];
+  }
+  if (!stbi_write_png(path.c_str(), image.width, image.height, 3, rgb.data(), image.width * 3))
+    throw Error("cannot write PNG '" + path + "' (check that the folder exists and is writable)");
+}
+
+}  // namespace kvscope::viewers

@@ -1,0 +1,138 @@
+#include "viewers/panel.h"
+
+#include <imgui.h>
+
+#include <algorithm>
+
+namespace kvscope::viewers {
+
+int AppState::upsert(RunEntry entry) {
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    if (runs[i].slot == entry.slot) {
+      runs[i] = std::move(entry);
+      return static_cast<int>(i);
+    }
+  runs.push_back(std::move(entry));
+  return static_cast<int>(runs.size()) - 1;
+}
+
+std::string run_label(const RunEntry& entry) {
+  std::string label = entry.run ? entry.run->name : entry.slot;
+  if (entry.slot == "live") label += "  [live]";
+  else if (entry.slot == "baseline") label += "  [baseline]";
+  else if (entry.source != "live") {
+    const auto slash = entry.source.find_last_of('/');
+    label += "  [" + (slash == std::string::npos ? entry.source : entry.source.substr(slash + 1)) + "]";
+  }
+  if (entry.in_progress) label += " ...";
+  return label;
+}
+
+bool run_combo(const char* label, const AppState& state, int& index, float width) {
+  bool changed = false;
+  ImGui::SetNextItemWidth(width);
+  const std::string preview = index >= 0 && index < static_cast<int>(state.runs.size()) ? run_label(state.runs[index]) : "(no run)";
+  if (ImGui::BeginCombo(label, preview.c_str())) {
+    for (int i = 0; i < static_cast<int>(state.runs.size()); ++i) {
+      ImGui::PushID(i);
+      if (ImGui::Selectable(run_label(state.runs[i]).c_str(), i == index)) {
+        changed = i != index;
+        index = i;
+      }
+      ImGui::PopID();
+    }
+    ImGui::EndCombo();
+  }
+  return changed;
+}
+
+bool layer_head_sliders(Selection& sel, const RunShape& shape, bool heads, const char* head_label) {
+  bool changed = false;
+  const float w = std::max(80.0f, ImGui::GetFontSize() * 9.0f);
+  ImGui::SetNextItemWidth(w);
+  changed |= ImGui::SliderInt("layer", &sel.layer, 0, std::max(0, shape.n_layers - 1));
+  if (heads) {
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(w * 0.7f);
+    changed |= ImGui::SliderInt(head_label, &sel.head, 0, std::max(0, shape.n_heads - 1));
+  }
+  sel = clamp(sel, shape);
+  return changed;
+}
+
+std::string token_label(const trace::RunTrace& run, int position) {
+  std::string piece;
+  if (position >= 0 && position < static_cast<int>(run.prompt_strings.size())) {
+    piece = run.prompt_strings[position];
+  } else {
+    const int g = position - run.prompt_length;
+    if (g >= 0 && g < static_cast<int>(run.generated_strings.size())) piece = run.generated_strings[g];
+  }
+  return "#" + std::to_string(position) + " '" + display_token(piece) + "'";
+}
+
+const char* entry_state_name(EntryState s) {
+  switch (s) {
+    case EntryState::NotYetSeen: return "not yet in the cache";
+    case EntryState::Kept: return "kept";
+    case EntryState::Evicted: return "evicted";
+    case EntryState::Merged: return "merged";
+  }
+  return "?";
+}
+
+void color_controls(AppState& state) {
+  int log = state.scale == ScaleKind::Log ? 1 : 0;
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 5.5f);
+  if (ImGui::Combo("##scale", &log, "linear\0log\0")) state.scale = log ? ScaleKind::Log : ScaleKind::Linear;
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6.0f);
+  if (ImGui::BeginCombo("##cmap", colormap_name(state.cmap))) {
+    for (Colormap c : kAllColormaps)
+      if (c != Colormap::RdBu && ImGui::Selectable(colormap_name(c), c == state.cmap)) state.cmap = c;
+    ImGui::EndCombo();
+  }
+}
+
+void export_button(AppState& state, const std::string& panel_key) {
+  if (ImGui::SmallButton("Export...")) state.export_panel = panel_key;
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Save this panel's plot as PNG (or SVG for line/bar plots)");
+}
+
+void centered_hint(const char* text) {
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  const ImVec2 size = ImGui::CalcTextSize(text, nullptr, false, avail.x * 0.8f);
+  ImGui::SetCursorPos(ImVec2(ImGui::GetCursorPosX() + std::max(0.0f, (avail.x - size.x) / 2),
+                             ImGui::GetCursorPosY() + std::max(0.0f, (avail.y - size.y) / 2)));
+  ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + avail.x * 0.8f);
+  ImGui::TextDisabled("%s", text);
+  ImGui::PopTextWrapPos();
+}
+
+}  // namespace kvscope::viewers
+
+#include <implot.h>
+
+namespace kvscope::viewers {
+
+bool plot_clicked() {
+  return ImPlot::IsPlotHovered() && ImGui::IsMouseReleased(ImGuiMouseButton_Left) &&
+         ImGui::GetIO().MouseDragMaxDistanceSqr[ImGuiMouseButton_Left] < 9.0f;
+}
+
+void token_guides(int position, bool horizontal) {
+  if (position < 0) return;
+  ImDrawList* dl = ImPlot::GetPlotDrawList();
+  const ImPlotRect lim = ImPlot::GetPlotLimits();
+  ImPlot::PushPlotClipRect();
+  const ImU32 col = IM_COL32(255, 255, 255, 170);
+  const ImVec2 a = ImPlot::PlotToPixels(position + 0.5, lim.Y.Min), b = ImPlot::PlotToPixels(position + 0.5, lim.Y.Max);
+  dl->AddLine(a, b, col, 1.0f);
+  if (horizontal) {
+    const ImVec2 c = ImPlot::PlotToPixels(lim.X.Min, position + 0.5), d = ImPlot::PlotToPixels(lim.X.Max, position + 0.5);
+    dl->AddLine(c, d, col, 1.0f);
+  }
+  ImPlot::PopPlotClipRect();
+}
+
+}  // namespace kvscope::viewers

@@ -1,0 +1,91 @@
+#pragma once
+// What every panel shares: the runs on screen, the selection that links panels (layer, head, step and
+// the selected token), the colour settings, and a few widgets. Panels read runs only through
+// std::shared_ptr<const RunTrace>, the immutable model the Session publishes.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/trace/trace_view.h"
+#include "viewers/colormap.h"
+#include "viewers/figure.h"
+#include "viewers/texture.h"
+#include "viewers/view_model.h"
+
+namespace kvscope::viewers {
+
+struct RunEntry {
+  std::shared_ptr<const trace::RunTrace> run;
+  std::string slot;    // "live", "baseline", "pin1", or "<file>#<run>"
+  std::string source;  // "live" or the trace file
+  bool in_progress = false;
+};
+
+struct AppState {
+  std::vector<RunEntry> runs;
+  int active = -1;         // the run single-run panels show
+  Selection sel;           // layer, query head, step (-1: last)
+  int token = -1;          // selected position, highlighted everywhere (-1: none)
+  ScaleKind scale = ScaleKind::Log;
+  Colormap cmap = Colormap::Viridis;
+  std::vector<int> compare;   // runs in the comparison, in column order
+  LinkedSelection compare_sel;
+  TextureStore* textures = nullptr;
+  std::vector<std::string> log;
+  std::string export_panel;   // non-empty: open the export dialog for this panel's figure
+  std::string focus_panel;    // non-empty: bring this panel's window to the front next frame
+
+  const trace::RunTrace* active_run() const {
+    return active >= 0 && active < static_cast<int>(runs.size()) ? runs[active].run.get() : nullptr;
+  }
+  const trace::RunTrace* run(int i) const {
+    return i >= 0 && i < static_cast<int>(runs.size()) ? runs[i].run.get() : nullptr;
+  }
+  // Replaces the run of the same slot (keeping its place) or appends; returns its index.
+  int upsert(RunEntry entry);
+};
+
+class Panel {
+ public:
+  Panel(std::string key, std::string title) : key_(std::move(key)), title_(std::move(title)) {}
+  virtual ~Panel() = default;
+  const std::string& key() const { return key_; }      // the name scripts and the CLI use
+  const std::string& title() const { return title_; }  // the window title (docking id)
+  // Draws the panel's contents inside its window.
+  virtual void draw(AppState& state) = 0;
+  // What the panel shows now, for export; empty when it has nothing exportable.
+  virtual Figure figure(const AppState& /*state*/) { return {}; }
+  bool open = true;
+
+ private:
+  std::string key_, title_;
+};
+
+// --- shared widgets --------------------------------------------------------------------------------
+
+// "name (policy, budget)" for menus.
+std::string run_label(const RunEntry& entry);
+// Combo over all runs; returns true when the choice changed.
+bool run_combo(const char* label, const AppState& state, int& index, float width = 220.0f);
+// Layer and query-head sliders for `shape`; true when either changed.
+bool layer_head_sliders(Selection& sel, const RunShape& shape, bool heads = true, const char* head_label = "head");
+// "#12 'the'" for position p of a run (prompt first, then generated tokens).
+std::string token_label(const trace::RunTrace& run, int position);
+const char* entry_state_name(EntryState s);
+// Scale and colormap pickers bound to the shared state.
+void color_controls(AppState& state);
+// A small "Export..." button that opens the export dialog for this panel.
+void export_button(AppState& state, const std::string& panel_key);
+// Text in the middle of the remaining space (empty panels).
+void centered_hint(const char* text);
+
+}  // namespace kvscope::viewers
+
+namespace kvscope::viewers {
+// Inside a plot: a left click that was not a pan (ImPlot pans with the left button).
+bool plot_clicked();
+// Inside a plot: thin guides at source coordinate `position` (vertical at x, and horizontal at y when
+// `horizontal`), marking the selected token on maps whose axes are positions.
+void token_guides(int position, bool horizontal);
+}  // namespace kvscope::viewers

@@ -1,0 +1,40 @@
+#pragma once
+// Scripted sessions (`kvscope gui --script FILE`): one command per line, run in order by the window,
+// so demos, screenshots and end-to-end tests drive the real GUI the way a user would.
+//
+//   # comment
+//   load-default              default model, a sample prompt, the default policy; starts a run
+//   prompt TEXT...            set the prompt text            sample NAME     a sample prompt
+//   policy SPEC               e.g. snapkv:window=32          budget TEXT     e.g. 64 or 25%
+//   tokens N                  new tokens per run             run             start a run (latest wins)
+//   pin                       keep the current run for comparison
+//   open PATH                 read an HDF5 trace             save PATH       write the current run to HDF5
+//   layer L | head H | token P | step S                      select, in every panel
+//   view NAME                 bring a panel to the front (attention, similarity, layer_stats, budget,
+//                             timeline, tokens, summary, compare, setup)
+//   wait [SECONDS]            until no run is queued or running (default 600 s; fails on timeout)
+//   frames N                  render N frames
+//   screenshot PATH           save the window as PNG         export VIEW PATH [WxH]   a panel's figure
+//   quit
+#include <string>
+#include <vector>
+
+namespace kvscope::viewers {
+
+struct ScriptStep {
+  std::string command;
+  std::vector<std::string> args;
+  int line = 0;
+};
+
+// Throws UsageError naming `origin`, the line and what was expected.
+std::vector<ScriptStep> parse_script(const std::string& text, const std::string& origin = "script");
+std::vector<ScriptStep> load_script(const std::string& path);
+
+// "1200x800" -> width, height; throws UsageError.
+void parse_size(const std::string& text, int& width, int& height);
+
+inline constexpr const char* kPanelNames[] = {"setup",  "attention", "similarity", "layer_stats", "budget",
+                                              "timeline", "tokens",  "summary",    "compare"};
+
+}  // namespace kvscope::viewers

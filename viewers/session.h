@@ -1,0 +1,122 @@
+#pragma once
+// Runs the model for the window, never on the UI thread (Tracy's worker/view split, ImHex's task
+// manager). One worker thread owns the model and executes run requests in order; a newer request for
+// the same slot cancels the one in flight (RunHooks::cancel), so a dragged budget slider only ever
+// computes its latest value. Results are immutable RunTrace snapshots handed to the UI thread by poll().
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/trace/trace_view.h"
+
+namespace kvscope::model {
+struct Model;
+}
+namespace kvscope::trace {
+class Recorder;
+}
+
+namespace kvscope::viewers {
+
+struct RunRequest {
+  std::string slot = "live";        // results of one slot replace each other in the window
+  std::string model_path;           // empty: the default model
+  std::string prompt;
+  bool chat = false;                // wrap the prompt in the model's chat template
+  std::string policy_spec = "full"; // "snapkv:window=32,kernel=7"
+  std::string budget;               // "128" or "20%"; empty: the whole prompt (full cache)
+  int max_new_tokens = 32;
+  std::string record;               // trace::RecordOptions spec; empty: defaults
+  std::string save_path;            // also write the run to this HDF5 file (overwritten)
+};
+
+struct SessionStatus {
+  bool busy = false;            // a run or a load is in progress or queued
+  std::string task;             // "loading model", "h2o_b25pct: decode 12/32", ...
+  float fraction = 0.0f;        // of the current task
+  std::string last_error;       // the latest failure, until the next success
+  std::string model_name;       // of the loaded model
+  int completed = 0;            // runs finished since start
+  double last_run_ms = 0.0;     // wall time of the latest finished run
+};
+
+struct SessionUpdate {
+  std::string slot;
+  std::shared_ptr<const trace::RunTrace> run;  // never null
+  bool final = false;                          // false: a live snapshot of a run still in progress
+  std::string source;                          // "live" or the file it came from
+};
+
+class Session {
+ public:
+  // threads: kernel threads for the engine (0: all cores but one when there are four or more, so the
+  // window keeps a core to draw with).
+  explicit Session(int threads = 0);
+  ~Session();  // cancels and joins
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Queues a run. Queued requests for the same slot are dropped, and the running one is cancelled when
+  // it is for the same slot. Returns a request id.
+  uint64_t submit(RunRequest request);
+  // Reads trace files on a background thread; their runs arrive through poll() as final updates.
+  void open_trace(const std::string& path);
+  void cancel_all();
+
+  // Everything that happened since the last call, oldest first; at most the newest snapshot per slot.
+  std::vector<SessionUpdate> poll();
+  // Messages (errors included) since the last call, for the log panel.
+  std::vector<std::string> take_messages();
+  SessionStatus status() const;
+  // No request queued or running and no file being read.
+  bool idle() const;
+
+  // Tokenizes with the loaded model (empty before the first run has loaded one).
+  std::vector<std::string> token_strings(const std::string& text, bool chat) const;
+
+ private:
+  void worker_main();
+  void execute(const RunRequest& request);
+  void push_update(SessionUpdate update);
+  void message(const std::string& text, bool error = false);
+
+  int threads_ = 0;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::pair<uint64_t, RunRequest>> queue_;
+  uint64_t next_id_ = 1;
+  bool stopping_ = false;
+
+  // The run in flight: its slot, cancel flag and recorder (read by poll() for live snapshots).
+  std::string running_slot_;
+  std::atomic<bool> cancel_{false};
+  trace::Recorder* running_recorder_ = nullptr;
+  std::shared_ptr<const trace::RunTrace> last_live_;
+  bool running_ = false;
+  std::atomic<int> loads_in_flight_{0};
+
+  std::vector<SessionUpdate> updates_;
+  std::vector<std::string> messages_;
+  SessionStatus status_;
+
+  // Owned by the worker thread; the mutex guards the pointer for token_strings().
+  std::shared_ptr<model::Model> model_;
+  std::string model_path_;
+
+  std::vector<std::thread> loaders_;
+  std::thread worker_;
+};
+
+// The text of a sample prompt shipped in sample_data/prompts (name without extension), the list of
+// them, and the prompt used when none is installed.
+std::vector<std::string> sample_prompt_names();
+std::string sample_prompt(const std::string& name);
+extern const char* const kFallbackPrompt;
+
+}  // namespace kvscope::viewers

@@ -1,0 +1,339 @@
+#include "viewers/setup_panel.h"
+
+#include <imgui.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/common/error.h"
+#include "core/policy/budget_spec.h"
+#include "core/policy/registry.h"
+
+namespace kvscope::viewers {
+
+namespace {
+
+// ImGui text widgets edit a char buffer; std::string grows through the resize callback.
+int resize_callback(ImGuiInputTextCallbackData* data) {
+  if (data->EventFlag == ImGuiInputTextFlags_CallbackResize) {
+    auto* s = static_cast<std::string*>(data->UserData);
+    s->resize(data->BufTextLen);
+    data->Buf = s->data();
+  }
+  return 0;
+}
+
+bool input_text(const char* label, std::string& s, ImGuiInputTextFlags flags = 0) {
+  return ImGui::InputText(label, s.data(), s.capacity() + 1, flags | ImGuiInputTextFlags_CallbackResize, resize_callback, &s);
+}
+
+bool input_multiline(const char* label, std::string& s, ImVec2 size) {
+  return ImGui::InputTextMultiline(label, s.data(), s.capacity() + 1, size, ImGuiInputTextFlags_CallbackResize, resize_callback, &s);
+}
+
+std::string format_number(double v, bool integer) {
+  char buf[32];
+  if (integer) std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(std::llround(v)));
+  else std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+}  // namespace
+
+SetupPanel::SetupPanel(Session& session) : Panel("setup", "Set-up"), session_(session) {
+  samples_ = sample_prompt_names();
+  prompt_ = samples_.empty() ? kFallbackPrompt : sample_prompt(samples_.front());
+  sample_ = samples_.empty() ? "" : samples_.front();
+  reset_params();
+}
+
+void SetupPanel::set_sample(const std::string& name) {
+  if (std::find(samples_.begin(), samples_.end(), name) == samples_.end()) {
+    std::string valid;
+    for (const auto& s : samples_) valid += (valid.empty() ? "" : ", ") + s;
+    throw UsageError("no sample prompt '" + name + "' (available: " + (valid.empty() ? "none installed" : valid) + ")");
+  }
+  sample_ = name;
+  prompt_ = sample_prompt(name);
+}
+
+void SetupPanel::reset_params() {
+  numbers_.clear();
+  choices_.clear();
+  const auto& info = policy::all_policies().at(policy_);
+  for (const auto& p : info.params) {
+    if (p.kind == policy::ParamSpec::Kind::Choice) choices_[p.name] = p.default_choice;
+    else numbers_[p.name] = p.default_number;
+  }
+}
+
+void SetupPanel::set_policy(const std::string& spec) {
+  const auto parsed = policy::split_policy_spec(spec);
+  const auto& all = policy::all_policies();
+  const auto& info = policy::find_policy(parsed.name);  // throws with the list of valid names
+  // Validates every assignment against the ParamSpecs before touching the form.
+  const policy::PolicyParams checked(info.name, info.params, parsed.assignments);
+  policy_ = static_cast<int>(std::find_if(all.begin(), all.end(), [&](const auto& p) { return p.name == info.name; }) - all.begin());
+  reset_params();
+  const auto text = checked.as_text();
+  for (const auto& p : info.params) {
+    auto it = text.find(p.name);
+    if (it == text.end()) continue;
+    if (p.kind == policy::ParamSpec::Kind::Choice) choices_[p.name] = it->second;
+    else if (p.kind == policy::ParamSpec::Kind::Bool) numbers_[p.name] = it->second == "true" || it->second == "1";
+    else numbers_[p.name] = std::stod(it->second);
+  }
+}
+
+void SetupPanel::set_budget(const std::string& text) {
+  const auto b = policy::BudgetSpec::parse(text);
+  budget_percent_ = b.is_ratio;
+  if (b.is_ratio) budget_share_ = static_cast<float>(b.value * 100.0);
+  else budget_tokens_ = static_cast<int>(b.value);
+}
+
+std::string SetupPanel::policy_spec() const {
+  const auto& info = policy::all_policies().at(policy_);
+  std::string spec = info.name, sep = ":";
+  for (const auto& p : info.params) {
+    std::string value;
+    if (p.kind == policy::ParamSpec::Kind::Choice) {
+      auto it = choices_.find(p.name);
+      if (it == choices_.end() || it->second == p.default_choice) continue;
+      value = it->second;
+    } else {
+      auto it = numbers_.find(p.name);
+      if (it == numbers_.end() || it->second == p.default_number) continue;
+      value = p.kind == policy::ParamSpec::Kind::Bool ? (it->second != 0 ? "true" : "false")
+                                                       : format_number(it->second, p.kind == policy::ParamSpec::Kind::Int);
+    }
+    spec += sep + p.name + "=" + value;
+    sep = ",";
+  }
+  return spec;
+}
+
+std::string SetupPanel::budget_text() const {
+  if (policy::all_policies().at(policy_).name == "full") return "";
+  if (budget_percent_) return format_number(std::round(budget_share_ * 10.0) / 10.0, false) + "%";
+  return std::to_string(budget_tokens_);
+}
+
+RunRequest SetupPanel::request() const {
+  RunRequest r;
+  r.slot = "live";
+  r.model_path = model_path_;
+  r.prompt = prompt_;
+  r.chat = chat_;
+  r.policy_spec = policy_spec();
+  r.budget = budget_text();
+  r.max_new_tokens = max_new_tokens_;
+  return r;
+}
+
+void SetupPanel::load_defaults() {
+  const auto& all = policy::all_policies();
+  // A policy that evicts during prefill fills every panel (marks, timeline, budgets) on the first screen.
+  for (const char* name : {"snapkv", "h2o", "streaming_llm"}) {
+    auto it = std::find_if(all.begin(), all.end(), [&](const auto& p) { return p.name == name; });
+    if (it != all.end()) {
+      policy_ = static_cast<int>(it - all.begin());
+      break;
+    }
+  }
+  reset_params();
+  budget_percent_ = true;
+  budget_share_ = 25.0f;
+  max_new_tokens_ = 32;
+  if (!samples_.empty()) set_sample(samples_.front());
+}
+
+void SetupPanel::run(bool with_baseline) {
+  const RunRequest r = request();
+  session_.submit(r);
+  const std::string key = r.model_path + "\n" + r.prompt + (r.chat ? "\nchat" : "") + "\n" + std::to_string(r.max_new_tokens);
+  if (with_baseline && r.policy_spec != "full" && key != baseline_key_) {
+    baseline_key_ = key;
+    RunRequest b = r;
+    b.slot = "baseline";
+    b.policy_spec = "full";
+    b.budget.clear();
+    session_.submit(b);
+  }
+}
+
+void SetupPanel::pin(AppState& state) {
+  for (const auto& e : state.runs)
+    if (e.slot == "live" && e.run && !e.in_progress) {
+      RunEntry copy = e;
+      copy.slot = "pin" + std::to_string(++pins_);
+      const int idx = state.upsert(copy);
+      state.log.push_back("kept " + e.run->name + " for comparison");
+      if (std::find(state.compare.begin(), state.compare.end(), idx) == state.compare.end() && state.compare.size() < 4)
+        state.compare.push_back(idx);
+      return;
+    }
+  state.log.push_back("nothing to keep: no finished live run");
+}
+
+void SetupPanel::save(const std::string& path) {
+  RunRequest r = request();
+  r.slot = "saved:" + path;
+  r.save_path = path;
+  session_.submit(r);
+}
+
+bool SetupPanel::param_widgets() {
+  bool changed = false;
+  const auto& info = policy::all_policies().at(policy_);
+  for (const auto& p : info.params) {
+    ImGui::PushID(p.name.c_str());
+    ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+    switch (p.kind) {
+      case policy::ParamSpec::Kind::Int: {
+        int v = static_cast<int>(std::llround(numbers_[p.name]));
+        const int lo = static_cast<int>(p.min), hi = static_cast<int>(std::min(p.max, 2147483647.0));
+        const bool edited = hi - lo <= 1024 ? ImGui::SliderInt(p.name.c_str(), &v, lo, hi)
+                                            : ImGui::DragInt(p.name.c_str(), &v, 1.0f, lo, hi);
+        if (edited) numbers_[p.name] = std::clamp(v, lo, hi), changed = true;
+        break;
+      }
+      case policy::ParamSpec::Kind::Float: {
+        float v = static_cast<float>(numbers_[p.name]);
+        const float lo = static_cast<float>(p.min), hi = static_cast<float>(p.max);
+        const bool edited = std::isfinite(hi - lo) && hi - lo <= 1000.0f ? ImGui::SliderFloat(p.name.c_str(), &v, lo, hi, "%.3g")
+                                                                          : ImGui::DragFloat(p.name.c_str(), &v, 0.01f, lo, hi, "%.3g");
+        if (edited) numbers_[p.name] = std::clamp(v, lo, hi), changed = true;
+        break;
+      }
+      case policy::ParamSpec::Kind::Bool: {
+        bool v = numbers_[p.name] != 0;
+        if (ImGui::Checkbox(p.name.c_str(), &v)) numbers_[p.name] = v, changed = true;
+        break;
+      }
+      case policy::ParamSpec::Kind::Choice: {
+        std::string& v = choices_[p.name];
+        if (ImGui::BeginCombo(p.name.c_str(), v.c_str())) {
+          for (const auto& c : p.choices)
+            if (ImGui::Selectable(c.c_str(), c == v)) v = c, changed = true;
+          ImGui::EndCombo();
+        }
+        break;
+      }
+    }
+    if (ImGui::IsItemHovered())
+      ImGui::SetTooltip("%s\ndefault %s, %s", p.doc.c_str(), p.default_text().c_str(), p.range_text().c_str());
+    ImGui::PopID();
+  }
+  return changed;
+}
+
+void SetupPanel::draw(AppState& state) {
+  bool rerun = false;
+  // Runs may have finished: the slider's range follows the prompt's length.
+  for (const auto& e : state.runs)
+    if (e.slot == "live" && e.run) prompt_tokens_ = e.run->prompt_length;
+
+  ImGui::SeparatorText("Model");
+  ImGui::SetNextItemWidth(-1);
+  input_text("##model", model_path_);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("GGUF file; empty: $KVSCOPE_MODEL or the default SmolLM2-135M-Instruct");
+  if (model_path_.empty()) ImGui::TextDisabled("default model (SmolLM2-135M-Instruct)");
+
+  ImGui::SeparatorText("Prompt");
+  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+  if (ImGui::BeginCombo("sample", samples_.empty() ? "(built-in)" : sample_.c_str())) {
+    for (const auto& s : samples_)
+      if (ImGui::Selectable(s.c_str(), s == sample_)) set_sample(s), rerun = true;
+    if (samples_.empty()) ImGui::TextDisabled("no sample_data/prompts installed");
+    ImGui::EndCombo();
+  }
+  ImGui::SameLine();
+  if (ImGui::Checkbox("chat", &chat_)) rerun = true;
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Wrap the prompt in the model's chat template as a user message");
+  input_multiline("##prompt", prompt_, ImVec2(-1, ImGui::GetTextLineHeight() * 7));
+  if (ImGui::IsItemDeactivatedAfterEdit()) rerun = true;
+  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x - ImGui::CalcTextSize("Load file").x - ImGui::GetStyle().FramePadding.x * 4);
+  input_text("##promptfile", prompt_file_);
+  ImGui::SameLine();
+  if (ImGui::Button("Load file")) {
+    std::ifstream in(prompt_file_, std::ios::binary);
+    if (!in) {
+      state.log.push_back("error: cannot read prompt file '" + prompt_file_ + "'");
+    } else {
+      std::ostringstream ss;
+      ss << in.rdbuf();
+      prompt_ = ss.str();
+      rerun = true;
+    }
+  }
+
+  ImGui::SeparatorText("Policy");
+  const auto& all = policy::all_policies();
+  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+  if (ImGui::BeginCombo("policy", all[policy_].name.c_str())) {
+    for (int i = 0; i < static_cast<int>(all.size()); ++i) {
+      if (ImGui::Selectable(all[i].name.c_str(), i == policy_) && i != policy_) {
+        policy_ = i;
+        reset_params();
+        rerun = true;
+      }
+      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s\n%s", all[i].summary.c_str(), all[i].reference.c_str());
+    }
+    ImGui::EndCombo();
+  }
+  ImGui::SameLine();
+  if (ImGui::SmallButton("defaults")) reset_params(), rerun = true;
+  ImGui::TextDisabled("%s", all[policy_].summary.c_str());
+  rerun |= param_widgets();
+
+  ImGui::SeparatorText("Budget");
+  const bool full = all[policy_].name == "full";
+  ImGui::BeginDisabled(full);
+  int mode = budget_percent_ ? 0 : 1;
+  if (ImGui::RadioButton("% of prompt", &mode, 0)) rerun = true;
+  ImGui::SameLine();
+  if (ImGui::RadioButton("tokens", &mode, 1)) rerun = true;
+  budget_percent_ = mode == 0;
+  ImGui::SetNextItemWidth(-1);
+  if (budget_percent_) {
+    if (ImGui::SliderFloat("##budget", &budget_share_, 1.0f, 100.0f, "%.0f%% of the prompt")) rerun = true;
+  } else {
+    const int hi = std::max(16, prompt_tokens_ > 0 ? prompt_tokens_ : 512);
+    if (ImGui::SliderInt("##budget", &budget_tokens_, 1, hi, "%d tokens per (layer, KV head)")) rerun = true;
+  }
+  ImGui::EndDisabled();
+  if (full) ImGui::TextDisabled("the full cache keeps every token");
+  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+  if (ImGui::SliderInt("new tokens", &max_new_tokens_, 1, 256)) rerun = true;
+
+  ImGui::Separator();
+  if (ImGui::Button("Run", ImVec2(ImGui::GetFontSize() * 5, 0))) run();
+  ImGui::SameLine();
+  if (ImGui::Button("Cancel")) session_.cancel_all();
+  ImGui::SameLine();
+  ImGui::Checkbox("live", &live_);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Re-run on every change; a newer run cancels the one in progress, so dragging the budget never blocks");
+  if (ImGui::Button("Keep for comparison")) pin(state);
+  ImGui::TextDisabled("run: %s  budget %s", policy_spec().c_str(), full ? "-" : budget_text().c_str());
+
+  const SessionStatus st = session_.status();
+  if (st.busy) {
+    ImGui::ProgressBar(st.fraction, ImVec2(-1, 0), st.task.empty() ? "working..." : st.task.c_str());
+  } else {
+    ImGui::TextDisabled("idle; %d runs done%s", st.completed,
+                        st.last_run_ms > 0 ? (", last " + std::to_string(static_cast<int>(st.last_run_ms)) + " ms").c_str() : "");
+  }
+  if (!st.last_error.empty()) {
+    ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1.0f, 0.45f, 0.4f, 1.0f));
+    ImGui::TextWrapped("%s", st.last_error.c_str());
+    ImGui::PopStyleColor();
+  }
+  if (rerun && live_) run();
+}
+
+}  // namespace kvscope::viewers

@@ -1,0 +1,165 @@
+#include "viewers/summary.h"
+
+#include <imgui.h>
+
+#include <cmath>
+#include <limits>
+
+namespace kvscope::viewers {
+
+namespace {
+
+double meta_number(const trace::RunTrace& run, const char* key) {
+  try {
+    return std::stod(run.meta(key, "nan"));
+  } catch (...) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+}
+
+std::vector<const trace::RunTrace*> all_runs(const AppState& state) {
+  std::vector<const trace::RunTrace*> runs;
+  for (const auto& e : state.runs)
+    if (e.run) runs.push_back(e.run.get());
+  return runs;
+}
+
+}  // namespace
+
+const trace::RunTrace* find_baseline(const std::vector<const trace::RunTrace*>& runs, const trace::RunTrace& run) {
+  for (const auto* r : runs)
+    if (r != &run && r->complete && r->meta("policy") == "full" && r->prompt_ids == run.prompt_ids) return r;
+  return nullptr;
+}
+
+RunNumbers run_numbers(const trace::RunTrace& run, const trace::RunTrace* baseline) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  RunNumbers n;
+  n.cache_bytes = run.steps.empty() ? nan : static_cast<double>(run.steps.back().cache_bytes);
+  n.full_cache_bytes = meta_number(run, "full_cache_bytes");
+  if (std::isnan(n.full_cache_bytes) && baseline && !baseline->steps.empty())
+    n.full_cache_bytes = static_cast<double>(baseline->steps.back().cache_bytes);
+  n.kept_share = n.full_cache_bytes > 0 ? n.cache_bytes / n.full_cache_bytes : nan;
+  double sum = 0;
+  for (float lp : run.logprobs) sum += lp;
+  n.mean_logprob = run.logprobs.empty() ? nan : sum / run.logprobs.size();
+  n.logprob_gap = nan;
+  if (baseline) {
+    n.has_baseline = true;
+    double bsum = 0;
+    for (float lp : baseline->logprobs) bsum += lp;
+    if (!baseline->logprobs.empty() && !run.logprobs.empty()) n.logprob_gap = n.mean_logprob - bsum / baseline->logprobs.size();
+    const std::size_t m = std::min(run.generated_ids.size(), baseline->generated_ids.size());
+    for (std::size_t i = 0; i < m; ++i)
+      if (run.generated_ids[i] != baseline->generated_ids[i]) {
+        n.first_divergence = static_cast<int>(i);
+        break;
+      }
+    if (n.first_divergence < 0 && run.generated_ids.size() != baseline->generated_ids.size())
+      n.first_divergence = static_cast<int>(m);
+  }
+  n.prefill_ms = meta_number(run, "prefill_ms");
+  const double decode_ms = meta_number(run, "decode_ms");
+  n.decode_ms_per_token = run.n_generated() > 1 ? decode_ms / (run.n_generated() - 1) : nan;
+  return n;
+}
+
+void Summary::draw(AppState& state) {
+  const auto runs = all_runs(state);
+  if (runs.empty()) {
+    centered_hint("No run yet.");
+    return;
+  }
+  export_button(state, key());
+  const ImGuiTableFlags flags = ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollX |
+                                ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_Resizable;
+  const float table_h = std::min(ImGui::GetContentRegionAvail().y * 0.55f, ImGui::GetTextLineHeightWithSpacing() * (runs.size() + 2.5f));
+  if (ImGui::BeginTable("##runs", 9, flags, ImVec2(0, table_h))) {
+    ImGui::TableSetupColumn("run");
+    ImGui::TableSetupColumn("prompt");
+    ImGui::TableSetupColumn("gen");
+    ImGui::TableSetupColumn("cache KiB");
+    ImGui::TableSetupColumn("of full");
+    ImGui::TableSetupColumn("mean log p");
+    ImGui::TableSetupColumn("gap");
+    ImGui::TableSetupColumn("diverges at");
+    ImGui::TableSetupColumn("prefill / decode ms");
+    ImGui::TableSetupScrollFreeze(1, 1);
+    ImGui::TableHeadersRow();
+    for (int i = 0; i < static_cast<int>(state.runs.size()); ++i) {
+      const trace::RunTrace* r = state.run(i);
+      if (!r) continue;
+      const RunNumbers n = run_numbers(*r, find_baseline(runs, *r));
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::PushID(i);
+      if (ImGui::Selectable(r->name.c_str(), i == state.active, ImGuiSelectableFlags_SpanAllColumns)) state.active = i;
+      if (ImGui::IsItemHovered())
+        ImGui::SetTooltip("%s\npolicy %s, budget %s\nstop: %s%s", run_label(state.runs[i]).c_str(), r->meta("policy_spec").c_str(),
+                          r->meta("budget", "(whole prompt)").c_str(), r->meta("stop_reason", "(running)").c_str(),
+                          r->complete ? "" : "\n(incomplete)");
+      ImGui::PopID();
+      ImGui::TableNextColumn();
+      ImGui::Text("%d", r->prompt_length);
+      ImGui::TableNextColumn();
+      ImGui::Text("%d", r->n_generated());
+      ImGui::TableNextColumn();
+      ImGui::Text("%.0f", n.cache_bytes / 1024.0);
+      ImGui::TableNextColumn();
+      if (std::isnan(n.kept_share)) ImGui::TextDisabled("-");
+      else ImGui::Text("%.0f%%", 100.0 * n.kept_share);
+      ImGui::TableNextColumn();
+      if (std::isnan(n.mean_logprob)) ImGui::TextDisabled("-");
+      else ImGui::Text("%.3f", n.mean_logprob);
+      ImGui::TableNextColumn();
+      if (std::isnan(n.logprob_gap)) ImGui::TextDisabled(n.has_baseline ? "-" : "no baseline");
+      else ImGui::Text("%+.3f", n.logprob_gap);
+      ImGui::TableNextColumn();
+      if (!n.has_baseline) ImGui::TextDisabled("-");
+      else if (n.first_divergence < 0) ImGui::Text("identical");
+      else ImGui::Text("token %d", n.first_divergence);
+      ImGui::TableNextColumn();
+      ImGui::Text("%.0f / %.1f", n.prefill_ms, n.decode_ms_per_token);
+    }
+    ImGui::EndTable();
+  }
+  if (const trace::RunTrace* r = state.active_run()) {
+    ImGui::SeparatorText(("continuation of " + r->name).c_str());
+    std::string text = r->meta("generated_text");
+    if (text.empty())
+      for (const auto& s : r->generated_strings) text += s;
+    ImGui::BeginChild("##text", ImVec2(0, 0), ImGuiChildFlags_Borders);
+    ImGui::TextWrapped("%s", text.c_str());
+    ImGui::EndChild();
+  }
+}
+
+Figure Summary::figure(const AppState& state) {
+  Figure f;
+  f.title = "summary";
+  const auto runs = all_runs(state);
+  LinePlot share, gap;
+  share.title = "Cache kept";
+  share.y_label = "% of the full cache";
+  share.x_label = "run";
+  gap.title = "Mean log-prob gap to the full cache";
+  gap.y_label = "nats per token";
+  gap.x_label = "run";
+  for (int i = 0; i < static_cast<int>(runs.size()); ++i) {
+    const RunNumbers n = run_numbers(*runs[i], find_baseline(runs, *runs[i]));
+    LineSeries a, b;
+    a.name = b.name = runs[i]->name;
+    a.kind = b.kind = LineSeries::Kind::Bars;
+    a.color = b.color = i;
+    a.x = b.x = {static_cast<double>(i)};
+    a.y = {100.0 * n.kept_share};
+    b.y = {n.logprob_gap};
+    share.series.push_back(a);
+    if (!std::isnan(n.logprob_gap)) gap.series.push_back(b);
+  }
+  if (!share.series.empty()) f.parts.push_back(share);
+  if (!gap.series.empty()) f.parts.push_back(gap);
+  return f;
+}
+
+}  // namespace kvscope::viewers

@@ -1,0 +1,30 @@
+#pragma once
+// One row per run: what it cost (cache bytes kept against the full cache), what it changed (mean
+// log-prob of its continuation against a full-cache run of the same prompt, and where its greedy text
+// first differs) and how long it took.
+#include "viewers/panel.h"
+
+namespace kvscope::viewers {
+
+struct RunNumbers {
+  double cache_bytes = 0, full_cache_bytes = 0;  // final cache, and the full cache it replaces
+  double kept_share = 1;                          // cache_bytes / full_cache_bytes
+  double mean_logprob = 0;                        // over generated tokens (NaN when none)
+  double logprob_gap = 0;                         // mean_logprob - baseline's (NaN without a baseline)
+  int first_divergence = -1;                      // first generated index that differs from the baseline
+  double prefill_ms = 0, decode_ms_per_token = 0;
+  bool has_baseline = false;
+};
+
+// The baseline for `run`: a complete full-cache run of the same prompt ids, or nullptr.
+const trace::RunTrace* find_baseline(const std::vector<const trace::RunTrace*>& runs, const trace::RunTrace& run);
+RunNumbers run_numbers(const trace::RunTrace& run, const trace::RunTrace* baseline);
+
+class Summary final : public Panel {
+ public:
+  Summary() : Panel("summary", "Summary") {}
+  void draw(AppState& state) override;
+  Figure figure(const AppState& state) override;
+};
+
+}  // namespace kvscope::viewers

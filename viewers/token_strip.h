@@ -1,0 +1,27 @@
+#pragma once
+// The prompt and the generated text as tokens, each tinted by how many (layer, KV head) caches still
+// hold it at the selected step (dark: dropped almost everywhere, bright: kept everywhere). Clicking a
+// token selects it in every panel.
+#include "viewers/panel.h"
+
+namespace kvscope::viewers {
+
+class TokenStrip final : public Panel {
+ public:
+  TokenStrip() : Panel("tokens", "Tokens") {}
+  void draw(AppState& state) override;
+
+ private:
+  std::string signature_;
+  std::vector<float> retention_;
+};
+
+// Where each token box goes when wrapping boxes of the given widths into lines of `avail` width.
+struct TokenLayout {
+  std::vector<float> x;
+  std::vector<int> line;
+  int n_lines = 0;
+};
+TokenLayout layout_tokens(const std::vector<float>& widths, float avail, float gap);
+
+}  // namespace kvscope::viewers
