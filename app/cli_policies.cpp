@@ -15,10 +15,14 @@ namespace {
 
 const char* kind_name(policy::ParamSpec::Kind kind) {
   switch (kind) {
-    case policy::ParamSpec::Kind::Int: return "int";
-    case policy::ParamSpec::Kind::Float: return "float";
-    case policy::ParamSpec::Kind::Choice: return "choice";
-    case policy::ParamSpec::Kind::Bool: return "bool";
+    case policy::ParamSpec::Kind::Int:
+      return "int";
+    case policy::ParamSpec::Kind::Float:
+      return "float";
+    case policy::ParamSpec::Kind::Choice:
+      return "choice";
+    case policy::ParamSpec::Kind::Bool:
+      return "bool";
   }
   return "?";
 }
@@ -26,8 +30,11 @@ const char* kind_name(policy::ParamSpec::Kind kind) {
 nlohmann::json params_json(const std::vector<policy::ParamSpec>& params) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& p : params) {
-    nlohmann::json j{{"name", p.name}, {"kind", kind_name(p.kind)}, {"default", p.default_text()},
-                     {"range", p.range_text()}, {"doc", p.doc}};
+    nlohmann::json j{{"name", p.name},
+                     {"kind", kind_name(p.kind)},
+                     {"default", p.default_text()},
+                     {"range", p.range_text()},
+                     {"doc", p.doc}};
     if (p.kind == policy::ParamSpec::Kind::Choice) {
       j["choices"] = p.choices;
     } else if (p.kind != policy::ParamSpec::Kind::Bool) {
@@ -66,7 +73,8 @@ void print_params(const std::vector<policy::ParamSpec>& params, bool skip_alloca
 
 Command register_policies(CLI::App& root) {
   auto json = std::make_shared<bool>(false);
-  CLI::App* cmd = root.add_subcommand("policies", "list the KV-cache policies and layer allocations with their parameters");
+  CLI::App* cmd =
+      root.add_subcommand("policies", "list the KV-cache policies and layer allocations with their parameters");
   cmd->add_flag("--json", *json, "print a machine-readable list");
 
   return {cmd, [json]() {
@@ -74,12 +82,16 @@ Command register_policies(CLI::App& root) {
               nlohmann::json out;
               out["policies"] = nlohmann::json::array();
               for (const auto& p : policy::all_policies())
-                out["policies"].push_back(
-                    {{"name", p.name}, {"summary", p.summary}, {"reference", p.reference}, {"params", params_json(p.params)}});
+                out["policies"].push_back({{"name", p.name},
+                                           {"summary", p.summary},
+                                           {"reference", p.reference},
+                                           {"params", params_json(p.params)}});
               out["allocations"] = nlohmann::json::array();
               for (const auto& a : policy::all_allocations())
-                out["allocations"].push_back(
-                    {{"name", a.name}, {"summary", a.summary}, {"reference", a.reference}, {"params", params_json(a.params)}});
+                out["allocations"].push_back({{"name", a.name},
+                                              {"summary", a.summary},
+                                              {"reference", a.reference},
+                                              {"params", params_json(a.params)}});
               std::cout << out.dump(2) << "\n";
               return 0;
             }
@@ -89,8 +101,9 @@ Command register_policies(CLI::App& root) {
               print_params(p.params, true);
               std::printf("\n");
             }
-            std::printf("Layer allocations (allocation=NAME on any policy that takes one; their parameters go in the "
-                        "same spec)\n\n");
+            std::printf(
+                "Layer allocations (allocation=NAME on any policy that takes one; their parameters go in the "
+                "same spec)\n\n");
             for (const auto& a : policy::all_allocations()) {
               std::printf("%s — %s\n  %s\n", a.name.c_str(), a.summary.c_str(), a.reference.c_str());
               print_params(a.params, false);

@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
       app::register_trace(root),
       app::register_inspect(root),
       app::register_policies(root),
+      app::register_gui(root),
+      app::register_figure(root),
   };
 
   try {

@@ -16,5 +16,7 @@ Command register_generate(CLI::App& root);
 Command register_trace(CLI::App& root);
 Command register_inspect(CLI::App& root);
 Command register_policies(CLI::App& root);
+Command register_gui(CLI::App& root);
+Command register_figure(CLI::App& root);
 
 }  // namespace kvscope::app

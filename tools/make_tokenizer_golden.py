@@ -22,6 +22,7 @@ How to run (from the repository root):
 
     python3 -m venv /tmp/tokenv
     /tmp/tokenv/bin/pip install tokenizers==0.23.3 gguf==0.19.0 numpy jinja2==3.1.6
+    /tmp/tokenv/bin/pip install transformers==5.23.0          # optional: the cross-check below
     scripts/fetch_model.sh
     /tmp/tokenv/bin/python tools/make_tokenizer_golden.py   # about 20 s
 """

@@ -113,18 +113,19 @@ void AttentionHeatmap::draw(AppState& state) {
     return;
   }
   const RunShape shape = shape_of(*run);
-  run_combo("##run", state, state.active, ImGui::GetFontSize() * 14);
-  ImGui::SameLine();
+  const float font = ImGui::GetFontSize();
+  run_combo("##run", state, state.active, font * 14);
+  same_line_if_fits(font * 22);
   layer_head_sliders(state.sel, shape);
-  ImGui::SameLine();
+  same_line_if_fits(checkbox_width("decode"));
   ImGui::Checkbox("decode", &decode);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Show the decode-step attention rows instead of the prefill map");
-  ImGui::SameLine();
+  same_line_if_fits(checkbox_width("marks"));
   ImGui::Checkbox("marks", &show_marks);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Mark keys evicted (red) or merged (orange) by the end of the run");
-  ImGui::SameLine();
+  same_line_if_fits(font * 12);
   color_controls(state);
-  ImGui::SameLine();
+  same_line_if_fits(font * 5);
   export_button(state, key());
 
   const HeatmapPlot* p = plot(state);

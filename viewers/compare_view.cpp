@@ -63,6 +63,9 @@ void CompareView::refresh(const AppState& state) {
     if (sig == columns_[i].signature) continue;
     columns_[i].signature = sig;
     columns_[i].ok = attention_plot(*r, sel, decode, true, state.scale, state.cmap, 512, columns_[i].plot, columns_[i].why);
+    // Columns are narrow: the run name and place are the whole title.
+    if (columns_[i].ok)
+      columns_[i].plot.title = r->name + "  L" + std::to_string(sel.layer) + " H" + std::to_string(sel.head);
   }
   diff_.ok = false;
   if (show_difference && columns_.size() >= 2 && columns_[0].ok && columns_[1].ok) {
@@ -121,16 +124,16 @@ void CompareView::draw(AppState& state) {
     ImGui::TextDisabled("two to four runs; the first is the reference");
     ImGui::EndPopup();
   }
-  ImGui::SameLine();
+  same_line_if_fits(checkbox_width("linked"));
   ImGui::Checkbox("linked", &state.compare_sel.linked);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Layer/head changes in one column apply to all columns");
-  ImGui::SameLine();
+  same_line_if_fits(checkbox_width("decode"));
   ImGui::Checkbox("decode", &decode);
-  ImGui::SameLine();
+  same_line_if_fits(checkbox_width("difference"));
   ImGui::Checkbox("difference", &show_difference);
-  ImGui::SameLine();
+  same_line_if_fits(ImGui::GetFontSize() * 12);
   color_controls(state);
-  ImGui::SameLine();
+  same_line_if_fits(ImGui::GetFontSize() * 5);
   export_button(state, key());
   if (state.compare_sel.size() != state.compare.size()) {
     state.compare_sel.resize(state.compare.size());
@@ -198,6 +201,7 @@ void CompareView::draw(AppState& state) {
 }
 
 Figure CompareView::figure(const AppState& state) {
+  if (state.compare_sel.size() == state.compare.size()) refresh(state);
   Figure f;
   f.title = "compare";
   for (const auto& c : columns_)

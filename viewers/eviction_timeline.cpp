@@ -3,6 +3,7 @@
 #include <imgui.h>
 #include <implot.h>
 
+#include <cmath>
 #include <cstdio>
 
 namespace kvscope::viewers {
@@ -32,7 +33,7 @@ bool timeline_plot(const trace::RunTrace& run, int layer, int kv_head, bool aggr
     // Positions not yet processed at a step have no meaning; NaN shows them as the background colour.
     for (int s = 0; s < n_steps; ++s) {
       const int seen = s < run.n_steps() ? run.steps[s].seq_len : shape.n_positions;
-      for (int p = seen; p < shape.n_positions; ++p) share[static_cast<std::size_t>(s) * shape.n_positions + p] = NAN;
+      for (int p = seen; p < shape.n_positions; ++p) share[static_cast<std::size_t>(s) * shape.n_positions + p] = std::nanf("");
     }
     m.rows = m.source_rows = n_steps;
     m.values = std::move(share);

@@ -93,10 +93,19 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
   h.bytes(&plot.log_y, sizeof plot.log_y);
   const bool refit = changed_since_last_frame(id, h.h);
   const std::string title = plot.title + "##" + id;
+  if (refit) ImPlot::SetNextAxesToFit();
   if (!ImPlot::BeginPlot(title.c_str(), size)) return;
   ImPlot::SetupAxes(plot.x_label.empty() ? nullptr : plot.x_label.c_str(), plot.y_label.empty() ? nullptr : plot.y_label.c_str());
   if (plot.log_y) ImPlot::SetupAxisScale(ImAxis_Y1, ImPlotScale_Log10);
-  if (refit) ImPlot::SetNextAxesToFit();
+  if (!plot.x_tick_labels.empty()) {
+    std::vector<double> at;
+    std::vector<const char*> labels;
+    for (std::size_t i = 0; i < plot.x_tick_labels.size(); ++i) {
+      at.push_back(static_cast<double>(i));
+      labels.push_back(plot.x_tick_labels[i].c_str());
+    }
+    ImPlot::SetupAxisTicks(ImAxis_X1, at.data(), static_cast<int>(at.size()), labels.data());
+  }
   ImPlot::SetupLegend(ImPlotLocation_NorthEast);
   for (std::size_t i = 0; i < plot.series.size(); ++i) {
     const LineSeries& s = plot.series[i];
@@ -106,7 +115,7 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
     ImPlotSpec spec;
     spec.LineColor = to_vec4(col);
     spec.FillColor = to_vec4(col);
-    spec.LineWeight = 2.0f;
+    spec.LineWeight = std::max(1.5f, ImGui::GetFontSize() / 8.0f);  // thicker lines in large exported figures
     const char* label = s.name.c_str();
     if (s.y_low.size() == s.x.size() && s.y_high.size() == s.x.size()) {
       ImPlotSpec band = spec;
@@ -163,7 +172,9 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
     ImPlot::SetupAxis(ImAxis_Y1, plot.y_label.empty() ? nullptr : plot.y_label.c_str(), ImPlotAxisFlags_Invert);
     ImPlot::SetupAxesLimits(0, std::max(1, m.source_cols), 0, std::max(1.0, m.source_rows + strip),
                             refit ? ImPlotCond_Always : ImPlotCond_Once);
-    ImPlot::SetupLegend(ImPlotLocation_NorthEast, ImPlotLegendFlags_Outside);
+    // Category legends sit outside (they describe every cell); the key-mark legend fits in the empty
+    // upper-right triangle of a causal map and so costs no width in narrow compare columns.
+    ImPlot::SetupLegend(ImPlotLocation_NorthEast, legend ? ImPlotLegendFlags_Outside : 0);
     if (tex != ImTextureID_Invalid) {
       // The axis is inverted (row 0 on top) while PlotImage assumes y up, so the v coordinates flip.
       ImPlot::PlotImage("##map", ImTextureRef(tex), ImPlotPoint(0, 0),
@@ -315,10 +326,18 @@ void line_plot_svg(std::ostringstream& out, const LinePlot& plot, double ox, dou
     out << "<text x=\"" << num(left - font * 0.4) << "\" y=\"" << num(py(t) + font * 0.35) << "\" text-anchor=\"end\">"
         << tick_label(t) << "</text>\n";
   }
-  for (double t : nice_ticks(xa, xb, 8)) {
+  std::vector<double> xt;
+  if (plot.x_tick_labels.empty()) {
+    xt = nice_ticks(xa, xb, 8);
+  } else {
+    for (std::size_t i = 0; i < plot.x_tick_labels.size(); ++i) xt.push_back(static_cast<double>(i));
+  }
+  for (double t : xt) {
+    const std::size_t ti = static_cast<std::size_t>(std::lround(t));
+    const std::string label = plot.x_tick_labels.empty() ? tick_label(t) : xml_escape(plot.x_tick_labels[ti]);
     out << "<line x1=\"" << num(px(t)) << "\" x2=\"" << num(px(t)) << "\" y1=\"" << num(top) << "\" y2=\"" << num(bottom)
         << "\" stroke=\"#eeeeee\"/>\n";
-    out << "<text x=\"" << num(px(t)) << "\" y=\"" << num(bottom + font * 1.3) << "\" text-anchor=\"middle\">" << tick_label(t)
+    out << "<text x=\"" << num(px(t)) << "\" y=\"" << num(bottom + font * 1.3) << "\" text-anchor=\"middle\">" << label
         << "</text>\n";
   }
   // Data, clipped to the plot area.

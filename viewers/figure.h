@@ -33,6 +33,7 @@ struct LinePlot {
   std::vector<LineSeries> series;
   bool log_y = false;
   std::vector<double> marks_x;  // vertical guides (the selected layer, ...)
+  std::vector<std::string> x_tick_labels;  // non-empty: category names at x = 0, 1, 2 ...
 };
 
 struct Category {

@@ -72,7 +72,7 @@ Image FigureRenderer::render(const Figure& figure, const ExportOptions& options)
   }
   style.FontSizeBase = options.font_px > 0 ? options.font_px : std::max(13.0f, std::round(options.height / 50.0f));
   style.WindowPadding = ImVec2(style.FontSizeBase * 0.6f, style.FontSizeBase * 0.6f);
-  ImPlot::GetStyle().LineWeight = std::max(1.0f, style.FontSizeBase / 10.0f);
+  style.WindowBorderSize = 0.0f;  // the figure is the whole picture; a window frame would read as part of it
   ImPlot::GetStyle().PlotPadding = ImVec2(style.FontSizeBase * 0.6f, style.FontSizeBase * 0.6f);
 
   SoftTextureStore textures;

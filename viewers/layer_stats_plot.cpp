@@ -55,6 +55,13 @@ bool layer_stat_series(const trace::RunTrace& run, const std::string& name, bool
   return false;
 }
 
+std::string default_layer_stat(const std::vector<std::string>& names) {
+  // Row entropy is the statistic every paper starts from; budgets make sense for every policy run.
+  for (const char* preferred : {"mean_row_entropy", "cake_window_entropy", "layer_budget"})
+    if (std::find(names.begin(), names.end(), preferred) != names.end()) return preferred;
+  return names.empty() ? std::string() : names.front();
+}
+
 LinePlot LayerStatsPlot::build(const AppState& state) const {
   LinePlot plot;
   const trace::RunTrace* active = state.active_run();
@@ -84,7 +91,7 @@ void LayerStatsPlot::draw(AppState& state) {
     centered_hint("No per-layer statistics yet (they are recorded at the end of prefill).");
     return;
   }
-  if (std::find(names.begin(), names.end(), stat) == names.end()) stat = names.front();
+  if (std::find(names.begin(), names.end(), stat) == names.end()) stat = default_layer_stat(names);
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 16);
   if (ImGui::BeginCombo("statistic", stat.c_str())) {
     for (const auto& n : names)

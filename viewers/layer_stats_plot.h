@@ -22,6 +22,7 @@ class LayerStatsPlot final : public Panel {
 
 // Statistic names across runs: per-(layer, head) stats, per-layer stats, then "layer_budget".
 std::vector<std::string> layer_stat_names(const std::vector<const trace::RunTrace*>& runs);
+std::string default_layer_stat(const std::vector<std::string>& names);
 // One series for `run` (false when the run lacks it). Budgets come from layer_budgets.
 bool layer_stat_series(const trace::RunTrace& run, const std::string& name, bool band, LineSeries& out,
                        std::string* description = nullptr);

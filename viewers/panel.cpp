@@ -136,3 +136,18 @@ void token_guides(int position, bool horizontal) {
 }
 
 }  // namespace kvscope::viewers
+
+namespace kvscope::viewers {
+
+void same_line_if_fits(float width) {
+  const ImGuiStyle& style = ImGui::GetStyle();
+  const float next_x = ImGui::GetItemRectMax().x + style.ItemSpacing.x;
+  const float right = ImGui::GetWindowPos().x + ImGui::GetWindowWidth() - style.WindowPadding.x - style.ScrollbarSize;
+  if (next_x + width <= right) ImGui::SameLine();
+}
+
+float checkbox_width(const char* label) {
+  return ImGui::GetFrameHeight() + ImGui::GetStyle().ItemInnerSpacing.x + ImGui::CalcTextSize(label).x;
+}
+
+}  // namespace kvscope::viewers

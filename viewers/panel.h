@@ -89,3 +89,10 @@ bool plot_clicked();
 // `horizontal`), marking the selected token on maps whose axes are positions.
 void token_guides(int position, bool horizontal);
 }  // namespace kvscope::viewers
+
+namespace kvscope::viewers {
+// Toolbars: continue on the same line when an item `width` pixels wide still fits, else wrap.
+void same_line_if_fits(float width);
+// Width of a checkbox with `label`, for same_line_if_fits.
+float checkbox_width(const char* label);
+}  // namespace kvscope::viewers

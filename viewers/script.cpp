@@ -22,6 +22,7 @@ const std::map<std::string, Arity>& commands() {
       {"open", {1, 1}},         {"save", {1, 1}},     {"layer", {1, 1}},      {"head", {1, 1}},
       {"token", {1, 1}},        {"step", {1, 1}},     {"view", {1, 1}},       {"wait", {0, 1}},
       {"frames", {1, 1}},       {"screenshot", {1, 1}}, {"export", {2, 3}},   {"quit", {0, 0}},
+      {"mouse", {2, 2}},        {"click", {0, 0}},
   };
   return c;
 }
@@ -89,6 +90,8 @@ std::vector<ScriptStep> parse_script(const std::string& text, const std::string&
     const std::string& c = step.command;
     if ((c == "tokens" || c == "frames" || c == "layer" || c == "head" || c == "token" || c == "step") && !is_integer(step.args[0]))
       throw UsageError(where() + "'" + c + "' needs an integer, got '" + step.args[0] + "'");
+    if (c == "mouse" && (!is_integer(step.args[0]) || !is_integer(step.args[1])))
+      throw UsageError(where() + "'mouse' needs two integer pixel coordinates, got '" + rest + "'");
     if (c == "wait" && n == 1 && !is_integer(step.args[0]))
       throw UsageError(where() + "'wait' takes whole seconds, got '" + step.args[0] + "'");
     if (c == "view" || c == "export") {

@@ -164,19 +164,6 @@ SessionStatus Session::status() const {
 
 bool Session::idle() const { return !status().busy; }
 
-std::vector<std::string> Session::token_strings(const std::string& text, bool chat) const {
-  std::shared_ptr<model::Model> m;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    m = model_;
-  }
-  std::vector<std::string> out;
-  if (!m) return out;
-  const std::string body = chat ? model::apply_chatml({{"user", text}}) : text;
-  for (int id : m->tokenizer->encode(body, chat)) out.push_back(m->tokenizer->token_text(id));
-  return out;
-}
-
 void Session::push_update(SessionUpdate update) {
   std::lock_guard<std::mutex> lock(mutex_);
   updates_.push_back(std::move(update));

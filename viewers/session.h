@@ -77,9 +77,6 @@ class Session {
   // No request queued or running and no file being read.
   bool idle() const;
 
-  // Tokenizes with the loaded model (empty before the first run has loaded one).
-  std::vector<std::string> token_strings(const std::string& text, bool chat) const;
-
  private:
   void worker_main();
   void execute(const RunRequest& request);
@@ -105,7 +102,7 @@ class Session {
   std::vector<std::string> messages_;
   SessionStatus status_;
 
-  // Owned by the worker thread; the mutex guards the pointer for token_strings().
+  // Owned by the worker thread.
   std::shared_ptr<model::Model> model_;
   std::string model_path_;
 

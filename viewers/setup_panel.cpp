@@ -287,7 +287,9 @@ void SetupPanel::draw(AppState& state) {
   }
   ImGui::SameLine();
   if (ImGui::SmallButton("defaults")) reset_params(), rerun = true;
-  ImGui::TextDisabled("%s", all[policy_].summary.c_str());
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TextWrapped("%s", all[policy_].summary.c_str());
+  ImGui::PopStyleColor();
   rerun |= param_widgets();
 
   ImGui::SeparatorText("Budget");

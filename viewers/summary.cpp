@@ -39,7 +39,12 @@ RunNumbers run_numbers(const trace::RunTrace& run, const trace::RunTrace* baseli
   n.full_cache_bytes = meta_number(run, "full_cache_bytes");
   if (std::isnan(n.full_cache_bytes) && baseline && !baseline->steps.empty())
     n.full_cache_bytes = static_cast<double>(baseline->steps.back().cache_bytes);
-  n.kept_share = n.full_cache_bytes > 0 ? n.cache_bytes / n.full_cache_bytes : nan;
+  // Entries, not bytes: cache_bytes counts reserved capacity, which a full cache overshoots by its growth slack.
+  if (!run.steps.empty() && run.n_layers > 0 && run.n_kv_heads > 0 && run.steps.back().seq_len > 0)
+    n.kept_share = static_cast<double>(run.steps.back().cache_entries) /
+                   (static_cast<double>(run.n_layers) * run.n_kv_heads * run.steps.back().seq_len);
+  else
+    n.kept_share = nan;
   double sum = 0;
   for (float lp : run.logprobs) sum += lp;
   n.mean_logprob = run.logprobs.empty() ? nan : sum / run.logprobs.size();
@@ -78,7 +83,7 @@ void Summary::draw(AppState& state) {
     ImGui::TableSetupColumn("run");
     ImGui::TableSetupColumn("prompt");
     ImGui::TableSetupColumn("gen");
-    ImGui::TableSetupColumn("cache KiB");
+    ImGui::TableSetupColumn("cache KiB");  // allocated, slack included
     ImGui::TableSetupColumn("of full");
     ImGui::TableSetupColumn("mean log p");
     ImGui::TableSetupColumn("gap");
@@ -139,23 +144,26 @@ Figure Summary::figure(const AppState& state) {
   f.title = "summary";
   const auto runs = all_runs(state);
   LinePlot share, gap;
-  share.title = "Cache kept";
+  share.title = "Cache entries kept";
   share.y_label = "% of the full cache";
-  share.x_label = "run";
   gap.title = "Mean log-prob gap to the full cache";
   gap.y_label = "nats per token";
-  gap.x_label = "run";
   for (int i = 0; i < static_cast<int>(runs.size()); ++i) {
     const RunNumbers n = run_numbers(*runs[i], find_baseline(runs, *runs[i]));
     LineSeries a, b;
-    a.name = b.name = runs[i]->name;
+    a.name = b.name = "##" + runs[i]->name;  // the tick labels name the runs; no legend needed
     a.kind = b.kind = LineSeries::Kind::Bars;
     a.color = b.color = i;
-    a.x = b.x = {static_cast<double>(i)};
+    a.x = {static_cast<double>(share.x_tick_labels.size())};
     a.y = {100.0 * n.kept_share};
-    b.y = {n.logprob_gap};
     share.series.push_back(a);
-    if (!std::isnan(n.logprob_gap)) gap.series.push_back(b);
+    share.x_tick_labels.push_back(runs[i]->name);
+    if (!std::isnan(n.logprob_gap)) {
+      b.x = {static_cast<double>(gap.x_tick_labels.size())};
+      b.y = {n.logprob_gap};
+      gap.series.push_back(b);
+      gap.x_tick_labels.push_back(runs[i]->name);
+    }
   }
   if (!share.series.empty()) f.parts.push_back(share);
   if (!gap.series.empty()) f.parts.push_back(gap);

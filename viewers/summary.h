@@ -7,8 +7,8 @@
 namespace kvscope::viewers {
 
 struct RunNumbers {
-  double cache_bytes = 0, full_cache_bytes = 0;  // final cache, and the full cache it replaces
-  double kept_share = 1;                          // cache_bytes / full_cache_bytes
+  double cache_bytes = 0, full_cache_bytes = 0;  // final cache as allocated, and a full cache's payload
+  double kept_share = 1;                          // entries kept / (layers x KV heads x tokens processed)
   double mean_logprob = 0;                        // over generated tokens (NaN when none)
   double logprob_gap = 0;                         // mean_logprob - baseline's (NaN without a baseline)
   int first_divergence = -1;                      // first generated index that differs from the baseline

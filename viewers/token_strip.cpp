@@ -74,7 +74,7 @@ void TokenStrip::draw(AppState& state) {
     const bool light = 0.299f * c.r + 0.587f * c.g + 0.114f * c.b > 140.0f;
     dl->AddText(ImVec2(a.x + pad, a.y + pad), light ? IM_COL32(10, 10, 10, 255) : IM_COL32(245, 245, 245, 255), labels[i].c_str());
     if (i >= n_prompt) dl->AddRect(a, b, IM_COL32(255, 255, 255, 140), 3.0f);  // generated tokens are outlined
-    if (i == state.token) dl->AddRect(ImVec2(a.x - 1, a.y - 1), ImVec2(b.x + 1, b.y + 1), IM_COL32(255, 60, 60, 255), 3.0f, 0, 2.0f);
+    if (i == state.token) dl->AddRect(ImVec2(a.x - 1, a.y - 1), ImVec2(b.x + 1, b.y + 1), IM_COL32(255, 60, 60, 255), 3.0f, 2.0f);
     if (ImGui::IsWindowHovered() && ImGui::IsMouseHoveringRect(a, b)) hovered = i;
   }
   ImGui::Dummy(ImVec2(1, lay.n_lines * line_h));

@@ -77,16 +77,36 @@ void RowPooler::add_row(int r, std::span<const float> values, std::span<const in
   emit_until(out_row);
   const int cb = shape_.col_block;
   const bool max = shape_.mode == Pooling::Max;
+  float* acc = acc_.data();
+  int32_t* count = count_.data();
+  if (cols.empty()) {
+    // Contiguous columns: walk block by block, no division per value, so the compiler vectorises.
+    const int n = std::min(static_cast<int>(values.size()), shape_.source_cols);
+    const float* v = values.data();
+    if (cb == 1) {
+      for (int j = 0; j < n; ++j) acc[j] = max ? std::max(acc[j], v[j]) : acc[j] + v[j];
+      for (int j = 0; j < n; ++j) ++count[j];
+      return;
+    }
+    for (int oc = 0, c0 = 0; c0 < n; ++oc, c0 += cb) {
+      const int c1 = std::min(n, c0 + cb);
+      float a = acc[oc];
+      if (max)
+        for (int j = c0; j < c1; ++j) a = std::max(a, v[j]);
+      else
+        for (int j = c0; j < c1; ++j) a += v[j];
+      acc[oc] = a;
+      count[oc] += c1 - c0;
+    }
+    return;
+  }
   const std::size_t n = values.size();
   for (std::size_t i = 0; i < n; ++i) {
-    const int c = cols.empty() ? static_cast<int>(i) : cols[i];
+    const int c = cols[i];
     if (c < 0 || c >= shape_.source_cols) continue;
     const int oc = cb == 1 ? c : c / cb;
-    if (max)
-      acc_[oc] = std::max(acc_[oc], values[i]);
-    else
-      acc_[oc] += values[i];
-    ++count_[oc];
+    acc[oc] = max ? std::max(acc[oc], values[i]) : acc[oc] + values[i];
+    ++count[oc];
   }
 }
 

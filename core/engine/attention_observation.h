@@ -27,6 +27,7 @@ struct AttentionObservation {
   int layer = 0;
   Phase phase = Phase::Prefill;
   int step = 0;                       // prefill block index, or decode step index
+  bool prefill_done = false;          // the last prefill block, or a decode step
   int n_heads = 0, n_kv_heads = 0;    // query heads, KV heads
   std::vector<int32_t> query_positions;
   std::vector<int> n_keys;            // per KV head: entries attended to

@@ -55,6 +55,7 @@ void Engine::attention(Run& run, int layer, const float* q, int n, const int32_t
   obs.layer = layer;
   obs.phase = step.phase;
   obs.step = step.step;
+  obs.prefill_done = step.prefill_done;
   obs.n_heads = c.n_heads;
   obs.n_kv_heads = c.n_kv_heads;
   obs.query_positions.assign(positions, positions + n);

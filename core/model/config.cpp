@@ -102,8 +102,12 @@ void read_shape(const ConfigReader& reader, ModelConfig& config) {
                     " (expected a divisor)");
   config.head_dim = config.dim / config.n_heads;
   // Some architectures decouple the head size from dim / heads; the engine assumes they agree.
-  reader.integer("attention.key_length", config.head_dim, config.head_dim, config.head_dim);
-  reader.integer("attention.value_length", config.head_dim, config.head_dim, config.head_dim);
+  for (const char* suffix : {"attention.key_length", "attention.value_length"}) {
+    const int64_t length = reader.file().get_int(reader.key(suffix), config.head_dim);
+    if (length != config.head_dim)
+      reader.fail(reader.key(suffix), std::to_string(length) + " differs from embedding_length / head_count = " +
+                                          std::to_string(config.head_dim) + " (expected them to agree)");
+  }
 }
 
 void read_positions(const ConfigReader& reader, ModelConfig& config) {

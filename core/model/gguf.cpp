@@ -26,6 +26,9 @@ constexpr uint64_t kMaxKeyBytes = 65535;  // the GGUF spec's limit on key length
 constexpr uint64_t kMaxTensorNameBytes = 64;  // GGML_MAX_NAME, which llama.cpp enforces too
 constexpr uint32_t kMaxDims = 4;          // GGML_MAX_DIMS
 constexpr uint64_t kDefaultAlignment = 32;
+// Each parsed element costs a GgufValue (40 bytes) however small its encoding, so a file could otherwise
+// make the reader allocate 40 times its own size. Real vocabularies and merge lists are far below this.
+constexpr uint64_t kMaxArrayElements = uint64_t{1} << 24;
 // Smallest encodings, used to reject absurd counts before looping or allocating:
 // a key/value pair is a key length, a one-byte key, a type id and a one-byte value;
 // a tensor info is a name length, a one-byte name, n_dims, one dimension, a type id and an offset.
@@ -148,6 +151,9 @@ GgufValue read_array(Reader& reader, const Field& field) {
                 std::to_string(element_type) + " is not a GGUF value type (expected 0..12)");
   const auto count = reader.read<uint64_t>([&] { return field_text(field) + " array length"; });
   const uint64_t element_bytes = min_encoded_bytes(element_type);
+  if (count > kMaxArrayElements)
+    reader.fail([&] { return field_text(field) + " array length"; },
+                std::to_string(count) + " exceeds the limit of " + std::to_string(kMaxArrayElements) + " elements");
   if (count > reader.remaining() / element_bytes)
     reader.fail([&] { return field_text(field) + " array length"; },
                 std::to_string(count) + " " + value_type_id_name(element_type) + " elements need at least " +

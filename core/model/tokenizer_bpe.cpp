@@ -176,7 +176,7 @@ std::string stored_to_bytes(const std::string& stored, bool* in_alphabet) {
 enum class CharClass : uint8_t { Letter, Number, Space, Other };
 
 struct CodepointText {
-  std::vector<char32_t> cps;      // invalid bytes appear as themselves with class Other
+  std::vector<char32_t> cps;  // invalid bytes appear as themselves with class Other
   std::vector<CharClass> classes;
   std::vector<uint32_t> offsets;  // byte offset of each codepoint, plus the end
 };
@@ -191,9 +191,12 @@ CodepointText split_codepoints(std::string_view text) {
     const auto ch = unicode::decode_utf8(text, pos);
     CharClass cls = CharClass::Other;
     if (!ch.invalid) {
-      if (unicode::is_letter(ch.cp)) cls = CharClass::Letter;
-      else if (unicode::is_number(ch.cp)) cls = CharClass::Number;
-      else if (unicode::is_whitespace(ch.cp)) cls = CharClass::Space;
+      if (unicode::is_letter(ch.cp))
+        cls = CharClass::Letter;
+      else if (unicode::is_number(ch.cp))
+        cls = CharClass::Number;
+      else if (unicode::is_whitespace(ch.cp))
+        cls = CharClass::Space;
     }
     t.cps.push_back(ch.invalid ? 0xFFFFFFFFu : ch.cp);
     t.classes.push_back(cls);
@@ -409,9 +412,15 @@ std::vector<std::string> BpeTokenizer::pre_tokenize(std::string_view text) const
       size_t len = 0;
       switch (pre_) {
         case BpePreTokenizer::Gpt2:
-        case BpePreTokenizer::SmolLM: len = match_gpt2(t, i, end); break;
-        case BpePreTokenizer::Llama3: len = match_llama3(t, i, end, 3); break;
-        case BpePreTokenizer::Qwen2: len = match_llama3(t, i, end, 1); break;
+        case BpePreTokenizer::SmolLM:
+          len = match_gpt2(t, i, end);
+          break;
+        case BpePreTokenizer::Llama3:
+          len = match_llama3(t, i, end, 3);
+          break;
+        case BpePreTokenizer::Qwen2:
+          len = match_llama3(t, i, end, 1);
+          break;
       }
       words.emplace_back(text.substr(t.offsets[i], t.offsets[i + len] - t.offsets[i]));
       i += len;

@@ -15,7 +15,15 @@
 namespace kvscope::model {
 
 // llama.cpp's token types as GGUF files store them (tokenizer.ggml.token_type).
-enum class TokenType : int32_t { Undefined = 0, Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
+enum class TokenType : int32_t {
+  Undefined = 0,
+  Normal = 1,
+  Unknown = 2,
+  Control = 3,
+  UserDefined = 4,
+  Unused = 5,
+  Byte = 6
+};
 
 namespace unicode {
 
@@ -75,9 +83,9 @@ enum class BpePreTokenizer {
 std::optional<BpePreTokenizer> bpe_pre_tokenizer_from_name(std::string_view name);
 
 struct BpeVocab {
-  std::vector<std::string> tokens;    // as stored: byte-level alphabet for normal tokens, raw text for added ones
-  std::vector<int32_t> token_types;   // TokenType values; empty means all Normal
-  std::vector<std::string> merges;    // "left right", best first
+  std::vector<std::string> tokens;   // as stored: byte-level alphabet for normal tokens, raw text for added ones
+  std::vector<int32_t> token_types;  // TokenType values; empty means all Normal
+  std::vector<std::string> merges;   // "left right", best first
   int bos_id = -1;
   int eos_id = -1;
   int unk_id = -1;
@@ -88,7 +96,8 @@ struct BpeVocab {
 
 class BpeTokenizer final : public Tokenizer {
  public:
-  // Throws Error when the vocabulary is empty or the special ids are out of range.
+  // Throws Error when the vocabulary is empty, token_type disagrees with it in length, or a special id is
+  // out of range. Malformed merges are skipped (see the constructor).
   BpeTokenizer(BpeVocab vocab, BpePreTokenizer pre);
 
   std::vector<int> encode(std::string_view text, bool parse_special = true) const override;
@@ -110,11 +119,10 @@ class BpeTokenizer final : public Tokenizer {
   void bpe_word(std::string_view word, std::vector<int>& out) const;
 
   std::vector<std::string> tokens_;
-  std::vector<std::string> bytes_;  // per id: raw bytes the token stands for
-  std::unordered_map<std::string, int> token_ids_;  // stored text -> id
-  std::unordered_map<std::string, int> byte_ids_;   // raw bytes -> id, normal tokens only
+  std::vector<std::string> bytes_;                            // per id: raw bytes the token stands for
+  std::unordered_map<std::string, int> byte_ids_;             // raw bytes -> id of normal tokens, for ignore_merges
   std::unordered_map<uint64_t, std::pair<int, int>> merges_;  // (left id << 32 | right id) -> (rank, merged id)
-  int byte_token_[256];             // id of the token for each single byte, -1 when missing
+  int byte_token_[256];                                       // id of the token for each single byte, -1 when missing
   SpecialTokenMatcher specials_;
   std::vector<bool> end_of_generation_;
   BpePreTokenizer pre_;

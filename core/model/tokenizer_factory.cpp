@@ -15,9 +15,7 @@ std::vector<int32_t> read_token_types(const GgufFile& file) {
   return out;
 }
 
-int read_id(const GgufFile& file, const std::string& key) {
-  return static_cast<int>(file.get_int(key, -1));
-}
+int read_id(const GgufFile& file, const std::string& key) { return static_cast<int>(file.get_int(key, -1)); }
 
 std::string where(const GgufFile& file, const std::string& key) {
   return file.path().string() + ": metadata '" + key + "'";

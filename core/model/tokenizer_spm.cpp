@@ -72,8 +72,8 @@ SpmTokenizer::SpmTokenizer(SpmVocab vocab)
   for (int id = 0; id < n; ++id) {
     const std::string& piece = tokens_[id];
     const int byte = parse_byte_token(piece);
-    TokenType type = typed ? static_cast<TokenType>(vocab.token_types[id])
-                           : (byte >= 0 ? TokenType::Byte : TokenType::Normal);
+    TokenType type =
+        typed ? static_cast<TokenType>(vocab.token_types[id]) : (byte >= 0 ? TokenType::Byte : TokenType::Normal);
     if (type == TokenType::Byte && byte >= 0) {
       byte_value_[id] = byte;
       if (byte_token_[byte] < 0) byte_token_[byte] = id;
@@ -138,8 +138,8 @@ void SpmTokenizer::encode_text(std::string_view text, std::vector<int>& out) con
     }
     // Only single characters can be missing (merges only form pieces). Byte fallback spells the character's
     // bytes; without byte tokens it becomes the unknown token, or nothing when there is none.
-    const bool all_bytes = std::all_of(piece.begin(), piece.end(),
-                                       [&](char c) { return byte_token_[static_cast<uint8_t>(c)] >= 0; });
+    const bool all_bytes =
+        std::all_of(piece.begin(), piece.end(), [&](char c) { return byte_token_[static_cast<uint8_t>(c)] >= 0; });
     if (all_bytes) {
       for (char c : piece) out.push_back(byte_token_[static_cast<uint8_t>(c)]);
     } else if (unk_id_ >= 0) {
@@ -197,7 +197,8 @@ std::string SpmTokenizer::decode(const std::vector<int>& ids) const {
 
 std::string SpmTokenizer::token_text(int id) const {
   if (id < 0 || id >= vocab_size()) return {};
-  if (byte_value_[id] >= 0) return byte_value_[id] < 0x80 ? std::string(1, static_cast<char>(byte_value_[id])) : "\xEF\xBF\xBD";
+  if (byte_value_[id] >= 0)
+    return byte_value_[id] < 0x80 ? std::string(1, static_cast<char>(byte_value_[id])) : "\xEF\xBF\xBD";
   return replace_all(tokens_[id], kSpace, " ");
 }
 

@@ -47,7 +47,8 @@ std::vector<int> proportional_budgets(const std::vector<double>& weights, long t
   const long n = static_cast<long>(weights.size());
   if (n == 0) return {};
   if (min_each > max_each)
-    throw Error("proportional_budgets: min_each " + std::to_string(min_each) + " > max_each " + std::to_string(max_each));
+    throw Error("proportional_budgets: min_each " + std::to_string(min_each) + " > max_each " +
+                std::to_string(max_each));
   bool all_zero = true;
   for (double w : weights) {
     if (!std::isfinite(w) || w < 0.0)
@@ -61,7 +62,8 @@ std::vector<int> proportional_budgets(const std::vector<double>& weights, long t
   // sum grows monotonically with s, so bisection finds it.
   auto shares = [&](double s) {
     std::vector<double> r(n);
-    for (long i = 0; i < n; ++i) r[i] = std::clamp(s * w[i], static_cast<double>(min_each), static_cast<double>(max_each));
+    for (long i = 0; i < n; ++i)
+      r[i] = std::clamp(s * w[i], static_cast<double>(min_each), static_cast<double>(max_each));
     return r;
   };
   auto sum = [](const std::vector<double>& r) { return std::accumulate(r.begin(), r.end(), 0.0); };
@@ -114,8 +116,9 @@ class UniformAllocation final : public LayerAllocation {
 }  // namespace
 
 AllocationInfo uniform_allocation_info() {
-  return {"uniform", "every layer keeps the average budget", "-", {},
-          [](const PolicyParams&) { return std::make_unique<UniformAllocation>(); }};
+  return {"uniform", "every layer keeps the average budget", "-", {}, [](const PolicyParams&) {
+            return std::make_unique<UniformAllocation>();
+          }};
 }
 
 }  // namespace kvscope::policy

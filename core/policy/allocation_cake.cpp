@@ -58,7 +58,8 @@ class CakeAllocation final : public LayerAllocation {
       p[l] = l < static_cast<int>(log_pref_.size()) && std::isfinite(log_pref_[l]) ? std::exp(log_pref_[l]) : 0.0;
     }
     out.set("cake_entropy", {h, {n}, {"layer"}, "H_l, Eq. 4 on A[-S_w:, :-S_w], summed over query heads"});
-    out.set("cake_variance", {v, {n}, {"layer"}, "V_l, Eq. 5 (unbiased variance over the window rows), summed over keys and heads"});
+    out.set("cake_variance",
+            {v, {n}, {"layer"}, "V_l, Eq. 5 (unbiased variance over the window rows), summed over keys and heads"});
     out.set("cake_preference", {p, {n}, {"layer"}, "P_l = H_l^(1/tau1) * V_l^(1/tau2), Eq. 6"});
   }
 
@@ -72,17 +73,18 @@ class CakeAllocation final : public LayerAllocation {
 }  // namespace
 
 AllocationInfo cake_allocation_info() {
-  return {"cake",
-          "budgets in proportion to each layer's attention entropy and variance over the last window (CAKE)",
-          "Qin et al. 2025, CAKE, §4.1, Eq. 6-7",
-          {ParamSpec::integer("cake_window", 32, 1, 4096,
-                              "CAKE App. C: S_w, the last prompt queries whose attention gives H_l and V_l (32)"),
-           ParamSpec::real("cake_tau1", 1.0, 0.05, 20.0, "CAKE Eq. 6: entropy temperature (grid 0.2-2; code default 1)"),
-           ParamSpec::real("cake_tau2", 1.0, 0.05, 20.0, "CAKE Eq. 6: variance temperature (grid 0.4-3; code default 1)")},
-          [](const PolicyParams& p) {
-            return std::make_unique<CakeAllocation>(p.get_int("cake_window"), p.get_float("cake_tau1"),
-                                                    p.get_float("cake_tau2"));
-          }};
+  return {
+      "cake",
+      "budgets in proportion to each layer's attention entropy and variance over the last window (CAKE)",
+      "Qin et al. 2025, CAKE, §4.1, Eq. 6-7",
+      {ParamSpec::integer("cake_window", 32, 1, 4096,
+                          "CAKE App. C: S_w, the last prompt queries whose attention gives H_l and V_l (32)"),
+       ParamSpec::real("cake_tau1", 1.0, 0.05, 20.0, "CAKE Eq. 6: entropy temperature (grid 0.2-2; code default 1)"),
+       ParamSpec::real("cake_tau2", 1.0, 0.05, 20.0, "CAKE Eq. 6: variance temperature (grid 0.4-3; code default 1)")},
+      [](const PolicyParams& p) {
+        return std::make_unique<CakeAllocation>(p.get_int("cake_window"), p.get_float("cake_tau1"),
+                                                p.get_float("cake_tau2"));
+      }};
 }
 
 }  // namespace kvscope::policy

@@ -28,10 +28,10 @@ struct AllocationInfo {
 const std::vector<AllocationInfo>& all_allocations();
 const AllocationInfo& find_allocation(const std::string& name);  // throws UsageError listing the valid names
 
-AllocationInfo uniform_allocation_info();  // allocation.cpp
-AllocationInfo pyramid_allocation_info();  // allocation_pyramid.cpp
-AllocationInfo d2o_allocation_info();      // allocation_d2o.cpp
+AllocationInfo uniform_allocation_info();    // allocation.cpp
+AllocationInfo pyramid_allocation_info();    // allocation_pyramid.cpp
+AllocationInfo d2o_allocation_info();        // allocation_d2o.cpp
 AllocationInfo dynamickv_allocation_info();  // allocation_dynamickv.cpp
-AllocationInfo cake_allocation_info();     // allocation_cake.cpp
+AllocationInfo cake_allocation_info();       // allocation_cake.cpp
 
 }  // namespace kvscope::policy

@@ -18,6 +18,9 @@ std::vector<ParamSpec> score_params() {
       ParamSpec::choice("group_reduce", "mean", {"mean", "max", "sum"},
                         "query heads of a KV head combined before pooling (spec B6-5, kv_head mode)"),
       ParamSpec::real("r_max", 10.0, 1.0, 1e4, "buffer bs = r_max * (wt - ws) per layer (eq. 2) [code: 10]"),
+      ParamSpec::choice("arithmetic", "paper", {"paper", "code"},
+                        "eqs. 6-7: the paper's C = count / l' normalised by max C, or the official code's integer "
+                        "count // l' normalised by sum C (coarser rounding; small counts become 0)"),
   };
 }
 
@@ -29,6 +32,7 @@ ScoreSettings score_settings(const PolicyParams& params) {
   s.pooling = parse_pooling(params.get_choice("pooling"));
   s.reduce = parse_group_reduce(params.get_choice("group_reduce"));
   s.r_max = params.get_float("r_max");
+  s.code_arithmetic = params.get_choice("arithmetic") == "code";
   return s;
 }
 
@@ -73,17 +77,23 @@ std::vector<long> winner_counts(const std::vector<std::vector<std::vector<float>
   return counts;
 }
 
-std::vector<int> normalised_budgets(const std::vector<long>& counts, int buffer_size, long total) {
+std::vector<int> normalised_budgets(const std::vector<long>& counts, int buffer_size, long total, bool code_arithmetic) {
   const int layers = static_cast<int>(counts.size());
   std::vector<int> budgets(layers, 0);
   if (layers == 0) return budgets;
-  // Eq. 6: C = Norm(Count_Elements(I)) with the code's count // l' before normalising.
+  // Eq. 6: C = Norm(Count_Elements(I) / l'). The paper's real division by l' cancels in the norm; the
+  // code's integer division does not, and a layer with fewer than l' winners gets nothing.
   std::vector<long> c(counts);
-  for (long& v : c) v /= layers;
+  if (code_arithmetic)
+    for (long& v : c) v /= layers;
   const long sum_c = std::accumulate(c.begin(), c.end(), 0L);
-  if (sum_c > 0) {
-    // Eq. 7 [code]: Z_i = floor(bs * C_i / sum C) (the paper's max-normalisation differs only in rounding).
-    for (int i = 0; i < layers; ++i) budgets[i] = static_cast<int>(std::floor(static_cast<double>(buffer_size) * c[i] / sum_c));
+  const long max_c = *std::max_element(c.begin(), c.end());
+  // Eq. 7: Z_i = floor(bs * C_i / max C): the busiest layer gets the whole buffer. The code divides by
+  // sum C instead, which makes every Z_i about L times smaller and so its floors about L times coarser
+  // once eq. 8 scales them back up.
+  const long norm = code_arithmetic ? sum_c : max_c;
+  if (norm > 0) {
+    for (int i = 0; i < layers; ++i) budgets[i] = static_cast<int>(std::floor(static_cast<double>(buffer_size) * c[i] / norm));
     const long sum_z = std::accumulate(budgets.begin(), budgets.end(), 0L);
     if (sum_z > 0) {
       // Eq. 8: r = sum Z / ((wt - ws) * L); Z_i = floor(Z_i / r).
@@ -129,7 +139,7 @@ std::vector<int> DynamicKVAllocation::budgets(int n_layers, int average_budget, 
   const int buffer = std::min(static_cast<int>(settings_.r_max * base), scored);
   const int kv_heads = scores_.empty() ? 0 : static_cast<int>(scores_[0].size());
   counts_ = winner_counts(scores_, static_cast<long>(base) * kv_heads * n_layers);
-  allocation_ = normalised_budgets(counts_, buffer, static_cast<long>(base) * n_layers);
+  allocation_ = normalised_budgets(counts_, buffer, static_cast<long>(base) * n_layers, settings_.code_arithmetic);
   std::vector<int> budgets(allocation_);
   // No buffer to shrink here, but no layer can keep more than its buffer (eq. 2) or the prompt.
   for (int& b : budgets) b = std::clamp(b, 0, buffer) + window;

@@ -15,6 +15,7 @@ struct ScoreSettings {
   Pooling pooling = Pooling::Avg;        // avgpool for Llama-family models [code]
   GroupReduce reduce = GroupReduce::Mean;  // query heads -> KV head (spec B6-5, gqa_mode=kv_head)
   double r_max = 10.0;                   // bs = r_max * (wt - ws), eq. 2 [code: 10]
+  bool code_arithmetic = false;          // eqs. 6-7 as the official code computes them (see below)
 };
 std::vector<ParamSpec> score_params();
 ScoreSettings score_settings(const PolicyParams& params);
@@ -29,10 +30,12 @@ std::vector<float> window_scores(const engine::AttentionObservation& obs, int kv
 // Ties go to the earlier layer, head and key, so the counts are deterministic. scores: [layer][kv_head][keys].
 std::vector<long> winner_counts(const std::vector<std::vector<std::vector<float>>>& scores, long k);
 
-// Eqs. 6-8 as the official code computes them: c_i = count_i // l'; BL_i = floor(bs * c_i / sum c);
-// r = sum BL / total; BL_i = floor(BL_i / r); the last layer takes the rounding remainder, so the budgets
-// sum to `total` = (wt - ws) * L exactly.
-std::vector<int> normalised_budgets(const std::vector<long>& counts, int buffer_size, long total);
+// Eqs. 6-8. Paper: C_i = count_i / l' (eq. 6), Z_i = floor(bs * C_i / max C) (eq. 7, Alg. 1 line 8).
+// Code (code_arithmetic): C_i = count_i // l' (integer), Z_i = floor(bs * C_i / sum C). Then (eq. 8)
+// r = sum Z / total, Z_i = floor(Z_i / r), and [code] the last layer seen takes the rounding remainder so
+// the budgets sum to `total` = (wt - ws) * L exactly. The two agree up to rounding, but the code's
+// rounding steps are about L times coarser (see docs/policies.md).
+std::vector<int> normalised_budgets(const std::vector<long>& counts, int buffer_size, long total, bool code_arithmetic);
 
 // The one-shot form: after all layers are observed, a single global top-k distributes (wt - ws) * L
 // tokens; each budget is that share plus the window.

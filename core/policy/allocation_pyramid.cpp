@@ -45,7 +45,9 @@ class PyramidAllocation final : public LayerAllocation {
   }
 
   void publish(Diagnostics& out) const override {
-    out.set("pyramid_ends", {{bottom_, top_}, {2}, {"end"},
+    out.set("pyramid_ends", {{bottom_, top_},
+                             {2},
+                             {"end"},
                              "PyramidKV §3: tokens above the reserved window at the bottom and top layer "
                              "(before rounding); budgets fall linearly between them"});
   }

@@ -108,7 +108,8 @@ class CakePolicy final : public Policy {
       return {};
     }
     for (int g = 0; g < kv_heads_; ++g)
-      indicators_[slot(m, g)] = cake::eviction_indicator(obs, g, prefix, window_, config_.gamma, config_.kernel, config_.pooling);
+      indicators_[slot(m, g)] =
+          cake::eviction_indicator(obs, g, prefix, window_, config_.gamma, config_.kernel, config_.pooling);
 
     const bool last = m == layers_ - 1;
     if (!config_.cascade && !last) {
@@ -171,8 +172,8 @@ class CakePolicy final : public Policy {
         prefix_scores = window_indicator(l, g, prefix);
       } else {
         for (int k = 0; k < group_; ++k) {
-          const std::vector<float> pooled = pool1d(
-              std::span<const float>(obs.last_row[g * group_ + k].data(), prefix), config_.kernel, config_.pooling);
+          const std::vector<float> pooled = pool1d(std::span<const float>(obs.last_row[g * group_ + k].data(), prefix),
+                                                   config_.kernel, config_.pooling);
           for (int j = 0; j < prefix; ++j) prefix_scores[j] += pooled[j] / group_;
         }
       }
@@ -262,7 +263,7 @@ class CakePolicy final : public Policy {
   int window_ = 0, cap_ = 0;
   long total_ = 0;
   bool compress_ = false;
-  std::vector<int> budgets_;                          // B_l without the window; -1 before allocation
+  std::vector<int> budgets_;  // B_l without the window; -1 before allocation
   std::vector<double> log_pref_;
   std::vector<cake::LayerStats> stats_;
   std::vector<std::vector<float>> indicators_;        // [layer * kv_heads + g][current prefix entries]
@@ -279,15 +280,15 @@ PolicyInfo cake_policy_info() {
       ParamSpec::real("tau2", 1.0, 0.05, 20.0, "variance temperature of Eq. 6 (grid 0.4-3; code default 1)"),
       ParamSpec::integer("kernel", 5, 1, 63, "pooling kernel of the indicator (§4.3; code: 5)"),
       ParamSpec::choice("pooling", "avg", {"none", "avg", "max"}, "pooling of the indicator (code: avg)"),
-      ParamSpec::choice("mode", "cascade", {"cascade", "oneshot"},
-                        "evict every layer seen so far after each layer (Algorithm 1) or all once after the last (Eq. 7)"),
+      ParamSpec::choice(
+          "mode", "cascade", {"cascade", "oneshot"},
+          "evict every layer seen so far after each layer (Algorithm 1) or all once after the last (Eq. 7)"),
       ParamSpec::choice("decode", "last", {"last", "window"},
                         "decode indicator: pooled last-query attention (code) or Eq. 11 over the last S_w queries"),
   };
   return {"cake",
           "layer budgets from attention entropy and variance, cascaded through prefill; mean + gamma*variance eviction",
-          "Qin et al., CAKE: Cascading and Adaptive KV cache Eviction with layer preferences (ICLR 2025)",
-          params,
+          "Qin et al., CAKE: Cascading and Adaptive KV cache Eviction with layer preferences (ICLR 2025)", params,
           [](const PolicyParams& p) {
             CakeConfig c;
             c.window = p.get_int("window");
@@ -295,7 +296,8 @@ PolicyInfo cake_policy_info() {
             c.tau1 = p.get_float("tau1");
             c.tau2 = p.get_float("tau2");
             c.kernel = p.get_int("kernel");
-            if (c.kernel % 2 == 0) throw UsageError("policy 'cake' parameter 'kernel' = " + std::to_string(c.kernel) + " must be odd");
+            if (c.kernel % 2 == 0)
+              throw UsageError("policy 'cake' parameter 'kernel' = " + std::to_string(c.kernel) + " must be odd");
             c.pooling = parse_pooling(p.get_choice("pooling"));
             c.cascade = p.get_choice("mode") == "cascade";
             c.decode_window = p.get_choice("decode") == "window";

@@ -67,7 +67,7 @@ std::vector<float> eviction_indicator(const engine::AttentionObservation& obs, i
         const double diff = last[static_cast<std::size_t>(r) * n + j] - mean;
         ss += diff * diff;
       }
-      indicator[j] = static_cast<float>(mean + 0.5 * gamma * ss / divisor);  // Eq. 11
+      indicator[j] = static_cast<float>(mean + gamma * ss / divisor);  // Eq. 11
     }
     // §4.3: "a pooling layer clusters I_l[:S-S_w]" (per head, before the group mean, as the code does).
     const std::vector<float> pooled = pool1d(indicator, kernel, pooling);
@@ -90,8 +90,10 @@ std::vector<double> budget_shares(const std::vector<double>& log_pref, double to
   for (;;) {
     double remaining = total, denom = 0.0;
     for (std::size_t l = 0; l < n; ++l) {
-      if (capped[l]) remaining -= cap;
-      else denom += pref[l];
+      if (capped[l])
+        remaining -= cap;
+      else
+        denom += pref[l];
     }
     if (denom <= 0.0) {
       // Every uncapped layer prefers nothing: they share what is left equally.

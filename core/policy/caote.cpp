@@ -34,9 +34,10 @@ struct CaoteConfig {
   bool fast = false;         // FastCAOTE, Eq. 23
   bool exact_concat = true;  // GQA: per-query-head errors combined as the norm of the concatenated output
   int block = 128;
-  int window = 32;           // SnapKV observation window (protected)
+  int window = 32;  // SnapKV observation window (protected)
   int kernel = 5;
   Pooling pooling = Pooling::Avg;
+  double h2o_recent_ratio = 0.5;  // H2O base: share of b kept for the newest entries
   int sinks = 0;
   int recent = 0;
 };
@@ -87,8 +88,12 @@ class CaotePolicy final : public Policy {
   ObservationRequest request(int, Phase) const override {
     ObservationRequest r;
     switch (config_.base) {
-      case Base::H2O: r.column_sums = true; break;
-      case Base::Tova: r.last_row = true; break;
+      case Base::H2O:
+        r.column_sums = true;
+        break;
+      case Base::Tova:
+        r.last_row = true;
+        break;
       case Base::SnapKV:
         r.window = config_.window;
         r.window_rows = true;
@@ -121,9 +126,12 @@ class CaotePolicy final : public Policy {
       for (int k = 0; k < group_; ++k) base[k] = observe_and_score(obs, g * group_ + k, n);
       if (n <= budget_) continue;
 
-      // Protected entries (SnapKV's window, optional sinks/recent) are kept and count against b (§1.6 of
-      // the digest); they still take part in alpha and X, which the paper defines over every entry.
+      // Protected entries are kept and count against b (digest §1.6). Each base keeps what its own policy
+      // protects: H2O its recent tokens (otherwise a new token, whose accumulated attention is one row's
+      // worth, would be evicted in the step it arrives), SnapKV its window. They still take part in alpha
+      // and X, which the paper defines over every entry.
       int recent = config_.recent;
+      if (config_.base == Base::H2O) recent = std::max(recent, static_cast<int>(config_.h2o_recent_ratio * budget_));
       if (config_.base == Base::SnapKV) recent = std::max(recent, config_.window);
       recent = std::min(recent, budget_);
       const int sinks = std::min(config_.sinks, budget_ - recent);
@@ -242,7 +250,8 @@ class CaotePolicy final : public Policy {
     diagnostics_.append_row(
         "caote_evictions",
         {obs.phase == Phase::Prefill ? 0.0 : 1.0, static_cast<double>(obs.step), static_cast<double>(obs.layer),
-         static_cast<double>(kv_head), static_cast<double>(n - static_cast<int>(keep.size())), static_cast<double>(differ)},
+         static_cast<double>(kv_head), static_cast<double>(n - static_cast<int>(keep.size())),
+         static_cast<double>(differ)},
         "event", "field",
         "one row per eviction: phase (0 prefill block, 1 decode), step, layer, kv_head, entries evicted, entries "
         "evicted by CAOTE that the base score alone would have kept (paper Fig. 1)");
@@ -250,8 +259,8 @@ class CaotePolicy final : public Policy {
 
   CaoteConfig config_;
   int layers_ = 0, heads_ = 0, kv_heads_ = 0, group_ = 1, budget_ = 0, seq_len_ = 0;
-  std::vector<std::vector<float>> accumulated_;                // H2O: [layer * heads + head][entries]
-  std::vector<std::deque<std::vector<float>>> window_rows_;    // SnapKV: last `window` rows per query head
+  std::vector<std::vector<float>> accumulated_;              // H2O: [layer * heads + head][entries]
+  std::vector<std::deque<std::vector<float>>> window_rows_;  // SnapKV: last `window` rows per query head
 };
 
 }  // namespace
@@ -269,13 +278,14 @@ PolicyInfo caote_policy_info() {
       ParamSpec::integer("window", 32, 1, 4096, "SnapKV base: observation window w (protected); digest §1.12.2"),
       ParamSpec::integer("kernel", 5, 1, 63, "SnapKV base: pooling kernel (odd)"),
       ParamSpec::choice("pooling", "avg", {"none", "avg", "max"}, "SnapKV base: pooling of the window scores"),
+      ParamSpec::real("recent_ratio", 0.5, 0.0, 1.0,
+                      "H2O base: share of b kept for the most recent entries, as H2O itself does (H2O §4: half)"),
       ParamSpec::integer("sinks", 0, 0, 1 << 20, "first entries always kept (not in the paper; 0)"),
       ParamSpec::integer("recent", 0, 0, 1 << 20, "last entries always kept (not in the paper; 0)"),
   };
   return {"caote",
           "evicts the entries whose removal changes the attention output least, in closed form over a base score",
-          "Goel et al., CAOTE: KV caching through attention output error based token eviction (2025)",
-          params,
+          "Goel et al., CAOTE: KV caching through attention output error based token eviction (2025)", params,
           [](const PolicyParams& p) {
             CaoteConfig c;
             c.base = parse_base(p.get_choice("base"));
@@ -284,8 +294,10 @@ PolicyInfo caote_policy_info() {
             c.exact_concat = p.get_choice("gqa") == "exact_concat";
             c.window = p.get_int("window");
             c.kernel = p.get_int("kernel");
-            if (c.kernel % 2 == 0) throw UsageError("policy 'caote' parameter 'kernel' = " + std::to_string(c.kernel) + " must be odd");
+            if (c.kernel % 2 == 0)
+              throw UsageError("policy 'caote' parameter 'kernel' = " + std::to_string(c.kernel) + " must be odd");
             c.pooling = parse_pooling(p.get_choice("pooling"));
+            c.h2o_recent_ratio = p.get_float("recent_ratio");
             c.sinks = p.get_int("sinks");
             c.recent = p.get_int("recent");
             return std::make_unique<CaotePolicy>(c);

@@ -118,7 +118,8 @@ class DynamicKVPolicy final : public Policy {
     // Eq. 5: k = (wt - ws) * H * l' winners over all heads and keys of the layers so far.
     const std::vector<long> counts = dynamickv::winner_counts(sofar, static_cast<long>(base_) * kv_heads_ * seen);
     // Eqs. 6-8: budgets normalised to the whole model's (wt - ws) * L.
-    const std::vector<int> allocation = dynamickv::normalised_budgets(counts, buffer_, static_cast<long>(base_) * layers_);
+    const std::vector<int> allocation =
+        dynamickv::normalised_budgets(counts, buffer_, static_cast<long>(base_) * layers_, settings_.code_arithmetic);
     std::vector<int> previous(lengths_.begin(), lengths_.begin() + seen);
     // A buffer cannot grow back: what it lost is gone from the cache (spec B6-3, without the code's
     // duplicated window rows).

@@ -13,7 +13,9 @@ namespace {
 class H2oPolicy final : public ScoredPolicy {
  public:
   explicit H2oPolicy(const PolicyParams& p)
-      : ScoredPolicy("h2o", Timing::EveryStep, p), recent_ratio_(p.get_float("recent_ratio")), block_(p.get_int("block")) {}
+      : ScoredPolicy("h2o", Timing::EveryStep, p),
+        recent_ratio_(p.get_float("recent_ratio")),
+        block_(p.get_int("block")) {}
   int prefill_block_size() const override { return block_; }
 
  protected:
@@ -41,8 +43,7 @@ class H2oPolicy final : public ScoredPolicy {
 }  // namespace
 
 PolicyInfo h2o_policy_info() {
-  return {"h2o",
-          "heavy hitters (largest attention received so far, summed over all queries) plus recent tokens",
+  return {"h2o", "heavy hitters (largest attention received so far, summed over all queries) plus recent tokens",
           "Zhang et al. 2023, H2O: Heavy-Hitter Oracle (NeurIPS), §4 and Algorithm 1",
           with_allocation_params(
               {ParamSpec::real("recent_ratio", 0.5, 0.0, 1.0,

@@ -20,14 +20,14 @@ enum class SigmaMode { MeanDistance, Eq7Literal, Fixed };
 
 struct MergerConfig {
   bool budget_mode = true;
-  bool search_theta = true;     // budget mode: bisect the threshold per head, or keep `theta`
+  bool search_theta = true;  // budget mode: bisect the threshold per head, or keep `theta`
   double theta = 0.75;
   double recent_ratio = 0.17;
   double hh_ratio = 0.12;
   SigmaMode sigma_mode = SigmaMode::MeanDistance;
-  double sigma = 1.0;           // for SigmaMode::Fixed
-  bool split_at_gaps = true;    // run Algorithm 1 on each stretch of consecutive positions
-  bool anchor_latest = true;    // compare with the set's anchor (Algorithm 1) or with the adjacent key
+  double sigma = 1.0;         // for SigmaMode::Fixed
+  bool split_at_gaps = true;  // run Algorithm 1 on each stretch of consecutive positions
+  bool anchor_latest = true;  // compare with the set's anchor (Algorithm 1) or with the adjacent key
 };
 
 // Bisection steps for the budget-mode threshold: 2^-40 of the cosine range is far below any gap
@@ -242,15 +242,15 @@ class KVMergerPolicy final : public Policy {
     for (int j = 0; j < n; ++j)
       if (keep_mask[j]) head.keep.push_back(j);
 
-    diagnostics_.append_row("kvmerger_heads",
-                            {static_cast<double>(l), static_cast<double>(g), static_cast<double>(n),
-                             static_cast<double>(recent), static_cast<double>(heavy), static_cast<double>(candidates),
-                             static_cast<double>(sets.size()), theta, static_cast<double>(dropped),
-                             static_cast<double>(head.keep.size())},
-                            "head", "field",
-                            "one row per (layer, kv_head) after prefill: layer, kv_head, entries n, recent kept, heavy "
-                            "hitters kept, merge candidates, merging sets, cosine threshold used, candidates evicted "
-                            "unmerged to meet the budget, entries kept");
+    diagnostics_.append_row(
+        "kvmerger_heads",
+        {static_cast<double>(l), static_cast<double>(g), static_cast<double>(n), static_cast<double>(recent),
+         static_cast<double>(heavy), static_cast<double>(candidates), static_cast<double>(sets.size()), theta,
+         static_cast<double>(dropped), static_cast<double>(head.keep.size())},
+        "head", "field",
+        "one row per (layer, kv_head) after prefill: layer, kv_head, entries n, recent kept, heavy "
+        "hitters kept, merge candidates, merging sets, cosine threshold used, candidates evicted "
+        "unmerged to meet the budget, entries kept");
     return head;
   }
 
@@ -269,8 +269,10 @@ class KVMergerPolicy final : public Policy {
       const int pivot = pivot_of(s, a);
       const int first = s.members.front(), last = s.members.back();
       bool take_first;
-      if (first == pivot) take_first = false;
-      else if (last == pivot) take_first = true;
+      if (first == pivot)
+        take_first = false;
+      else if (last == pivot)
+        take_first = true;
       else
         take_first = cosine(cache.key(l, g, first), cache.key(l, g, pivot), d) <=
                      cosine(cache.key(l, g, last), cache.key(l, g, pivot), d);
@@ -303,8 +305,10 @@ class KVMergerPolicy final : public Policy {
     for (int i = 0; i < excess; ++i) drop[order[i]] = 1;
     std::vector<MergeSet> kept;
     for (std::size_t s = 0; s < sets.size(); ++s) {
-      if (!drop[s]) kept.push_back(std::move(sets[s]));
-      else dropped += static_cast<int>(sets[s].members.size());
+      if (!drop[s])
+        kept.push_back(std::move(sets[s]));
+      else
+        dropped += static_cast<int>(sets[s].members.size());
     }
     sets.swap(kept);
     return dropped;
@@ -336,10 +340,16 @@ class KVMergerPolicy final : public Policy {
     double sigma = 0.0;
     switch (config_.sigma_mode) {
       // The ablation's definition (§6.3, Table 5): mean L2 distance from the pivot to the other members.
-      case SigmaMode::MeanDistance: sigma = m > 1 ? sum_dist / static_cast<double>(m - 1) : 0.0; break;
+      case SigmaMode::MeanDistance:
+        sigma = m > 1 ? sum_dist / static_cast<double>(m - 1) : 0.0;
+        break;
       // Eq. 7 as printed: sum of squared distances over sqrt(2)|S|.
-      case SigmaMode::Eq7Literal: sigma = sum_sq / (std::sqrt(2.0) * static_cast<double>(m)); break;
-      case SigmaMode::Fixed: sigma = config_.sigma; break;
+      case SigmaMode::Eq7Literal:
+        sigma = sum_sq / (std::sqrt(2.0) * static_cast<double>(m));
+        break;
+      case SigmaMode::Fixed:
+        sigma = config_.sigma;
+        break;
     }
     std::vector<double> gauss(m);
     double total = 0.0;
@@ -394,20 +404,20 @@ class KVMergerPolicy final : public Policy {
     diagnostics_.append_row(
         "kvmerger_sets",
         {set_id, static_cast<double>(l), static_cast<double>(g), static_cast<double>(positions[s.members.front()]),
-         static_cast<double>(positions[s.members.back()]), static_cast<double>(m), static_cast<double>(positions[pivot]),
-         sigma, pivot_weight, pairs > 0 ? pair_sum / pairs : 1.0, min_to_pivot},
+         static_cast<double>(positions[s.members.back()]), static_cast<double>(m),
+         static_cast<double>(positions[pivot]), sigma, pivot_weight, pairs > 0 ? pair_sum / pairs : 1.0, min_to_pivot},
         "set", "field",
         "one row per merging set (Algorithm 1): set id, layer, kv_head, first position, last position, members, pivot "
         "position (Eq. 6), sigma (Eq. 7), pivot weight (Eq. 8), mean pairwise key cosine (Eq. 3), least key cosine to "
         "the pivot");
     if (m < 2) return;
     for (std::size_t i = 0; i < m; ++i)
-      diagnostics_.append_row("kvmerger_members",
-                              {set_id, static_cast<double>(positions[s.members[i]]), static_cast<double>(weights[i]),
-                               dist[i], to_pivot[i]},
-                              "member", "field",
-                              "one row per member of a multi-member set: set id, position, Gaussian weight (Eq. 8), "
-                              "L2 key distance to the pivot, key cosine to the pivot");
+      diagnostics_.append_row(
+          "kvmerger_members",
+          {set_id, static_cast<double>(positions[s.members[i]]), static_cast<double>(weights[i]), dist[i], to_pivot[i]},
+          "member", "field",
+          "one row per member of a multi-member set: set id, position, Gaussian weight (Eq. 8), "
+          "L2 key distance to the pivot, key cosine to the pivot");
   }
 
   MergerConfig config_;
@@ -426,10 +436,13 @@ PolicyInfo kvmerger_policy_info() {
       ParamSpec::choice("theta_search", "bisect", {"bisect", "fixed"},
                         "budget mode: bisect the threshold per head until the sets fill the budget, or keep `theta` "
                         "and evict the sets with the least attention (digest §2.8.3)"),
-      ParamSpec::real("theta", 0.75, -1.0, 1.0, "cosine threshold of Algorithm 1 (§6.1: 0.75); threshold mode and "
+      ParamSpec::real("theta", 0.75, -1.0, 1.0,
+                      "cosine threshold of Algorithm 1 (§6.1: 0.75); threshold mode and "
                       "theta_search=fixed"),
-      ParamSpec::real("recent_ratio", 0.17, 0.0, 1.0, "share of the prompt kept as recent tokens (§6.1: 0.17 at 50%, 0.08 at 35%)"),
-      ParamSpec::real("hh_ratio", 0.12, 0.0, 1.0, "share kept as heavy hitters by Eq. 6 (§6.1: 0.12 at 50%, 0.02 at 35%)"),
+      ParamSpec::real("recent_ratio", 0.17, 0.0, 1.0,
+                      "share of the prompt kept as recent tokens (§6.1: 0.17 at 50%, 0.08 at 35%)"),
+      ParamSpec::real("hh_ratio", 0.12, 0.0, 1.0,
+                      "share kept as heavy hitters by Eq. 6 (§6.1: 0.12 at 50%, 0.02 at 35%)"),
       ParamSpec::choice("sigma_mode", "mean_dist", {"mean_dist", "eq7", "fixed"},
                         "Gaussian width: mean L2 distance to the pivot (§6.3), Eq. 7 as printed, or `sigma`"),
       ParamSpec::real("sigma", 1.0, 1e-6, 1e6, "sigma when sigma_mode=fixed (Table 5 ablates 1, 3, 6)"),
@@ -440,8 +453,7 @@ PolicyInfo kvmerger_policy_info() {
   };
   return {"kvmerger",
           "keeps recent and heavy-hitter tokens and merges similar neighbouring keys into pivot-weighted entries",
-          "KVMerger: adaptive KV cache merging for LLMs on long-context tasks (ICLR submission)",
-          params,
+          "KVMerger: adaptive KV cache merging for LLMs on long-context tasks (ICLR submission)", params,
           [](const PolicyParams& p) {
             MergerConfig c;
             c.budget_mode = p.get_choice("mode") == "budget";

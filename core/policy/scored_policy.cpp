@@ -16,7 +16,8 @@ std::vector<ParamSpec> with_allocation_params(std::vector<ParamSpec> own, const 
                                       "); the average stays the budget. See docs/policies.md, Allocations"));
   for (const auto& info : all_allocations())
     for (const auto& spec : info.params) {
-      const bool declared = std::any_of(own.begin(), own.end(), [&](const ParamSpec& s) { return s.name == spec.name; });
+      const bool declared =
+          std::any_of(own.begin(), own.end(), [&](const ParamSpec& s) { return s.name == spec.name; });
       if (!declared) own.push_back(spec);
     }
   return own;
@@ -88,10 +89,11 @@ void ScoredPolicy::finalize_budgets(int seq_len) {
     budgets_ = std::move(b);
     allocation_->publish(diagnostics_);
   }
-  diagnostics_.set("layer_budgets",
-                   {std::vector<double>(budgets_.begin(), budgets_.end()), {layers}, {"layer"},
-                    "tokens each KV head of a layer keeps (allocation " + allocation_name_ + ", average " +
-                        std::to_string(run_.budget) + ")"});
+  diagnostics_.set("layer_budgets", {std::vector<double>(budgets_.begin(), budgets_.end()),
+                                     {layers},
+                                     {"layer"},
+                                     "tokens each KV head of a layer keeps (allocation " + allocation_name_ +
+                                         ", average " + std::to_string(run_.budget) + ")"});
 }
 
 cache::CacheEdit ScoredPolicy::after_step(const StepInfo& step, cache::KVCache& cache) {
@@ -108,8 +110,8 @@ cache::CacheEdit ScoredPolicy::after_step(const StepInfo& step, cache::KVCache& 
         if (n <= budget) continue;
         std::vector<float> scores = std::move(pending_[l][h]);
         const std::vector<float> ranking = scores.empty() ? std::vector<float>(n, 0.0f) : scores;
-        edit.heads.push_back(keep_edit(l, h, keep_top_scores(ranking, budget, sinks(budget), recent(budget)),
-                                       std::move(scores)));
+        edit.heads.push_back(
+            keep_edit(l, h, keep_top_scores(ranking, budget, sinks(budget), recent(budget)), std::move(scores)));
       }
     started_ = true;
   } else if (started_) {

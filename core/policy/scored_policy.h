@@ -22,7 +22,8 @@ enum class Timing {
 // A scored policy's parameters: its own, then `allocation` (a choice of every registered allocation) and
 // the parameters of every allocation. A name the policy already declares is shared with an allocation
 // that declares it too.
-std::vector<ParamSpec> with_allocation_params(std::vector<ParamSpec> own, const std::string& default_allocation = "uniform");
+std::vector<ParamSpec> with_allocation_params(std::vector<ParamSpec> own,
+                                              const std::string& default_allocation = "uniform");
 
 class ScoredPolicy : public Policy {
  public:
@@ -65,12 +66,12 @@ class ScoredPolicy : public Policy {
   std::string allocation_name_;
   std::unique_ptr<LayerAllocation> allocation_;
   RunInfo run_;
-  std::vector<int> budgets_;                       // [layers]
+  std::vector<int> budgets_;  // [layers]
   bool budgets_final_ = false;
   std::vector<std::vector<std::vector<float>>> pending_;  // [layers][kv_heads][entries]: this step's scores
-  std::vector<int> expected_;                      // [layers * kv_heads] after the last step
+  std::vector<int> expected_;                             // [layers * kv_heads] after the last step
   int expected_seq_len_ = 0;
-  bool started_ = false;                           // has the policy acted yet
+  bool started_ = false;  // has the policy acted yet
 };
 
 }  // namespace kvscope::policy

@@ -94,8 +94,8 @@ std::vector<float> reduce_group(const std::vector<std::vector<float>>& per_head,
   for (int h = first + 1; h < first + group_size; ++h) {
     if (per_head[h].size() != n)
       throw Error("reduce_group: query heads " + std::to_string(first) + " and " + std::to_string(h) + " of kv head " +
-                  std::to_string(kv_head) + " observed " + std::to_string(n) + " and " + std::to_string(per_head[h].size()) +
-                  " keys");
+                  std::to_string(kv_head) + " observed " + std::to_string(n) + " and " +
+                  std::to_string(per_head[h].size()) + " keys");
     for (std::size_t j = 0; j < n; ++j)
       out[j] = reduce == GroupReduce::Max ? std::max(out[j], per_head[h][j]) : out[j] + per_head[h][j];
   }

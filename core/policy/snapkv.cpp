@@ -57,7 +57,9 @@ std::vector<ParamSpec> snapkv_params(const std::string& default_allocation) {
       {ParamSpec::integer("window", 32, 1, 4096,
                           "SnapKV §4: observation window, the last w prompt queries whose attention scores the prefix; "
                           "the window itself is always kept (paper: 32)"),
-       ParamSpec::integer("kernel", 7, 1, 101, "SnapKV §4.2, Listing 1: 1-D pooling kernel over the scores (odd)"),
+       ParamSpec::integer("kernel", 7, 1, 101,
+                          "SnapKV Listing 1 (kernel_size): 1-D pooling kernel over the window sums, odd (7 in the "
+                          "authors' configurations)"),
        ParamSpec::choice("pooling", "avg", {"avg", "max", "none"},
                          "SnapKV Listing 1: avg_pool1d (zero padding counts) or max_pool1d with padding kernel/2"),
        ParamSpec::choice("group_reduce", "mean", {"mean", "max", "sum"},

@@ -27,14 +27,14 @@ class StreamingLlmPolicy final : public ScoredPolicy {
 }  // namespace
 
 PolicyInfo streaming_llm_policy_info() {
-  return {"streaming_llm",
-          "attention sinks (the first tokens) plus a rolling window of the most recent tokens",
-          "Xiao et al. 2024, Efficient Streaming Language Models with Attention Sinks (ICLR), §3.2",
-          with_allocation_params({ParamSpec::integer(
-              "sinks", 4, 0, 1024,
-              "§3.2/§4: initial tokens kept as attention sinks (the paper finds 4 enough); the rest of the budget is the "
-              "recent window")}),
-          [](const PolicyParams& p) { return std::make_unique<StreamingLlmPolicy>(p); }};
+  return {
+      "streaming_llm", "attention sinks (the first tokens) plus a rolling window of the most recent tokens",
+      "Xiao et al. 2024, Efficient Streaming Language Models with Attention Sinks (ICLR), §3.2",
+      with_allocation_params({ParamSpec::integer(
+          "sinks", 4, 0, 1024,
+          "§3.2/§4: initial tokens kept as attention sinks (the paper finds 4 enough); the rest of the budget is the "
+          "recent window")}),
+      [](const PolicyParams& p) { return std::make_unique<StreamingLlmPolicy>(p); }};
 }
 
 }  // namespace kvscope::policy

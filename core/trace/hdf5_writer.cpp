@@ -205,6 +205,20 @@ void Hdf5Writer::rethrow_if_failed() {
   if (!error_.empty()) throw Error(error_);
 }
 
+void Hdf5Writer::sync() {
+  auto done = std::make_shared<std::promise<void>>();
+  auto future = done->get_future();
+  post(0, [this, done] {
+    H5Fflush(state_->file, H5F_SCOPE_LOCAL);
+    done->set_value();
+  });
+  try {
+    future.get();  // a failed writer drops the task, which breaks the promise
+  } catch (const std::future_error&) {
+  }
+  rethrow_if_failed();
+}
+
 void Hdf5Writer::close() {
   {
     std::lock_guard<std::mutex> lock(mutex_);

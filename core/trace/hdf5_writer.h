@@ -85,6 +85,8 @@ class Hdf5Writer {
   // Final attributes (stop reason, timings ...) and complete = 1.
   void end_run(int run, const std::map<std::string, std::string>& final_metadata);
 
+  // Waits until everything queued so far is written and flushed; re-throws the writer thread's first error.
+  void sync();
   // Waits for the queue, closes the file and re-throws the writer thread's first error.
   void close();
 

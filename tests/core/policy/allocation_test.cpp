@@ -1,11 +1,11 @@
 // proportional_budgets and the uniform/pyramid allocations against hand arithmetic.
-#include <catch2/catch.hpp>
+#include "core/policy/allocation.h"
 
+#include <catch2/catch.hpp>
 #include <numeric>
 #include <random>
 
 #include "core/common/error.h"
-#include "core/policy/allocation.h"
 #include "core/policy/allocation_catalog.h"
 
 using namespace kvscope;
@@ -103,7 +103,9 @@ TEST_CASE("allocation registry names its entries", "[allocation]") {
   REQUIRE(names.size() >= 2);
   CHECK(names[0] == "uniform");
   CHECK(names[1] == "pyramid");
-  CHECK_THROWS_WITH(make_allocation("triangle", PolicyParams()), Catch::Contains("uniform") && Catch::Contains("pyramid"));
+  CHECK_THROWS_WITH(make_allocation("triangle", PolicyParams()),
+                    Catch::Contains("uniform") && Catch::Contains("pyramid"));
   CHECK(allocation_params("pyramid").at(0).name == "beta");
-  CHECK_THROWS_WITH(PolicyParams("x", allocation_params("pyramid"), {{"beta", "0.5"}}), Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(PolicyParams("x", allocation_params("pyramid"), {{"beta", "0.5"}}),
+                    Catch::Contains("out of range"));
 }

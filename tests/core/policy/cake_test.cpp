@@ -3,7 +3,6 @@
 // pooling (Eq. 11-12), decode eviction; cascading equals one-shot (Theorem 1) and budgets only shrink
 // across stages (Proposition 1).
 #include <catch2/catch.hpp>
-
 #include <cmath>
 
 #include "core/policy/registry.h"
@@ -23,8 +22,8 @@ std::vector<int> range(int begin, int end) {
 
 struct Reference {
   std::vector<double> entropy, variance, preference;
-  std::vector<int> budgets;                    // B_l, without the window
-  std::vector<std::vector<int>> kept;          // [layer * kv_heads + g] positions after prefill
+  std::vector<int> budgets;            // B_l, without the window
+  std::vector<std::vector<int>> kept;  // [layer * kv_heads + g] positions after prefill
 };
 
 // Window rows of query head h: p[r][j] for the last w prompt queries over all prompt keys.
@@ -49,7 +48,8 @@ Reference reference(const AttentionTable& t, int prompt, int budget, int w, doub
   const Shape& s = t.shape();
   Reference ref;
   const int prefix = prompt - w;
-  std::vector<std::vector<std::vector<double>>> indicator(s.layers, std::vector<std::vector<double>>(s.kv_heads, std::vector<double>(prefix, 0.0)));
+  std::vector<std::vector<std::vector<double>>> indicator(
+      s.layers, std::vector<std::vector<double>>(s.kv_heads, std::vector<double>(prefix, 0.0)));
   for (int l = 0; l < s.layers; ++l) {
     double H = 0.0, V = 0.0;
     for (int h = 0; h < s.heads; ++h) {
@@ -107,27 +107,30 @@ TEST_CASE("CAKE keeps the reference's entries after prefill, in both modes", "[p
   for (const Shape& shape : {Shape{4, 9, 3, 4}, Shape{3, 3, 3, 4}})
     for (const std::string mode : {"cascade", "oneshot"})
       for (double gamma : {200.0, 1.0}) {
-      AttentionTable table(shape, 64, 21);
-      const Reference ref = reference(table, prompt, budget, w, gamma);
-      auto inst = make_policy("cake:window=4,mode=" + mode + ",gamma=" + std::to_string(gamma));
-      PolicyDriver d(table, *inst.policy, prompt, budget, 0);
-      d.run(0);
-      for (int l = 0; l < shape.layers; ++l) {
-        INFO(mode << " gamma " << gamma << " layer " << l);
-        for (int g = 0; g < shape.kv_heads; ++g) REQUIRE(d.kept(l, g) == ref.kept[static_cast<std::size_t>(l) * shape.kv_heads + g]);
-        REQUIRE(inst.policy->layer_budgets()[l] == ref.budgets[l] + w);
+        AttentionTable table(shape, 64, 21);
+        const Reference ref = reference(table, prompt, budget, w, gamma);
+        auto inst = make_policy("cake:window=4,mode=" + mode + ",gamma=" + std::to_string(gamma));
+        PolicyDriver d(table, *inst.policy, prompt, budget, 0);
+        d.run(0);
+        for (int l = 0; l < shape.layers; ++l) {
+          INFO(mode << " gamma " << gamma << " layer " << l);
+          for (int g = 0; g < shape.kv_heads; ++g)
+            REQUIRE(d.kept(l, g) == ref.kept[static_cast<std::size_t>(l) * shape.kv_heads + g]);
+          REQUIRE(inst.policy->layer_budgets()[l] == ref.budgets[l] + w);
+        }
+        // H_l, V_l and P_l as recorded after the last stage.
+        const policy::Diagnostics& diag = inst.policy->diagnostics();
+        for (const auto& [name, want] :
+             {std::pair{"cake_entropy", ref.entropy}, std::pair{"cake_variance", ref.variance},
+              std::pair{"cake_preference", ref.preference}}) {
+          const policy::Series* s = diag.find(name);
+          REQUIRE(s != nullptr);
+          REQUIRE(s->shape[0] == shape.layers);
+          for (int l = 0; l < shape.layers; ++l)
+            REQUIRE(s->values[static_cast<std::size_t>(shape.layers - 1) * shape.layers + l] ==
+                    Approx(want[l]).epsilon(1e-4));
+        }
       }
-      // H_l, V_l and P_l as recorded after the last stage.
-      const policy::Diagnostics& diag = inst.policy->diagnostics();
-      for (const auto& [name, want] : {std::pair{"cake_entropy", ref.entropy}, std::pair{"cake_variance", ref.variance},
-                                       std::pair{"cake_preference", ref.preference}}) {
-        const policy::Series* s = diag.find(name);
-        REQUIRE(s != nullptr);
-        REQUIRE(s->shape[0] == shape.layers);
-        for (int l = 0; l < shape.layers; ++l)
-          REQUIRE(s->values[static_cast<std::size_t>(shape.layers - 1) * shape.layers + l] == Approx(want[l]).epsilon(1e-4));
-      }
-    }
 }
 
 TEST_CASE("CAKE's cascade keeps exactly what one-shot eviction keeps, and budgets never grow", "[policy][cake]") {
@@ -138,7 +141,8 @@ TEST_CASE("CAKE's cascade keeps exactly what one-shot eviction keeps, and budget
         AttentionTable table(shape, 64, seed);
         auto cascade = make_policy("cake:window=4,mode=cascade");
         auto oneshot = make_policy("cake:window=4,mode=oneshot");
-        PolicyDriver a(table, *cascade.policy, prompt, budget, decode), b(table, *oneshot.policy, prompt, budget, decode);
+        PolicyDriver a(table, *cascade.policy, prompt, budget, decode),
+            b(table, *oneshot.policy, prompt, budget, decode);
         a.run(decode);
         b.run(decode);
         for (int l = 0; l < shape.layers; ++l)
@@ -166,7 +170,8 @@ TEST_CASE("CAKE's cascade keeps exactly what one-shot eviction keeps, and budget
           }
         }
         double last = 0.0;
-        for (int l = 0; l < shape.layers; ++l) last += s->values[static_cast<std::size_t>(shape.layers - 1) * shape.layers + l];
+        for (int l = 0; l < shape.layers; ++l)
+          last += s->values[static_cast<std::size_t>(shape.layers - 1) * shape.layers + l];
         REQUIRE(last == Approx(static_cast<double>(budget) * shape.layers));
       }
 }

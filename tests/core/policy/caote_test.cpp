@@ -1,8 +1,7 @@
 // CAOTE against brute force: every score is checked against the attention output recomputed with the
 // candidate really removed from the key set (softmax over the remaining keys), and the block-wise runs
-// against a reference that rescoring the whole cache by hand at every step.
+// against a reference that rescores the whole cache by hand at every step.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <map>
 
@@ -43,8 +42,10 @@ double distance(const std::vector<double>& a, const std::vector<double>& b) {
 struct Explicit {
   int heads = 3, n = 6, d = 3;
   Matrix q = {{0.9, -0.4, 1.3}, {-1.1, 0.2, 0.5}, {0.3, 1.6, -0.7}};
-  Matrix k = {{1.0, 0.0, 0.5}, {0.2, 1.2, -0.3}, {-0.8, 0.4, 0.9}, {0.6, -1.0, 0.1}, {1.4, 0.7, -1.2}, {-0.3, -0.5, 1.1}};
-  Matrix v = {{0.5, -1.0, 2.0}, {1.5, 0.3, -0.2}, {-0.7, 0.8, 0.4}, {2.2, -0.1, 0.9}, {0.1, 1.9, -1.4}, {-1.3, 0.6, 0.0}};
+  Matrix k = {{1.0, 0.0, 0.5},  {0.2, 1.2, -0.3}, {-0.8, 0.4, 0.9},
+              {0.6, -1.0, 0.1}, {1.4, 0.7, -1.2}, {-0.3, -0.5, 1.1}};
+  Matrix v = {{0.5, -1.0, 2.0}, {1.5, 0.3, -0.2}, {-0.7, 0.8, 0.4},
+              {2.2, -0.1, 0.9}, {0.1, 1.9, -1.4}, {-1.3, 0.6, 0.0}};
 
   std::vector<double> logits(int h) const {
     std::vector<double> out(n);
@@ -188,7 +189,7 @@ TEST_CASE("FastCAOTE replaces the output by the mean value (Eq. 23)", "[policy][
 TEST_CASE("CAOTE over H2O normalises accumulated scores that sum past 1 (Eq. 22)", "[policy][caote]") {
   // A prefill block: column sums over several queries sum to the number of queries, not 1.
   const Explicit x;
-  auto inst = make_policy("caote:base=h2o");
+  auto inst = make_policy("caote:base=h2o,recent_ratio=0");
   policy::RunInfo info;
   info.config.n_layers = 1;
   info.config.n_heads = 1;
@@ -248,7 +249,9 @@ class Spy final : public policy::Policy {
     return edit;
   }
   cache::CacheEdit after_step(const engine::StepInfo& s, cache::KVCache& c) override { return inner_.after_step(s, c); }
-  int expected_length(int l, int g, const engine::StepInfo& s) const override { return inner_.expected_length(l, g, s); }
+  int expected_length(int l, int g, const engine::StepInfo& s) const override {
+    return inner_.expected_length(l, g, s);
+  }
   std::vector<int> layer_budgets() const override { return inner_.layer_budgets(); }
   std::function<void(const engine::AttentionObservation&, const cache::KVCache&, const cache::CacheEdit&)> on_layer;
 
@@ -261,14 +264,17 @@ class Spy final : public policy::Policy {
 TEST_CASE("block-wise prefill and decode evict down to the budget by CAOTE every step", "[policy][caote]") {
   const Shape shape{2, 9, 3, 4};
   const int prompt = 30, block = 8, budget = 12, decode = 6;
-  for (const std::string base : {"tova", "h2o"}) {
+  // H2O keeps its recent half of the budget (recent_ratio 0.5) as H2O does; CAOTE ranks the rest.
+  for (const auto& [base, recent] :
+       std::vector<std::pair<std::string, int>>{{"tova", 0}, {"h2o", 6}, {"h2o,recent_ratio=0", 0}}) {
     AttentionTable table(shape, 64, 7);
     auto inst = make_policy("caote:block=" + std::to_string(block) + ",base=" + base);
     Spy spy(*inst.policy);
     // H2O's accumulated score by position, per (layer, query head), rebuilt from the table.
     std::map<std::tuple<int, int, int>, double> acc;
     int evictions = 0;
-    spy.on_layer = [&](const engine::AttentionObservation& obs, const cache::KVCache& cache, const cache::CacheEdit& edit) {
+    spy.on_layer = [&](const engine::AttentionObservation& obs, const cache::KVCache& cache,
+                       const cache::CacheEdit& edit) {
       const int l = obs.layer;
       for (int g = 0; g < shape.kv_heads; ++g) {
         auto pos = cache.positions(l, g);
@@ -278,7 +284,7 @@ TEST_CASE("block-wise prefill and decode evict down to the budget by CAOTE every
         for (int k = 0; k < shape.group(); ++k) {
           const int h = g * shape.group() + k;
           std::vector<double> score(n, 0.0);
-          if (base == "tova") {
+          if (base.rfind("tova", 0) == 0) {
             score = table.row(l, h, obs.query_positions.back(), keys);
           } else {
             for (int q : obs.query_positions) {
@@ -295,7 +301,8 @@ TEST_CASE("block-wise prefill and decode evict down to the budget by CAOTE every
           for (int j = 0; j < n; ++j) {
             const double a = score[j] / total;
             double d2 = 0.0;
-            for (int t = 0; t < shape.head_dim; ++t) d2 += (x[t] - cache.value(l, g, j)[t]) * (x[t] - cache.value(l, g, j)[t]);
+            for (int t = 0; t < shape.head_dim; ++t)
+              d2 += (x[t] - cache.value(l, g, j)[t]) * (x[t] - cache.value(l, g, j)[t]);
             sq[j] += a * a / ((1 - a) * (1 - a)) * d2;
           }
         }
@@ -309,8 +316,10 @@ TEST_CASE("block-wise prefill and decode evict down to the budget by CAOTE every
         REQUIRE(head != nullptr);
         ++evictions;
         std::vector<std::pair<int, double>> scored;
-        for (int j = 0; j < n; ++j) scored.push_back({j, std::sqrt(sq[j])});
-        const std::vector<int> want = sorted(top_k_by_hand(scored, budget));
+        for (int j = 0; j < n - recent; ++j) scored.push_back({j, std::sqrt(sq[j])});
+        std::vector<int> want = top_k_by_hand(scored, budget - recent);
+        for (int j = n - recent; j < n; ++j) want.push_back(j);
+        want = sorted(want);
         INFO(base << " layer " << l << " kv head " << g << " step " << obs.step);
         REQUIRE(std::vector<int>(head->keep.begin(), head->keep.end()) == want);
         if (obs.phase == engine::Phase::Decode) REQUIRE(n == budget + 1);  // one eviction per decode step

@@ -322,7 +322,9 @@ TEST_CASE("d2o matches a hand-written D2O step by step", "[policy][d2o]") {
     for (const Case& c : cases) {
       INFO(c.spec << " heads " << shape.heads);
       AttentionTable table(shape, 64, 23);
-      auto inst = make_policy(c.spec);
+      // Layer budgets that differ (a sharper softmax, a low floor) so per-layer capacities are exercised.
+      auto inst = make_policy(c.spec + (c.spec.find(':') == std::string::npos ? ":" : ",") +
+                              "variance_temperature=0.2,min_layer_tokens=6");
       RefD2O ref(shape);
       ref.beta = c.beta;
       ref.threshold = c.threshold;
@@ -373,6 +375,7 @@ TEST_CASE("d2o matches a hand-written D2O step by step", "[policy][d2o]") {
             REQUIRE(d.cache().size(l, g) == std::min(step.seq_len, inst.policy->layer_budgets()[l]));
       });
       CHECK(total_merged > 0);  // the cases exercise merging, not only eviction
+      CHECK(inst.policy->layer_budgets() != std::vector<int>(shape.layers, budget));
       CHECK(series(*inst.policy, "threshold").shape == std::vector<int>{1 + decode, shape.layers * shape.kv_heads});
     }
 }
@@ -543,8 +546,10 @@ TEST_CASE("with no reachable threshold d2o keeps exactly what h2o keeps under th
   for (const Shape& shape : {Shape{4, 9, 3, 4}, Shape{3, 3, 3, 4}}) {
     INFO("heads " << shape.heads);
     AttentionTable table(shape, 64, 26);
-    auto d2o = make_policy("d2o:sinks=0,threshold=fixed,fixed_threshold=2");
-    auto h2o = make_policy("h2o:allocation=d2o,recent_ratio=0.25");
+    // A sharper softmax and a low floor make the layer budgets differ.
+    const std::string allocation = "variance_temperature=0.2,min_layer_tokens=4";
+    auto d2o = make_policy("d2o:sinks=0,threshold=fixed,fixed_threshold=2," + allocation);
+    auto h2o = make_policy("h2o:allocation=d2o,recent_ratio=0.25," + allocation);
     const int prompt = 36, budget = 13, decode = 15;
     PolicyDriver a(table, *d2o.policy, prompt, budget, decode), b(table, *h2o.policy, prompt, budget, decode);
     std::vector<std::vector<std::vector<int>>> d2o_kept;

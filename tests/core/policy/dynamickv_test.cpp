@@ -24,6 +24,7 @@ struct Config {
   bool max_pool;
   double r_max;
   int interval;
+  bool code = false;  // arithmetic=code: count // l' and sum-normalisation
 };
 
 struct Update {
@@ -94,13 +95,19 @@ ByHand dynamickv_by_hand(const AttentionTable& table, const Config& c) {
     u.seen = seen;
     u.counts.assign(seen, 0);
     for (long w = 0; w < k && w < static_cast<long>(all.size()); ++w) ++u.counts[std::get<1>(all[w])];
+    // Eq. 6-7. Paper: C = count / l', Z = floor(bs * C / max C). Code: C = count // l', Z = floor(bs * C / sum C).
     std::vector<long> cnt(u.counts);
-    long sum_c = 0;
-    for (long& x : cnt) sum_c += x /= seen;
+    long sum_c = 0, max_c = 0;
+    for (long& x : cnt) {
+      if (c.code) x /= seen;
+      sum_c += x;
+      max_c = std::max(max_c, x);
+    }
+    const long norm = c.code ? sum_c : max_c;
     u.allocation.assign(seen, 0);
     long sum_z = 0;
     for (int i = 0; i < seen; ++i) {
-      if (sum_c > 0) u.allocation[i] = static_cast<int>(std::floor(static_cast<double>(r.buffer) * cnt[i] / sum_c));
+      if (norm > 0) u.allocation[i] = static_cast<int>(std::floor(static_cast<double>(r.buffer) * cnt[i] / norm));
       sum_z += u.allocation[i];
     }
     const long total = static_cast<long>(r.base) * L;
@@ -147,6 +154,8 @@ TEST_CASE("dynamickv follows Algorithm 1 written out by hand", "[policy][dynamic
       {"dynamickv:window=4,kernel=3,pooling=max,interval=2,r_max=3", 40, 12, 4, 3, true, 3.0, 2},
       {"dynamickv", 60, 20, 8, 7, false, 10.0, 4},  // the code's defaults: ws 8, kernel 7, avg, r_max 10, m 4
       {"dynamickv:window=2,kernel=1,interval=1,r_max=1.5", 30, 10, 2, 1, false, 1.5, 1},
+      {"dynamickv:window=4,kernel=5,r_max=2,arithmetic=code", 48, 16, 4, 5, false, 2.0, 4, true},
+      {"dynamickv:arithmetic=code,interval=3", 60, 20, 8, 7, false, 10.0, 3, true},
   };
   for (const Shape& shape : {Shape{6, 9, 3, 4}, Shape{5, 3, 3, 4}})
     for (const Config& c : configs) {
@@ -302,6 +311,7 @@ TEST_CASE("dynamickv parameters carry the official code's defaults", "[policy][d
   CHECK(p.get_float("r_max") == 10.0);
   CHECK(p.get_int("interval") == 4);
   CHECK(p.get_bool("refill") == false);
+  CHECK(p.get_choice("arithmetic") == "paper");
   CHECK(make_policy("dynamickv").policy->prefill_block_size() == 0);
   CHECK_THROWS_WITH(make_policy("dynamickv:kernel=4"), Catch::Contains("odd"));
 }

@@ -1,7 +1,6 @@
 // KVMerger on explicit keys: merging sets found by hand from the cosine threshold, Gaussian weights and
 // merged states written out as sums, the H2O special case, and budget mode on random caches.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 
 #include "core/policy/registry.h"
@@ -155,8 +154,9 @@ TEST_CASE("KVMerger finds contiguous sets by the cosine threshold and merges the
     REQUIRE(r[3] == 1);
     REQUIRE(r[4] == 3);
     REQUIRE(r[5] == 3);
-    const double mean_cos = (cos_between(p.keys[1], p.keys[2]) + cos_between(p.keys[1], p.keys[3]) +
-                             cos_between(p.keys[2], p.keys[3])) / 3.0;
+    const double mean_cos =
+        (cos_between(p.keys[1], p.keys[2]) + cos_between(p.keys[1], p.keys[3]) + cos_between(p.keys[2], p.keys[3])) /
+        3.0;
     REQUIRE(r[9] == Approx(mean_cos).epsilon(1e-6));
   }
   REQUIRE(inst.policy->expected_length(0, 0, {engine::Phase::Prefill, 0, 12, true}) == -1);
@@ -254,4 +254,39 @@ TEST_CASE("KVMerger with a budget of the whole sequence keeps everything", "[pol
   REQUIRE(d.edits() == 0);
   for (int l = 0; l < shape.layers; ++l)
     for (int g = 0; g < shape.kv_heads; ++g) REQUIRE(d.kept(l, g).size() == 24u);
+}
+
+TEST_CASE("KVMerger's anchor and contiguity options", "[policy][kvmerger]") {
+  SECTION("the anchor is the set's latest key; `adjacent` chains through neighbours instead") {
+    // Token 0 is the heavy hitter, 6 and 7 are recent; candidates 1..5 turn by 20 degrees each, and
+    // theta = 0.9 allows about 25.8: from 5 back, 3 is 40 degrees off the anchor 5, 1 is 40 off 3.
+    Prompt p;
+    for (double angle : {300.0, 0.0, 20.0, 40.0, 60.0, 80.0, 150.0, 200.0}) p.keys.push_back(unit(angle));
+    p.attention = {5.0f, 0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 1.0f, 1.0f};
+    auto latest = make_policy("kvmerger:mode=threshold,theta=0.9,recent_ratio=0.25,hh_ratio=0.125");
+    const Outcome a = run_once(*latest.policy, p, 4);
+    REQUIRE(a.edit.heads[0].merges.size() == 2);  // {2,3} and {4,5}; {1} alone
+    REQUIRE(std::vector<int32_t>(a.edit.heads[0].keep.begin(), a.edit.heads[0].keep.end()) ==
+            std::vector<int32_t>{0, 1, 3, 5, 6, 7});
+    auto adjacent = make_policy("kvmerger:mode=threshold,theta=0.9,recent_ratio=0.25,hh_ratio=0.125,anchor=adjacent");
+    const Outcome b = run_once(*adjacent.policy, p, 4);
+    REQUIRE(b.edit.heads[0].merges.size() == 1);  // {1..5} around pivot 5
+    REQUIRE(b.edit.heads[0].merges[0].target == 5);
+    REQUIRE(b.edit.heads[0].merges[0].sources == std::vector<int32_t>{1, 2, 3, 4});
+  }
+  SECTION("sets stop at a kept token unless contiguity=list") {
+    Prompt p;
+    for (double length : {1.0, 1.1, 1.2, 1.0, 1.3, 1.4, 1.0, 1.0}) p.keys.push_back(unit(10.0, length));
+    p.attention = {0.1f, 0.5f, 0.2f, 5.0f, 0.3f, 0.2f, 1.0f, 1.0f};  // token 3 is the heavy hitter
+    auto runs = make_policy("kvmerger:mode=threshold,recent_ratio=0.25,hh_ratio=0.125");
+    const Outcome a = run_once(*runs.policy, p, 4);
+    REQUIRE(a.edit.heads[0].merges.size() == 2);  // {0,1,2} around 1, {4,5} around 4
+    REQUIRE(std::vector<int32_t>(a.edit.heads[0].keep.begin(), a.edit.heads[0].keep.end()) ==
+            std::vector<int32_t>{1, 3, 4, 6, 7});
+    auto list = make_policy("kvmerger:mode=threshold,recent_ratio=0.25,hh_ratio=0.125,contiguity=list");
+    const Outcome b = run_once(*list.policy, p, 4);
+    REQUIRE(b.edit.heads[0].merges.size() == 1);
+    REQUIRE(b.edit.heads[0].merges[0].target == 1);
+    REQUIRE(b.edit.heads[0].merges[0].sources == std::vector<int32_t>{0, 2, 4, 5});
+  }
 }

@@ -2,7 +2,6 @@
 // each reference re-derives the kept set step by step with nested loops, never through the production
 // helpers (keep_top_scores, pool1d, reduce_group, the allocations).
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -112,7 +111,7 @@ TEST_CASE("h2o keeps heavy hitters by accumulated attention plus recent tokens",
   const std::vector<Case> cases = {
       {kGqa, "h2o", 0.5, 24, 10, 8},
       {kMha, "h2o", 0.5, 24, 10, 8},
-      {kGqa, "h2o:block=8", 0.5, 24, 10, 6},   // evicts after each prompt block
+      {kGqa, "h2o:block=8", 0.5, 24, 10, 6},  // evicts after each prompt block
       {kMha, "h2o:block=5,recent_ratio=0.3", 0.3, 23, 9, 6},
       {kGqa, "h2o:recent_ratio=0", 0.0, 16, 7, 4},
   };
@@ -126,8 +125,7 @@ TEST_CASE("h2o keeps heavy hitters by accumulated attention plus recent tokens",
       ref.advance(step.seq_len);
       check_all(d, ref.ref, step);
       for (int l = 0; l < c.shape.layers; ++l)
-        for (int g = 0; g < c.shape.kv_heads; ++g)
-          REQUIRE(d.cache().size(l, g) == std::min(c.budget, step.seq_len));
+        for (int g = 0; g < c.shape.kv_heads; ++g) REQUIRE(d.cache().size(l, g) == std::min(c.budget, step.seq_len));
     });
     // The running sums live in the cache's per-entry scores.
     for (int l = 0; l < c.shape.layers; ++l)
@@ -135,7 +133,8 @@ TEST_CASE("h2o keeps heavy hitters by accumulated attention plus recent tokens",
         const auto scores = d.cache().scores(l, g);
         const auto kept = d.kept(l, g);
         for (std::size_t j = 0; j < kept.size(); ++j)
-          CHECK(scores[j] == Approx(ref.acc[static_cast<std::size_t>(l) * c.shape.kv_heads + g][kept[j]]).epsilon(1e-4));
+          CHECK(scores[j] ==
+                Approx(ref.acc[static_cast<std::size_t>(l) * c.shape.kv_heads + g][kept[j]]).epsilon(1e-4));
       }
   }
 }
@@ -318,7 +317,8 @@ TEST_CASE("snapkv with allocation=pyramid equals pyramidkv", "[policy][pyramidkv
 }
 
 TEST_CASE("a budget that holds the whole run keeps everything", "[policy]") {
-  for (const std::string spec : {"streaming_llm", "h2o", "h2o:block=4", "tova", "snapkv:window=4", "pyramidkv:window=4"})
+  for (const std::string spec :
+       {"streaming_llm", "h2o", "h2o:block=4", "tova", "snapkv:window=4", "pyramidkv:window=4"})
     for (const Shape& shape : {kGqa, kMha}) {
       INFO(spec << " heads " << shape.heads);
       AttentionTable table(shape, 64, 7);
@@ -356,8 +356,10 @@ TEST_CASE("a policy can run twice", "[policy]") {
   for (int run = 0; run < 2; ++run) {
     PolicyDriver d(table, *inst.policy, 20, 8, 3);
     d.run(3);
-    if (run == 0) first = d.kept(1, 2);
-    else CHECK(d.kept(1, 2) == first);
+    if (run == 0)
+      first = d.kept(1, 2);
+    else
+      CHECK(d.kept(1, 2) == first);
   }
 }
 

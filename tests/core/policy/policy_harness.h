@@ -3,7 +3,6 @@
 // attention probabilities taken from an explicit table instead of a model. The same table is what the
 // tests' plain reference computations read, so a test can compare the policy's kept set with its own.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <functional>
 #include <random>
@@ -70,7 +69,10 @@ class AttentionTable {
 class PolicyDriver {
  public:
   PolicyDriver(const AttentionTable& table, policy::Policy& policy, int prompt_length, int budget, int decode_steps)
-      : table_(table), policy_(policy), shape_(table.shape()), cache_(shape_.layers, shape_.kv_heads, shape_.head_dim),
+      : table_(table),
+        policy_(policy),
+        shape_(table.shape()),
+        cache_(shape_.layers, shape_.kv_heads, shape_.head_dim),
         prompt_length_(prompt_length) {
     policy::RunInfo info;
     info.config = config_of(shape_);

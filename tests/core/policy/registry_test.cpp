@@ -1,12 +1,12 @@
 // Policy specs: every baseline is reachable by name, its parameters carry paper defaults inside their
 // ranges, and mistakes are reported with the valid choices.
-#include <catch2/catch.hpp>
+#include "core/policy/registry.h"
 
+#include <catch2/catch.hpp>
 #include <set>
 
 #include "core/common/error.h"
 #include "core/policy/allocation.h"
-#include "core/policy/registry.h"
 
 using namespace kvscope;
 using namespace kvscope::policy;
@@ -56,9 +56,10 @@ TEST_CASE("paper defaults", "[registry]") {
 
 TEST_CASE("spec errors list the valid values", "[registry]") {
   CHECK_THROWS_AS(make_policy("snapkvv"), UsageError);
-  CHECK_THROWS_WITH(make_policy("snapkvv"), Catch::Contains("unknown policy 'snapkvv'") && Catch::Contains("streaming_llm") &&
-                                                Catch::Contains("h2o") && Catch::Contains("tova") &&
-                                                Catch::Contains("snapkv") && Catch::Contains("pyramidkv"));
+  CHECK_THROWS_WITH(make_policy("snapkvv"), Catch::Contains("unknown policy 'snapkvv'") &&
+                                                Catch::Contains("streaming_llm") && Catch::Contains("h2o") &&
+                                                Catch::Contains("tova") && Catch::Contains("snapkv") &&
+                                                Catch::Contains("pyramidkv"));
   CHECK_THROWS_WITH(make_policy("h2o:heavy=3"), Catch::Contains("no parameter 'heavy'") &&
                                                     Catch::Contains("recent_ratio") && Catch::Contains("block") &&
                                                     Catch::Contains("allocation"));

@@ -1,10 +1,10 @@
 // keep_top_scores, pool1d and reduce_group against small cases worked out by hand.
-#include <catch2/catch.hpp>
+#include "core/policy/selection.h"
 
+#include <catch2/catch.hpp>
 #include <vector>
 
 #include "core/common/error.h"
-#include "core/policy/selection.h"
 
 using namespace kvscope;
 using namespace kvscope::policy;

@@ -1,6 +1,5 @@
 // Byte-level BPE on hand-made vocabularies, against a direct reference loop written here.
 #include <catch2/catch.hpp>
-
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -40,7 +39,7 @@ std::string to_stored(const std::string& raw) {
 // Vocabulary of the 256 byte tokens plus `words` (raw text), each added with the merge of its split point.
 struct TinyVocab {
   BpeVocab vocab;
-  std::map<std::string, int> ids;  // raw text -> id
+  std::map<std::string, int> ids;                           // raw text -> id
   std::vector<std::pair<std::string, std::string>> merges;  // raw (left, right), best first
 
   TinyVocab() {
@@ -122,7 +121,8 @@ TEST_CASE("BPE agrees with the direct reference loop on random vocabularies", "[
     for (int w = 0; w < 50; ++w) {
       std::string word;
       const int len = 1 + static_cast<int>(rng() % 24);
-      for (int k = 0; k < len; ++k) word += (rng() % 4 == 0) ? std::string("\xC3\xA9") : std::string(1, "abc"[rng() % 3]);
+      for (int k = 0; k < len; ++k)
+        word += (rng() % 4 == 0) ? std::string("\xC3\xA9") : std::string(1, "abc"[rng() % 3]);
       INFO("trial " << trial << " word " << word);
       CHECK(tok.encode(word) == reference_bpe(v, word));
       CHECK(tok.decode(tok.encode(word)) == word);
@@ -159,7 +159,8 @@ TEST_CASE("BPE drops bytes that have no token", "[tokenizer][bpe]") {
   v.vocab.tokens[0x04] = "unused-slot";  // byte 04 now has no token of its own
   v.vocab.token_types[0x04] = 5;
   BpeTokenizer tok(v.vocab, BpePreTokenizer::Gpt2);
-  CHECK(tok.decode(tok.encode("a\x04" "b")) == "ab");
+  CHECK(tok.decode(tok.encode("a\x04"
+                              "b")) == "ab");
 }
 
 TEST_CASE("BPE rejects inconsistent vocabularies", "[tokenizer][bpe]") {

@@ -1,10 +1,9 @@
 // apply_chatml against jinja2 renderings of the template stored in SmolLM2's GGUF (in the fixture).
-#include <catch2/catch.hpp>
+#include "core/model/chat_template.h"
 
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <nlohmann/json.hpp>
-
-#include "core/model/chat_template.h"
 
 using namespace kvscope::model;
 

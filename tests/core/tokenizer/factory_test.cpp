@@ -1,6 +1,5 @@
 // load_tokenizer on small GGUF images written here byte by byte.
 #include <catch2/catch.hpp>
-
 #include <cstring>
 
 #include "core/common/error.h"
@@ -16,9 +15,15 @@ namespace {
 // A GGUF v3 image with metadata only (no tensors).
 class GgufImage {
  public:
-  GgufImage& str(const std::string& key, const std::string& v) { return kv(key, 8, [&] { put_string(v); }); }
-  GgufImage& u32(const std::string& key, uint32_t v) { return kv(key, 4, [&] { put(v); }); }
-  GgufImage& boolean(const std::string& key, bool v) { return kv(key, 7, [&] { put(static_cast<uint8_t>(v)); }); }
+  GgufImage& str(const std::string& key, const std::string& v) {
+    return kv(key, 8, [&] { put_string(v); });
+  }
+  GgufImage& u32(const std::string& key, uint32_t v) {
+    return kv(key, 4, [&] { put(v); });
+  }
+  GgufImage& boolean(const std::string& key, bool v) {
+    return kv(key, 7, [&] { put(static_cast<uint8_t>(v)); });
+  }
   GgufImage& strings(const std::string& key, const std::vector<std::string>& v) {
     return kv(key, 9, [&] {
       put(uint32_t{8});
@@ -114,7 +119,8 @@ TEST_CASE("load_tokenizer builds byte-level BPE from gpt2 metadata", "[tokenizer
 TEST_CASE("load_tokenizer builds SentencePiece BPE from llama metadata", "[tokenizer][factory]") {
   GgufImage g;
   g.str("tokenizer.ggml.model", "llama")
-      .strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "h", "i", "\xE2\x96\x81h", "\xE2\x96\x81hi"})
+      .strings("tokenizer.ggml.tokens",
+               {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "h", "i", "\xE2\x96\x81h", "\xE2\x96\x81hi"})
       .f32s("tokenizer.ggml.scores", {0, 0, 0, -1, -1, -1, -2, -3})
       .i32s("tokenizer.ggml.token_type", {2, 3, 3, 1, 1, 1, 1, 1})
       .u32("tokenizer.ggml.bos_token_id", 1)

@@ -2,12 +2,11 @@
 // Hugging Face tokenizers with tools/make_tokenizer_golden.py). Skipped with a warning when the model file
 // has not been fetched (scripts/fetch_model.sh).
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <ctime>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -41,21 +40,20 @@ const Tokenizer* smollm2() {
   return tok.get();
 }
 
-#define REQUIRE_MODEL()                                                                  \
-  const Tokenizer* tok = smollm2();                                                      \
-  if (!tok) {                                                                            \
+#define REQUIRE_MODEL()                                                                       \
+  const Tokenizer* tok = smollm2();                                                           \
+  if (!tok) {                                                                                 \
     WARN("skipped: " << model_path().string() << " is missing (run scripts/fetch_model.sh)"); \
-    return;                                                                              \
+    return;                                                                                   \
   }
 
 // Random text over many scripts and shapes: ASCII words and code, whitespace runs, digits, accents and
 // combining marks, CJK, Hangul, Arabic, emoji with ZWJ and variation selectors, and any codepoint at all.
 std::string random_text(std::mt19937& rng, size_t n_chars, const std::function<bool(char32_t)>& allowed) {
   static const std::vector<std::pair<char32_t, char32_t>> pools = {
-      {'a', 'z'},       {'A', 'Z'},        {'0', '9'},       {' ', ' '},         {' ', '~'},
-      {'\t', '\n'},     {'\r', '\r'},      {0xA0, 0xFF},     {0x300, 0x36F},     {0x4E00, 0x9FFF},
-      {0xAC00, 0xD7A3}, {0x600, 0x6FF},    {0x1F300, 0x1F6FF}, {0x200D, 0x200D}, {0xFE0F, 0xFE0F},
-      {0x3000, 0x3000}, {0x0, 0xD7FF},     {0xE000, 0x10FFFF}};
+      {'a', 'z'},         {'A', 'Z'},       {'0', '9'},       {' ', ' '},       {' ', '~'},       {'\t', '\n'},
+      {'\r', '\r'},       {0xA0, 0xFF},     {0x300, 0x36F},   {0x4E00, 0x9FFF}, {0xAC00, 0xD7A3}, {0x600, 0x6FF},
+      {0x1F300, 0x1F6FF}, {0x200D, 0x200D}, {0xFE0F, 0xFE0F}, {0x3000, 0x3000}, {0x0, 0xD7FF},    {0xE000, 0x10FFFF}};
   std::string out;
   size_t made = 0;
   while (made < n_chars) {
@@ -148,8 +146,9 @@ TEST_CASE("SmolLM2 round-trips arbitrary valid UTF-8", "[tokenizer][smollm2]") {
 TEST_CASE("SmolLM2 encodes a 1000-token prompt quickly, also from several threads", "[tokenizer][smollm2][perf]") {
   REQUIRE_MODEL();
   // Prose, code and numbers, about 1000 tokens; every word new to a fresh tokenizer's cache except repeats.
-  const std::vector<std::string> words = {"the", "model", "attention", "cache", "budget", "policy", "evicts",
-                                          "tokens", "while", "keeping", "recent", "heavy", "hitters", "and", "of"};
+  const std::vector<std::string> words = {"the",    "model",  "attention", "cache", "budget",
+                                          "policy", "evicts", "tokens",    "while", "keeping",
+                                          "recent", "heavy",  "hitters",   "and",   "of"};
   std::mt19937 rng(7);
   std::string prompt = apply_chatml({{"user", "Summarise the following notes."}});
   for (int line = 0; prompt.size() < 4800; ++line) {
@@ -178,8 +177,8 @@ TEST_CASE("SmolLM2 encodes a 1000-token prompt quickly, also from several thread
   const double cold_cpu_ms = 1000.0 * static_cast<double>(c1 - c0) / CLOCKS_PER_SEC;
   const double cold_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
   const double warm_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
-  WARN("encode " << ids.size() << " tokens (" << prompt.size() << " bytes): " << cold_ms << " ms cold ("
-                 << cold_cpu_ms << " ms CPU), " << warm_ms << " ms with the word cache");
+  WARN("encode " << ids.size() << " tokens (" << prompt.size() << " bytes): " << cold_ms << " ms cold (" << cold_cpu_ms
+                 << " ms CPU), " << warm_ms << " ms with the word cache");
   CHECK(ids.size() >= 1000);
   CHECK(again == ids);
   CHECK(cold_cpu_ms < 50.0);

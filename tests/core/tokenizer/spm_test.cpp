@@ -1,6 +1,5 @@
 // SentencePiece-style BPE on a hand-built vocabulary: hand-worked cases and a direct reference loop.
 #include <catch2/catch.hpp>
-
 #include <cstdio>
 #include <map>
 #include <random>
@@ -113,8 +112,7 @@ TEST_CASE("SPM merges by score, worked by hand", "[tokenizer][spm]") {
   CHECK(tok.encode("\xC3\xA9") == std::vector<int>{v.id(kSp), v.byte(0xC3), v.byte(0xA9)});
   // Special tokens, and the space prefix again after each one.
   CHECK(tok.encode("<s>hi</s>") == std::vector<int>{1, v.id(kSp), v.id("hi"), 2});
-  CHECK(tok.encode("<s>hi", false) ==
-        std::vector<int>{v.id(kSp), v.byte('<'), v.byte('s'), v.byte('>'), v.id("hi")});
+  CHECK(tok.encode("<s>hi", false) == std::vector<int>{v.id(kSp), v.byte('<'), v.byte('s'), v.byte('>'), v.id("hi")});
   CHECK(tok.encode("").empty());
 
   SpmVocab no_prefix = v.vocab;
@@ -146,8 +144,8 @@ TEST_CASE("SPM decodes as the reference Llama decoder", "[tokenizer][spm]") {
 TEST_CASE("SPM agrees with the direct reference loop and round-trips", "[tokenizer][spm]") {
   HandVocab v;
   SpmTokenizer tok(v.vocab);
-  const std::vector<std::string> alphabet = {"h", "e", "l", "o", "t", "a", "i", " ", " ", "\xC3\xA9",
-                                             "\xE4\xB8\xAD", "\xF0\x9F\x8E\x89", "x", "\n"};
+  const std::vector<std::string> alphabet = {
+      "h", "e", "l", "o", "t", "a", "i", " ", " ", "\xC3\xA9", "\xE4\xB8\xAD", "\xF0\x9F\x8E\x89", "x", "\n"};
   std::mt19937 rng(99);
   for (int trial = 0; trial < 500; ++trial) {
     std::string text;

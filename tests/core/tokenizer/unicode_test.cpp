@@ -1,7 +1,6 @@
 // Character classes against the classes the reference tokenizer was observed to use, codepoint by codepoint,
 // and UTF-8 repair against the Unicode standard's worked examples.
 #include <catch2/catch.hpp>
-
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -30,7 +29,9 @@ TEST_CASE("Unicode classes match the reference on every codepoint", "[tokenizer]
   const auto digit = expand(classes.at("digit_split"));
   // The reference splits digits with Rust's char::is_numeric, a Unicode version newer than its regex
   // engine's; these 13 digits added in Unicode 17 are the known difference (see tools/make_unicode_tables.py).
-  auto unicode17_digit = [](uint32_t cp) { return (cp >= 0x11DE0 && cp <= 0x11DE9) || (cp >= 0x16FF4 && cp <= 0x16FF6); };
+  auto unicode17_digit = [](uint32_t cp) {
+    return (cp >= 0x11DE0 && cp <= 0x11DE9) || (cp >= 0x16FF4 && cp <= 0x16FF6);
+  };
   int mismatches = 0;
   for (uint32_t cp = 0; cp < 0x110000; ++cp) {
     if (cp >= 0xD800 && cp <= 0xDFFF) continue;
@@ -49,9 +50,9 @@ TEST_CASE("UTF-8 repair replaces each maximal ill-formed subpart with one U+FFFD
         "a" + R + R + R + "b" + R + "c" + R + R + "d");
   CHECK(unicode::utf8_lossy("") == "");
   CHECK(unicode::utf8_lossy("plain \xE4\xBD\xA0") == "plain \xE4\xBD\xA0");
-  CHECK(unicode::utf8_lossy("\xE4\xBD") == R);            // truncated at the end: one replacement
-  CHECK(unicode::utf8_lossy("\xC0\xAF") == R + R);        // overlong lead bytes are never valid
-  CHECK(unicode::utf8_lossy("\xED\xA0\x80") == R + R + R);  // surrogates
+  CHECK(unicode::utf8_lossy("\xE4\xBD") == R);                           // truncated at the end: one replacement
+  CHECK(unicode::utf8_lossy("\xC0\xAF") == R + R);                       // overlong lead bytes are never valid
+  CHECK(unicode::utf8_lossy("\xED\xA0\x80") == R + R + R);               // surrogates
   CHECK(unicode::utf8_lossy("\xF4\x8F\xBF\xBF") == "\xF4\x8F\xBF\xBF");  // U+10FFFF is fine
   CHECK(unicode::utf8_lossy("\xF4\x90\x80\x80") == R + R + R + R);
 

@@ -1,0 +1,94 @@
+// kvscope figure: render one view of a recorded trace to PNG (or SVG for line/bar views) without a
+// display: the GUI's own figure builders, laid out by ImPlot in an offscreen context and rasterised in
+// software.
+#include <cstdio>
+
+#include "app/subcommands.h"
+#include "core/common/error.h"
+#ifdef KVSCOPE_HAVE_GUI
+#include "core/trace/hdf5_reader.h"
+#include "viewers/figure_export.h"
+#include "viewers/script.h"
+#include "viewers/views.h"
+#endif
+
+namespace kvscope::app {
+
+#ifdef KVSCOPE_HAVE_GUI
+namespace {
+
+struct FigureArgs {
+  std::string trace, view = "attention", out, run, size, scale = "log", cmap = "viridis", stat, series;
+  std::vector<std::string> runs;
+  int layer = 0, head = 0, kv_head = 0, step = -1, token = -1, width = 1200, height = 800;
+  float font = 0.0f;
+  bool decode = false, values = false, aggregate = false, dark = false;
+};
+
+}  // namespace
+#endif
+
+Command register_figure(CLI::App& root) {
+  CLI::App* cmd = root.add_subcommand("figure", "render a view of an HDF5 trace to PNG or SVG (no display needed)");
+#ifdef KVSCOPE_HAVE_GUI
+  auto a = std::make_shared<FigureArgs>();
+  cmd->add_option("trace", a->trace, "HDF5 trace file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--view", a->view, "attention, similarity, layer_stats, budget, timeline, summary, compare");
+  cmd->add_option("--out", a->out, "output file, .png or .svg (SVG: line/bar views)")->required();
+  cmd->add_option("--run", a->run, "run name in the trace (default: the first)");
+  cmd->add_option("--runs", a->runs, "compare: runs to show, the first is the reference")->delimiter(',');
+  cmd->add_option("--layer", a->layer, "layer")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--head", a->head, "query head")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--kv-head", a->kv_head, "KV head (similarity, timeline)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--step", a->step, "step whose kept set marks the keys (-1: last)");
+  cmd->add_option("--token", a->token, "position to mark with guides (-1: none)");
+  cmd->add_flag("--decode", a->decode, "attention/compare: decode rows instead of the prefill map");
+  cmd->add_flag("--values", a->values, "similarity: value vectors instead of keys");
+  cmd->add_flag("--all-caches", a->aggregate, "timeline: share of all (layer, KV head) caches holding each position");
+  cmd->add_option("--stat", a->stat, "layer_stats: statistic (default: the first recorded)");
+  cmd->add_option("--series", a->series, "budget: diagnostic series (default: final budgets)");
+  cmd->add_option("--scale", a->scale, "colour scale: log or linear")->check(CLI::IsMember({"log", "linear"}));
+  cmd->add_option("--cmap", a->cmap, "colormap: viridis, magma, inferno, greys")
+      ->check(CLI::IsMember({"viridis", "magma", "inferno", "greys"}));
+  cmd->add_option("--size", a->size, "WIDTHxHEIGHT in pixels (default 1200x800)");
+  cmd->add_option("--font", a->font, "font size in pixels (default: height / 50)")->check(CLI::Range(6.0f, 200.0f));
+  cmd->add_flag("--dark", a->dark, "dark background, as in the window");
+  return {cmd, [a]() {
+            if (!a->size.empty()) viewers::parse_size(a->size, a->width, a->height);
+            trace::TraceView view = trace::read_trace(a->trace);
+            for (const auto& w : view.warnings) std::fprintf(stderr, "kvscope figure: warning: %s\n", w.c_str());
+            if (view.runs.empty()) throw Error("trace '" + a->trace + "' has no runs");
+            viewers::AppState state;
+            for (const auto& r : view.runs) state.runs.push_back({r, a->trace + "#" + r->name, a->trace, false});
+            state.active = 0;
+            if (!a->run.empty()) {
+              state.active = -1;
+              std::string names;
+              for (int i = 0; i < static_cast<int>(view.runs.size()); ++i) {
+                names += (names.empty() ? "" : ", ") + view.runs[i]->name;
+                if (view.runs[i]->name == a->run) state.active = i;
+              }
+              if (state.active < 0) throw UsageError("no run '" + a->run + "' in '" + a->trace + "' (runs: " + names + ")");
+            }
+            viewers::ViewOptions o;
+            o.layer = a->layer, o.head = a->head, o.kv_head = a->kv_head, o.step = a->step, o.token = a->token;
+            o.decode = a->decode, o.values = a->values, o.aggregate = a->aggregate;
+            o.stat = a->stat, o.series = a->series, o.runs = a->runs;
+            o.scale = a->scale == "log" ? viewers::ScaleKind::Log : viewers::ScaleKind::Linear;
+            for (viewers::Colormap c : viewers::kAllColormaps)
+              if (a->cmap == viewers::colormap_name(c)) o.cmap = c;
+            const viewers::Figure fig = viewers::view_figure(state, a->view, o);
+            viewers::export_figure(fig, a->out, viewers::ExportOptions{a->width, a->height, a->font, a->dark});
+            std::printf("%s\n", a->out.c_str());
+            return 0;
+          }};
+#else
+  cmd->allow_extras();
+  return {cmd, []() -> int {
+            throw Error("this kvscope was built without the GUI libraries, which `figure` shares (run "
+                        "scripts/setup_deps.sh and rebuild)");
+          }};
+#endif
+}
+
+}  // namespace kvscope::app

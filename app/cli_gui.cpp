@@ -1,0 +1,42 @@
+// kvscope gui: the Dear ImGui front end. With trace files it shows them; without, it loads the default
+// model and a sample prompt and starts a run, so the first screen is real data.
+#include <cstdio>
+
+#include "app/subcommands.h"
+#include "core/common/error.h"
+#ifdef KVSCOPE_HAVE_GUI
+#include "viewers/gui_app.h"
+#endif
+
+namespace kvscope::app {
+
+Command register_gui(CLI::App& root) {
+#ifdef KVSCOPE_HAVE_GUI
+  auto opts = std::make_shared<viewers::GuiOptions>();
+#endif
+  CLI::App* cmd = root.add_subcommand("gui", "open the interactive viewer (runs live, or shows HDF5 traces)");
+#ifdef KVSCOPE_HAVE_GUI
+  cmd->add_option("traces", opts->trace_files, "HDF5 trace files to open")->check(CLI::ExistingFile);
+  cmd->add_option("--script", opts->script, "run a scripted session (see docs/gui.md)")->check(CLI::ExistingFile);
+  cmd->add_option("--screenshot", opts->screenshot, "save the first screen as PNG once the first run is done, then quit");
+  cmd->add_option("--width", opts->width, "window width")->check(CLI::Range(320, 8192));
+  cmd->add_option("--height", opts->height, "window height")->check(CLI::Range(240, 8192));
+  cmd->add_option("--threads", opts->threads, "engine threads (0: all cores, one left for the window on 4+ cores)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--model", opts->model, "GGUF model for live runs (default: $KVSCOPE_MODEL, then SmolLM2-135M-Instruct)");
+  cmd->add_option("--prompt", opts->prompt, "prompt of the first run (default: a sample prompt)");
+  cmd->add_option("--policy", opts->policy, "policy of the first run, e.g. snapkv:window=32");
+  cmd->add_option("--budget", opts->budget, "budget of the first run (tokens or a percentage, default 25%)");
+  cmd->add_option("--max-new-tokens", opts->max_new_tokens, "tokens the first run generates")->check(CLI::PositiveNumber);
+  cmd->add_flag("--no-run", opts->no_run, "do not start the default run");
+  return {cmd, [opts]() { return viewers::run_gui(*opts); }};
+#else
+  cmd->allow_extras();
+  return {cmd, []() -> int {
+            throw Error("this kvscope was built without the GUI (Dear ImGui sources or GLFW/OpenGL were missing at "
+                        "configure time; run scripts/setup_deps.sh and rebuild)");
+          }};
+#endif
+}
+
+}  // namespace kvscope::app

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Cost of recording a trace: one ~2048-token prompt plus 64 decode steps on the default model, run with
+recording off (`kvscope generate`) and on (`kvscope trace`, default record options), same policy.
+
+Prints wall time of each, the ratio, the trace file size and the peak RSS of each (/usr/bin/time -v).
+Targets (issue 5): overhead <= 25 %, file <= 200 MB.
+
+    bench/trace_overhead.py [--build build] [--policy full] [--budget B] [--repeat 2] [--tokens 2048]
+
+Runs alternate off/on and the fastest of each is reported, which damps noise from other load.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def timed(cmd):
+    """Runs cmd under /usr/bin/time -v; returns (stdout, wall seconds, peak RSS in MiB)."""
+    res = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit(f"command failed ({res.returncode}): {' '.join(cmd)}\n{res.stderr[-3000:]}")
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([\d.]+)", res.stderr)
+    h, m, s = wall.groups()
+    seconds = int(h or 0) * 3600 + int(m) * 60 + float(s)
+    rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", res.stderr).group(1))
+    return res.stdout, seconds, rss_kb / 1024.0
+
+
+def prompt_text(chars):
+    folder = os.path.join(ROOT, "sample_data", "prompts")
+    texts = [open(os.path.join(folder, f), encoding="utf-8").read().strip() for f in sorted(os.listdir(folder))]
+    out, i = [], 0
+    while sum(len(t) + 2 for t in out) < chars:
+        out.append(texts[i % len(texts)])
+        i += 1
+    return "\n\n".join(out)[:chars]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--policy", default="full")
+    ap.add_argument("--budget", default="")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--record", default="", help="--record spec for the traced run")
+    args = ap.parse_args()
+    binary = os.path.join(args.build, "app", "kvscope")
+    if not os.path.exists(binary):
+        sys.exit(f"no kvscope binary at {binary}; build first or pass --build")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        prompt_file = os.path.join(tmp, "prompt.txt")
+        trace_file = os.path.join(tmp, "run.h5")
+        common = ["--prompt-file", prompt_file, "--max-new-tokens", "65", "--ignore-eos", "--policy", args.policy,
+                  "--threads", str(args.threads)]
+        if args.budget:
+            common += ["--budget", args.budget]
+        # English prose here runs about 4.4 characters per token; measure once and rescale.
+        chars = int(args.tokens * 4.4)
+        for _ in range(3):
+            with open(prompt_file, "w", encoding="utf-8") as f:
+                f.write(prompt_text(chars))
+            out, off_wall, off_rss = timed([binary, "generate", "--json", *common])
+            n_prompt = len(json.loads(out)["prompt_tokens"])
+            if abs(n_prompt - args.tokens) <= args.tokens // 100:
+                break
+            chars = int(chars * args.tokens / n_prompt)
+        off = [(off_wall, off_rss)]
+        on = []
+        record = ["--record", args.record] if args.record else []
+        for i in range(args.repeat):
+            if i > 0:
+                _, w, r = timed([binary, "generate", "--json", *common])
+                off.append((w, r))
+            _, w, r = timed([binary, "trace", "--quiet", "--force", "--out", trace_file, *common, *record])
+            on.append((w, r))
+        size_mb = os.path.getsize(trace_file) / 1e6
+        off_wall, off_rss = min(off)
+        on_wall, on_rss = min(on)
+        overhead = (on_wall / off_wall - 1.0) * 100.0
+        print(f"prompt {n_prompt} tokens + 64 decode steps, policy {args.policy} {args.budget}, "
+              f"{os.cpu_count()} cores, best of {args.repeat}")
+        print(f"recording off: {off_wall:8.1f} s   peak RSS {off_rss:7.0f} MiB")
+        print(f"recording on : {on_wall:8.1f} s   peak RSS {on_rss:7.0f} MiB")
+        print(f"wall ratio   : {on_wall / off_wall:8.3f}   (overhead {overhead:+.1f} %, target <= 25 %)")
+        print(f"trace file   : {size_mb:8.1f} MB (target <= 200 MB)")
+        print("all runs (off, on) seconds: " + ", ".join(f"{a[0]:.1f}" for a in off) + " | " +
+              ", ".join(f"{b[0]:.1f}" for b in on))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,249 @@
+// Bad input never crashes and never passes silently: unwritable paths, existing files, files that are not
+// traces, truncated files and writers killed mid-run.
+#include <hdf5.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "core/common/error.h"
+#include "core/trace/hdf5_reader.h"
+#include "core/trace/hdf5_writer.h"
+#include "fake_run.h"
+
+using namespace kvscope;
+using namespace kvscope::trace;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path temp_file(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / "kvscope_trace_tests";
+  fs::create_directories(dir);
+  const fs::path p = dir / (name + "_" + std::to_string(::getpid()) + ".h5");
+  fs::remove(p);
+  return p;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+fs::path write_valid_trace(const std::string& name) {
+  const fs::path path = temp_file(name);
+  Hdf5Writer writer(path);
+  test::FakeRun fake;
+  RecordOptions options;
+  options.live_view = false;
+  Recorder rec(options, &writer, fake.recorded_run("fake"));
+  fake.run_all(rec);
+  writer.close();
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("writer refuses an existing file unless forced", "[trace][errors]") {
+  const fs::path path = temp_file("exists");
+  { std::ofstream(path) << "keep me"; }
+  const std::string e = error_of([&] { Hdf5Writer w(path); });
+  CHECK(contains(e, path.string()));
+  CHECK(contains(e, "already exists"));
+  CHECK(fs::file_size(path) == 7);  // untouched
+  WriterOptions force;
+  force.force = true;
+  { Hdf5Writer w(path, force); }
+  CHECK(read_trace(path).runs.empty());
+  fs::remove(path);
+}
+
+TEST_CASE("writer names the path it cannot create", "[trace][errors]") {
+  const std::string missing_dir = (fs::temp_directory_path() / "kvscope_no_such_dir" / "x.h5").string();
+  std::string e = error_of([&] { Hdf5Writer w(missing_dir); });
+  CHECK(contains(e, missing_dir));
+  CHECK(contains(e, "does not exist"));
+  // /proc accepts no new files, even for root.
+  e = error_of([&] { Hdf5Writer w("/proc/kvscope_trace_test.h5"); });
+  CHECK(contains(e, "/proc/kvscope_trace_test.h5"));
+  CHECK(contains(e, "cannot create"));
+  e = error_of([&] { Hdf5Writer w(fs::temp_directory_path()); });
+  CHECK(contains(e, "is a directory"));
+}
+
+TEST_CASE("reader rejects files that are not HDF5", "[trace][errors]") {
+  const fs::path path = temp_file("random");
+  std::mt19937 rng(9);
+  {
+    std::ofstream out(path, std::ios::binary);
+    for (int i = 0; i < 4096; ++i) out.put(static_cast<char>(rng() & 0xff));
+  }
+  std::string e = error_of([&] { read_trace(path); });
+  CHECK(contains(e, path.string()));
+  CHECK(contains(e, "not an HDF5 file"));
+  { std::ofstream out(path, std::ios::trunc); }
+  e = error_of([&] { read_trace(path); });
+  CHECK(contains(e, "empty"));
+  fs::remove(path);
+  e = error_of([&] { read_trace(path); });
+  CHECK(contains(e, "does not exist"));
+}
+
+TEST_CASE("reader rejects HDF5 files that are not kvscope traces", "[trace][errors]") {
+  const fs::path path = temp_file("foreign");
+  {
+    hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g = H5Gcreate2(f, "data", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Gclose(g);
+    H5Fclose(f);
+  }
+  std::string e = error_of([&] { read_trace(path); });
+  CHECK(contains(e, path.string()));
+  CHECK(contains(e, "not a kvscope trace"));
+  CHECK(contains(e, "'format'"));
+  {
+    // Our format attribute but no /runs.
+    hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);
+    hid_t space = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, "format", type, space, H5P_DEFAULT, H5P_DEFAULT);
+    const char* v = "kvscope-trace";
+    H5Awrite(a, type, &v);
+    H5Aclose(a);
+    long long version = 1;
+    a = H5Acreate2(f, "format_version", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, H5T_NATIVE_LLONG, &version);
+    H5Aclose(a);
+    H5Sclose(space);
+    H5Tclose(type);
+    H5Fclose(f);
+  }
+  e = error_of([&] { read_trace(path); });
+  CHECK(contains(e, "no '/runs' group"));
+  fs::remove(path);
+}
+
+TEST_CASE("truncated traces give an Error at every size, never a crash", "[trace][errors]") {
+  const fs::path good = write_valid_trace("truncate_src");
+  const auto size = fs::file_size(good);
+  REQUIRE(size > 4096);
+  const fs::path cut = temp_file("truncated");
+  int errors = 0, tried = 0;
+  for (std::uintmax_t n : {std::uintmax_t{1}, std::uintmax_t{7}, std::uintmax_t{100}, std::uintmax_t{512}, size / 8, size / 4,
+                           size / 2, size * 3 / 4, size - 100, size - 1}) {
+    fs::copy_file(good, cut, fs::copy_options::overwrite_existing);
+    fs::resize_file(cut, n);
+    ++tried;
+    const std::string e = error_of([&] { read_trace(cut); });
+    INFO("truncated to " << n << " of " << size << " bytes: " << e);
+    CHECK(!e.empty());
+    CHECK(contains(e, cut.string()));
+    if (n > 512) CHECK((contains(e, "truncated") || contains(e, "damaged")));
+    errors += !e.empty();
+    CHECK(!error_of([&] { summarize_trace(cut); }).empty());
+  }
+  CHECK(errors == tried);
+  fs::remove(cut);
+  fs::remove(good);
+}
+
+TEST_CASE("a writer killed mid-run leaves a file that reads with a warning", "[trace][errors]") {
+  const fs::path path = temp_file("killed");
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // The child records a prefill and two decode steps, waits until they are flushed, and dies without
+    // closing anything.
+    try {
+      Hdf5Writer writer(path);
+      test::FakeRun fake;
+      RecordOptions options;
+      options.live_view = false;
+      Recorder rec(options, &writer, fake.recorded_run("killed_run"));
+      fake.prefill_step(rec);
+      fake.decode_step(rec, 0);
+      fake.decode_step(rec, 1);
+      writer.sync();
+      raise(SIGKILL);
+    } catch (...) {
+    }
+    _exit(3);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+  TraceView view;
+  REQUIRE_NOTHROW(view = read_trace(path));
+  REQUIRE(view.runs.size() == 1);
+  const RunTrace& r = *view.runs[0];
+  CHECK_FALSE(r.complete);
+  CHECK(r.steps.size() == 3);
+  CHECK(r.generated_ids.size() == 3);
+  REQUIRE(!view.warnings.empty());
+  CHECK(contains(view.warnings.front(), "incomplete"));
+  CHECK(contains(view.warnings.front(), "killed_run"));
+  REQUIRE(r.kept_mask.size() == 2);
+  CHECK(r.kept_mask[0].n_steps == 3);
+  CHECK(r.attention.size() == 8);
+  const TraceSummary s = summarize_trace(path);
+  CHECK_FALSE(s.runs.at(0).complete);
+  fs::remove(path);
+}
+
+TEST_CASE("a writer killed at an arbitrary moment never crashes the reader", "[trace][errors]") {
+  for (int delay_ms : {5, 30, 120}) {
+    const fs::path path = temp_file("killed_any_" + std::to_string(delay_ms));
+    int ready[2];
+    REQUIRE(pipe(ready) == 0);
+    const pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      close(ready[0]);
+      try {
+        Hdf5Writer writer(path);
+        const char go = 1;
+        if (write(ready[1], &go, 1) != 1) _exit(4);
+        for (int run = 0;; ++run) {
+          test::FakeRun fake;
+          fake.max_new = 60;
+          RecordOptions options;
+          options.live_view = false;
+          Recorder rec(options, &writer, fake.recorded_run("run" + std::to_string(run)));
+          fake.run_all(rec);
+        }
+      } catch (...) {
+      }
+      _exit(3);
+    }
+    close(ready[1]);
+    char go = 0;
+    REQUIRE(read(ready[0], &go, 1) == 1);
+    close(ready[0]);
+    usleep(static_cast<useconds_t>(delay_ms) * 1000);
+    kill(child, SIGKILL);
+    int status = 0;
+    waitpid(child, &status, 0);
+    // Either a readable file (the last run incomplete) or an Error naming the file: both are fine, a
+    // crash or another exception type is not.
+    try {
+      const TraceView view = read_trace(path);
+      for (const auto& r : view.runs)
+        if (!r->complete) CHECK(!view.warnings.empty());
+    } catch (const Error& e) {
+      CHECK(contains(e.what(), path.string()));
+    }
+    fs::remove(path);
+  }
+}

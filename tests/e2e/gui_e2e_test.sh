@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# End-to-end: the real GUI under Xvfb runs a scripted session on the default model (live run, export,
+# save to HDF5, screenshot), reopens the saved trace, and `kvscope figure` renders it headless. Each
+# picture must be a real rendering: the expected size and many distinct colours (a blank or failed
+# window has a handful). Exit 77 = skipped (no Xvfb, ImageMagick or default model).
+set -euo pipefail
+kvscope="${1:?usage: gui_e2e_test.sh path/to/kvscope}"
+for tool in xvfb-run identify; do
+  command -v "$tool" >/dev/null || { echo "skip: $tool not installed"; exit 77; }
+done
+if ! "$kvscope" info >/dev/null 2>&1; then echo "skip: kvscope info fails (no default model?)"; exit 77; fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# check_png FILE WIDTH HEIGHT MIN_COLOURS
+check_png() {
+  [ -s "$1" ] || fail "$1 was not written"
+  read -r w h k < <(identify -format '%w %h %k\n' "$1")
+  [ "$w" = "$2" ] && [ "$h" = "$3" ] || fail "$1 is ${w}x${h}, expected $2x$3"
+  [ "$k" -ge "$4" ] || fail "$1 has only $k distinct colours (expected >= $4): not a real rendering"
+  echo "ok: $1 ${w}x${h}, $k colours"
+}
+
+cat > "$work/session.kvs" <<SCRIPT
+# A short prompt keeps the test quick; the policy evicts so every panel has something to show.
+prompt The keeper wrote the weather in his log every night: wind, swell and ships. The key was under the seventh step. Where was the key?
+policy streaming_llm
+budget 50%
+tokens 6
+run
+wait 1200
+layer 2
+token 5
+frames 3
+export attention $work/export_attention.png 900x600
+export layer_stats $work/export_stats.svg
+save $work/saved.h5
+wait 1200
+screenshot $work/shot.png
+view compare
+frames 3
+screenshot $work/compare.png
+quit
+SCRIPT
+
+xvfb-run -a -s "-screen 0 1280x800x24" "$kvscope" gui --width 1280 --height 800 --script "$work/session.kvs" \
+  2> "$work/gui.log" || { cat "$work/gui.log" >&2; fail "gui exited with an error"; }
+grep -q "during runs" "$work/gui.log" || fail "no frame statistics in the log"
+check_png "$work/shot.png" 1280 800 400
+check_png "$work/compare.png" 1280 800 200
+check_png "$work/export_attention.png" 900 600 100
+grep -q "<path d=" "$work/export_stats.svg" || fail "layer stats SVG has no data path"
+[ -s "$work/saved.h5" ] || fail "saved.h5 was not written"
+
+# The saved trace reopens in the window...
+xvfb-run -a -s "-screen 0 1024x700x24" "$kvscope" gui "$work/saved.h5" --width 1024 --height 700 \
+  --screenshot "$work/reopened.png" 2> "$work/gui2.log" || { cat "$work/gui2.log" >&2; fail "gui on the saved trace failed"; }
+check_png "$work/reopened.png" 1024 700 300
+
+# ... and renders without any display at all.
+env -u DISPLAY "$kvscope" figure "$work/saved.h5" --view attention --layer 3 --head 0 --out "$work/fig.png" --size 800x500 >/dev/null
+check_png "$work/fig.png" 800 500 100
+env -u DISPLAY "$kvscope" figure "$work/saved.h5" --view timeline --layer 3 --out "$work/timeline.png" >/dev/null
+check_png "$work/timeline.png" 1200 800 5
+env -u DISPLAY "$kvscope" figure "$work/saved.h5" --view layer_stats --out "$work/stats.svg" >/dev/null
+grep -q "<svg" "$work/stats.svg" || fail "figure SVG is not SVG"
+if env -u DISPLAY "$kvscope" figure "$work/saved.h5" --view attention --layer 99 --out "$work/bad.png" 2>/dev/null; then
+  fail "an out-of-range layer was accepted"
+fi
+echo "gui e2e: all checks passed"

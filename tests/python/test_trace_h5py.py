@@ -1,0 +1,200 @@
+"""Reads a trace written by `kvscope trace` with h5py, independently of the C++ reader, and checks the
+layout docs/trace-format.md promises: groups, shapes, dtypes (float16 maps), attributes, and that the
+events table and the kept mask tell the same story.
+
+Run by ctest with the project venv; KVSCOPE_BINARY points at the kvscope executable. Exits non-zero on
+any failure and prints one line per check.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+
+FAILURES = []
+PASSED = 0
+
+
+def check(cond, what):
+    global PASSED
+    if cond:
+        PASSED += 1
+    else:
+        FAILURES.append(what)
+        print(f"FAIL: {what}")
+
+
+def run_trace(out, policies, budget, extra=()):
+    binary = os.environ.get("KVSCOPE_BINARY")
+    if not binary or not os.path.exists(binary):
+        print(f"KVSCOPE_BINARY is not set to an executable (got {binary!r})")
+        sys.exit(2)
+    cmd = [binary, "trace", "--out", out, "--budget", budget, "--max-new-tokens", "12", "--quiet",
+           "--prompt", PROMPT, *extra]
+    for p in policies:
+        cmd += ["--policy", p]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if res.returncode != 0:
+        print(f"kvscope trace failed ({res.returncode}):\n{res.stderr}")
+        sys.exit(1)
+    return res
+
+
+def available_policies():
+    binary = os.environ["KVSCOPE_BINARY"]
+    res = subprocess.run([binary, "policies"], capture_output=True, text=True)
+    names = res.stdout if res.returncode == 0 else ""
+    return [p for p in ("h2o", "kvmerger") if p in names]
+
+
+PROMPT = ("In the old harbour town the fishermen mended their nets every morning while the gulls argued over "
+          "scraps. The lighthouse keeper, who had not left his tower in eleven years, counted the boats as they "
+          "went out and again as they came back. One evening a boat did not return. The keeper lit every lamp. "
+          "Question: what did the keeper do when a boat did not return? Answer:")
+
+
+def check_run(f, name, policy, budget_attr):
+    r = f["runs"][name]
+    a = r.attrs
+    for key in ("model", "model_sha256", "policy", "policy_params", "budget", "prompt", "kvscope_version",
+                "git_commit", "start_time", "host", "stop_reason", "record_options"):
+        check(key in a, f"{name}: attribute {key} present")
+    check(a["complete"] == 1, f"{name}: complete == 1")
+    check(a["policy"] == policy, f"{name}: policy attribute is {policy} (got {a.get('policy')})")
+    check(a["budget"] == budget_attr, f"{name}: budget attribute is {budget_attr!r} (got {a.get('budget')!r})")
+    check(len(a["model_sha256"]) == 64, f"{name}: model_sha256 is a hex digest")
+    L, H, KV, P = int(a["n_layers"]), int(a["n_heads"]), int(a["n_kv_heads"]), int(a["prompt_length"])
+    check((L, H, KV) == (30, 9, 3), f"{name}: SmolLM2 shape 30 layers, 9 heads, 3 kv heads (got {L}, {H}, {KV})")
+    maxpos = int(a["max_positions"])
+    check(maxpos == P + 12, f"{name}: max_positions = prompt + max new tokens")
+
+    for g in ("tokens", "attention", "similarity/keys", "similarity/values", "stats", "steps", "kept_mask",
+              "decode_attention"):
+        check(g in r, f"{name}: group {g}")
+    check(r["tokens/prompt_ids"].shape == (P,), f"{name}: prompt_ids shape")
+    check(r["tokens/prompt_ids"].dtype == np.int32, f"{name}: prompt_ids int32")
+    strings = r["tokens/prompt_strings"].asstr()[()]
+    check(len(strings) == P and "In the old harbour" in "".join(strings),
+          f"{name}: prompt strings decode to the prompt")
+    n_gen = r["tokens/generated_ids"].shape[0]
+    check(1 <= n_gen <= 12, f"{name}: 1..12 generated tokens (got {n_gen})")
+    check(r["tokens/logprobs"].shape == (n_gen,) and np.all(r["tokens/logprobs"][()] <= 0), f"{name}: logprobs <= 0")
+
+    att = r["attention/layer_00/head_00"]
+    check(att.dtype == np.float16, f"{name}: attention maps are float16 (got {att.dtype})")
+    check(att.shape == (P, P), f"{name}: attention map {P} x {P} (short prompt, full resolution)")
+    check(att.compression == "gzip" and att.shuffle, f"{name}: attention map is gzip + shuffle")
+    check([d.label for d in att.dims] == ["query", "key"], f"{name}: attention dims labelled")
+    check(att.attrs["units"] == "probability", f"{name}: attention units")
+    m = att[()].astype(np.float64)
+    check(np.allclose(m.sum(axis=1), 1.0, atol=5e-3), f"{name}: attention rows sum to 1")
+    check(np.all(np.triu(m, 1) == 0), f"{name}: attention is causal")
+    check(len(r["attention"]) == 30 and len(r["attention/layer_29"]) == 9, f"{name}: 30 layers x 9 heads of maps")
+
+    ks = r["similarity/keys/layer_03/kv_head_01"]
+    check(ks.dtype == np.float16 and ks.shape == (P, P), f"{name}: key similarity float16 {P} x {P}")
+    kd = np.diag(ks[()].astype(np.float64))
+    check(np.allclose(kd, 1.0, atol=2e-3), f"{name}: key similarity diagonal is 1")
+    check(len(r["similarity/values"]) == 30, f"{name}: value similarity for every layer")
+
+    for s in ("cake_window_entropy", "cake_column_variance", "d2o_colsum_variance", "mean_row_entropy"):
+        check(r["stats"][s].shape == (L, H) and r["stats"][s].dtype == np.float64, f"{name}: stats/{s} [{L}][{H}]")
+        check("definition" in r["stats"][s].attrs, f"{name}: stats/{s} has a definition")
+    for s in ("cake_layer_entropy", "cake_layer_variance", "d2o_layer_variance"):
+        check(r["stats"][s].shape == (L,), f"{name}: stats/{s} [{L}]")
+    check(np.all(r["stats/cake_window_entropy"][()] > 0), f"{name}: CAKE entropy > 0 with a prompt longer than 32")
+
+    steps = r["steps/step"].shape[0]
+    phases = r["steps/phase"][()]
+    check(steps >= 1 and phases[-1] in (0, 1), f"{name}: steps recorded")
+    n_prefill = int(np.sum(phases == 0))
+    check(steps == n_prefill + (n_gen - 1), f"{name}: steps = prefill blocks + generated - 1 ({steps})")
+    dec = r["decode_attention/layer_10"]
+    check(dec.dtype == np.float16 and dec.shape == (steps - n_prefill, H, maxpos),
+          f"{name}: decode attention [{steps - n_prefill}][{H}][{maxpos}] float16 (got {dec.shape})")
+    if dec.shape[0]:
+        check(np.allclose(dec[()].astype(np.float64).sum(axis=2), 1.0, atol=2e-2), f"{name}: decode rows sum to 1")
+
+    # The events table and the kept mask must agree: each event is the moment its entry leaves.
+    events = r["events"][()]
+    check(h5py.check_enum_dtype(r["events"].dtype["action"]) == {"evicted": 0, "merged": 1}, f"{name}: action enum")
+    masks = [r[f"kept_mask/layer_{l:02d}"][()] for l in range(L)]
+    check(all(mk.shape == (KV, maxpos, steps) and mk.dtype == np.uint8 for mk in masks),
+          f"{name}: kept mask [{KV}][{maxpos}][{steps}] uint8")
+    seq_len = r["steps/seq_len"][()]
+    bad = 0
+    seen_before = 0
+    for e in events:
+        mk = masks[e["layer"]]
+        want = 2 if e["action"] == 1 else 0
+        if mk[e["kv_head"], e["position"], e["step"]] != want:
+            bad += 1
+        # Entries that arrived in the same prefill block they left in were never marked kept.
+        if e["step"] > 0 and e["position"] < seq_len[e["step"] - 1]:
+            seen_before += 1
+            if mk[e["kv_head"], e["position"], e["step"] - 1] != 1:
+                bad += 1
+    check(bad == 0, f"{name}: every event matches a 1 -> 0/2 transition of the kept mask ({bad} mismatches)")
+    # ... and every 1 -> 0/2 transition has its event.
+    transitions = sum(int(((mk[:, :, :-1] == 1) & (mk[:, :, 1:] != 1)).sum()) for mk in masks)
+    check(transitions == seen_before, f"{name}: {transitions} kept-mask transitions vs {seen_before} events")
+    entries = r["steps/cache_entries"][()]
+    kept_last = sum(int((mk[:, :, -1] == 1).sum()) for mk in masks)
+    check(kept_last == entries[-1], f"{name}: kept mask at the last step counts the cache entries ({kept_last} vs {entries[-1]})")
+    return events
+
+
+def main():
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "run.h5")
+        extra_policies = available_policies()
+        policies = ["full"] + extra_policies[:1]
+        budget = "24"
+        run_trace(out, policies, budget)
+        with h5py.File(out, "r") as f:
+            check(f.attrs["format"] == "kvscope-trace", "root attribute format = kvscope-trace")
+            check(int(f.attrs["format_version"]) == 1, "format_version 1")
+            expected = ["full"] + [f"{p}_b{budget}" for p in extra_policies[:1]]
+            check(sorted(f["runs"].keys()) == sorted(expected), f"runs {expected} (got {list(f['runs'].keys())})")
+            full_events = check_run(f, "full", "full", "")
+            check(len(full_events) == 0, "the full policy evicts nothing")
+            for p in extra_policies[:1]:
+                events = check_run(f, f"{p}_b{budget}", p, budget)
+                check(len(events) > 0, f"{p} at budget {budget} evicts or merges something")
+                check("budgets" in f["runs"][f"{p}_b{budget}"], f"{p}: budgets group")
+
+        # A second file exercises the recording switches: pooling and NMSE.
+        out2 = os.path.join(tmp, "pooled.h5")
+        policy = (extra_policies or ["full"])[0]
+        run_trace(out2, [policy], "24", ["--record", "size=16;pooling=mean;layers=2;heads=0", "--record-nmse"])
+        with h5py.File(out2, "r") as f:
+            name = list(f["runs"].keys())[0]
+            r = f["runs"][name]
+            P = int(r.attrs["prompt_length"])
+            pooled = r["attention/layer_00/head_00"]
+            check(pooled.shape[0] <= 16 and pooled.attrs["pooling"] == "mean", "size=16 pools maps to <= 16")
+            full = r["attention/layer_02/head_00"]
+            check(full.shape == (P, P), "layers=2;heads=0 keeps that map at full resolution")
+            if policy != "full":
+                check("nmse" in r and r["nmse"].shape[1] == 30, "nmse [decode steps][30]")
+                check(np.all(r["nmse"][()] >= 0), "nmse >= 0")
+
+        # Refuses to overwrite without --force.
+        binary = os.environ["KVSCOPE_BINARY"]
+        res = subprocess.run([binary, "trace", "--out", out, "--prompt", "hi", "--max-new-tokens", "1", "--quiet"],
+                             capture_output=True, text=True)
+        check(res.returncode != 0 and "already exists" in res.stderr, "an existing file is refused without --force")
+        res = subprocess.run([binary, "inspect", out], capture_output=True, text=True)
+        check(res.returncode == 0 and "events" in res.stdout, "kvscope inspect summarises the file")
+
+    print(f"test_trace_h5py: {PASSED} checks passed, {len(FAILURES)} failed")
+    if FAILURES:
+        for f in FAILURES:
+            print(f"  failed: {f}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

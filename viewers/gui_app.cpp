@@ -1,0 +1,614 @@
+#include "viewers/gui_app.h"
+
+#include <GLFW/glfw3.h>
+#include <imgui.h>
+#include <imgui_impl_glfw.h>
+#include <imgui_impl_opengl3.h>
+#include <imgui_internal.h>
+#include <implot.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "core/common/error.h"
+#include "viewers/figure_export.h"
+#include "viewers/panel.h"
+#include "viewers/script.h"
+#include "viewers/session.h"
+#include "viewers/setup_panel.h"
+#include "viewers/views.h"
+
+namespace kvscope::viewers {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Frame times, split by whether a run was in progress: the number that matters is how smooth the
+// window stays while the worker computes.
+struct FrameStats {
+  int frames = 0, busy_frames = 0;
+  double busy_work_ms = 0, busy_interval_ms = 0, busy_max_work_ms = 0;
+  double idle_work_ms = 0;
+  double last_work_ms = 0, fps = 0;
+  void add(bool busy, double work_ms, double interval_ms) {
+    ++frames;
+    last_work_ms = work_ms;
+    fps = fps == 0 ? 1000.0 / std::max(1.0, interval_ms) : 0.9 * fps + 0.1 * 1000.0 / std::max(1.0, interval_ms);
+    if (busy) {
+      ++busy_frames;
+      busy_work_ms += work_ms;
+      busy_interval_ms += interval_ms;
+      busy_max_work_ms = std::max(busy_max_work_ms, work_ms);
+    } else {
+      idle_work_ms += work_ms;
+    }
+  }
+  void report() const {
+    std::fprintf(stderr, "kvscope gui: %d frames; during runs %d frames, %.1f fps (mean frame interval %.1f ms), "
+                         "frame work mean %.1f ms, max %.1f ms\n",
+                 frames, busy_frames, busy_frames ? 1000.0 * busy_frames / busy_interval_ms : 0.0,
+                 busy_frames ? busy_interval_ms / busy_frames : 0.0, busy_frames ? busy_work_ms / busy_frames : 0.0, busy_max_work_ms);
+  }
+};
+
+Image read_framebuffer(int w, int h) {
+  Image img(w, h);
+  std::vector<uint8_t> rows(static_cast<std::size_t>(w) * h * 4);
+  glPixelStorei(GL_PACK_ALIGNMENT, 1);
+  glReadBuffer(GL_BACK);
+  glReadPixels(0, 0, w, h, GL_RGBA, GL_UNSIGNED_BYTE, rows.data());
+  // OpenGL's origin is the bottom-left corner; PNG rows run top-down.
+  for (int y = 0; y < h; ++y)
+    std::copy_n(rows.data() + static_cast<std::size_t>(h - 1 - y) * w * 4, static_cast<std::size_t>(w) * 4, img.px(0, y));
+  for (std::size_t i = 3; i < img.rgba.size(); i += 4) img.rgba[i] = 255;
+  return img;
+}
+
+int resize_callback(ImGuiInputTextCallbackData* data) {
+  if (data->EventFlag == ImGuiInputTextFlags_CallbackResize) {
+    auto* s = static_cast<std::string*>(data->UserData);
+    s->resize(data->BufTextLen);
+    data->Buf = s->data();
+  }
+  return 0;
+}
+
+bool input_text(const char* label, std::string& s) {
+  return ImGui::InputText(label, s.data(), s.capacity() + 1, ImGuiInputTextFlags_CallbackResize, resize_callback, &s);
+}
+
+class App {
+ public:
+  App(const GuiOptions& options, GLFWwindow* window)
+      : options_(options), window_(window), session_(options.threads), setup_(session_) {
+    state_.textures = &textures_;
+    panels_ = make_view_panels();
+  }
+
+  int run();
+
+ private:
+  void start();
+  void apply_updates();
+  void frame();
+  void draw_menu();
+  void draw_status_bar();
+  void build_layout(ImGuiID dockspace);
+  void draw_dialogs();
+  void draw_log();
+  Panel* panel(const std::string& key);
+  void step_script();
+  void fail(const std::string& message);
+  void export_panel(const std::string& key, const std::string& path, const ExportOptions& options);
+
+  GuiOptions options_;
+  GLFWwindow* window_;
+  Session session_;
+  GlTextureStore textures_;
+  AppState state_;
+  SetupPanel setup_;
+  std::vector<std::unique_ptr<Panel>> panels_;
+  bool layout_built_ = false;
+  bool quit_ = false;
+  int exit_code_ = 0;
+  FrameStats stats_;
+  bool log_open_ = true;
+
+  // Dialog state.
+  bool open_dialog_ = false, save_dialog_ = false;
+  std::string open_path_ = "run.h5", save_path_ = "kvscope_run.h5";
+  std::string export_path_;
+  int export_w_ = 1200, export_h_ = 800;
+  float export_font_ = 0.0f;
+  bool export_dark_ = false;
+  std::string export_for_;
+
+  // Script state.
+  std::vector<ScriptStep> script_;
+  std::size_t next_step_ = 0;
+  bool waiting_idle_ = false;
+  Clock::time_point wait_deadline_{};
+  int frames_left_ = 0;
+  std::string screenshot_path_;  // captured at the end of the next frame
+  bool idle_at_frame_start_ = false;
+  bool release_click_ = false;
+};
+
+Panel* App::panel(const std::string& key) {
+  if (key == "setup") return &setup_;
+  for (auto& p : panels_)
+    if (p->key() == key) return p.get();
+  return nullptr;
+}
+
+void App::fail(const std::string& message) {
+  std::fprintf(stderr, "kvscope gui: error: %s\n", message.c_str());
+  state_.log.push_back("error: " + message);
+  exit_code_ = 1;
+  quit_ = true;
+}
+
+void App::start() {
+  if (!options_.script.empty()) script_ = load_script(options_.script);  // parse errors are usage errors
+  if (!options_.model.empty()) setup_.set_model(options_.model);
+  for (const auto& f : options_.trace_files) session_.open_trace(f);
+  const bool scripted_defaults = !script_.empty();
+  if (options_.trace_files.empty() && !options_.no_run && !scripted_defaults) {
+    setup_.load_defaults();
+    if (!options_.prompt.empty()) setup_.set_prompt(options_.prompt);
+    if (!options_.policy.empty()) setup_.set_policy(options_.policy);
+    if (!options_.budget.empty()) setup_.set_budget(options_.budget);
+    if (options_.max_new_tokens > 0) setup_.set_tokens(options_.max_new_tokens);
+    setup_.run();
+  }
+  if (!options_.screenshot.empty() && script_.empty()) {
+    script_ = parse_script("wait\nframes 3\nscreenshot " + options_.screenshot + "\nquit\n", "--screenshot");
+  }
+}
+
+void App::apply_updates() {
+  for (auto& u : session_.poll()) {
+    RunEntry e;
+    e.run = u.run;
+    e.slot = u.slot;
+    e.source = u.source;
+    e.in_progress = !u.final;
+    const bool is_new = std::none_of(state_.runs.begin(), state_.runs.end(), [&](const RunEntry& r) { return r.slot == u.slot; });
+    const int idx = state_.upsert(std::move(e));
+    // The live run takes the screen when it first appears; baselines and files join quietly.
+    if (state_.active < 0 || (is_new && u.slot == "live")) state_.active = idx;
+    if (is_new && u.final && u.slot != "live" && state_.compare.size() < 4 &&
+        state_.active_run() && state_.runs[idx].run->prompt_ids == state_.active_run()->prompt_ids)
+      state_.compare.push_back(idx);
+    if (state_.active_run()) state_.sel = clamp(state_.sel, shape_of(*state_.active_run()));
+  }
+  for (auto& m : session_.take_messages()) state_.log.push_back(std::move(m));
+}
+
+void App::build_layout(ImGuiID dockspace) {
+  ImGuiViewport* vp = ImGui::GetMainViewport();
+  ImGui::DockBuilderRemoveNode(dockspace);
+  ImGui::DockBuilderAddNode(dockspace, ImGuiDockNodeFlags_DockSpace);
+  ImGui::DockBuilderSetNodeSize(dockspace, vp->WorkSize);
+  ImGuiID left, rest, setup, summary, tokens, upper, lower, top, stats, timeline, budget;
+  ImGui::DockBuilderSplitNode(dockspace, ImGuiDir_Left, 0.23f, &left, &rest);
+  ImGui::DockBuilderSplitNode(left, ImGuiDir_Up, 0.66f, &setup, &summary);
+  ImGui::DockBuilderSplitNode(rest, ImGuiDir_Down, 0.17f, &tokens, &upper);
+  ImGui::DockBuilderSplitNode(upper, ImGuiDir_Down, 0.40f, &lower, &top);
+  ImGui::DockBuilderSplitNode(top, ImGuiDir_Right, 0.42f, &stats, &top);
+  ImGui::DockBuilderSplitNode(lower, ImGuiDir_Right, 0.42f, &budget, &timeline);
+  ImGui::DockBuilderDockWindow("Set-up", setup);
+  // The last window docked into a node is its visible tab.
+  ImGui::DockBuilderDockWindow("Log", summary);
+  ImGui::DockBuilderDockWindow("Summary", summary);
+  ImGui::DockBuilderDockWindow("Similarity", top);
+  ImGui::DockBuilderDockWindow("Compare", top);
+  ImGui::DockBuilderDockWindow("Attention", top);
+  ImGui::DockBuilderDockWindow("Layer stats", stats);
+  ImGui::DockBuilderDockWindow("Budgets", budget);
+  ImGui::DockBuilderDockWindow("Eviction timeline", timeline);
+  ImGui::DockBuilderDockWindow("Tokens", tokens);
+  ImGui::DockBuilderFinish(dockspace);
+}
+
+void App::draw_menu() {
+  if (!ImGui::BeginMainMenuBar()) return;
+  if (ImGui::BeginMenu("File")) {
+    if (ImGui::MenuItem("Open trace...", "Ctrl+O")) open_dialog_ = true;
+    if (ImGui::MenuItem("Save current run as HDF5...")) save_dialog_ = true;
+    if (ImGui::BeginMenu("Export figure")) {
+      for (auto& p : panels_)
+        if (p->key() != "tokens" && ImGui::MenuItem(p->title().c_str())) state_.export_panel = p->key();
+      ImGui::EndMenu();
+    }
+    if (ImGui::MenuItem("Screenshot (kvscope_screenshot.png)")) screenshot_path_ = "kvscope_screenshot.png";
+    ImGui::Separator();
+    if (ImGui::MenuItem("Quit", "Ctrl+Q")) quit_ = true;
+    ImGui::EndMenu();
+  }
+  if (ImGui::BeginMenu("View")) {
+    ImGui::MenuItem("Set-up", nullptr, &setup_.open);
+    for (auto& p : panels_) ImGui::MenuItem(p->title().c_str(), nullptr, &p->open);
+    ImGui::MenuItem("Log", nullptr, &log_open_);
+    ImGui::Separator();
+    if (ImGui::MenuItem("Reset layout")) layout_built_ = false;
+    ImGui::EndMenu();
+  }
+  if (ImGui::BeginMenu("Run")) {
+    if (ImGui::MenuItem("Run", "F5")) setup_.run();
+    if (ImGui::MenuItem("Cancel")) session_.cancel_all();
+    if (ImGui::MenuItem("Keep for comparison")) setup_.pin(state_);
+    ImGui::EndMenu();
+  }
+  ImGui::EndMainMenuBar();
+  const ImGuiIO& io = ImGui::GetIO();
+  if (io.KeyCtrl && ImGui::IsKeyPressed(ImGuiKey_O)) open_dialog_ = true;
+  if (io.KeyCtrl && ImGui::IsKeyPressed(ImGuiKey_Q)) quit_ = true;
+  if (ImGui::IsKeyPressed(ImGuiKey_F5)) setup_.run();
+}
+
+void App::draw_status_bar() {
+  const float h = ImGui::GetFrameHeight();
+  if (ImGui::BeginViewportSideBar("##status", ImGui::GetMainViewport(), ImGuiDir_Down, h,
+                                  ImGuiWindowFlags_NoScrollbar | ImGuiWindowFlags_NoSavedSettings | ImGuiWindowFlags_MenuBar)) {
+    if (ImGui::BeginMenuBar()) {
+      const SessionStatus st = session_.status();
+      ImGui::Text("%s", st.model_name.empty() ? "no model loaded" : st.model_name.c_str());
+      ImGui::Separator();
+      if (st.busy) {
+        ImGui::ProgressBar(st.fraction, ImVec2(ImGui::GetFontSize() * 16, 0), st.task.empty() ? "working" : st.task.c_str());
+      } else {
+        ImGui::TextDisabled("idle");
+      }
+      ImGui::Separator();
+      ImGui::Text("%zu runs", state_.runs.size());
+      if (const trace::RunTrace* r = state_.active_run()) {
+        ImGui::Separator();
+        ImGui::Text("showing %s  layer %d head %d%s", r->name.c_str(), state_.sel.layer, state_.sel.head,
+                    state_.token >= 0 ? ("  token " + token_label(*r, state_.token)).c_str() : "");
+      }
+      const float right = ImGui::GetWindowWidth() - ImGui::GetFontSize() * 11;
+      if (ImGui::GetCursorPosX() < right) ImGui::SetCursorPosX(right);
+      ImGui::TextDisabled("%.0f fps  %.1f ms", stats_.fps, stats_.last_work_ms);
+      ImGui::EndMenuBar();
+    }
+  }
+  ImGui::End();
+}
+
+void App::draw_log() {
+  if (!log_open_) return;
+  if (ImGui::Begin("Log", &log_open_)) {
+    for (const auto& line : state_.log) {
+      const bool err = line.rfind("error", 0) == 0;
+      if (err) ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1.0f, 0.45f, 0.4f, 1.0f));
+      ImGui::TextWrapped("%s", line.c_str());
+      if (err) ImGui::PopStyleColor();
+    }
+    if (ImGui::GetScrollY() >= ImGui::GetScrollMaxY()) ImGui::SetScrollHereY(1.0f);
+  }
+  ImGui::End();
+}
+
+void App::export_panel(const std::string& key, const std::string& path, const ExportOptions& options) {
+  Panel* p = panel(key);
+  if (!p) throw UsageError("no panel '" + key + "'");
+  const Figure f = p->figure(state_);
+  if (f.empty()) throw Error("panel '" + p->title() + "' has nothing to export yet");
+  export_figure(f, path, options);
+  state_.log.push_back("exported " + p->title() + " to " + path);
+}
+
+void App::draw_dialogs() {
+  if (open_dialog_) ImGui::OpenPopup("Open trace");
+  open_dialog_ = false;
+  if (ImGui::BeginPopupModal("Open trace", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 30);
+    input_text("path", open_path_);
+    // The .h5 files next to the working directory, the usual place `kvscope trace --out` writes to.
+    std::error_code ec;
+    std::vector<std::string> found;
+    for (const auto& e : std::filesystem::directory_iterator(".", ec))
+      if (e.is_regular_file() && e.path().extension() == ".h5") found.push_back(e.path().filename().string());
+    std::sort(found.begin(), found.end());
+    if (!found.empty() && ImGui::BeginListBox("##found", ImVec2(-1, ImGui::GetTextLineHeightWithSpacing() * 6))) {
+      for (const auto& f : found)
+        if (ImGui::Selectable(f.c_str(), f == open_path_)) open_path_ = f;
+      ImGui::EndListBox();
+    }
+    if (ImGui::Button("Open", ImVec2(120, 0))) {
+      session_.open_trace(open_path_);
+      ImGui::CloseCurrentPopup();
+    }
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel", ImVec2(120, 0))) ImGui::CloseCurrentPopup();
+    ImGui::EndPopup();
+  }
+
+  if (save_dialog_) ImGui::OpenPopup("Save run");
+  save_dialog_ = false;
+  if (ImGui::BeginPopupModal("Save run", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    ImGui::TextWrapped("Re-runs the current set-up with the trace writer attached (greedy decoding gives the same run),\n"
+                       "so the file is exactly what `kvscope trace` writes.");
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 30);
+    input_text("file", save_path_);
+    if (ImGui::Button("Save", ImVec2(120, 0))) {
+      setup_.save(save_path_);
+      ImGui::CloseCurrentPopup();
+    }
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel", ImVec2(120, 0))) ImGui::CloseCurrentPopup();
+    ImGui::EndPopup();
+  }
+
+  if (!state_.export_panel.empty()) {
+    export_for_ = state_.export_panel;
+    export_path_ = export_for_ + ".png";
+    state_.export_panel.clear();
+    ImGui::OpenPopup("Export figure");
+  }
+  if (ImGui::BeginPopupModal("Export figure", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    Panel* p = panel(export_for_);
+    const Figure f = p ? p->figure(state_) : Figure{};
+    ImGui::Text("%s", p ? p->title().c_str() : "?");
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 24);
+    input_text("file (.png or .svg)", export_path_);
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 12);
+    ImGui::InputInt("width", &export_w_, 100);
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 12);
+    ImGui::InputInt("height", &export_h_, 100);
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 12);
+    ImGui::InputFloat("font px (0: auto)", &export_font_, 1.0f, 4.0f, "%.0f");
+    ImGui::Checkbox("dark background", &export_dark_);
+    if (!f.svg_capable()) ImGui::TextDisabled("SVG: line and bar plots only; heatmaps export as PNG");
+    if (ImGui::Button("Export", ImVec2(120, 0))) {
+      try {
+        export_panel(export_for_, export_path_, ExportOptions{export_w_, export_h_, export_font_, export_dark_});
+      } catch (const std::exception& e) {
+        state_.log.push_back(std::string("error: ") + e.what());
+      }
+      ImGui::CloseCurrentPopup();
+    }
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel", ImVec2(120, 0))) ImGui::CloseCurrentPopup();
+    ImGui::EndPopup();
+  }
+}
+
+void App::frame() {
+  ImGui_ImplOpenGL3_NewFrame();
+  ImGui_ImplGlfw_NewFrame();
+  ImGui::NewFrame();
+  draw_menu();
+  draw_status_bar();
+  const ImGuiID dockspace = ImGui::GetID("kvscope_dock");
+  if (!layout_built_) {
+    build_layout(dockspace);
+    layout_built_ = true;
+  }
+  ImGui::DockSpaceOverViewport(dockspace, ImGui::GetMainViewport());
+
+  auto window = [&](Panel& p) {
+    if (!p.open) return;
+    if (!state_.focus_panel.empty() && state_.focus_panel == p.key()) {
+      ImGui::SetNextWindowFocus();
+      state_.focus_panel.clear();
+    }
+    if (ImGui::Begin(p.title().c_str(), &p.open)) p.draw(state_);
+    ImGui::End();
+  };
+  window(setup_);
+  for (auto& p : panels_) window(*p);
+  draw_log();
+  draw_dialogs();
+  ImGui::Render();
+}
+
+void App::step_script() {
+  if (quit_) return;
+  if (waiting_idle_) {
+    if (idle_at_frame_start_) {
+      waiting_idle_ = false;
+    } else if (Clock::now() > wait_deadline_) {
+      fail("script: 'wait' timed out with a run still in progress");
+      return;
+    } else {
+      return;
+    }
+  }
+  if (release_click_) {
+    ImGui::GetIO().AddMouseButtonEvent(ImGuiMouseButton_Left, false);
+    release_click_ = false;
+  }
+  if (frames_left_ > 0) {
+    --frames_left_;
+    return;
+  }
+  if (!screenshot_path_.empty()) return;  // the capture happens at the end of the next frame
+  while (next_step_ < script_.size() && !quit_) {
+    const ScriptStep& s = script_[next_step_++];
+    const std::string where = options_.script.empty() ? "script" : options_.script;
+    try {
+      const std::string& c = s.command;
+      const std::string arg = s.args.empty() ? "" : s.args[0];
+      if (c == "load-default") {
+        setup_.load_defaults();
+        setup_.run();
+      } else if (c == "prompt") {
+        setup_.set_prompt(arg);
+      } else if (c == "sample") {
+        setup_.set_sample(arg);
+      } else if (c == "policy") {
+        setup_.set_policy(arg);
+      } else if (c == "budget") {
+        setup_.set_budget(arg);
+      } else if (c == "tokens") {
+        setup_.set_tokens(std::stoi(arg));
+      } else if (c == "run") {
+        setup_.run();
+      } else if (c == "pin") {
+        apply_updates();
+        setup_.pin(state_);
+      } else if (c == "open") {
+        session_.open_trace(arg);
+      } else if (c == "save") {
+        setup_.save(arg);
+      } else if (c == "layer") {
+        state_.sel.layer = std::stoi(arg);
+      } else if (c == "head") {
+        state_.sel.head = std::stoi(arg);
+      } else if (c == "token") {
+        state_.token = std::stoi(arg);
+      } else if (c == "step") {
+        state_.sel.step = std::stoi(arg);
+      } else if (c == "view") {
+        state_.focus_panel = arg;
+        frames_left_ = 2;  // a focus change takes effect on the next frame
+        return;
+      } else if (c == "wait") {
+        waiting_idle_ = true;
+        idle_at_frame_start_ = false;
+        wait_deadline_ = Clock::now() + std::chrono::seconds(s.args.empty() ? 600 : std::stoi(arg));
+        return;
+      } else if (c == "frames") {
+        frames_left_ = std::stoi(arg);
+        return;
+      } else if (c == "screenshot") {
+        screenshot_path_ = arg;
+        return;
+      } else if (c == "export") {
+        ExportOptions o;
+        if (s.args.size() == 3) parse_size(s.args[2], o.width, o.height);
+        export_panel(arg, s.args[1], o);
+      } else if (c == "mouse") {
+        // A real pointer move (Xvfb warps its cursor), so hover read-outs behave as they do for a user.
+        glfwSetCursorPos(window_, std::stoi(s.args[0]), std::stoi(s.args[1]));
+        ImGui::GetIO().AddMousePosEvent(static_cast<float>(std::stoi(s.args[0])), static_cast<float>(std::stoi(s.args[1])));
+        frames_left_ = 2;
+        return;
+      } else if (c == "click") {
+        ImGui::GetIO().AddMouseButtonEvent(ImGuiMouseButton_Left, true);
+        release_click_ = true;
+        frames_left_ = 2;
+        return;
+      } else if (c == "quit") {
+        quit_ = true;
+      }
+      if (state_.active_run()) state_.sel = clamp(state_.sel, shape_of(*state_.active_run()));
+    } catch (const std::exception& e) {
+      fail(where + ":" + std::to_string(s.line) + ": " + s.command + ": " + e.what());
+    }
+  }
+}
+
+int App::run() {
+  start();
+  auto last = Clock::now();
+  while (!glfwWindowShouldClose(window_) && !quit_) {
+    const bool busy = !session_.idle();
+    const bool scripted = next_step_ < script_.size() || waiting_idle_ || frames_left_ > 0 || !screenshot_path_.empty();
+    // Idle and unattended: sleep until input arrives, so an open window costs nothing.
+    if (!busy && !scripted) glfwWaitEventsTimeout(0.25);
+    else glfwPollEvents();
+    const auto t0 = Clock::now();
+    idle_at_frame_start_ = session_.idle();
+    apply_updates();
+    frame();
+    int w = 0, h = 0;
+    glfwGetFramebufferSize(window_, &w, &h);
+    glViewport(0, 0, w, h);
+    glClearColor(0.08f, 0.08f, 0.09f, 1.0f);
+    glClear(GL_COLOR_BUFFER_BIT);
+    ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+    if (!screenshot_path_.empty()) {
+      try {
+        write_png(read_framebuffer(w, h), screenshot_path_);
+        state_.log.push_back("screenshot saved to " + screenshot_path_);
+        std::fprintf(stderr, "kvscope gui: screenshot %s (%dx%d)\n", screenshot_path_.c_str(), w, h);
+      } catch (const std::exception& e) {
+        fail(e.what());
+      }
+      screenshot_path_.clear();
+    }
+    glfwSwapBuffers(window_);
+    const auto t1 = Clock::now();
+    const double work = std::chrono::duration<double, std::milli>(t1 - t0).count();
+    step_script();
+    // 60 Hz at most: the model shares the CPU with the window, and vsync does not throttle under Xvfb.
+    const auto target = t0 + std::chrono::microseconds(16667);
+    if (Clock::now() < target) std::this_thread::sleep_until(target);
+    const auto now = Clock::now();
+    stats_.add(busy, work, std::chrono::duration<double, std::milli>(now - last).count());
+    last = now;
+  }
+  stats_.report();
+  return exit_code_;
+}
+
+void glfw_error(int code, const char* text) { std::fprintf(stderr, "kvscope gui: GLFW error %d: %s\n", code, text); }
+
+}  // namespace
+
+int run_gui(const GuiOptions& options) {
+  // Scripts are parsed before a window opens, so a typo fails fast with a usage error.
+  if (!options.script.empty()) (void)load_script(options.script);
+  glfwSetErrorCallback(glfw_error);
+  if (!glfwInit())
+    throw Error("cannot open a window: GLFW failed to initialise (no display? set DISPLAY, or run under "
+                "`xvfb-run -a -s \"-screen 0 1600x1000x24\" kvscope gui ...`)");
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 0);
+  GLFWwindow* window = glfwCreateWindow(options.width, options.height, "kvscope", nullptr, nullptr);
+  if (!window) {
+    glfwTerminate();
+    throw Error("cannot open a " + std::to_string(options.width) + "x" + std::to_string(options.height) +
+                " OpenGL 3 window (no display, or no OpenGL 3 driver)");
+  }
+  glfwMakeContextCurrent(window);
+  glfwSwapInterval(1);
+
+  IMGUI_CHECKVERSION();
+  ImGui::CreateContext();
+  ImPlot::CreateContext();
+  ImGuiIO& io = ImGui::GetIO();
+  io.ConfigFlags |= ImGuiConfigFlags_DockingEnable | ImGuiConfigFlags_NavEnableKeyboard;
+  io.IniFilename = nullptr;  // the layout is built in code, so every start (and every screenshot) looks the same
+  io.Fonts->AddFontDefaultVector();
+  ImGui::StyleColorsDark();
+  ImPlot::StyleColorsDark();
+  ImGuiStyle& style = ImGui::GetStyle();
+  style.FontSizeBase = 15.0f;
+  style.WindowRounding = 3.0f;
+  style.FrameRounding = 2.0f;
+  style.TabRounding = 2.0f;
+  ImGui_ImplGlfw_InitForOpenGL(window, true);
+  ImGui_ImplOpenGL3_Init("#version 130");
+
+  int code = 0;
+  std::exception_ptr error;
+  {
+    // The app (and its OpenGL textures) must die while the context is still current.
+    App app(options, window);
+    try {
+      code = app.run();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  ImGui_ImplOpenGL3_Shutdown();
+  ImGui_ImplGlfw_Shutdown();
+  ImPlot::DestroyContext();
+  ImGui::DestroyContext();
+  glfwDestroyWindow(window);
+  glfwTerminate();
+  if (error) std::rethrow_exception(error);
+  return code;
+}
+
+}  // namespace kvscope::viewers

@@ -1,0 +1,27 @@
+#pragma once
+// The kvscope window: GLFW + OpenGL 3 + Dear ImGui (docking) + ImPlot. It owns the Session (model runs
+// on a worker thread), the panels, the export and open dialogs, and the script runner.
+#include <string>
+#include <vector>
+
+namespace kvscope::viewers {
+
+struct GuiOptions {
+  std::vector<std::string> trace_files;  // opened at start; without any, the default run starts
+  std::string script;                    // --script FILE
+  std::string screenshot;                // --screenshot PATH: first screen to PNG, then quit
+  int width = 1600, height = 1000;
+  int threads = 0;                       // engine threads (0: automatic)
+  std::string model;                     // model path for the default run
+  std::string prompt;                    // prompt text for the default run (empty: a sample)
+  std::string policy;                    // policy spec for the default run (empty: automatic)
+  std::string budget;                    // budget for the default run (empty: 25%)
+  int max_new_tokens = 0;                // 0: automatic
+  bool no_run = false;                   // open the window without starting the default run
+};
+
+// Runs until the window closes or a script quits. Returns the process exit code (0 ok, 1 a script step
+// failed or timed out). Throws Error when no window can be opened (no display).
+int run_gui(const GuiOptions& options);
+
+}  // namespace kvscope::viewers
