@@ -17,6 +17,7 @@ struct GenerateArgs {
   PromptOptions prompt;
   GenerationFlags generation;
   std::string policy = "full";
+  std::string allocation;
   bool json = false;
 };
 
@@ -76,11 +77,12 @@ Command register_generate(CLI::App& root) {
   args->prompt.add_to(cmd);
   args->generation.add_to(cmd);
   cmd->add_option("--policy", args->policy, "policy spec, e.g. snapkv:window=32,kernel=7 (see `kvscope policies`)");
+  cmd->add_option("--allocation", args->allocation, "layer budget allocation for the policy (uniform, pyramid, d2o, dynamickv, cake)");
   cmd->add_flag("--json", args->json, "print a machine-readable record instead of text");
 
   return {cmd, [args]() {
-            auto policy = policy::make_policy(args->policy);
-            if (args->policy != "full" && policy.name != "full" && args->generation.budget.empty())
+            auto policy = policy::make_policy(with_allocation(args->policy, args->allocation));
+            if (policy.name != "full" && args->generation.budget.empty())
               throw UsageError("policy '" + policy.name + "' needs --budget (tokens per layer and KV head, or a percentage)");
             const auto options = args->generation.options();
             const model::Model model = args->model.load();

@@ -65,4 +65,11 @@ engine::GenerateOptions GenerationFlags::options() const {
   return o;
 }
 
+std::string with_allocation(const std::string& policy_spec, const std::string& allocation) {
+  if (allocation.empty()) return policy_spec;
+  if (policy_spec.find("allocation=") != std::string::npos)
+    throw UsageError("policy spec '" + policy_spec + "' already sets allocation=; drop --allocation " + allocation);
+  return policy_spec + (policy_spec.find(':') == std::string::npos ? ":" : ",") + "allocation=" + allocation;
+}
+
 }  // namespace kvscope::app

@@ -38,4 +38,8 @@ struct GenerationFlags {
   engine::GenerateOptions options() const;
 };
 
+// `--allocation NAME` is shorthand for the policy parameter allocation=NAME (the papers combine any token
+// scorer with any layer allocation); it is an error to give both.
+std::string with_allocation(const std::string& policy_spec, const std::string& allocation);
+
 }  // namespace kvscope::app

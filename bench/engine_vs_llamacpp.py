@@ -59,7 +59,7 @@ def measure(argv):
 
 
 def make_prompt(tokens, path):
-    base = open(os.path.join(ROOT, "sample_data", "prompts", "story.txt"), encoding="utf-8").read()
+    base = open(os.path.join(ROOT, "sample_data", "prompts", "lighthouse_story.txt"), encoding="utf-8").read()
     # About 1.25 tokens per word for English prose with this vocabulary; trimmed by words to the target.
     words = []
     while len(words) < tokens * 2:

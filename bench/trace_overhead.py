@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def timed(cmd):
-    """Runs cmd under /usr/bin/time -v; returns (stdout, wall seconds, peak RSS in MiB)."""
+    """Runs cmd under /usr/bin/time -v; returns (stdout, wall seconds, peak RSS in MiB, CPU seconds)."""
     res = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True)
     if res.returncode != 0:
         sys.exit(f"command failed ({res.returncode}): {' '.join(cmd)}\n{res.stderr[-3000:]}")
@@ -29,7 +29,8 @@ def timed(cmd):
     h, m, s = wall.groups()
     seconds = int(h or 0) * 3600 + int(m) * 60 + float(s)
     rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", res.stderr).group(1))
-    return res.stdout, seconds, rss_kb / 1024.0
+    cpu = sum(float(re.search(rf"{k} time \(seconds\): ([\d.]+)", res.stderr).group(1)) for k in ("User", "System"))
+    return res.stdout, seconds, rss_kb / 1024.0, cpu
 
 
 def prompt_text(chars):
@@ -68,29 +69,32 @@ def main():
         for _ in range(3):
             with open(prompt_file, "w", encoding="utf-8") as f:
                 f.write(prompt_text(chars))
-            out, off_wall, off_rss = timed([binary, "generate", "--json", *common])
+            out, off_wall, off_rss, off_cpu = timed([binary, "generate", "--json", *common])
             n_prompt = len(json.loads(out)["prompt_tokens"])
             if abs(n_prompt - args.tokens) <= args.tokens // 100:
                 break
             chars = int(chars * args.tokens / n_prompt)
-        off = [(off_wall, off_rss)]
+        off = [(off_wall, off_rss, off_cpu)]
         on = []
         record = ["--record", args.record] if args.record else []
         for i in range(args.repeat):
             if i > 0:
-                _, w, r = timed([binary, "generate", "--json", *common])
-                off.append((w, r))
-            _, w, r = timed([binary, "trace", "--quiet", "--force", "--out", trace_file, *common, *record])
-            on.append((w, r))
+                _, w, r, c = timed([binary, "generate", "--json", *common])
+                off.append((w, r, c))
+            _, w, r, c = timed([binary, "trace", "--quiet", "--force", "--out", trace_file, *common, *record])
+            on.append((w, r, c))
         size_mb = os.path.getsize(trace_file) / 1e6
-        off_wall, off_rss = min(off)
-        on_wall, on_rss = min(on)
+        off_wall, off_rss, _ = min(off)
+        on_wall, on_rss, _ = min(on)
+        off_cpu, on_cpu = min(o[2] for o in off), min(o[2] for o in on)
         overhead = (on_wall / off_wall - 1.0) * 100.0
         print(f"prompt {n_prompt} tokens + 64 decode steps, policy {args.policy} {args.budget}, "
               f"{os.cpu_count()} cores, best of {args.repeat}")
         print(f"recording off: {off_wall:8.1f} s   peak RSS {off_rss:7.0f} MiB")
         print(f"recording on : {on_wall:8.1f} s   peak RSS {on_rss:7.0f} MiB")
         print(f"wall ratio   : {on_wall / off_wall:8.3f}   (overhead {overhead:+.1f} %, target <= 25 %)")
+        print(f"CPU time     : {off_cpu:8.1f} s off, {on_cpu:.1f} s on, ratio {on_cpu / off_cpu:.3f} "
+              f"(user + system; steadier than wall time on a shared machine)")
         print(f"trace file   : {size_mb:8.1f} MB (target <= 200 MB)")
         print("all runs (off, on) seconds: " + ", ".join(f"{a[0]:.1f}" for a in off) + " | " +
               ", ".join(f"{b[0]:.1f}" for b in on))

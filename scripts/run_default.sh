@@ -5,7 +5,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${1:-build}"
 bin="$root/$build/app/kvscope"
-prompt="$root/sample_data/prompts/story.txt"
+prompt="$root/sample_data/prompts/lighthouse_story.txt"
 if [ -n "${DISPLAY:-}" ] && "$bin" gui --help >/dev/null 2>&1; then
   exec "$bin" gui
 fi

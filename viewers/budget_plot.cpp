@@ -83,6 +83,20 @@ LinePlot BudgetPlot::build(const AppState& state) const {
       }
       plot.series.push_back(std::move(s));
     }
+    // Cascading allocations (CAKE) re-plan the budgets at every prefill stage: the stages of the
+    // active run are drawn over the bars, so the final bar is seen as the end of that path.
+    for (const auto& [name, ser] : active->policy_series) {
+      if (ser.dims.size() != 2 || ser.dims[0] != "stage" || ser.dims[1] != "layer" || name.find("budget") == std::string::npos)
+        continue;
+      auto lines = series_lines(ser, 8);
+      for (std::size_t k = 0; k < lines.size(); ++k) {
+        lines[k].name = active->name + " " + lines[k].name;
+        for (double& v : lines[k].y)
+          if (v < 0) v = std::nan("");  // -1 marks layers a stage has not allocated yet
+        lines[k].color = static_cast<int>(state.runs.size() + k);
+        plot.series.push_back(std::move(lines[k]));
+      }
+    }
   } else if (auto it = active->policy_series.find(series); it != active->policy_series.end()) {
     plot.title = active->name + ": " + series;
     plot.y_label = series;

@@ -104,7 +104,8 @@ class Reader {
            std::to_string(length) + " exceeds the limit of " + std::to_string(max_bytes) + " bytes");
     if (length > remaining())
       fail([&] { return field_text(field) + " length"; },
-           std::to_string(length) + " exceeds the " + std::to_string(remaining()) + " bytes left in the file");
+           std::to_string(length) + " exceeds the " + std::to_string(remaining()) +
+               " bytes left in the file (truncated or corrupt)");
     std::string text(reinterpret_cast<const char*>(data_ + pos_), static_cast<std::size_t>(length));
     pos_ += length;
     return text;

@@ -4,7 +4,7 @@
 // Algorithm 1, Eq. 9), which keeps exactly what one eviction after the last layer would (Theorem 1).
 // Tokens are ranked by Mean + gamma * Var of their window attention, pooled (Eq. 11-12); the last S_w
 // tokens are always kept on top of the layer's budget. Decoding evicts one token per layer and step to
-// hold each layer at its prefill budget (App. C).
+// hold each layer at its prefill budget (App. C). See docs/policies.md, "cake".
 #include <algorithm>
 #include <cmath>
 #include <deque>

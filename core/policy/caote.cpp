@@ -3,11 +3,12 @@
 // entry's eviction error c_j = alpha_j / (1 - alpha_j) * ||X - v_j|| is known in closed form (Eq. 8/19),
 // with X the alpha-weighted mean of the values (Eq. 10), or their plain mean for FastCAOTE (Eq. 23).
 // The prompt streams in blocks of m tokens; whenever a (layer, KV head) holds more than b entries,
-// the lowest-error entries go (m per block, one per decode step; §2, Eq. 5-6).
+// the lowest-error entries go (m per block, one per decode step; §2, Eq. 5-6). The engine has computed the
+// step's output by then, so eviction follows the output rather than preceding it (Eq. 7).
+// See docs/policies.md, "caote".
 #include <algorithm>
 #include <cmath>
 #include <deque>
-#include <limits>
 
 #include "core/common/error.h"
 #include "core/policy/catalog.h"

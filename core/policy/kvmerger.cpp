@@ -4,13 +4,13 @@
 // average around its highest-attention pivot (Algorithm 2, Eq. 5-8). The paper fixes the similarity
 // threshold and lets the size follow (`mode=threshold`); `mode=budget` searches the threshold per head
 // so the cache meets the run's token budget exactly, as every other policy does.
+// See docs/policies.md, "kvmerger".
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "core/common/error.h"
 #include "core/policy/catalog.h"
-#include "core/policy/selection.h"
 
 namespace kvscope::policy {
 

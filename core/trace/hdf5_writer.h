@@ -26,7 +26,7 @@ namespace kvscope::trace {
 struct WriterOptions {
   bool force = false;                       // overwrite an existing file
   int gzip_level = 4;                       // deflate level of chunked datasets (0: none)
-  std::size_t queue_bytes = 256u << 20;     // queued payload beyond which the caller waits
+  std::size_t queue_bytes = 64u << 20;      // queued payload beyond which the caller waits
 };
 
 // The fixed shape of one run, known before it starts.

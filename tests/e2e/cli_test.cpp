@@ -1,0 +1,120 @@
+// The kvscope binary as a user runs it: exit codes, error messages, --help, --json.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+Outcome run(const std::string& args) {
+  const std::string command = std::string(KVSCOPE_BINARY) + " " + args + " 2>&1";
+  Outcome o;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  std::array<char, 4096> buffer{};
+  while (std::fgets(buffer.data(), buffer.size(), pipe)) o.output += buffer.data();
+  const int status = pclose(pipe);
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+bool model_available() {
+  const auto root = std::filesystem::path(KVSCOPE_FIXTURES_DIR).parent_path().parent_path();
+  return std::filesystem::exists(root / ".deps/models/SmolLM2-135M-Instruct.Q4_1.gguf") || std::getenv("KVSCOPE_MODEL");
+}
+
+std::filesystem::path temp_file(const std::string& name) { return std::filesystem::temp_directory_path() / ("kvscope_cli_" + name); }
+
+}  // namespace
+
+TEST_CASE("--help works for the program and every subcommand") {
+  REQUIRE(run("--help").exit_code == 0);
+  for (const char* sub : {"info", "generate", "policies"}) {
+    INFO(sub);
+    const auto o = run(std::string(sub) + " --help");
+    REQUIRE(o.exit_code == 0);
+    REQUIRE_THAT(o.output, Catch::Contains("Usage"));
+  }
+}
+
+TEST_CASE("bad usage exits 2 with a message naming what was wrong") {
+  auto o = run("generate --prompt hi --policy nosuch --budget 10");
+  CHECK(o.exit_code == 2);
+  CHECK_THAT(o.output, Catch::Contains("unknown policy 'nosuch'") && Catch::Contains("snapkv"));
+  o = run("generate --prompt hi --policy snapkv:window=0 --budget 10");
+  CHECK(o.exit_code == 2);
+  CHECK_THAT(o.output, Catch::Contains("window"));
+  o = run("generate --prompt hi --policy h2o --budget 0");
+  CHECK(o.exit_code == 2);
+  CHECK_THAT(o.output, Catch::Contains("budget '0'"));
+  o = run("generate --prompt hi --policy h2o");
+  CHECK(o.exit_code == 2);
+  CHECK_THAT(o.output, Catch::Contains("needs --budget"));
+  o = run("generate --no-such-flag");
+  CHECK(o.exit_code == 2);
+  o = run("generate --prompt hi --prompt-file x");
+  CHECK(o.exit_code == 2);
+}
+
+TEST_CASE("bad model files exit 1 naming the file") {
+  auto o = run("info --model /nonexistent/model.gguf");
+  CHECK(o.exit_code == 1);
+  CHECK_THAT(o.output, Catch::Contains("/nonexistent/model.gguf"));
+  const auto truncated = temp_file("truncated.gguf");
+  {
+    std::ofstream out(truncated, std::ios::binary);
+    out << "GGUF\x03";
+  }
+  o = run("generate --prompt hi --model " + truncated.string());
+  CHECK(o.exit_code == 1);
+  CHECK_THAT(o.output, Catch::Contains(truncated.filename().string()));
+  std::filesystem::remove(truncated);
+}
+
+TEST_CASE("budgets and prompts beyond the context are rejected before any work") {
+  if (!model_available()) {
+    WARN("default model missing; run make");
+    return;
+  }
+  auto o = run("generate --prompt hi --policy h2o --budget 9000");
+  CHECK(o.exit_code == 2);
+  CHECK_THAT(o.output, Catch::Contains("larger than the model's context of 8192"));
+  const auto long_prompt = temp_file("long_prompt.txt");
+  {
+    std::ofstream out(long_prompt);
+    for (int i = 0; i < 9000; ++i) out << " 7";
+  }
+  o = run("generate --max-new-tokens 1 --prompt-file " + long_prompt.string());
+  CHECK(o.exit_code == 2);
+  CHECK_THAT(o.output, Catch::Contains("exceeds the model's context of 8192"));
+  std::filesystem::remove(long_prompt);
+}
+
+TEST_CASE("generate --json gives a complete machine-readable record") {
+  if (!model_available()) {
+    WARN("default model missing; run make");
+    return;
+  }
+  const auto o = run("generate --prompt 'The capital of France is' --max-new-tokens 4 --policy streaming_llm:sinks=2 --budget 4 --json");
+  REQUIRE(o.exit_code == 0);
+  const auto j = nlohmann::json::parse(o.output);
+  CHECK(j["prompt_tokens"].size() == 5);
+  CHECK(j["generated_tokens"].size() == 4);
+  CHECK(j["timings"]["prefill_ms"].get<double>() > 0);
+  CHECK(j["timings"]["decode_ms_per_token"].get<double>() > 0);
+  CHECK(j["cache"]["kept"].size() == 30);
+  for (const auto& layer : j["cache"]["kept"])
+    for (const auto& kept : layer) CHECK(kept.get<int>() == 4);
+  CHECK(j["cache"]["peak_bytes"].get<long>() >= j["cache"]["bytes"].get<long>());
+  CHECK(j["policy"]["name"] == "streaming_llm");
+}
