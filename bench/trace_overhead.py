@@ -84,6 +84,10 @@ def main():
             _, w, r, c = timed([binary, "trace", "--quiet", "--force", "--out", trace_file, *common, *record])
             on.append((w, r, c))
         size_mb = os.path.getsize(trace_file) / 1e6
+        info = json.loads(subprocess.run([binary, "inspect", "--json", trace_file], capture_output=True, text=True,
+                                         check=True).stdout)["runs"][0]["attributes"]
+        run_ms = float(info["prefill_ms"]) + float(info["decode_ms"])
+        recorder_ms = float(info.get("recorder_ms", "nan"))
         off_wall, off_rss, _ = min(off)
         on_wall, on_rss, _ = min(on)
         off_cpu, on_cpu = min(o[2] for o in off), min(o[2] for o in on)
@@ -95,6 +99,8 @@ def main():
         print(f"wall ratio   : {on_wall / off_wall:8.3f}   (overhead {overhead:+.1f} %, target <= 25 %)")
         print(f"CPU time     : {off_cpu:8.1f} s off, {on_cpu:.1f} s on, ratio {on_cpu / off_cpu:.3f} "
               f"(user + system; steadier than wall time on a shared machine)")
+        print(f"recorder     : {recorder_ms / 1000:8.1f} s of the traced run's {run_ms / 1000:.1f} s on the engine "
+              f"thread ({100 * recorder_ms / run_ms:.1f} %; its direct cost, measured inside the run)")
         print(f"trace file   : {size_mb:8.1f} MB (target <= 200 MB)")
         print("all runs (off, on) seconds: " + ", ".join(f"{a[0]:.1f}" for a in off) + " | " +
               ", ".join(f"{b[0]:.1f}" for b in on))

@@ -97,49 +97,56 @@ void compute_attention(const AttentionInputs& in, const ObservationRequest& requ
         for (int t = 0; t < d; ++t) oh[t] += p[j] * values[static_cast<std::size_t>(j) * d + t];
       reductions.allocate(h, m);
       reductions.add_row(h, 0, p.data(), m, m);
-#pragma omp critical
-      if (request.rows)
+      if (request.rows) {
+#pragma omp critical(kvscope_attention_rows)
         for (RunObserver* o : observers) o->on_rows(in.layer, h, 0, 1, m, p.data());
+      }
     }
     return;
   }
 
-  std::vector<float> scores;
-  for (int h = 0; h < c.n_heads; ++h) {
-    const int g = h / group;
-    const int m = obs.n_keys[g];
-    const auto positions = in.cache.positions(in.layer, g);
-    const float* keys = in.cache.keys(in.layer, g).data();
-    const float* values = in.cache.values(in.layer, g).data();
-    reductions.allocate(h, m);
-    for (int i0 = 0; i0 < n; i0 += kQueryBlock) {
-      const int rows = std::min(kQueryBlock, n - i0);
-      // Entries are ordered by position, so the keys any query of this block may see form a prefix.
-      const int m_block = static_cast<int>(std::upper_bound(positions.begin(), positions.begin() + m, in.positions[i0 + rows - 1]) -
-                                           positions.begin());
-      scores.assign(static_cast<std::size_t>(rows) * m_block, 0.0f);
-      if (m_block > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, m_block, d, scale,
-                    in.q + static_cast<std::size_t>(i0) * q_stride + static_cast<std::size_t>(h) * d, q_stride, keys, d, 0.0f,
-                    scores.data(), m_block);
-#pragma omp parallel for schedule(static)
-      for (int r = 0; r < rows; ++r) {
-        float* row = scores.data() + static_cast<std::size_t>(r) * m_block;
-        const int visible = static_cast<int>(
-            std::upper_bound(positions.begin(), positions.begin() + m_block, in.positions[i0 + r]) - positions.begin());
-        kernels::softmax(row, visible);
-        std::fill(row + visible, row + m_block, 0.0f);
+  // Prefill: heads run in parallel, each with single-threaded BLAS on blocks of queries.
+#pragma omp parallel
+  {
+    std::vector<float> scores;
+#pragma omp for schedule(dynamic, 1)
+    for (int h = 0; h < c.n_heads; ++h) {
+      const int g = h / group;
+      const int m = obs.n_keys[g];
+      const auto positions = in.cache.positions(in.layer, g);
+      const float* keys = in.cache.keys(in.layer, g).data();
+      const float* values = in.cache.values(in.layer, g).data();
+      reductions.allocate(h, m);
+      for (int i0 = 0; i0 < n; i0 += kQueryBlock) {
+        const int rows = std::min(kQueryBlock, n - i0);
+        // Entries are ordered by position, so the keys any query of this block may see form a prefix.
+        const int m_block = static_cast<int>(
+            std::upper_bound(positions.begin(), positions.begin() + m, in.positions[i0 + rows - 1]) - positions.begin());
+        scores.assign(static_cast<std::size_t>(rows) * m_block, 0.0f);
+        if (m_block > 0)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, m_block, d, scale,
+                      in.q + static_cast<std::size_t>(i0) * q_stride + static_cast<std::size_t>(h) * d, q_stride, keys, d,
+                      0.0f, scores.data(), m_block);
+        for (int r = 0; r < rows; ++r) {
+          float* row = scores.data() + static_cast<std::size_t>(r) * m_block;
+          const int visible = static_cast<int>(
+              std::upper_bound(positions.begin(), positions.begin() + m_block, in.positions[i0 + r]) - positions.begin());
+          kernels::softmax(row, visible);
+          std::fill(row + visible, row + m_block, 0.0f);
+          reductions.add_row(h, i0 + r, row, m_block, m);
+        }
+        if (request.rows) {
+#pragma omp critical(kvscope_attention_rows)
+          for (RunObserver* o : observers) o->on_rows(in.layer, h, i0, rows, m_block, scores.data());
+        }
+        float* o_block = out + static_cast<std::size_t>(i0) * q_stride + static_cast<std::size_t>(h) * d;
+        if (m_block > 0)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, m_block, 1.0f, scores.data(), m_block, values,
+                      d, 0.0f, o_block, q_stride);
+        else
+          for (int r = 0; r < rows; ++r)
+            std::fill(o_block + static_cast<std::size_t>(r) * q_stride, o_block + static_cast<std::size_t>(r) * q_stride + d, 0.0f);
       }
-      for (int r = 0; r < rows; ++r)
-        reductions.add_row(h, i0 + r, scores.data() + static_cast<std::size_t>(r) * m_block, m_block, m);
-      if (request.rows)
-        for (RunObserver* o : observers) o->on_rows(in.layer, h, i0, rows, m_block, scores.data());
-      float* o_block = out + static_cast<std::size_t>(i0) * q_stride + static_cast<std::size_t>(h) * d;
-      if (m_block > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, m_block, 1.0f, scores.data(), m_block, values, d,
-                    0.0f, o_block, q_stride);
-      else
-        for (int r = 0; r < rows; ++r) std::fill(o_block + static_cast<std::size_t>(r) * q_stride, o_block + static_cast<std::size_t>(r) * q_stride + d, 0.0f);
     }
   }
 }

@@ -24,7 +24,8 @@ double elapsed_ms(std::chrono::steady_clock::time_point since) {
 void set_threads(int threads) {
   if (threads <= 0) threads = omp_get_num_procs();
   omp_set_num_threads(threads);
-  openblas_set_num_threads(threads);
+  // BLAS is called from inside OpenMP regions (one slice per thread); its own threads would compete.
+  openblas_set_num_threads(1);
 }
 
 struct Engine::Run {
@@ -35,7 +36,10 @@ struct Engine::Run {
   bool cancelled() const { return hooks && hooks->cancel && hooks->cancel->load(std::memory_order_relaxed); }
 };
 
-Engine::Engine(const model::Model& model) : model_(model) {}
+Engine::Engine(const model::Model& model) : model_(model) {
+  // The kernels call BLAS from inside their own OpenMP regions; BLAS threads would only compete.
+  openblas_set_num_threads(1);
+}
 
 void Engine::apply_edit(Run& run, cache::CacheEdit&& edit, const StepInfo& step) {
   if (edit.empty()) return;

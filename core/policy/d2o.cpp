@@ -51,7 +51,11 @@ std::vector<ParamSpec> d2o_params() {
       ParamSpec::choice("merged_score", "keep", {"keep", "add"},
                         "accumulated attention of a merge target: unchanged (spec A6-8) or plus its sources'"),
   };
-  for (auto& spec : d2o::allocation_params()) specs.push_back(std::move(spec));
+  // The layer-level operation is the d2o allocation's; a doc of its own lists these under the policy too.
+  for (auto& spec : d2o::allocation_params()) {
+    spec.doc = "layer level: " + spec.doc;
+    specs.push_back(std::move(spec));
+  }
   return specs;
 }
 

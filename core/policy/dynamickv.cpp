@@ -19,7 +19,9 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::vector<ParamSpec> dynamickv_params() {
+  // Shared with the dynamickv allocation; a doc of its own lists these under the policy too.
   std::vector<ParamSpec> specs = dynamickv::score_params();
+  for (auto& spec : specs) spec.doc = "scores and budgets: " + spec.doc;
   specs.push_back(ParamSpec::integer("interval", 4, 1, 1 << 16,
                                      "m: layers between budget updates (Alg. 1 line 24) [code: 4]; the last layer "
                                      "always updates (spec B6-4)"));

@@ -282,8 +282,8 @@ int Hdf5Writer::begin_run(RunLayout layout) {
     H5Tpack(file_event_type);
     run.events = h5::create_dataset(g, "events", {file_event_type, {0}, {unlimited}, {1024}, s.gzip, {"event"}});
     h5::set_attr(run.events, "definition",
-                 std::string("one row per cache entry leaving the cache: step = row of steps/ and of the kept-mask step "
-                             "axis; phase 0 prefill 1 decode; position = original token position; score, secondary_score "
+                 std::string("one row per cache entry leaving the cache: phase 0 prefill 1 decode; step = prefill block or "
+                             "decode step index, so (phase, step) names a row of steps/ and of the kept-mask step axis; position = original token position; score, secondary_score "
                              "= the policy's scores of the entry (NaN: none); action evicted|merged; merge_target = "
                              "position of the entry it was merged into (-1 if evicted); merge_weight = its weight"));
 

@@ -48,6 +48,17 @@ std::vector<int> parse_list(const std::string& key, const std::string& value) {
   return out;
 }
 
+// Adds the lifetime of the scope to a millisecond counter.
+class BusyTimer {
+ public:
+  explicit BusyTimer(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~BusyTimer() { total_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count(); }
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 constexpr float kNoScore = std::numeric_limits<float>::quiet_NaN();
 
 const char* kAttentionDefinition =
@@ -221,6 +232,7 @@ void Recorder::flush_map_rows(MapBuild& b, bool all) {
 }
 
 void Recorder::on_rows(int layer, int head, int first_row, int n_rows, int n_cols, const float* probs) {
+  BusyTimer busy(busy_ms_);
   const auto& c = run_.config;
   std::vector<int32_t> cols;
   key_positions(layer, kv_of(head), n_cols, cols);
@@ -282,6 +294,7 @@ void Recorder::on_rows(int layer, int head, int first_row, int n_rows, int n_col
 }
 
 void Recorder::on_observation(const engine::AttentionObservation& obs) {
+  BusyTimer busy(busy_ms_);
   if (prefill_finished_ || obs.phase != Phase::Prefill || obs.query_positions.empty()) return;
   if (obs.query_positions.back() == prompt_length_ - 1) finish_prefill_layer(obs.layer);
 }
@@ -387,6 +400,7 @@ void Recorder::record_similarity(int layer, const cache::KVCache& cache) {
 }
 
 void Recorder::on_edit(const cache::CacheEdit& edit, const cache::KVCache& before, const engine::StepInfo& step) {
+  BusyTimer busy(busy_ms_);
   const auto& c = run_.config;
   // The cache as the edit finds it in the last prefill step is the fullest prompt cache there will be.
   if (options_.similarity && !prefill_finished_ && step.phase == Phase::Prefill && step.prefill_done)
@@ -421,7 +435,7 @@ void Recorder::on_edit(const cache::CacheEdit& edit, const cache::KVCache& befor
     for (int i = 0; i < n; ++i) {
       if (fate[i] == kKept) continue;
       Event e;
-      e.step = n_steps_;
+      e.step = step.step;
       e.phase = step.phase == Phase::Prefill ? 0 : 1;
       e.layer = static_cast<int16_t>(he.layer);
       e.kv_head = static_cast<int16_t>(he.kv_head);
@@ -446,6 +460,7 @@ void Recorder::on_full_cache_output(int layer, const engine::StepInfo& step, int
 }
 
 void Recorder::on_step_end(const engine::StepInfo& step, const cache::KVCache& cache, int token, float logprob) {
+  BusyTimer busy(busy_ms_);
   const auto& c = run_.config;
   const auto now = std::chrono::steady_clock::now();
   const bool final_prefill = step.phase == Phase::Prefill && step.prefill_done;
@@ -546,6 +561,7 @@ void Recorder::finish(const engine::RunResult& result) {
     live_.layer_budgets = result.layer_budgets;
   }
   std::map<std::string, std::string> final_meta = {
+      {"recorder_ms", std::to_string(busy_ms_)},
       {"stop_reason", result.stop_reason},
       {"generated_text", result.text},
       {"prefill_ms", std::to_string(result.prefill_ms)},

@@ -130,6 +130,8 @@ class Recorder : public engine::RunObserver {
   std::shared_ptr<const RunTrace> published_;
   std::chrono::steady_clock::time_point last_publish_;
   bool finished_ = false;
+  // Engine-thread time spent inside this recorder (its whole cost to the run, queue waits included).
+  double busy_ms_ = 0.0;
 };
 
 // Run names: "<policy>_b<budget>" with characters outside [A-Za-z0-9_.-] replaced ("20%" -> "20pct").

@@ -53,7 +53,7 @@ inline const char* event_action_name(EventAction a) { return a == EventAction::E
 
 // One cache entry leaving the cache (evicted, or merged into another entry).
 struct Event {
-  int32_t step = 0;                 // prefill block or decode step index
+  int32_t step = 0;                 // prefill block or decode step index; (phase, step) names a row of steps
   uint8_t phase = 0;                // 0 prefill, 1 decode (engine::Phase)
   int16_t layer = 0;
   int16_t kv_head = 0;
@@ -140,6 +140,8 @@ struct RunTrace {
     auto it = layer_stats.find(stat_name);
     return it == layer_stats.end() ? nullptr : &it->second;
   }
+  // Row of `steps` (and of the kept-mask step axis) of an event: prefill blocks first, then decode steps.
+  int step_row(const Event& e) const { return e.phase == 0 ? e.step : first_decode_step() + e.step; }
   // Index into `steps` of the first decode step (== number of prefill blocks), or n_steps() if none.
   int first_decode_step() const {
     for (int i = 0; i < n_steps(); ++i)

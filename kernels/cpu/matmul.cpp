@@ -1,6 +1,7 @@
 // Weight-times-activation products. Prefill dequantizes the weight into a per-thread scratch buffer once
 // and hands the product to BLAS; decode walks the rows directly, split across threads.
 #include <cblas.h>
+#include <omp.h>
 
 #include <vector>
 
@@ -54,14 +55,21 @@ void matmul(const model::QuantMatrix& w, const float* x, int n, float* y) {
     matvec_rows(w, x, n, y);
     return;
   }
+  // Each thread dequantizes its own slice of output rows and multiplies it with single-threaded BLAS, so
+  // there is one thread pool (OpenMP) and no BLAS threads spinning against it.
   thread_local std::vector<float> dense;
   dense.resize(static_cast<std::size_t>(w.rows) * w.cols);
-  // The scratch is thread_local to the caller; worker threads must reach it through a plain pointer.
-  float* scratch = dense.data();
-#pragma omp parallel for schedule(static)
-  for (int r = 0; r < w.rows; ++r) dequantize_row(w.type, w.row(r), scratch + static_cast<long>(r) * w.cols, w.cols);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, w.rows, w.cols, 1.0f, x, w.cols, scratch, w.cols, 0.0f, y,
-              w.rows);
+  float* scratch = dense.data();  // thread_local to the caller: workers reach it through this pointer
+#pragma omp parallel
+  {
+    const int threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int r0 = static_cast<int>(static_cast<long>(w.rows) * t / threads);
+    const int r1 = static_cast<int>(static_cast<long>(w.rows) * (t + 1) / threads);
+    for (int r = r0; r < r1; ++r) dequantize_row(w.type, w.row(r), scratch + static_cast<long>(r) * w.cols, w.cols);
+    if (r1 > r0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1 - r0, w.cols, 1.0f, x, w.cols,
+                  scratch + static_cast<long>(r0) * w.cols, w.cols, 0.0f, y + r0, w.rows);
+  }
 }
 
 }  // namespace kvscope::kernels

@@ -129,12 +129,13 @@ def check_run(f, name, policy, budget_attr):
     for e in events:
         mk = masks[e["layer"]]
         want = 2 if e["action"] == 1 else 0
-        if mk[e["kv_head"], e["position"], e["step"]] != want:
+        row = int(e["step"]) if e["phase"] == 0 else n_prefill + int(e["step"])  # (phase, step) -> steps row
+        if mk[e["kv_head"], e["position"], row] != want:
             bad += 1
         # Entries that arrived in the same prefill block they left in were never marked kept.
-        if e["step"] > 0 and e["position"] < seq_len[e["step"] - 1]:
+        if row > 0 and e["position"] < seq_len[row - 1]:
             seen_before += 1
-            if mk[e["kv_head"], e["position"], e["step"] - 1] != 1:
+            if mk[e["kv_head"], e["position"], row - 1] != 1:
                 bad += 1
     check(bad == 0, f"{name}: every event matches a 1 -> 0/2 transition of the kept mask ({bad} mismatches)")
     # ... and every 1 -> 0/2 transition has its event.

@@ -179,9 +179,14 @@ TEST_CASE("a recorded run reads back equal to the live view", "[trace][roundtrip
     // Every event is a transition in the mask: present before its step, gone at it.
     for (const auto& e : got.events) {
       const KeptMask& m = got.kept_mask[e.layer];
-      CHECK(m.at(e.kv_head, e.position, e.step) == (e.action == EventAction::Merged ? kMergedAway : kEvicted));
-      if (e.step > 0) CHECK(m.at(e.kv_head, e.position, e.step - 1) == kKept);
+      const int row = got.step_row(e);
+      CHECK(m.at(e.kv_head, e.position, row) == (e.action == EventAction::Merged ? kMergedAway : kEvicted));
+      if (row > 0) CHECK(m.at(e.kv_head, e.position, row - 1) == kKept);
     }
+    // The decode eviction happened in decode step 1, row 2.
+    CHECK(got.events.back().phase == 1);
+    CHECK(got.events.back().step == 1);
+    CHECK(got.step_row(got.events.back()) == 2);
   }
   SECTION("steps") {
     REQUIRE(got.steps.size() == 5);
