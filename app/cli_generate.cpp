@@ -43,6 +43,7 @@ nlohmann::json result_json(const model::Model& model, const std::string& prompt_
                   {"decode_ms", r.decode_ms},
                   {"decode_ms_per_token", r.decode_ms_per_token()}};
   j["cache"] = {{"bytes", r.cache_bytes},
+                {"entry_bytes", r.cache_entry_bytes},
                 {"peak_bytes", r.cache_peak_bytes},
                 {"full_cache_bytes", r.full_cache_bytes},
                 {"layer_bytes", r.layer_bytes},
@@ -58,8 +59,9 @@ void print_report(const engine::RunResult& r, const policy::PolicyInstance& poli
                r.stop_reason.c_str());
   std::fprintf(stderr, "prefill %.1f ms (%.1f tok/s), decode %.2f ms/token\n", r.prefill_ms,
                r.prefill_ms > 0 ? 1000.0 * r.prompt_tokens.size() / r.prefill_ms : 0.0, r.decode_ms_per_token());
-  std::fprintf(stderr, "cache now %s, peak %s, full cache would be %s\n", mib(r.cache_bytes).c_str(),
-               mib(r.cache_peak_bytes).c_str(), mib(r.full_cache_bytes).c_str());
+  std::fprintf(stderr, "cache allocated now %s (entries %s), peak %s; a full cache of these tokens: %s\n",
+               mib(r.cache_bytes).c_str(), mib(r.cache_entry_bytes).c_str(), mib(r.cache_peak_bytes).c_str(),
+               mib(r.full_cache_bytes).c_str());
   std::fprintf(stderr, "layer  kept per kv head           bytes now     peak\n");
   for (std::size_t l = 0; l < r.kept.size(); ++l) {
     std::string heads;

@@ -50,10 +50,12 @@ struct FrameStats {
     }
   }
   void report() const {
+    const int idle = frames - busy_frames;
     std::fprintf(stderr, "kvscope gui: %d frames; during runs %d frames, %.1f fps (mean frame interval %.1f ms), "
-                         "frame work mean %.1f ms, max %.1f ms\n",
+                         "frame work mean %.1f ms, max %.1f ms; idle frames %d, work mean %.1f ms\n",
                  frames, busy_frames, busy_frames ? 1000.0 * busy_frames / busy_interval_ms : 0.0,
-                 busy_frames ? busy_interval_ms / busy_frames : 0.0, busy_frames ? busy_work_ms / busy_frames : 0.0, busy_max_work_ms);
+                 busy_frames ? busy_interval_ms / busy_frames : 0.0, busy_frames ? busy_work_ms / busy_frames : 0.0, busy_max_work_ms,
+                 idle, idle ? idle_work_ms / idle : 0.0);
   }
 };
 
@@ -179,6 +181,7 @@ void App::apply_updates() {
     e.slot = u.slot;
     e.source = u.source;
     e.in_progress = !u.final;
+    e.request = u.request;
     const bool is_new = std::none_of(state_.runs.begin(), state_.runs.end(), [&](const RunEntry& r) { return r.slot == u.slot; });
     const int idx = state_.upsert(std::move(e));
     // The live run takes the screen when it first appears; baselines and files join quietly.
@@ -221,7 +224,7 @@ void App::draw_menu() {
   if (!ImGui::BeginMainMenuBar()) return;
   if (ImGui::BeginMenu("File")) {
     if (ImGui::MenuItem("Open trace...", "Ctrl+O")) open_dialog_ = true;
-    if (ImGui::MenuItem("Save current run as HDF5...")) save_dialog_ = true;
+    if (ImGui::MenuItem("Save runs as HDF5...")) save_dialog_ = true;
     if (ImGui::BeginMenu("Export figure")) {
       for (auto& p : panels_)
         if (p->key() != "tokens" && ImGui::MenuItem(p->title().c_str())) state_.export_panel = p->key();
@@ -331,15 +334,21 @@ void App::draw_dialogs() {
     ImGui::EndPopup();
   }
 
-  if (save_dialog_) ImGui::OpenPopup("Save run");
+  if (save_dialog_) ImGui::OpenPopup("Save runs");
   save_dialog_ = false;
-  if (ImGui::BeginPopupModal("Save run", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
-    ImGui::TextWrapped("Re-runs the current set-up with the trace writer attached (greedy decoding gives the same run),\n"
-                       "so the file is exactly what `kvscope trace` writes.");
+  if (ImGui::BeginPopupModal("Save runs", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    ImGui::TextUnformatted("Records every live run on screen (live, baseline and kept runs) into one file by re-running\n"
+                           "each with the trace writer attached; greedy decoding repeats them exactly, so the file is\n"
+                           "what `kvscope trace` writes. Runs read from files are not included.");
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 30);
     input_text("file", save_path_);
     if (ImGui::Button("Save", ImVec2(120, 0))) {
-      setup_.save(save_path_);
+      try {
+        const int n = setup_.save(state_, save_path_);
+        state_.log.push_back("saving " + std::to_string(n) + " run(s) to " + save_path_ + " ...");
+      } catch (const std::exception& e) {
+        state_.log.push_back(std::string("error: ") + e.what());
+      }
       ImGui::CloseCurrentPopup();
     }
     ImGui::SameLine();
@@ -458,7 +467,8 @@ void App::step_script() {
       } else if (c == "open") {
         session_.open_trace(arg);
       } else if (c == "save") {
-        setup_.save(arg);
+        apply_updates();
+        setup_.save(state_, arg);
       } else if (c == "layer") {
         state_.sel.layer = std::stoi(arg);
       } else if (c == "head") {

@@ -15,11 +15,14 @@
 
 namespace kvscope::viewers {
 
+struct RunRequest;
+
 struct RunEntry {
   std::shared_ptr<const trace::RunTrace> run;
   std::string slot;    // "live", "baseline", "pin1", or "<file>#<run>"
   std::string source;  // "live" or the trace file
   bool in_progress = false;
+  std::shared_ptr<const RunRequest> request;  // what produced a live run, for saving it (null for files)
 };
 
 struct AppState {

@@ -8,7 +8,7 @@
 //   policy SPEC               e.g. snapkv:window=32          budget TEXT     e.g. 64 or 25%
 //   tokens N                  new tokens per run             run             start a run (latest wins)
 //   pin                       keep the current run for comparison
-//   open PATH                 read an HDF5 trace             save PATH       write the current run to HDF5
+//   open PATH                 read an HDF5 trace             save PATH       the live runs, into one HDF5 file
 //   layer L | head H | token P | step S                      select, in every panel
 //   view NAME                 bring a panel to the front (attention, similarity, layer_stats, budget,
 //                             timeline, tokens, summary, compare, setup)

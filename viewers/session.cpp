@@ -94,12 +94,25 @@ Session::~Session() {
 uint64_t Session::submit(RunRequest request) {
   std::lock_guard<std::mutex> lock(mutex_);
   const uint64_t id = next_id_++;
-  std::erase_if(queue_, [&](const auto& q) { return q.second.slot == request.slot; });
+  std::erase_if(queue_, [&](const Job& q) { return q.slot == request.slot; });
   if (running_ && running_slot_ == request.slot) cancel_ = true;
-  queue_.emplace_back(id, std::move(request));
-  status_.busy = true;
+  Job job;
+  job.slot = request.slot;
+  job.runs.push_back(std::move(request));
+  queue_.push_back(std::move(job));
   wake_.notify_all();
   return id;
+}
+
+void Session::save(std::vector<RunRequest> requests, const std::string& path) {
+  if (requests.empty()) throw UsageError("nothing to save: no live runs (runs read from files are files already)");
+  std::lock_guard<std::mutex> lock(mutex_);
+  Job job;
+  job.slot = "save:" + path;
+  job.runs = std::move(requests);
+  job.save_path = path;
+  queue_.push_back(std::move(job));
+  wake_.notify_all();
 }
 
 void Session::open_trace(const std::string& path) {
@@ -139,7 +152,7 @@ std::vector<SessionUpdate> Session::poll() {
       last_live_ = snap;
       // A newer snapshot of the same run supersedes an unread older one.
       std::erase_if(updates_, [&](const SessionUpdate& u) { return !u.final && u.slot == running_slot_; });
-      updates_.push_back({running_slot_, snap, false, "live"});
+      updates_.push_back({running_slot_, snap, false, "live", nullptr});
     }
   }
   std::vector<SessionUpdate> out;
@@ -178,7 +191,7 @@ void Session::message(const std::string& text, bool error) {
 void Session::worker_main() {
   engine::set_threads(threads_);
   for (;;) {
-    std::pair<uint64_t, RunRequest> job;
+    Job job;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -186,13 +199,29 @@ void Session::worker_main() {
       job = std::move(queue_.front());
       queue_.pop_front();
       running_ = true;
-      running_slot_ = job.second.slot;
+      running_slot_ = job.slot;
       cancel_ = false;
     }
     try {
-      execute(job.second);
+      if (job.save_path.empty()) {
+        execute(job.runs.front(), nullptr, true);
+      } else {
+        trace::WriterOptions wopts;
+        wopts.force = true;
+        trace::Hdf5Writer writer(job.save_path, wopts);
+        int saved = 0;
+        for (const auto& r : job.runs) {
+          if (!execute(r, &writer, false)) break;
+          ++saved;
+        }
+        writer.close();
+        message(saved == static_cast<int>(job.runs.size())
+                    ? "saved " + std::to_string(saved) + " run(s) to " + job.save_path
+                    : "error: saving to " + job.save_path + " was cancelled after " + std::to_string(saved) + " run(s)",
+                saved != static_cast<int>(job.runs.size()));
+      }
     } catch (const std::exception& e) {
-      message(job.second.slot + ": " + e.what(), true);
+      message(job.slot + ": " + e.what(), true);
     }
     std::lock_guard<std::mutex> lock(mutex_);
     running_ = false;
@@ -201,7 +230,7 @@ void Session::worker_main() {
   }
 }
 
-void Session::execute(const RunRequest& request) {
+bool Session::execute(const RunRequest& request, trace::Hdf5Writer* writer, bool publish) {
   auto set_task = [this](const std::string& task, float fraction) {
     std::lock_guard<std::mutex> lock(mutex_);
     status_.task = task;
@@ -237,7 +266,9 @@ void Session::execute(const RunRequest& request) {
   trace::RecordOptions record = trace::RecordOptions::parse(request.record);
   record.live_view = true;
   trace::RecordedRun run;
-  run.name = trace::run_name(policy.name == "full" ? std::string("full") : request.policy_spec, uses_budget ? request.budget : "");
+  run.name = !request.name.empty() ? request.name
+                                   : trace::run_name(policy.name == "full" ? std::string("full") : request.policy_spec,
+                                                     uses_budget ? request.budget : "");
   run.config = model.config;
   run.tokenizer = model.tokenizer.get();
   run.prompt = tokens;
@@ -266,15 +297,9 @@ void Session::execute(const RunRequest& request) {
       {"source", "kvscope gui"},
   };
 
-  std::unique_ptr<trace::Hdf5Writer> writer;
-  if (!request.save_path.empty()) {
-    trace::WriterOptions wopts;
-    wopts.force = true;
-    writer = std::make_unique<trace::Hdf5Writer>(request.save_path, wopts);
-  }
   const std::string name = run.name;
-  trace::Recorder recorder(record, writer.get(), std::move(run));
-  {
+  trace::Recorder recorder(record, writer, std::move(run));
+  if (publish) {
     std::lock_guard<std::mutex> lock(mutex_);
     running_recorder_ = &recorder;
   }
@@ -303,24 +328,25 @@ void Session::execute(const RunRequest& request) {
   const engine::RunResult result = engine.generate(tokens, options, hooks);
   if (result.cancelled || cancel_) {
     message(name + ": cancelled (superseded)");
-    return;  // a cancelled run is never published as a result; its writer file is left incomplete
+    return false;  // a cancelled run is never published as a result
   }
   recorder.finish(result);
-  if (writer) writer->close();
   auto final_run = recorder.snapshot();
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     running_recorder_ = nullptr;  // in the same lock as the final update, so no live snapshot follows it
     std::erase_if(updates_, [&](const SessionUpdate& u) { return !u.final && u.slot == request.slot; });
-    if (final_run) updates_.push_back({request.slot, final_run, true, request.save_path.empty() ? "live" : request.save_path});
+    if (final_run && publish)
+      updates_.push_back({request.slot, final_run, true, "live", std::make_shared<const RunRequest>(request)});
     status_.completed++;
     status_.last_run_ms = ms;
     status_.last_error.clear();
     messages_.push_back(name + ": done in " + std::to_string(static_cast<int>(ms)) + " ms (" +
                         std::to_string(result.generated_tokens.size()) + " tokens, " + result.stop_reason + ")" +
-                        (request.save_path.empty() ? "" : ", saved to " + request.save_path));
+                        (writer ? ", recorded to " + writer->path().string() : ""));
   }
+  return true;
 }
 
 }  // namespace kvscope::viewers

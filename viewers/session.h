@@ -20,6 +20,7 @@ struct Model;
 }
 namespace kvscope::trace {
 class Recorder;
+class Hdf5Writer;
 }
 
 namespace kvscope::viewers {
@@ -33,7 +34,7 @@ struct RunRequest {
   std::string budget;               // "128" or "20%"; empty: the whole prompt (full cache)
   int max_new_tokens = 32;
   std::string record;               // trace::RecordOptions spec; empty: defaults
-  std::string save_path;            // also write the run to this HDF5 file (overwritten)
+  std::string name;                 // run name; empty: "<policy spec>_b<budget>"
 };
 
 struct SessionStatus {
@@ -51,6 +52,7 @@ struct SessionUpdate {
   std::shared_ptr<const trace::RunTrace> run;  // never null
   bool final = false;                          // false: a live snapshot of a run still in progress
   std::string source;                          // "live" or the file it came from
+  std::shared_ptr<const RunRequest> request;   // what produced a live run (null for files)
 };
 
 class Session {
@@ -65,6 +67,9 @@ class Session {
   // Queues a run. Queued requests for the same slot are dropped, and the running one is cancelled when
   // it is for the same slot. Returns a request id.
   uint64_t submit(RunRequest request);
+  // Re-runs `requests` (greedy decoding repeats them exactly) with one trace writer attached, so all of
+  // them land in one HDF5 file, as `kvscope trace` would write it. Results are not published again.
+  void save(std::vector<RunRequest> requests, const std::string& path);
   // Reads trace files on a background thread; their runs arrive through poll() as final updates.
   void open_trace(const std::string& path);
   void cancel_all();
@@ -78,15 +83,21 @@ class Session {
   bool idle() const;
 
  private:
+  struct Job {
+    std::string slot;
+    std::vector<RunRequest> runs;  // one, or several for a save
+    std::string save_path;         // non-empty: record into this file and publish nothing
+  };
   void worker_main();
-  void execute(const RunRequest& request);
+  // Runs one request; with a writer the run is also recorded into it. Returns false when cancelled.
+  bool execute(const RunRequest& request, trace::Hdf5Writer* writer, bool publish);
   void push_update(SessionUpdate update);
   void message(const std::string& text, bool error = false);
 
   int threads_ = 0;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<std::pair<uint64_t, RunRequest>> queue_;
+  std::deque<Job> queue_;
   uint64_t next_id_ = 1;
   bool stopping_ = false;
 

@@ -179,11 +179,21 @@ void SetupPanel::pin(AppState& state) {
   state.log.push_back("nothing to keep: no finished live run");
 }
 
-void SetupPanel::save(const std::string& path) {
-  RunRequest r = request();
-  r.slot = "saved:" + path;
-  r.save_path = path;
-  session_.submit(r);
+int SetupPanel::save(const AppState& state, const std::string& path) {
+  std::vector<RunRequest> requests;
+  std::vector<std::string> names;
+  for (const auto& e : state.runs) {
+    if (!e.request || !e.run || e.in_progress) continue;
+    RunRequest r = *e.request;
+    // Run names must be unique in a file; a kept run and the live one can share policy and budget.
+    std::string name = e.run->name;
+    for (int k = 2; std::find(names.begin(), names.end(), name) != names.end(); ++k) name = e.run->name + "_" + std::to_string(k);
+    names.push_back(name);
+    r.name = name;
+    requests.push_back(std::move(r));
+  }
+  session_.save(requests, path);
+  return static_cast<int>(requests.size());
 }
 
 bool SetupPanel::param_widgets() {

@@ -29,8 +29,9 @@ class SetupPanel final : public Panel {
   void run(bool with_baseline = true);
   // Keeps the current live run as its own entry for comparison.
   void pin(AppState& state);
-  // Re-runs the active live run with an HDF5 writer attached, into `path`.
-  void save(const std::string& path);
+  // Records every live run on screen (live, baseline, kept ones) into one HDF5 file by re-running their
+  // requests with the trace writer attached. Returns how many runs are being saved.
+  int save(const AppState& state, const std::string& path);
 
   RunRequest request() const;
   std::string policy_spec() const;

@@ -42,6 +42,8 @@ class KVCache {
   std::size_t peak_bytes() const { return peak_bytes_; }
   std::size_t layer_bytes(int layer) const;
   std::size_t layer_peak_bytes(int layer) const { return layer_peak_bytes_[layer]; }
+  // Bytes the entries themselves take (K and V rows), without allocation slack.
+  std::size_t entry_bytes() const { return static_cast<std::size_t>(total_entries()) * head_dim_ * 2 * sizeof(float); }
   // Bytes the same entries would take in a full (uncompressed) cache of seq_len tokens.
   std::size_t full_cache_bytes(int seq_len) const;
   int total_entries() const;

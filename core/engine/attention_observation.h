@@ -42,6 +42,11 @@ struct AttentionObservation {
   int keys_of(int head) const { return n_keys[kv_head_of(head)]; }
 };
 
+// The same observation seen through a smaller window (the last `window` queries): window rows and sums are
+// recomputed from the wider window's rows. Several observers may ask for different windows; the engine
+// computes the widest and narrows it for each, so nobody silently gets someone else's window.
+AttentionObservation narrowed(const AttentionObservation& obs, int window);
+
 // Anyone who wants to see attention (the recorder, analyses). Policies get observations directly.
 class AttentionObserver {
  public:

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include "core/common/error.h"
 #include "core/engine/attention_kernel.h"
@@ -22,7 +23,7 @@ double elapsed_ms(std::chrono::steady_clock::time_point since) {
 }  // namespace
 
 void set_threads(int threads) {
-  if (threads <= 0) threads = omp_get_num_procs();
+  if (threads <= 0) threads = omp_get_max_threads();  // all cores, unless OMP_NUM_THREADS says otherwise
   omp_set_num_threads(threads);
   // BLAS is called from inside OpenMP regions (one slice per thread); its own threads would compete.
   openblas_set_num_threads(1);
@@ -50,10 +51,16 @@ void Engine::apply_edit(Run& run, cache::CacheEdit&& edit, const StepInfo& step)
 void Engine::attention(Run& run, int layer, const float* q, int n, const int32_t* positions, const StepInfo& step,
                        float* out) {
   const auto& c = model_.config;
-  ObservationRequest request;
   policy::Policy* policy = run.hooks->policy;
-  if (policy) request.merge(policy->request(layer, step.phase));
-  for (RunObserver* o : run.hooks->observers) request.merge(o->request(layer, step.phase));
+  const ObservationRequest policy_request = policy ? policy->request(layer, step.phase) : ObservationRequest{};
+  ObservationRequest request = policy_request;
+  std::vector<ObservationRequest> observer_requests;
+  for (RunObserver* o : run.hooks->observers) request.merge(observer_requests.emplace_back(o->request(layer, step.phase)));
+  auto wants_window = [](const ObservationRequest& r) { return r.window > 0 && (r.window_sums || r.window_rows); };
+  // When windows differ, the widest is computed and narrowed per reader, which needs its rows.
+  bool mixed_windows = wants_window(policy_request) && policy_request.window != request.window;
+  for (const auto& r : observer_requests) mixed_windows = mixed_windows || (wants_window(r) && r.window != request.window);
+  if (mixed_windows) request.window_rows = true;
 
   AttentionObservation obs;
   obs.layer = layer;
@@ -65,17 +72,16 @@ void Engine::attention(Run& run, int layer, const float* q, int n, const int32_t
   obs.query_positions.assign(positions, positions + n);
   AttentionInputs inputs{c, run.cache, layer, q, n, positions};
   compute_attention(inputs, request, run.hooks->observers, obs, out);
-  if (run.shadow && step.phase == Phase::Decode) {
-    std::vector<float> full(static_cast<std::size_t>(n) * c.n_heads * c.head_dim);
-    AttentionObservation unused;
-    compute_attention({c, *run.shadow, layer, q, n, positions}, {}, {}, unused, full.data());
-    for (RunObserver* o : run.hooks->observers)
-      if (o->wants_full_cache_output()) o->on_full_cache_output(layer, step, n, c.n_heads * c.head_dim, out, full.data());
-  }
 
   if (!request.any()) return;
-  for (RunObserver* o : run.hooks->observers) o->on_observation(obs);
-  if (policy) apply_edit(run, policy->after_layer(obs, run.cache), step);
+  std::optional<AttentionObservation> narrowed_copy;
+  auto view_for = [&](const ObservationRequest& r) -> const AttentionObservation& {
+    if (!wants_window(r) || std::min(r.window, n) == obs.window) return obs;
+    return narrowed_copy.emplace(narrowed(obs, r.window));
+  };
+  for (std::size_t i = 0; i < run.hooks->observers.size(); ++i)
+    run.hooks->observers[i]->on_observation(view_for(observer_requests[i]));
+  if (policy) apply_edit(run, policy->after_layer(view_for(policy_request), run.cache), step);
 }
 
 void Engine::forward(Run& run, const int* tokens, int n, int first_position, const StepInfo& step, float* logits) {
@@ -217,6 +223,7 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   result.text = model_.tokenizer->decode(result.generated_tokens);
   result.cache_bytes = run.cache.bytes();
   result.cache_peak_bytes = run.cache.peak_bytes();
+  result.cache_entry_bytes = run.cache.entry_bytes();
   result.full_cache_bytes = run.cache.full_cache_bytes(position);
   for (int l = 0; l < c.n_layers; ++l) {
     result.layer_bytes.push_back(run.cache.layer_bytes(l));

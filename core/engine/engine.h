@@ -47,7 +47,8 @@ struct RunResult {
   std::string text;             // the decoded continuation
   double prefill_ms = 0.0;
   double decode_ms = 0.0;       // all decode steps together
-  std::size_t cache_bytes = 0, cache_peak_bytes = 0, full_cache_bytes = 0;
+  // Allocated bytes now and at peak; bytes of the entries themselves; what a full cache would hold.
+  std::size_t cache_bytes = 0, cache_peak_bytes = 0, cache_entry_bytes = 0, full_cache_bytes = 0;
   std::vector<std::size_t> layer_bytes, layer_peak_bytes;
   std::vector<std::vector<int>> kept;  // [layers][kv_heads] entries at the end
   std::vector<int> layer_budgets;      // the policy's budgets at the end (empty without a policy)

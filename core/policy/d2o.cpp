@@ -261,18 +261,25 @@ class D2OPolicy final : public Policy {
                                            "T sinks, N heavy hitters, M recent tokens of the capacity (eq. 7)"});
   }
 
-  // The n_e x n_c similarity of eq. 9 makes this the costly part of D2O; nearest_kept runs it in BLAS.
   cache::CacheEdit evict_prompt(cache::KVCache& cache) {
+    const int pairs = layers_ * kv_heads_;
+    std::vector<char> evicts(pairs, 0);
+    for (int p = 0; p < pairs; ++p) evicts[p] = cache.size(p / kv_heads_, p % kv_heads_) > capacity_[p / kv_heads_];
+    // The n_e x n_c similarity of eq. 9 is the costly part of D2O. Heads are independent (their own
+    // scores, keys and threshold), so they run in parallel, each calling single-threaded BLAS as the
+    // engine's kernels do.
+    std::vector<HeadOutcome> outcomes(pairs);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int p = 0; p < pairs; ++p)
+      if (evicts[p]) outcomes[p] = evict(p / kv_heads_, p % kv_heads_, cache, /*prompt_pass=*/true);
     cache::CacheEdit edit;
-    for (int l = 0; l < layers_; ++l)
-      for (int g = 0; g < kv_heads_; ++g) {
-        if (cache.size(l, g) <= capacity_[l]) continue;
-        HeadOutcome outcome = evict(l, g, cache, /*prompt_pass=*/true);
-        step_merged_[l] += outcome.merged;
-        step_discarded_[l] += outcome.discarded;
-        step_similarity_[static_cast<std::size_t>(l) * kv_heads_ + g] = outcome.best_similarity;
-        edit.heads.push_back(std::move(outcome.edit));
-      }
+    for (int p = 0; p < pairs; ++p) {
+      if (!evicts[p]) continue;
+      step_merged_[p / kv_heads_] += outcomes[p].merged;
+      step_discarded_[p / kv_heads_] += outcomes[p].discarded;
+      step_similarity_[p] = outcomes[p].best_similarity;
+      edit.heads.push_back(std::move(outcomes[p].edit));
+    }
     return edit;
   }
 

@@ -380,6 +380,8 @@ void Hdf5Writer::write_map_rows(int run, const std::string& dataset, int first_r
     const hsize_t cols = n_rows > 0 ? data->size() / static_cast<std::size_t>(n_rows) : 0;
     h5::write_slab(it->second, h5::half_type(), {static_cast<hsize_t>(first_row), 0}, {static_cast<hsize_t>(n_rows), cols},
                    data->data());
+    // A finished map is closed at once: an open dataset keeps its chunks in its own cache (up to 1 MiB).
+    if (static_cast<hsize_t>(first_row + n_rows) >= h5::dataset_dims(it->second).at(0)) r.maps.erase(it);
   });
 }
 

@@ -394,7 +394,7 @@ void Recorder::record_similarity(int layer, const cache::KVCache& cache) {
                            "cosine similarity",
                            keys ? "KVMerger Fig. 2: cos(k_i, k_j) of the post-RoPE keys cached at the end of prefill"
                                 : "cos(v_i, v_j) of the values cached at the end of prefill (KVMerger: no locality)");
-      (keys ? live_.key_similarity : live_.value_similarity)[{layer, g}] = std::move(map);
+      if (options_.live_view) (keys ? live_.key_similarity : live_.value_similarity)[{layer, g}] = std::move(map);
     }
   }
 }

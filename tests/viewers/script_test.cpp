@@ -45,6 +45,9 @@ TEST_CASE("script errors name the line and what was expected", "[script]") {
   CHECK(message("view heatmap\n").find("unknown view 'heatmap'") != std::string::npos);
   CHECK(message("export attention a.png 12x\n").find("WIDTHxHEIGHT") != std::string::npos);
   CHECK(message("wait 1.5\n").find("whole seconds") != std::string::npos);
+  CHECK(message("mouse 10\n").find("takes 2 argument(s)") != std::string::npos);
+  CHECK(message("mouse 10 y\n").find("two integer pixel coordinates") != std::string::npos);
+  CHECK(parse_script("mouse 640 260\nclick\n").size() == 2);
   int w = 0, h = 0;
   parse_size("640x480", w, h);
   CHECK(w == 640);

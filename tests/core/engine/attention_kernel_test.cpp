@@ -126,3 +126,31 @@ TEST_CASE("decode attention matches the direct loop") {
   check(6, 2, 1);
   check(4, 4, 1);
 }
+
+TEST_CASE("narrowing an observation to a smaller window equals observing with that window") {
+  const int n_heads = 6, n_kv = 2, d = 16, n = 40;
+  Setup s = make_setup(n_heads, n_kv, d, n, 5);
+  auto observe = [&](int window) {
+    engine::ObservationRequest req;
+    req.window = window;
+    req.window_sums = req.window_rows = true;
+    engine::AttentionObservation obs;
+    obs.n_heads = n_heads;
+    obs.n_kv_heads = n_kv;
+    obs.query_positions = s.query_positions;
+    std::vector<float> out(static_cast<std::size_t>(n) * n_heads * d);
+    engine::AttentionInputs in{s.config, s.cache, 0, s.q.data(), n, s.query_positions.data()};
+    engine::compute_attention(in, req, {}, obs, out.data());
+    return obs;
+  };
+  const auto wide = observe(12), direct = observe(5);
+  const auto narrow = engine::narrowed(wide, 5);
+  REQUIRE(narrow.window == 5);
+  for (int h = 0; h < n_heads; ++h) {
+    REQUIRE(narrow.window_rows[h].size() == direct.window_rows[h].size());
+    for (std::size_t j = 0; j < direct.window_rows[h].size(); ++j) REQUIRE(narrow.window_rows[h][j] == direct.window_rows[h][j]);
+    for (std::size_t j = 0; j < direct.window_sums[h].size(); ++j)
+      REQUIRE(narrow.window_sums[h][j] == Approx(direct.window_sums[h][j]).margin(1e-6));
+  }
+  REQUIRE_THROWS(engine::narrowed(direct, 12));
+}

@@ -1,0 +1,104 @@
+// The Session on the real default model: a newer request for a slot supersedes the older one (only the
+// latest run is published), and a save records several runs into one trace file the reader accepts.
+// Skipped when the default model is not installed.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "core/common/error.h"
+#include "core/model/model.h"
+#include "core/trace/hdf5_reader.h"
+#include "viewers/session.h"
+
+using namespace kvscope;
+using namespace kvscope::viewers;
+
+namespace {
+
+bool have_model() {
+  try {
+    return std::filesystem::exists(model::default_model_path());
+  } catch (...) {
+    return false;
+  }
+}
+
+// Polls until the session is idle, collecting updates and messages.
+void drain(Session& s, std::vector<SessionUpdate>& updates, std::vector<std::string>& messages) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(20);
+  while (!s.idle() && std::chrono::steady_clock::now() < deadline) {
+    for (auto& u : s.poll()) updates.push_back(std::move(u));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(s.idle());
+  for (auto& u : s.poll()) updates.push_back(std::move(u));
+  for (auto& m : s.take_messages()) messages.push_back(std::move(m));
+}
+
+RunRequest request(const std::string& budget) {
+  RunRequest r;
+  r.prompt = "The keeper hid the key under the seventh step of the lighthouse stairs. Where is the key?";
+  r.policy_spec = "streaming_llm";
+  r.budget = budget;
+  r.max_new_tokens = 3;
+  r.record = "similarity=off;decode=off";
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a newer request for a slot supersedes the running one", "[session][model]") {
+  if (!have_model()) {
+    WARN("default model not installed; skipped");
+    return;
+  }
+  Session session(2);
+  session.submit(request("50%"));
+  session.submit(request("25%"));
+  std::vector<SessionUpdate> updates;
+  std::vector<std::string> messages;
+  drain(session, updates, messages);
+  int finals = 0;
+  for (const auto& u : updates) {
+    CHECK(u.slot == "live");
+    CHECK(u.run != nullptr);
+    if (!u.final) continue;
+    ++finals;
+    CHECK(u.run->name == "streaming_llm_b25pct");
+    CHECK(u.run->complete);
+    CHECK(u.run->n_generated() == 3);
+    REQUIRE(u.request != nullptr);
+    CHECK(u.request->budget == "25%");
+  }
+  CHECK(finals == 1);
+  CHECK(session.status().last_error.empty());
+}
+
+TEST_CASE("saving records several runs into one trace file", "[session][model]") {
+  if (!have_model()) {
+    WARN("default model not installed; skipped");
+    return;
+  }
+  const auto path = std::filesystem::temp_directory_path() / "kvscope_session_save_test.h5";
+  Session session(2);
+  RunRequest full = request("");
+  full.policy_spec = "full";
+  session.save({full, request("40%")}, path.string());
+  std::vector<SessionUpdate> updates;
+  std::vector<std::string> messages;
+  drain(session, updates, messages);
+  CHECK(updates.empty());  // saving publishes nothing new
+  const trace::TraceView view = trace::read_trace(path);
+  REQUIRE(view.runs.size() == 2);
+  CHECK(view.runs[0]->name == "full");
+  CHECK(view.runs[1]->name == "streaming_llm_b40pct");
+  CHECK(view.runs[1]->complete);
+  CHECK(view.runs[1]->meta("policy") == "streaming_llm");
+  std::filesystem::remove(path);
+
+  // Nothing to save is a usage error, not a silent empty file.
+  CHECK_THROWS_AS(session.save({}, path.string()), UsageError);
+  CHECK_FALSE(std::filesystem::exists(path));
+}
