@@ -30,6 +30,7 @@ struct TraceArgs {
   std::string record;
   bool record_nmse = false;
   bool quiet = false;
+  int gzip = 4;
 };
 
 std::string utc_now() {
@@ -84,6 +85,8 @@ Command register_trace(CLI::App& root) {
   cmd->add_flag("--record-nmse", args->record_nmse,
                 "record the per-layer attention-output error against a shadow full cache (CAOTE Fig. 3)");
   cmd->add_flag("--quiet", args->quiet, "no progress on stderr");
+  cmd->add_option("--gzip", args->gzip, "deflate level of the trace's datasets (0 = none, 1 = fastest; default 4)")
+      ->check(CLI::Range(0, 9));
 
   return {cmd, [args]() {
             trace::RecordOptions record = trace::RecordOptions::parse(args->record);
@@ -113,6 +116,7 @@ Command register_trace(CLI::App& root) {
 
             trace::WriterOptions wopts;
             wopts.force = args->force;
+            wopts.gzip_level = args->gzip;
             trace::Hdf5Writer writer(args->out, wopts);
             engine::Engine engine(model);
             for (std::size_t i = 0; i < specs.size(); ++i) {

@@ -52,6 +52,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--record", default="", help="--record spec for the traced run")
+    ap.add_argument("--gzip", type=int, default=4, help="deflate level of the trace (kvscope trace --gzip)")
     args = ap.parse_args()
     binary = os.path.join(args.build, "app", "kvscope")
     if not os.path.exists(binary):
@@ -76,7 +77,7 @@ def main():
             chars = int(chars * args.tokens / n_prompt)
         off = [(off_wall, off_rss, off_cpu)]
         on = []
-        record = ["--record", args.record] if args.record else []
+        record = (["--record", args.record] if args.record else []) + ["--gzip", str(args.gzip)]
         for i in range(args.repeat):
             if i > 0:
                 _, w, r, c = timed([binary, "generate", "--json", *common])
@@ -88,6 +89,7 @@ def main():
                                          check=True).stdout)["runs"][0]["attributes"]
         run_ms = float(info["prefill_ms"]) + float(info["decode_ms"])
         recorder_ms = float(info.get("recorder_ms", "nan"))
+        wait_ms = float(info.get("writer_wait_ms", "nan"))
         off_wall, off_rss, _ = min(off)
         on_wall, on_rss, _ = min(on)
         off_cpu, on_cpu = min(o[2] for o in off), min(o[2] for o in on)
@@ -100,7 +102,8 @@ def main():
         print(f"CPU time     : {off_cpu:8.1f} s off, {on_cpu:.1f} s on, ratio {on_cpu / off_cpu:.3f} "
               f"(user + system; steadier than wall time on a shared machine)")
         print(f"recorder     : {recorder_ms / 1000:8.1f} s of the traced run's {run_ms / 1000:.1f} s on the engine "
-              f"thread ({100 * recorder_ms / run_ms:.1f} %; its direct cost, measured inside the run)")
+              f"thread ({100 * recorder_ms / run_ms:.1f} %; its direct cost, measured inside the run), of which "
+              f"{wait_ms / 1000:.1f} s waiting for the writer thread")
         print(f"trace file   : {size_mb:8.1f} MB (target <= 200 MB)")
         print("all runs (off, on) seconds: " + ", ".join(f"{a[0]:.1f}" for a in off) + " | " +
               ", ".join(f"{b[0]:.1f}" for b in on))

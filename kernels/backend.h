@@ -1,6 +1,8 @@
 #pragma once
 // The op set the engine runs on. The CPU versions live in kernels/cpu; the CUDA versions mirror them
 // function by function in kernels/cuda, sharing the per-element math in kernels/common.
+#include <vector>
+
 #include "core/model/config.h"
 #include "core/model/weights.h"
 
@@ -9,6 +11,14 @@ namespace kvscope::kernels {
 // Y[n][W.rows] = X[n][W.cols] * W^T. Decode (n small) works on the quantized blocks directly;
 // prefill dequantizes W once into a scratch buffer and uses BLAS.
 void matmul(const model::QuantMatrix& w, const float* x, int n, float* y);
+
+// Several products of the same input (q, k and v; gate and up), one parallel pass in decode.
+// Every matrix must have the same number of columns.
+struct MatmulTarget {
+  const model::QuantMatrix* w;
+  float* y;
+};
+void matmul_shared_input(const std::vector<MatmulTarget>& targets, const float* x, int n);
 
 // One row of the embedding table, dequantized.
 void embedding_row(const model::QuantMatrix& table, int id, float* out);

@@ -140,6 +140,7 @@ class App {
   std::string screenshot_path_;  // captured at the end of the next frame
   bool idle_at_frame_start_ = false;
   bool release_click_ = false;
+  int frame_count_ = 0;
 };
 
 Panel* App::panel(const std::string& key) {
@@ -415,6 +416,11 @@ void App::frame() {
   window(setup_);
   for (auto& p : panels_) window(*p);
   draw_log();
+  if (++frame_count_ == 2) {
+    // Docked tabs open on the last window submitted; the summary is the more useful first tab.
+    ImGui::SetWindowFocus("Summary");
+    ImGui::SetWindowFocus("Attention");
+  }
   draw_dialogs();
   ImGui::Render();
 }

@@ -168,10 +168,11 @@ void SetupPanel::run(bool with_baseline) {
 void SetupPanel::pin(AppState& state) {
   for (const auto& e : state.runs)
     if (e.slot == "live" && e.run && !e.in_progress) {
-      RunEntry copy = e;
+      RunEntry copy = e;  // a copy: upsert may grow state.runs, which would leave `e` dangling
       copy.slot = "pin" + std::to_string(++pins_);
-      const int idx = state.upsert(copy);
-      state.log.push_back("kept " + e.run->name + " for comparison");
+      const std::string name = copy.run->name;
+      const int idx = state.upsert(std::move(copy));
+      state.log.push_back("kept " + name + " for comparison");
       if (std::find(state.compare.begin(), state.compare.end(), idx) == state.compare.end() && state.compare.size() < 4)
         state.compare.push_back(idx);
       return;

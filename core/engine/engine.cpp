@@ -105,9 +105,7 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
     const model::LayerWeights& lw = w.layers[l];
     for (int i = 0; i < n; ++i)
       kernels::rmsnorm(&x[static_cast<std::size_t>(i) * c.dim], lw.attn_norm.data(), c.dim, c.rms_eps, &xb[static_cast<std::size_t>(i) * c.dim]);
-    kernels::matmul(lw.wq, xb.data(), n, q.data());
-    kernels::matmul(lw.wk, xb.data(), n, k.data());
-    kernels::matmul(lw.wv, xb.data(), n, v.data());
+    kernels::matmul_shared_input({{&lw.wq, q.data()}, {&lw.wk, k.data()}, {&lw.wv, v.data()}}, xb.data(), n);
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < n; ++i) {
       kernels::rope(&q[static_cast<std::size_t>(i) * q_dim], c.n_heads, c.head_dim, c.rope_dim, positions[i], c.rope_base, c.rope_style);
@@ -121,8 +119,7 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
     for (int i = 0; i < n; ++i)
       kernels::rmsnorm(&x[static_cast<std::size_t>(i) * c.dim], lw.ffn_norm.data(), c.dim, c.rms_eps, &xb[static_cast<std::size_t>(i) * c.dim]);
-    kernels::matmul(lw.w_gate, xb.data(), n, gate.data());
-    kernels::matmul(lw.w_up, xb.data(), n, up.data());
+    kernels::matmul_shared_input({{&lw.w_gate, gate.data()}, {&lw.w_up, up.data()}}, xb.data(), n);
     kernels::swiglu(gate.data(), up.data(), gate.data(), n * c.ffn_dim);
     kernels::matmul(lw.w_down, gate.data(), n, proj.data());
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];

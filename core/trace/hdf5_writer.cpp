@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstddef>
 #include <future>
 
@@ -192,7 +193,12 @@ void Hdf5Writer::post(std::size_t bytes, std::function<void()> fn) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (closed_ || stopping_) throw Error("trace file '" + path_.string() + "' is already closed");
   if (!error_.empty()) throw Error(error_);
-  not_full_.wait(lock, [&] { return queue_.empty() || queued_bytes_ + bytes <= options_.queue_bytes || !error_.empty(); });
+  auto has_room = [&] { return queue_.empty() || queued_bytes_ + bytes <= options_.queue_bytes || !error_.empty(); };
+  if (!has_room()) {
+    const auto start = std::chrono::steady_clock::now();
+    not_full_.wait(lock, has_room);
+    blocked_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
   if (!error_.empty()) throw Error(error_);
   queued_bytes_ += bytes;
   queue_.push_back({bytes, std::move(fn)});

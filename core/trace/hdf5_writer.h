@@ -66,6 +66,11 @@ class Hdf5Writer {
   Hdf5Writer& operator=(const Hdf5Writer&) = delete;
 
   const std::filesystem::path& path() const { return path_; }
+  // Milliseconds callers spent waiting for room in the queue (the writer thread fell behind).
+  double blocked_ms() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return blocked_ms_;
+  }
 
   // Returns the run's id for the calls below. Throws UsageError for a duplicate or malformed name.
   int begin_run(RunLayout layout);
@@ -106,10 +111,11 @@ class Hdf5Writer {
   std::unique_ptr<State> state_;  // HDF5 handles; touched only by the writer thread
   std::vector<std::string> run_names_;
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable not_empty_, not_full_;
   std::deque<Task> queue_;
   std::size_t queued_bytes_ = 0;
+  double blocked_ms_ = 0.0;
   bool stopping_ = false;
   std::string error_;  // first failure on the writer thread
   std::thread thread_;

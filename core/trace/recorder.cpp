@@ -562,6 +562,7 @@ void Recorder::finish(const engine::RunResult& result) {
   }
   std::map<std::string, std::string> final_meta = {
       {"recorder_ms", std::to_string(busy_ms_)},
+      {"writer_wait_ms", std::to_string(writer_ ? writer_->blocked_ms() : 0.0)},
       {"stop_reason", result.stop_reason},
       {"generated_text", result.text},
       {"prefill_ms", std::to_string(result.prefill_ms)},

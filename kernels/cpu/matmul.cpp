@@ -20,30 +20,49 @@ float dot(const float* a, const float* b, int n) {
   return sum;
 }
 
-void matvec_rows(const model::QuantMatrix& w, const float* x, int n, float* y) {
-  const bool quantized_dot = w.cols % 32 == 0 && (w.type == model::GgmlType::Q4_1 || w.type == model::GgmlType::Q4_0 ||
-                                                   w.type == model::GgmlType::Q8_0);
-  std::vector<float> sums(quantized_dot ? static_cast<std::size_t>(n) * (w.cols / 32) : 0);
-  for (int i = 0; i < (quantized_dot ? n : 0); ++i)
-    block_sums32(x + static_cast<long>(i) * w.cols, w.cols, sums.data() + static_cast<long>(i) * (w.cols / 32));
+bool has_block_dot(const model::QuantMatrix& w) {
+  return w.cols % 32 == 0 &&
+         (w.type == model::GgmlType::Q4_1 || w.type == model::GgmlType::Q4_0 || w.type == model::GgmlType::Q8_0);
+}
+
+// y_i[r] for row r of w and input row i; `sums` holds x's 32-element block sums for the block dot products.
+void matvec_row(const model::QuantMatrix& w, int r, const float* x, const float* sums, int n, float* y,
+                std::vector<float>& row) {
+  const bool block_dot = has_block_dot(w);
+  if (!block_dot) {
+    row.resize(w.cols);
+    dequantize_row(w.type, w.row(r), row.data(), w.cols);
+  }
+  for (int i = 0; i < n; ++i) {
+    const float* xi = x + static_cast<long>(i) * w.cols;
+    const float* si = sums + static_cast<long>(i) * (w.cols / 32);
+    float value;
+    switch (block_dot ? w.type : model::GgmlType::F32) {
+      case model::GgmlType::Q4_1: value = dot_q4_1(w.row(r), xi, si, w.cols); break;
+      case model::GgmlType::Q4_0: value = dot_q4_0(w.row(r), xi, si, w.cols); break;
+      case model::GgmlType::Q8_0: value = dot_q8_0(w.row(r), xi, w.cols); break;
+      default: value = dot(row.data(), xi, w.cols);
+    }
+    y[static_cast<long>(i) * w.rows + r] = value;
+  }
+}
+
+// Decode: all matrices' rows in one parallel loop, so a layer pays one barrier for q, k and v together.
+void matvec_rows(const std::vector<MatmulTarget>& targets, const float* x, int n) {
+  const int cols = targets.front().w->cols;
+  std::vector<float> sums(static_cast<std::size_t>(n) * (cols / 32));
+  if (cols % 32 == 0)
+    for (int i = 0; i < n; ++i) block_sums32(x + static_cast<long>(i) * cols, cols, sums.data() + static_cast<long>(i) * (cols / 32));
+  std::vector<int> starts{0};
+  for (const auto& t : targets) starts.push_back(starts.back() + t.w->rows);
 #pragma omp parallel
   {
-    std::vector<float> row(quantized_dot ? 0 : w.cols);
+    std::vector<float> row;
 #pragma omp for schedule(static)
-    for (int r = 0; r < w.rows; ++r) {
-      if (!quantized_dot) dequantize_row(w.type, w.row(r), row.data(), w.cols);
-      for (int i = 0; i < n; ++i) {
-        const float* xi = x + static_cast<long>(i) * w.cols;
-        const float* si = sums.data() + static_cast<long>(i) * (w.cols / 32);
-        float value;
-        switch (quantized_dot ? w.type : model::GgmlType::F32) {
-          case model::GgmlType::Q4_1: value = dot_q4_1(w.row(r), xi, si, w.cols); break;
-          case model::GgmlType::Q4_0: value = dot_q4_0(w.row(r), xi, si, w.cols); break;
-          case model::GgmlType::Q8_0: value = dot_q8_0(w.row(r), xi, w.cols); break;
-          default: value = dot(row.data(), xi, w.cols);
-        }
-        y[static_cast<long>(i) * w.rows + r] = value;
-      }
+    for (int global = 0; global < starts.back(); ++global) {
+      std::size_t m = 0;
+      while (global >= starts[m + 1]) ++m;
+      matvec_row(*targets[m].w, global - starts[m], x, sums.data(), n, targets[m].y, row);
     }
   }
 }
@@ -52,7 +71,7 @@ void matvec_rows(const model::QuantMatrix& w, const float* x, int n, float* y) {
 
 void matmul(const model::QuantMatrix& w, const float* x, int n, float* y) {
   if (n <= 4) {
-    matvec_rows(w, x, n, y);
+    matvec_rows({{&w, y}}, x, n);
     return;
   }
   // Each thread dequantizes its own slice of output rows and multiplies it with single-threaded BLAS, so
@@ -70,6 +89,14 @@ void matmul(const model::QuantMatrix& w, const float* x, int n, float* y) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, r1 - r0, w.cols, 1.0f, x, w.cols,
                   scratch + static_cast<long>(r0) * w.cols, w.cols, 0.0f, y + r0, w.rows);
   }
+}
+
+void matmul_shared_input(const std::vector<MatmulTarget>& targets, const float* x, int n) {
+  if (n <= 4) {
+    matvec_rows(targets, x, n);
+    return;
+  }
+  for (const auto& t : targets) matmul(*t.w, x, n, t.y);
 }
 
 }  // namespace kvscope::kernels

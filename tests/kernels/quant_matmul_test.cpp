@@ -55,3 +55,31 @@ void check_type(model::GgmlType type, int header_halves, int payload, int block_
 TEST_CASE("Q4_1 matmul equals the dequantized product") { check_type(model::GgmlType::Q4_1, 2, 16, 20); }
 TEST_CASE("Q4_0 matmul equals the dequantized product") { check_type(model::GgmlType::Q4_0, 1, 16, 18); }
 TEST_CASE("Q8_0 matmul equals the dequantized product") { check_type(model::GgmlType::Q8_0, 1, 32, 34); }
+
+TEST_CASE("matmul_shared_input equals separate products, in decode and prefill") {
+  const int cols = 64;
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<model::QuantMatrix> mats;
+  for (int m = 0; m < 3; ++m) {
+    const int rows = 10 + 7 * m;
+    data.push_back(random_blocks(rows * cols / 32, 2, 16, 20 + m));
+    mats.push_back({model::GgmlType::Q4_1, rows, cols, data.back().data(), static_cast<std::size_t>(cols / 32 * 20)});
+  }
+  std::mt19937 rng(4);
+  std::normal_distribution<float> dist;
+  for (int n : {1, 3, 8}) {
+    std::vector<float> x(n * cols);
+    for (auto& v : x) v = dist(rng);
+    std::vector<std::vector<float>> together(3), apart(3);
+    std::vector<kernels::MatmulTarget> targets;
+    for (int m = 0; m < 3; ++m) {
+      together[m].resize(n * mats[m].rows);
+      apart[m].resize(n * mats[m].rows);
+      targets.push_back({&mats[m], together[m].data()});
+      kernels::matmul(mats[m], x.data(), n, apart[m].data());
+    }
+    kernels::matmul_shared_input(targets, x.data(), n);
+    for (int m = 0; m < 3; ++m)
+      for (std::size_t i = 0; i < apart[m].size(); ++i) REQUIRE(together[m][i] == Approx(apart[m][i]).margin(1e-5));
+  }
+}
