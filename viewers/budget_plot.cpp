@@ -67,7 +67,8 @@ LinePlot BudgetPlot::build(const AppState& state) const {
     std::vector<int> idx;
     for (int i = 0; i < static_cast<int>(state.runs.size()); ++i) {
       const trace::RunTrace* r = state.run(i);
-      if (r && r->n_layers == active->n_layers && !r->layer_budgets.empty()) idx.push_back(i);
+      // A full cache's "budget" is the whole prompt; it would only stretch the axis.
+      if (r && r->n_layers == active->n_layers && !r->layer_budgets.empty() && r->meta("policy") != "full") idx.push_back(i);
     }
     const double width = 0.84 / std::max<std::size_t>(1, idx.size());
     for (std::size_t k = 0; k < idx.size(); ++k) {
@@ -88,7 +89,7 @@ LinePlot BudgetPlot::build(const AppState& state) const {
     for (const auto& [name, ser] : active->policy_series) {
       if (ser.dims.size() != 2 || ser.dims[0] != "stage" || ser.dims[1] != "layer" || name.find("budget") == std::string::npos)
         continue;
-      auto lines = series_lines(ser, 8);
+      auto lines = series_lines(ser, 4);
       for (std::size_t k = 0; k < lines.size(); ++k) {
         lines[k].name = active->name + " " + lines[k].name;
         for (double& v : lines[k].y)
@@ -103,6 +104,7 @@ LinePlot BudgetPlot::build(const AppState& state) const {
     plot.series = series_lines(it->second);
   }
   plot.marks_x.push_back(state.sel.layer);
+  plot.legend_outside = plot.series.size() > 3;
   return plot;
 }
 

@@ -18,35 +18,52 @@ std::vector<RunShape> shapes(const AppState& state) {
   return out;
 }
 
-// A sensible default: the active run and the runs of the same prompt, at most four.
+}  // namespace
+
+std::vector<int> auto_compare(const AppState& state) {
+  std::vector<int> out;
+  const trace::RunTrace* active = state.active_run();
+  if (!active) return out;
+  // The full-cache runs first: they are the reference every other column is diffed against.
+  for (int pass = 0; pass < 2; ++pass)
+    for (int i = 0; i < static_cast<int>(state.runs.size()) && out.size() < 4; ++i) {
+      const trace::RunTrace* r = state.run(i);
+      if (!r || r->prompt_ids != active->prompt_ids || (r->meta("policy") == "full") != (pass == 0)) continue;
+      out.push_back(i);
+    }
+  return out;
+}
+
+namespace {
+
 void default_compare(AppState& state) {
+  if (state.compare_auto) {
+    state.compare = auto_compare(state);
+    return;
+  }
   state.compare.erase(std::remove_if(state.compare.begin(), state.compare.end(), [&](int i) { return !state.run(i); }),
                       state.compare.end());
-  if (!state.compare.empty() || !state.active_run()) return;
-  const auto& ids = state.active_run()->prompt_ids;
-  for (int i = 0; i < static_cast<int>(state.runs.size()) && state.compare.size() < 4; ++i)
-    if (state.run(i)->prompt_ids == ids) state.compare.push_back(i);
 }
 
 }  // namespace
 
-HeatmapPlot kept_diff_plot(const trace::RunTrace& a, const trace::RunTrace& b, int layer, int kv_head, KeptDiff& diff) {
-  diff = diff_kept(kept_set(a, layer, kv_head), kept_set(b, layer, kv_head));
-  HeatmapPlot p;
-  p.map.rows = p.map.source_rows = 1;
-  p.map.cols = p.map.source_cols = static_cast<int>(diff.state.size());
-  p.map.values.assign(diff.state.begin(), diff.state.end());
-  p.categories = {{"in neither", {48, 48, 54, 255}},
-                  {"only " + a.name, {76, 114, 176, 255}},
-                  {"only " + b.name, {221, 132, 82, 255}},
-                  {"in both", {86, 170, 100, 255}}};
-  p.title = "kept at the end, layer " + std::to_string(layer) + ", kv head " + std::to_string(kv_head);
-  p.x_label = "position";
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%p%p", static_cast<const void*>(&a), static_cast<const void*>(&b));
-  p.signature = std::string("kd") + buf + std::to_string(layer) + "," + std::to_string(kv_head) + std::to_string(a.n_steps()) +
-                std::to_string(b.n_steps());
-  return p;
+void kept_diff_strip(const KeptDiff& d, float width, float height, const trace::RunTrace& a, const trace::RunTrace& b) {
+  static const ImU32 colors[4] = {IM_COL32(48, 48, 54, 255), IM_COL32(76, 114, 176, 255), IM_COL32(221, 132, 82, 255),
+                                  IM_COL32(86, 170, 100, 255)};
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  ImGui::InvisibleButton("##keptdiff", ImVec2(width, height));
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const int n = static_cast<int>(d.state.size());
+  for (int i = 0; i < n; ++i) {
+    const float x0 = p.x + width * i / n, x1 = p.x + width * (i + 1) / n;
+    dl->AddRectFilled(ImVec2(x0, p.y), ImVec2(std::max(x1, x0 + 1.0f), p.y + height), colors[d.state[i] & 3]);
+  }
+  if (ImGui::IsItemHovered() && n > 0) {
+    const int i = std::clamp(static_cast<int>((ImGui::GetIO().MousePos.x - p.x) / width * n), 0, n - 1);
+    static const char* names[4] = {"in neither", "only in the first run", "only in this run", "in both"};
+    ImGui::SetTooltip("position %s: %s\n(blue: only %s, orange: only %s, green: both)", token_label(b, i).c_str(),
+                      names[d.state[i] & 3], a.name.c_str(), b.name.c_str());
+  }
 }
 
 void CompareView::refresh(const AppState& state) {
@@ -64,8 +81,10 @@ void CompareView::refresh(const AppState& state) {
     columns_[i].signature = sig;
     columns_[i].ok = attention_plot(*r, sel, decode, true, state.scale, state.cmap, 512, columns_[i].plot, columns_[i].why);
     // Columns are narrow: the run name and place are the whole title.
-    if (columns_[i].ok)
+    if (columns_[i].ok) {
       columns_[i].plot.title = r->name + "  L" + std::to_string(sel.layer) + " H" + std::to_string(sel.head);
+      columns_[i].plot.mark_legend = false;
+    }
   }
   diff_.ok = false;
   if (show_difference && columns_.size() >= 2 && columns_[0].ok && columns_[1].ok) {
@@ -116,12 +135,14 @@ void CompareView::draw(AppState& state) {
       bool on = std::find(state.compare.begin(), state.compare.end(), i) != state.compare.end();
       ImGui::PushID(i);
       if (ImGui::Checkbox(run_label(state.runs[i]).c_str(), &on)) {
+        state.compare_auto = false;
         if (on && state.compare.size() < 4) state.compare.push_back(i);
         else if (!on) state.compare.erase(std::find(state.compare.begin(), state.compare.end(), i));
       }
       ImGui::PopID();
     }
     ImGui::TextDisabled("two to four runs; the first is the reference");
+    if (ImGui::Checkbox("automatic (runs of this prompt, full cache first)", &state.compare_auto)) default_compare(state);
     ImGui::EndPopup();
   }
   same_line_if_fits(checkbox_width("linked"));
@@ -145,59 +166,68 @@ void CompareView::draw(AppState& state) {
   if (state.compare.empty()) return;
   refresh(state);
 
-  const int n_cols = static_cast<int>(state.compare.size()) + (diff_.ok || !diff_.why.empty() ? 1 : 0);
+  const int n_cells = static_cast<int>(state.compare.size()) + (diff_.ok || !diff_.why.empty() ? 1 : 0);
+  // Cells wrap into rows when the panel is too narrow for every column, and the grid scrolls, so a
+  // map never shrinks below a readable size.
+  ImGui::BeginChild("##grid", ImVec2(0, 0), ImGuiChildFlags_None);
   const ImVec2 avail = ImGui::GetContentRegionAvail();
-  const float gap = ImGui::GetStyle().ItemSpacing.x;
-  const float col_w = (avail.x - gap * (n_cols - 1)) / n_cols;
-  const float strip_h = ImGui::GetFontSize() * 6.5f;
-  const float map_h = std::max(120.0f, avail.y - ImGui::GetFrameHeightWithSpacing() * 2 - strip_h);
+  const ImGuiStyle& style = ImGui::GetStyle();
+  const float font = ImGui::GetFontSize();
+  const float min_w = font * 22.0f, min_h = font * 26.0f;
+  const int per_row = std::clamp(static_cast<int>((avail.x + style.ItemSpacing.x) / (min_w + style.ItemSpacing.x)), 1, n_cells);
+  const int rows = (n_cells + per_row - 1) / per_row;
+  const float cell_w = (avail.x - style.ItemSpacing.x * (per_row - 1)) / per_row;
+  const float header_h = ImGui::GetTextLineHeightWithSpacing() + ImGui::GetFrameHeightWithSpacing();
+  const float footer_h = ImGui::GetTextLineHeightWithSpacing() * 2 + font * 1.2f;
+  const float cell_h = std::max(min_h, (avail.y - style.ItemSpacing.y * (rows - 1)) / rows);
+  const float map_h = std::max(font * 8.0f, cell_h - header_h - footer_h);
   const auto all_shapes = shapes(state);
   const trace::RunTrace* ref = state.run(state.compare[0]);
-  for (int i = 0; i < static_cast<int>(state.compare.size()); ++i) {
-    const trace::RunTrace* r = state.run(state.compare[i]);
-    if (i) ImGui::SameLine();
+  for (int i = 0; i < n_cells; ++i) {
+    if (i % per_row) ImGui::SameLine();
     ImGui::BeginGroup();
     ImGui::PushID(i);
-    ImGui::PushItemWidth(col_w * 0.3f);
-    ImGui::TextUnformatted(r->name.c_str());
-    int layer = state.compare_sel[i].layer, head = state.compare_sel[i].head;
-    ImGui::SetNextItemWidth(col_w * 0.4f);
-    if (ImGui::SliderInt("layer", &layer, 0, std::max(0, all_shapes[i].n_layers - 1))) state.compare_sel.set_layer(i, layer, all_shapes);
-    ImGui::SameLine();
-    ImGui::SetNextItemWidth(col_w * 0.3f);
-    if (ImGui::SliderInt("head", &head, 0, std::max(0, all_shapes[i].n_heads - 1))) state.compare_sel.set_head(i, head, all_shapes);
-    ImGui::PopItemWidth();
-    Column& c = columns_[i];
-    if (c.ok) {
-      const Selection sel = state.compare_sel[i];
-      draw_heatmap(("cmp" + std::to_string(i)).c_str(), c.plot, ImVec2(col_w, map_h), *state.textures,
-                   [&] { attention_tooltip(*r, c.plot, sel, decode); });
+    ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + cell_w);
+    if (i < static_cast<int>(state.compare.size())) {
+      const trace::RunTrace* r = state.run(state.compare[i]);
+      ImGui::TextUnformatted(r->name.c_str());
+      int layer = state.compare_sel[i].layer, head = state.compare_sel[i].head;
+      ImGui::SetNextItemWidth(cell_w * 0.4f);
+      if (ImGui::SliderInt("layer", &layer, 0, std::max(0, all_shapes[i].n_layers - 1))) state.compare_sel.set_layer(i, layer, all_shapes);
+      ImGui::SameLine();
+      ImGui::SetNextItemWidth(cell_w * 0.25f);
+      if (ImGui::SliderInt("head", &head, 0, std::max(0, all_shapes[i].n_heads - 1))) state.compare_sel.set_head(i, head, all_shapes);
+      Column& c = columns_[i];
+      if (c.ok) {
+        const Selection sel = state.compare_sel[i];
+        draw_heatmap(("cmp" + std::to_string(i)).c_str(), c.plot, ImVec2(cell_w, map_h), *state.textures,
+                     [&] { attention_tooltip(*r, c.plot, sel, decode); });
+      } else {
+        ImGui::BeginChild("##why", ImVec2(cell_w, map_h), ImGuiChildFlags_Borders);
+        ImGui::TextWrapped("%s", c.why.c_str());
+        ImGui::EndChild();
+      }
+      if (i > 0 && r->n_layers == ref->n_layers && r->n_kv_heads == ref->n_kv_heads) {
+        const Selection sel = state.compare_sel[i];
+        const int kv = kv_head_of(sel.head, all_shapes[i]);
+        const KeptDiff d = diff_kept(kept_set(*ref, sel.layer, kv), kept_set(*r, sel.layer, kv));
+        kept_diff_strip(d, cell_w, font * 1.0f, *ref, *r);
+        ImGui::TextDisabled("kept vs %s (kv head %d): both %d, only first %d, only this %d, Jaccard %.2f", ref->name.c_str(), kv,
+                            d.both, d.only_a, d.only_b, d.jaccard);
+      } else if (i == 0) {
+        ImGui::TextDisabled("reference: the other columns are compared with this run. Key strip: red evicted, orange merged.");
+      }
     } else {
-      ImGui::BeginChild("##why", ImVec2(col_w, map_h), ImGuiChildFlags_Borders);
-      ImGui::TextWrapped("%s", c.why.c_str());
-      ImGui::EndChild();
+      ImGui::TextUnformatted("difference");
+      ImGui::TextDisabled("second run minus first; red: the second attends more");
+      if (diff_.ok) draw_heatmap("cmpdiff", diff_.plot, ImVec2(cell_w, map_h), *state.textures);
+      else ImGui::TextWrapped("%s", diff_.why.c_str());
     }
-    if (i > 0 && r->n_layers == ref->n_layers && r->n_kv_heads == ref->n_kv_heads) {
-      const Selection sel = state.compare_sel[i];
-      const int kv = kv_head_of(sel.head, all_shapes[i]);
-      KeptDiff d;
-      const HeatmapPlot strip = kept_diff_plot(*ref, *r, sel.layer, kv, d);
-      ImGui::Text("vs %s: both %d, only first %d, only this %d, Jaccard %.2f", ref->name.c_str(), d.both, d.only_a, d.only_b, d.jaccard);
-      draw_heatmap(("kd" + std::to_string(i)).c_str(), strip, ImVec2(col_w, strip_h - ImGui::GetTextLineHeightWithSpacing()),
-                   *state.textures);
-    }
+    ImGui::PopTextWrapPos();
     ImGui::PopID();
     ImGui::EndGroup();
   }
-  if (n_cols > static_cast<int>(state.compare.size())) {
-    ImGui::SameLine();
-    ImGui::BeginGroup();
-    ImGui::TextUnformatted("difference");
-    ImGui::TextDisabled("second run minus first");
-    if (diff_.ok) draw_heatmap("cmpdiff", diff_.plot, ImVec2(col_w, map_h), *state.textures);
-    else ImGui::TextWrapped("%s", diff_.why.c_str());
-    ImGui::EndGroup();
-  }
+  ImGui::EndChild();
 }
 
 Figure CompareView::figure(const AppState& state) {

@@ -27,8 +27,11 @@ class CompareView final : public Panel {
   std::string diff_signature_;
 };
 
-// The kept-set difference of two runs at their last step for one (layer, kv head), as a one-row map
-// of KeptDiff states with a legend.
-HeatmapPlot kept_diff_plot(const trace::RunTrace& a, const trace::RunTrace& b, int layer, int kv_head, KeptDiff& diff);
+// The automatic column choice: runs of the active run's prompt, full-cache runs first, at most four.
+std::vector<int> auto_compare(const AppState& state);
+
+// A strip of one cell per position coloured by KeptDiff state, with a hover read-out.
+void kept_diff_strip(const KeptDiff& d, float width, float height, const trace::RunTrace& a, const trace::RunTrace& b);
+
 
 }  // namespace kvscope::viewers

@@ -106,7 +106,7 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
     }
     ImPlot::SetupAxisTicks(ImAxis_X1, at.data(), static_cast<int>(at.size()), labels.data());
   }
-  ImPlot::SetupLegend(ImPlotLocation_NorthEast);
+  ImPlot::SetupLegend(ImPlotLocation_NorthEast, plot.legend_outside ? ImPlotLegendFlags_Outside : 0);
   for (std::size_t i = 0; i < plot.series.size(); ++i) {
     const LineSeries& s = plot.series[i];
     const int n = static_cast<int>(std::min(s.x.size(), s.y.size()));
@@ -167,7 +167,7 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
   const bool marks = !plot.column_marks.empty();
   const double strip = marks ? std::max(1.0, 0.035 * m.source_rows) : 0.0;
   const std::string title = plot.title + "##" + id;
-  if (ImPlot::BeginPlot(title.c_str(), plot_size, legend || marks ? 0 : ImPlotFlags_NoLegend)) {
+  if (ImPlot::BeginPlot(title.c_str(), plot_size, legend || (marks && plot.mark_legend) ? 0 : ImPlotFlags_NoLegend)) {
     ImPlot::SetupAxis(ImAxis_X1, plot.x_label.empty() ? nullptr : plot.x_label.c_str());
     ImPlot::SetupAxis(ImAxis_Y1, plot.y_label.empty() ? nullptr : plot.y_label.c_str(), ImPlotAxisFlags_Invert);
     ImPlot::SetupAxesLimits(0, std::max(1, m.source_cols), 0, std::max(1.0, m.source_rows + strip),
@@ -201,11 +201,13 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
                           IM_COL32(col.r, col.g, col.b, 255));
       }
       ImPlot::PopPlotClipRect();
-      ImPlotSpec ev, mg;
-      ev.LineColor = ev.FillColor = to_vec4(kEvictedColor);
-      mg.LineColor = mg.FillColor = to_vec4(kMergedColor);
-      ImPlot::PlotDummy("evicted key", ev);
-      ImPlot::PlotDummy("merged key", mg);
+      if (plot.mark_legend) {
+        ImPlotSpec ev, mg;
+        ev.LineColor = ev.FillColor = to_vec4(kEvictedColor);
+        mg.LineColor = mg.FillColor = to_vec4(kMergedColor);
+        ImPlot::PlotDummy("evicted key", ev);
+        ImPlot::PlotDummy("merged key", mg);
+      }
     }
     if (hook) hook();
     ImPlot::EndPlot();

@@ -34,6 +34,7 @@ struct LinePlot {
   bool log_y = false;
   std::vector<double> marks_x;  // vertical guides (the selected layer, ...)
   std::vector<std::string> x_tick_labels;  // non-empty: category names at x = 0, 1, 2 ...
+  bool legend_outside = false;             // many series: keep the legend off the data
 };
 
 struct Category {
@@ -51,6 +52,7 @@ struct HeatmapPlot {
   std::vector<Category> categories;  // non-empty: values are category indices, shown with a legend
   // Per source column: 0 nothing, 1 evicted, 2 merged. Drawn as a strip under the map.
   std::vector<uint8_t> column_marks;
+  bool mark_legend = true;  // name the mark colours in a legend (off in narrow compare columns)
   std::string signature;  // identifies the content, for texture caching
 };
 

@@ -33,6 +33,7 @@ struct AppState {
   ScaleKind scale = ScaleKind::Log;
   Colormap cmap = Colormap::Viridis;
   std::vector<int> compare;   // runs in the comparison, in column order
+  bool compare_auto = true;   // until the user picks: the runs of the active run's prompt, baseline first
   LinkedSelection compare_sel;
   TextureStore* textures = nullptr;
   std::vector<std::string> log;

@@ -171,10 +171,8 @@ void SetupPanel::pin(AppState& state) {
       RunEntry copy = e;  // a copy: upsert may grow state.runs, which would leave `e` dangling
       copy.slot = "pin" + std::to_string(++pins_);
       const std::string name = copy.run->name;
-      const int idx = state.upsert(std::move(copy));
+      state.upsert(std::move(copy));
       state.log.push_back("kept " + name + " for comparison");
-      if (std::find(state.compare.begin(), state.compare.end(), idx) == state.compare.end() && state.compare.size() < 4)
-        state.compare.push_back(idx);
       return;
     }
   state.log.push_back("nothing to keep: no finished live run");

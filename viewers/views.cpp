@@ -89,6 +89,7 @@ Figure view_figure(AppState& state, const std::string& view, const ViewOptions& 
     Summary p;
     f = p.figure(state);
   } else if (view == "compare") {
+    state.compare_auto = false;
     state.compare.clear();
     for (const auto& name : o.runs) {
       auto it = std::find_if(state.runs.begin(), state.runs.end(), [&](const RunEntry& e) { return e.run->name == name; });

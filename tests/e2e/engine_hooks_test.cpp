@@ -1,0 +1,117 @@
+// Engine hooks on the default model: block-wise prefill is exact, the length check catches a policy that
+// stops compressing, observers see every layer, and cancellation stops a run.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+
+#include "core/common/error.h"
+#include "core/engine/engine.h"
+#include "core/policy/policy.h"
+
+using namespace kvscope;
+
+namespace {
+
+const model::Model* default_model() {
+  static std::unique_ptr<model::Model> loaded = [] {
+    try {
+      return std::make_unique<model::Model>(model::load_model(model::default_model_path()));
+    } catch (const std::exception& e) {
+      WARN("default model unavailable (" << e.what() << "); run `make` first");
+      return std::unique_ptr<model::Model>();
+    }
+  }();
+  return loaded.get();
+}
+
+// Keeps everything but runs the prompt in blocks; claims a length that it may or may not honour.
+class BlockPolicy final : public policy::Policy {
+ public:
+  BlockPolicy(int block, int claimed_extra) : block_(block), claimed_extra_(claimed_extra) {}
+  std::string name() const override { return "test_block"; }
+  policy::ObservationRequest request(int, policy::Phase) const override {
+    policy::ObservationRequest r;
+    r.column_sums = true;
+    return r;
+  }
+  int prefill_block_size() const override { return block_; }
+  void begin(const policy::RunInfo& info) override { layers_ = info.config.n_layers; }
+  cache::CacheEdit after_layer(const policy::AttentionObservation& obs, cache::KVCache&) override {
+    ++observations_;
+    // Every query's probabilities sum to 1, so the column sums add up to the number of queries.
+    double total = 0;
+    for (float v : obs.column_sums[0]) total += v;
+    max_mass_error_ = std::max(max_mass_error_, std::abs(total - obs.n_queries()));
+    return {};
+  }
+  cache::CacheEdit after_step(const policy::StepInfo&, cache::KVCache&) override { return {}; }
+  int expected_length(int, int, const policy::StepInfo& step) const override { return step.seq_len + claimed_extra_; }
+  std::vector<int> layer_budgets() const override { return std::vector<int>(layers_, 0); }
+  int observations_ = 0;
+  double max_mass_error_ = 0;
+
+ private:
+  int block_, claimed_extra_, layers_ = 0;
+};
+
+std::vector<int> prompt(const model::Model& m) {
+  return m.tokenizer->encode("The old lighthouse keeper climbed the stairs every evening to light the lamp, and the ships "
+                             "that passed in the night trusted the light more than their maps.");
+}
+
+}  // namespace
+
+TEST_CASE("block-wise prefill gives the same tokens as one pass; observers see every layer") {
+  const model::Model* m = default_model();
+  if (!m) return;
+  engine::Engine engine(*m);
+  engine::GenerateOptions options;
+  options.max_new_tokens = 12;
+  options.stop_at_end_of_generation = false;
+  const auto ids = prompt(*m);
+  const auto reference = engine.generate(ids, options);
+  BlockPolicy blocks(7, 0);
+  engine::RunHooks hooks;
+  hooks.policy = &blocks;
+  const auto blocked = engine.generate(ids, options, hooks);
+  REQUIRE(blocked.generated_tokens == reference.generated_tokens);
+  const int prefill_blocks = (static_cast<int>(ids.size()) + 6) / 7;
+  REQUIRE(blocks.observations_ == m->config.n_layers * (prefill_blocks + options.max_new_tokens - 1));
+  REQUIRE(blocks.max_mass_error_ < 1e-3);
+}
+
+TEST_CASE("the engine stops a policy whose cache length disagrees with its budget") {
+  const model::Model* m = default_model();
+  if (!m) return;
+  engine::Engine engine(*m);
+  BlockPolicy liar(0, -1);  // claims to keep one token fewer than it does
+  engine::RunHooks hooks;
+  hooks.policy = &liar;
+  engine::GenerateOptions options;
+  options.max_new_tokens = 2;
+  try {
+    engine.generate(prompt(*m), options, hooks);
+    FAIL("no error");
+  } catch (const Error& e) {
+    REQUIRE_THAT(e.what(), Catch::Contains("policy 'test_block' left layer 0 kv head 0") && Catch::Contains("budget says"));
+  }
+}
+
+TEST_CASE("a cancelled run returns early and says so") {
+  const model::Model* m = default_model();
+  if (!m) return;
+  engine::Engine engine(*m);
+  std::atomic<bool> cancel{false};
+  engine::RunHooks hooks;
+  hooks.cancel = &cancel;
+  hooks.progress = [&](const engine::Progress& p) {
+    if (p.phase == engine::Phase::Decode && p.done == 3) cancel = true;
+  };
+  engine::GenerateOptions options;
+  options.max_new_tokens = 50;
+  options.stop_at_end_of_generation = false;
+  const auto r = engine.generate(prompt(*m), options, hooks);
+  REQUIRE(r.cancelled);
+  REQUIRE(r.stop_reason == "cancelled");
+  REQUIRE(r.generated_tokens.size() <= 4);
+}
