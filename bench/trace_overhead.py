@@ -53,8 +53,13 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--record", default="", help="--record spec for the traced run")
     ap.add_argument("--gzip", type=int, default=4, help="deflate level of the trace (kvscope trace --gzip)")
+    ap.add_argument("--passive", action="store_true",
+                    help="OMP_WAIT_POLICY=passive for both runs: idle OpenMP threads sleep instead of spinning, so "
+                         "CPU time measures work, which a shared machine distorts less than wall time")
     args = ap.parse_args()
     binary = os.path.join(args.build, "app", "kvscope")
+    if args.passive:
+        os.environ["OMP_WAIT_POLICY"] = "passive"
     if not os.path.exists(binary):
         sys.exit(f"no kvscope binary at {binary}; build first or pass --build")
 

@@ -29,6 +29,9 @@ void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out
 // Rotates the first rope_dim dimensions of each of n_heads vectors (each head_dim long) to `position`.
 void rope(float* heads, int n_heads, int head_dim, int rope_dim, int position, float base, model::RopeStyle style);
 
+// sum_i a[i] * b[i], vectorized (the order of additions differs from a sequential loop).
+float dot(const float* a, const float* b, int n);
+
 // In-place numerically stable softmax over n values.
 void softmax(float* x, int n);
 

@@ -92,10 +92,13 @@ LinePlot BudgetPlot::build(const AppState& state) const {
       auto lines = series_lines(ser, 4);
       for (std::size_t k = 0; k < lines.size(); ++k) {
         lines[k].name = active->name + " " + lines[k].name;
-        for (double& v : lines[k].y)
+        int finite = 0;
+        for (double& v : lines[k].y) {
           if (v < 0) v = std::nan("");  // -1 marks layers a stage has not allocated yet
+          else ++finite;
+        }
         lines[k].color = static_cast<int>(state.runs.size() + k);
-        plot.series.push_back(std::move(lines[k]));
+        if (finite >= 2) plot.series.push_back(std::move(lines[k]));  // a lone point draws nothing
       }
     }
   } else if (auto it = active->policy_series.find(series); it != active->policy_series.end()) {

@@ -4,6 +4,7 @@
 #include <implot.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "viewers/attention_heatmap.h"
@@ -220,8 +221,15 @@ void CompareView::draw(AppState& state) {
     } else {
       ImGui::TextUnformatted("difference");
       ImGui::TextDisabled("second run minus first; red: the second attends more");
-      if (diff_.ok) draw_heatmap("cmpdiff", diff_.plot, ImVec2(cell_w, map_h), *state.textures);
-      else ImGui::TextWrapped("%s", diff_.why.c_str());
+      if (diff_.ok) {
+        const auto& v = diff_.plot.map.values;
+        if (std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f || std::isnan(x); }))
+          ImGui::TextWrapped("identical here: a policy that compresses after prefill leaves the prefill map unchanged; "
+                             "tick 'decode' to compare the generated steps");
+        draw_heatmap("cmpdiff", diff_.plot, ImVec2(cell_w, map_h), *state.textures);
+      } else {
+        ImGui::TextWrapped("%s", diff_.why.c_str());
+      }
     }
     ImGui::PopTextWrapPos();
     ImGui::PopID();

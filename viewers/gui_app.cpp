@@ -120,6 +120,7 @@ class App {
   SetupPanel setup_;
   std::vector<std::unique_ptr<Panel>> panels_;
   bool layout_built_ = false;
+  std::string layout_focus_;  // non-empty: the layout with this panel large
   bool quit_ = false;
   int exit_code_ = 0;
   FrameStats stats_;
@@ -192,7 +193,11 @@ void App::apply_updates() {
     if (state_.active < 0 || (is_new && u.slot == "live")) state_.active = idx;
     if (state_.active_run()) state_.sel = clamp(state_.sel, shape_of(*state_.active_run()));
   }
-  for (auto& m : session_.take_messages()) state_.log.push_back(std::move(m));
+  for (auto& m : session_.take_messages()) {
+    // Also on stderr, so scripted sessions leave a record of what ran, what was cancelled and why.
+    std::fprintf(stderr, "kvscope gui: %s\n", m.c_str());
+    state_.log.push_back(std::move(m));
+  }
 }
 
 void App::build_layout(ImGuiID dockspace) {
@@ -200,6 +205,20 @@ void App::build_layout(ImGuiID dockspace) {
   ImGui::DockBuilderRemoveNode(dockspace);
   ImGui::DockBuilderAddNode(dockspace, ImGuiDockNodeFlags_DockSpace);
   ImGui::DockBuilderSetNodeSize(dockspace, vp->WorkSize);
+  if (Panel* focus = layout_focus_.empty() ? nullptr : panel(layout_focus_)) {
+    // One panel large, the set-up form beside it, everything else tabbed behind the panel.
+    ImGuiID left, main;
+    ImGui::DockBuilderSplitNode(dockspace, ImGuiDir_Left, 0.2f, &left, &main);
+    ImGui::DockBuilderDockWindow("Set-up", left);
+    ImGui::DockBuilderDockWindow("Summary", left);
+    ImGui::DockBuilderDockWindow("Log", left);
+    for (auto& p : panels_)
+      if (p.get() != focus) ImGui::DockBuilderDockWindow(p->title().c_str(), main);
+    ImGui::DockBuilderDockWindow(focus->title().c_str(), main);
+    ImGui::DockBuilderFinish(dockspace);
+    state_.focus_panel = focus->key();
+    return;
+  }
   ImGuiID left, rest, setup, summary, tokens, upper, lower, top, stats, timeline, budget;
   ImGui::DockBuilderSplitNode(dockspace, ImGuiDir_Left, 0.23f, &left, &rest);
   ImGui::DockBuilderSplitNode(left, ImGuiDir_Up, 0.66f, &setup, &summary);
@@ -241,7 +260,12 @@ void App::draw_menu() {
     for (auto& p : panels_) ImGui::MenuItem(p->title().c_str(), nullptr, &p->open);
     ImGui::MenuItem("Log", nullptr, &log_open_);
     ImGui::Separator();
-    if (ImGui::MenuItem("Reset layout")) layout_built_ = false;
+    if (ImGui::BeginMenu("Large panel")) {
+      for (auto& p : panels_)
+        if (ImGui::MenuItem(p->title().c_str())) layout_focus_ = p->key(), layout_built_ = false;
+      ImGui::EndMenu();
+    }
+    if (ImGui::MenuItem("Reset layout")) layout_focus_.clear(), layout_built_ = false;
     ImGui::EndMenu();
   }
   if (ImGui::BeginMenu("Run")) {
@@ -486,6 +510,11 @@ void App::step_script() {
       } else if (c == "view") {
         state_.focus_panel = arg;
         frames_left_ = 2;  // a focus change takes effect on the next frame
+        return;
+      } else if (c == "layout") {
+        layout_focus_ = arg == "default" ? "" : arg;
+        layout_built_ = false;
+        frames_left_ = 3;
         return;
       } else if (c == "wait") {
         waiting_idle_ = true;

@@ -22,7 +22,7 @@ const std::map<std::string, Arity>& commands() {
       {"open", {1, 1}},         {"save", {1, 1}},     {"layer", {1, 1}},      {"head", {1, 1}},
       {"token", {1, 1}},        {"step", {1, 1}},     {"view", {1, 1}},       {"wait", {0, 1}},
       {"frames", {1, 1}},       {"screenshot", {1, 1}}, {"export", {2, 3}},   {"quit", {0, 0}},
-      {"mouse", {2, 2}},        {"click", {0, 0}},
+      {"mouse", {2, 2}},        {"click", {0, 0}},      {"layout", {1, 1}},
   };
   return c;
 }
@@ -94,9 +94,10 @@ std::vector<ScriptStep> parse_script(const std::string& text, const std::string&
       throw UsageError(where() + "'mouse' needs two integer pixel coordinates, got '" + rest + "'");
     if (c == "wait" && n == 1 && !is_integer(step.args[0]))
       throw UsageError(where() + "'wait' takes whole seconds, got '" + step.args[0] + "'");
-    if (c == "view" || c == "export") {
+    if (c == "view" || c == "export" || (c == "layout" && step.args[0] != "default")) {
       const auto& names = kPanelNames;
-      if (std::find(std::begin(names), std::end(names), step.args[0]) == std::end(names)) {
+      if (std::find(std::begin(names), std::end(names), step.args[0]) == std::end(names) ||
+          (c == "layout" && step.args[0] == "setup")) {
         std::string valid;
         for (const char* v : names) valid += (valid.empty() ? "" : ", ") + std::string(v);
         throw UsageError(where() + "unknown view '" + step.args[0] + "' (valid: " + valid + ")");

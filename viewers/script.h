@@ -12,6 +12,7 @@
 //   layer L | head H | token P | step S                      select, in every panel
 //   view NAME                 bring a panel to the front (attention, similarity, layer_stats, budget,
 //                             timeline, tokens, summary, compare, setup)
+//   layout NAME | layout default  one panel large (set-up beside it) | the usual layout
 //   mouse X Y | click         move the pointer to window pixel (X, Y) | left click there (hover read-outs)
 //   wait [SECONDS]            until no run is queued or running (default 600 s; fails on timeout)
 //   frames N                  render N frames

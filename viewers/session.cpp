@@ -95,11 +95,22 @@ uint64_t Session::submit(RunRequest request) {
   std::lock_guard<std::mutex> lock(mutex_);
   const uint64_t id = next_id_++;
   std::erase_if(queue_, [&](const Job& q) { return q.slot == request.slot; });
-  if (running_ && running_slot_ == request.slot) cancel_ = true;
   Job job;
   job.slot = request.slot;
   job.runs.push_back(std::move(request));
-  queue_.push_back(std::move(job));
+  if (running_ && running_slot_ == job.slot) cancel_ = true;
+  if (job.slot == kLiveSlot) {
+    // The run the user is steering goes first: a background run in progress (the baseline) yields and
+    // is queued again right behind it, so a budget change shows without waiting for the baseline.
+    if (running_ && running_slot_ != kLiveSlot && running_job_.save_path.empty()) {
+      cancel_ = true;
+      yielded_ = true;
+      queue_.push_front(running_job_);
+    }
+    queue_.push_front(std::move(job));
+  } else {
+    queue_.push_back(std::move(job));
+  }
   wake_.notify_all();
   return id;
 }
@@ -200,7 +211,9 @@ void Session::worker_main() {
       queue_.pop_front();
       running_ = true;
       running_slot_ = job.slot;
+      running_job_ = job;
       cancel_ = false;
+      yielded_ = false;
     }
     try {
       if (job.save_path.empty()) {
@@ -327,7 +340,7 @@ bool Session::execute(const RunRequest& request, trace::Hdf5Writer* writer, bool
   engine::Engine engine(model);
   const engine::RunResult result = engine.generate(tokens, options, hooks);
   if (result.cancelled || cancel_) {
-    message(name + ": cancelled (superseded)");
+    message(name + (yielded_ ? ": paused for the live run, queued again" : ": cancelled (superseded)"));
     return false;  // a cancelled run is never published as a result
   }
   recorder.finish(result);

@@ -25,8 +25,11 @@ class Hdf5Writer;
 
 namespace kvscope::viewers {
 
+// The slot the set-up form runs in: it goes ahead of every other queued run.
+inline constexpr const char* kLiveSlot = "live";
+
 struct RunRequest {
-  std::string slot = "live";        // results of one slot replace each other in the window
+  std::string slot = kLiveSlot;     // results of one slot replace each other in the window
   std::string model_path;           // empty: the default model
   std::string prompt;
   bool chat = false;                // wrap the prompt in the model's chat template
@@ -65,7 +68,8 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   // Queues a run. Queued requests for the same slot are dropped, and the running one is cancelled when
-  // it is for the same slot. Returns a request id.
+  // it is for the same slot. Live-slot requests go to the front; a background run in progress yields to
+  // them and is queued again. Returns a request id.
   uint64_t submit(RunRequest request);
   // Re-runs `requests` (greedy decoding repeats them exactly) with one trace writer attached, so all of
   // them land in one HDF5 file, as `kvscope trace` would write it. Results are not published again.
@@ -101,8 +105,10 @@ class Session {
   uint64_t next_id_ = 1;
   bool stopping_ = false;
 
-  // The run in flight: its slot, cancel flag and recorder (read by poll() for live snapshots).
+  // The run in flight: its slot, job, cancel flag and recorder (read by poll() for live snapshots).
   std::string running_slot_;
+  Job running_job_;
+  bool yielded_ = false;  // cancelled to let a live run go first; it was queued again
   std::atomic<bool> cancel_{false};
   trace::Recorder* running_recorder_ = nullptr;
   std::shared_ptr<const trace::RunTrace> last_live_;

@@ -130,22 +130,32 @@ AttentionStatsAccumulator::AttentionStatsAccumulator(int s, int window)
       window_(clamp_window(s_, window)),
       window_start_(s_ - window_),
       column_sums_(s_, 0.0),
+      partial_sums_(s_, 0.0f),
       row_entropy_(s_, 0.0),
       window_sum_(window_start_, 0.0),
       window_sq_(window_start_, 0.0) {}
+
+void AttentionStatsAccumulator::fold() const {
+  if (partial_rows_ == 0) return;
+  for (int j = 0; j < s_; ++j) column_sums_[j] += partial_sums_[j];
+  std::fill(partial_sums_.begin(), partial_sums_.end(), 0.0f);
+  partial_rows_ = 0;
+}
 
 void AttentionStatsAccumulator::add_row(int i, std::span<const float> values, std::span<const int32_t> cols) {
   if (i < 0 || i >= s_) return;
   const bool in_window = i >= window_start_;
   float h = 0.0f;
+  float* sums = partial_sums_.data();
   if (cols.empty()) {
-    // Columns are key positions 0..n-1: the common case of a cache nothing has left yet.
+    // Columns are key positions 0..n-1: the common case of a cache nothing has left yet. One pass.
     const int n = std::min(static_cast<int>(values.size()), s_);
     const float* v = values.data();
-    double* sums = column_sums_.data();
-    for (int j = 0; j < n; ++j) sums[j] += v[j];
 #pragma omp simd reduction(+ : h)
-    for (int j = 0; j < n; ++j) h += fast_plogp(v[j]);
+    for (int j = 0; j < n; ++j) {
+      sums[j] += v[j];
+      h += fast_plogp(v[j]);
+    }
     if (in_window)
       for (int j = 0; j < std::min(n, window_start_); ++j) {
         const double p = v[j];
@@ -158,7 +168,7 @@ void AttentionStatsAccumulator::add_row(int i, std::span<const float> values, st
       const int j = cols[k];
       if (j < 0 || j >= s_) continue;
       const float p = values[k];
-      column_sums_[j] += p;
+      sums[j] += p;
       h += fast_plogp(p);
       if (in_window && j < window_start_) {
         window_sum_[j] += p;
@@ -168,9 +178,12 @@ void AttentionStatsAccumulator::add_row(int i, std::span<const float> values, st
     }
   }
   row_entropy_[i] -= h;
+  // A row given in parts counts once per part here; folding early only costs time, never precision.
+  if (++partial_rows_ >= kFoldRows) fold();
 }
 
 AttentionStats AttentionStatsAccumulator::finish() const {
+  fold();
   AttentionStats r;
   r.cake_window_entropy = window_entropy_;
   for (int j = 0; j < window_start_; ++j) r.cake_column_variance += unbiased_variance(window_sum_[j], window_sq_[j], window_);

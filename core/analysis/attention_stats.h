@@ -53,11 +53,22 @@ class AttentionStatsAccumulator {
   void add_row(int i, std::span<const float> values, std::span<const int32_t> cols = {});
   AttentionStats finish() const;
   // s[j] = sum_i A[i,j], for the layer-level D2O variance.
-  const std::vector<double>& column_sums() const { return column_sums_; }
+  const std::vector<double>& column_sums() const {
+    fold();
+    return column_sums_;
+  }
 
  private:
+  // Adds the float partial column sums into the double ones.
+  void fold() const;
+
   int s_, window_, window_start_;
-  std::vector<double> column_sums_;
+  // Column sums: float partials over at most kFoldRows rows (one vectorised add per value), folded into
+  // doubles so a 2048-row sum keeps double precision.
+  static constexpr int kFoldRows = 32;
+  mutable std::vector<double> column_sums_;
+  mutable std::vector<float> partial_sums_;
+  mutable int partial_rows_ = 0;
   std::vector<double> row_entropy_;             // per query row (rows may come in parts)
   std::vector<double> window_sum_, window_sq_;  // per key < S - S_w, over the window rows
   double window_entropy_ = 0.0;

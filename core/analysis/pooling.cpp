@@ -38,29 +38,39 @@ RowPooler::RowPooler(const PoolShape& shape, RowSink sink) : shape_(shape), sink
   if (shape.source_rows < 0 || shape.source_cols < 0 || shape.row_block < 1 || shape.col_block < 1)
     throw Error("pooling: invalid shape " + std::to_string(shape.source_rows) + "x" + std::to_string(shape.source_cols) +
                 " with blocks " + std::to_string(shape.row_block) + "x" + std::to_string(shape.col_block));
-  const auto cols = static_cast<std::size_t>(shape.cols());
   // Max pooling starts below any value so negative maps (cosine similarity) pool correctly; cells of a
   // block that never arrive are folded in as zeros when the row is emitted.
-  acc_.assign(cols, shape.mode == Pooling::Max ? -std::numeric_limits<float>::infinity() : 0.0f);
-  count_.assign(cols, 0);
-  out_.resize(cols);
+  acc_.assign(static_cast<std::size_t>(shape.source_cols),
+              shape.mode == Pooling::Max ? -std::numeric_limits<float>::infinity() : 0.0f);
+  count_.assign(static_cast<std::size_t>(shape.source_cols), 0);
+  out_.resize(static_cast<std::size_t>(shape.cols()));
 }
 
 void RowPooler::emit_current() {
   const int cols = shape_.cols();
   const int r0 = next_ * shape_.row_block;
   const int block_rows = std::min(shape_.row_block, shape_.source_rows - r0);
+  const bool max = shape_.mode == Pooling::Max;
   for (int c = 0; c < cols; ++c) {
     const int c0 = c * shape_.col_block;
-    const int block_cols = std::min(shape_.col_block, shape_.source_cols - c0);
-    const long cells = static_cast<long>(block_rows) * block_cols;
-    if (shape_.mode == Pooling::Max)
-      out_[c] = count_[c] < cells ? std::max(acc_[c], 0.0f) : acc_[c];
-    else
-      out_[c] = cells > 0 ? static_cast<float>(acc_[c] / static_cast<double>(cells)) : 0.0f;
+    const int c1 = std::min(c0 + shape_.col_block, shape_.source_cols);
+    const long cells = static_cast<long>(block_rows) * (c1 - c0);
+    long seen = 0;
+    if (max) {
+      float m = -std::numeric_limits<float>::infinity();
+      for (int j = c0; j < c1; ++j) {
+        m = std::max(m, acc_[j]);
+        seen += count_[j];
+      }
+      out_[c] = seen < cells ? std::max(m, 0.0f) : m;
+    } else {
+      double sum = 0.0;
+      for (int j = c0; j < c1; ++j) sum += acc_[j];
+      out_[c] = cells > 0 ? static_cast<float>(sum / static_cast<double>(cells)) : 0.0f;
+    }
   }
   sink_(next_, out_);
-  std::fill(acc_.begin(), acc_.end(), shape_.mode == Pooling::Max ? -std::numeric_limits<float>::infinity() : 0.0f);
+  std::fill(acc_.begin(), acc_.end(), max ? -std::numeric_limits<float>::infinity() : 0.0f);
   std::fill(count_.begin(), count_.end(), 0);
   ++next_;
 }
@@ -75,38 +85,25 @@ void RowPooler::add_row(int r, std::span<const float> values, std::span<const in
   if (out_row < next_)
     throw Error("pooling: source row " + std::to_string(r) + " arrived after its output row was emitted");
   emit_until(out_row);
-  const int cb = shape_.col_block;
-  const bool max = shape_.mode == Pooling::Max;
   float* acc = acc_.data();
   int32_t* count = count_.data();
   if (cols.empty()) {
-    // Contiguous columns: walk block by block, no division per value, so the compiler vectorises.
     const int n = std::min(static_cast<int>(values.size()), shape_.source_cols);
     const float* v = values.data();
-    if (cb == 1) {
-      for (int j = 0; j < n; ++j) acc[j] = max ? std::max(acc[j], v[j]) : acc[j] + v[j];
-      for (int j = 0; j < n; ++j) ++count[j];
-      return;
-    }
-    for (int oc = 0, c0 = 0; c0 < n; ++oc, c0 += cb) {
-      const int c1 = std::min(n, c0 + cb);
-      float a = acc[oc];
-      if (max)
-        for (int j = c0; j < c1; ++j) a = std::max(a, v[j]);
-      else
-        for (int j = c0; j < c1; ++j) a += v[j];
-      acc[oc] = a;
-      count[oc] += c1 - c0;
-    }
+    if (shape_.mode == Pooling::Max)
+      for (int j = 0; j < n; ++j) acc[j] = std::max(acc[j], v[j]);
+    else
+      for (int j = 0; j < n; ++j) acc[j] += v[j];
+    for (int j = 0; j < n; ++j) ++count[j];
     return;
   }
+  const bool max = shape_.mode == Pooling::Max;
   const std::size_t n = values.size();
   for (std::size_t i = 0; i < n; ++i) {
     const int c = cols[i];
     if (c < 0 || c >= shape_.source_cols) continue;
-    const int oc = cb == 1 ? c : c / cb;
-    acc[oc] = max ? std::max(acc[oc], values[i]) : acc[oc] + values[i];
-    ++count[oc];
+    acc[c] = max ? std::max(acc[c], values[i]) : acc[c] + values[i];
+    ++count[c];
   }
 }
 

@@ -55,8 +55,10 @@ class RowPooler {
   PoolShape shape_;
   RowSink sink_;
   int next_ = 0;                 // next output row to emit
-  std::vector<float> acc_;       // accumulators of output row next_
-  std::vector<int32_t> count_;   // source cells seen per output cell of that row
+  // Per source column, over the rows of output row next_: running max (or sum) and cells seen. Kept at
+  // source width so adding a row is one vectorised pass; the column blocks are reduced when it is emitted.
+  std::vector<float> acc_;
+  std::vector<int32_t> count_;
   std::vector<float> out_;
 };
 

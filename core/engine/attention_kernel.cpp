@@ -85,11 +85,7 @@ void compute_attention(const AttentionInputs& in, const ObservationRequest& requ
       const float* values = in.cache.values(in.layer, g).data();
       const float* qh = in.q + static_cast<std::size_t>(h) * d;
       std::vector<float> p(m);
-      for (int j = 0; j < m; ++j) {
-        float s = 0.0f;
-        for (int t = 0; t < d; ++t) s += qh[t] * keys[static_cast<std::size_t>(j) * d + t];
-        p[j] = s * scale;
-      }
+      for (int j = 0; j < m; ++j) p[j] = kernels::dot(qh, keys + static_cast<std::size_t>(j) * d, d) * scale;
       kernels::softmax(p.data(), m);
       float* oh = out + static_cast<std::size_t>(h) * d;
       std::fill(oh, oh + d, 0.0f);

@@ -6,6 +6,10 @@
 #include <cstddef>
 #include <future>
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "core/common/error.h"
 #include "core/trace/float16.h"
 #include "core/trace/hdf5_util.h"
@@ -149,6 +153,10 @@ Hdf5Writer::~Hdf5Writer() {
 
 void Hdf5Writer::thread_main() {
   h5::silence_errors();
+  // Compression is the writer's main cost. On a machine whose cores the engine's OpenMP team fills, an
+  // equal-priority writer preempts team threads and every parallel region waits for the preempted one;
+  // at low priority it runs in the engine's gaps, and the bounded queue still stops it falling far behind.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
   for (;;) {
     Task task;
     {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -285,12 +286,37 @@ void Recorder::on_rows(int layer, int head, int first_row, int n_rows, int n_col
       it = stats_acc_.emplace(key, std::make_unique<analysis::AttentionStatsAccumulator>(prompt_length_)).first;
     acc = it->second.get();
   }
-  for (int r = 0; r < n_rows; ++r) {
-    const int query = prev_seq_len_ + first_row + r;
-    const std::span<const float> row(probs + static_cast<std::size_t>(r) * n_cols, static_cast<std::size_t>(n_cols));
-    if (build) build->pooler.add_row(query, row, cols);
-    if (acc) acc->add_row(query, row, cols);
+  auto rows = [&](auto&& consume) {
+    for (int r = 0; r < n_rows; ++r)
+      consume(prev_seq_len_ + first_row + r,
+              std::span<const float>(probs + static_cast<std::size_t>(r) * n_cols, static_cast<std::size_t>(n_cols)));
+  };
+  // Pooling and statistics touch disjoint state, so the block's two passes run side by side. This is
+  // the recorder's largest cost during prefill (every probability of every head goes through both).
+  // An exception must not leave an OpenMP section: each keeps its own and the first is rethrown after.
+  const bool both = build && acc && static_cast<long>(n_rows) * n_cols >= 4096;
+  std::exception_ptr failed[2];
+#pragma omp parallel sections num_threads(2) if (both)
+  {
+#pragma omp section
+    {
+      try {
+        if (build) rows([&](int query, std::span<const float> row) { build->pooler.add_row(query, row, cols); });
+      } catch (...) {
+        failed[0] = std::current_exception();
+      }
+    }
+#pragma omp section
+    {
+      try {
+        if (acc) rows([&](int query, std::span<const float> row) { acc->add_row(query, row, cols); });
+      } catch (...) {
+        failed[1] = std::current_exception();
+      }
+    }
   }
+  for (const auto& e : failed)
+    if (e) std::rethrow_exception(e);
 }
 
 void Recorder::on_observation(const engine::AttentionObservation& obs) {

@@ -13,13 +13,6 @@ namespace kvscope::kernels {
 
 namespace {
 
-float dot(const float* a, const float* b, int n) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
 bool has_block_dot(const model::QuantMatrix& w) {
   return w.cols % 32 == 0 &&
          (w.type == model::GgmlType::Q4_1 || w.type == model::GgmlType::Q4_0 || w.type == model::GgmlType::Q8_0);

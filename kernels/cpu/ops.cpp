@@ -31,6 +31,13 @@ void rope(float* heads, int n_heads, int head_dim, int rope_dim, int position, f
   }
 }
 
+float dot(const float* a, const float* b, int n) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
 void softmax(float* x, int n) {
   if (n <= 0) return;
   const float max_value = *std::max_element(x, x + n);
