@@ -25,7 +25,7 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 bench: build
-	@bench/run_all.sh $(BUILD)
+	@scripts/bench.sh $(BUILD)
 
 clean:
 	rm -rf build build-sanitize build.configure.log build-sanitize.configure.log

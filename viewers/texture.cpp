@@ -12,16 +12,9 @@ ImTextureID TextureStore::get(const std::string& slot, const std::string& signat
   if (it != entries_.end() && it->second.id != ImTextureID_Invalid) destroy(it->second.id);
   Entry e;
   e.signature = signature;
-  e.width = image.width;
-  e.height = image.height;
   e.id = image.empty() ? ImTextureID_Invalid : create(image);
   entries_[slot] = e;
   return e.id;
-}
-
-ImVec2 TextureStore::size(const std::string& slot) const {
-  auto it = entries_.find(slot);
-  return it == entries_.end() ? ImVec2(0, 0) : ImVec2(static_cast<float>(it->second.width), static_cast<float>(it->second.height));
 }
 
 void TextureStore::clear() {

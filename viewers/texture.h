@@ -18,8 +18,6 @@ class TextureStore {
   // The texture held for `slot`; make() runs only when `signature` differs from the one it was built
   // with, so callers can ask every frame. The id stays valid until the slot is rebuilt or the store dies.
   ImTextureID get(const std::string& slot, const std::string& signature, const std::function<Image()>& make);
-  // Picture size of the slot's current texture (0x0 when it has none).
-  ImVec2 size(const std::string& slot) const;
   void clear();
 
  protected:
@@ -30,7 +28,6 @@ class TextureStore {
   struct Entry {
     std::string signature;
     ImTextureID id = ImTextureID_Invalid;
-    int width = 0, height = 0;
   };
   std::map<std::string, Entry> entries_;
 };

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Benchmarks (not part of make test): sets up the peers' venv, then runs each benchmark under bench/.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${1:-build}"
+venv="$root/.deps/bench-venv"
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import llama_cpp" 2>/dev/null; then
+  python3 -m venv "$venv"
+  echo "bench: building llama-cpp-python from source (several minutes)"
+  "$venv/bin/pip" install -q -r "$root/bench/requirements.txt"
+fi
+"$venv/bin/python" "$root/bench/engine_vs_llamacpp.py" --kvscope "$root/$build/app/kvscope" --threads "$(nproc)"
+"$venv/bin/python" "$root/bench/engine_vs_llamacpp.py" --kvscope "$root/$build/app/kvscope" --threads 1
+"$root/.deps/venv/bin/python" "$root/bench/trace_overhead.py" --build "$root/$build"
