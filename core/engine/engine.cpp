@@ -72,6 +72,13 @@ void Engine::attention(Run& run, int layer, const float* q, int n, const int32_t
   obs.query_positions.assign(positions, positions + n);
   AttentionInputs inputs{c, run.cache, layer, q, n, positions};
   compute_attention(inputs, request, run.hooks->observers, obs, out);
+  if (run.shadow && step.phase == Phase::Decode) {
+    std::vector<float> full(static_cast<std::size_t>(n) * c.n_heads * c.head_dim);
+    AttentionObservation unused;
+    compute_attention({c, *run.shadow, layer, q, n, positions}, {}, {}, unused, full.data());
+    for (RunObserver* o : run.hooks->observers)
+      if (o->wants_full_cache_output()) o->on_full_cache_output(layer, step, n, c.n_heads * c.head_dim, out, full.data());
+  }
 
   if (!request.any()) return;
   std::optional<AttentionObservation> narrowed_copy;

@@ -66,6 +66,10 @@ Map2D read_map(hid_t dataset) {
   m.pooling = parse_pooling(h5::get_string_attr(dataset, "pooling").value_or("max"));
   m.source_positions = h5::get_int_array_attr(dataset, "source_positions");
   m.values = h5::read_floats(dataset);
+  if (h5::get_string_attr(dataset, "stored").value_or("") == "lower_triangle" && m.rows == m.cols)
+    for (int i = 0; i < m.rows; ++i)
+      for (int j = i + 1; j < m.cols; ++j)
+        m.values[static_cast<std::size_t>(i) * m.cols + j] = m.values[static_cast<std::size_t>(j) * m.cols + i];
   return m;
 }
 

@@ -400,13 +400,19 @@ void Hdf5Writer::write_map_rows(int run, const std::string& dataset, int first_r
 }
 
 void Hdf5Writer::write_map(int run, const std::string& dataset, const Map2D& map, const std::string& units,
-                           const std::string& definition) {
+                           const std::string& definition, bool lower_triangle) {
   auto shared = std::make_shared<Map2D>(map);
-  post(map.values.size() * 4, [this, run, dataset, shared, units, definition] {
+  post(map.values.size() * 4, [this, run, dataset, shared, units, definition, lower_triangle] {
     auto& r = state_->runs.at(run);
     Handle d = create_map_dataset(r.group, dataset, *shared, state_->gzip);
     set_map_attrs(d, *shared, units, definition);
-    const auto half = to_half(shared->values.data(), shared->values.size());
+    auto half = to_half(shared->values.data(), shared->values.size());
+    if (lower_triangle && shared->rows == shared->cols) {
+      for (int i = 0; i < shared->rows; ++i)
+        std::fill(half.begin() + static_cast<std::ptrdiff_t>(i) * shared->cols + i + 1,
+                  half.begin() + static_cast<std::ptrdiff_t>(i + 1) * shared->cols, uint16_t{0});
+      h5::set_attr(d, "stored", std::string("lower_triangle"));
+    }
     h5::write_slab(d, h5::half_type(), {0, 0}, {static_cast<hsize_t>(shared->rows), static_cast<hsize_t>(shared->cols)},
                    half.data());
   });

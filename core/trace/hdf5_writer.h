@@ -79,9 +79,10 @@ class Hdf5Writer {
   void create_map(int run, const std::string& dataset, const Map2D& shape, const std::string& units,
                   const std::string& definition);
   void write_map_rows(int run, const std::string& dataset, int first_row, int n_rows, std::vector<uint16_t> half_values);
-  // Both at once, for maps computed whole (similarity).
+  // Both at once, for maps computed whole (similarity). A symmetric map may be stored as its lower
+  // triangle (upper cells 0, attribute stored = "lower_triangle"), which halves what gzip has to work on.
   void write_map(int run, const std::string& dataset, const Map2D& map, const std::string& units,
-                 const std::string& definition);
+                 const std::string& definition, bool lower_triangle = false);
   void write_stat(int run, const std::string& name, const LayerHeadStat& stat);
   void write_layer_stat(int run, const std::string& name, const LayerStat& stat);
   void write_series(int run, const std::string& name, const policy::Series& series);

@@ -419,7 +419,8 @@ void Recorder::record_similarity(int layer, const cache::KVCache& cache) {
         writer_->write_map(run_id_, map_path(keys ? "similarity/keys" : "similarity/values", layer, "kv_head_", g), *map,
                            "cosine similarity",
                            keys ? "KVMerger Fig. 2: cos(k_i, k_j) of the post-RoPE keys cached at the end of prefill"
-                                : "cos(v_i, v_j) of the values cached at the end of prefill (KVMerger: no locality)");
+                                : "cos(v_i, v_j) of the values cached at the end of prefill (KVMerger: no locality)",
+                           true);
       if (options_.live_view) (keys ? live_.key_similarity : live_.value_similarity)[{layer, g}] = std::move(map);
     }
   }

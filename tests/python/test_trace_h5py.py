@@ -95,8 +95,11 @@ def check_run(f, name, policy, budget_attr):
 
     ks = r["similarity/keys/layer_03/kv_head_01"]
     check(ks.dtype == np.float16 and ks.shape == (P, P), f"{name}: key similarity float16 {P} x {P}")
-    kd = np.diag(ks[()].astype(np.float64))
-    check(np.allclose(kd, 1.0, atol=2e-3), f"{name}: key similarity diagonal is 1")
+    check(ks.attrs["stored"] == "lower_triangle", f"{name}: similarity stored as its lower triangle")
+    km = ks[()].astype(np.float64)
+    check(np.all(np.triu(km, 1) == 0), f"{name}: similarity upper triangle is empty")
+    check(np.allclose(np.diag(km), 1.0, atol=2e-3), f"{name}: key similarity diagonal is 1")
+    check(np.all(np.abs(km) <= 1.0 + 1e-3), f"{name}: cosine similarity within [-1, 1]")
     check(len(r["similarity/values"]) == 30, f"{name}: value similarity for every layer")
 
     for s in ("cake_window_entropy", "cake_column_variance", "d2o_colsum_variance", "mean_row_entropy"):
