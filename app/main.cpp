@@ -5,13 +5,14 @@
 #include <vector>
 
 #include "app/subcommands.h"
+#include "core/common/build_version.h"
 #include "core/common/error.h"
 
 int main(int argc, char** argv) {
   using namespace kvscope;
   CLI::App root{"kvscope: inspect KV-cache compression policies on a real language model"};
   root.require_subcommand(1);
-  root.set_version_flag("--version", std::string(KVSCOPE_VERSION) + " (" + KVSCOPE_GIT_COMMIT + ")");
+  root.set_version_flag("--version", std::string(build_version()) + " (" + build_git_commit() + ")");
 
   const std::vector<app::Command> commands = {
       app::register_info(root),

@@ -52,7 +52,7 @@ def main():
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--record", default="", help="--record spec for the traced run")
-    ap.add_argument("--gzip", type=int, default=4, help="deflate level of the trace (kvscope trace --gzip)")
+    ap.add_argument("--gzip", type=int, default=1, help="deflate level of the trace (kvscope trace --gzip)")
     ap.add_argument("--passive", action="store_true",
                     help="OMP_WAIT_POLICY=passive for both runs: idle OpenMP threads sleep instead of spinning, so "
                          "CPU time measures work, which a shared machine distorts less than wall time")

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/common/build_version.h"
 #include "core/common/error.h"
 #include "core/engine/engine.h"
 #include "core/model/chat_template.h"
@@ -304,8 +305,8 @@ bool Session::execute(const RunRequest& request, trace::Hdf5Writer* writer, bool
       {"prompt", text},
       {"chat", request.chat ? "true" : "false"},
       {"max_new_tokens", std::to_string(options.max_new_tokens)},
-      {"kvscope_version", KVSCOPE_VERSION},
-      {"git_commit", KVSCOPE_GIT_COMMIT},
+      {"kvscope_version", build_version()},
+      {"git_commit", build_git_commit()},
       {"start_time", utc_now()},
       {"source", "kvscope gui"},
   };

@@ -46,32 +46,88 @@ RowPooler::RowPooler(const PoolShape& shape, RowSink sink) : shape_(shape), sink
   out_.resize(static_cast<std::size_t>(shape.cols()));
 }
 
+long RowPooler::seen_in_block(int c0, int c1) const {
+  long seen = 0;
+  for (int n : prefix_rows_) seen += std::clamp(n - c0, 0, c1 - c0);
+  if (counted_)
+    for (int j = c0; j < c1; ++j) seen += count_[j];
+  return seen;
+}
+
+namespace {
+
+// out[c] = max of in[c*B .. c*B+B) for c in [c_begin, c_end). B fixed at compile time lets the compiler
+// vectorise across c; this reduction runs once per output row over the whole source width.
+template <int B>
+void max_of_blocks(const float* in, int c_begin, int c_end, float* out) {
+  for (int c = c_begin; c < c_end; ++c) {
+    float m = in[c * B];
+    for (int k = 1; k < B; ++k) m = std::max(m, in[c * B + k]);
+    out[c] = m;
+  }
+}
+
+void max_of_blocks(const float* in, int block, int c_begin, int c_end, float* out) {
+  switch (block) {
+    case 1: std::copy(in + c_begin, in + c_end, out + c_begin); return;
+    case 2: max_of_blocks<2>(in, c_begin, c_end, out); return;
+    case 3: max_of_blocks<3>(in, c_begin, c_end, out); return;
+    case 4: max_of_blocks<4>(in, c_begin, c_end, out); return;
+    case 5: max_of_blocks<5>(in, c_begin, c_end, out); return;
+    case 6: max_of_blocks<6>(in, c_begin, c_end, out); return;
+    case 8: max_of_blocks<8>(in, c_begin, c_end, out); return;
+    default:
+      for (int c = c_begin; c < c_end; ++c) out[c] = *std::max_element(in + c * block, in + (c + 1) * block);
+  }
+}
+
+}  // namespace
+
 void RowPooler::emit_current() {
   const int cols = shape_.cols();
   const int r0 = next_ * shape_.row_block;
   const int block_rows = std::min(shape_.row_block, shape_.source_rows - r0);
   const bool max = shape_.mode == Pooling::Max;
-  for (int c = 0; c < cols; ++c) {
-    const int c0 = c * shape_.col_block;
-    const int c1 = std::min(c0 + shape_.col_block, shape_.source_cols);
-    const long cells = static_cast<long>(block_rows) * (c1 - c0);
-    long seen = 0;
-    if (max) {
-      float m = -std::numeric_limits<float>::infinity();
-      for (int j = c0; j < c1; ++j) {
-        m = std::max(m, acc_[j]);
-        seen += count_[j];
+  const int cb = shape_.col_block;
+  if (max) {
+    // Source columns every row of the block reached, and columns some row reached. Rows given as a
+    // prefix 0..n-1 (no column list) make both cheap to know: blocks below the first need no count,
+    // blocks beyond the second were never touched and pool to 0.
+    int all_seen = 0, some_seen = shape_.source_cols;
+    if (!counted_) {
+      some_seen = 0;
+      for (int n : prefix_rows_) some_seen = std::max(some_seen, n);
+      if (static_cast<int>(prefix_rows_.size()) == block_rows) all_seen = *std::min_element(prefix_rows_.begin(), prefix_rows_.end());
+    }
+    const int c_full = std::min(all_seen / cb, cols);
+    max_of_blocks(acc_.data(), cb, 0, c_full, out_.data());
+    for (int c = c_full; c < cols; ++c) {
+      const int c0 = c * cb;
+      const int c1 = std::min(c0 + cb, shape_.source_cols);
+      if (c0 >= some_seen) {
+        out_[c] = 0.0f;
+        continue;
       }
-      out_[c] = seen < cells ? std::max(m, 0.0f) : m;
-    } else {
+      float m = acc_[c0];
+      for (int j = c0 + 1; j < c1; ++j) m = std::max(m, acc_[j]);
+      // Missing cells count as 0, which only matters when every cell that came is negative.
+      if (m < 0.0f) m = seen_in_block(c0, c1) < static_cast<long>(block_rows) * (c1 - c0) ? 0.0f : m;
+      out_[c] = m;
+    }
+  } else {
+    for (int c = 0; c < cols; ++c) {
+      const int c0 = c * cb;
+      const int c1 = std::min(c0 + cb, shape_.source_cols);
       double sum = 0.0;
       for (int j = c0; j < c1; ++j) sum += acc_[j];
-      out_[c] = cells > 0 ? static_cast<float>(sum / static_cast<double>(cells)) : 0.0f;
+      out_[c] = static_cast<float>(sum / (static_cast<double>(block_rows) * (c1 - c0)));
     }
   }
   sink_(next_, out_);
   std::fill(acc_.begin(), acc_.end(), max ? -std::numeric_limits<float>::infinity() : 0.0f);
-  std::fill(count_.begin(), count_.end(), 0);
+  if (counted_) std::fill(count_.begin(), count_.end(), 0);
+  counted_ = false;
+  prefix_rows_.clear();
   ++next_;
 }
 
@@ -86,7 +142,6 @@ void RowPooler::add_row(int r, std::span<const float> values, std::span<const in
     throw Error("pooling: source row " + std::to_string(r) + " arrived after its output row was emitted");
   emit_until(out_row);
   float* acc = acc_.data();
-  int32_t* count = count_.data();
   if (cols.empty()) {
     const int n = std::min(static_cast<int>(values.size()), shape_.source_cols);
     const float* v = values.data();
@@ -94,10 +149,12 @@ void RowPooler::add_row(int r, std::span<const float> values, std::span<const in
       for (int j = 0; j < n; ++j) acc[j] = std::max(acc[j], v[j]);
     else
       for (int j = 0; j < n; ++j) acc[j] += v[j];
-    for (int j = 0; j < n; ++j) ++count[j];
+    prefix_rows_.push_back(n);
     return;
   }
   const bool max = shape_.mode == Pooling::Max;
+  int32_t* count = count_.data();
+  counted_ = true;
   const std::size_t n = values.size();
   for (std::size_t i = 0; i < n; ++i) {
     const int c = cols[i];

@@ -55,10 +55,18 @@ class RowPooler {
   PoolShape shape_;
   RowSink sink_;
   int next_ = 0;                 // next output row to emit
-  // Per source column, over the rows of output row next_: running max (or sum) and cells seen. Kept at
-  // source width so adding a row is one vectorised pass; the column blocks are reduced when it is emitted.
+  // Cells of output cell c's block that arrived (needed only when a max is negative: then a missing
+  // cell, which counts as 0, wins).
+  long seen_in_block(int c0, int c1) const;
+
+  // Per source column, over the rows of output row next_: running max (or sum). Kept at source width so
+  // adding a row is one vectorised pass; the column blocks are reduced when the row is emitted.
   std::vector<float> acc_;
+  // Cells seen, counted only for rows given with column positions; rows given as a prefix 0..n-1 just
+  // record n, which is all the count needs.
   std::vector<int32_t> count_;
+  std::vector<int> prefix_rows_;
+  bool counted_ = false;
   std::vector<float> out_;
 };
 

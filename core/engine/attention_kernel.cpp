@@ -3,7 +3,10 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
+#include <mutex>
 
 #include "kernels/backend.h"
 
@@ -74,6 +77,28 @@ void compute_attention(const AttentionInputs& in, const ObservationRequest& requ
   if (request.window_rows) obs.window_rows.resize(heads);
   if (request.last_row) obs.last_row.resize(heads);
   Reductions reductions{request, obs, n};
+  // Observers that handle heads concurrently get rows straight from each thread; the rest one at a time.
+  std::vector<RunObserver*> concurrent, serialised;
+  if (request.rows)
+    for (RunObserver* o : observers) (o->rows_concurrent_across_heads() ? concurrent : serialised).push_back(o);
+  // An exception must not leave an OpenMP region: the first one is kept, later rows are dropped, and
+  // it is rethrown once the threads have joined.
+  std::exception_ptr observer_error;
+  std::atomic<bool> observer_failed{false};
+  std::mutex observer_error_mutex;
+  auto deliver_rows = [&](int h, int first_row, int rows, int cols, const float* probs) {
+    if (observer_failed.load(std::memory_order_relaxed)) return;
+    try {
+      for (RunObserver* o : concurrent) o->on_rows(in.layer, h, first_row, rows, cols, probs);
+      if (serialised.empty()) return;
+#pragma omp critical(kvscope_attention_rows)
+      for (RunObserver* o : serialised) o->on_rows(in.layer, h, first_row, rows, cols, probs);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(observer_error_mutex);
+      if (!observer_error) observer_error = std::current_exception();
+      observer_failed = true;
+    }
+  };
 
   if (n == 1) {
     // Decode: one query per head; heads run in parallel.
@@ -93,11 +118,9 @@ void compute_attention(const AttentionInputs& in, const ObservationRequest& requ
         for (int t = 0; t < d; ++t) oh[t] += p[j] * values[static_cast<std::size_t>(j) * d + t];
       reductions.allocate(h, m);
       reductions.add_row(h, 0, p.data(), m, m);
-      if (request.rows) {
-#pragma omp critical(kvscope_attention_rows)
-        for (RunObserver* o : observers) o->on_rows(in.layer, h, 0, 1, m, p.data());
-      }
+      deliver_rows(h, 0, 1, m, p.data());
     }
+    if (observer_error) std::rethrow_exception(observer_error);
     return;
   }
 
@@ -131,10 +154,7 @@ void compute_attention(const AttentionInputs& in, const ObservationRequest& requ
           std::fill(row + visible, row + m_block, 0.0f);
           reductions.add_row(h, i0 + r, row, m_block, m);
         }
-        if (request.rows) {
-#pragma omp critical(kvscope_attention_rows)
-          for (RunObserver* o : observers) o->on_rows(in.layer, h, i0, rows, m_block, scores.data());
-        }
+        deliver_rows(h, i0, rows, m_block, scores.data());
         float* o_block = out + static_cast<std::size_t>(i0) * q_stride + static_cast<std::size_t>(h) * d;
         if (m_block > 0)
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, m_block, 1.0f, scores.data(), m_block, values,
@@ -145,6 +165,7 @@ void compute_attention(const AttentionInputs& in, const ObservationRequest& requ
       }
     }
   }
+  if (observer_error) std::rethrow_exception(observer_error);
 }
 
 }  // namespace kvscope::engine

@@ -53,9 +53,13 @@ class AttentionObserver {
   virtual ~AttentionObserver() = default;
   virtual ObservationRequest request(int layer, Phase phase) const = 0;
   // Probability rows [n_rows][n_cols] of query head `head`, queries first_row.. of this step; keys beyond a
-  // row's causal limit are zero. Called block by block, possibly from the engine thread only.
+  // row's causal limit are zero. Called block by block from the attention threads; one head's rows arrive
+  // in order. Unless rows_concurrent_across_heads(), the calls are serialised.
   virtual void on_rows(int /*layer*/, int /*head*/, int /*first_row*/, int /*n_rows*/, int /*n_cols*/,
                        const float* /*probs*/) {}
+  // True when on_rows may run for different heads of a layer at the same time (never for the same head),
+  // so the attention threads need not queue for it.
+  virtual bool rows_concurrent_across_heads() const { return false; }
   virtual void on_observation(const AttentionObservation& /*obs*/) {}
 };
 

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "core/common/error.h"
+#include "core/trace/chunk_deflate.h"
 #include "core/trace/float16.h"
 
 namespace kvscope::trace::h5 {
@@ -329,6 +330,9 @@ void write_slab(hid_t dataset, hid_t mem_type, const std::vector<hsize_t>& offse
                 const void* data) {
   for (hsize_t c : count)
     if (c == 0) return;
+  // Whole chunks of data already in the file's type skip HDF5's (slower) filter pipeline.
+  Handle file_type(check(H5Dget_type(dataset), "cannot get the type of '" + name_of(dataset) + "'"));
+  if (H5Tequal(file_type, mem_type) > 0 && write_whole_chunks(dataset, offset, count, data, H5Tget_size(file_type))) return;
   Handle file_space(check(H5Dget_space(dataset), "cannot get the dataspace of '" + name_of(dataset) + "'"));
   check_status(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, offset.data(), nullptr, count.data(), nullptr),
                "cannot select rows of '" + name_of(dataset) + "'");

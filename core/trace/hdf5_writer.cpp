@@ -6,11 +6,14 @@
 #include <cstddef>
 #include <future>
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/common/build_version.h"
 #include "core/common/error.h"
+#include "core/trace/chunk_deflate.h"
 #include "core/trace/float16.h"
 #include "core/trace/hdf5_util.h"
 
@@ -20,7 +23,7 @@ using h5::Handle;
 
 std::vector<uint16_t> to_half(const float* values, std::size_t n) {
   std::vector<uint16_t> out(n);
-  for (std::size_t i = 0; i < n; ++i) out[i] = float_to_half(values[i]);
+  floats_to_half(values, n, out.data());
   return out;
 }
 
@@ -85,7 +88,7 @@ struct Hdf5Writer::State {
   Handle event_type;
   std::vector<Run> runs;
   std::string path;
-  int gzip = 4;
+  int gzip = 1;
 };
 
 Hdf5Writer::Hdf5Writer(const std::filesystem::path& path, const WriterOptions& options)
@@ -118,7 +121,7 @@ Hdf5Writer::Hdf5Writer(const std::filesystem::path& path, const WriterOptions& o
                           h5::set_attr(state_->file, "format", std::string(h5::kFormatName));
                           h5::set_attr(state_->file, "format_version", static_cast<int64_t>(h5::kFormatVersion));
                           h5::set_attr(state_->file, "created_by",
-                                       std::string("kvscope ") + KVSCOPE_VERSION + " (" + KVSCOPE_GIT_COMMIT + ")");
+                                       std::string("kvscope ") + build_version() + " (" + build_git_commit() + ")");
                           h5::ensure_group(state_->file, "runs");
                           state_->event_type = event_memory_type();
                           H5Fflush(state_->file, H5F_SCOPE_LOCAL);
@@ -153,10 +156,14 @@ Hdf5Writer::~Hdf5Writer() {
 
 void Hdf5Writer::thread_main() {
   h5::silence_errors();
-  // Compression is the writer's main cost. On a machine whose cores the engine's OpenMP team fills, an
-  // equal-priority writer preempts team threads and every parallel region waits for the preempted one;
-  // at low priority it runs in the engine's gaps, and the bounded queue still stops it falling far behind.
-  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+  // The compute threads pack (compress) the maps themselves; what is left here is HDF5's bookkeeping and
+  // the page-cache writes. On a machine whose cores the engine's OpenMP team fills, a writer of equal
+  // priority preempts team threads and every parallel region then waits for the preempted one. As an
+  // idle-class thread (or, where that is refused, at nice 10) it runs in the engine's gaps; the bounded
+  // queue still stops it falling far behind.
+  sched_param idle{};
+  idle.sched_priority = 0;
+  if (sched_setscheduler(0, SCHED_IDLE, &idle) != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
   for (;;) {
     Task task;
     {
@@ -361,14 +368,59 @@ void set_map_attrs(hid_t d, const Map2D& m, const std::string& units, const std:
   if (!m.source_positions.empty()) h5::set_attr(d, "source_positions", m.source_positions);
 }
 
+// Maps are stored in 64 x 64 chunks: small enough that the chunks above the diagonal of a causal (or
+// lower-triangle) map hold only zeros and are never written, large enough to compress well.
+std::vector<hsize_t> map_chunk_shape(hsize_t rows, hsize_t cols) {
+  return {std::clamp<hsize_t>(rows, 1, 64), std::clamp<hsize_t>(cols, 1, 64)};
+}
+
 Handle create_map_dataset(hid_t group, const std::string& path, const Map2D& m, int gzip) {
   const auto slash = path.rfind('/');
   Handle parent = h5::ensure_group(group, slash == std::string::npos ? "" : path.substr(0, slash));
   const std::string leaf = slash == std::string::npos ? path : path.substr(slash + 1);
   const hsize_t rows = static_cast<hsize_t>(m.rows), cols = static_cast<hsize_t>(m.cols);
-  return h5::create_dataset(parent, leaf,
-                            {h5::half_type(), {rows, cols}, {}, {std::min<hsize_t>(rows, 64), std::min<hsize_t>(cols, 1024)}, gzip,
-                             {"query", "key"}});
+  return h5::create_dataset(parent, leaf, {h5::half_type(), {rows, cols}, {}, map_chunk_shape(rows, cols), gzip, {"query", "key"}});
+}
+
+// How the caller's thread packs a map's chunks (create_dataset gives half maps shuffle + deflate).
+std::optional<h5::ChunkLayout> map_layout(const Map2D& m, int gzip) {
+  if (gzip <= 0 || m.rows <= 0 || m.cols <= 0) return std::nullopt;
+  const hsize_t rows = static_cast<hsize_t>(m.rows), cols = static_cast<hsize_t>(m.cols);
+  return h5::ChunkLayout{{rows, cols}, map_chunk_shape(rows, cols), sizeof(uint16_t), true, gzip};
+}
+
+// A block of map rows as the writer thread receives it: packed chunks when the caller could pack them,
+// otherwise the half floats for H5Dwrite.
+struct MapRows {
+  std::optional<std::vector<h5::PackedChunk>> chunks;
+  std::vector<uint16_t> half;
+  std::size_t bytes() const {
+    if (!chunks) return half.size() * sizeof(uint16_t);
+    std::size_t n = 0;
+    for (const auto& c : *chunks) n += c.bytes.size();
+    return n;
+  }
+};
+
+MapRows pack_map_rows(const std::optional<h5::ChunkLayout>& layout, int first_row, int n_rows, std::vector<uint16_t> half) {
+  MapRows rows;
+  if (layout && n_rows > 0) {
+    const hsize_t cols = half.size() / static_cast<std::size_t>(n_rows);
+    rows.chunks = h5::pack_chunks(*layout, {static_cast<hsize_t>(first_row), 0}, {static_cast<hsize_t>(n_rows), cols},
+                                  half.data(), true);
+  }
+  if (!rows.chunks) rows.half = std::move(half);
+  return rows;
+}
+
+void write_map_rows_now(hid_t dataset, const MapRows& rows, int first_row, int n_rows) {
+  if (rows.chunks) {
+    h5::write_packed_chunks(dataset, *rows.chunks);
+    return;
+  }
+  const hsize_t cols = n_rows > 0 ? rows.half.size() / static_cast<std::size_t>(n_rows) : 0;
+  h5::write_slab(dataset, h5::half_type(), {static_cast<hsize_t>(first_row), 0}, {static_cast<hsize_t>(n_rows), cols},
+                 rows.half.data());
 }
 }  // namespace
 
@@ -376,6 +428,10 @@ void Hdf5Writer::create_map(int run, const std::string& dataset, const Map2D& sh
                             const std::string& definition) {
   Map2D meta = shape;
   meta.values.clear();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto layout = map_layout(meta, options_.gzip_level)) map_layouts_[{run, dataset}] = *layout;
+  }
   post(64, [this, run, dataset, meta, units, definition] {
     auto& r = state_->runs.at(run);
     Handle d = create_map_dataset(r.group, dataset, meta, state_->gzip);
@@ -386,14 +442,22 @@ void Hdf5Writer::create_map(int run, const std::string& dataset, const Map2D& sh
 
 void Hdf5Writer::write_map_rows(int run, const std::string& dataset, int first_row, int n_rows,
                                 std::vector<uint16_t> half_values) {
-  auto data = std::make_shared<std::vector<uint16_t>>(std::move(half_values));
-  post(data->size() * 2, [this, run, dataset, first_row, n_rows, data] {
+  // Packing (the costly part) happens here, on the caller's thread: the attention threads pack their
+  // own heads' maps side by side, and the writer thread only stores the chunks.
+  std::optional<h5::ChunkLayout> layout;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = map_layouts_.find({run, dataset}); it != map_layouts_.end()) {
+      layout = it->second;
+      if (static_cast<hsize_t>(first_row + n_rows) >= layout->dims[0]) map_layouts_.erase(it);  // its last rows
+    }
+  }
+  auto rows = std::make_shared<MapRows>(pack_map_rows(layout, first_row, n_rows, std::move(half_values)));
+  post(rows->bytes(), [this, run, dataset, first_row, n_rows, rows] {
     auto& r = state_->runs.at(run);
     auto it = r.maps.find(dataset);
     if (it == r.maps.end()) throw Error("map '" + dataset + "' of run '" + r.layout.name + "' was never created");
-    const hsize_t cols = n_rows > 0 ? data->size() / static_cast<std::size_t>(n_rows) : 0;
-    h5::write_slab(it->second, h5::half_type(), {static_cast<hsize_t>(first_row), 0}, {static_cast<hsize_t>(n_rows), cols},
-                   data->data());
+    write_map_rows_now(it->second, *rows, first_row, n_rows);
     // A finished map is closed at once: an open dataset keeps its chunks in its own cache (up to 1 MiB).
     if (static_cast<hsize_t>(first_row + n_rows) >= h5::dataset_dims(it->second).at(0)) r.maps.erase(it);
   });
@@ -401,20 +465,22 @@ void Hdf5Writer::write_map_rows(int run, const std::string& dataset, int first_r
 
 void Hdf5Writer::write_map(int run, const std::string& dataset, const Map2D& map, const std::string& units,
                            const std::string& definition, bool lower_triangle) {
-  auto shared = std::make_shared<Map2D>(map);
-  post(map.values.size() * 4, [this, run, dataset, shared, units, definition, lower_triangle] {
+  // Converted and packed on the caller's thread, like write_map_rows.
+  auto half = to_half(map.values.data(), map.values.size());
+  const bool triangle = lower_triangle && map.rows == map.cols;
+  if (triangle)
+    for (int i = 0; i < map.rows; ++i)
+      std::fill(half.begin() + static_cast<std::ptrdiff_t>(i) * map.cols + i + 1,
+                half.begin() + static_cast<std::ptrdiff_t>(i + 1) * map.cols, uint16_t{0});
+  Map2D meta = map;
+  meta.values.clear();
+  auto rows = std::make_shared<MapRows>(pack_map_rows(map_layout(meta, options_.gzip_level), 0, map.rows, std::move(half)));
+  post(rows->bytes(), [this, run, dataset, meta, rows, units, definition, triangle] {
     auto& r = state_->runs.at(run);
-    Handle d = create_map_dataset(r.group, dataset, *shared, state_->gzip);
-    set_map_attrs(d, *shared, units, definition);
-    auto half = to_half(shared->values.data(), shared->values.size());
-    if (lower_triangle && shared->rows == shared->cols) {
-      for (int i = 0; i < shared->rows; ++i)
-        std::fill(half.begin() + static_cast<std::ptrdiff_t>(i) * shared->cols + i + 1,
-                  half.begin() + static_cast<std::ptrdiff_t>(i + 1) * shared->cols, uint16_t{0});
-      h5::set_attr(d, "stored", std::string("lower_triangle"));
-    }
-    h5::write_slab(d, h5::half_type(), {0, 0}, {static_cast<hsize_t>(shared->rows), static_cast<hsize_t>(shared->cols)},
-                   half.data());
+    Handle d = create_map_dataset(r.group, dataset, meta, state_->gzip);
+    set_map_attrs(d, meta, units, definition);
+    if (triangle) h5::set_attr(d, "stored", std::string("lower_triangle"));
+    write_map_rows_now(d, *rows, 0, meta.rows);
   });
 }
 

@@ -19,13 +19,14 @@
 #include <vector>
 
 #include "core/policy/diagnostics.h"
+#include "core/trace/chunk_deflate.h"
 #include "core/trace/trace_view.h"
 
 namespace kvscope::trace {
 
 struct WriterOptions {
   bool force = false;                       // overwrite an existing file
-  int gzip_level = 4;                       // deflate level of chunked datasets (0: none)
+  int gzip_level = 1;                       // deflate level of chunked datasets (0: none)
   std::size_t queue_bytes = 64u << 20;      // queued payload beyond which the caller waits
 };
 
@@ -111,6 +112,8 @@ class Hdf5Writer {
   WriterOptions options_;
   std::unique_ptr<State> state_;  // HDF5 handles; touched only by the writer thread
   std::vector<std::string> run_names_;
+  // Chunk layouts of the maps receiving rows, by (run, dataset), for packing on the caller's thread.
+  std::map<std::pair<int, std::string>, h5::ChunkLayout> map_layouts_;
 
   mutable std::mutex mutex_;
   std::condition_variable not_empty_, not_full_;

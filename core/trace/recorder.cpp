@@ -52,11 +52,11 @@ std::vector<int> parse_list(const std::string& key, const std::string& value) {
 // Adds the lifetime of the scope to a millisecond counter.
 class BusyTimer {
  public:
-  explicit BusyTimer(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  explicit BusyTimer(std::atomic<double>& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
   ~BusyTimer() { total_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count(); }
 
  private:
-  double& total_;
+  std::atomic<double>& total_;
   std::chrono::steady_clock::time_point start_;
 };
 
@@ -254,69 +254,47 @@ void Recorder::on_rows(int layer, int head, int first_row, int n_rows, int n_col
 
   const std::pair<int, int> key{layer, head};
   MapBuild* build = nullptr;
-  if (options_.attention) {
-    auto it = maps_.find(key);
-    if (it == maps_.end()) {
-      const bool full = options_.full_resolution(layer, head);
-      const int edge = full ? 0 : options_.max_map_size;
-      const auto shape = analysis::PoolShape::fit(prompt_length_, prompt_length_, edge, edge, options_.pooling);
-      auto b = std::make_unique<MapBuild>(shape, map_path("attention", layer, "head_", head));
-      if (options_.live_view) {
-        b->live = std::make_shared<Map2D>(shape.empty_map());
-        b->live->values.assign(static_cast<std::size_t>(b->live->rows) * b->live->cols, 0.0f);
-      }
-      MapBuild* raw = b.get();
-      b->pooler = analysis::RowPooler(shape, [this, raw](int out_row, std::span<const float> values) {
-        if (raw->live) std::copy(values.begin(), values.end(), raw->live->values.begin() + static_cast<std::size_t>(out_row) * raw->live->cols);
-        const std::size_t old = raw->pending.size();
-        raw->pending.resize(old + values.size());
-        for (std::size_t i = 0; i < values.size(); ++i) raw->pending[old + i] = float_to_half(values[i]);
-        ++raw->pending_rows;
-        flush_map_rows(*raw, false);
-      });
-      if (writer_) writer_->create_map(run_id_, b->path, shape.empty_map(), "probability", kAttentionDefinition);
-      it = maps_.emplace(key, std::move(b)).first;
-    }
-    build = it->second.get();
-  }
   analysis::AttentionStatsAccumulator* acc = nullptr;
-  if (options_.stats) {
-    auto it = stats_acc_.find(key);
-    if (it == stats_acc_.end())
-      it = stats_acc_.emplace(key, std::make_unique<analysis::AttentionStatsAccumulator>(prompt_length_)).first;
-    acc = it->second.get();
-  }
-  auto rows = [&](auto&& consume) {
-    for (int r = 0; r < n_rows; ++r)
-      consume(prev_seq_len_ + first_row + r,
-              std::span<const float>(probs + static_cast<std::size_t>(r) * n_cols, static_cast<std::size_t>(n_cols)));
-  };
-  // Pooling and statistics touch disjoint state, so the block's two passes run side by side. This is
-  // the recorder's largest cost during prefill (every probability of every head goes through both).
-  // An exception must not leave an OpenMP section: each keeps its own and the first is rethrown after.
-  const bool both = build && acc && static_cast<long>(n_rows) * n_cols >= 4096;
-  std::exception_ptr failed[2];
-#pragma omp parallel sections num_threads(2) if (both)
   {
-#pragma omp section
-    {
-      try {
-        if (build) rows([&](int query, std::span<const float> row) { build->pooler.add_row(query, row, cols); });
-      } catch (...) {
-        failed[0] = std::current_exception();
-      }
-    }
-#pragma omp section
-    {
-      try {
-        if (acc) rows([&](int query, std::span<const float> row) { acc->add_row(query, row, cols); });
-      } catch (...) {
-        failed[1] = std::current_exception();
-      }
+    std::lock_guard<std::mutex> lock(head_state_mutex_);
+    if (options_.attention) build = map_build(layer, head);
+    if (options_.stats) {
+      auto it = stats_acc_.find(key);
+      if (it == stats_acc_.end())
+        it = stats_acc_.emplace(key, std::make_unique<analysis::AttentionStatsAccumulator>(prompt_length_)).first;
+      acc = it->second.get();
     }
   }
-  for (const auto& e : failed)
-    if (e) std::rethrow_exception(e);
+  for (int r = 0; r < n_rows; ++r) {
+    const int query = prev_seq_len_ + first_row + r;
+    const std::span<const float> row(probs + static_cast<std::size_t>(r) * n_cols, static_cast<std::size_t>(n_cols));
+    if (build) build->pooler.add_row(query, row, cols);
+    if (acc) acc->add_row(query, row, cols);
+  }
+}
+
+Recorder::MapBuild* Recorder::map_build(int layer, int head) {
+  const std::pair<int, int> key{layer, head};
+  if (auto it = maps_.find(key); it != maps_.end()) return it->second.get();
+  const bool full = options_.full_resolution(layer, head);
+  const int edge = full ? 0 : options_.max_map_size;
+  const auto shape = analysis::PoolShape::fit(prompt_length_, prompt_length_, edge, edge, options_.pooling);
+  auto b = std::make_unique<MapBuild>(shape, map_path("attention", layer, "head_", head));
+  if (options_.live_view) {
+    b->live = std::make_shared<Map2D>(shape.empty_map());
+    b->live->values.assign(static_cast<std::size_t>(b->live->rows) * b->live->cols, 0.0f);
+  }
+  MapBuild* raw = b.get();
+  b->pooler = analysis::RowPooler(shape, [this, raw](int out_row, std::span<const float> values) {
+    if (raw->live) std::copy(values.begin(), values.end(), raw->live->values.begin() + static_cast<std::size_t>(out_row) * raw->live->cols);
+    const std::size_t old = raw->pending.size();
+    raw->pending.resize(old + values.size());
+    floats_to_half(values.data(), values.size(), raw->pending.data() + old);
+    ++raw->pending_rows;
+    flush_map_rows(*raw, false);
+  });
+  if (writer_) writer_->create_map(run_id_, b->path, shape.empty_map(), "probability", kAttentionDefinition);
+  return maps_.emplace(key, std::move(b)).first->second.get();
 }
 
 void Recorder::on_observation(const engine::AttentionObservation& obs) {
@@ -408,22 +386,36 @@ void Recorder::record_similarity(int layer, const cache::KVCache& cache) {
   similarity_done_[layer] = true;
   const auto& c = run_.config;
   const int group = c.n_heads / c.n_kv_heads;
-  for (int g = 0; g < c.n_kv_heads; ++g) {
-    bool full = false;
-    for (int h = g * group; h < (g + 1) * group; ++h) full = full || options_.full_resolution(layer, h);
-    const int edge = full ? 0 : options_.max_map_size;
-    for (auto which : {analysis::CachedVectors::Keys, analysis::CachedVectors::Values}) {
-      const bool keys = which == analysis::CachedVectors::Keys;
-      auto map = std::make_shared<Map2D>(analysis::cache_similarity_map(cache, layer, g, which, edge, options_.pooling));
+  // The layer's maps (keys and values of every KV head) are independent BLAS products, each then
+  // packed for the file; doing them side by side keeps every core busy, where one at a time would use one.
+  const int n_maps = 2 * c.n_kv_heads;
+  std::vector<std::shared_ptr<Map2D>> maps(static_cast<std::size_t>(n_maps));
+  std::exception_ptr failed;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int i = 0; i < n_maps; ++i) {
+    try {
+      const int g = i / 2;
+      const bool keys = i % 2 == 0;
+      bool full = false;
+      for (int h = g * group; h < (g + 1) * group; ++h) full = full || options_.full_resolution(layer, h);
+      maps[i] = std::make_shared<Map2D>(analysis::cache_similarity_map(
+          cache, layer, g, keys ? analysis::CachedVectors::Keys : analysis::CachedVectors::Values,
+          full ? 0 : options_.max_map_size, options_.pooling));
       if (writer_)
-        writer_->write_map(run_id_, map_path(keys ? "similarity/keys" : "similarity/values", layer, "kv_head_", g), *map,
+        writer_->write_map(run_id_, map_path(keys ? "similarity/keys" : "similarity/values", layer, "kv_head_", g), *maps[i],
                            "cosine similarity",
                            keys ? "KVMerger Fig. 2: cos(k_i, k_j) of the post-RoPE keys cached at the end of prefill"
                                 : "cos(v_i, v_j) of the values cached at the end of prefill (KVMerger: no locality)",
                            true);
-      if (options_.live_view) (keys ? live_.key_similarity : live_.value_similarity)[{layer, g}] = std::move(map);
+    } catch (...) {
+#pragma omp critical(kvscope_similarity_error)
+      if (!failed) failed = std::current_exception();
     }
   }
+  if (failed) std::rethrow_exception(failed);
+  if (options_.live_view)
+    for (int i = 0; i < n_maps; ++i)
+      (i % 2 == 0 ? live_.key_similarity : live_.value_similarity)[{layer, i / 2}] = std::move(maps[i]);
 }
 
 void Recorder::on_edit(const cache::CacheEdit& edit, const cache::KVCache& before, const engine::StepInfo& step) {
@@ -588,7 +580,7 @@ void Recorder::finish(const engine::RunResult& result) {
     live_.layer_budgets = result.layer_budgets;
   }
   std::map<std::string, std::string> final_meta = {
-      {"recorder_ms", std::to_string(busy_ms_)},
+      {"recorder_ms", std::to_string(busy_ms_.load())},
       {"writer_wait_ms", std::to_string(writer_ ? writer_->blocked_ms() : 0.0)},
       {"stop_reason", result.stop_reason},
       {"generated_text", result.text},

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -73,6 +74,7 @@ class Recorder : public engine::RunObserver {
   void on_observation(const engine::AttentionObservation& obs) override;
   void on_edit(const cache::CacheEdit& edit, const cache::KVCache& before, const engine::StepInfo& step) override;
   void on_step_end(const engine::StepInfo& step, const cache::KVCache& cache, int token, float logprob) override;
+  bool rows_concurrent_across_heads() const override { return true; }
   bool wants_full_cache_output() const override { return options_.nmse; }
   void on_full_cache_output(int layer, const engine::StepInfo& step, int n_queries, int width, const float* compressed,
                             const float* full) override;
@@ -87,6 +89,7 @@ class Recorder : public engine::RunObserver {
   void finish_prefill_layer(int layer);
   void finish_prefill();
   void record_similarity(int layer, const cache::KVCache& cache);
+  MapBuild* map_build(int layer, int head);  // the head's prefill map, created on first use
   void flush_map_rows(MapBuild& build, bool all);
   void publish(bool force);
   std::string map_path(const char* group, int layer, const char* head_prefix, int head) const;
@@ -130,8 +133,12 @@ class Recorder : public engine::RunObserver {
   std::shared_ptr<const RunTrace> published_;
   std::chrono::steady_clock::time_point last_publish_;
   bool finished_ = false;
-  // Engine-thread time spent inside this recorder (its whole cost to the run, queue waits included).
-  double busy_ms_ = 0.0;
+  // Compute-thread time spent inside this recorder, summed over threads (its whole cost to the run, queue
+  // waits included).
+  std::atomic<double> busy_ms_{0.0};
+  // Guards the creation and lookup of per-head state in maps_ and stats_acc_: on_rows runs for several
+  // heads at once; each head's own state is then touched by one thread only.
+  std::mutex head_state_mutex_;
 };
 
 // Run names: "<policy>_b<budget>" with characters outside [A-Za-z0-9_.-] replaced ("20%" -> "20pct").

@@ -133,3 +133,29 @@ TEST_CASE("RowPooler rejects rows that come back after their block was emitted",
   pooler.add_row(5, row);
   CHECK_THROWS_AS(pooler.add_row(1, row), kvscope::Error);
 }
+
+TEST_CASE("Max pooling of causal prefix rows matches the dense reference for every block width", "[pooling]") {
+  // Rows given as prefixes 0..i (a causal map) with signed values: cells right of the prefix are absent
+  // and count as 0, so blocks straddling the diagonal mix present negatives with absent zeros.
+  for (int cb = 1; cb <= 9; ++cb)
+    for (int rb : {1, 3, 4}) {
+      const int n = 61;
+      const auto values = random_matrix(n, n, 99u + cb * 7 + rb, -1.0f, 1.0f);
+      std::vector<float> dense(values.size(), 0.0f);
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j <= i; ++j) dense[static_cast<std::size_t>(i) * n + j] = values[static_cast<std::size_t>(i) * n + j];
+      PoolShape shape{n, n, rb, cb, Pooling::Max};
+      MapCollector collector(shape);
+      RowPooler pooler(shape, collector.sink());
+      for (int i = 0; i < n; ++i)
+        pooler.add_row(i, std::span<const float>(values.data() + static_cast<std::size_t>(i) * n, static_cast<std::size_t>(i + 1)));
+      pooler.finish();
+      const Map2D got = collector.take();
+      const auto want = direct_pool(dense, n, n, rb, cb, Pooling::Max);
+      REQUIRE(got.values.size() == want.size());
+      int mismatches = 0;
+      for (std::size_t k = 0; k < want.size(); ++k) mismatches += got.values[k] != want[k];
+      INFO("col_block " << cb << ", row_block " << rb);
+      CHECK(mismatches == 0);
+    }
+}

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "core/trace/float16.h"
 
@@ -52,4 +53,20 @@ TEST_CASE("float_to_half agrees with the compiler's _Float16 on a sweep", "[floa
     mismatches += float_to_half(f) != want;
   }
   CHECK(mismatches == 0);
+}
+
+TEST_CASE("floats_to_half (vectorised) rounds exactly like float_to_half", "[float16]") {
+  std::vector<float> in;
+  for (uint64_t i = 0; i < (1ull << 32); i += 104729) {
+    const uint32_t bits = static_cast<uint32_t>(i);
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    if (!std::isnan(f)) in.push_back(f);
+  }
+  std::vector<uint16_t> out(in.size());
+  floats_to_half(in.data(), in.size(), out.data());
+  int mismatches = 0;
+  for (std::size_t i = 0; i < in.size(); ++i) mismatches += out[i] != float_to_half(in[i]);
+  CHECK(mismatches == 0);
+  CHECK(in.size() > 40000);
 }
