@@ -1,21 +1,18 @@
 // kvscope trace: run a prompt under one or more policies and record everything to an HDF5 trace
 // (layout: docs/trace-format.md). Each --policy becomes one run in the file, named <policy>_b<budget>.
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 
 #include "app/run_options.h"
 #include "app/subcommands.h"
-#include "core/common/build_version.h"
 #include "core/common/error.h"
 #include "core/policy/budget_spec.h"
 #include "core/policy/registry.h"
 #include "core/trace/hdf5_writer.h"
 #include "core/trace/recorder.h"
+#include "core/trace/run_metadata.h"
 
 namespace kvscope::app {
 
@@ -33,20 +30,6 @@ struct TraceArgs {
   bool quiet = false;
   int gzip = 1;
 };
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-std::string host_name() {
-  char buf[256] = {0};
-  return gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string("unknown");
-}
 
 // Prints progress at most twice a second, so long prompts show life without flooding a log.
 class ProgressPrinter {
@@ -122,7 +105,6 @@ Command register_trace(CLI::App& root) {
             engine::Engine engine(model);
             for (std::size_t i = 0; i < specs.size(); ++i) {
               auto p = policy::make_policy(specs[i]);
-              nlohmann::json params = p.params.as_text();
               const auto text_params = p.params.as_text();
               const bool uses_budget = p.name != "full" && !budget.empty();
               trace::RecordedRun run;
@@ -132,39 +114,25 @@ Command register_trace(CLI::App& root) {
               run.prompt = tokens;
               run.max_new_tokens = options.max_new_tokens;
               run.policy = p.policy.get();
-              run.metadata = {
-                  {"model", model.file.path().string()},
-                  {"model_name", model.config.name},
-                  {"model_sha256", model.sha256()},
-                  {"policy", p.name},
-                  {"policy_spec", specs[i]},
-                  {"policy_params", params.dump()},
-                  {"budget", uses_budget ? budget : ""},
-                  {"budget_tokens",
-                   uses_budget ? std::to_string(options.budget.resolve(static_cast<int>(tokens.size()), model.config.context_length))
-                               : std::to_string(tokens.size())},
-                  {"allocation", text_params.count("allocation") ? text_params.at("allocation") : ""},
-                  {"prompt", text},
-                  {"chat", args->prompt.chat ? "true" : "false"},
-                  {"max_new_tokens", std::to_string(options.max_new_tokens)},
-                  {"sampling", nlohmann::json{{"temperature", args->generation.temperature},
-                                              {"top_k", args->generation.top_k},
-                                              {"top_p", args->generation.top_p},
-                                              {"seed", args->generation.seed}}
-                                   .dump()},
-                  {"kvscope_version", build_version()},
-                  {"git_commit", build_git_commit()},
-                  {"start_time", utc_now()},
-                  {"host", host_name()},
-              };
+              engine::GenerateOptions run_options = options;
+              if (!uses_budget) run_options.budget = {};
+              trace::RunDescription description;
+              description.policy_name = p.name;
+              description.policy_spec = specs[i];
+              description.policy_params = text_params;
+              description.budget = uses_budget ? budget : "";
+              description.prompt = text;
+              description.chat = args->prompt.chat;
+              description.prompt_tokens = static_cast<int>(tokens.size());
+              description.options = run_options;
+              description.source = "kvscope trace";
+              run.metadata = trace::run_metadata(model, description);
               trace::Recorder recorder(record, &writer, std::move(run));
               engine::RunHooks hooks;
               hooks.policy = p.policy.get();
               hooks.observers.push_back(&recorder);
               ProgressPrinter progress(names[i], args->quiet);
               hooks.progress = [&progress](const engine::Progress& pr) { progress(pr); };
-              engine::GenerateOptions run_options = options;
-              if (!uses_budget) run_options.budget = {};
               const engine::RunResult result = engine.generate(tokens, run_options, hooks);
               recorder.finish(result);
               if (!args->quiet)

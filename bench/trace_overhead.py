@@ -106,8 +106,8 @@ def main():
         print(f"wall ratio   : {on_wall / off_wall:8.3f}   (overhead {overhead:+.1f} %, target <= 25 %)")
         print(f"CPU time     : {off_cpu:8.1f} s off, {on_cpu:.1f} s on, ratio {on_cpu / off_cpu:.3f} "
               f"(user + system; steadier than wall time on a shared machine)")
-        print(f"recorder     : {recorder_ms / 1000:8.1f} s of the traced run's {run_ms / 1000:.1f} s on the engine "
-              f"thread ({100 * recorder_ms / run_ms:.1f} %; its direct cost, measured inside the run), of which "
+        print(f"recorder     : {recorder_ms / 1000:8.1f} s inside the recorder, summed over the compute threads, "
+              f"during the traced run's {run_ms / 1000:.1f} s (its direct cost, measured inside the run), of which "
               f"{wait_ms / 1000:.1f} s waiting for the writer thread")
         print(f"trace file   : {size_mb:8.1f} MB (target <= 200 MB)")
         print("all runs (off, on) seconds: " + ", ".join(f"{a[0]:.1f}" for a in off) + " | " +

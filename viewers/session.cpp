@@ -5,12 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include "core/common/build_version.h"
 #include "core/common/error.h"
 #include "core/engine/engine.h"
 #include "core/model/chat_template.h"
@@ -20,6 +18,7 @@
 #include "core/trace/hdf5_reader.h"
 #include "core/trace/hdf5_writer.h"
 #include "core/trace/recorder.h"
+#include "core/trace/run_metadata.h"
 
 namespace kvscope::viewers {
 
@@ -35,15 +34,6 @@ namespace {
 std::filesystem::path prompts_dir() {
   if (const char* env = std::getenv("KVSCOPE_SOURCE_DIR")) return std::filesystem::path(env) / "sample_data" / "prompts";
   return std::filesystem::path(KVSCOPE_SOURCE_DIR) / "sample_data" / "prompts";
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 }  // namespace
@@ -288,28 +278,17 @@ bool Session::execute(const RunRequest& request, trace::Hdf5Writer* writer, bool
   run.prompt = tokens;
   run.max_new_tokens = options.max_new_tokens;
   run.policy = policy.policy.get();
-  const auto params = policy.params.as_text();
-  std::string params_json = "{";
-  for (const auto& [k, v] : params) params_json += (params_json.size() > 1 ? "," : "") + std::string("\"") + k + "\":\"" + v + "\"";
-  params_json += "}";
-  run.metadata = {
-      {"model", path.string()},
-      {"model_name", model.config.name},
-      {"policy", policy.name},
-      {"policy_spec", request.policy_spec},
-      {"policy_params", params_json},
-      {"budget", uses_budget ? request.budget : ""},
-      {"budget_tokens", uses_budget ? std::to_string(options.budget.resolve(static_cast<int>(tokens.size()), model.config.context_length))
-                                    : std::to_string(tokens.size())},
-      {"allocation", params.count("allocation") ? params.at("allocation") : ""},
-      {"prompt", text},
-      {"chat", request.chat ? "true" : "false"},
-      {"max_new_tokens", std::to_string(options.max_new_tokens)},
-      {"kvscope_version", build_version()},
-      {"git_commit", build_git_commit()},
-      {"start_time", utc_now()},
-      {"source", "kvscope gui"},
-  };
+  trace::RunDescription description;
+  description.policy_name = policy.name;
+  description.policy_spec = request.policy_spec;
+  description.policy_params = policy.params.as_text();
+  description.budget = uses_budget ? request.budget : "";
+  description.prompt = text;
+  description.chat = request.chat;
+  description.prompt_tokens = static_cast<int>(tokens.size());
+  description.options = options;
+  description.source = "kvscope gui";
+  run.metadata = trace::run_metadata(model, description);
 
   const std::string name = run.name;
   trace::Recorder recorder(record, writer, std::move(run));

@@ -226,6 +226,10 @@ void Hdf5Writer::rethrow_if_failed() {
   if (!error_.empty()) throw Error(error_);
 }
 
+void Hdf5Writer::flush() {
+  post(0, [this] { h5::check_status(H5Fflush(state_->file, H5F_SCOPE_LOCAL), "cannot flush"); });
+}
+
 void Hdf5Writer::sync() {
   auto done = std::make_shared<std::promise<void>>();
   auto future = done->get_future();

@@ -92,6 +92,9 @@ class Hdf5Writer {
   // Final attributes (stop reason, timings ...) and complete = 1.
   void end_run(int run, const std::map<std::string, std::string>& final_metadata);
 
+  // Queues a flush of everything queued so far, without waiting for it: a long prefill calls it after
+  // each layer so a killed run keeps the layers it finished.
+  void flush();
   // Waits until everything queued so far is written and flushed; re-throws the writer thread's first error.
   void sync();
   // Waits for the queue, closes the file and re-throws the writer thread's first error.

@@ -325,6 +325,7 @@ void Recorder::finish_prefill_layer(int layer) {
       stats_acc_.erase(it);
     }
   }
+  if (writer_) writer_->flush();  // a run killed later in a long prefill keeps this layer's maps
 }
 
 void Recorder::finish_prefill() {

@@ -5,6 +5,8 @@ events table and the kept mask tell the same story.
 Run by ctest with the project venv; KVSCOPE_BINARY points at the kvscope executable. Exits non-zero on
 any failure and prints one line per check.
 """
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -49,6 +51,14 @@ def available_policies():
     return [p for p in ("h2o", "kvmerger") if p in names]
 
 
+def file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 PROMPT = ("In the old harbour town the fishermen mended their nets every morning while the gulls argued over "
           "scraps. The lighthouse keeper, who had not left his tower in eleven years, counted the boats as they "
           "went out and again as they came back. One evening a boat did not return. The keeper lit every lamp. "
@@ -65,6 +75,15 @@ def check_run(f, name, policy, budget_attr):
     check(a["policy"] == policy, f"{name}: policy attribute is {policy} (got {a.get('policy')})")
     check(a["budget"] == budget_attr, f"{name}: budget attribute is {budget_attr!r} (got {a.get('budget')!r})")
     check(len(a["model_sha256"]) == 64, f"{name}: model_sha256 is a hex digest")
+    check(a["model_sha256"] == file_sha256(a["model"]), f"{name}: model_sha256 equals hashlib's digest of the model file")
+    check(a["model_architecture"] == "llama", f"{name}: model_architecture is llama (got {a.get('model_architecture')!r})")
+    sizes = json.loads(a["model_config"])
+    check(sizes["n_layers"] == int(a["n_layers"]) and sizes["vocab_size"] == 49152 and sizes["dim"] == 576,
+          f"{name}: model_config holds the model's sizes (got {sizes})")
+    check(a["tokenizer"].startswith("gpt2") and "49152 tokens" in a["tokenizer"],
+          f"{name}: tokenizer describes the GGUF tokenizer (got {a.get('tokenizer')!r})")
+    check(isinstance(json.loads(a["policy_params"]), dict), f"{name}: policy_params is a JSON object")
+    check(a["source"] == "kvscope trace", f"{name}: source is kvscope trace")
     L, H, KV, P = int(a["n_layers"]), int(a["n_heads"]), int(a["n_kv_heads"]), int(a["prompt_length"])
     check((L, H, KV) == (30, 9, 3), f"{name}: SmolLM2 shape 30 layers, 9 heads, 3 kv heads (got {L}, {H}, {KV})")
     maxpos = int(a["max_positions"])

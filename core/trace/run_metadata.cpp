@@ -1,0 +1,78 @@
+#include "core/trace/run_metadata.h"
+
+#include <unistd.h>
+
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "core/common/build_version.h"
+
+namespace kvscope::trace {
+
+namespace {
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string host_name() {
+  char buf[256] = {0};
+  return gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string("unknown");
+}
+
+std::string model_sizes(const model::ModelConfig& c) {
+  return nlohmann::json{{"n_layers", c.n_layers},           {"n_heads", c.n_heads},
+                        {"n_kv_heads", c.n_kv_heads},       {"dim", c.dim},
+                        {"ffn_dim", c.ffn_dim},             {"head_dim", c.head_dim},
+                        {"vocab_size", c.vocab_size},       {"context_length", c.context_length},
+                        {"rope_dim", c.rope_dim},           {"rope_base", c.rope_base},
+                        {"rms_eps", c.rms_eps},             {"tied_embeddings", c.tied_embeddings}}
+      .dump();
+}
+
+std::string tokenizer_description(const model::Model& model) {
+  const std::string kind = model.file.get_string("tokenizer.ggml.model", "unknown");
+  const std::string pre = model.file.get_string("tokenizer.ggml.pre", "");
+  std::string text = kind + (pre.empty() ? "" : " (pre-tokenizer " + pre + ")");
+  if (model.tokenizer) text += ", " + std::to_string(model.tokenizer->vocab_size()) + " tokens";
+  return text;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> run_metadata(const model::Model& model, const RunDescription& run) {
+  const bool uses_budget = !run.budget.empty();
+  const auto allocation = run.policy_params.find("allocation");
+  const auto& s = run.options.sampling;
+  return {
+      {"model", model.file.path().string()},
+      {"model_name", model.config.name},
+      {"model_architecture", model.config.architecture},
+      {"model_config", model_sizes(model.config)},
+      {"model_sha256", model.sha256()},
+      {"tokenizer", tokenizer_description(model)},
+      {"policy", run.policy_name},
+      {"policy_spec", run.policy_spec},
+      {"policy_params", nlohmann::json(run.policy_params).dump()},
+      {"budget", run.budget},
+      {"budget_tokens", std::to_string(uses_budget ? run.options.budget.resolve(run.prompt_tokens, model.config.context_length)
+                                                   : run.prompt_tokens)},
+      {"allocation", allocation != run.policy_params.end() ? allocation->second : ""},
+      {"prompt", run.prompt},
+      {"chat", run.chat ? "true" : "false"},
+      {"max_new_tokens", std::to_string(run.options.max_new_tokens)},
+      {"sampling", nlohmann::json{{"temperature", s.temperature}, {"top_k", s.top_k}, {"top_p", s.top_p}, {"seed", s.seed}}.dump()},
+      {"kvscope_version", build_version()},
+      {"git_commit", build_git_commit()},
+      {"start_time", utc_now()},
+      {"host", host_name()},
+      {"source", run.source},
+  };
+}
+
+}  // namespace kvscope::trace

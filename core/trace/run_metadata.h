@@ -1,0 +1,26 @@
+#pragma once
+// The provenance attributes of one recorded run (docs/trace-format.md, "/runs/<name>/ Attributes"): which
+// model, tokenizer, policy, budget, prompt and settings produced it, and which build on which host. The
+// CLI and the GUI both describe their runs through this one function.
+#include <map>
+#include <string>
+
+#include "core/engine/engine.h"
+#include "core/model/model.h"
+
+namespace kvscope::trace {
+
+struct RunDescription {
+  std::string policy_name, policy_spec;
+  std::map<std::string, std::string> policy_params;  // every parameter, as text
+  std::string budget;                                // as the user gave it; empty: the whole prompt
+  std::string prompt;                                // after the chat template when `chat`
+  bool chat = false;
+  int prompt_tokens = 0;
+  engine::GenerateOptions options;                   // max new tokens, sampling, resolved budget
+  std::string source;                                // "kvscope trace", "kvscope gui"
+};
+
+std::map<std::string, std::string> run_metadata(const model::Model& model, const RunDescription& run);
+
+}  // namespace kvscope::trace
