@@ -86,14 +86,7 @@ void EvictionTimeline::draw(AppState& state) {
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Share of all (layer, KV head) caches that still hold each position");
   if (!aggregate) {
     ImGui::SameLine();
-    Selection sel = state.sel;
-    sel.head = kv_head;
-    RunShape kv_shape = shape;
-    kv_shape.n_heads = shape.n_kv_heads;
-    if (layer_head_sliders(sel, kv_shape, true, "kv head")) {
-      state.sel.layer = sel.layer;
-      kv_head = sel.head;
-    }
+    layer_kv_head_sliders(state, shape, kv_head);
   }
   ImGui::SameLine();
   export_button(state, key());

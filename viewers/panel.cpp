@@ -60,6 +60,17 @@ bool layer_head_sliders(Selection& sel, const RunShape& shape, bool heads, const
   return changed;
 }
 
+bool layer_kv_head_sliders(AppState& state, const RunShape& shape, int& kv_head) {
+  Selection sel = state.sel;
+  sel.head = kv_head;
+  RunShape kv_shape = shape;
+  kv_shape.n_heads = shape.n_kv_heads;
+  if (!layer_head_sliders(sel, kv_shape, true, "kv head")) return false;
+  state.sel.layer = sel.layer;
+  kv_head = sel.head;
+  return true;
+}
+
 std::string token_label(const trace::RunTrace& run, int position) {
   std::string piece;
   if (position >= 0 && position < static_cast<int>(run.prompt_strings.size())) {

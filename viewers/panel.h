@@ -74,6 +74,8 @@ std::string run_label(const RunEntry& entry);
 bool run_combo(const char* label, const AppState& state, int& index, float width = 220.0f);
 // Layer and query-head sliders for `shape`; true when either changed.
 bool layer_head_sliders(Selection& sel, const RunShape& shape, bool heads = true, const char* head_label = "head");
+// Layer (shared through state.sel) and KV-head (this panel's own) sliders; true when either changed.
+bool layer_kv_head_sliders(AppState& state, const RunShape& shape, int& kv_head);
 // "#12 'the'" for position p of a run (prompt first, then generated tokens).
 std::string token_label(const trace::RunTrace& run, int position);
 const char* entry_state_name(EntryState s);

@@ -56,14 +56,7 @@ void SimilarityMap::draw(AppState& state) {
   const RunShape shape = shape_of(*run);
   run_combo("##run", state, state.active, ImGui::GetFontSize() * 14);
   ImGui::SameLine();
-  Selection sel = state.sel;
-  sel.head = kv_head;
-  RunShape kv_shape = shape;
-  kv_shape.n_heads = shape.n_kv_heads;
-  if (layer_head_sliders(sel, kv_shape, true, "kv head")) {
-    state.sel.layer = sel.layer;
-    kv_head = sel.head;
-  }
+  layer_kv_head_sliders(state, shape, kv_head);
   ImGui::SameLine();
   int which = values ? 1 : 0;
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 5);

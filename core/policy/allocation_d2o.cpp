@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/analysis/attention_stats.h"
 #include "core/common/error.h"
 #include "core/policy/allocation_catalog.h"
 
@@ -29,16 +30,6 @@ VarianceMode parse_variance_mode(const std::string& name) {
 
 namespace {
 
-double population_variance(const std::vector<double>& x) {
-  if (x.empty()) return 0.0;
-  double mean = 0.0;
-  for (double v : x) mean += v;
-  mean /= static_cast<double>(x.size());
-  double var = 0.0;
-  for (double v : x) var += (v - mean) * (v - mean);
-  return var / static_cast<double>(x.size());
-}
-
 // Log-sum-exp softmax: raw F_v reaches the hundreds, where exp(-F_v) underflows even in double.
 std::vector<double> softmax(const std::vector<double>& logits) {
   const double top = *std::max_element(logits.begin(), logits.end());
@@ -61,10 +52,10 @@ double column_sum_variance(const std::vector<std::vector<float>>& column_sums, V
     for (const auto& head : column_sums)
       for (std::size_t j = 0; j < n; ++j) mean[j] += head[j];
     for (double& v : mean) v /= static_cast<double>(column_sums.size());
-    return population_variance(mean);
+    return analysis::population_variance(mean);
   }
   double total = 0.0;
-  for (const auto& head : column_sums) total += population_variance(std::vector<double>(head.begin(), head.end()));
+  for (const auto& head : column_sums) total += analysis::population_variance(std::vector<double>(head.begin(), head.end()));
   return total / static_cast<double>(column_sums.size());
 }
 

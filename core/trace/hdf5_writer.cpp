@@ -16,6 +16,7 @@
 #include "core/trace/chunk_deflate.h"
 #include "core/trace/float16.h"
 #include "core/trace/hdf5_util.h"
+#include "core/trace/trace_names.h"
 
 namespace kvscope::trace {
 
@@ -28,33 +29,6 @@ std::vector<uint16_t> to_half(const float* values, std::size_t n) {
 }
 
 namespace {
-
-std::string two_digits(int i) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%02d", i);
-  return buf;
-}
-
-// Events: the in-memory struct with its padding, and the packed type written to the file.
-Handle event_memory_type() {
-  Handle action(H5Tenum_create(H5T_NATIVE_UINT8));
-  uint8_t v = static_cast<uint8_t>(EventAction::Evicted);
-  H5Tenum_insert(action, "evicted", &v);
-  v = static_cast<uint8_t>(EventAction::Merged);
-  H5Tenum_insert(action, "merged", &v);
-  Handle t(H5Tcreate(H5T_COMPOUND, sizeof(Event)));
-  H5Tinsert(t, "step", offsetof(Event, step), H5T_NATIVE_INT32);
-  H5Tinsert(t, "phase", offsetof(Event, phase), H5T_NATIVE_UINT8);
-  H5Tinsert(t, "layer", offsetof(Event, layer), H5T_NATIVE_INT16);
-  H5Tinsert(t, "kv_head", offsetof(Event, kv_head), H5T_NATIVE_INT16);
-  H5Tinsert(t, "position", offsetof(Event, position), H5T_NATIVE_INT32);
-  H5Tinsert(t, "score", offsetof(Event, score), H5T_NATIVE_FLOAT);
-  H5Tinsert(t, "secondary_score", offsetof(Event, secondary_score), H5T_NATIVE_FLOAT);
-  H5Tinsert(t, "action", offsetof(Event, action), action);
-  H5Tinsert(t, "merge_target", offsetof(Event, merge_target), H5T_NATIVE_INT32);
-  H5Tinsert(t, "merge_weight", offsetof(Event, merge_weight), H5T_NATIVE_FLOAT);
-  return t;
-}
 
 struct StepField {
   const char* name;
@@ -324,7 +298,7 @@ int Hdf5Writer::begin_run(RunLayout layout) {
     h5::set_attr(kept, "definition",
                  std::string("per layer [kv_head][position][step]: 1 kept, 0 evicted (or not yet seen), 2 merged away"));
     for (int l = 0; l < L.n_layers; ++l) {
-      Handle d = h5::create_dataset(kept, "layer_" + two_digits(l),
+      Handle d = h5::create_dataset(kept, indexed_name("layer_", l),
                                     {H5T_STD_U8LE, {kv, positions, 0}, {kv, positions, unlimited}, {kv, positions, 1}, s.gzip,
                                      {"kv_head", "position", "step"}});
       run.kept.push_back(std::move(d));
@@ -339,7 +313,7 @@ int Hdf5Writer::begin_run(RunLayout layout) {
       h5::set_attr(dec, "pooling", std::string(pooling_name(L.decode_pooling)));
       const hsize_t heads = static_cast<hsize_t>(L.n_heads), cols = static_cast<hsize_t>(L.decode_cols);
       for (int l = 0; l < L.n_layers; ++l) {
-        Handle d = h5::create_dataset(dec, "layer_" + two_digits(l),
+        Handle d = h5::create_dataset(dec, indexed_name("layer_", l),
                                       {h5::half_type(), {0, heads, cols}, {unlimited, heads, cols}, {1, heads, cols}, s.gzip,
                                        {"decode_step", "head", "key_block"}});
         h5::set_attr(d, "units", std::string("probability"));

@@ -12,18 +12,13 @@
 #include "core/analysis/similarity.h"
 #include "core/common/error.h"
 #include "core/trace/float16.h"
+#include "core/trace/trace_names.h"
 
 namespace kvscope::trace {
 
 using engine::Phase;
 
 namespace {
-
-std::string two_digits(int i) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%02d", i);
-  return buf;
-}
 
 bool parse_switch(const std::string& key, const std::string& value) {
   if (value == "on" || value == "true" || value == "1" || value == "yes") return true;
@@ -221,7 +216,7 @@ void Recorder::key_positions(int layer, int kv_head, int n_cols, std::vector<int
 }
 
 std::string Recorder::map_path(const char* group, int layer, const char* head_prefix, int head) const {
-  return std::string(group) + "/layer_" + two_digits(layer) + "/" + head_prefix + two_digits(head);
+  return std::string(group) + "/" + indexed_name("layer_", layer) + "/" + indexed_name(head_prefix, head);
 }
 
 void Recorder::flush_map_rows(MapBuild& b, bool all) {

@@ -7,22 +7,11 @@
 #include "core/common/error.h"
 #include "core/engine/engine.h"
 #include "core/policy/policy.h"
+#include "tests/support/default_model.h"
 
 using namespace kvscope;
 
 namespace {
-
-const model::Model* default_model() {
-  static std::unique_ptr<model::Model> loaded = [] {
-    try {
-      return std::make_unique<model::Model>(model::load_model(model::default_model_path()));
-    } catch (const std::exception& e) {
-      WARN("default model unavailable (" << e.what() << "); run `make` first");
-      return std::unique_ptr<model::Model>();
-    }
-  }();
-  return loaded.get();
-}
 
 // Keeps everything but runs the prompt in blocks; claims a length that it may or may not honour.
 class BlockPolicy final : public policy::Policy {
@@ -62,8 +51,7 @@ std::vector<int> prompt(const model::Model& m) {
 }  // namespace
 
 TEST_CASE("block-wise prefill gives the same tokens as one pass; observers see every layer") {
-  const model::Model* m = default_model();
-  if (!m) return;
+  const model::Model* m = test::default_model();
   engine::Engine engine(*m);
   engine::GenerateOptions options;
   options.max_new_tokens = 12;
@@ -81,8 +69,7 @@ TEST_CASE("block-wise prefill gives the same tokens as one pass; observers see e
 }
 
 TEST_CASE("the engine stops a policy whose cache length disagrees with its budget") {
-  const model::Model* m = default_model();
-  if (!m) return;
+  const model::Model* m = test::default_model();
   engine::Engine engine(*m);
   BlockPolicy liar(0, -1);  // claims to keep one token fewer than it does
   engine::RunHooks hooks;
@@ -98,8 +85,7 @@ TEST_CASE("the engine stops a policy whose cache length disagrees with its budge
 }
 
 TEST_CASE("a cancelled run returns early and says so") {
-  const model::Model* m = default_model();
-  if (!m) return;
+  const model::Model* m = test::default_model();
   engine::Engine engine(*m);
   std::atomic<bool> cancel{false};
   engine::RunHooks hooks;

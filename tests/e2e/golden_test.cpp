@@ -10,24 +10,13 @@
 
 #include "core/engine/engine.h"
 #include "core/model/model.h"
+#include "tests/support/default_model.h"
 
 using namespace kvscope;
 
 namespace {
 
 const std::filesystem::path kGolden = std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "golden";
-
-const model::Model* default_model() {
-  static std::unique_ptr<model::Model> loaded = [] {
-    try {
-      return std::make_unique<model::Model>(model::load_model(model::default_model_path()));
-    } catch (const std::exception& e) {
-      WARN("default model unavailable (" << e.what() << "); run `make` first");
-      return std::unique_ptr<model::Model>();
-    }
-  }();
-  return loaded.get();
-}
 
 nlohmann::json golden() {
   std::ifstream in(kGolden / "smollm2_golden.json");
@@ -50,8 +39,7 @@ constexpr double kLogitTolerance = 1e-2;
 }  // namespace
 
 TEST_CASE("tokenization equals the reference tokenizer's on every golden prompt") {
-  const model::Model* m = default_model();
-  if (!m) return;
+  const model::Model* m = test::default_model();
   const nlohmann::json fixture = golden();
   for (const auto& p : fixture["prompts"]) {
     INFO("prompt " << p["name"].get<std::string>());
@@ -62,8 +50,7 @@ TEST_CASE("tokenization equals the reference tokenizer's on every golden prompt"
 }
 
 TEST_CASE("final-position logits match the reference within 1e-2") {
-  const model::Model* m = default_model();
-  if (!m) return;
+  const model::Model* m = test::default_model();
   engine::Engine engine(*m);
   const nlohmann::json fixture = golden();
   for (const auto& p : fixture["prompts"]) {
@@ -78,8 +65,7 @@ TEST_CASE("final-position logits match the reference within 1e-2") {
 }
 
 TEST_CASE("greedy continuations of 64 tokens equal the reference") {
-  const model::Model* m = default_model();
-  if (!m) return;
+  const model::Model* m = test::default_model();
   engine::Engine engine(*m);
   engine::GenerateOptions options;
   options.max_new_tokens = 64;

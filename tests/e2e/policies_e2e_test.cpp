@@ -12,6 +12,7 @@
 #include "core/common/error.h"
 #include "core/engine/engine.h"
 #include "core/model/model.h"
+#include "tests/support/default_model.h"
 #include "core/policy/registry.h"
 
 using namespace kvscope;
@@ -19,19 +20,6 @@ using namespace kvscope;
 namespace {
 
 constexpr int kNewTokens = 24;
-
-// One model for the whole file: loading it is the slowest part. Null when it is absent.
-const model::Model* shared_model() {
-  static std::unique_ptr<model::Model> model = []() -> std::unique_ptr<model::Model> {
-    try {
-      return std::make_unique<model::Model>(model::load_model(model::default_model_path()));
-    } catch (const Error& e) {
-      WARN("skipped: no model (" << e.what() << ")");
-      return nullptr;
-    }
-  }();
-  return model.get();
-}
 
 std::vector<int> prompt_tokens(const model::Model& model, const std::string& file) {
   const auto path = std::filesystem::path(KVSCOPE_SOURCE_DIR) / "sample_data" / "prompts" / file;
@@ -63,8 +51,7 @@ bool compresses_once(const std::string& name) { return name == "snapkv" || name 
 }  // namespace
 
 TEST_CASE("baseline policies on SmolLM2 at half the prompt", "[e2e][policy]") {
-  const model::Model* model = shared_model();
-  if (!model) return;
+  const model::Model* model = test::default_model();
   const auto& c = model->config;
   const std::vector<int> prompt = prompt_tokens(*model, "heat_pump.txt");
   const int n = static_cast<int>(prompt.size());
@@ -99,8 +86,7 @@ TEST_CASE("baseline policies on SmolLM2 at half the prompt", "[e2e][policy]") {
 }
 
 TEST_CASE("baseline policies with a budget that holds the run generate exactly what full does", "[e2e][policy]") {
-  const model::Model* model = shared_model();
-  if (!model) return;
+  const model::Model* model = test::default_model();
   const std::vector<int> prompt = prompt_tokens(*model, "lighthouse_story.txt");
   const engine::RunResult full = generate(*model, prompt, nullptr, "");
   const int n = static_cast<int>(prompt.size());

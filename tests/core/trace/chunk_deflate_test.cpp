@@ -1,7 +1,6 @@
 // Chunks packed by chunk_deflate.cpp against two independent decoders: zlib's own uncompress (which also
 // checks the Adler-32 trailer) and HDF5's filter pipeline reading the dataset back.
 #include <hdf5.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <catch2/catch.hpp>
@@ -14,7 +13,9 @@
 #include "core/trace/chunk_deflate.h"
 #include "core/trace/float16.h"
 #include "core/trace/hdf5_util.h"
+#include "tests/support/temp_file.h"
 
+using namespace kvscope;
 using namespace kvscope::trace;
 
 namespace {
@@ -28,11 +29,6 @@ std::vector<uint16_t> noisy_halves(std::size_t n, double zero_share, unsigned se
   return out;
 }
 
-struct TempFile {
-  std::filesystem::path path =
-      std::filesystem::temp_directory_path() / ("kvscope_chunks_" + std::to_string(::getpid()) + ".h5");
-  ~TempFile() { std::filesystem::remove(path); }
-};
 
 std::vector<uint16_t> read_all(hid_t dataset, std::size_t n) {
   std::vector<uint16_t> back(n, 0xffff);
@@ -69,9 +65,9 @@ TEST_CASE("A packed half chunk is a zlib stream of the shuffled chunk", "[chunk_
 }
 
 TEST_CASE("Whole-chunk writes read back through HDF5's filters, ragged edges and skipped zero chunks", "[chunk_deflate]") {
-  TempFile tmp;
+  const auto path = test::temp_file("chunks");
   h5::silence_errors();
-  h5::Handle file(H5Fcreate(tmp.path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  h5::Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
   REQUIRE(file.valid());
   const hsize_t rows = 150, cols = 100;  // 3 x 2 chunks of 64 x 64, the last row and column ragged
   h5::Handle map = h5::create_dataset(file, "map", {h5::half_type(), {rows, cols}, {}, {64, 64}, 1, {"query", "key"}});
@@ -107,9 +103,9 @@ TEST_CASE("Whole-chunk writes read back through HDF5's filters, ragged edges and
 }
 
 TEST_CASE("Step-by-step appends of a 3-D byte mask go through whole chunks and read back", "[chunk_deflate]") {
-  TempFile tmp;
+  const auto path = test::temp_file("chunks");
   h5::silence_errors();
-  h5::Handle file(H5Fcreate(tmp.path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  h5::Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
   const hsize_t heads = 3, positions = 41;
   h5::Handle mask = h5::create_dataset(
       file, "mask", {H5T_STD_U8LE, {heads, positions, 0}, {heads, positions, H5S_UNLIMITED}, {heads, positions, 1}, 1, {}});

@@ -14,6 +14,7 @@
 #include "core/trace/hdf5_reader.h"
 #include "core/trace/hdf5_writer.h"
 #include "fake_run.h"
+#include "tests/support/temp_file.h"
 
 using namespace kvscope;
 using namespace kvscope::trace;
@@ -21,13 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path temp_file(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "kvscope_trace_tests";
-  fs::create_directories(dir);
-  const fs::path p = dir / (name + "_" + std::to_string(::getpid()) + ".h5");
-  fs::remove(p);
-  return p;
-}
+using test::temp_file;
 
 std::string error_of(const std::function<void()>& fn) {
   try {

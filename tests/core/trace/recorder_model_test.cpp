@@ -11,6 +11,7 @@
 #include "core/common/error.h"
 #include "core/engine/engine.h"
 #include "core/model/model.h"
+#include "tests/support/default_model.h"
 #include "core/policy/registry.h"
 #include "core/trace/recorder.h"
 
@@ -19,18 +20,6 @@ using namespace kvscope;
 namespace {
 
 constexpr int kNewTokens = 6;
-
-const model::Model* shared_model() {
-  static std::unique_ptr<model::Model> model = []() -> std::unique_ptr<model::Model> {
-    try {
-      return std::make_unique<model::Model>(model::load_model(model::default_model_path()));
-    } catch (const Error& e) {
-      WARN("skipped: no model (" << e.what() << ")");
-      return nullptr;
-    }
-  }();
-  return model.get();
-}
 
 std::vector<int> prompt_tokens(const model::Model& model) {
   std::ifstream in(std::filesystem::path(KVSCOPE_SOURCE_DIR) / "sample_data" / "prompts" / "lighthouse_story.txt");
@@ -85,8 +74,7 @@ Recorded run(const model::Model& model, const std::vector<int>& prompt, const st
 }  // namespace
 
 TEST_CASE("recording a real run: same tokens, attention maps, events, NMSE", "[trace][model]") {
-  const model::Model* model = shared_model();
-  if (!model) return;
+  const model::Model* model = test::default_model();
   const auto prompt = prompt_tokens(*model);
   const int S = static_cast<int>(prompt.size());
   REQUIRE(S > 64);

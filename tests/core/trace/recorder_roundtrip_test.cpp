@@ -10,6 +10,7 @@
 #include "core/trace/hdf5_reader.h"
 #include "core/trace/hdf5_writer.h"
 #include "fake_run.h"
+#include "tests/support/temp_file.h"
 
 using namespace kvscope;
 using namespace kvscope::trace;
@@ -17,13 +18,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path temp_file(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "kvscope_trace_tests";
-  fs::create_directories(dir);
-  const fs::path p = dir / (name + "_" + std::to_string(::getpid()) + ".h5");
-  fs::remove(p);
-  return p;
-}
+using test::temp_file;
 
 // Half precision keeps 11 significant bits.
 bool close_half(float a, float b) { return std::fabs(a - b) <= 1e-3f * std::max(std::fabs(a), std::fabs(b)) + 1e-7f; }

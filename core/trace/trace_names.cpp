@@ -1,0 +1,36 @@
+#include "core/trace/trace_names.h"
+
+#include <cstddef>
+#include <cstdio>
+
+#include "core/trace/trace_view.h"
+
+namespace kvscope::trace {
+
+std::string indexed_name(const std::string& prefix, int index) {
+  char digits[16];
+  std::snprintf(digits, sizeof digits, "%02d", index);
+  return prefix + digits;
+}
+
+h5::Handle event_memory_type() {
+  h5::Handle action(H5Tenum_create(H5T_NATIVE_UINT8));
+  uint8_t v = static_cast<uint8_t>(EventAction::Evicted);
+  H5Tenum_insert(action, "evicted", &v);
+  v = static_cast<uint8_t>(EventAction::Merged);
+  H5Tenum_insert(action, "merged", &v);
+  h5::Handle t(H5Tcreate(H5T_COMPOUND, sizeof(Event)));
+  H5Tinsert(t, "step", offsetof(Event, step), H5T_NATIVE_INT32);
+  H5Tinsert(t, "phase", offsetof(Event, phase), H5T_NATIVE_UINT8);
+  H5Tinsert(t, "layer", offsetof(Event, layer), H5T_NATIVE_INT16);
+  H5Tinsert(t, "kv_head", offsetof(Event, kv_head), H5T_NATIVE_INT16);
+  H5Tinsert(t, "position", offsetof(Event, position), H5T_NATIVE_INT32);
+  H5Tinsert(t, "score", offsetof(Event, score), H5T_NATIVE_FLOAT);
+  H5Tinsert(t, "secondary_score", offsetof(Event, secondary_score), H5T_NATIVE_FLOAT);
+  H5Tinsert(t, "action", offsetof(Event, action), action);
+  H5Tinsert(t, "merge_target", offsetof(Event, merge_target), H5T_NATIVE_INT32);
+  H5Tinsert(t, "merge_weight", offsetof(Event, merge_weight), H5T_NATIVE_FLOAT);
+  return t;
+}
+
+}  // namespace kvscope::trace
