@@ -21,19 +21,6 @@ namespace {
 
 constexpr int kNewTokens = 24;
 
-std::vector<int> prompt_tokens(const model::Model& model, const std::string& file) {
-  const auto path = std::filesystem::path(KVSCOPE_SOURCE_DIR) / "sample_data" / "prompts" / file;
-  std::ifstream in(path);
-  REQUIRE(in.good());
-  std::ostringstream text;
-  text << in.rdbuf();
-  std::vector<int> ids;
-  if (model.tokenizer->add_bos() && model.tokenizer->bos_id() >= 0) ids.push_back(model.tokenizer->bos_id());
-  const auto body = model.tokenizer->encode(text.str(), false);
-  ids.insert(ids.end(), body.begin(), body.end());
-  return ids;
-}
-
 engine::RunResult generate(const model::Model& model, const std::vector<int>& prompt, policy::Policy* policy,
                            const std::string& budget) {
   engine::Engine engine(model);
@@ -53,7 +40,7 @@ bool compresses_once(const std::string& name) { return name == "snapkv" || name 
 TEST_CASE("baseline policies on SmolLM2 at half the prompt", "[e2e][policy]") {
   const model::Model* model = test::default_model();
   const auto& c = model->config;
-  const std::vector<int> prompt = prompt_tokens(*model, "heat_pump.txt");
+  const std::vector<int> prompt = test::sample_prompt_tokens(*model, "heat_pump.txt");
   const int n = static_cast<int>(prompt.size());
   REQUIRE(n >= 120);
   const engine::RunResult full = generate(*model, prompt, nullptr, "");
@@ -87,7 +74,7 @@ TEST_CASE("baseline policies on SmolLM2 at half the prompt", "[e2e][policy]") {
 
 TEST_CASE("baseline policies with a budget that holds the run generate exactly what full does", "[e2e][policy]") {
   const model::Model* model = test::default_model();
-  const std::vector<int> prompt = prompt_tokens(*model, "lighthouse_story.txt");
+  const std::vector<int> prompt = test::sample_prompt_tokens(*model, "lighthouse_story.txt");
   const engine::RunResult full = generate(*model, prompt, nullptr, "");
   const int n = static_cast<int>(prompt.size());
   for (const std::string name : {"streaming_llm", "h2o", "tova", "snapkv", "pyramidkv"}) {

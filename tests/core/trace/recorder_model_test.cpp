@@ -21,18 +21,6 @@ namespace {
 
 constexpr int kNewTokens = 6;
 
-std::vector<int> prompt_tokens(const model::Model& model) {
-  std::ifstream in(std::filesystem::path(KVSCOPE_SOURCE_DIR) / "sample_data" / "prompts" / "lighthouse_story.txt");
-  REQUIRE(in.good());
-  std::ostringstream text;
-  text << in.rdbuf();
-  std::vector<int> ids;
-  if (model.tokenizer->add_bos() && model.tokenizer->bos_id() >= 0) ids.push_back(model.tokenizer->bos_id());
-  const auto body = model.tokenizer->encode(text.str(), false);
-  ids.insert(ids.end(), body.begin(), body.end());
-  return ids;
-}
-
 struct Recorded {
   engine::RunResult result;
   std::shared_ptr<const trace::RunTrace> trace;
@@ -75,7 +63,7 @@ Recorded run(const model::Model& model, const std::vector<int>& prompt, const st
 
 TEST_CASE("recording a real run: same tokens, attention maps, events, NMSE", "[trace][model]") {
   const model::Model* model = test::default_model();
-  const auto prompt = prompt_tokens(*model);
+  const auto prompt = test::sample_prompt_tokens(*model, "lighthouse_story.txt");
   const int S = static_cast<int>(prompt.size());
   REQUIRE(S > 64);
 
