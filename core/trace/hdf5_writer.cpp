@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <future>
 
-#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -132,12 +131,10 @@ void Hdf5Writer::thread_main() {
   h5::silence_errors();
   // The compute threads pack (compress) the maps themselves; what is left here is HDF5's bookkeeping and
   // the page-cache writes. On a machine whose cores the engine's OpenMP team fills, a writer of equal
-  // priority preempts team threads and every parallel region then waits for the preempted one. As an
-  // idle-class thread (or, where that is refused, at nice 10) it runs in the engine's gaps; the bounded
-  // queue still stops it falling far behind.
-  sched_param idle{};
-  idle.sched_priority = 0;
-  if (sched_setscheduler(0, SCHED_IDLE, &idle) != 0) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+  // priority preempts team threads and every parallel region then waits for the preempted one; at nice
+  // 10 it mostly runs in the engine's gaps. Not the idle class: on a machine busy with other work (a
+  // sweep of several traces, a build) an idle-class writer starves, the queue fills and the run stalls.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
   for (;;) {
     Task task;
     {
