@@ -168,7 +168,10 @@ std::optional<std::string> get_string_attr(hid_t obj, const std::string& name) {
   if (H5Sget_simple_extent_npoints(space) != 1) return std::nullopt;
   if (H5Tis_variable_str(type) > 0) {
     char* data = nullptr;
+    // Same character set as stored: HDF5 converts neither way between ASCII and UTF-8 strings, and
+    // files from other tools often hold ASCII ones.
     Handle mem(H5Tcopy(utf8_string_type()));
+    H5Tset_cset(mem, H5Tget_cset(type));
     check_status(H5Aread(attr, mem, &data), "cannot read attribute '" + name + "' of '" + name_of(obj) + "'");
     std::string value = data ? data : "";
     H5free_memory(data);
@@ -402,6 +405,7 @@ std::vector<std::string> read_strings(hid_t dataset) {
   if (H5Tis_variable_str(type) > 0) {
     std::vector<char*> raw(n, nullptr);
     Handle mem(H5Tcopy(utf8_string_type()));
+    H5Tset_cset(mem, H5Tget_cset(type));  // as for attributes: no ASCII <-> UTF-8 conversion exists
     check_status(H5Dread(dataset, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), "cannot read '" + name_of(dataset) + "'");
     for (char* s : raw) out.emplace_back(s ? s : "");
     Handle space(H5Dget_space(dataset));
