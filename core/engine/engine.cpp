@@ -113,7 +113,8 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
     for (int i = 0; i < n; ++i)
       kernels::rmsnorm(&x[static_cast<std::size_t>(i) * c.dim], lw.attn_norm.data(), c.dim, c.rms_eps, &xb[static_cast<std::size_t>(i) * c.dim]);
     kernels::matmul_shared_input({{&lw.wq, q.data()}, {&lw.wk, k.data()}, {&lw.wv, v.data()}}, xb.data(), n);
-#pragma omp parallel for schedule(static)
+    // A decode step has one row: a parallel region would only add a barrier for the other threads.
+#pragma omp parallel for schedule(static) if (n > 1)
     for (int i = 0; i < n; ++i) {
       kernels::rope(&q[static_cast<std::size_t>(i) * q_dim], c.n_heads, c.head_dim, c.rope_dim, positions[i], c.rope_base, c.rope_style);
       kernels::rope(&k[static_cast<std::size_t>(i) * kv_dim], c.n_kv_heads, c.head_dim, c.rope_dim, positions[i], c.rope_base, c.rope_style);
