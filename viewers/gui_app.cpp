@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -75,17 +76,19 @@ Image read_framebuffer(int w, int h) {
   return img;
 }
 
-int resize_callback(ImGuiInputTextCallbackData* data) {
-  if (data->EventFlag == ImGuiInputTextFlags_CallbackResize) {
-    auto* s = static_cast<std::string*>(data->UserData);
-    s->resize(data->BufTextLen);
-    data->Buf = s->data();
+// The confirm / Cancel row of a modal dialog: `confirm` runs on the first button (an error goes to the
+// log), and either button closes the dialog.
+void modal_buttons(const char* confirm_label, std::vector<std::string>& log, const std::function<void()>& confirm) {
+  if (ImGui::Button(confirm_label, ImVec2(120, 0))) {
+    try {
+      confirm();
+    } catch (const std::exception& e) {
+      log.push_back(std::string("error: ") + e.what());
+    }
+    ImGui::CloseCurrentPopup();
   }
-  return 0;
-}
-
-bool input_text(const char* label, std::string& s) {
-  return ImGui::InputText(label, s.data(), s.capacity() + 1, ImGuiInputTextFlags_CallbackResize, resize_callback, &s);
+  ImGui::SameLine();
+  if (ImGui::Button("Cancel", ImVec2(120, 0))) ImGui::CloseCurrentPopup();
 }
 
 class App {
@@ -350,12 +353,7 @@ void App::draw_dialogs() {
         if (ImGui::Selectable(f.c_str(), f == open_path_)) open_path_ = f;
       ImGui::EndListBox();
     }
-    if (ImGui::Button("Open", ImVec2(120, 0))) {
-      session_.open_trace(open_path_);
-      ImGui::CloseCurrentPopup();
-    }
-    ImGui::SameLine();
-    if (ImGui::Button("Cancel", ImVec2(120, 0))) ImGui::CloseCurrentPopup();
+    modal_buttons("Open", state_.log, [&] { session_.open_trace(open_path_); });
     ImGui::EndPopup();
   }
 
@@ -367,17 +365,10 @@ void App::draw_dialogs() {
                            "what `kvscope trace` writes. Runs read from files are not included.");
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 30);
     input_text("file", save_path_);
-    if (ImGui::Button("Save", ImVec2(120, 0))) {
-      try {
-        const int n = setup_.save(state_, save_path_);
-        state_.log.push_back("saving " + std::to_string(n) + " run(s) to " + save_path_ + " ...");
-      } catch (const std::exception& e) {
-        state_.log.push_back(std::string("error: ") + e.what());
-      }
-      ImGui::CloseCurrentPopup();
-    }
-    ImGui::SameLine();
-    if (ImGui::Button("Cancel", ImVec2(120, 0))) ImGui::CloseCurrentPopup();
+    modal_buttons("Save", state_.log, [&] {
+      const int n = setup_.save(state_, save_path_);
+      state_.log.push_back("saving " + std::to_string(n) + " run(s) to " + save_path_ + " ...");
+    });
     ImGui::EndPopup();
   }
 
@@ -401,16 +392,9 @@ void App::draw_dialogs() {
     ImGui::InputFloat("font px (0: auto)", &export_font_, 1.0f, 4.0f, "%.0f");
     ImGui::Checkbox("dark background", &export_dark_);
     if (!f.svg_capable()) ImGui::TextDisabled("SVG: line and bar plots only; heatmaps export as PNG");
-    if (ImGui::Button("Export", ImVec2(120, 0))) {
-      try {
-        export_panel(export_for_, export_path_, ExportOptions{export_w_, export_h_, export_font_, export_dark_});
-      } catch (const std::exception& e) {
-        state_.log.push_back(std::string("error: ") + e.what());
-      }
-      ImGui::CloseCurrentPopup();
-    }
-    ImGui::SameLine();
-    if (ImGui::Button("Cancel", ImVec2(120, 0))) ImGui::CloseCurrentPopup();
+    modal_buttons("Export", state_.log, [&] {
+      export_panel(export_for_, export_path_, ExportOptions{export_w_, export_h_, export_font_, export_dark_});
+    });
     ImGui::EndPopup();
   }
 }

@@ -60,6 +60,28 @@ bool layer_head_sliders(Selection& sel, const RunShape& shape, bool heads, const
   return changed;
 }
 
+namespace {
+
+int grow_string(ImGuiInputTextCallbackData* data) {
+  if (data->EventFlag == ImGuiInputTextFlags_CallbackResize) {
+    auto* s = static_cast<std::string*>(data->UserData);
+    s->resize(data->BufTextLen);
+    data->Buf = s->data();
+  }
+  return 0;
+}
+
+}  // namespace
+
+bool input_text(const char* label, std::string& s) {
+  return ImGui::InputText(label, s.data(), s.capacity() + 1, ImGuiInputTextFlags_CallbackResize, grow_string, &s);
+}
+
+bool input_multiline(const char* label, std::string& s, float width, float height) {
+  return ImGui::InputTextMultiline(label, s.data(), s.capacity() + 1, ImVec2(width, height),
+                                   ImGuiInputTextFlags_CallbackResize, grow_string, &s);
+}
+
 bool layer_kv_head_sliders(AppState& state, const RunShape& shape, int& kv_head) {
   Selection sel = state.sel;
   sel.head = kv_head;

@@ -76,6 +76,9 @@ bool run_combo(const char* label, const AppState& state, int& index, float width
 bool layer_head_sliders(Selection& sel, const RunShape& shape, bool heads = true, const char* head_label = "head");
 // Layer (shared through state.sel) and KV-head (this panel's own) sliders; true when either changed.
 bool layer_kv_head_sliders(AppState& state, const RunShape& shape, int& kv_head);
+// Text boxes that edit a std::string in place (ImGui edits a char buffer; the string grows as needed).
+bool input_text(const char* label, std::string& s);
+bool input_multiline(const char* label, std::string& s, float width, float height);
 // "#12 'the'" for position p of a run (prompt first, then generated tokens).
 std::string token_label(const trace::RunTrace& run, int position);
 const char* entry_state_name(EntryState s);

@@ -16,24 +16,6 @@ namespace kvscope::viewers {
 
 namespace {
 
-// ImGui text widgets edit a char buffer; std::string grows through the resize callback.
-int resize_callback(ImGuiInputTextCallbackData* data) {
-  if (data->EventFlag == ImGuiInputTextFlags_CallbackResize) {
-    auto* s = static_cast<std::string*>(data->UserData);
-    s->resize(data->BufTextLen);
-    data->Buf = s->data();
-  }
-  return 0;
-}
-
-bool input_text(const char* label, std::string& s, ImGuiInputTextFlags flags = 0) {
-  return ImGui::InputText(label, s.data(), s.capacity() + 1, flags | ImGuiInputTextFlags_CallbackResize, resize_callback, &s);
-}
-
-bool input_multiline(const char* label, std::string& s, ImVec2 size) {
-  return ImGui::InputTextMultiline(label, s.data(), s.capacity() + 1, size, ImGuiInputTextFlags_CallbackResize, resize_callback, &s);
-}
-
 std::string format_number(double v, bool integer) {
   char buf[32];
   if (integer) std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(std::llround(v)));
@@ -263,7 +245,7 @@ void SetupPanel::draw(AppState& state) {
   ImGui::SameLine();
   if (ImGui::Checkbox("chat", &chat_)) rerun = true;
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Wrap the prompt in the model's chat template as a user message");
-  input_multiline("##prompt", prompt_, ImVec2(-1, ImGui::GetTextLineHeight() * 7));
+  input_multiline("##prompt", prompt_, -1, ImGui::GetTextLineHeight() * 7);
   if (ImGui::IsItemDeactivatedAfterEdit()) rerun = true;
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x - ImGui::CalcTextSize("Load file").x - ImGui::GetStyle().FramePadding.x * 4);
   input_text("##promptfile", prompt_file_);

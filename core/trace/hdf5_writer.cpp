@@ -61,7 +61,6 @@ struct Hdf5Writer::State {
   Handle event_type;
   std::vector<Run> runs;
   std::string path;
-  int gzip = 1;
 };
 
 Hdf5Writer::Hdf5Writer(const std::filesystem::path& path, const WriterOptions& options)
@@ -75,7 +74,6 @@ Hdf5Writer::Hdf5Writer(const std::filesystem::path& path, const WriterOptions& o
     throw Error("cannot create trace file '" + path.string() + "': folder '" + parent.string() + "' does not exist");
 
   state_->path = path.string();
-  state_->gzip = options.gzip_level;
   thread_ = std::thread([this] { thread_main(); });
   auto created = std::make_shared<std::promise<void>>();
   auto done = created->get_future();
@@ -261,22 +259,22 @@ int Hdf5Writer::begin_run(RunLayout layout) {
     const hsize_t unlimited = H5S_UNLIMITED;
     Handle tokens = h5::ensure_group(g, "tokens");
     {
-      Handle d = h5::create_dataset(tokens, "prompt_ids", {H5T_STD_I32LE, {P}, {}, {std::max<hsize_t>(P, 1)}, s.gzip, {"position"}});
+      Handle d = h5::create_dataset(tokens, "prompt_ids", {H5T_STD_I32LE, {P}, {}, {std::max<hsize_t>(P, 1)}, options_.gzip_level, {"position"}});
       h5::write_slab(d, H5T_NATIVE_INT32, {0}, {P}, L.prompt_ids.data());
       Handle st = h5::create_dataset(tokens, "prompt_strings",
                                      {h5::utf8_string_type(), {P}, {}, {std::max<hsize_t>(P, 1)}, 0, {"position"}});
       h5::set_attr(st, "definition", std::string("each prompt token decoded on its own (UTF-8)"));
       h5::write_strings(st, L.prompt_strings, 0);
     }
-    run.generated_ids = h5::create_dataset(tokens, "generated_ids", {H5T_STD_I32LE, {0}, {unlimited}, {256}, s.gzip, {"token"}});
+    run.generated_ids = h5::create_dataset(tokens, "generated_ids", {H5T_STD_I32LE, {0}, {unlimited}, {256}, options_.gzip_level, {"token"}});
     run.generated_strings =
         h5::create_dataset(tokens, "generated_strings", {h5::utf8_string_type(), {0}, {unlimited}, {256}, 0, {"token"}});
-    run.logprobs = h5::create_dataset(tokens, "logprobs", {H5T_IEEE_F32LE, {0}, {unlimited}, {256}, s.gzip, {"token"}});
+    run.logprobs = h5::create_dataset(tokens, "logprobs", {H5T_IEEE_F32LE, {0}, {unlimited}, {256}, options_.gzip_level, {"token"}});
     h5::set_attr(run.logprobs, "units", std::string("natural log of the probability of each generated token"));
 
     Handle file_event_type(H5Tcopy(s.event_type));
     H5Tpack(file_event_type);
-    run.events = h5::create_dataset(g, "events", {file_event_type, {0}, {unlimited}, {1024}, s.gzip, {"event"}});
+    run.events = h5::create_dataset(g, "events", {file_event_type, {0}, {unlimited}, {1024}, options_.gzip_level, {"event"}});
     h5::set_attr(run.events, "definition",
                  std::string("one row per cache entry leaving the cache: phase 0 prefill 1 decode; step = prefill block or "
                              "decode step index, so (phase, step) names a row of steps/ and of the kept-mask step axis; position = original token position; score, secondary_score "
@@ -285,7 +283,7 @@ int Hdf5Writer::begin_run(RunLayout layout) {
 
     Handle steps = h5::ensure_group(g, "steps");
     for (const auto& f : kStepFields) {
-      Handle d = h5::create_dataset(steps, f.name, {f.file_type, {0}, {unlimited}, {256}, s.gzip, {"step"}});
+      Handle d = h5::create_dataset(steps, f.name, {f.file_type, {0}, {unlimited}, {256}, options_.gzip_level, {"step"}});
       h5::set_attr(d, "units", std::string(f.units));
       run.steps.push_back(std::move(d));
     }
@@ -296,7 +294,7 @@ int Hdf5Writer::begin_run(RunLayout layout) {
                  std::string("per layer [kv_head][position][step]: 1 kept, 0 evicted (or not yet seen), 2 merged away"));
     for (int l = 0; l < L.n_layers; ++l) {
       Handle d = h5::create_dataset(kept, indexed_name("layer_", l),
-                                    {H5T_STD_U8LE, {kv, positions, 0}, {kv, positions, unlimited}, {kv, positions, 1}, s.gzip,
+                                    {H5T_STD_U8LE, {kv, positions, 0}, {kv, positions, unlimited}, {kv, positions, 1}, options_.gzip_level,
                                      {"kv_head", "position", "step"}});
       run.kept.push_back(std::move(d));
     }
@@ -311,7 +309,7 @@ int Hdf5Writer::begin_run(RunLayout layout) {
       const hsize_t heads = static_cast<hsize_t>(L.n_heads), cols = static_cast<hsize_t>(L.decode_cols);
       for (int l = 0; l < L.n_layers; ++l) {
         Handle d = h5::create_dataset(dec, indexed_name("layer_", l),
-                                      {h5::half_type(), {0, heads, cols}, {unlimited, heads, cols}, {1, heads, cols}, s.gzip,
+                                      {h5::half_type(), {0, heads, cols}, {unlimited, heads, cols}, {1, heads, cols}, options_.gzip_level,
                                        {"decode_step", "head", "key_block"}});
         h5::set_attr(d, "units", std::string("probability"));
         run.decode.push_back(std::move(d));
@@ -319,7 +317,7 @@ int Hdf5Writer::begin_run(RunLayout layout) {
     }
     if (L.nmse) {
       const hsize_t layers = static_cast<hsize_t>(L.n_layers);
-      run.nmse = h5::create_dataset(g, "nmse", {H5T_IEEE_F32LE, {0, layers}, {unlimited, layers}, {64, layers}, s.gzip,
+      run.nmse = h5::create_dataset(g, "nmse", {H5T_IEEE_F32LE, {0, layers}, {unlimited, layers}, {64, layers}, options_.gzip_level,
                                                 {"decode_step", "layer"}});
       h5::set_attr(run.nmse, "definition",
                    std::string("CAOTE Fig. 3: ||o_compressed - o_full||^2 / ||o_full||^2 of the layer's attention output "
@@ -409,7 +407,7 @@ void Hdf5Writer::create_map(int run, const std::string& dataset, const Map2D& sh
   }
   post(64, [this, run, dataset, meta, units, definition] {
     auto& r = state_->runs.at(run);
-    Handle d = create_map_dataset(r.group, dataset, meta, state_->gzip);
+    Handle d = create_map_dataset(r.group, dataset, meta, options_.gzip_level);
     set_map_attrs(d, meta, units, definition);
     r.maps[dataset] = std::move(d);
   });
@@ -452,7 +450,7 @@ void Hdf5Writer::write_map(int run, const std::string& dataset, const Map2D& map
   auto rows = std::make_shared<MapRows>(pack_map_rows(map_layout(meta, options_.gzip_level), 0, map.rows, std::move(half)));
   post(rows->bytes(), [this, run, dataset, meta, rows, units, definition, triangle] {
     auto& r = state_->runs.at(run);
-    Handle d = create_map_dataset(r.group, dataset, meta, state_->gzip);
+    Handle d = create_map_dataset(r.group, dataset, meta, options_.gzip_level);
     set_map_attrs(d, meta, units, definition);
     if (triangle) h5::set_attr(d, "stored", std::string("lower_triangle"));
     write_map_rows_now(d, *rows, 0, meta.rows);
