@@ -6,7 +6,7 @@
 #include "app/run_options.h"
 #include "app/subcommands.h"
 #include "core/common/error.h"
-#include "core/policy/registry.h"
+#include "core/run/execute.h"
 
 namespace kvscope::app {
 
@@ -27,17 +27,17 @@ std::string mib(std::size_t bytes) {
   return buf;
 }
 
-nlohmann::json result_json(const model::Model& model, const std::string& prompt_text, const engine::RunResult& r,
-                           const policy::PolicyInstance& policy, const std::string& budget) {
+nlohmann::json result_json(const model::Model& model, const run::RunSpec& spec, const run::RunOutcome& outcome) {
+  const engine::RunResult& r = outcome.result;
   nlohmann::json j;
   j["model"] = model.file.path().string();
-  j["prompt"] = prompt_text;
+  j["prompt"] = run::prompt_text(spec.prompt, spec.chat);
   j["prompt_tokens"] = r.prompt_tokens;
   j["generated_tokens"] = r.generated_tokens;
   j["text"] = r.text;
   j["logprobs"] = r.logprobs;
   j["stop_reason"] = r.stop_reason;
-  j["policy"] = {{"name", policy.name}, {"params", policy.params.as_text()}, {"budget", budget}};
+  j["policy"] = {{"name", outcome.policy_name}, {"spec", spec.policy}, {"budget", spec.budget}};
   j["timings"] = {{"prefill_ms", r.prefill_ms},
                   {"prefill_tokens_per_s", r.prefill_ms > 0 ? 1000.0 * r.prompt_tokens.size() / r.prefill_ms : 0.0},
                   {"decode_ms", r.decode_ms},
@@ -53,8 +53,8 @@ nlohmann::json result_json(const model::Model& model, const std::string& prompt_
   return j;
 }
 
-void print_report(const engine::RunResult& r, const policy::PolicyInstance& policy, const std::string& budget) {
-  std::fprintf(stderr, "\n--- policy %s, budget %s ---\n", policy.name.c_str(), budget.empty() ? "(whole prompt)" : budget.c_str());
+void print_report(const run::RunSpec& spec, const engine::RunResult& r) {
+  std::fprintf(stderr, "\n--- policy %s, budget %s ---\n", spec.policy.c_str(), spec.budget.empty() ? "(whole prompt)" : spec.budget.c_str());
   std::fprintf(stderr, "prompt %zu tokens, generated %zu (%s)\n", r.prompt_tokens.size(), r.generated_tokens.size(),
                r.stop_reason.c_str());
   std::fprintf(stderr, "prefill %.1f ms (%.1f tok/s), decode %.2f ms/token\n", r.prefill_ms,
@@ -83,22 +83,16 @@ Command register_generate(CLI::App& root) {
   cmd->add_flag("--json", args->json, "print a machine-readable record instead of text");
 
   return {cmd, [args]() {
-            auto policy = policy::make_policy(with_allocation(args->policy, args->allocation));
-            if (policy.name != "full" && args->generation.budget.empty())
-              throw UsageError("policy '" + policy.name + "' needs --budget (tokens per layer and KV head, or a percentage)");
-            const auto options = args->generation.options();
+            const run::RunSpec spec =
+                args->generation.spec(args->prompt, with_allocation(args->policy, args->allocation), "kvscope generate");
+            run::check(spec);  // before the model loads, so a typo costs nothing
             const model::Model model = args->model.load();
-            const std::string text = args->prompt.text();
-            const std::vector<int> tokens = args->prompt.tokens(model);
-            engine::Engine engine(model);
-            engine::RunHooks hooks;
-            hooks.policy = policy.policy.get();
-            const engine::RunResult result = engine.generate(tokens, options, hooks);
+            const run::RunOutcome outcome = run::execute(spec, model, {});
             if (args->json) {
-              std::cout << result_json(model, text, result, policy, args->generation.budget).dump(2) << "\n";
+              std::cout << result_json(model, spec, outcome).dump(2) << "\n";
             } else {
-              std::cout << result.text << std::endl;
-              print_report(result, policy, args->generation.budget);
+              std::cout << outcome.result.text << std::endl;
+              print_report(spec, outcome.result);
             }
             return 0;
           }};

@@ -8,11 +8,8 @@
 #include "app/run_options.h"
 #include "app/subcommands.h"
 #include "core/common/error.h"
-#include "core/policy/budget_spec.h"
-#include "core/policy/registry.h"
+#include "core/run/execute.h"
 #include "core/trace/hdf5_writer.h"
-#include "core/trace/recorder.h"
-#include "core/trace/run_metadata.h"
 
 namespace kvscope::app {
 
@@ -73,72 +70,47 @@ Command register_trace(CLI::App& root) {
       ->check(CLI::Range(0, 9));
 
   return {cmd, [args]() {
-            trace::RecordOptions record = trace::RecordOptions::parse(args->record);
-            if (args->record_nmse) record.nmse = true;
-            record.live_view = false;
-            std::vector<std::string> specs = args->policies;
-            if (specs.empty()) specs.push_back("full");
-            const std::string budget = args->generation.budget;
-            // Check every policy and name before the model loads, so a typo costs nothing.
+            std::string record = args->record;
+            if (args->record_nmse) record += std::string(record.empty() ? "" : ";") + "nmse=on";
+            std::vector<std::string> policies = args->policies;
+            if (policies.empty()) policies.push_back("full");
+            // Check every run before the model loads, so a typo costs nothing.
+            std::vector<run::RunSpec> specs;
             std::vector<std::string> names;
-            for (const auto& spec : specs) {
-              auto p = policy::make_policy(spec);
-              if (p.name != "full" && budget.empty())
-                throw UsageError("policy '" + p.name + "' needs --budget (tokens per layer and KV head, or a percentage)");
-              std::string name = trace::run_name(spec, p.name == "full" ? "" : budget);
+            for (const auto& policy : policies) {
+              run::RunSpec spec = args->generation.spec(args->prompt, policy, "kvscope trace");
+              spec.record = record;
+              const std::string name = run::check(spec).run_name;
               if (std::find(names.begin(), names.end(), name) != names.end())
-                throw UsageError("--policy '" + spec + "' is given twice (run '" + name + "')");
+                throw UsageError("--policy '" + policy + "' is given twice (run '" + name + "')");
               names.push_back(name);
+              specs.push_back(std::move(spec));
             }
             std::error_code ec;
             if (std::filesystem::exists(args->out, ec) && !args->force)
               throw Error("trace file '" + args->out + "' already exists (pass --force to overwrite it)");
-            const auto options = args->generation.options();
             const model::Model model = args->model.load();
-            const std::string text = args->prompt.text();
-            const std::vector<int> tokens = args->prompt.tokens(model);
 
             trace::WriterOptions wopts;
             wopts.force = args->force;
             wopts.gzip_level = args->gzip;
             trace::Hdf5Writer writer(args->out, wopts);
-            engine::Engine engine(model);
+            // Runs of one prompt share its prefill when their policies compress after it (the maps are kept in
+            // memory between runs for that).
+            run::PrefillStore prefills(1, specs.size() > 1);
             for (std::size_t i = 0; i < specs.size(); ++i) {
-              auto p = policy::make_policy(specs[i]);
-              const auto text_params = p.params.as_text();
-              const bool uses_budget = p.name != "full" && !budget.empty();
-              trace::RecordedRun run;
-              run.name = names[i];
-              run.config = model.config;
-              run.tokenizer = model.tokenizer.get();
-              run.prompt = tokens;
-              run.max_new_tokens = options.max_new_tokens;
-              run.policy = p.policy.get();
-              engine::GenerateOptions run_options = options;
-              if (!uses_budget) run_options.budget = {};
-              trace::RunDescription description;
-              description.policy_name = p.name;
-              description.policy_spec = specs[i];
-              description.policy_params = text_params;
-              description.budget = uses_budget ? budget : "";
-              description.prompt = text;
-              description.chat = args->prompt.chat;
-              description.prompt_tokens = static_cast<int>(tokens.size());
-              description.options = run_options;
-              description.source = "kvscope trace";
-              run.metadata = trace::run_metadata(model, description);
-              trace::Recorder recorder(record, &writer, std::move(run));
-              engine::RunHooks hooks;
-              hooks.policy = p.policy.get();
-              hooks.observers.push_back(&recorder);
               ProgressPrinter progress(names[i], args->quiet);
-              hooks.progress = [&progress](const engine::Progress& pr) { progress(pr); };
-              const engine::RunResult result = engine.generate(tokens, run_options, hooks);
-              recorder.finish(result);
+              run::RunSinks sinks;
+              sinks.traces.push_back(&writer);
+              sinks.progress = [&progress](const engine::Progress& pr) { progress(pr); };
+              sinks.prefills = specs.size() > 1 ? &prefills : nullptr;
+              const run::RunOutcome outcome = run::execute(specs[i], model, sinks);
+              const engine::RunResult& result = outcome.result;
               if (!args->quiet)
-                std::fprintf(stderr, "kvscope trace: %s done: %zu prompt tokens, %zu generated (%s), prefill %.0f ms, decode %.1f ms/token\n",
+                std::fprintf(stderr, "kvscope trace: %s done: %zu prompt tokens, %zu generated (%s), prefill %.0f ms%s, decode %.1f ms/token\n",
                              names[i].c_str(), result.prompt_tokens.size(), result.generated_tokens.size(),
-                             result.stop_reason.c_str(), result.prefill_ms, result.decode_ms_per_token());
+                             result.stop_reason.c_str(), result.prefill_ms, outcome.prefill_reused ? " (reused)" : "",
+                             result.decode_ms_per_token());
             }
             writer.close();
             std::printf("%s\n", args->out.c_str());

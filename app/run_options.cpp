@@ -4,7 +4,6 @@
 #include <sstream>
 
 #include "core/common/error.h"
-#include "core/model/chat_template.h"
 
 namespace kvscope::app {
 
@@ -25,25 +24,17 @@ void PromptOptions::add_to(CLI::App* cmd) {
   cmd->add_flag("--chat", chat, "wrap the prompt in the model's chat template (ChatML) as a user message");
 }
 
-std::string PromptOptions::text() const {
-  std::string body = prompt;
+std::string PromptOptions::body() const {
+  std::string text = prompt;
   if (!prompt_file.empty()) {
     std::ifstream in(prompt_file, std::ios::binary);
     if (!in) throw UsageError("cannot read prompt file '" + prompt_file + "'");
     std::ostringstream ss;
     ss << in.rdbuf();
-    body = ss.str();
+    text = ss.str();
   }
-  if (body.empty()) throw UsageError("no prompt: pass --prompt TEXT or --prompt-file FILE");
-  return chat ? model::apply_chatml({{"user", body}}) : body;
-}
-
-std::vector<int> PromptOptions::tokens(const model::Model& model) const {
-  std::vector<int> ids;
-  if (model.tokenizer->add_bos() && model.tokenizer->bos_id() >= 0) ids.push_back(model.tokenizer->bos_id());
-  const auto body = model.tokenizer->encode(text(), chat);
-  ids.insert(ids.end(), body.begin(), body.end());
-  return ids;
+  if (text.empty()) throw UsageError("no prompt: pass --prompt TEXT or --prompt-file FILE");
+  return text;
 }
 
 void GenerationFlags::add_to(CLI::App* cmd) {
@@ -61,8 +52,18 @@ engine::GenerateOptions GenerationFlags::options() const {
   o.max_new_tokens = max_new_tokens;
   o.sampling = {temperature, top_k, top_p, seed};
   o.stop_at_end_of_generation = !ignore_eos;
-  if (!budget.empty()) o.budget = policy::BudgetSpec::parse(budget);
   return o;
+}
+
+run::RunSpec GenerationFlags::spec(const PromptOptions& prompt, const std::string& policy, const std::string& source) const {
+  run::RunSpec s;
+  s.policy = policy;
+  s.budget = budget;
+  s.prompt = prompt.body();
+  s.chat = prompt.chat;
+  s.generation = options();
+  s.source = source;
+  return s;
 }
 
 std::string with_allocation(const std::string& policy_spec, const std::string& allocation) {

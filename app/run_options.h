@@ -6,6 +6,7 @@
 
 #include "core/engine/engine.h"
 #include "core/model/model.h"
+#include "core/run/run_spec.h"
 
 namespace kvscope::app {
 
@@ -21,9 +22,9 @@ struct PromptOptions {
   std::string prompt_file;
   bool chat = false;
   void add_to(CLI::App* cmd);
-  // The prompt text (chat-formatted with --chat) and its token ids; throws UsageError without a prompt.
-  std::string text() const;
-  std::vector<int> tokens(const model::Model& model) const;
+  // The prompt as given (--prompt, or the file's text), before any chat template; throws UsageError
+  // without a prompt or for an unreadable file.
+  std::string body() const;
 };
 
 struct GenerationFlags {
@@ -36,6 +37,8 @@ struct GenerationFlags {
   std::string budget;  // "128" or "20%"; empty: the whole prompt
   void add_to(CLI::App* cmd);
   engine::GenerateOptions options() const;
+  // A run of `policy` on the prompt with these settings (core/run/run_spec.h).
+  run::RunSpec spec(const PromptOptions& prompt, const std::string& policy, const std::string& source) const;
 };
 
 // `--allocation NAME` is shorthand for the policy parameter allocation=NAME (the papers combine any token

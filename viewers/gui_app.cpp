@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "core/common/error.h"
@@ -113,9 +114,13 @@ class App {
   Panel* panel(const std::string& key);
   void step_script();
   void fail(const std::string& message);
+  // One JSON object per line in the --timing-log file: {"t": seconds since start, "event": ..., fields}.
+  void log_timing(const std::string& event, const nlohmann::json& fields = {});
   void export_panel(const std::string& key, const std::string& path, const ExportOptions& options);
 
   GuiOptions options_;
+  std::FILE* timing_ = nullptr;
+  Clock::time_point started_ = Clock::now();
   GLFWwindow* window_;
   Session session_;
   GlTextureStore textures_;
@@ -166,6 +171,10 @@ void App::fail(const std::string& message) {
 
 void App::start() {
   if (!options_.script.empty()) script_ = load_script(options_.script);  // parse errors are usage errors
+  if (!options_.timing_log.empty()) {
+    timing_ = std::fopen(options_.timing_log.c_str(), "w");
+    if (!timing_) throw Error("cannot write the timing log '" + options_.timing_log + "'");
+  }
   if (!options_.model.empty()) setup_.set_model(options_.model);
   for (const auto& f : options_.trace_files) session_.open_trace(f);
   const bool scripted_defaults = !script_.empty();
@@ -182,8 +191,23 @@ void App::start() {
   }
 }
 
+void App::log_timing(const std::string& event, const nlohmann::json& fields) {
+  if (!timing_) return;
+  nlohmann::json j = fields;
+  j["t"] = std::chrono::duration<double>(Clock::now() - started_).count();
+  j["event"] = event;
+  std::fprintf(timing_, "%s\n", j.dump().c_str());
+}
+
 void App::apply_updates() {
   for (auto& u : session_.poll()) {
+    if (timing_) {
+      bool decided = false;  // the snapshot holds the end of prefill: what the policy kept is on screen
+      for (const auto& st : u.run->steps) decided = decided || st.phase == 1 || st.seq_len >= u.run->prompt_length;
+      log_timing(u.final ? "result" : "snapshot",
+                 {{"slot", u.slot}, {"run", u.run->name}, {"steps", u.run->n_steps()}, {"decided", decided},
+                  {"prefill", u.run->meta("prefill")}});
+    }
     RunEntry e;
     e.run = u.run;
     e.slot = u.slot;
@@ -456,6 +480,11 @@ void App::step_script() {
   if (!screenshot_path_.empty()) return;  // the capture happens at the end of the next frame
   while (next_step_ < script_.size() && !quit_) {
     const ScriptStep& s = script_[next_step_++];
+    if (timing_) {
+      std::string text = s.command;
+      for (const auto& a : s.args) text += " " + a;
+      log_timing("command", {{"text", text.size() > 80 ? text.substr(0, 80) : text}});
+    }
     const std::string where = options_.script.empty() ? "script" : options_.script;
     try {
       const std::string& c = s.command;
@@ -576,9 +605,11 @@ int App::run() {
     const auto now = Clock::now();
     stats_.add(busy, work, std::chrono::duration<double, std::milli>(now - last).count(),
                std::chrono::duration<double, std::milli>(t_ui - t0).count());
+    log_timing("frame", {{"interval_ms", std::chrono::duration<double, std::milli>(now - last).count()}, {"busy", busy}});
     last = now;
   }
   stats_.report();
+  if (timing_) std::fclose(timing_);
   return exit_code_;
 }
 

@@ -18,6 +18,7 @@ struct GuiOptions {
   std::string budget;                    // budget for the default run (empty: 25%)
   int max_new_tokens = 0;                // 0: automatic
   bool no_run = false;                   // open the window without starting the default run
+  std::string timing_log;                // --timing-log FILE: JSON lines of script steps, results shown, frames
 };
 
 // Runs until the window closes or a script quits. Returns the process exit code (0 ok, 1 a script step

@@ -11,14 +11,12 @@
 
 #include "core/common/error.h"
 #include "core/engine/engine.h"
-#include "core/model/chat_template.h"
 #include "core/model/model.h"
-#include "core/policy/budget_spec.h"
-#include "core/policy/registry.h"
+#include "core/run/execute.h"
+#include "core/trace/emit_run.h"
 #include "core/trace/hdf5_reader.h"
 #include "core/trace/hdf5_writer.h"
-#include "core/trace/recorder.h"
-#include "core/trace/run_metadata.h"
+#include "core/trace/live_trace.h"
 
 namespace kvscope::viewers {
 
@@ -62,7 +60,7 @@ std::string sample_prompt(const std::string& name) {
   return kFallbackPrompt;
 }
 
-Session::Session(int threads) : threads_(threads) {
+Session::Session(int threads) : threads_(threads), prefills_(std::make_unique<run::PrefillStore>(2)) {
   if (threads_ <= 0) {
     const int hw = static_cast<int>(std::thread::hardware_concurrency());
     threads_ = hw >= 4 ? hw - 1 : std::max(1, hw);
@@ -88,12 +86,12 @@ uint64_t Session::submit(RunRequest request) {
   std::erase_if(queue_, [&](const Job& q) { return q.slot == request.slot; });
   Job job;
   job.slot = request.slot;
-  job.runs.push_back(std::move(request));
+  job.request = std::move(request);
   if (running_ && running_slot_ == job.slot) cancel_ = true;
   if (job.slot == kLiveSlot) {
     // The run the user is steering goes first: a background run in progress (the baseline) yields and
     // is queued again right behind it, so a budget change shows without waiting for the baseline.
-    if (running_ && running_slot_ != kLiveSlot && running_job_.save_path.empty()) {
+    if (running_ && running_slot_ != kLiveSlot) {
       cancel_ = true;
       yielded_ = true;
       queue_.push_front(running_job_);
@@ -106,15 +104,23 @@ uint64_t Session::submit(RunRequest request) {
   return id;
 }
 
-void Session::save(std::vector<RunRequest> requests, const std::string& path) {
-  if (requests.empty()) throw UsageError("nothing to save: no live runs (runs read from files are files already)");
+void Session::save(std::vector<SavedRun> runs, const std::string& path) {
+  if (runs.empty()) throw UsageError("nothing to save: no finished runs");
+  ++loads_in_flight_;
   std::lock_guard<std::mutex> lock(mutex_);
-  Job job;
-  job.slot = "save:" + path;
-  job.runs = std::move(requests);
-  job.save_path = path;
-  queue_.push_back(std::move(job));
-  wake_.notify_all();
+  loaders_.emplace_back([this, runs = std::move(runs), path] {
+    try {
+      trace::WriterOptions options;
+      options.force = true;
+      trace::Hdf5Writer writer(path, options);
+      for (const auto& r : runs) trace::emit_run(*r.run, writer, r.name);
+      writer.close();
+      message("saved " + std::to_string(runs.size()) + " run(s) to " + path);
+    } catch (const std::exception& e) {
+      message("saving to " + path + ": " + e.what(), true);
+    }
+    --loads_in_flight_;
+  });
 }
 
 void Session::open_trace(const std::string& path) {
@@ -148,8 +154,8 @@ void Session::cancel_all() {
 
 std::vector<SessionUpdate> Session::poll() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (running_recorder_) {
-    auto snap = running_recorder_->snapshot();
+  if (running_live_) {
+    auto snap = running_live_->snapshot();
     if (snap && snap != last_live_) {
       last_live_ = snap;
       // A newer snapshot of the same run supersedes an unread older one.
@@ -207,40 +213,35 @@ void Session::worker_main() {
       yielded_ = false;
     }
     try {
-      if (job.save_path.empty()) {
-        execute(job.runs.front(), nullptr, true);
-      } else {
-        trace::WriterOptions wopts;
-        wopts.force = true;
-        trace::Hdf5Writer writer(job.save_path, wopts);
-        int saved = 0;
-        for (const auto& r : job.runs) {
-          if (!execute(r, &writer, false)) break;
-          ++saved;
-        }
-        writer.close();
-        message(saved == static_cast<int>(job.runs.size())
-                    ? "saved " + std::to_string(saved) + " run(s) to " + job.save_path
-                    : "error: saving to " + job.save_path + " was cancelled after " + std::to_string(saved) + " run(s)",
-                saved != static_cast<int>(job.runs.size()));
-      }
+      execute(job.request);
     } catch (const std::exception& e) {
       message(job.slot + ": " + e.what(), true);
     }
     std::lock_guard<std::mutex> lock(mutex_);
     running_ = false;
-    running_recorder_ = nullptr;
+    running_live_ = nullptr;
     last_live_.reset();
   }
 }
 
-bool Session::execute(const RunRequest& request, trace::Hdf5Writer* writer, bool publish) {
+bool Session::execute(const RunRequest& request) {
   auto set_task = [this](const std::string& task, float fraction) {
     std::lock_guard<std::mutex> lock(mutex_);
     status_.task = task;
     status_.fraction = fraction;
   };
   const auto started = std::chrono::steady_clock::now();
+  run::RunSpec spec;
+  spec.policy = request.policy_spec;
+  spec.budget = request.budget;
+  spec.prompt = request.prompt;
+  spec.chat = request.chat;
+  spec.generation.max_new_tokens = request.max_new_tokens;
+  spec.record = request.record;
+  spec.name = request.name;
+  spec.source = "kvscope gui";
+  const std::string name = run::check(spec).run_name;  // a bad request fails before any model loads
+
   const std::filesystem::path path = model::resolve_model_path(request.model_path);
   if (!model_ || path.string() != model_path_) {
     set_task("loading model " + path.filename().string(), 0.0f);
@@ -252,92 +253,51 @@ bool Session::execute(const RunRequest& request, trace::Hdf5Writer* writer, bool
   }
   const model::Model& model = *model_;
 
-  if (request.prompt.empty()) throw UsageError("the prompt is empty");
-  const std::string text = request.chat ? model::apply_chatml({{"user", request.prompt}}) : request.prompt;
-  std::vector<int> tokens;
-  if (model.tokenizer->add_bos() && model.tokenizer->bos_id() >= 0) tokens.push_back(model.tokenizer->bos_id());
-  const auto body = model.tokenizer->encode(text, request.chat);
-  tokens.insert(tokens.end(), body.begin(), body.end());
-
-  auto policy = policy::make_policy(request.policy_spec);
-  const bool uses_budget = policy.name != "full" && !request.budget.empty();
-  if (policy.name != "full" && request.budget.empty())
-    throw UsageError("policy '" + policy.name + "' needs a budget (tokens per layer and KV head, or a percentage)");
-  engine::GenerateOptions options;
-  options.max_new_tokens = request.max_new_tokens;
-  if (uses_budget) options.budget = policy::BudgetSpec::parse(request.budget);
-
-  trace::RecordOptions record = trace::RecordOptions::parse(request.record);
-  record.live_view = true;
-  trace::RecordedRun run;
-  run.name = !request.name.empty() ? request.name
-                                   : trace::run_name(policy.name == "full" ? std::string("full") : request.policy_spec,
-                                                     uses_budget ? request.budget : "");
-  run.config = model.config;
-  run.tokenizer = model.tokenizer.get();
-  run.prompt = tokens;
-  run.max_new_tokens = options.max_new_tokens;
-  run.policy = policy.policy.get();
-  trace::RunDescription description;
-  description.policy_name = policy.name;
-  description.policy_spec = request.policy_spec;
-  description.policy_params = policy.params.as_text();
-  description.budget = uses_budget ? request.budget : "";
-  description.prompt = text;
-  description.chat = request.chat;
-  description.prompt_tokens = static_cast<int>(tokens.size());
-  description.options = options;
-  description.source = "kvscope gui";
-  run.metadata = trace::run_metadata(model, description);
-
-  const std::string name = run.name;
-  trace::Recorder recorder(record, writer, std::move(run));
-  if (publish) {
+  trace::LiveTrace live;
+  {
     std::lock_guard<std::mutex> lock(mutex_);
-    running_recorder_ = &recorder;
+    running_live_ = &live;
   }
-  // The recorder must not be read after it dies: unpublish it on every way out of this scope.
+  // The live trace must not be read after it dies: unpublish it on every way out of this scope.
   struct Unpublish {
     Session* s;
     ~Unpublish() {
       std::lock_guard<std::mutex> lock(s->mutex_);
-      s->running_recorder_ = nullptr;
+      s->running_live_ = nullptr;
     }
   } unpublish{this};
 
-  const int total = static_cast<int>(tokens.size()) + options.max_new_tokens;
-  engine::RunHooks hooks;
-  hooks.policy = policy.policy.get();
-  hooks.observers.push_back(&recorder);
-  hooks.cancel = &cancel_;
-  hooks.progress = [&](const engine::Progress& p) {
+  run::RunSinks sinks;
+  sinks.traces.push_back(&live);
+  sinks.cancel = &cancel_;
+  sinks.prefills = prefills_.get();
+  sinks.progress = [&](const engine::Progress& p) {
     const bool prefill = p.phase == engine::Phase::Prefill;
-    const int done = prefill ? p.done : static_cast<int>(tokens.size()) + p.done;
+    const int total = request.max_new_tokens + 1;
     set_task(name + (prefill ? ": prefill " : ": decode ") + std::to_string(p.done) + "/" + std::to_string(p.total),
-             total > 0 ? static_cast<float>(done) / total : 0.0f);
+             prefill ? 0.0f : static_cast<float>(p.done) / total);
   };
   set_task(name + ": starting", 0.0f);
-  engine::Engine engine(model);
-  const engine::RunResult result = engine.generate(tokens, options, hooks);
+  const run::RunOutcome outcome = run::execute(spec, model, sinks);
+  const engine::RunResult& result = outcome.result;
   if (result.cancelled || cancel_) {
     message(name + (yielded_ ? ": paused for the live run, queued again" : ": cancelled (superseded)"));
     return false;  // a cancelled run is never published as a result
   }
-  recorder.finish(result);
-  auto final_run = recorder.snapshot();
+  auto final_run = live.snapshot();
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    running_recorder_ = nullptr;  // in the same lock as the final update, so no live snapshot follows it
+    running_live_ = nullptr;  // in the same lock as the final update, so no live snapshot follows it
     std::erase_if(updates_, [&](const SessionUpdate& u) { return !u.final && u.slot == request.slot; });
-    if (final_run && publish)
-      updates_.push_back({request.slot, final_run, true, "live", std::make_shared<const RunRequest>(request)});
+    if (final_run) updates_.push_back({request.slot, final_run, true, "live", std::make_shared<const RunRequest>(request)});
     status_.completed++;
     status_.last_run_ms = ms;
+    status_.last_prefill_reused = outcome.prefill_reused;
     status_.last_error.clear();
     messages_.push_back(name + ": done in " + std::to_string(static_cast<int>(ms)) + " ms (" +
-                        std::to_string(result.generated_tokens.size()) + " tokens, " + result.stop_reason + ")" +
-                        (writer ? ", recorded to " + writer->path().string() : ""));
+                        std::to_string(result.generated_tokens.size()) + " tokens, " + result.stop_reason +
+                        (outcome.prefill_reused ? ", prefill reused" : "") + ")");
   }
   return true;
 }

@@ -19,8 +19,10 @@ namespace kvscope::model {
 struct Model;
 }
 namespace kvscope::trace {
-class Recorder;
-class Hdf5Writer;
+class LiveTrace;
+}
+namespace kvscope::run {
+class PrefillStore;
 }
 
 namespace kvscope::viewers {
@@ -48,6 +50,7 @@ struct SessionStatus {
   std::string model_name;       // of the loaded model
   int completed = 0;            // runs finished since start
   double last_run_ms = 0.0;     // wall time of the latest finished run
+  bool last_prefill_reused = false;  // the latest run replayed its prompt's captured prefill
 };
 
 struct SessionUpdate {
@@ -71,9 +74,13 @@ class Session {
   // it is for the same slot. Live-slot requests go to the front; a background run in progress yields to
   // them and is queued again. Returns a request id.
   uint64_t submit(RunRequest request);
-  // Re-runs `requests` (greedy decoding repeats them exactly) with one trace writer attached, so all of
-  // them land in one HDF5 file, as `kvscope trace` would write it. Results are not published again.
-  void save(std::vector<RunRequest> requests, const std::string& path);
+  // Writes runs that are in memory (live ones and ones read from files) into one HDF5 file on a background
+  // thread, as `kvscope trace` would have written them; the model does not run. Names must be unique.
+  struct SavedRun {
+    std::string name;
+    std::shared_ptr<const trace::RunTrace> run;
+  };
+  void save(std::vector<SavedRun> runs, const std::string& path);
   // Reads trace files on a background thread; their runs arrive through poll() as final updates.
   void open_trace(const std::string& path);
   void cancel_all();
@@ -89,12 +96,11 @@ class Session {
  private:
   struct Job {
     std::string slot;
-    std::vector<RunRequest> runs;  // one, or several for a save
-    std::string save_path;         // non-empty: record into this file and publish nothing
+    RunRequest request;
   };
   void worker_main();
-  // Runs one request; with a writer the run is also recorded into it. Returns false when cancelled.
-  bool execute(const RunRequest& request, trace::Hdf5Writer* writer, bool publish);
+  // Runs one request and publishes its result. Returns false when cancelled.
+  bool execute(const RunRequest& request);
   void push_update(SessionUpdate update);
   void message(const std::string& text, bool error = false);
 
@@ -105,12 +111,12 @@ class Session {
   uint64_t next_id_ = 1;
   bool stopping_ = false;
 
-  // The run in flight: its slot, job, cancel flag and recorder (read by poll() for live snapshots).
+  // The run in flight: its slot, job, cancel flag and live trace (read by poll() for snapshots).
   std::string running_slot_;
   Job running_job_;
   bool yielded_ = false;  // cancelled to let a live run go first; it was queued again
   std::atomic<bool> cancel_{false};
-  trace::Recorder* running_recorder_ = nullptr;
+  trace::LiveTrace* running_live_ = nullptr;
   std::shared_ptr<const trace::RunTrace> last_live_;
   bool running_ = false;
   std::atomic<int> loads_in_flight_{0};
@@ -122,8 +128,9 @@ class Session {
   // Owned by the worker thread.
   std::shared_ptr<model::Model> model_;
   std::string model_path_;
+  std::unique_ptr<run::PrefillStore> prefills_;  // prompts whose prefill a budget change can replay
 
-  std::vector<std::thread> loaders_;
+  std::vector<std::thread> loaders_;  // file reads and saves
   std::thread worker_;
 };
 

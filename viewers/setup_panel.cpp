@@ -161,20 +161,20 @@ void SetupPanel::pin(AppState& state) {
 }
 
 int SetupPanel::save(const AppState& state, const std::string& path) {
-  std::vector<RunRequest> requests;
-  std::vector<std::string> names;
+  std::vector<Session::SavedRun> runs;
   for (const auto& e : state.runs) {
-    if (!e.request || !e.run || e.in_progress) continue;
-    RunRequest r = *e.request;
-    // Run names must be unique in a file; a kept run and the live one can share policy and budget.
+    if (!e.run || e.in_progress) continue;
+    // Run names must be unique in a file; a kept run and the live one (or two files) can share one.
     std::string name = e.run->name;
-    for (int k = 2; std::find(names.begin(), names.end(), name) != names.end(); ++k) name = e.run->name + "_" + std::to_string(k);
-    names.push_back(name);
-    r.name = name;
-    requests.push_back(std::move(r));
+    auto taken = [&](const std::string& n) {
+      return std::any_of(runs.begin(), runs.end(), [&](const Session::SavedRun& r) { return r.name == n; });
+    };
+    for (int k = 2; taken(name); ++k) name = e.run->name + "_" + std::to_string(k);
+    runs.push_back({name, e.run});
   }
-  session_.save(requests, path);
-  return static_cast<int>(requests.size());
+  const int n = static_cast<int>(runs.size());
+  session_.save(std::move(runs), path);
+  return n;
 }
 
 bool SetupPanel::param_widgets() {

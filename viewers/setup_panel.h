@@ -29,8 +29,8 @@ class SetupPanel final : public Panel {
   void run(bool with_baseline = true);
   // Keeps the current live run as its own entry for comparison.
   void pin(AppState& state);
-  // Records every live run on screen (live, baseline, kept ones) into one HDF5 file by re-running their
-  // requests with the trace writer attached. Returns how many runs are being saved.
+  // Writes every finished run on screen (live, baseline, kept ones, ones read from files) from memory into
+  // one HDF5 file; the model does not run. Returns how many runs are being saved.
   int save(const AppState& state, const std::string& path);
 
   RunRequest request() const;

@@ -34,6 +34,7 @@ struct Engine::Run {
   cache::KVCache cache;
   std::unique_ptr<cache::KVCache> shadow;  // every K/V row, never edited; only for full-cache-output observers
   const RunHooks* hooks = nullptr;
+  PrefillCapture* capture = nullptr;  // being filled by this run's one-pass prefill
   bool cancelled() const { return hooks && hooks->cancel && hooks->cancel->load(std::memory_order_relaxed); }
 };
 
@@ -48,19 +49,44 @@ void Engine::apply_edit(Run& run, cache::CacheEdit&& edit, const StepInfo& step)
   run.cache.apply(edit);
 }
 
+struct Engine::LayerRequests {
+  ObservationRequest policy, merged;
+  std::vector<ObservationRequest> observers;
+};
+
+Engine::LayerRequests Engine::requests_for(const Run& run, int layer, Phase phase) const {
+  LayerRequests r;
+  policy::Policy* policy = run.hooks->policy;
+  r.policy = policy ? policy->request(layer, phase) : ObservationRequest{};
+  r.merged = r.policy;
+  for (RunObserver* o : run.hooks->observers) r.merged.merge(r.observers.emplace_back(o->request(layer, phase)));
+  auto wants_window = [](const ObservationRequest& q) { return q.window > 0 && (q.window_sums || q.window_rows); };
+  // When windows differ, the widest is computed and narrowed per reader, which needs its rows.
+  bool mixed_windows = wants_window(r.policy) && r.policy.window != r.merged.window;
+  for (const auto& q : r.observers) mixed_windows = mixed_windows || (wants_window(q) && q.window != r.merged.window);
+  if (mixed_windows) r.merged.window_rows = true;
+  return r;
+}
+
+void Engine::deliver(Run& run, const LayerRequests& requests, const AttentionObservation& obs, const StepInfo& step) {
+  if (!requests.merged.any()) return;
+  auto wants_window = [](const ObservationRequest& q) { return q.window > 0 && (q.window_sums || q.window_rows); };
+  std::optional<AttentionObservation> narrowed_copy;
+  auto view_for = [&](const ObservationRequest& r) -> const AttentionObservation& {
+    if (!wants_window(r) || std::min(r.window, obs.n_queries()) == obs.window) return obs;
+    return narrowed_copy.emplace(narrowed(obs, r.window));
+  };
+  for (std::size_t i = 0; i < run.hooks->observers.size(); ++i)
+    run.hooks->observers[i]->on_observation(view_for(requests.observers[i]));
+  if (policy::Policy* policy = run.hooks->policy)
+    apply_edit(run, policy->after_layer(view_for(requests.policy), run.cache), step);
+}
+
 void Engine::attention(Run& run, int layer, const float* q, int n, const int32_t* positions, const StepInfo& step,
                        float* out) {
   const auto& c = model_.config;
-  policy::Policy* policy = run.hooks->policy;
-  const ObservationRequest policy_request = policy ? policy->request(layer, step.phase) : ObservationRequest{};
-  ObservationRequest request = policy_request;
-  std::vector<ObservationRequest> observer_requests;
-  for (RunObserver* o : run.hooks->observers) request.merge(observer_requests.emplace_back(o->request(layer, step.phase)));
-  auto wants_window = [](const ObservationRequest& r) { return r.window > 0 && (r.window_sums || r.window_rows); };
-  // When windows differ, the widest is computed and narrowed per reader, which needs its rows.
-  bool mixed_windows = wants_window(policy_request) && policy_request.window != request.window;
-  for (const auto& r : observer_requests) mixed_windows = mixed_windows || (wants_window(r) && r.window != request.window);
-  if (mixed_windows) request.window_rows = true;
+  const LayerRequests requests = requests_for(run, layer, step.phase);
+  const bool capturing = run.capture && step.phase == Phase::Prefill;
 
   AttentionObservation obs;
   obs.layer = layer;
@@ -71,7 +97,13 @@ void Engine::attention(Run& run, int layer, const float* q, int n, const int32_t
   obs.n_kv_heads = c.n_kv_heads;
   obs.query_positions.assign(positions, positions + n);
   AttentionInputs inputs{c, run.cache, layer, q, n, positions};
-  compute_attention(inputs, request, run.hooks->observers, obs, out);
+  compute_attention(inputs, capturing ? PrefillCapture::superset(requests.merged) : requests.merged,
+                    run.hooks->observers, obs, out);
+  if (capturing) {
+    // Readers see what they asked for, cut from the wider capture exactly as a replay will cut it.
+    run.capture->layers[layer].observation = obs;
+    obs = restricted(obs, requests.merged);
+  }
   if (run.shadow && step.phase == Phase::Decode) {
     std::vector<float> full(static_cast<std::size_t>(n) * c.n_heads * c.head_dim);
     AttentionObservation unused;
@@ -79,16 +111,26 @@ void Engine::attention(Run& run, int layer, const float* q, int n, const int32_t
     for (RunObserver* o : run.hooks->observers)
       if (o->wants_full_cache_output()) o->on_full_cache_output(layer, step, n, c.n_heads * c.head_dim, out, full.data());
   }
+  deliver(run, requests, obs, step);
+}
 
-  if (!request.any()) return;
-  std::optional<AttentionObservation> narrowed_copy;
-  auto view_for = [&](const ObservationRequest& r) -> const AttentionObservation& {
-    if (!wants_window(r) || std::min(r.window, n) == obs.window) return obs;
-    return narrowed_copy.emplace(narrowed(obs, r.window));
-  };
-  for (std::size_t i = 0; i < run.hooks->observers.size(); ++i)
-    run.hooks->observers[i]->on_observation(view_for(observer_requests[i]));
-  if (policy) apply_edit(run, policy->after_layer(view_for(policy_request), run.cache), step);
+void Engine::replay_prefill(Run& run, const PrefillCapture& capture, const StepInfo& step) {
+  const auto& c = model_.config;
+  const int n = static_cast<int>(capture.prompt.size());
+  for (int l = 0; l < c.n_layers; ++l) {
+    if (run.cancelled()) return;
+    const LayerRequests requests = requests_for(run, l, Phase::Prefill);
+    if (!capture.covers(l, requests.merged))
+      throw Error("prefill capture of layer " + std::to_string(l) + " cannot serve this run's request (window " +
+                  std::to_string(requests.merged.window) + (requests.merged.rows ? ", streamed rows" : "") + ")");
+    const PrefillCapture::Layer& cl = capture.layers[l];
+    run.cache.append(l, cl.keys.data(), cl.values.data(), n, capture.positions.data());
+    if (run.shadow) run.shadow->append(l, cl.keys.data(), cl.values.data(), n, capture.positions.data());
+    AttentionObservation obs = restricted(cl.observation, requests.merged);
+    obs.step = step.step;
+    obs.prefill_done = step.prefill_done;
+    deliver(run, requests, obs, step);
+  }
 }
 
 void Engine::forward(Run& run, const int* tokens, int n, int first_position, const StepInfo& step, float* logits) {
@@ -120,6 +162,10 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
       kernels::rope(&k[static_cast<std::size_t>(i) * kv_dim], c.n_kv_heads, c.head_dim, c.rope_dim, positions[i], c.rope_base, c.rope_style);
     }
     run.cache.append(l, k.data(), v.data(), n, positions.data());
+    if (run.capture && step.phase == Phase::Prefill) {
+      run.capture->layers[l].keys = k;
+      run.capture->layers[l].values = v;
+    }
     if (run.shadow) run.shadow->append(l, k.data(), v.data(), n, positions.data());
     attention(run, l, q.data(), n, positions.data(), step, attn_out.data());
 
@@ -187,13 +233,41 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   const int n_prompt = static_cast<int>(prompt.size());
 
   const int block = hooks.policy && hooks.policy->prefill_block_size() > 0 ? hooks.policy->prefill_block_size() : n_prompt;
+  const bool one_pass = block >= n_prompt;
+  if (hooks.replay) {
+    if (hooks.replay->prompt != prompt || !hooks.replay->complete)
+      throw Error("prefill capture is of another prompt (or incomplete); it cannot be replayed for this one");
+    if (!one_pass)
+      throw Error("policy '" + hooks.policy->name() + "' prefills in blocks of " + std::to_string(block) +
+                  " tokens and evicts between them; a one-pass prefill capture cannot stand in for that");
+  }
+  if (hooks.capture && one_pass && !hooks.replay) {
+    PrefillCapture& cap = *hooks.capture;
+    cap = PrefillCapture{};
+    cap.prompt = prompt;
+    cap.positions.resize(n_prompt);
+    for (int i = 0; i < n_prompt; ++i) cap.positions[i] = i;
+    cap.layers.resize(c.n_layers);
+    run.capture = &cap;
+  }
   auto t0 = std::chrono::steady_clock::now();
   SampledToken next{};
   for (int start = 0, index = 0; start < n_prompt; start += block, ++index) {
     const int n = std::min(block, n_prompt - start);
     StepInfo step{Phase::Prefill, index, start + n, start + n == n_prompt};
-    forward(run, prompt.data() + start, n, start, step, step.prefill_done ? logits.data() : nullptr);
+    if (hooks.replay) {
+      replay_prefill(run, *hooks.replay, step);
+      logits = hooks.replay->last_logits;
+      result.prefill_replayed = true;
+    } else {
+      forward(run, prompt.data() + start, n, start, step, step.prefill_done ? logits.data() : nullptr);
+    }
     if (run.cancelled()) break;
+    if (run.capture && step.prefill_done) {
+      run.capture->last_logits = logits;
+      run.capture->prefill_ms = elapsed_ms(t0);
+      run.capture->complete = true;
+    }
     if (step.prefill_done) next = sampler.sample(logits.data(), c.vocab_size);
     finish_step(run, step, step.prefill_done ? next.id : -1, step.prefill_done ? next.logprob : 0.0f);
     if (hooks.progress) hooks.progress({Phase::Prefill, start + n, n_prompt});

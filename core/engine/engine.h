@@ -8,6 +8,7 @@
 
 #include "core/cache/kv_cache.h"
 #include "core/engine/attention_observation.h"
+#include "core/engine/prefill_capture.h"
 #include "core/engine/run_observer.h"
 #include "core/engine/sampling.h"
 #include "core/engine/step.h"
@@ -38,6 +39,12 @@ struct RunHooks {
   std::vector<RunObserver*> observers;       // the recorder, tests, ...
   std::function<void(const Progress&)> progress;
   const std::atomic<bool>* cancel = nullptr;  // checked between layers; a cancelled run returns early
+  // Fill this with the prompt's prefill while running it (prefill_capture.h). Only a one-pass prefill is
+  // captured; with a block-wise policy the capture stays incomplete.
+  PrefillCapture* capture = nullptr;
+  // Replay this capture of the same prompt instead of running the prefill. The policy must prefill in one
+  // pass, and no observer may ask for streamed prefill rows (the recorder adopts a run's maps instead).
+  const PrefillCapture* replay = nullptr;
 };
 
 struct RunResult {
@@ -53,6 +60,7 @@ struct RunResult {
   std::vector<std::vector<int>> kept;  // [layers][kv_heads] entries at the end
   std::vector<int> layer_budgets;      // the policy's budgets at the end (empty without a policy)
   bool cancelled = false;
+  bool prefill_replayed = false;       // the prefill came from a capture (RunHooks::replay)
   std::string stop_reason;             // "max_new_tokens", "end_of_generation", "context_full", "cancelled"
 
   double decode_ms_per_token() const { return generated_tokens.size() > 1 ? decode_ms / (generated_tokens.size() - 1) : 0.0; }
@@ -72,6 +80,11 @@ class Engine {
 
  private:
   struct Run;
+  struct LayerRequests;
+  LayerRequests requests_for(const Run& run, int layer, Phase phase) const;
+  // Hands a layer's observation to the observers and the policy, and applies the policy's edit.
+  void deliver(Run& run, const LayerRequests& requests, const AttentionObservation& obs, const StepInfo& step);
+  void replay_prefill(Run& run, const PrefillCapture& capture, const StepInfo& step);
   void forward(Run& run, const int* tokens, int n, int first_position, const StepInfo& step, float* logits);
   void attention(Run& run, int layer, const float* q, int n, const int32_t* positions, const StepInfo& step, float* out);
   void finish_step(Run& run, const StepInfo& step, int token, float logprob);

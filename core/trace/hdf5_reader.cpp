@@ -273,11 +273,8 @@ void read_run_body(hid_t g, RunTrace& r, const ReadOptions& options, const std::
         const auto dims = h5::dataset_dims(d);
         if (dims.size() != 3) throw Error("'" + h5::name_of(d) + "' should have rank 3 [kv_head][position][step]");
         if (static_cast<std::size_t>(layer) >= masks.size()) masks.resize(layer + 1);
-        KeptMask& m = masks[layer];
-        m.n_kv_heads = static_cast<int>(dims[0]);
-        m.n_positions = static_cast<int>(dims[1]);
-        m.n_steps = static_cast<int>(dims[2]);
-        m.values = h5::read_bytes(d);
+        masks[layer] = KeptMask::from_head_position_step(static_cast<int>(dims[0]), static_cast<int>(dims[1]),
+                                                         static_cast<int>(dims[2]), h5::read_bytes(d));
       }
       r.kept_mask = std::move(masks);
     });

@@ -397,8 +397,9 @@ void write_map_rows_now(hid_t dataset, const MapRows& rows, int first_row, int n
 }
 }  // namespace
 
-void Hdf5Writer::create_map(int run, const std::string& dataset, const Map2D& shape, const std::string& units,
+void Hdf5Writer::create_map(int run, const MapSlot& slot, const Map2D& shape, const std::string& units,
                             const std::string& definition) {
+  const std::string dataset = map_dataset_path(slot);
   Map2D meta = shape;
   meta.values.clear();
   {
@@ -413,8 +414,9 @@ void Hdf5Writer::create_map(int run, const std::string& dataset, const Map2D& sh
   });
 }
 
-void Hdf5Writer::write_map_rows(int run, const std::string& dataset, int first_row, int n_rows,
-                                std::vector<uint16_t> half_values) {
+void Hdf5Writer::write_map_rows(int run, const MapSlot& slot, int first_row, int n_rows, std::span<const float> values) {
+  const std::string dataset = map_dataset_path(slot);
+  std::vector<uint16_t> half_values = to_half(values.data(), values.size());
   // Packing (the costly part) happens here, on the caller's thread: the attention threads pack their
   // own heads' maps side by side, and the writer thread only stores the chunks.
   std::optional<h5::ChunkLayout> layout;
@@ -436,8 +438,9 @@ void Hdf5Writer::write_map_rows(int run, const std::string& dataset, int first_r
   });
 }
 
-void Hdf5Writer::write_map(int run, const std::string& dataset, const Map2D& map, const std::string& units,
+void Hdf5Writer::write_map(int run, const MapSlot& slot, const Map2D& map, const std::string& units,
                            const std::string& definition, bool lower_triangle) {
+  const std::string dataset = map_dataset_path(slot);
   // Converted and packed on the caller's thread, like write_map_rows.
   auto half = to_half(map.values.data(), map.values.size());
   const bool triangle = lower_triangle && map.rows == map.cols;
@@ -520,8 +523,10 @@ void Hdf5Writer::write_layer_budgets(int run, const std::vector<int>& budgets) {
 void Hdf5Writer::append_step(int run, StepRecord record) {
   std::size_t bytes = record.events.size() * sizeof(Event) + record.decode_attention.size() * 2 + record.nmse.size() * 4;
   for (const auto& k : record.kept) bytes += k.size();
+  auto decode_half = std::make_shared<std::vector<uint16_t>>(to_half(record.decode_attention.data(), record.decode_attention.size()));
+  record.decode_attention.clear();
   auto shared = std::make_shared<StepRecord>(std::move(record));
-  post(bytes, [this, run, shared] {
+  post(bytes, [this, run, shared, decode_half] {
     State& s = *state_;
     auto& r = s.runs.at(run);
     const StepRecord& rec = *shared;
@@ -543,10 +548,10 @@ void Hdf5Writer::append_step(int run, StepRecord record) {
       h5::write_strings(r.generated_strings, {rec.token_string}, n);
       h5::append_rows(r.logprobs, H5T_NATIVE_FLOAT, 1, &rec.logprob);
     }
-    if (!rec.decode_attention.empty() && !r.decode.empty()) {
-      const std::size_t per_layer = rec.decode_attention.size() / r.decode.size();
+    if (!decode_half->empty() && !r.decode.empty()) {
+      const std::size_t per_layer = decode_half->size() / r.decode.size();
       for (std::size_t l = 0; l < r.decode.size(); ++l)
-        h5::append_rows(r.decode[l], h5::half_type(), 1, rec.decode_attention.data() + l * per_layer);
+        h5::append_rows(r.decode[l], h5::half_type(), 1, decode_half->data() + l * per_layer);
     }
     if (!rec.nmse.empty() && r.nmse.valid()) h5::append_rows(r.nmse, H5T_NATIVE_FLOAT, 1, rec.nmse.data());
     ++r.n_steps;

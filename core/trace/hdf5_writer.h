@@ -20,6 +20,7 @@
 
 #include "core/policy/diagnostics.h"
 #include "core/trace/chunk_deflate.h"
+#include "core/trace/trace_sink.h"
 #include "core/trace/trace_view.h"
 
 namespace kvscope::trace {
@@ -30,34 +31,7 @@ struct WriterOptions {
   std::size_t queue_bytes = 64u << 20;      // queued payload beyond which the caller waits
 };
 
-// The fixed shape of one run, known before it starts.
-struct RunLayout {
-  std::string name;                              // group name under /runs, [A-Za-z0-9_.-]+
-  std::map<std::string, std::string> metadata;   // written as string attributes of the run group
-  int n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  int prompt_length = 0;
-  int max_positions = 0;                         // prompt + max new tokens: the kept-mask position axis
-  std::vector<int32_t> prompt_ids;
-  std::vector<std::string> prompt_strings;
-  int decode_cols = 0, decode_col_block = 1;     // decode attention rows (0 cols: not recorded)
-  Pooling decode_pooling = Pooling::Max;
-  bool nmse = false;
-};
-
-// Everything one engine step adds to a run.
-struct StepRecord {
-  StepStats stats;
-  std::vector<Event> events;
-  std::vector<std::vector<uint8_t>> kept;        // [layers][kv_heads * max_positions], KeptState values
-  bool has_token = false;
-  int32_t token = -1;
-  std::string token_string;
-  float logprob = 0.0f;
-  std::vector<uint16_t> decode_attention;        // [layers][heads][decode_cols] half floats, decode steps only
-  std::vector<float> nmse;                       // [layers], decode steps with NMSE only
-};
-
-class Hdf5Writer {
+class Hdf5Writer final : public TraceSink {
  public:
   // Creates the file before returning; throws Error naming the path when it exists (without force) or
   // cannot be created.
@@ -73,28 +47,25 @@ class Hdf5Writer {
     return blocked_ms_;
   }
 
-  // Returns the run's id for the calls below. Throws UsageError for a duplicate or malformed name.
-  int begin_run(RunLayout layout);
-  // A map dataset at `dataset` (relative to the run group, e.g. "attention/layer_03/head_00") with the
-  // shape and pooling of `shape` (values ignored); rows follow with write_map_rows.
-  void create_map(int run, const std::string& dataset, const Map2D& shape, const std::string& units,
-                  const std::string& definition);
-  void write_map_rows(int run, const std::string& dataset, int first_row, int n_rows, std::vector<uint16_t> half_values);
-  // Both at once, for maps computed whole (similarity). A symmetric map may be stored as its lower
-  // triangle (upper cells 0, attribute stored = "lower_triangle"), which halves what gzip has to work on.
-  void write_map(int run, const std::string& dataset, const Map2D& map, const std::string& units,
-                 const std::string& definition, bool lower_triangle = false);
-  void write_stat(int run, const std::string& name, const LayerHeadStat& stat);
-  void write_layer_stat(int run, const std::string& name, const LayerStat& stat);
-  void write_series(int run, const std::string& name, const policy::Series& series);
-  void write_layer_budgets(int run, const std::vector<int>& budgets);
-  void append_step(int run, StepRecord record);
+  // TraceSink. begin_run throws UsageError for a duplicate or malformed name. Map rows are converted to
+  // float16 and packed into compressed chunks on the caller's thread; the writer thread only stores them.
+  int begin_run(RunLayout layout) override;
+  void create_map(int run, const MapSlot& slot, const Map2D& shape, const std::string& units,
+                  const std::string& definition) override;
+  void write_map_rows(int run, const MapSlot& slot, int first_row, int n_rows, std::span<const float> values) override;
+  void write_map(int run, const MapSlot& slot, const Map2D& map, const std::string& units, const std::string& definition,
+                 bool lower_triangle = false) override;
+  void write_stat(int run, const std::string& name, const LayerHeadStat& stat) override;
+  void write_layer_stat(int run, const std::string& name, const LayerStat& stat) override;
+  void write_series(int run, const std::string& name, const policy::Series& series) override;
+  void write_layer_budgets(int run, const std::vector<int>& budgets) override;
+  void append_step(int run, StepRecord record) override;
   // Final attributes (stop reason, timings ...) and complete = 1.
-  void end_run(int run, const std::map<std::string, std::string>& final_metadata);
+  void end_run(int run, const std::map<std::string, std::string>& final_metadata) override;
 
   // Queues a flush of everything queued so far, without waiting for it: a long prefill calls it after
   // each layer so a killed run keeps the layers it finished.
-  void flush();
+  void flush() override;
   // Waits until everything queued so far is written and flushed; re-throws the writer thread's first error.
   void sync();
   // Waits for the queue, closes the file and re-throws the writer thread's first error.

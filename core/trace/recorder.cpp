@@ -11,7 +11,7 @@
 #include "core/analysis/output_error.h"
 #include "core/analysis/similarity.h"
 #include "core/common/error.h"
-#include "core/trace/float16.h"
+#include "core/trace/hdf5_writer.h"
 #include "core/trace/trace_names.h"
 
 namespace kvscope::trace {
@@ -56,10 +56,6 @@ class BusyTimer {
 };
 
 constexpr float kNoScore = std::numeric_limits<float>::quiet_NaN();
-
-const char* kAttentionDefinition =
-    "softmax(q k^T / sqrt(d)) of the prefill queries (rows, by position) over key positions (columns); keys a query "
-    "could not see, or that were evicted before it ran, are 0; pooled over row_block x col_block cells";
 
 }  // namespace
 
@@ -134,16 +130,15 @@ std::string run_name(const std::string& policy, const std::string& budget) {
 
 // A prefill map being pooled: rows go to the writer in batches and, for the live view, into a Map2D.
 struct Recorder::MapBuild {
-  MapBuild(const analysis::PoolShape& shape, std::string dataset_path) : pooler(shape, {}), path(std::move(dataset_path)) {}
+  MapBuild(const analysis::PoolShape& shape, MapSlot map_slot) : pooler(shape, {}), slot(map_slot) {}
   analysis::RowPooler pooler;
-  std::string path;
-  std::shared_ptr<Map2D> live;
-  std::vector<uint16_t> pending;
+  MapSlot slot;
+  std::vector<float> pending;
   int pending_first = 0, pending_rows = 0;
 };
 
-Recorder::Recorder(RecordOptions options, Hdf5Writer* writer, RecordedRun run)
-    : options_(std::move(options)), writer_(writer), run_(std::move(run)) {
+Recorder::Recorder(RecordOptions options, std::vector<TraceSink*> sinks, RecordedRun run)
+    : options_(std::move(options)), sinks_(std::move(sinks)), run_(std::move(run)) {
   const auto& c = run_.config;
   if (c.n_layers <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0)
     throw Error("recorder: model shape " + std::to_string(c.n_layers) + " layers, " + std::to_string(c.n_heads) + " heads, " +
@@ -161,48 +156,67 @@ Recorder::Recorder(RecordOptions options, Hdf5Writer* writer, RecordedRun run)
   decode_rows_.assign(static_cast<std::size_t>(c.n_layers) * c.n_heads * decode_shape_.cols(), 0.0f);
   nmse_row_.assign(c.n_layers, 0.0f);
 
-  live_.name = run_.name;
-  live_.metadata = run_.metadata;
-  live_.metadata["record_options"] = options_.to_json();
-  live_.n_layers = c.n_layers;
-  live_.n_heads = c.n_heads;
-  live_.n_kv_heads = c.n_kv_heads;
-  live_.head_dim = c.head_dim;
-  live_.prompt_length = prompt_length_;
-  live_.prompt_ids.assign(run_.prompt.begin(), run_.prompt.end());
+  RunLayout layout;
+  layout.name = run_.name;
+  layout.metadata = run_.metadata;
+  layout.metadata["record_options"] = options_.to_json();
+  layout.n_layers = c.n_layers;
+  layout.n_heads = c.n_heads;
+  layout.n_kv_heads = c.n_kv_heads;
+  layout.head_dim = c.head_dim;
+  layout.prompt_length = prompt_length_;
+  layout.max_positions = max_positions_;
+  layout.prompt_ids.assign(run_.prompt.begin(), run_.prompt.end());
   for (int id : run_.prompt)
-    live_.prompt_strings.push_back(run_.tokenizer ? run_.tokenizer->token_text(id) : std::to_string(id));
-
-  if (writer_) {
-    RunLayout layout;
-    layout.name = run_.name;
-    layout.metadata = live_.metadata;
-    layout.n_layers = c.n_layers;
-    layout.n_heads = c.n_heads;
-    layout.n_kv_heads = c.n_kv_heads;
-    layout.head_dim = c.head_dim;
-    layout.prompt_length = prompt_length_;
-    layout.max_positions = max_positions_;
-    layout.prompt_ids = live_.prompt_ids;
-    layout.prompt_strings = live_.prompt_strings;
-    if (options_.decode_attention && run_.max_new_tokens > 1) {
-      layout.decode_cols = decode_shape_.cols();
-      layout.decode_col_block = decode_shape_.col_block;
-      layout.decode_pooling = options_.pooling;
-    }
-    layout.nmse = options_.nmse;
-    run_id_ = writer_->begin_run(std::move(layout));
+    layout.prompt_strings.push_back(run_.tokenizer ? run_.tokenizer->token_text(id) : std::to_string(id));
+  if (options_.decode_attention && run_.max_new_tokens > 1) {
+    layout.decode_cols = decode_shape_.cols();
+    layout.decode_col_block = decode_shape_.col_block;
+    layout.decode_pooling = options_.pooling;
   }
-  last_step_end_ = last_publish_ = std::chrono::steady_clock::now();
-  publish(true);
+  layout.nmse = options_.nmse;
+  for (TraceSink* sink : sinks_) run_ids_.push_back(sink->begin_run(layout));
+  last_step_end_ = std::chrono::steady_clock::now();
 }
 
 Recorder::~Recorder() = default;
 
 engine::ObservationRequest Recorder::request(int, Phase phase) const {
   engine::ObservationRequest r;
-  r.rows = phase == Phase::Prefill ? (options_.attention || options_.stats) : options_.decode_attention;
+  r.rows = phase == Phase::Prefill ? (options_.attention || options_.stats) && !prefill_adopted_ : options_.decode_attention;
   return r;
+}
+
+void Recorder::adopt_prefill(const RunTrace& source) {
+  const auto& c = run_.config;
+  if (source.n_layers != c.n_layers || source.n_heads != c.n_heads || source.n_kv_heads != c.n_kv_heads ||
+      source.prompt_ids != std::vector<int32_t>(run_.prompt.begin(), run_.prompt.end()))
+    throw Error("recorder: cannot adopt the prefill of run '" + source.name + "': another model shape or prompt");
+  prefill_adopted_ = true;
+  std::fill(layer_done_.begin(), layer_done_.end(), true);
+  std::fill(similarity_done_.begin(), similarity_done_.end(), true);
+  // The maps are shared, immutable Map2Ds: a live sink keeps the pointers' data, a writer packs it.
+  auto send = [&](MapKind kind, const RunTrace::MapTable& table, bool triangle) {
+    for (const auto& [key, map] : table)
+      for (std::size_t i = 0; i < sinks_.size(); ++i)
+        sinks_[i]->write_map(run_ids_[i], {kind, key.first, key.second}, *map, map_units(kind), map_definition(kind), triangle);
+  };
+  if (options_.attention) send(MapKind::Attention, source.attention, false);
+  if (options_.similarity) {
+    send(MapKind::KeySimilarity, source.key_similarity, true);
+    send(MapKind::ValueSimilarity, source.value_similarity, true);
+  }
+  if (options_.stats) {
+    for (const auto& [name, stat] : source.stats)
+      for (std::size_t i = 0; i < sinks_.size(); ++i) sinks_[i]->write_stat(run_ids_[i], name, stat);
+    for (const auto& [name, stat] : source.layer_stats)
+      for (std::size_t i = 0; i < sinks_.size(); ++i) sinks_[i]->write_layer_stat(run_ids_[i], name, stat);
+  }
+  flush_sinks();
+}
+
+void Recorder::flush_sinks() {
+  for (TraceSink* sink : sinks_) sink->flush();
 }
 
 void Recorder::key_positions(int layer, int kv_head, int n_cols, std::vector<int32_t>& out) const {
@@ -215,13 +229,10 @@ void Recorder::key_positions(int layer, int kv_head, int n_cols, std::vector<int
   for (int j = 0; j < n_cols; ++j) out[j] = j < static_cast<int>(m.size()) ? m[j] : prev_seq_len_ + (j - n_old);
 }
 
-std::string Recorder::map_path(const char* group, int layer, const char* head_prefix, int head) const {
-  return std::string(group) + "/" + indexed_name("layer_", layer) + "/" + indexed_name(head_prefix, head);
-}
-
 void Recorder::flush_map_rows(MapBuild& b, bool all) {
   if (b.pending_rows == 0 || (!all && b.pending_rows < 64)) return;
-  if (writer_) writer_->write_map_rows(run_id_, b.path, b.pending_first, b.pending_rows, std::move(b.pending));
+  for (std::size_t i = 0; i < sinks_.size(); ++i)
+    sinks_[i]->write_map_rows(run_ids_[i], b.slot, b.pending_first, b.pending_rows, b.pending);
   b.pending.clear();
   b.pending_first += b.pending_rows;
   b.pending_rows = 0;
@@ -247,6 +258,7 @@ void Recorder::on_rows(int layer, int head, int first_row, int n_rows, int n_col
     return;
   }
 
+  if (prefill_adopted_) return;  // rows another observer asked for; the adopted maps stand
   const std::pair<int, int> key{layer, head};
   MapBuild* build = nullptr;
   analysis::AttentionStatsAccumulator* acc = nullptr;
@@ -274,21 +286,16 @@ Recorder::MapBuild* Recorder::map_build(int layer, int head) {
   const bool full = options_.full_resolution(layer, head);
   const int edge = full ? 0 : options_.max_map_size;
   const auto shape = analysis::PoolShape::fit(prompt_length_, prompt_length_, edge, edge, options_.pooling);
-  auto b = std::make_unique<MapBuild>(shape, map_path("attention", layer, "head_", head));
-  if (options_.live_view) {
-    b->live = std::make_shared<Map2D>(shape.empty_map());
-    b->live->values.assign(static_cast<std::size_t>(b->live->rows) * b->live->cols, 0.0f);
-  }
+  auto b = std::make_unique<MapBuild>(shape, MapSlot{MapKind::Attention, layer, head});
   MapBuild* raw = b.get();
-  b->pooler = analysis::RowPooler(shape, [this, raw](int out_row, std::span<const float> values) {
-    if (raw->live) std::copy(values.begin(), values.end(), raw->live->values.begin() + static_cast<std::size_t>(out_row) * raw->live->cols);
-    const std::size_t old = raw->pending.size();
-    raw->pending.resize(old + values.size());
-    floats_to_half(values.data(), values.size(), raw->pending.data() + old);
+  b->pooler = analysis::RowPooler(shape, [this, raw](int, std::span<const float> values) {
+    raw->pending.insert(raw->pending.end(), values.begin(), values.end());
     ++raw->pending_rows;
     flush_map_rows(*raw, false);
   });
-  if (writer_) writer_->create_map(run_id_, b->path, shape.empty_map(), "probability", kAttentionDefinition);
+  for (std::size_t i = 0; i < sinks_.size(); ++i)
+    sinks_[i]->create_map(run_ids_[i], b->slot, shape.empty_map(), map_units(MapKind::Attention),
+                          map_definition(MapKind::Attention));
   return maps_.emplace(key, std::move(b)).first->second.get();
 }
 
@@ -308,7 +315,6 @@ void Recorder::finish_prefill_layer(int layer) {
       MapBuild& b = *it->second;
       b.pooler.finish();
       flush_map_rows(b, true);
-      if (b.live) live_.attention[key] = b.live;
       maps_.erase(it);
     }
     if (auto it = stats_acc_.find(key); it != stats_acc_.end()) {
@@ -320,13 +326,13 @@ void Recorder::finish_prefill_layer(int layer) {
       stats_acc_.erase(it);
     }
   }
-  if (writer_) writer_->flush();  // a run killed later in a long prefill keeps this layer's maps
+  flush_sinks();  // a run killed later in a long prefill keeps this layer's maps; a viewer shows them
 }
 
 void Recorder::finish_prefill() {
   const auto& c = run_.config;
   for (int l = 0; l < c.n_layers; ++l) finish_prefill_layer(l);
-  if (!options_.stats) return;
+  if (!options_.stats || prefill_adopted_) return;
   struct Named {
     const char* name;
     double analysis::AttentionStats::*field;
@@ -354,8 +360,7 @@ void Recorder::finish_prefill() {
       for (int h = 0; h < c.n_heads; ++h) row.push_back(stats_[l][h].*(n.field));
       s.values.push_back(std::move(row));
     }
-    if (writer_) writer_->write_stat(run_id_, n.name, s);
-    live_.stats[n.name] = std::move(s);
+    for (std::size_t i = 0; i < sinks_.size(); ++i) sinks_[i]->write_stat(run_ids_[i], n.name, s);
   }
   LayerStat entropy{{}, "CAKE H_l (Eq. 4): cake_window_entropy summed over the layer's query heads (reference code)"};
   LayerStat variance{{}, "CAKE V_l (Eq. 5): cake_column_variance summed over the layer's query heads (reference code)"};
@@ -372,8 +377,7 @@ void Recorder::finish_prefill() {
   }
   for (auto* s : {&entropy, &variance, &d2o}) {
     const char* name = s == &entropy ? "cake_layer_entropy" : s == &variance ? "cake_layer_variance" : "d2o_layer_variance";
-    if (writer_) writer_->write_layer_stat(run_id_, name, *s);
-    live_.layer_stats[name] = *s;
+    for (std::size_t i = 0; i < sinks_.size(); ++i) sinks_[i]->write_layer_stat(run_ids_[i], name, *s);
   }
 }
 
@@ -397,21 +401,19 @@ void Recorder::record_similarity(int layer, const cache::KVCache& cache) {
       maps[i] = std::make_shared<Map2D>(analysis::cache_similarity_map(
           cache, layer, g, keys ? analysis::CachedVectors::Keys : analysis::CachedVectors::Values,
           full ? 0 : options_.max_map_size, options_.pooling));
-      if (writer_)
-        writer_->write_map(run_id_, map_path(keys ? "similarity/keys" : "similarity/values", layer, "kv_head_", g), *maps[i],
-                           "cosine similarity",
-                           keys ? "KVMerger Fig. 2: cos(k_i, k_j) of the post-RoPE keys cached at the end of prefill"
-                                : "cos(v_i, v_j) of the values cached at the end of prefill (KVMerger: no locality)",
-                           true);
+      // Sinks are fed from the engine thread below: a live sink is not made for concurrent calls.
     } catch (...) {
 #pragma omp critical(kvscope_similarity_error)
       if (!failed) failed = std::current_exception();
     }
   }
   if (failed) std::rethrow_exception(failed);
-  if (options_.live_view)
-    for (int i = 0; i < n_maps; ++i)
-      (i % 2 == 0 ? live_.key_similarity : live_.value_similarity)[{layer, i / 2}] = std::move(maps[i]);
+  for (int m = 0; m < n_maps; ++m) {
+    const bool keys = m % 2 == 0;
+    const MapSlot slot{keys ? MapKind::KeySimilarity : MapKind::ValueSimilarity, layer, m / 2};
+    for (std::size_t i = 0; i < sinks_.size(); ++i)
+      sinks_[i]->write_map(run_ids_[i], slot, *maps[m], map_units(slot.kind), map_definition(slot.kind), true);
+  }
 }
 
 void Recorder::on_edit(const cache::CacheEdit& edit, const cache::KVCache& before, const engine::StepInfo& step) {
@@ -521,7 +523,6 @@ void Recorder::on_step_end(const engine::StepInfo& step, const cache::KVCache& c
     rec.logprob = logprob;
     ++n_generated_;
   }
-  std::vector<float> decode_row;
   if (step.phase == Phase::Decode && options_.decode_attention) {
     if (options_.pooling == Pooling::Mean) {
       const int cols = decode_shape_.cols(), block = decode_shape_.col_block;
@@ -530,8 +531,7 @@ void Recorder::on_step_end(const engine::StepInfo& step, const cache::KVCache& c
         decode_rows_[i] /= static_cast<float>(std::min(block, max_positions_ - col * block));
       }
     }
-    rec.decode_attention = to_half(decode_rows_.data(), decode_rows_.size());
-    if (options_.live_view) decode_row = decode_rows_;
+    rec.decode_attention = decode_rows_;
     std::fill(decode_rows_.begin(), decode_rows_.end(), 0.0f);
   }
   if (step.phase == Phase::Decode && options_.nmse && nmse_seen_) {
@@ -540,44 +540,33 @@ void Recorder::on_step_end(const engine::StepInfo& step, const cache::KVCache& c
     nmse_seen_ = false;
   }
 
-  if (options_.live_view) {
-    live_.steps.push_back(rec.stats);
-    live_.events.insert(live_.events.end(), rec.events.begin(), rec.events.end());
-    kept_history_.push_back(rec.kept);
-    if (rec.has_token) {
-      live_.generated_ids.push_back(rec.token);
-      live_.generated_strings.push_back(rec.token_string);
-      live_.logprobs.push_back(rec.logprob);
-    }
-    if (!decode_row.empty()) decode_history_.push_back(std::move(decode_row));
-    if (!rec.nmse.empty()) live_.nmse.push_back(rec.nmse);
-  }
-  if (writer_) writer_->append_step(run_id_, std::move(rec));
+  // Every sink but the last gets a copy; the last takes the record.
+  for (std::size_t i = 0; i + 1 < sinks_.size(); ++i) sinks_[i]->append_step(run_ids_[i], rec);
+  if (!sinks_.empty()) sinks_.back()->append_step(run_ids_.back(), std::move(rec));
 
   prev_seq_len_ = step.seq_len;
   ++n_steps_;
   if (final_prefill) prefill_finished_ = true;
   last_step_end_ = std::chrono::steady_clock::now();
-  publish(final_prefill);
+  // The decision (what prefill kept) is worth showing before the first decode step finishes.
+  if (final_prefill) flush_sinks();
 }
 
 void Recorder::finish(const engine::RunResult& result) {
   if (finished_) return;
   finished_ = true;
   if (!prefill_finished_) finish_prefill();
-  if (run_.policy) {
-    for (const auto& [name, series] : run_.policy->diagnostics().all()) {
-      if (writer_) writer_->write_series(run_id_, name, series);
-      live_.policy_series[name] = series;
-    }
-  }
-  if (!result.layer_budgets.empty()) {
-    if (writer_) writer_->write_layer_budgets(run_id_, result.layer_budgets);
-    live_.layer_budgets = result.layer_budgets;
-  }
-  std::map<std::string, std::string> final_meta = {
+  if (run_.policy)
+    for (const auto& [name, series] : run_.policy->diagnostics().all())
+      for (std::size_t i = 0; i < sinks_.size(); ++i) sinks_[i]->write_series(run_ids_[i], name, series);
+  if (!result.layer_budgets.empty())
+    for (std::size_t i = 0; i < sinks_.size(); ++i) sinks_[i]->write_layer_budgets(run_ids_[i], result.layer_budgets);
+  double writer_wait_ms = 0.0;
+  for (TraceSink* sink : sinks_)
+    if (auto* writer = dynamic_cast<Hdf5Writer*>(sink)) writer_wait_ms += writer->blocked_ms();
+  const std::map<std::string, std::string> final_meta = {
       {"recorder_ms", std::to_string(busy_ms_.load())},
-      {"writer_wait_ms", std::to_string(writer_ ? writer_->blocked_ms() : 0.0)},
+      {"writer_wait_ms", std::to_string(writer_wait_ms)},
       {"stop_reason", result.stop_reason},
       {"generated_text", result.text},
       {"prefill_ms", std::to_string(result.prefill_ms)},
@@ -585,63 +574,7 @@ void Recorder::finish(const engine::RunResult& result) {
       {"cache_peak_bytes", std::to_string(result.cache_peak_bytes)},
       {"full_cache_bytes", std::to_string(result.full_cache_bytes)},
   };
-  for (const auto& [k, v] : final_meta) live_.metadata[k] = v;
-  if (live_.generated_ids.size() > result.generated_tokens.size()) {
-    live_.generated_ids.resize(result.generated_tokens.size());
-    live_.generated_strings.resize(result.generated_tokens.size());
-    live_.logprobs.resize(result.generated_tokens.size());
-  }
-  if (writer_) writer_->end_run(run_id_, final_meta);
-  live_.complete = true;
-  publish(true);
-}
-
-std::shared_ptr<const RunTrace> Recorder::snapshot() const {
-  std::lock_guard<std::mutex> lock(publish_mutex_);
-  return published_;
-}
-
-void Recorder::publish(bool force) {
-  if (!options_.live_view) return;
-  const auto now = std::chrono::steady_clock::now();
-  // Copying the kept-mask history costs O(steps x layers x positions); a viewer needs a few frames a second.
-  if (!force && now - last_publish_ < std::chrono::milliseconds(200)) return;
-  last_publish_ = now;
-  auto snap = std::make_shared<RunTrace>(live_);
-  const auto& c = run_.config;
-  const int steps = static_cast<int>(kept_history_.size());
-  snap->kept_mask.resize(c.n_layers);
-  for (int l = 0; l < c.n_layers; ++l) {
-    KeptMask& m = snap->kept_mask[l];
-    m.n_kv_heads = c.n_kv_heads;
-    m.n_positions = max_positions_;
-    m.n_steps = steps;
-    m.values.assign(static_cast<std::size_t>(c.n_kv_heads) * max_positions_ * steps, kEvicted);
-    for (int s = 0; s < steps; ++s) {
-      const auto& k = kept_history_[s][l];
-      for (std::size_t i = 0; i < k.size(); ++i) m.values[i * steps + s] = k[i];
-    }
-  }
-  const int dsteps = static_cast<int>(decode_history_.size());
-  if (dsteps > 0) {
-    const int cols = decode_shape_.cols();
-    for (int l = 0; l < c.n_layers; ++l)
-      for (int h = 0; h < c.n_heads; ++h) {
-        auto m = std::make_shared<Map2D>();
-        m->rows = m->source_rows = dsteps;
-        m->cols = cols;
-        m->source_cols = max_positions_;
-        m->col_block = decode_shape_.col_block;
-        m->pooling = options_.pooling;
-        m->values.resize(static_cast<std::size_t>(dsteps) * cols);
-        for (int s = 0; s < dsteps; ++s)
-          std::copy_n(decode_history_[s].begin() + (static_cast<std::size_t>(l) * c.n_heads + h) * cols, cols,
-                      m->values.begin() + static_cast<std::size_t>(s) * cols);
-        snap->decode_attention[{l, h}] = std::move(m);
-      }
-  }
-  std::lock_guard<std::mutex> lock(publish_mutex_);
-  published_ = std::move(snap);
+  for (std::size_t i = 0; i < sinks_.size(); ++i) sinks_[i]->end_run(run_ids_[i], final_meta);
 }
 
 }  // namespace kvscope::trace

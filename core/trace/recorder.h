@@ -2,10 +2,10 @@
 // The Recorder watches one run (engine::RunObserver) and turns what it sees into a trace: pooled
 // attention maps and statistics from the streamed probability rows, key/value similarity maps from the
 // cache at the end of prefill, one event per entry an edit removes, the kept mask and per-step numbers.
-// It forwards everything to an Hdf5Writer (optional) and keeps a live RunTrace (optional) that a viewer
-// reads through snapshot(), the same model a file read gives.
+// It computes; its sinks receive (trace_sink.h): an Hdf5Writer, a LiveTrace a viewer draws from, or both.
 //
-// Everything runs on the engine thread except snapshot(). Heavy HDF5 work happens on the writer's thread.
+// Everything runs on the engine thread (attention rows on the attention threads). Heavy HDF5 work happens
+// on the writer's thread.
 #include <chrono>
 #include <map>
 #include <memory>
@@ -21,7 +21,7 @@
 #include "core/model/config.h"
 #include "core/model/tokenizer.h"
 #include "core/policy/policy.h"
-#include "core/trace/hdf5_writer.h"
+#include "core/trace/trace_sink.h"
 #include "core/trace/trace_view.h"
 
 namespace kvscope::trace {
@@ -36,7 +36,6 @@ struct RecordOptions {
   bool similarity = true;        // key and value cosine-similarity maps at the end of prefill
   bool decode_attention = true;  // one pooled row per decode step, layer and head
   bool nmse = false;             // CAOTE Fig. 3 output error against a shadow full cache (costs a second attention)
-  bool live_view = true;         // keep a RunTrace in memory for snapshot()
 
   // "layers=0,3;heads=0;pooling=max;size=512;similarity=on;nmse=off;decode=on;attention=on;stats=on"
   // (',' and ';' both separate keys from each other only through ';'). Throws UsageError naming the key.
@@ -58,15 +57,17 @@ struct RecordedRun {
 
 class Recorder : public engine::RunObserver {
  public:
-  // Registers the run with the writer (which may be nullptr for a live-only recording).
-  Recorder(RecordOptions options, Hdf5Writer* writer, RecordedRun run);
+  // Begins the run in every sink (none is allowed: a recorder that only computes, for tests).
+  Recorder(RecordOptions options, std::vector<TraceSink*> sinks, RecordedRun run);
   ~Recorder() override;
+
+  // Before the run: take the prefill products (attention maps, statistics, similarity maps) from a run of
+  // the same prompt whose prefill was identical, instead of computing them from attention rows. For an
+  // engine run that replays a captured prefill (engine/prefill_capture.h), where no rows stream.
+  void adopt_prefill(const RunTrace& source);
 
   // After Engine::generate: budgets, policy diagnostics, final attributes, complete = 1.
   void finish(const engine::RunResult& result);
-
-  // The latest published state of the run (thread-safe; published at step ends and at finish).
-  std::shared_ptr<const RunTrace> snapshot() const;
 
   // engine::RunObserver
   engine::ObservationRequest request(int layer, engine::Phase phase) const override;
@@ -91,13 +92,13 @@ class Recorder : public engine::RunObserver {
   void record_similarity(int layer, const cache::KVCache& cache);
   MapBuild* map_build(int layer, int head);  // the head's prefill map, created on first use
   void flush_map_rows(MapBuild& build, bool all);
-  void publish(bool force);
-  std::string map_path(const char* group, int layer, const char* head_prefix, int head) const;
+  void flush_sinks();
 
   RecordOptions options_;
-  Hdf5Writer* writer_;
+  std::vector<TraceSink*> sinks_;
+  std::vector<int> run_ids_;  // per sink
   RecordedRun run_;
-  int run_id_ = -1;
+  bool prefill_adopted_ = false;
   int prompt_length_ = 0, max_positions_ = 0;
 
   // Where the run is.
@@ -125,13 +126,8 @@ class Recorder : public engine::RunObserver {
   std::vector<float> nmse_row_;
   bool nmse_seen_ = false;
 
-  // Live view.
-  RunTrace live_;
-  std::vector<std::vector<std::vector<uint8_t>>> kept_history_;  // [steps][layers][kv_heads * positions]
-  std::vector<std::vector<float>> decode_history_;                // [decode steps][layers * heads * cols]
-  mutable std::mutex publish_mutex_;
-  std::shared_ptr<const RunTrace> published_;
-  std::chrono::steady_clock::time_point last_publish_;
+  // Prefill products, sent to the sinks as they complete; kept for adopt_prefill's users and finish().
+  std::map<std::string, std::string> metadata_;
   bool finished_ = false;
   // Compute-thread time spent inside this recorder, summed over threads (its whole cost to the run, queue
   // waits included).

@@ -13,6 +13,29 @@ std::string indexed_name(const std::string& prefix, int index) {
   return prefix + digits;
 }
 
+std::string map_dataset_path(const MapSlot& slot) {
+  switch (slot.kind) {
+    case MapKind::Attention: return "attention/" + indexed_name("layer_", slot.layer) + "/" + indexed_name("head_", slot.index);
+    case MapKind::KeySimilarity:
+      return "similarity/keys/" + indexed_name("layer_", slot.layer) + "/" + indexed_name("kv_head_", slot.index);
+    case MapKind::ValueSimilarity: break;
+  }
+  return "similarity/values/" + indexed_name("layer_", slot.layer) + "/" + indexed_name("kv_head_", slot.index);
+}
+
+const char* map_units(MapKind kind) { return kind == MapKind::Attention ? "probability" : "cosine similarity"; }
+
+const char* map_definition(MapKind kind) {
+  switch (kind) {
+    case MapKind::Attention:
+      return "softmax(q k^T / sqrt(d)) of the prefill queries (rows, by position) over key positions (columns); keys a "
+             "query could not see, or that were evicted before it ran, are 0; pooled over row_block x col_block cells";
+    case MapKind::KeySimilarity: return "KVMerger Fig. 2: cos(k_i, k_j) of the post-RoPE keys cached at the end of prefill";
+    case MapKind::ValueSimilarity: break;
+  }
+  return "cos(v_i, v_j) of the values cached at the end of prefill (KVMerger: no locality)";
+}
+
 h5::Handle event_memory_type() {
   h5::Handle action(H5Tenum_create(H5T_NATIVE_UINT8));
   uint8_t v = static_cast<uint8_t>(EventAction::Evicted);

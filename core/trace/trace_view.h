@@ -5,11 +5,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/policy/diagnostics.h"
+#include "core/trace/append_only_rows.h"
 
 namespace kvscope::trace {
 
@@ -68,14 +70,28 @@ struct Event {
 // Kept-mask values: what became of position p at the end of step s.
 enum KeptState : uint8_t { kEvicted = 0, kKept = 1, kMergedAway = 2 };
 
-// Per layer: mask[kv_head][position][step], where step indexes RunTrace::steps (prefill blocks first, then
-// decode steps). Positions not yet seen at a step read kEvicted (never held).
+// Per layer: what became of each (kv head, position) at the end of each step, where step indexes
+// RunTrace::steps (prefill blocks first, then decode steps). Positions not yet seen at a step read kEvicted
+// (never held). Stored step-major, one row of [kv_heads][positions] per step, so a live run appends a step
+// without touching the ones before and its snapshots share the rows (append_only_rows.h).
 struct KeptMask {
   int n_kv_heads = 0, n_positions = 0, n_steps = 0;
-  std::vector<uint8_t> values;  // [kv_heads][positions][steps]
+  RowsView<uint8_t> rows;  // [steps][kv_heads * positions]
+
   uint8_t at(int kv_head, int position, int step) const {
-    return values[(static_cast<std::size_t>(kv_head) * n_positions + position) * n_steps + step];
+    return rows.row(static_cast<std::size_t>(step))[static_cast<std::size_t>(kv_head) * n_positions + position];
   }
+  // From the file's order, values[kv_head][position][step].
+  static KeptMask from_head_position_step(int n_kv_heads, int n_positions, int n_steps, const std::vector<uint8_t>& values);
+  bool operator==(const KeptMask& other) const;
+};
+
+// Decode attention of a live run: one row [layers][heads][cols] per decode step, appended as the run goes.
+// RunTrace::decode_attention_map assembles a (layer, head)'s map from it when a viewer first asks.
+struct DecodeRows {
+  RowsView<float> rows;  // [decode steps][layers * heads * cols]
+  int n_layers = 0, n_heads = 0, cols = 0, col_block = 1, source_cols = 0;
+  Pooling pooling = Pooling::Max;
 };
 
 // One row per recorded step (prefill blocks first, then decode steps).
@@ -106,8 +122,10 @@ struct RunTrace {
   using MapTable = std::map<std::pair<int, int>, MapRef>;
   // Prefill attention [queries][keys] in position space, key {layer, query head}.
   MapTable attention;
-  // Decode attention: one row per decode step over key positions, [decode steps][pooled keys].
+  // Decode attention: one row per decode step over key positions, [decode steps][pooled keys]. A file's
+  // maps are here; a live run's are assembled from decode_rows on first use (decode_attention_map).
   MapTable decode_attention;
+  DecodeRows decode_rows;
   // Cosine similarity of post-RoPE keys / values over the prompt, key {layer, kv head}.
   MapTable key_similarity, value_similarity;
 
@@ -129,7 +147,7 @@ struct RunTrace {
     return it == metadata.end() ? fallback : it->second;
   }
   const Map2D* attention_map(int layer, int head) const { return find(attention, layer, head); }
-  const Map2D* decode_attention_map(int layer, int head) const { return find(decode_attention, layer, head); }
+  const Map2D* decode_attention_map(int layer, int head) const;
   const Map2D* key_similarity_map(int layer, int kv_head) const { return find(key_similarity, layer, kv_head); }
   const Map2D* value_similarity_map(int layer, int kv_head) const { return find(value_similarity, layer, kv_head); }
   const LayerHeadStat* stat(const std::string& stat_name) const {
@@ -152,6 +170,21 @@ struct RunTrace {
   int n_steps() const { return static_cast<int>(steps.size()); }
 
  private:
+  // Decode maps assembled from decode_rows on first use. A copy starts empty: it may be a newer snapshot
+  // with more rows.
+  struct AssembledMaps {
+    AssembledMaps() = default;
+    AssembledMaps(const AssembledMaps&) {}
+    AssembledMaps& operator=(const AssembledMaps&) {
+      std::lock_guard<std::mutex> lock(mutex);
+      maps.clear();
+      return *this;
+    }
+    std::mutex mutex;
+    MapTable maps;
+  };
+  mutable AssembledMaps assembled_;
+
   static const Map2D* find(const MapTable& m, int a, int b) {
     auto it = m.find({a, b});
     return it == m.end() ? nullptr : it->second.get();

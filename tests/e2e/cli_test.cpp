@@ -59,7 +59,7 @@ TEST_CASE("bad usage exits 2 with a message naming what was wrong") {
   CHECK_THAT(o.output, Catch::Contains("budget '0'"));
   o = run("generate --prompt hi --policy h2o");
   CHECK(o.exit_code == 2);
-  CHECK_THAT(o.output, Catch::Contains("needs --budget"));
+  CHECK_THAT(o.output, Catch::Contains("needs a budget"));
   o = run("generate --no-such-flag");
   CHECK(o.exit_code == 2);
   o = run("generate --prompt hi --prompt-file x");

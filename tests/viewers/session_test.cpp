@@ -99,7 +99,7 @@ TEST_CASE("the live run goes ahead of a background run, which still completes", 
   CHECK(finished == std::vector<std::string>{"live", "baseline"});
 }
 
-TEST_CASE("saving records several runs into one trace file", "[session][model]") {
+TEST_CASE("saving writes the runs on screen from memory into one trace file", "[session][model]") {
   if (!have_model()) {
     WARN("default model not installed; skipped");
     return;
@@ -108,17 +108,35 @@ TEST_CASE("saving records several runs into one trace file", "[session][model]")
   Session session(2);
   RunRequest full = request("");
   full.policy_spec = "full";
-  session.save({full, request("40%")}, path.string());
+  full.slot = "baseline";
+  session.submit(full);
+  session.submit(request("40%"));
   std::vector<SessionUpdate> updates;
   std::vector<std::string> messages;
   drain(session, updates, messages);
-  CHECK(updates.empty());  // saving publishes nothing new
+  std::vector<Session::SavedRun> runs;
+  for (const auto& u : updates)
+    if (u.final) runs.push_back({u.run->name, u.run});
+  REQUIRE(runs.size() == 2);
+  const int completed = session.status().completed;
+  session.save(runs, path.string());
+  updates.clear();
+  drain(session, updates, messages);
+  CHECK(updates.empty());                          // saving publishes nothing new
+  CHECK(session.status().completed == completed);  // and runs nothing
   const trace::TraceView view = trace::read_trace(path);
   REQUIRE(view.runs.size() == 2);
-  CHECK(view.runs[0]->name == "full");
-  CHECK(view.runs[1]->name == "streaming_llm_b40pct");
-  CHECK(view.runs[1]->complete);
-  CHECK(view.runs[1]->meta("policy") == "streaming_llm");
+  for (const auto& saved : runs) {
+    const trace::RunTrace* got = view.find(saved.name);
+    REQUIRE(got != nullptr);
+    CHECK(got->complete);
+    CHECK(got->generated_ids == saved.run->generated_ids);
+    CHECK(got->events.size() == saved.run->events.size());
+    CHECK(got->meta("policy") == saved.run->meta("policy"));
+    CHECK(got->meta("stop_reason") == saved.run->meta("stop_reason"));
+    REQUIRE(got->kept_mask.size() == saved.run->kept_mask.size());
+    for (std::size_t l = 0; l < got->kept_mask.size(); ++l) CHECK(got->kept_mask[l] == saved.run->kept_mask[l]);
+  }
   std::filesystem::remove(path);
 
   // Nothing to save is a usage error, not a silent empty file.

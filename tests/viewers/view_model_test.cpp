@@ -159,8 +159,9 @@ trace::RunTrace synthetic_run(bool with_mask) {
   if (with_mask) {
     // [kv][pos][step], written out by hand from the story above.
     const uint8_t K = trace::kKept, E = trace::kEvicted, M = trace::kMergedAway;
-    trace::KeptMask l0{1, 6, 3, {K, K, K, /*p1*/ E, E, E, /*p2*/ K, K, M, /*p3*/ K, K, K, /*p4*/ E, K, K, /*p5*/ E, E, K}};
-    trace::KeptMask l1{1, 6, 3, {K, K, K, K, K, K, K, K, K, K, K, K, E, K, K, E, E, K}};
+    const auto l0 = trace::KeptMask::from_head_position_step(
+        1, 6, 3, {K, K, K, /*p1*/ E, E, E, /*p2*/ K, K, M, /*p3*/ K, K, K, /*p4*/ E, K, K, /*p5*/ E, E, K});
+    const auto l1 = trace::KeptMask::from_head_position_step(1, 6, 3, {K, K, K, K, K, K, K, K, K, K, K, K, E, K, K, E, E, K});
     run.kept_mask = {l0, l1};
   }
   return run;

@@ -41,8 +41,7 @@ fs::path write_valid_trace(const std::string& name) {
   Hdf5Writer writer(path);
   test::FakeRun fake;
   RecordOptions options;
-  options.live_view = false;
-  Recorder rec(options, &writer, fake.recorded_run("fake"));
+  Recorder rec(options, {&writer}, fake.recorded_run("fake"));
   fake.run_all(rec);
   writer.close();
   return path;
@@ -182,8 +181,7 @@ TEST_CASE("a writer killed mid-run leaves a file that reads with a warning", "[t
       Hdf5Writer writer(path);
       test::FakeRun fake;
       RecordOptions options;
-      options.live_view = false;
-      Recorder rec(options, &writer, fake.recorded_run("killed_run"));
+      Recorder rec(options, {&writer}, fake.recorded_run("killed_run"));
       fake.prefill_step(rec);
       fake.decode_step(rec, 0);
       fake.decode_step(rec, 1);
@@ -233,8 +231,7 @@ TEST_CASE("a writer killed at an arbitrary moment never crashes the reader", "[t
           test::FakeRun fake;
           fake.max_new = 60;
           RecordOptions options;
-          options.live_view = false;
-          Recorder rec(options, &writer, fake.recorded_run("run" + std::to_string(run)));
+          Recorder rec(options, {&writer}, fake.recorded_run("run" + std::to_string(run)));
           fake.run_all(rec);
         }
       } catch (...) {

@@ -13,6 +13,7 @@
 #include "core/model/model.h"
 #include "tests/support/default_model.h"
 #include "core/policy/registry.h"
+#include "core/trace/live_trace.h"
 #include "core/trace/recorder.h"
 
 using namespace kvscope;
@@ -37,6 +38,7 @@ Recorded run(const model::Model& model, const std::vector<int>& prompt, const st
   engine::RunHooks hooks;
   hooks.policy = p.policy.get();
   std::unique_ptr<trace::Recorder> recorder;
+  trace::LiveTrace live(std::chrono::milliseconds(0));
   if (record) {
     trace::RecordOptions ro;
     ro.nmse = true;
@@ -47,14 +49,14 @@ Recorded run(const model::Model& model, const std::vector<int>& prompt, const st
     rr.prompt = prompt;
     rr.max_new_tokens = kNewTokens;
     rr.policy = p.policy.get();
-    recorder = std::make_unique<trace::Recorder>(ro, nullptr, rr);
+    recorder = std::make_unique<trace::Recorder>(ro, std::vector<trace::TraceSink*>{&live}, rr);
     hooks.observers.push_back(recorder.get());
   }
   Recorded out;
   out.result = engine.generate(prompt, options, hooks);
   if (recorder) {
     recorder->finish(out.result);
-    out.trace = recorder->snapshot();
+    out.trace = live.snapshot();
   }
   return out;
 }

@@ -1,0 +1,27 @@
+#include "core/run/prefill_store.h"
+
+namespace kvscope::run {
+
+const PrefillEntry* PrefillStore::find(const PrefillKey& key, bool need_products) {
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (!(it->key == key) || !it->capture.complete || (need_products && !it->products)) continue;
+    entries_.splice(entries_.begin(), entries_, it);
+    ++hits_;
+    return &entries_.front();
+  }
+  return nullptr;
+}
+
+PrefillEntry& PrefillStore::start(const PrefillKey& key) {
+  entries_.remove_if([&](const PrefillEntry& e) { return e.key == key; });
+  while (!entries_.empty() && entries_.size() >= capacity_) entries_.pop_back();
+  entries_.emplace_front();
+  entries_.front().key = key;
+  return entries_.front();
+}
+
+void PrefillStore::discard(const PrefillEntry& entry) {
+  entries_.remove_if([&](const PrefillEntry& e) { return &e == &entry; });
+}
+
+}  // namespace kvscope::run

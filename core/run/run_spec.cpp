@@ -1,0 +1,40 @@
+#include "core/run/run_spec.h"
+
+#include "core/common/error.h"
+#include "core/model/chat_template.h"
+#include "core/policy/budget_spec.h"
+#include "core/policy/registry.h"
+#include "core/trace/recorder.h"
+
+namespace kvscope::run {
+
+CheckedSpec check(const RunSpec& spec) {
+  if (spec.prompt.empty() && spec.prompt_ids.empty())
+    throw UsageError("the prompt is empty");
+  const auto policy = policy::make_policy(spec.policy);
+  CheckedSpec out;
+  out.policy_name = policy.name;
+  if (policy.name != "full" && spec.budget.empty())
+    throw UsageError("policy '" + policy.name + "' needs a budget (tokens per layer and KV head, or a percentage)");
+  out.uses_budget = policy.name != "full" && !spec.budget.empty();
+  if (out.uses_budget) policy::BudgetSpec::parse(spec.budget);
+  if (!spec.record.empty()) trace::RecordOptions::parse(spec.record);
+  out.run_name = !spec.name.empty() ? spec.name
+                                    : trace::run_name(policy.name == "full" ? std::string("full") : spec.policy,
+                                                      out.uses_budget ? spec.budget : "");
+  return out;
+}
+
+std::string prompt_text(const std::string& body, bool chat) {
+  return chat ? model::apply_chatml({{"user", body}}) : body;
+}
+
+std::vector<int> encode_prompt(const model::Model& model, const std::string& body, bool chat) {
+  std::vector<int> ids;
+  if (model.tokenizer->add_bos() && model.tokenizer->bos_id() >= 0) ids.push_back(model.tokenizer->bos_id());
+  const auto tokens = model.tokenizer->encode(prompt_text(body, chat), chat);
+  ids.insert(ids.end(), tokens.begin(), tokens.end());
+  return ids;
+}
+
+}  // namespace kvscope::run

@@ -1,0 +1,42 @@
+#pragma once
+// One run as a user describes it — model-independent text and numbers — and the checks that need no
+// model. Every front end (kvscope generate, trace, eval, sweep, and the window's worker) describes its runs
+// this way and hands them to run::execute (core/run/execute.h); nothing else encodes prompts, checks
+// budgets or fills run descriptions.
+#include <string>
+#include <vector>
+
+#include "core/engine/engine.h"
+#include "core/model/model.h"
+
+namespace kvscope::run {
+
+struct RunSpec {
+  std::string policy = "full";        // "snapkv:window=32,kernel=7" (see `kvscope policies`)
+  std::string budget;                 // "128" tokens per (layer, KV head) or "20%" of the prompt; empty: whole prompt
+  std::string prompt;                 // text; with `chat`, the user message of the model's chat template
+  bool chat = false;
+  std::vector<int> prompt_ids;        // when not empty: the tokens themselves (prompt is then only recorded)
+  engine::GenerateOptions generation;  // new tokens, sampling, stopping (its budget is set from `budget`)
+  std::string record;                 // trace::RecordOptions spec for recording sinks; empty: defaults
+  std::string name;                   // run name; empty: "<policy spec>_b<budget>"
+  std::string source = "kvscope";     // who ran it: "kvscope trace", "kvscope gui", ...
+};
+
+// What a spec means before a model is loaded: checked policy, run name, whether the budget applies.
+struct CheckedSpec {
+  std::string policy_name;  // "snapkv"
+  std::string run_name;
+  bool uses_budget = false;  // false for the full cache (its budget is the whole prompt)
+};
+
+// Throws UsageError naming what is wrong: an unknown policy or parameter, a malformed budget, a policy that
+// needs a budget and has none, an empty prompt.
+CheckedSpec check(const RunSpec& spec);
+
+// The prompt as the model sees it: the chat template applied when asked.
+std::string prompt_text(const std::string& body, bool chat);
+// Its tokens: BOS first when the model asks for one.
+std::vector<int> encode_prompt(const model::Model& model, const std::string& body, bool chat);
+
+}  // namespace kvscope::run

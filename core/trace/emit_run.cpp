@@ -1,0 +1,102 @@
+#include "core/trace/emit_run.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/common/error.h"
+#include "core/trace/trace_names.h"
+
+namespace kvscope::trace {
+
+namespace {
+
+// Attributes that end_run writes last in a recording; everything else is known when the run begins.
+const std::set<std::string> kFinalKeys = {"recorder_ms",     "writer_wait_ms", "stop_reason",      "generated_text",
+                                          "prefill_ms",      "decode_ms",      "cache_peak_bytes", "full_cache_bytes"};
+
+}  // namespace
+
+void emit_run(const RunTrace& run, TraceSink& sink, const std::string& name) {
+  const int max_positions = !run.kept_mask.empty() ? run.kept_mask.front().n_positions
+                                                   : run.prompt_length + run.n_generated();
+  const Map2D* first_decode = run.decode_attention_map(0, 0);
+
+  RunLayout layout;
+  layout.name = name.empty() ? run.name : name;
+  for (const auto& [k, v] : run.metadata)
+    if (!kFinalKeys.count(k)) layout.metadata[k] = v;
+  layout.n_layers = run.n_layers;
+  layout.n_heads = run.n_heads;
+  layout.n_kv_heads = run.n_kv_heads;
+  layout.head_dim = run.head_dim;
+  layout.prompt_length = run.prompt_length;
+  layout.max_positions = max_positions;
+  layout.prompt_ids = run.prompt_ids;
+  layout.prompt_strings = run.prompt_strings;
+  if (first_decode) {
+    layout.decode_cols = first_decode->cols;
+    layout.decode_col_block = first_decode->col_block;
+    layout.decode_pooling = first_decode->pooling;
+  }
+  layout.nmse = !run.nmse.empty();
+  const int id = sink.begin_run(std::move(layout));
+
+  auto send_maps = [&](MapKind kind, const RunTrace::MapTable& table) {
+    for (const auto& [key, map] : table)
+      sink.write_map(id, {kind, key.first, key.second}, *map, map_units(kind), map_definition(kind), kind != MapKind::Attention);
+  };
+  send_maps(MapKind::Attention, run.attention);
+  send_maps(MapKind::KeySimilarity, run.key_similarity);
+  send_maps(MapKind::ValueSimilarity, run.value_similarity);
+  for (const auto& [stat_name, stat] : run.stats) sink.write_stat(id, stat_name, stat);
+  for (const auto& [stat_name, stat] : run.layer_stats) sink.write_layer_stat(id, stat_name, stat);
+
+  // Steps in order, each with its events, kept-mask row, token and decode row, as the recorder sent them.
+  std::vector<std::vector<Event>> events_of(static_cast<std::size_t>(run.n_steps()));
+  for (const Event& e : run.events) {
+    const int row = run.step_row(e);
+    if (row >= 0 && row < run.n_steps()) events_of[row].push_back(e);
+  }
+  std::vector<const Map2D*> decode_maps;
+  if (first_decode)
+    for (int l = 0; l < run.n_layers; ++l)
+      for (int h = 0; h < run.n_heads; ++h) decode_maps.push_back(run.decode_attention_map(l, h));
+  int generated = 0, decode_step = 0;
+  for (int s = 0; s < run.n_steps(); ++s) {
+    StepRecord rec;
+    rec.stats = run.steps[s];
+    rec.events = std::move(events_of[s]);
+    for (const KeptMask& m : run.kept_mask) {
+      if (s >= m.n_steps) break;
+      const uint8_t* row = m.rows.row(static_cast<std::size_t>(s));
+      rec.kept.emplace_back(row, row + static_cast<std::size_t>(m.n_kv_heads) * m.n_positions);
+    }
+    if (rec.stats.token >= 0 && generated < run.n_generated()) {
+      rec.has_token = true;
+      rec.token = run.generated_ids[generated];
+      rec.token_string = generated < static_cast<int>(run.generated_strings.size()) ? run.generated_strings[generated] : "";
+      rec.logprob = generated < static_cast<int>(run.logprobs.size()) ? run.logprobs[generated] : 0.0f;
+      ++generated;
+    }
+    if (rec.stats.phase == 1) {
+      if (!decode_maps.empty() && decode_step < first_decode->rows)
+        for (const Map2D* m : decode_maps) {
+          if (!m || decode_step >= m->rows) throw Error("run '" + run.name + "': decode attention maps differ in length");
+          rec.decode_attention.insert(rec.decode_attention.end(), m->row(decode_step), m->row(decode_step) + m->cols);
+        }
+      if (decode_step < static_cast<int>(run.nmse.size())) rec.nmse = run.nmse[decode_step];
+      ++decode_step;
+    }
+    sink.append_step(id, std::move(rec));
+  }
+
+  for (const auto& [series_name, series] : run.policy_series) sink.write_series(id, series_name, series);
+  if (!run.layer_budgets.empty()) sink.write_layer_budgets(id, run.layer_budgets);
+  if (!run.complete) return;
+  std::map<std::string, std::string> final_meta;
+  for (const auto& [k, v] : run.metadata)
+    if (kFinalKeys.count(k)) final_meta[k] = v;
+  sink.end_run(id, final_meta);
+}
+
+}  // namespace kvscope::trace

@@ -1,0 +1,165 @@
+// The run pipeline's prefill reuse on the real model: a run that replays a captured prefill must be the
+// run a fresh prefill gives (same tokens, log-probs, kept entries, budgets, recorded events and masks), and
+// a capture must never serve a run whose upstream inputs differ (model file, prompt, chat template,
+// recording options). The reference is always a fresh run::execute with no store.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "core/run/execute.h"
+#include "core/trace/live_trace.h"
+#include "tests/support/default_model.h"
+#include "tests/support/temp_file.h"
+
+using namespace kvscope;
+
+namespace {
+
+const char* kPrompt =
+    "The lighthouse keeper climbed the spiral stairs every evening at dusk. He trimmed the wick, polished the great "
+    "lens and wrote the weather in his log: wind from the west, a long swell, three ships passing north. One night the "
+    "lamp would not light. He searched the store room for oil and found only an old letter addressed to the keeper "
+    "before him. It said that the key to the lamp room was hidden under the seventh step. Question: where was the key?";
+
+run::RunSpec spec(const std::string& policy, const std::string& budget = "30%") {
+  run::RunSpec s;
+  s.policy = policy;
+  s.budget = policy == "full" ? "" : budget;
+  s.prompt = kPrompt;
+  s.generation.max_new_tokens = 6;
+  s.generation.stop_at_end_of_generation = false;
+  s.record = "decode=off";
+  return s;
+}
+
+run::RunSinks stored(run::PrefillStore& store) {
+  run::RunSinks sinks;
+  sinks.prefills = &store;
+  return sinks;
+}
+
+struct Recorded {
+  run::RunOutcome outcome;
+  std::shared_ptr<const trace::RunTrace> trace;
+};
+
+Recorded recorded(const run::RunSpec& s, const model::Model& model, run::PrefillStore* store) {
+  trace::LiveTrace live(std::chrono::milliseconds(0));
+  run::RunSinks sinks;
+  sinks.traces.push_back(&live);
+  sinks.prefills = store;
+  Recorded r;
+  r.outcome = run::execute(s, model, sinks);
+  r.trace = live.snapshot();
+  return r;
+}
+
+void check_same_run(const engine::RunResult& got, const engine::RunResult& want) {
+  CHECK(got.generated_tokens == want.generated_tokens);
+  CHECK(got.logprobs == want.logprobs);
+  CHECK(got.kept == want.kept);
+  CHECK(got.layer_budgets == want.layer_budgets);
+  CHECK(got.cache_bytes == want.cache_bytes);
+}
+
+void check_same_trace(const trace::RunTrace& got, const trace::RunTrace& want) {
+  REQUIRE(got.events.size() == want.events.size());
+  int bad = 0;
+  for (std::size_t i = 0; i < got.events.size(); ++i) {
+    const auto& a = got.events[i];
+    const auto& b = want.events[i];
+    bad += a.step != b.step || a.phase != b.phase || a.layer != b.layer || a.kv_head != b.kv_head ||
+           a.position != b.position || a.action != b.action || a.merge_target != b.merge_target;
+  }
+  CHECK(bad == 0);
+  REQUIRE(got.kept_mask.size() == want.kept_mask.size());
+  for (std::size_t l = 0; l < got.kept_mask.size(); ++l) CHECK(got.kept_mask[l] == want.kept_mask[l]);
+  REQUIRE(got.attention.size() == want.attention.size());
+  for (const auto& [key, map] : want.attention) CHECK(got.attention.at(key)->values == map->values);
+  REQUIRE(got.key_similarity.size() == want.key_similarity.size());
+  for (const auto& [key, map] : want.key_similarity) CHECK(got.key_similarity.at(key)->values == map->values);
+  REQUIRE(got.stats.size() == want.stats.size());
+  for (const auto& [name, stat] : want.stats) CHECK(got.stats.at(name).values == stat.values);
+  CHECK(got.layer_budgets == want.layer_budgets);
+}
+
+}  // namespace
+
+TEST_CASE("a replayed prefill gives the run a fresh prefill gives, for every one-pass policy", "[run][model]") {
+  const model::Model& model = *test::default_model();
+  run::PrefillStore store(2);
+  const auto capture = run::execute(spec("full"), model, stored(store));
+  CHECK_FALSE(capture.prefill_reused);
+  for (const char* policy : {"snapkv", "pyramidkv", "tova", "h2o", "streaming_llm", "cake", "cake:mode=oneshot",
+                             "dynamickv", "kvmerger", "d2o", "snapkv:allocation=cake", "full"}) {
+    INFO("policy " << policy);
+    const run::RunOutcome fresh = run::execute(spec(policy), model, {});
+    const run::RunOutcome replayed = run::execute(spec(policy), model, stored(store));
+    CHECK(replayed.prefill_reused);
+    check_same_run(replayed.result, fresh.result);
+  }
+  // A block-wise policy evicts between blocks: it never takes a one-pass capture, and still runs right.
+  for (const char* policy : {"h2o:block=32", "caote:block=32"}) {
+    INFO("policy " << policy);
+    const run::RunOutcome fresh = run::execute(spec(policy), model, {});
+    const run::RunOutcome with_store = run::execute(spec(policy), model, stored(store));
+    CHECK_FALSE(with_store.prefill_reused);
+    check_same_run(with_store.result, fresh.result);
+  }
+}
+
+TEST_CASE("a replayed prefill records the trace a fresh prefill records", "[run][model]") {
+  const model::Model& model = *test::default_model();
+  run::PrefillStore store(2);
+  const Recorded first = recorded(spec("snapkv", "40%"), model, &store);  // captures
+  CHECK_FALSE(first.outcome.prefill_reused);
+  for (const char* policy : {"snapkv", "h2o", "kvmerger", "cake"}) {
+    INFO("policy " << policy);
+    const Recorded fresh = recorded(spec(policy, "20%"), model, nullptr);
+    const Recorded replayed = recorded(spec(policy, "20%"), model, &store);
+    CHECK(replayed.outcome.prefill_reused);
+    check_same_run(replayed.outcome.result, fresh.outcome.result);
+    check_same_trace(*replayed.trace, *fresh.trace);
+    CHECK(replayed.trace->meta("prefill").find("replayed") == 0);
+  }
+}
+
+TEST_CASE("a captured prefill never serves a run whose upstream inputs differ", "[run][model]") {
+  const model::Model& model = *test::default_model();
+  run::PrefillStore store(4);
+  CHECK_FALSE(recorded(spec("snapkv"), model, &store).outcome.prefill_reused);
+
+  // Downstream of the prefill: budget, policy, sampling and length may all change.
+  run::RunSpec downstream = spec("tova", "10%");
+  downstream.generation.max_new_tokens = 3;
+  downstream.generation.sampling.temperature = 0.7f;
+  downstream.generation.sampling.seed = 5;
+  CHECK(recorded(downstream, model, &store).outcome.prefill_reused);
+
+  auto check_fresh = [&](const run::RunSpec& changed, const model::Model& m, const char* what) {
+    INFO("changed: " << what);
+    const Recorded got = recorded(changed, m, &store);
+    CHECK_FALSE(got.outcome.prefill_reused);
+    check_same_run(got.outcome.result, run::execute(changed, m, {}).result);
+  };
+  run::RunSpec other_prompt = spec("snapkv");
+  other_prompt.prompt += " Answer:";
+  check_fresh(other_prompt, model, "prompt text");
+  run::RunSpec chat = spec("snapkv");
+  chat.chat = true;
+  check_fresh(chat, model, "chat template");
+  run::RunSpec record = spec("snapkv");
+  record.record = "decode=off;pooling=mean";
+  check_fresh(record, model, "recording options");
+  run::RunSpec ids = spec("snapkv");
+  ids.prompt_ids = run::encode_prompt(model, kPrompt, false);
+  ids.prompt_ids.pop_back();
+  check_fresh(ids, model, "prompt tokens");
+
+  // Another model file: a link to the same weights under another name still counts as another model.
+  const auto link = test::temp_file("prefill_model_link", ".gguf");
+  std::filesystem::create_symlink(model.file.path(), link);
+  const model::Model other = model::load_model(link);
+  check_fresh(spec("snapkv"), other, "model file");
+  std::filesystem::remove(link);
+}

@@ -1,0 +1,123 @@
+// The live trace a window draws from: snapshots are immutable and publishing copies only what is new
+// (the kept mask and decode attention are shared, append-only rows), checked by counting the bytes a
+// publish copies and by comparing every snapshot with an independent record of what was appended.
+#include <catch2/catch.hpp>
+
+#include <random>
+
+#include "core/trace/live_trace.h"
+
+using namespace kvscope::trace;
+
+namespace {
+
+RunLayout layout(int layers, int kv_heads, int heads, int positions, int decode_cols) {
+  RunLayout l;
+  l.name = "live";
+  l.n_layers = layers;
+  l.n_heads = heads;
+  l.n_kv_heads = kv_heads;
+  l.head_dim = 4;
+  l.prompt_length = positions / 2;
+  l.max_positions = positions;
+  l.decode_cols = decode_cols;
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("publishing a live run copies what the step added, not the history", "[trace][live]") {
+  const int layers = 3, kv = 2, heads = 4, positions = 500, cols = 50, steps = 300;
+  LiveTrace live(std::chrono::milliseconds(0));  // publish at every step
+  const int id = live.begin_run(layout(layers, kv, heads, positions, cols));
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> state(0, 2);
+  std::uniform_real_distribution<float> prob(0.0f, 1.0f);
+  // Independent record: what each step appended.
+  std::vector<std::vector<std::vector<uint8_t>>> kept_record;  // [step][layer][kv * positions]
+  std::vector<std::vector<float>> decode_record;               // [decode step][layers * heads * cols]
+  std::vector<std::shared_ptr<const RunTrace>> snapshots;
+  std::size_t copied = 0, appended = 0, largest = 0;
+  int publishes_that_copied = 0;
+  const std::size_t step_bytes = layers * static_cast<std::size_t>(kv) * positions + layers * heads * cols * sizeof(float);
+  for (int s = 0; s < steps; ++s) {
+    StepRecord rec;
+    rec.stats.phase = s == 0 ? 0 : 1;
+    rec.stats.step = s == 0 ? 0 : s - 1;
+    rec.stats.seq_len = positions / 2 + s;
+    rec.kept.assign(layers, std::vector<uint8_t>(static_cast<std::size_t>(kv) * positions));
+    for (auto& l : rec.kept)
+      for (auto& v : l) v = static_cast<uint8_t>(state(rng));
+    kept_record.push_back(rec.kept);
+    if (s > 0) {
+      rec.decode_attention.resize(static_cast<std::size_t>(layers) * heads * cols);
+      for (auto& v : rec.decode_attention) v = prob(rng);
+      decode_record.push_back(rec.decode_attention);
+    }
+    live.append_step(id, std::move(rec));
+    copied += live.history_bytes_copied_by_last_publish();
+    largest = std::max(largest, live.history_bytes_copied_by_last_publish());
+    publishes_that_copied += live.history_bytes_copied_by_last_publish() > 0;
+    appended += step_bytes;
+    if (s % 37 == 0) snapshots.push_back(live.snapshot());
+  }
+  // Amortised: storage doubles, so all moves together copy a geometric series of the final size, less
+  // than twice what was appended.
+  CHECK(copied <= 2 * appended);
+  // Most publishes copy nothing of the history at all: only the steps where storage grows do.
+  int growths = 0;  // storage starts at 16 rows and doubles
+  for (int capacity = 16; capacity < steps; capacity *= 2) ++growths;
+  CHECK(publishes_that_copied <= 2 * growths);  // kept-mask and decode storage grow at different steps
+  INFO("bytes copied by publishing " << copied << ", appended " << appended << ", largest single copy " << largest);
+  CHECK(largest <= static_cast<std::size_t>(steps) * step_bytes);
+
+  // Every snapshot still shows exactly what was appended up to its step, although later steps followed.
+  snapshots.push_back(live.snapshot());
+  for (const auto& snap : snapshots) {
+    REQUIRE(snap->kept_mask.size() == static_cast<std::size_t>(layers));
+    const int n = snap->kept_mask[0].n_steps;
+    REQUIRE(n == snap->n_steps());
+    int bad = 0;
+    for (int l = 0; l < layers; ++l)
+      for (int s = 0; s < n; ++s)
+        for (int g = 0; g < kv; ++g)
+          for (int p = 0; p < positions; ++p)
+            bad += snap->kept_mask[l].at(g, p, s) != kept_record[s][l][static_cast<std::size_t>(g) * positions + p];
+    CHECK(bad == 0);
+    const int decode_steps = std::max(0, n - 1);
+    for (int l = 0; l < layers; ++l)
+      for (int h = 0; h < heads; ++h) {
+        const Map2D* m = snap->decode_attention_map(l, h);
+        if (decode_steps == 0) {
+          CHECK(m == nullptr);
+          continue;
+        }
+        REQUIRE(m != nullptr);
+        REQUIRE(m->rows == decode_steps);
+        for (int s = 0; s < decode_steps; ++s)
+          for (int c = 0; c < cols; ++c)
+            bad += m->at(s, c) != decode_record[s][(static_cast<std::size_t>(l) * heads + h) * cols + c];
+      }
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("a live trace shows a map once all its rows are in", "[trace][live]") {
+  LiveTrace live(std::chrono::milliseconds(0));
+  const int id = live.begin_run(layout(1, 1, 1, 8, 0));
+  Map2D shape;
+  shape.rows = shape.source_rows = 4;
+  shape.cols = shape.source_cols = 4;
+  live.create_map(id, {MapKind::Attention, 0, 0}, shape, "probability", "");
+  const std::vector<float> rows(8, 0.25f);
+  live.write_map_rows(id, {MapKind::Attention, 0, 0}, 0, 2, rows);
+  live.flush();
+  CHECK(live.snapshot()->attention_map(0, 0) == nullptr);
+  live.write_map_rows(id, {MapKind::Attention, 0, 0}, 2, 2, rows);
+  live.flush();
+  const Map2D* m = live.snapshot()->attention_map(0, 0);
+  REQUIRE(m != nullptr);
+  CHECK(m->at(3, 3) == 0.25f);
+  CHECK_THROWS(live.write_map_rows(id, {MapKind::Attention, 0, 1}, 0, 1, rows));  // never created
+  CHECK_THROWS(live.begin_run(layout(1, 1, 1, 8, 0)));                           // one run per live trace
+}
