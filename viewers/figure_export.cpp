@@ -40,7 +40,11 @@ FigureRenderer::~FigureRenderer() {
   ImPlot::SetCurrentContext(prev_plot == implot_ ? nullptr : prev_plot);
 }
 
-Image FigureRenderer::render(const Figure& figure, const ExportOptions& options) {
+Image FigureRenderer::render(const Figure& figure, const ExportOptions& options) { return draw(figure, options, true); }
+
+void FigureRenderer::lay_out(const Figure& figure, const ExportOptions& options) { draw(figure, options, false); }
+
+Image FigureRenderer::draw(const Figure& figure, const ExportOptions& options, bool to_pixels) {
   if (figure.empty()) throw Error("nothing to export: the figure '" + figure.title + "' has no plots");
   if (options.width < 64 || options.height < 64 || options.width > 16384 || options.height > 16384)
     throw UsageError("figure size " + std::to_string(options.width) + "x" + std::to_string(options.height) +
@@ -99,7 +103,7 @@ Image FigureRenderer::render(const Figure& figure, const ExportOptions& options)
     ImGui::Render();
     ImDrawData* dd = ImGui::GetDrawData();
     acknowledge_texture_requests(*dd);
-    if (frame == 1) {
+    if (frame == 1 && to_pixels) {
       const ImVec4 bg = style.Colors[ImGuiCol_WindowBg];
       target = Image(options.width, options.height,
                      Rgba{static_cast<uint8_t>(bg.x * 255), static_cast<uint8_t>(bg.y * 255), static_cast<uint8_t>(bg.z * 255), 255});

@@ -39,10 +39,14 @@ class FigureRenderer {
   // Renders on the calling thread. Saves and restores whatever ImGui/ImPlot context was current, so
   // the window may call it between its own frames.
   Image render(const Figure& figure, const ExportOptions& options);
-  // The axis tick labels of the last render, boxed where ImPlot put their text (colourbar labels aside).
+  // Everything render does but the rasterising: the layout, for tick_labels().
+  void lay_out(const Figure& figure, const ExportOptions& options);
+  // The axis tick labels of the last render or layout, boxed where ImPlot put their text (colourbar
+  // labels aside).
   std::vector<TickLabelBox> tick_labels() const;
 
  private:
+  Image draw(const Figure& figure, const ExportOptions& options, bool to_pixels);
   ImGuiContext* imgui_ = nullptr;
   ImPlotContext* implot_ = nullptr;
 };
