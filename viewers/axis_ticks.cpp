@@ -187,8 +187,7 @@ LabelExtent font_extent(bool vertical) {
   };
 }
 
-// Room between neighbouring labels: a digit's width across, a fifth of a line up the side.
-double label_gap(bool vertical) { return ImGui::GetFontSize() * (vertical ? 0.2 : 0.6); }
+double label_gap(bool vertical) { return ImGui::GetFontSize() * (vertical ? kLabelGapUpEm : kLabelGapAcrossEm); }
 
 // An x label may reach past the plot area only as far as the y labels keep off it (ImPlot draws them
 // LabelPadding.x left of the area), so the first x label never runs into the lowest y label. A y label

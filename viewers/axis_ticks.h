@@ -40,6 +40,12 @@ std::vector<AxisTick> spaced_log_ticks(double lo, double hi, double pixels, doub
 std::vector<AxisTick> spaced_category_ticks(double lo, double hi, double pixels, double gap, double overhang,
                                             const std::vector<std::string>& names, const LabelExtent& extent);
 
+// The least room between neighbouring labels, in ems of the font that draws them: a label's width or
+// more across, so numbers read as separate; more than a line up the side, so a tall axis is not a column
+// of numbers.
+inline constexpr double kLabelGapAcrossEm = 1.0;
+inline constexpr double kLabelGapUpEm = 1.2;
+
 // True when labels centred at `position(value)` keep `gap` pixels between neighbours.
 bool labels_fit(const std::vector<AxisTick>& ticks, const AxisPosition& position, double gap, const LabelExtent& extent);
 

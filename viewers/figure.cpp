@@ -297,8 +297,8 @@ void line_plot_svg(std::ostringstream& out, const LinePlot& plot, double ox, dou
   const LabelExtent up = [font](const std::string&) { return 1.2f * font; };
   const double inf = std::numeric_limits<double>::infinity();  // y labels may overhang: nothing is beside them
   const std::vector<AxisTick> yt = plot.log_y
-                                       ? spaced_log_ticks(std::pow(10.0, a), std::pow(10.0, b), bottom - top, 0.2 * font, inf, tick_text, up)
-                                       : spaced_linear_ticks(a, b, bottom - top, 0.2 * font, inf, tick_text, up);
+                                       ? spaced_log_ticks(std::pow(10.0, a), std::pow(10.0, b), bottom - top, kLabelGapUpEm * font, inf, tick_text, up)
+                                       : spaced_linear_ticks(a, b, bottom - top, kLabelGapUpEm * font, inf, tick_text, up);
   for (const AxisTick& t : yt) {
     if (!t.major) continue;
     out << "<line x1=\"" << num(left) << "\" x2=\"" << num(right) << "\" y1=\"" << num(py(t.value)) << "\" y2=\""
@@ -307,8 +307,8 @@ void line_plot_svg(std::ostringstream& out, const LinePlot& plot, double ox, dou
         << xml_escape(t.label) << "</text>\n";
   }
   const std::vector<AxisTick> xt = plot.x_tick_labels.empty()
-                                       ? spaced_linear_ticks(xa, xb, right - left, 0.6 * font, 0.4 * font, tick_text, across)
-                                       : spaced_category_ticks(xa, xb, right - left, 0.6 * font, 0.4 * font, plot.x_tick_labels, across);
+                                       ? spaced_linear_ticks(xa, xb, right - left, kLabelGapAcrossEm * font, 0.4 * font, tick_text, across)
+                                       : spaced_category_ticks(xa, xb, right - left, kLabelGapAcrossEm * font, 0.4 * font, plot.x_tick_labels, across);
   for (const AxisTick& t : xt) {
     if (!t.major) continue;
     out << "<line x1=\"" << num(px(t.value)) << "\" x2=\"" << num(px(t.value)) << "\" y1=\"" << num(top) << "\" y2=\""

@@ -262,7 +262,7 @@ TEST_CASE("exported tick labels never overlap at any size, and long axes keep at
       for (const auto& [axis, labels] : by_axis) {
         float widest = 0;
         for (const auto* b : labels) widest = std::max(widest, b->vertical ? b->y1 - b->y0 : b->x1 - b->x0);
-        const float gap = font * (labels.front()->vertical ? 0.2f : 0.6f);
+        const double gap = font * (labels.front()->vertical ? kLabelGapUpEm : kLabelGapAcrossEm);
         INFO("axis " << axis << " (" << (labels.front()->vertical ? "y" : "x") << ", " << labels.front()->axis_pixels
                      << " px): " << labels.size() << " labels, the widest " << widest << " px");
         if (labels.front()->axis_pixels >= 6 * (widest + gap)) CHECK(labels.size() >= 2);
