@@ -48,8 +48,10 @@ int drop_overhanging(std::vector<AxisTick>& majors, const Axis& axis) {
   for (auto& t : majors) {
     if (t.label.empty()) continue;
     const double at = axis.position(t.value), half = axis.extent(t.label) / 2.0;
-    if (at - half < -axis.overhang || at + half > axis.pixels + axis.overhang) t.label.clear();
-    else ++labelled;
+    if (at - half < -axis.overhang || at + half > axis.pixels + axis.overhang)
+      t.label.clear();
+    else
+      ++labelled;
   }
   return labelled;
 }
@@ -106,7 +108,8 @@ std::string tick_text(double value) {
   return buf;
 }
 
-bool labels_fit(const std::vector<AxisTick>& ticks, const AxisPosition& position, double gap, const LabelExtent& extent) {
+bool labels_fit(const std::vector<AxisTick>& ticks, const AxisPosition& position, double gap,
+                const LabelExtent& extent) {
   std::vector<std::pair<double, double>> spans;  // label start and end along the axis
   for (const auto& t : ticks) {
     if (!t.major || t.label.empty()) continue;
@@ -143,11 +146,13 @@ std::vector<AxisTick> spaced_log_ticks(double lo, double hi, double pixels, doub
   const int chosen = choice.index + 1;  // every chosen-th decade is labelled
   std::vector<AxisTick>& ticks = choice.majors;
   // Minors: 2..9 x 10^e when every decade is labelled and there is room, else the skipped decades.
-  const bool fine = chosen == 1 && axis.position(2.0 * std::pow(10.0, e0)) - axis.position(std::pow(10.0, e0)) >= 3 * kMinTickPixels;
+  const bool fine =
+      chosen == 1 && axis.position(2.0 * std::pow(10.0, e0)) - axis.position(std::pow(10.0, e0)) >= 3 * kMinTickPixels;
   for (int e = e0 - 1; e <= e1 && !ticks.empty(); ++e) {
     if (fine) {
       for (int m = 2; m <= 9; ++m)
-        if (m * std::pow(10.0, e) >= lo && m * std::pow(10.0, e) <= hi) ticks.push_back({m * std::pow(10.0, e), "", false});
+        if (m * std::pow(10.0, e) >= lo && m * std::pow(10.0, e) <= hi)
+          ticks.push_back({m * std::pow(10.0, e), "", false});
     } else if (e >= e0 && !every(chosen, e)) {
       ticks.push_back({std::pow(10.0, e), "", false});
     }
@@ -208,16 +213,16 @@ void add_ticks(ImPlotTicker& ticker, const std::vector<AxisTick>& ticks) {
   for (const auto& t : ticks) ticker.AddTick(t.value, t.major, 0, t.major && !t.label.empty(), t.label.c_str());
 }
 
-void linear_locator(ImPlotTicker& ticker, const ImPlotRange& range, float pixels, bool vertical, ImPlotFormatter formatter,
-                    void* data) {
-  add_ticks(ticker, spaced_linear_ticks(range.Min, range.Max, pixels, label_gap(vertical), label_overhang(vertical), format_with(formatter, data),
-                                        font_extent(vertical)));
+void linear_locator(ImPlotTicker& ticker, const ImPlotRange& range, float pixels, bool vertical,
+                    ImPlotFormatter formatter, void* data) {
+  add_ticks(ticker, spaced_linear_ticks(range.Min, range.Max, pixels, label_gap(vertical), label_overhang(vertical),
+                                        format_with(formatter, data), font_extent(vertical)));
 }
 
 void log_locator(ImPlotTicker& ticker, const ImPlotRange& range, float pixels, bool vertical, ImPlotFormatter formatter,
                  void* data) {
-  add_ticks(ticker, spaced_log_ticks(range.Min, range.Max, pixels, label_gap(vertical), label_overhang(vertical), format_with(formatter, data),
-                                     font_extent(vertical)));
+  add_ticks(ticker, spaced_log_ticks(range.Min, range.Max, pixels, label_gap(vertical), label_overhang(vertical),
+                                     format_with(formatter, data), font_extent(vertical)));
 }
 
 int category_format(double value, char* buf, int size, void* data) {
@@ -229,15 +234,18 @@ int category_format(double value, char* buf, int size, void* data) {
 void category_locator(ImPlotTicker& ticker, const ImPlotRange& range, float pixels, bool vertical, ImPlotFormatter,
                       void* data) {
   const auto& names = *static_cast<const std::vector<std::string>*>(data);
-  add_ticks(ticker, spaced_category_ticks(range.Min, range.Max, pixels, label_gap(vertical), label_overhang(vertical), names, font_extent(vertical)));
+  add_ticks(ticker, spaced_category_ticks(range.Min, range.Max, pixels, label_gap(vertical), label_overhang(vertical),
+                                          names, font_extent(vertical)));
 }
 
 }  // namespace
 
 void use_spaced_ticks(ImAxis axis) {
   ImPlotAxis& ax = ImPlot::GetCurrentPlot()->Axes[axis];
-  if (ax.Scale == ImPlotScale_Linear) ax.Locator = linear_locator;
-  else if (ax.Scale == ImPlotScale_Log10) ax.Locator = log_locator;
+  if (ax.Scale == ImPlotScale_Linear)
+    ax.Locator = linear_locator;
+  else if (ax.Scale == ImPlotScale_Log10)
+    ax.Locator = log_locator;
 }
 
 void use_category_ticks(ImAxis axis, const std::vector<std::string>& names) {

@@ -47,7 +47,8 @@ inline constexpr double kLabelGapAcrossEm = 1.0;
 inline constexpr double kLabelGapUpEm = 1.2;
 
 // True when labels centred at `position(value)` keep `gap` pixels between neighbours.
-bool labels_fit(const std::vector<AxisTick>& ticks, const AxisPosition& position, double gap, const LabelExtent& extent);
+bool labels_fit(const std::vector<AxisTick>& ticks, const AxisPosition& position, double gap,
+                const LabelExtent& extent);
 
 // "%g", as ImPlot labels its ticks.
 std::string tick_text(double value);

@@ -160,8 +160,9 @@ void CompareView::draw(AppState& state) {
   same_line_if_fits(checkbox_width("decode"));
   ImGui::Checkbox("decode", &decode);
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("Maps: the decode steps instead of the prompt.\nKept sets: also the generated positions, as far "
-                      "as both runs generated the same tokens");
+    ImGui::SetTooltip(
+        "Maps: the decode steps instead of the prompt.\nKept sets: also the generated positions, as far "
+        "as both runs generated the same tokens");
   same_line_if_fits(checkbox_width("difference"));
   ImGui::Checkbox("difference", &show_difference);
   same_line_if_fits(ImGui::GetFontSize() * 12);

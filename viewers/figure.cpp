@@ -98,8 +98,10 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
   if (!ImPlot::BeginPlot(title.c_str(), size)) return;
   ImPlot::SetupAxes(plot.x_label.empty() ? nullptr : plot.x_label.c_str(), plot.y_label.empty() ? nullptr : plot.y_label.c_str());
   if (plot.log_y) ImPlot::SetupAxisScale(ImAxis_Y1, ImPlotScale_Log10);
-  if (plot.x_tick_labels.empty()) use_spaced_ticks(ImAxis_X1);
-  else use_category_ticks(ImAxis_X1, plot.x_tick_labels);
+  if (plot.x_tick_labels.empty())
+    use_spaced_ticks(ImAxis_X1);
+  else
+    use_category_ticks(ImAxis_X1, plot.x_tick_labels);
   use_spaced_ticks(ImAxis_Y1);
   ImPlot::SetupLegend(ImPlotLocation_NorthEast, plot.legend_outside ? ImPlotLegendFlags_Outside : 0);
   for (std::size_t i = 0; i < plot.series.size(); ++i) {
@@ -296,19 +298,22 @@ void line_plot_svg(std::ostringstream& out, const LinePlot& plot, double ox, dou
   const LabelExtent across = [font](const std::string& s) { return 0.64f * font * static_cast<float>(s.size()); };
   const LabelExtent up = [font](const std::string&) { return 1.2f * font; };
   const double inf = std::numeric_limits<double>::infinity();  // y labels may overhang: nothing is beside them
-  const std::vector<AxisTick> yt = plot.log_y
-                                       ? spaced_log_ticks(std::pow(10.0, a), std::pow(10.0, b), bottom - top, kLabelGapUpEm * font, inf, tick_text, up)
-                                       : spaced_linear_ticks(a, b, bottom - top, kLabelGapUpEm * font, inf, tick_text, up);
+  const std::vector<AxisTick> yt =
+      plot.log_y ? spaced_log_ticks(std::pow(10.0, a), std::pow(10.0, b), bottom - top, kLabelGapUpEm * font, inf,
+                                    tick_text, up)
+                 : spaced_linear_ticks(a, b, bottom - top, kLabelGapUpEm * font, inf, tick_text, up);
   for (const AxisTick& t : yt) {
     if (!t.major) continue;
     out << "<line x1=\"" << num(left) << "\" x2=\"" << num(right) << "\" y1=\"" << num(py(t.value)) << "\" y2=\""
         << num(py(t.value)) << "\" stroke=\"#e0e0e0\"/>\n";
-    out << "<text x=\"" << num(left - font * 0.4) << "\" y=\"" << num(py(t.value) + font * 0.35) << "\" text-anchor=\"end\">"
-        << xml_escape(t.label) << "</text>\n";
+    out << "<text x=\"" << num(left - font * 0.4) << "\" y=\"" << num(py(t.value) + font * 0.35)
+        << "\" text-anchor=\"end\">" << xml_escape(t.label) << "</text>\n";
   }
-  const std::vector<AxisTick> xt = plot.x_tick_labels.empty()
-                                       ? spaced_linear_ticks(xa, xb, right - left, kLabelGapAcrossEm * font, 0.4 * font, tick_text, across)
-                                       : spaced_category_ticks(xa, xb, right - left, kLabelGapAcrossEm * font, 0.4 * font, plot.x_tick_labels, across);
+  const std::vector<AxisTick> xt =
+      plot.x_tick_labels.empty()
+          ? spaced_linear_ticks(xa, xb, right - left, kLabelGapAcrossEm * font, 0.4 * font, tick_text, across)
+          : spaced_category_ticks(xa, xb, right - left, kLabelGapAcrossEm * font, 0.4 * font, plot.x_tick_labels,
+                                  across);
   for (const AxisTick& t : xt) {
     if (!t.major) continue;
     out << "<line x1=\"" << num(px(t.value)) << "\" x2=\"" << num(px(t.value)) << "\" y1=\"" << num(top) << "\" y2=\""

@@ -24,9 +24,9 @@ struct ExportOptions {
 struct TickLabelBox {
   float x0 = 0, y0 = 0, x1 = 0, y1 = 0;
   std::string text;
-  int axis = 0;             // one number per (plot, axis) of the figure
-  bool vertical = false;    // a y axis
-  float axis_pixels = 0;    // the plot area's length along that axis
+  int axis = 0;           // one number per (plot, axis) of the figure
+  bool vertical = false;  // a y axis
+  float axis_pixels = 0;  // the plot area's length along that axis
 };
 
 class FigureRenderer {

@@ -35,8 +35,10 @@ bool param_in_effect(const policy::ParamSpec& p, const std::string& allocation) 
 SetupPanel::SetupPanel(Session& session) : Panel("setup", "Set-up"), session_(session) {
   samples_ = sample_prompt_names();
   for (const auto& name : samples_) sample_texts_.push_back(sample_prompt(name));
-  if (samples_.empty()) prompt_ = kFallbackPrompt;
-  else set_sample(samples_.front());
+  if (samples_.empty())
+    prompt_ = kFallbackPrompt;
+  else
+    set_sample(samples_.front());
   reset_params();
 }
 

@@ -217,7 +217,8 @@ KeptDiff diff_kept(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b)
 namespace {
 
 int common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-  return static_cast<int>(std::mismatch(a.begin(), a.begin() + std::min(a.size(), b.size()), b.begin()).first - a.begin());
+  return static_cast<int>(std::mismatch(a.begin(), a.begin() + std::min(a.size(), b.size()), b.begin()).first -
+                          a.begin());
 }
 
 }  // namespace

@@ -86,8 +86,8 @@ KeptDiff diff_kept(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b)
 // equal, the generated tokens both runs agree on (the common prefix of their generated ids). Past the
 // first differing token a position holds a different token in each run.
 struct ComparableSpan {
-  int prompt = 0;      // positions 0 .. prompt-1
-  int generated = 0;   // then positions prompt .. prompt+generated-1
+  int prompt = 0;     // positions 0 .. prompt-1
+  int generated = 0;  // then positions prompt .. prompt+generated-1
   int length(bool with_generated) const { return prompt + (with_generated ? generated : 0); }
 };
 ComparableSpan comparable_span(const trace::RunTrace& a, const trace::RunTrace& b);

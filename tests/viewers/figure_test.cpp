@@ -236,21 +236,24 @@ TEST_CASE("exported tick labels never overlap at any size, and long axes keep at
     figures.emplace_back("lines and bars", f);
   }
   FigureRenderer renderer;  // one renderer for every figure: no plot of an earlier render may leak in
-  for (const auto& [width, height] : std::vector<std::pair<int, int>>{{480, 320}, {800, 300}, {1200, 800}, {1000, 1400}, {2400, 900}}) {
+  for (const auto& [width, height] :
+       std::vector<std::pair<int, int>>{{480, 320}, {800, 300}, {1200, 800}, {1000, 1400}, {2400, 900}}) {
     for (const auto& [name, figure] : figures) {
       INFO(name << " at " << width << "x" << height);
       const float font = std::max(13.0f, std::round(height / 50.0f));
       // Below this share of the width a part is too narrow to be worth checking (and no export makes it).
       if (width / static_cast<int>(figure.parts.size()) < 12 * font) continue;
       // The layout is the render's without the pixels (one figure is rasterised too, to be sure).
-      if (width == 1200 && name == "3 maps of 160") renderer.render(figure, ExportOptions{width, height, 0.0f, false});
-      else renderer.lay_out(figure, ExportOptions{width, height, 0.0f, false});
+      if (width == 1200 && name == "3 maps of 160")
+        renderer.render(figure, ExportOptions{width, height, 0.0f, false});
+      else
+        renderer.lay_out(figure, ExportOptions{width, height, 0.0f, false});
       const std::vector<TickLabelBox> boxes = renderer.tick_labels();
       for (std::size_t i = 0; i < boxes.size(); ++i)
         for (std::size_t j = i + 1; j < boxes.size(); ++j) {
           INFO("'" << boxes[i].text << "' [" << boxes[i].x0 << ", " << boxes[i].x1 << "] x [" << boxes[i].y0 << ", "
-                   << boxes[i].y1 << "] and '" << boxes[j].text << "' [" << boxes[j].x0 << ", " << boxes[j].x1 << "] x ["
-                   << boxes[j].y0 << ", " << boxes[j].y1 << "]");
+                   << boxes[i].y1 << "] and '" << boxes[j].text << "' [" << boxes[j].x0 << ", " << boxes[j].x1
+                   << "] x [" << boxes[j].y0 << ", " << boxes[j].y1 << "]");
           CHECK_FALSE(intersect(boxes[i], boxes[j]));
         }
       // Every axis of every part is labelled, with two labels or more wherever six labels and their gaps

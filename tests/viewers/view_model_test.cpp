@@ -261,8 +261,10 @@ TEST_CASE("kept sets compare only positions that hold the same token in both run
 
   auto expect = [](const std::set<int>& a, const std::set<int>& b, int length, const KeptDiff& d) {
     std::set<int> ra, rb, both, only_a, only_b, uni;
-    for (int p : a) if (p < length) ra.insert(p);
-    for (int p : b) if (p < length) rb.insert(p);
+    for (int p : a)
+      if (p < length) ra.insert(p);
+    for (int p : b)
+      if (p < length) rb.insert(p);
     std::set_intersection(ra.begin(), ra.end(), rb.begin(), rb.end(), std::inserter(both, both.end()));
     std::set_difference(ra.begin(), ra.end(), rb.begin(), rb.end(), std::inserter(only_a, only_a.end()));
     std::set_difference(rb.begin(), rb.end(), ra.begin(), ra.end(), std::inserter(only_b, only_b.end()));
@@ -283,7 +285,8 @@ TEST_CASE("kept sets compare only positions that hold the same token in both run
 
   CHECK(compared_positions(span, false) == "prompt positions 0..5");
   CHECK(compared_positions(span, true) == "prompt positions 0..5 + 1 generated token both runs agree on");
-  CHECK(compared_positions(ComparableSpan{6, 0}, true) == "prompt positions 0..5 (the generated tokens differ from the first)");
+  CHECK(compared_positions(ComparableSpan{6, 0}, true) ==
+        "prompt positions 0..5 (the generated tokens differ from the first)");
 
   // Different prompts: only their common prefix, and no generated position even if the ids agree.
   const trace::RunTrace other = kept_run({11, 12, 99, 14}, {7, 8}, {0, 1, 2, 3, 4, 5});
