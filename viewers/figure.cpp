@@ -98,10 +98,13 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
   if (!ImPlot::BeginPlot(title.c_str(), size)) return;
   ImPlot::SetupAxes(plot.x_label.empty() ? nullptr : plot.x_label.c_str(), plot.y_label.empty() ? nullptr : plot.y_label.c_str());
   if (plot.log_y) ImPlot::SetupAxisScale(ImAxis_Y1, ImPlotScale_Log10);
-  if (plot.x_tick_labels.empty())
+  if (plot.x_tick_labels.empty()) {
     use_spaced_ticks(ImAxis_X1);
-  else
+  } else {
+    // One slot per category, so each name has its slot's width to sit in, the outer ones included.
+    ImPlot::SetupAxisLimits(ImAxis_X1, -0.5, plot.x_tick_labels.size() - 0.5, ImPlotCond_Always);
     use_category_ticks(ImAxis_X1, plot.x_tick_labels);
+  }
   use_spaced_ticks(ImAxis_Y1);
   ImPlot::SetupLegend(ImPlotLocation_NorthEast, plot.legend_outside ? ImPlotLegendFlags_Outside : 0);
   for (std::size_t i = 0; i < plot.series.size(); ++i) {
@@ -286,7 +289,9 @@ void line_plot_svg(std::ostringstream& out, const LinePlot& plot, double ox, dou
   const double pad = 0.05 * (b - a);
   a -= pad, b += pad;
   const double xpad = bars ? 0.0 : 0.02 * (x_hi - x_lo);
-  const double xa = x_lo - xpad, xb = x_hi + xpad;
+  // Categories get one slot each, as in draw_line_plot.
+  const double xa = plot.x_tick_labels.empty() ? x_lo - xpad : -0.5;
+  const double xb = plot.x_tick_labels.empty() ? x_hi + xpad : plot.x_tick_labels.size() - 0.5;
   auto px = [&](double x) { return left + (x - xa) / (xb - xa) * (right - left); };
   auto py = [&](double y) { return bottom - (ty(y) - a) / (b - a) * (bottom - top); };
 
