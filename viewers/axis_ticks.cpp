@@ -33,11 +33,15 @@ std::vector<double> round_steps(double smallest, double largest) {
   return steps;
 }
 
-// Multiples of `step` inside [lo, hi]; exact zero, so "-0" and "1e-17" never become labels.
+// Multiples of `step` inside [lo, hi]; exact zero, so "-0" and "1e-17" never become labels. None when
+// there would be more than an axis can show, which also covers a range zoomed in so far from zero that
+// consecutive multiples are no longer distinct doubles.
 std::vector<double> multiples(double lo, double hi, double step) {
   std::vector<double> out;
   const double k0 = std::ceil(lo / step - 1e-9), k1 = std::floor(hi / step + 1e-9);
-  for (double k = k0; k <= k1; ++k) out.push_back(k == 0 ? 0.0 : k * step);
+  if (!(k1 - k0 < 1e5) || std::fabs(k0) > 1e15 || std::fabs(k1) > 1e15) return out;
+  for (long long k = static_cast<long long>(k0); k <= static_cast<long long>(k1); ++k)
+    out.push_back(k == 0 ? 0.0 : static_cast<double>(k) * step);
   return out;
 }
 

@@ -1,8 +1,9 @@
 #pragma once
-// Axis ticks whose labels never run into each other. ImPlot's own locator picks a tick count from the
-// axis length alone (one label per 400 px), so on a narrow panel "80 100 120 140" printed as one word.
-// Here the step is chosen from the labels themselves: the finest round step at which every label, centred
-// on its tick, stays `gap` pixels clear of its neighbours, measured with the font that draws it.
+// Axis ticks whose labels never run into each other. ImPlot's own locator takes its step from the axis
+// length alone and thins the labels only by hiding every other one once their total width passes the
+// axis, so on a narrow panel "80 100 120 140" printed as one word. Here the step is chosen from the labels
+// themselves: the finest round step at which every label, centred on its tick, stays `gap` pixels clear
+// of its neighbours, measured with the font that draws it.
 #include <functional>
 #include <string>
 #include <vector>

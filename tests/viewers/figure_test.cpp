@@ -82,6 +82,9 @@ TEST_CASE("tick steps come from the label widths: the finest round step whose la
   CHECK(labelled(spaced_linear_ticks(0, 160, 30, 6, 5, tick_text, kAcross)).size() == 1);
   CHECK(spaced_linear_ticks(1, 1, 300, 6, 5, tick_text, kAcross).empty());
   CHECK(spaced_log_ticks(-1, 10, 300, 6, 5, tick_text, kAcross).empty());
+  // Zoomed in so far from zero that multiples of the fine steps are not distinct doubles: those steps
+  // are skipped (no hang), and 1e17 itself, a multiple of 100, is the one tick.
+  CHECK(labelled(spaced_linear_ticks(1e17, 1e17 + 64, 300, 6, 1e9, tick_text, kAcross)) == std::vector<double>{1e17});
 }
 
 TEST_CASE("a heatmap renders headless in the colormap's colour, with text around it", "[figure]") {
