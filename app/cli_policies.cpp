@@ -47,13 +47,7 @@ nlohmann::json params_json(const std::vector<policy::ParamSpec>& params) {
 }
 
 // Parameters a policy takes from the allocations are listed once, under the allocations.
-bool from_allocation(const policy::ParamSpec& p) {
-  if (p.name == "allocation") return false;
-  for (const auto& a : policy::all_allocations())
-    for (const auto& q : a.params)
-      if (q.name == p.name && q.doc == p.doc) return true;
-  return false;
-}
+bool from_allocation(const policy::ParamSpec& p) { return !policy::allocations_declaring(p).empty(); }
 
 void print_params(const std::vector<policy::ParamSpec>& params, bool skip_allocation_params) {
   std::size_t width = 0;

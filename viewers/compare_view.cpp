@@ -48,6 +48,14 @@ void default_compare(AppState& state) {
 
 }  // namespace
 
+std::string compared_positions(const ComparableSpan& span, bool with_generated) {
+  std::string text = span.prompt > 0 ? "prompt positions 0.." + std::to_string(span.prompt - 1) : "no shared prompt";
+  if (!with_generated) return text;
+  if (span.generated == 0) return text + " (the generated tokens differ from the first)";
+  return text + " + " + std::to_string(span.generated) + " generated token" + (span.generated == 1 ? "" : "s") +
+         " both runs agree on";
+}
+
 void kept_diff_strip(const KeptDiff& d, float width, float height, const trace::RunTrace& a, const trace::RunTrace& b) {
   static const ImU32 colors[4] = {IM_COL32(48, 48, 54, 255), IM_COL32(76, 114, 176, 255), IM_COL32(221, 132, 82, 255),
                                   IM_COL32(86, 170, 100, 255)};
@@ -151,6 +159,10 @@ void CompareView::draw(AppState& state) {
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Layer/head changes in one column apply to all columns");
   same_line_if_fits(checkbox_width("decode"));
   ImGui::Checkbox("decode", &decode);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "Maps: the decode steps instead of the prompt.\nKept sets: also the generated positions, as far "
+        "as both runs generated the same tokens");
   same_line_if_fits(checkbox_width("difference"));
   ImGui::Checkbox("difference", &show_difference);
   same_line_if_fits(ImGui::GetFontSize() * 12);
@@ -211,10 +223,14 @@ void CompareView::draw(AppState& state) {
       if (i > 0 && r->n_layers == ref->n_layers && r->n_kv_heads == ref->n_kv_heads) {
         const Selection sel = state.compare_sel[i];
         const int kv = kv_head_of(sel.head, all_shapes[i]);
-        const KeptDiff d = diff_kept(kept_set(*ref, sel.layer, kv), kept_set(*r, sel.layer, kv));
+        // Only positions holding the same token in both runs are comparable: the shared prompt, and with
+        // 'decode' ticked the generated tokens both runs agree on.
+        const ComparableSpan span = comparable_span(*ref, *r);
+        const KeptDiff d = diff_kept_over(*ref, *r, sel.layer, kv, span.length(decode));
         kept_diff_strip(d, cell_w, font * 1.0f, *ref, *r);
-        ImGui::TextDisabled("kept vs %s (kv head %d): both %d, only first %d, only this %d, Jaccard %.2f", ref->name.c_str(), kv,
-                            d.both, d.only_a, d.only_b, d.jaccard);
+        ImGui::TextDisabled("kept vs %s (kv head %d) over %s: both %d, only first %d, only this %d, Jaccard %.2f",
+                            ref->name.c_str(), kv, compared_positions(span, decode).c_str(), d.both, d.only_a, d.only_b,
+                            d.jaccard);
       } else if (i == 0) {
         ImGui::TextDisabled("reference: the other columns are compared with this run. Key strip: red evicted, orange merged.");
       }

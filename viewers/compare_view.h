@@ -30,6 +30,10 @@ class CompareView final : public Panel {
 // The automatic column choice: runs of the active run's prompt, full-cache runs first, at most four.
 std::vector<int> auto_compare(const AppState& state);
 
+// What the kept-set line compares, for its label: "prompt positions 0..N-1" and, with generated
+// positions, how many generated tokens the two runs agree on.
+std::string compared_positions(const ComparableSpan& span, bool with_generated);
+
 // A strip of one cell per position coloured by KeptDiff state, with a hover read-out.
 void kept_diff_strip(const KeptDiff& d, float width, float height, const trace::RunTrace& a, const trace::RunTrace& b);
 

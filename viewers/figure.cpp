@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/common/error.h"
+#include "viewers/axis_ticks.h"
 
 namespace kvscope::viewers {
 
@@ -97,15 +98,14 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
   if (!ImPlot::BeginPlot(title.c_str(), size)) return;
   ImPlot::SetupAxes(plot.x_label.empty() ? nullptr : plot.x_label.c_str(), plot.y_label.empty() ? nullptr : plot.y_label.c_str());
   if (plot.log_y) ImPlot::SetupAxisScale(ImAxis_Y1, ImPlotScale_Log10);
-  if (!plot.x_tick_labels.empty()) {
-    std::vector<double> at;
-    std::vector<const char*> labels;
-    for (std::size_t i = 0; i < plot.x_tick_labels.size(); ++i) {
-      at.push_back(static_cast<double>(i));
-      labels.push_back(plot.x_tick_labels[i].c_str());
-    }
-    ImPlot::SetupAxisTicks(ImAxis_X1, at.data(), static_cast<int>(at.size()), labels.data());
+  if (plot.x_tick_labels.empty()) {
+    use_spaced_ticks(ImAxis_X1);
+  } else {
+    // One slot per category, so each name has its slot's width to sit in, the outer ones included.
+    ImPlot::SetupAxisLimits(ImAxis_X1, -0.5, plot.x_tick_labels.size() - 0.5, ImPlotCond_Always);
+    use_category_ticks(ImAxis_X1, plot.x_tick_labels);
   }
+  use_spaced_ticks(ImAxis_Y1);
   ImPlot::SetupLegend(ImPlotLocation_NorthEast, plot.legend_outside ? ImPlotLegendFlags_Outside : 0);
   for (std::size_t i = 0; i < plot.series.size(); ++i) {
     const LineSeries& s = plot.series[i];
@@ -170,6 +170,8 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
   if (ImPlot::BeginPlot(title.c_str(), plot_size, legend || (marks && plot.mark_legend) ? 0 : ImPlotFlags_NoLegend)) {
     ImPlot::SetupAxis(ImAxis_X1, plot.x_label.empty() ? nullptr : plot.x_label.c_str());
     ImPlot::SetupAxis(ImAxis_Y1, plot.y_label.empty() ? nullptr : plot.y_label.c_str(), ImPlotAxisFlags_Invert);
+    use_spaced_ticks(ImAxis_X1);
+    use_spaced_ticks(ImAxis_Y1);
     ImPlot::SetupAxesLimits(0, std::max(1, m.source_cols), 0, std::max(1.0, m.source_rows + strip),
                             refit ? ImPlotCond_Always : ImPlotCond_Once);
     // Category legends sit outside (they describe every cell); the key-mark legend fits in the empty
@@ -235,21 +237,6 @@ void draw_figure(const Figure& figure, ImVec2 size, TextureStore& textures) {
   }
 }
 
-std::vector<double> nice_ticks(double lo, double hi, int target_count) {
-  std::vector<double> ticks;
-  if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return ticks;
-  const double raw = (hi - lo) / std::max(1, target_count);
-  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = mag;
-  for (double m : {1.0, 2.0, 5.0, 10.0}) {
-    step = m * mag;
-    if (step >= raw) break;
-  }
-  const double first = std::ceil(lo / step - 1e-9) * step;
-  for (double t = first; t <= hi + step * 1e-9; t += step) ticks.push_back(std::fabs(t) < step * 1e-9 ? 0.0 : t);
-  return ticks;
-}
-
 namespace {
 
 std::string xml_escape(const std::string& s) {
@@ -278,12 +265,6 @@ std::string num(double v) {
   return buf;
 }
 
-std::string tick_label(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-
 void line_plot_svg(std::ostringstream& out, const LinePlot& plot, double ox, double width, double height, float font) {
   const double left = ox + font * 5.0, right = ox + width - font * 1.2, top = font * 2.6, bottom = height - font * 3.6;
   double x_lo = std::numeric_limits<double>::infinity(), x_hi = -x_lo, y_lo = x_lo, y_hi = -x_lo;
@@ -308,39 +289,42 @@ void line_plot_svg(std::ostringstream& out, const LinePlot& plot, double ox, dou
   const double pad = 0.05 * (b - a);
   a -= pad, b += pad;
   const double xpad = bars ? 0.0 : 0.02 * (x_hi - x_lo);
-  const double xa = x_lo - xpad, xb = x_hi + xpad;
+  // Categories get one slot each, as in draw_line_plot.
+  const double xa = plot.x_tick_labels.empty() ? x_lo - xpad : -0.5;
+  const double xb = plot.x_tick_labels.empty() ? x_hi + xpad : plot.x_tick_labels.size() - 0.5;
   auto px = [&](double x) { return left + (x - xa) / (xb - xa) * (right - left); };
   auto py = [&](double y) { return bottom - (ty(y) - a) / (b - a) * (bottom - top); };
 
   out << "<g font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"" << num(font) << "\">\n";
   out << "<text x=\"" << num((left + right) / 2) << "\" y=\"" << num(font * 1.6) << "\" text-anchor=\"middle\" font-weight=\"bold\">"
       << xml_escape(plot.title) << "</text>\n";
-  // Grid and ticks.
-  std::vector<double> yt;
-  if (plot.log_y) {
-    for (double e = std::ceil(a); e <= std::floor(b); e += 1) yt.push_back(std::pow(10.0, e));
-  } else {
-    yt = nice_ticks(a, b, 6);
+  // Grid and ticks, spaced by their labels. The viewer picks the font; DejaVu Sans (named first) sets
+  // digits 0.64 em wide, so that is the width assumed per character.
+  const LabelExtent across = [font](const std::string& s) { return 0.64f * font * static_cast<float>(s.size()); };
+  const LabelExtent up = [font](const std::string&) { return 1.2f * font; };
+  const double inf = std::numeric_limits<double>::infinity();  // y labels may overhang: nothing is beside them
+  const std::vector<AxisTick> yt =
+      plot.log_y ? spaced_log_ticks(std::pow(10.0, a), std::pow(10.0, b), bottom - top, kLabelGapUpEm * font, inf,
+                                    tick_text, up)
+                 : spaced_linear_ticks(a, b, bottom - top, kLabelGapUpEm * font, inf, tick_text, up);
+  for (const AxisTick& t : yt) {
+    if (!t.major) continue;
+    out << "<line x1=\"" << num(left) << "\" x2=\"" << num(right) << "\" y1=\"" << num(py(t.value)) << "\" y2=\""
+        << num(py(t.value)) << "\" stroke=\"#e0e0e0\"/>\n";
+    out << "<text x=\"" << num(left - font * 0.4) << "\" y=\"" << num(py(t.value) + font * 0.35)
+        << "\" text-anchor=\"end\">" << xml_escape(t.label) << "</text>\n";
   }
-  for (double t : yt) {
-    out << "<line x1=\"" << num(left) << "\" x2=\"" << num(right) << "\" y1=\"" << num(py(t)) << "\" y2=\"" << num(py(t))
-        << "\" stroke=\"#e0e0e0\"/>\n";
-    out << "<text x=\"" << num(left - font * 0.4) << "\" y=\"" << num(py(t) + font * 0.35) << "\" text-anchor=\"end\">"
-        << tick_label(t) << "</text>\n";
-  }
-  std::vector<double> xt;
-  if (plot.x_tick_labels.empty()) {
-    xt = nice_ticks(xa, xb, 8);
-  } else {
-    for (std::size_t i = 0; i < plot.x_tick_labels.size(); ++i) xt.push_back(static_cast<double>(i));
-  }
-  for (double t : xt) {
-    const std::size_t ti = static_cast<std::size_t>(std::lround(t));
-    const std::string label = plot.x_tick_labels.empty() ? tick_label(t) : xml_escape(plot.x_tick_labels[ti]);
-    out << "<line x1=\"" << num(px(t)) << "\" x2=\"" << num(px(t)) << "\" y1=\"" << num(top) << "\" y2=\"" << num(bottom)
-        << "\" stroke=\"#eeeeee\"/>\n";
-    out << "<text x=\"" << num(px(t)) << "\" y=\"" << num(bottom + font * 1.3) << "\" text-anchor=\"middle\">" << label
-        << "</text>\n";
+  const std::vector<AxisTick> xt =
+      plot.x_tick_labels.empty()
+          ? spaced_linear_ticks(xa, xb, right - left, kLabelGapAcrossEm * font, 0.4 * font, tick_text, across)
+          : spaced_category_ticks(xa, xb, right - left, kLabelGapAcrossEm * font, 0.4 * font, plot.x_tick_labels,
+                                  across);
+  for (const AxisTick& t : xt) {
+    if (!t.major) continue;
+    out << "<line x1=\"" << num(px(t.value)) << "\" x2=\"" << num(px(t.value)) << "\" y1=\"" << num(top) << "\" y2=\""
+        << num(bottom) << "\" stroke=\"#eeeeee\"/>\n";
+    out << "<text x=\"" << num(px(t.value)) << "\" y=\"" << num(bottom + font * 1.3) << "\" text-anchor=\"middle\">"
+        << xml_escape(t.label) << "</text>\n";
   }
   // Data, clipped to the plot area.
   const std::string clip = "clip" + std::to_string(static_cast<long>(ox));

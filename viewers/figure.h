@@ -74,9 +74,6 @@ void draw_figure(const Figure& figure, ImVec2 size, TextureStore& textures);
 // Adds our colormaps to the current ImPlot context (once per context) and returns its ImPlot index.
 int implot_colormap(Colormap cmap);
 
-// Evenly spaced round tick values (1, 2, 5 x 10^k) covering [lo, hi].
-std::vector<double> nice_ticks(double lo, double hi, int target_count);
-
 // A standalone SVG of the line/bar parts of a figure (throws Error for heatmaps: they are pictures,
 // export them as PNG).
 std::string figure_svg(const Figure& figure, int width, int height, float font_px = 14.0f);

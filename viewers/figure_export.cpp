@@ -2,6 +2,7 @@
 
 #include <imgui.h>
 #include <implot.h>
+#include <implot_internal.h>
 
 #include <algorithm>
 #include <cmath>
@@ -39,7 +40,11 @@ FigureRenderer::~FigureRenderer() {
   ImPlot::SetCurrentContext(prev_plot == implot_ ? nullptr : prev_plot);
 }
 
-Image FigureRenderer::render(const Figure& figure, const ExportOptions& options) {
+Image FigureRenderer::render(const Figure& figure, const ExportOptions& options) { return draw(figure, options, true); }
+
+void FigureRenderer::lay_out(const Figure& figure, const ExportOptions& options) { draw(figure, options, false); }
+
+Image FigureRenderer::draw(const Figure& figure, const ExportOptions& options, bool to_pixels) {
   if (figure.empty()) throw Error("nothing to export: the figure '" + figure.title + "' has no plots");
   if (options.width < 64 || options.height < 64 || options.width > 16384 || options.height > 16384)
     throw UsageError("figure size " + std::to_string(options.width) + "x" + std::to_string(options.height) +
@@ -74,6 +79,13 @@ Image FigureRenderer::render(const Figure& figure, const ExportOptions& options)
   style.WindowPadding = ImVec2(style.FontSizeBase * 0.6f, style.FontSizeBase * 0.6f);
   style.WindowBorderSize = 0.0f;  // the figure is the whole picture; a window frame would read as part of it
   ImPlot::GetStyle().PlotPadding = ImVec2(style.FontSizeBase * 0.6f, style.FontSizeBase * 0.6f);
+  // Label padding grows with the font, so the x label at the plot's left edge (a "0") may reach as far
+  // past it as half a digit without meeting the y labels (axis_ticks.h).
+  ImPlot::GetStyle().LabelPadding = ImVec2(style.FontSizeBase * 0.4f, style.FontSizeBase * 0.3f);
+
+  // Plots of earlier renders go: their axis state (limits set once, fitted extents) must not leak into
+  // this figure, and tick_labels() reports this render's plots only.
+  implot_->Plots.Clear();
 
   SoftTextureStore textures;
   Image target;
@@ -91,7 +103,7 @@ Image FigureRenderer::render(const Figure& figure, const ExportOptions& options)
     ImGui::Render();
     ImDrawData* dd = ImGui::GetDrawData();
     acknowledge_texture_requests(*dd);
-    if (frame == 1) {
+    if (frame == 1 && to_pixels) {
       const ImVec4 bg = style.Colors[ImGuiCol_WindowBg];
       target = Image(options.width, options.height,
                      Rgba{static_cast<uint8_t>(bg.x * 255), static_cast<uint8_t>(bg.y * 255), static_cast<uint8_t>(bg.z * 255), 255});
@@ -99,6 +111,38 @@ Image FigureRenderer::render(const Figure& figure, const ExportOptions& options)
     }
   }
   return target;
+}
+
+std::vector<TickLabelBox> FigureRenderer::tick_labels() const {
+  std::vector<TickLabelBox> boxes;
+  const ImPlotStyle& style = implot_->Style;
+  for (int p = 0; p < implot_->Plots.GetBufSize(); ++p) {
+    const ImPlotPlot& plot = *implot_->Plots.GetByIndex(p);
+    for (int a = 0; a < ImAxis_COUNT; ++a) {
+      const ImPlotAxis& ax = plot.Axes[a];
+      if (!ax.Enabled || !ax.HasTickLabels() || ax.IsOpposite()) continue;
+      const bool vertical = a >= ImAxis_Y1;
+      const ImRect& r = plot.PlotRect;
+      for (int t = 0; t < ax.Ticker.TickCount(); ++t) {
+        const ImPlotTick& tick = ax.Ticker.Ticks[t];
+        // The placement rules of ImPlot's SetupFinish, where the label text is drawn (our locators put
+        // every label on the first level).
+        const float lo = vertical ? r.Min.y : r.Min.x, hi = vertical ? r.Max.y : r.Max.x;
+        if (!tick.ShowLabel || tick.PixelPos < lo - 1 || tick.PixelPos > hi + 1) continue;
+        TickLabelBox b;
+        b.text = ax.Ticker.GetText(t);
+        b.axis = p * ImAxis_COUNT + a;
+        b.vertical = vertical;
+        b.axis_pixels = hi - lo;
+        b.x0 = vertical ? ax.Datum1 - style.LabelPadding.x - tick.LabelSize.x : tick.PixelPos - 0.5f * tick.LabelSize.x;
+        b.y0 = vertical ? tick.PixelPos - 0.5f * tick.LabelSize.y : ax.Datum1 + style.LabelPadding.y;
+        b.x1 = b.x0 + tick.LabelSize.x;
+        b.y1 = b.y0 + tick.LabelSize.y;
+        boxes.push_back(std::move(b));
+      }
+    }
+  }
+  return boxes;
 }
 
 namespace {

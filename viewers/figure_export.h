@@ -4,6 +4,7 @@
 // menu and `kvscope figure` both come through here, so they produce the same pictures.
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "viewers/figure.h"
 #include "viewers/image.h"
@@ -19,6 +20,15 @@ struct ExportOptions {
   bool dark = false;      // the window's dark style; off gives white paper for print
 };
 
+// Where a tick label was drawn, in figure pixels.
+struct TickLabelBox {
+  float x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+  std::string text;
+  int axis = 0;           // one number per (plot, axis) of the figure
+  bool vertical = false;  // a y axis
+  float axis_pixels = 0;  // the plot area's length along that axis
+};
+
 class FigureRenderer {
  public:
   FigureRenderer();
@@ -29,8 +39,14 @@ class FigureRenderer {
   // Renders on the calling thread. Saves and restores whatever ImGui/ImPlot context was current, so
   // the window may call it between its own frames.
   Image render(const Figure& figure, const ExportOptions& options);
+  // Everything render does but the rasterising: the layout, for tick_labels().
+  void lay_out(const Figure& figure, const ExportOptions& options);
+  // The axis tick labels of the last render or layout, boxed where ImPlot put their text (colourbar
+  // labels aside).
+  std::vector<TickLabelBox> tick_labels() const;
 
  private:
+  Image draw(const Figure& figure, const ExportOptions& options, bool to_pixels);
   ImGuiContext* imgui_ = nullptr;
   ImPlotContext* implot_ = nullptr;
 };

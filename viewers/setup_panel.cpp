@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/common/error.h"
+#include "core/policy/allocation_catalog.h"
 #include "core/policy/budget_spec.h"
 #include "core/policy/registry.h"
 
@@ -25,11 +26,40 @@ std::string format_number(double v, bool integer) {
 
 }  // namespace
 
+bool param_in_effect(const policy::ParamSpec& p, const std::string& allocation) {
+  if (allocation.empty()) return true;
+  const auto owners = policy::allocations_declaring(p);
+  return owners.empty() || std::find(owners.begin(), owners.end(), allocation) != owners.end();
+}
+
 SetupPanel::SetupPanel(Session& session) : Panel("setup", "Set-up"), session_(session) {
   samples_ = sample_prompt_names();
-  prompt_ = samples_.empty() ? kFallbackPrompt : sample_prompt(samples_.front());
-  sample_ = samples_.empty() ? "" : samples_.front();
+  for (const auto& name : samples_) sample_texts_.push_back(sample_prompt(name));
+  if (samples_.empty())
+    prompt_ = kFallbackPrompt;
+  else
+    set_sample(samples_.front());
   reset_params();
+}
+
+std::string SetupPanel::sample_shown() const {
+  if (samples_.empty()) return prompt_ == kFallbackPrompt ? "(built-in)" : "(custom)";
+  std::string shown = "(custom)";
+  for (std::size_t i = 0; i < samples_.size(); ++i)
+    if (prompt_ == sample_texts_[i] && (shown == "(custom)" || samples_[i] == sample_)) shown = samples_[i];
+  return shown;
+}
+
+bool SetupPanel::in_effect(const policy::ParamSpec& p) const {
+  const auto it = choices_.find("allocation");
+  return param_in_effect(p, it == choices_.end() ? "" : it->second);
+}
+
+std::vector<std::string> SetupPanel::shown_params() const {
+  std::vector<std::string> names;
+  for (const auto& p : policy::all_policies().at(policy_).params)
+    if (in_effect(p)) names.push_back(p.name);
+  return names;
 }
 
 void SetupPanel::set_sample(const std::string& name) {
@@ -39,7 +69,7 @@ void SetupPanel::set_sample(const std::string& name) {
     throw UsageError("no sample prompt '" + name + "' (available: " + (valid.empty() ? "none installed" : valid) + ")");
   }
   sample_ = name;
-  prompt_ = sample_prompt(name);
+  prompt_ = sample_texts_[std::find(samples_.begin(), samples_.end(), name) - samples_.begin()];
 }
 
 void SetupPanel::reset_params() {
@@ -81,6 +111,7 @@ std::string SetupPanel::policy_spec() const {
   const auto& info = policy::all_policies().at(policy_);
   std::string spec = info.name, sep = ":";
   for (const auto& p : info.params) {
+    if (!in_effect(p)) continue;  // kept in the form for when its allocation is chosen again, but inert now
     std::string value;
     if (p.kind == policy::ParamSpec::Kind::Choice) {
       auto it = choices_.find(p.name);
@@ -181,6 +212,7 @@ bool SetupPanel::param_widgets() {
   bool changed = false;
   const auto& info = policy::all_policies().at(policy_);
   for (const auto& p : info.params) {
+    if (!in_effect(p)) continue;
     ImGui::PushID(p.name.c_str());
     ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
     switch (p.kind) {
@@ -236,9 +268,10 @@ void SetupPanel::draw(AppState& state) {
 
   ImGui::SeparatorText("Prompt");
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-  if (ImGui::BeginCombo("sample", samples_.empty() ? "(built-in)" : sample_.c_str())) {
+  const std::string shown = sample_shown();
+  if (ImGui::BeginCombo("sample", shown.c_str())) {
     for (const auto& s : samples_)
-      if (ImGui::Selectable(s.c_str(), s == sample_)) set_sample(s), rerun = true;
+      if (ImGui::Selectable(s.c_str(), s == shown)) set_sample(s), rerun = true;
     if (samples_.empty()) ImGui::TextDisabled("no sample_data/prompts installed");
     ImGui::EndCombo();
   }

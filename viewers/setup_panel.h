@@ -6,10 +6,16 @@
 #include <map>
 #include <string>
 
+#include "core/policy/params.h"
 #include "viewers/panel.h"
 #include "viewers/session.h"
 
 namespace kvscope::viewers {
+
+// Whether a policy parameter changes the run: a layer-allocation parameter only under an allocation that
+// declares it (beta does nothing with allocation=uniform); every other parameter always. `allocation` is
+// empty for a policy without an allocation choice: its allocation is fixed and all its parameters count.
+bool param_in_effect(const policy::ParamSpec& p, const std::string& allocation);
 
 class SetupPanel final : public Panel {
  public:
@@ -34,18 +40,25 @@ class SetupPanel final : public Panel {
   int save(const AppState& state, const std::string& path);
 
   RunRequest request() const;
-  std::string policy_spec() const;
+  std::string policy_spec() const;  // the parameters in effect that differ from their defaults
   std::string budget_text() const;
+  // What the sample chooser shows: the name of the sample whose text the prompt is, else "(custom)" (a
+  // typed, scripted or loaded prompt).
+  std::string sample_shown() const;
+  // Names of the parameters the form shows: those in effect under the chosen allocation.
+  std::vector<std::string> shown_params() const;
 
  private:
   void reset_params();
+  bool in_effect(const policy::ParamSpec& p) const;
   bool param_widgets();
 
   Session& session_;
   std::string model_path_;
   std::string prompt_;
-  std::string sample_;
+  std::string sample_;  // the last one chosen: named first when several samples have the same text
   std::vector<std::string> samples_;
+  std::vector<std::string> sample_texts_;  // read once, to tell whether the prompt still is a sample
   std::string prompt_file_;
   bool chat_ = false;
   int policy_ = 0;

@@ -214,6 +214,33 @@ KeptDiff diff_kept(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b)
   return d;
 }
 
+namespace {
+
+int common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  return static_cast<int>(std::mismatch(a.begin(), a.begin() + std::min(a.size(), b.size()), b.begin()).first -
+                          a.begin());
+}
+
+}  // namespace
+
+ComparableSpan comparable_span(const trace::RunTrace& a, const trace::RunTrace& b) {
+  ComparableSpan span;
+  span.prompt = common_prefix(a.prompt_ids, b.prompt_ids);
+  if (a.prompt_ids == b.prompt_ids) span.generated = common_prefix(a.generated_ids, b.generated_ids);
+  return span;
+}
+
+KeptDiff diff_kept_over(const trace::RunTrace& a, const trace::RunTrace& b, int layer, int kv_head, int length) {
+  std::vector<uint8_t> ka = kept_set(a, layer, kv_head), kb = kept_set(b, layer, kv_head);
+  ka.resize(std::min(ka.size(), static_cast<std::size_t>(std::max(0, length))));
+  kb.resize(std::min(kb.size(), static_cast<std::size_t>(std::max(0, length))));
+  KeptDiff d = diff_kept(ka, kb);
+  // A run that stopped early never saw some compared positions: they count as not kept, as in diff_kept.
+  d.state.resize(std::max(0, length), KeptDiff::Neither);
+  d.neither += std::max(0, length) - static_cast<int>(std::max(ka.size(), kb.size()));
+  return d;
+}
+
 std::vector<float> retention(const trace::RunTrace& run, int step) {
   const int n_pos = positions_of(run);
   std::vector<float> out(n_pos, 1.0f);

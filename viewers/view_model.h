@@ -81,6 +81,19 @@ struct KeptDiff {
 // Positions beyond the shorter set count as not kept in it.
 KeptDiff diff_kept(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b);
 
+// The positions at which two runs' caches hold the same tokens, so that their kept sets can be compared:
+// the prompt both share (the common prefix of their prompt ids), and after it, when the prompts are
+// equal, the generated tokens both runs agree on (the common prefix of their generated ids). Past the
+// first differing token a position holds a different token in each run.
+struct ComparableSpan {
+  int prompt = 0;     // positions 0 .. prompt-1
+  int generated = 0;  // then positions prompt .. prompt+generated-1
+  int length(bool with_generated) const { return prompt + (with_generated ? generated : 0); }
+};
+ComparableSpan comparable_span(const trace::RunTrace& a, const trace::RunTrace& b);
+// The kept sets of two runs at their last steps, compared over the first `length` positions only.
+KeptDiff diff_kept_over(const trace::RunTrace& a, const trace::RunTrace& b, int layer, int kv_head, int length);
+
 // Per position, the share of (layer, kv head) caches that still hold it at the end of `step` (-1: last).
 std::vector<float> retention(const trace::RunTrace& run, int step = -1);
 

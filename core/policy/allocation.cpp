@@ -31,6 +31,14 @@ const AllocationInfo& find_allocation(const std::string& name) {
   }());
 }
 
+std::vector<std::string> allocations_declaring(const ParamSpec& spec) {
+  std::vector<std::string> names;
+  for (const auto& info : all_allocations())
+    for (const auto& p : info.params)
+      if (p.name == spec.name && p.doc == spec.doc) names.push_back(info.name);
+  return names;
+}
+
 std::vector<std::string> allocation_names() {
   std::vector<std::string> names;
   for (const auto& info : all_allocations()) names.push_back(info.name);

@@ -27,6 +27,9 @@ struct AllocationInfo {
 
 const std::vector<AllocationInfo>& all_allocations();
 const AllocationInfo& find_allocation(const std::string& name);  // throws UsageError listing the valid names
+// The allocations that declare `spec` (same name and doc, as with_allocation_params copies them). Empty
+// for a policy's own parameter, also one named like an allocation parameter: that name means the policy's.
+std::vector<std::string> allocations_declaring(const ParamSpec& spec);
 
 AllocationInfo uniform_allocation_info();    // allocation.cpp
 AllocationInfo pyramid_allocation_info();    // allocation_pyramid.cpp

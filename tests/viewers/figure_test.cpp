@@ -4,12 +4,15 @@
 
 #include <imgui.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "core/common/error.h"
+#include "viewers/axis_ticks.h"
 #include "viewers/figure.h"
 #include "viewers/figure_export.h"
 #include "viewers/soft_render.h"
@@ -37,15 +40,51 @@ int color_distance(Rgba a, Rgba b) { return std::abs(a.r - b.r) + std::abs(a.g -
 
 }  // namespace
 
-TEST_CASE("nice ticks are round and cover the range", "[figure]") {
-  const auto t = nice_ticks(0.0, 29.0, 6);
-  REQUIRE(!t.empty());
-  CHECK(t.front() == 0.0);
-  CHECK(t[1] - t[0] == 5.0);
-  CHECK(t.back() <= 29.0);
-  const auto s = nice_ticks(-0.013, 0.021, 4);
-  for (double v : s) CHECK(std::fabs(v / 0.01 - std::round(v / 0.01)) < 1e-9);
-  CHECK(nice_ticks(1.0, 1.0, 5).empty());
+namespace {
+
+// A fixed-pitch stand-in for a font: 8 px per character across, 14 px up.
+const LabelExtent kAcross = [](const std::string& s) { return 8.0f * static_cast<float>(s.size()); };
+const LabelExtent kUp = [](const std::string&) { return 14.0f; };
+
+// The labelled values, rounded to 12 significant digits so 3 * 0.005 compares equal to 0.015.
+std::vector<double> labelled(const std::vector<AxisTick>& ticks) {
+  std::vector<double> out;
+  for (const auto& t : ticks)
+    if (t.major && !t.label.empty()) out.push_back(std::stod(tick_text(t.value)));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("tick steps come from the label widths: the finest round step whose labels stay apart", "[figure]") {
+  // 0..160 over 300 px: a step of 10 puts "90" and "100" 18.75 px apart, less than 8 + 12 + 6; a step of
+  // 20 leaves 37.5 px for at most "100" and "120": 12 + 12 + 6. "160" would end 12 px past the axis end,
+  // more than the 5 px allowed, so its tick stays unlabelled.
+  CHECK(labelled(spaced_linear_ticks(0, 160, 300, 6, 5, tick_text, kAcross)) ==
+        std::vector<double>{0, 20, 40, 60, 80, 100, 120, 140});
+  // The same axis over 120 px: 20 leaves 15 px, 50 leaves 37.5 px ("150" ends 4.5 px past the end, inside 5).
+  CHECK(labelled(spaced_linear_ticks(0, 160, 120, 6, 5, tick_text, kAcross)) == std::vector<double>{0, 50, 100, 150});
+  // No overhang allowed: "150" (112.5 +- 12) would end past 120, and "0" starts 4 px before the axis.
+  CHECK(labelled(spaced_linear_ticks(0, 160, 120, 6, 0, tick_text, kAcross)) == std::vector<double>{50, 100});
+  // Minors fall between majors, without labels: every 5 (a step of 2 x 10^k is cut in quarters).
+  const auto with_minors = spaced_linear_ticks(0, 160, 300, 6, 5, tick_text, kAcross);
+  CHECK(std::count_if(with_minors.begin(), with_minors.end(), [](const AxisTick& t) { return !t.major; }) == 24);
+  // A vertical axis: 14 px labels need 20 px between ticks; 0.021 - -0.013 over 200 px puts 0.005 at 29 px.
+  CHECK(labelled(spaced_linear_ticks(-0.013, 0.021, 200, 6, 1e9, tick_text, kUp)) ==
+        std::vector<double>{-0.01, -0.005, 0, 0.005, 0.01, 0.015, 0.02});
+  // Log: seven decades over 100 px, 14 px labels: one decade is 14.3 px (< 20), every second 28.6 px.
+  CHECK(labelled(spaced_log_ticks(1e-5, 100, 100, 6, 1e9, tick_text, kUp)) == std::vector<double>{1e-4, 1e-2, 1, 100});
+  // Categories: twelve 10-character names over 400 px (33 px apart): every fifth, 167 px apart.
+  std::vector<std::string> names(12, "policy_b25");
+  CHECK(labelled(spaced_category_ticks(-0.5, 11.5, 400, 6, 1e9, names, kAcross)) == std::vector<double>{0, 5, 10});
+  // Too short for two labels: one remains. Empty or inverted ranges have none.
+  CHECK(labelled(spaced_linear_ticks(0, 160, 30, 6, 5, tick_text, kAcross)).size() == 1);
+  CHECK(spaced_linear_ticks(1, 1, 300, 6, 5, tick_text, kAcross).empty());
+  CHECK(spaced_log_ticks(-1, 10, 300, 6, 5, tick_text, kAcross).empty());
+  // Zoomed in so far from zero that multiples of the fine steps are not distinct doubles: those steps
+  // are skipped (no hang), and 1e17 itself, a multiple of 100, is the one tick.
+  CHECK(labelled(spaced_linear_ticks(1e17, 1e17 + 64, 300, 6, 1e9, tick_text, kAcross)) == std::vector<double>{1e17});
 }
 
 TEST_CASE("a heatmap renders headless in the colormap's colour, with text around it", "[figure]") {
@@ -140,4 +179,100 @@ TEST_CASE("line plots export to SVG; heatmaps do not", "[figure]") {
   CHECK(std::string(magic + 1, 3) == "PNG");
   CHECK_THROWS_AS(export_figure(f, (dir / "x.jpg").string(), ExportOptions{}), UsageError);
   std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+HeatmapPlot square_heatmap(int n) {
+  HeatmapPlot p = constant_heatmap(0.5f);
+  p.title = "L3 H1";
+  p.map.rows = p.map.cols = std::min(n, 64);
+  p.map.source_rows = p.map.source_cols = n;
+  p.map.row_block = p.map.col_block = (n + 63) / 64;
+  p.map.values.assign(static_cast<std::size_t>(p.map.rows) * p.map.cols, 0.5f);
+  p.column_marks.assign(n, 0);
+  p.column_marks[n / 2] = 1;  // the evicted-key strip stretches the y range past a round number
+  p.signature = "square" + std::to_string(n);
+  return p;
+}
+
+LinePlot line_plot(double x0, double x1, double y0, double y1, bool log_y, int categories) {
+  LinePlot p;
+  p.title = "entropy";
+  p.x_label = "layer";
+  p.y_label = "nats";
+  p.log_y = log_y;
+  LineSeries s;
+  s.name = "h2o_b64";
+  s.kind = categories > 0 ? LineSeries::Kind::Bars : LineSeries::Kind::Line;
+  const int n = categories > 0 ? categories : 40;
+  for (int i = 0; i < n; ++i) {
+    s.x.push_back(categories > 0 ? i : x0 + (x1 - x0) * i / (n - 1));
+    s.y.push_back(log_y ? y0 * std::pow(y1 / y0, i / (n - 1.0)) : y0 + (y1 - y0) * i / (n - 1));
+  }
+  for (int i = 0; i < categories; ++i) p.x_tick_labels.push_back("snapkv_b" + std::to_string(5 * i + 5) + "%");
+  p.series.push_back(s);
+  return p;
+}
+
+bool intersect(const TickLabelBox& a, const TickLabelBox& b) {
+  return a.x0 < b.x1 && b.x0 < a.x1 && a.y0 < b.y1 && b.y0 < a.y1;
+}
+
+}  // namespace
+
+TEST_CASE("exported tick labels never overlap at any size, and long axes keep at least two", "[figure]") {
+  // Panels as the views export them: one to four maps side by side (the compare view), line plots over
+  // small, signed and logarithmic ranges, and bar plots over named categories.
+  std::vector<std::pair<std::string, Figure>> figures;
+  for (int parts : {1, 3, 4})
+    for (int n : {8, 160, 948, 32768}) {
+      Figure f;
+      for (int i = 0; i < parts; ++i) f.parts.push_back(square_heatmap(n));
+      figures.emplace_back(std::to_string(parts) + " maps of " + std::to_string(n), f);
+    }
+  {
+    Figure f;
+    f.parts.push_back(line_plot(0, 29, -0.013, 0.021, false, 0));
+    f.parts.push_back(line_plot(3, 97, 1e-5, 3.0, true, 0));
+    f.parts.push_back(line_plot(0, 0, 0, 250000, false, 14));
+    figures.emplace_back("lines and bars", f);
+  }
+  FigureRenderer renderer;  // one renderer for every figure: no plot of an earlier render may leak in
+  for (const auto& [width, height] :
+       std::vector<std::pair<int, int>>{{480, 320}, {800, 300}, {1200, 800}, {1000, 1400}, {2400, 900}}) {
+    for (const auto& [name, figure] : figures) {
+      INFO(name << " at " << width << "x" << height);
+      const float font = std::max(13.0f, std::round(height / 50.0f));
+      // Below this share of the width a part is too narrow to be worth checking (and no export makes it).
+      if (width / static_cast<int>(figure.parts.size()) < 12 * font) continue;
+      // The layout is the render's without the pixels (one figure is rasterised too, to be sure).
+      if (width == 1200 && name == "3 maps of 160")
+        renderer.render(figure, ExportOptions{width, height, 0.0f, false});
+      else
+        renderer.lay_out(figure, ExportOptions{width, height, 0.0f, false});
+      const std::vector<TickLabelBox> boxes = renderer.tick_labels();
+      for (std::size_t i = 0; i < boxes.size(); ++i)
+        for (std::size_t j = i + 1; j < boxes.size(); ++j) {
+          INFO("'" << boxes[i].text << "' [" << boxes[i].x0 << ", " << boxes[i].x1 << "] x [" << boxes[i].y0 << ", "
+                   << boxes[i].y1 << "] and '" << boxes[j].text << "' [" << boxes[j].x0 << ", " << boxes[j].x1
+                   << "] x [" << boxes[j].y0 << ", " << boxes[j].y1 << "]");
+          CHECK_FALSE(intersect(boxes[i], boxes[j]));
+        }
+      // Every axis of every part is labelled, with two labels or more wherever six labels and their gaps
+      // would fit along it.
+      std::map<int, std::vector<const TickLabelBox*>> by_axis;
+      for (const auto& b : boxes) by_axis[b.axis].push_back(&b);
+      // (A category axis narrower than one name rightly has none, so the small line figures are spared.)
+      if (width / static_cast<int>(figure.parts.size()) >= 300) CHECK(by_axis.size() == 2 * figure.parts.size());
+      for (const auto& [axis, labels] : by_axis) {
+        float widest = 0;
+        for (const auto* b : labels) widest = std::max(widest, b->vertical ? b->y1 - b->y0 : b->x1 - b->x0);
+        const double gap = font * (labels.front()->vertical ? kLabelGapUpEm : kLabelGapAcrossEm);
+        INFO("axis " << axis << " (" << (labels.front()->vertical ? "y" : "x") << ", " << labels.front()->axis_pixels
+                     << " px): " << labels.size() << " labels, the widest " << widest << " px");
+        if (labels.front()->axis_pixels >= 6 * (widest + gap)) CHECK(labels.size() >= 2);
+      }
+    }
+  }
 }

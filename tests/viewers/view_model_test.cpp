@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <set>
 
 #include "core/common/error.h"
+#include "viewers/compare_view.h"
 #include "viewers/view_model.h"
 
 using namespace kvscope;
@@ -223,4 +225,76 @@ TEST_CASE("layer summaries and token display", "[view_model]") {
   CHECK(display_token(" the") == "\xC2\xB7the");
   CHECK(display_token("a\nb") == "a\\nb");
   CHECK(display_token("") == "''");
+}
+
+namespace {
+
+// One layer, one KV head. `kept` is the set of positions held at the end of the run; every position up
+// to the run's length is seen (the mask says evicted for the others).
+trace::RunTrace kept_run(std::vector<int32_t> prompt, std::vector<int32_t> generated, const std::set<int>& kept) {
+  trace::RunTrace run;
+  run.n_layers = run.n_heads = run.n_kv_heads = 1;
+  run.prompt_ids = std::move(prompt);
+  run.generated_ids = std::move(generated);
+  run.prompt_length = static_cast<int>(run.prompt_ids.size());
+  const int n = run.prompt_length + run.n_generated();
+  run.steps.push_back({0, 0, run.prompt_length, 0, 0, 0.0, -1});
+  for (int g = 1; g <= run.n_generated(); ++g) run.steps.push_back({1, g - 1, run.prompt_length + g, 0, 0, 0.0, -1});
+  trace::KeptMask m{1, n, run.n_steps(), {}};
+  for (int p = 0; p < n; ++p)
+    for (int s = 0; s < run.n_steps(); ++s) m.values.push_back(kept.count(p) ? trace::kKept : trace::kEvicted);
+  run.kept_mask = {m};
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("kept sets compare only positions that hold the same token in both runs", "[view_model]") {
+  // The case in small: a full run that stopped after two tokens against a compressing run that
+  // went on, agreed on the first generated token and then chose differently, and at its end keeps
+  // mostly its own generated tokens. Comparing all positions would call those "only this".
+  const std::vector<int32_t> prompt = {11, 12, 13, 14, 15, 16};
+  const trace::RunTrace full = kept_run(prompt, {7, 8}, {0, 1, 2, 3, 4, 5, 6, 7});
+  const trace::RunTrace small = kept_run(prompt, {7, 20, 21, 22}, {0, 3, 6, 8, 9});
+  const ComparableSpan span = comparable_span(full, small);
+  CHECK(span.prompt == 6);
+  CHECK(span.generated == 1);  // 7 agrees, then 8 against 20
+
+  auto expect = [](const std::set<int>& a, const std::set<int>& b, int length, const KeptDiff& d) {
+    std::set<int> ra, rb, both, only_a, only_b, uni;
+    for (int p : a)
+      if (p < length) ra.insert(p);
+    for (int p : b)
+      if (p < length) rb.insert(p);
+    std::set_intersection(ra.begin(), ra.end(), rb.begin(), rb.end(), std::inserter(both, both.end()));
+    std::set_difference(ra.begin(), ra.end(), rb.begin(), rb.end(), std::inserter(only_a, only_a.end()));
+    std::set_difference(rb.begin(), rb.end(), ra.begin(), ra.end(), std::inserter(only_b, only_b.end()));
+    std::set_union(ra.begin(), ra.end(), rb.begin(), rb.end(), std::inserter(uni, uni.end()));
+    CHECK(d.both == static_cast<int>(both.size()));
+    CHECK(d.only_a == static_cast<int>(only_a.size()));
+    CHECK(d.only_b == static_cast<int>(only_b.size()));
+    CHECK(d.neither == length - static_cast<int>(uni.size()));
+    CHECK(d.state.size() == static_cast<std::size_t>(length));
+    CHECK(d.jaccard == Approx(static_cast<double>(both.size()) / uni.size()));
+  };
+  const KeptDiff prompt_only = diff_kept_over(full, small, 0, 0, span.length(false));
+  expect({0, 1, 2, 3, 4, 5, 6, 7}, {0, 3, 6, 8, 9}, 6, prompt_only);
+  CHECK(prompt_only.both == 2);  // positions 0 and 3
+  const KeptDiff with_generated = diff_kept_over(full, small, 0, 0, span.length(true));
+  expect({0, 1, 2, 3, 4, 5, 6, 7}, {0, 3, 6, 8, 9}, 7, with_generated);
+  CHECK(with_generated.both == 3);  // and 6, the agreed token
+
+  CHECK(compared_positions(span, false) == "prompt positions 0..5");
+  CHECK(compared_positions(span, true) == "prompt positions 0..5 + 1 generated token both runs agree on");
+  CHECK(compared_positions(ComparableSpan{6, 0}, true) ==
+        "prompt positions 0..5 (the generated tokens differ from the first)");
+
+  // Different prompts: only their common prefix, and no generated position even if the ids agree.
+  const trace::RunTrace other = kept_run({11, 12, 99, 14}, {7, 8}, {0, 1, 2, 3, 4, 5});
+  CHECK(comparable_span(full, other).prompt == 2);
+  CHECK(comparable_span(full, other).generated == 0);
+  // Identical runs: everything compares, and a run that stopped earlier counts as not keeping the rest.
+  CHECK(comparable_span(small, small).length(true) == 10);
+  const KeptDiff past_end = diff_kept_over(full, small, 0, 0, 10);
+  expect({0, 1, 2, 3, 4, 5, 6, 7}, {0, 3, 6, 8, 9}, 10, past_end);
 }
