@@ -38,7 +38,7 @@ class ProgressPrinter {
     const bool last = p.done == p.total;
     if (!last && now - last_ < std::chrono::milliseconds(500)) return;
     last_ = now;
-    std::fprintf(stderr, "kvscope trace: %s %s %d/%d\n", run_.c_str(), p.phase == engine::Phase::Prefill ? "prefill" : "decode",
+    std::fprintf(stderr, "kvscope trace: %s %s %d/%d\n", run_.c_str(), p.phase == observation::Phase::Prefill ? "prefill" : "decode",
                  p.done, p.total);
   }
 

@@ -29,7 +29,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 def long_prompt():
     # The three shipped sample prompts, twice: about 1,000 tokens of varied text, on one line for the script.
     texts = [p.read_text() for p in sorted((ROOT / "sample_data" / "prompts").glob("*.txt"))]
-    return " ".join((" ".join(texts) + " ") * 2).replace("\n", " ").strip()
+    return ((" ".join(texts) + " ") * 2).replace("\n", " ").strip()
 
 
 def bare_generate(kvscope, prompt, policy, budget, threads):
@@ -57,9 +57,11 @@ def gui_session(kvscope, prompt, changes, threads):
     (work / "s.kvs").write_text("\n".join(lines) + "\n")
     log = work / "timing.jsonl"
     env = dict(os.environ, KVSCOPE_SOURCE_DIR=str(ROOT))
-    subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1600x1000x24", kvscope, "gui", "--no-run", "--script",
-                    str(work / "s.kvs"), "--timing-log", str(log), "--threads", str(threads)],
-                   check=True, capture_output=True, env=env)
+    done = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1600x1000x24", kvscope, "gui", "--no-run", "--script",
+                           str(work / "s.kvs"), "--timing-log", str(log), "--threads", str(threads)],
+                          capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        sys.exit(f"the scripted window failed ({done.returncode}):\n{done.stderr[-3000:]}")
     events = [json.loads(line) for line in log.read_text().splitlines()]
     out = []
     # Each change: the 'budget' command starts it (policy and budget are set together, then 'run').
@@ -107,6 +109,8 @@ def main():
                ("cake", "15%"), ("kvmerger", "50%"),
                ("caote", "20%"), ("caote", "10%"), ("h2o:block=64", "20%")]
     timings = gui_session(args.kvscope, prompt, changes, args.threads)
+    if len(timings) != len(changes) or any(t["result_s"] is None for t in timings):
+        sys.exit(f"the timing log misses results: {timings}")
     peers = {}
     print(f"{'change':<24}{'prefill':<12}{'decision s':>11}{'result s':>10}{'generate s':>12}{'ratio':>7}{'fps':>6}{'min fps':>8}")
     for t in timings[1:]:

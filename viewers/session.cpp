@@ -272,7 +272,7 @@ bool Session::execute(const RunRequest& request) {
   sinks.cancel = &cancel_;
   sinks.prefills = prefills_.get();
   sinks.progress = [&](const engine::Progress& p) {
-    const bool prefill = p.phase == engine::Phase::Prefill;
+    const bool prefill = p.phase == observation::Phase::Prefill;
     const int total = request.max_new_tokens + 1;
     set_task(name + (prefill ? ": prefill " : ": decode ") + std::to_string(p.done) + "/" + std::to_string(p.total),
              prefill ? 0.0f : static_cast<float>(p.done) / total);

@@ -11,12 +11,9 @@
 #include <span>
 #include <vector>
 
-#include "core/trace/trace_view.h"
+#include "core/analysis/map2d.h"
 
 namespace kvscope::analysis {
-
-using trace::Map2D;
-using trace::Pooling;
 
 // Smallest block edge so that n source cells fit in at most max_cells output cells (max_cells <= 0: 1).
 int block_for(int n, int max_cells);

@@ -12,15 +12,6 @@
 
 namespace kvscope::engine {
 
-void ObservationRequest::merge(const ObservationRequest& other) {
-  window = std::max(window, other.window);
-  column_sums = column_sums || other.column_sums;
-  window_sums = window_sums || other.window_sums;
-  window_rows = window_rows || other.window_rows;
-  last_row = last_row || other.last_row;
-  rows = rows || other.rows;
-}
-
 namespace {
 
 // Queries per block in prefill: bounds the score scratch to block x keys while keeping BLAS efficient.

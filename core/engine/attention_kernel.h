@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "core/cache/kv_cache.h"
-#include "core/engine/attention_observation.h"
+#include "core/observation/attention_observation.h"
 #include "core/engine/run_observer.h"
 #include "core/model/config.h"
 

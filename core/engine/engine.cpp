@@ -74,7 +74,7 @@ void Engine::deliver(Run& run, const LayerRequests& requests, const AttentionObs
   std::optional<AttentionObservation> narrowed_copy;
   auto view_for = [&](const ObservationRequest& r) -> const AttentionObservation& {
     if (!wants_window(r) || std::min(r.window, obs.n_queries()) == obs.window) return obs;
-    return narrowed_copy.emplace(narrowed(obs, r.window));
+    return narrowed_copy.emplace(observation::narrowed(obs, r.window));
   };
   for (std::size_t i = 0; i < run.hooks->observers.size(); ++i)
     run.hooks->observers[i]->on_observation(view_for(requests.observers[i]));

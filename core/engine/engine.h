@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "core/cache/kv_cache.h"
-#include "core/engine/attention_observation.h"
+#include "core/observation/attention_observation.h"
 #include "core/engine/prefill_capture.h"
 #include "core/engine/run_observer.h"
 #include "core/engine/sampling.h"
-#include "core/engine/step.h"
+#include "core/observation/step.h"
 #include "core/model/model.h"
 #include "core/policy/budget_spec.h"
 

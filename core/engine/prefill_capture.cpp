@@ -35,7 +35,7 @@ AttentionObservation restricted(const AttentionObservation& wide, const Observat
   if (window > wide.window)
     throw Error("captured observation of layer " + std::to_string(wide.layer) + " has a window of " +
                 std::to_string(wide.window) + " queries; " + std::to_string(window) + " were asked for");
-  AttentionObservation out = window == 0 ? wide : narrowed(wide, window);
+  AttentionObservation out = window == 0 ? wide : observation::narrowed(wide, window);
   out.window = window;
   if (window == 0)  // what the kernel leaves for a window of no queries: no rows, sums of nothing
     for (int h = 0; h < out.n_heads; ++h) {

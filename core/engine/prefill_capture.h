@@ -10,9 +10,12 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/engine/attention_observation.h"
+#include "core/observation/attention_observation.h"
 
 namespace kvscope::engine {
+
+using observation::AttentionObservation;
+using observation::ObservationRequest;
 
 struct PrefillCapture {
   // Observation rows kept per layer at least; a request for a wider window than captured needs a new prefill.

@@ -3,10 +3,17 @@
 // applied, and the end of every step. The recorder implements it; so can tests and the GUI.
 #include "core/cache/cache_edit.h"
 #include "core/cache/kv_cache.h"
-#include "core/engine/attention_observation.h"
-#include "core/engine/step.h"
+#include "core/observation/attention_observation.h"
+#include "core/observation/step.h"
 
 namespace kvscope::engine {
+
+// The engine speaks the observation vocabulary (core/observation) unqualified.
+using observation::AttentionObservation;
+using observation::AttentionObserver;
+using observation::ObservationRequest;
+using observation::Phase;
+using observation::StepInfo;
 
 class RunObserver : public AttentionObserver {
  public:

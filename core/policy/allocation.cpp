@@ -114,8 +114,8 @@ namespace {
 class UniformAllocation final : public LayerAllocation {
  public:
   std::string name() const override { return "uniform"; }
-  engine::ObservationRequest request(int) const override { return {}; }
-  void observe(const engine::AttentionObservation&) override {}
+  observation::ObservationRequest request(int) const override { return {}; }
+  void observe(const observation::AttentionObservation&) override {}
   std::vector<int> budgets(int n_layers, int average_budget, int seq_len) override {
     return std::vector<int>(n_layers, std::clamp(average_budget, 1, std::max(seq_len, 1)));
   }

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/engine/attention_observation.h"
+#include "core/observation/attention_observation.h"
 #include "core/policy/diagnostics.h"
 #include "core/policy/params.h"
 
@@ -16,9 +16,9 @@ class LayerAllocation {
   virtual ~LayerAllocation() = default;
   virtual std::string name() const = 0;
   // What the allocation needs to see of each layer's prefill attention (none for static shapes).
-  virtual engine::ObservationRequest request(int layer) const = 0;
+  virtual observation::ObservationRequest request(int layer) const = 0;
   // Each layer's observation of the (final) prefill step, in layer order.
-  virtual void observe(const engine::AttentionObservation& obs) = 0;
+  virtual void observe(const observation::AttentionObservation& obs) = 0;
   // Budgets per layer after all layers were observed; they sum to n_layers * average_budget (up to
   // the per-layer clamp [1, seq_len]).
   virtual std::vector<int> budgets(int n_layers, int average_budget, int seq_len) = 0;

@@ -19,14 +19,14 @@ class CakeAllocation final : public LayerAllocation {
   CakeAllocation(int window, double tau1, double tau2) : window_(window), tau1_(tau1), tau2_(tau2) {}
   std::string name() const override { return "cake"; }
 
-  engine::ObservationRequest request(int) const override {
-    engine::ObservationRequest r;
+  observation::ObservationRequest request(int) const override {
+    observation::ObservationRequest r;
     r.window = window_;
     r.window_rows = true;
     return r;
   }
 
-  void observe(const engine::AttentionObservation& obs) override {
+  void observe(const observation::AttentionObservation& obs) override {
     if (obs.layer >= static_cast<int>(stats_.size())) stats_.resize(obs.layer + 1);
     // Obs = A[-S_w:, :-S_w] (Eq. 6): the window's rows over the keys before the window.
     const int rows = std::min(window_, obs.window);

@@ -132,13 +132,13 @@ AllocationSettings allocation_settings(const PolicyParams& params) {
   return s;
 }
 
-engine::ObservationRequest D2OAllocation::request(int) const {
-  engine::ObservationRequest r;
+observation::ObservationRequest D2OAllocation::request(int) const {
+  observation::ObservationRequest r;
   r.column_sums = true;
   return r;
 }
 
-void D2OAllocation::observe(const engine::AttentionObservation& obs) {
+void D2OAllocation::observe(const observation::AttentionObservation& obs) {
   // Layer 0 starts a new prefill pass (a new run, or the next prefill block whose view supersedes).
   if (obs.layer == 0) variances_.clear();
   if (obs.layer != static_cast<int>(variances_.size()))

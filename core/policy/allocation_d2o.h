@@ -48,8 +48,8 @@ class D2OAllocation final : public LayerAllocation {
  public:
   explicit D2OAllocation(AllocationSettings settings) : settings_(settings) {}
   std::string name() const override { return "d2o"; }
-  engine::ObservationRequest request(int layer) const override;
-  void observe(const engine::AttentionObservation& obs) override;
+  observation::ObservationRequest request(int layer) const override;
+  void observe(const observation::AttentionObservation& obs) override;
   std::vector<int> budgets(int n_layers, int average_budget, int seq_len) override;
   void publish(Diagnostics& out) const override;
 

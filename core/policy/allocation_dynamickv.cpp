@@ -36,7 +36,7 @@ ScoreSettings score_settings(const PolicyParams& params) {
   return s;
 }
 
-std::vector<float> window_scores(const engine::AttentionObservation& obs, int kv_head, int window, int kernel,
+std::vector<float> window_scores(const observation::AttentionObservation& obs, int kv_head, int window, int kernel,
                                  Pooling pooling, GroupReduce reduce) {
   const int n_keys = obs.n_keys[kv_head];
   const int rows = std::min(window, obs.window);
@@ -106,14 +106,14 @@ std::vector<int> normalised_budgets(const std::vector<long>& counts, int buffer_
   return budgets;
 }
 
-engine::ObservationRequest DynamicKVAllocation::request(int) const {
-  engine::ObservationRequest r;
+observation::ObservationRequest DynamicKVAllocation::request(int) const {
+  observation::ObservationRequest r;
   r.window = std::max(settings_.window, 1);
   r.window_rows = true;
   return r;
 }
 
-void DynamicKVAllocation::observe(const engine::AttentionObservation& obs) {
+void DynamicKVAllocation::observe(const observation::AttentionObservation& obs) {
   if (obs.layer == 0) scores_.clear();  // a new prefill pass supersedes the last
   if (obs.layer != static_cast<int>(scores_.size()))
     throw Error("dynamickv allocation: observed layer " + std::to_string(obs.layer) + ", expected layer " +

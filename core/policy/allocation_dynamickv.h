@@ -23,7 +23,7 @@ ScoreSettings score_settings(const PolicyParams& params);
 // Eq. 1 for one KV head: pooling( sum over the last `window` queries of their attention ), over the keys
 // before the window, [0, n_keys - window). Reads obs.window_rows so that a larger window merged in from
 // another observer's request does not change the sum. [n_keys - window]
-std::vector<float> window_scores(const engine::AttentionObservation& obs, int kv_head, int window, int kernel,
+std::vector<float> window_scores(const observation::AttentionObservation& obs, int kv_head, int window, int kernel,
                                  Pooling pooling, GroupReduce reduce);
 
 // Eq. 5: the global top-k over every score of the given layers (all KV heads, all keys), counted per layer.
@@ -43,8 +43,8 @@ class DynamicKVAllocation final : public LayerAllocation {
  public:
   explicit DynamicKVAllocation(ScoreSettings settings) : settings_(settings) {}
   std::string name() const override { return "dynamickv"; }
-  engine::ObservationRequest request(int layer) const override;
-  void observe(const engine::AttentionObservation& obs) override;
+  observation::ObservationRequest request(int layer) const override;
+  void observe(const observation::AttentionObservation& obs) override;
   std::vector<int> budgets(int n_layers, int average_budget, int seq_len) override;
   void publish(Diagnostics& out) const override;
 

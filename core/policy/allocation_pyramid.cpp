@@ -15,8 +15,8 @@ class PyramidAllocation final : public LayerAllocation {
  public:
   explicit PyramidAllocation(double beta) : beta_(beta) {}
   std::string name() const override { return "pyramid"; }
-  engine::ObservationRequest request(int) const override { return {}; }
-  void observe(const engine::AttentionObservation&) override {}
+  observation::ObservationRequest request(int) const override { return {}; }
+  void observe(const observation::AttentionObservation&) override {}
 
   std::vector<int> budgets(int n_layers, int average_budget, int seq_len) override {
     const int reserved = std::max(reserved_, 0);

@@ -12,7 +12,7 @@ namespace {
 constexpr double kLogEpsilon = 1e-10;
 }  // namespace
 
-LayerStats window_stats(const engine::AttentionObservation& obs, int prefix, int rows) {
+LayerStats window_stats(const observation::AttentionObservation& obs, int prefix, int rows) {
   LayerStats stats;
   const int w = std::min(rows, obs.window);
   if (w <= 0 || prefix <= 0) return stats;
@@ -46,7 +46,7 @@ double log_preference(const LayerStats& stats, double tau1, double tau2) {
   return std::log(stats.entropy) / tau1 + std::log(stats.variance) / tau2;
 }
 
-std::vector<float> eviction_indicator(const engine::AttentionObservation& obs, int kv_head, int prefix, int rows,
+std::vector<float> eviction_indicator(const observation::AttentionObservation& obs, int kv_head, int prefix, int rows,
                                       double gamma, int kernel, Pooling pooling) {
   const int group = obs.n_heads / obs.n_kv_heads;
   const int w = std::min(rows, obs.window);

@@ -4,7 +4,7 @@
 // attention-shift tolerant eviction indicator (Eq. 11).
 #include <vector>
 
-#include "core/engine/attention_observation.h"
+#include "core/observation/attention_observation.h"
 #include "core/policy/selection.h"
 
 namespace kvscope::policy::cake {
@@ -16,14 +16,14 @@ struct LayerStats {
   double entropy = 0.0;   // Eq. 4: -sum Obs * ln(Obs + 1e-10)
   double variance = 0.0;  // Eq. 5: sum over keys of the unbiased variance over the window rows
 };
-LayerStats window_stats(const engine::AttentionObservation& obs, int prefix, int rows);
+LayerStats window_stats(const observation::AttentionObservation& obs, int prefix, int rows);
 
 // ln P_l = ln(H_l) / tau1 + ln(V_l) / tau2 (Eq. 6); -infinity when H_l or V_l is 0.
 double log_preference(const LayerStats& stats, double tau1, double tau2);
 
 // Eq. 11 for KV head `kv_head` over its first `prefix` keys: Mean + gamma * Var of each key's column in
 // the last `rows` window rows of each query head, pooled along the keys, then averaged over the group.
-std::vector<float> eviction_indicator(const engine::AttentionObservation& obs, int kv_head, int prefix, int rows,
+std::vector<float> eviction_indicator(const observation::AttentionObservation& obs, int kv_head, int prefix, int rows,
                                       double gamma, int kernel, Pooling pooling);
 
 // Real-valued budgets of the layers given: Eq. 9 (Eq. 7 when all layers are given) with each budget at

@@ -7,16 +7,16 @@
 
 #include "core/cache/cache_edit.h"
 #include "core/cache/kv_cache.h"
-#include "core/engine/attention_observation.h"
-#include "core/engine/step.h"
+#include "core/observation/attention_observation.h"
+#include "core/observation/step.h"
 #include "core/model/config.h"
 #include "core/policy/diagnostics.h"
 
 namespace kvscope::policy {
 
-using engine::AttentionObservation;
-using engine::ObservationRequest;
-using engine::Phase;
+using observation::AttentionObservation;
+using observation::ObservationRequest;
+using observation::Phase;
 
 struct RunInfo {
   model::ModelConfig config;
@@ -25,7 +25,7 @@ struct RunInfo {
   int max_new_tokens = 0;
 };
 
-using engine::StepInfo;
+using observation::StepInfo;
 
 class Policy {
  public:

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/cache/cache_edit.h"
-#include "core/engine/attention_observation.h"
+#include "core/observation/attention_observation.h"
 
 namespace kvscope::policy {
 

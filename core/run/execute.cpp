@@ -29,8 +29,8 @@ namespace {
 bool capture_serves(const engine::PrefillCapture& capture, const policy::Policy* policy,
                     const std::vector<engine::RunObserver*>& observers, int n_layers) {
   for (int l = 0; l < n_layers; ++l) {
-    engine::ObservationRequest r = policy ? policy->request(l, engine::Phase::Prefill) : engine::ObservationRequest{};
-    for (const auto* o : observers) r.merge(o->request(l, engine::Phase::Prefill));
+    observation::ObservationRequest r = policy ? policy->request(l, observation::Phase::Prefill) : observation::ObservationRequest{};
+    for (const auto* o : observers) r.merge(o->request(l, observation::Phase::Prefill));
     if (!capture.covers(l, r)) return false;
   }
   return true;

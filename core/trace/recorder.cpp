@@ -16,7 +16,7 @@
 
 namespace kvscope::trace {
 
-using engine::Phase;
+using observation::Phase;
 
 namespace {
 
@@ -181,8 +181,8 @@ Recorder::Recorder(RecordOptions options, std::vector<TraceSink*> sinks, Recorde
 
 Recorder::~Recorder() = default;
 
-engine::ObservationRequest Recorder::request(int, Phase phase) const {
-  engine::ObservationRequest r;
+observation::ObservationRequest Recorder::request(int, Phase phase) const {
+  observation::ObservationRequest r;
   r.rows = phase == Phase::Prefill ? (options_.attention || options_.stats) && !prefill_adopted_ : options_.decode_attention;
   return r;
 }
@@ -299,7 +299,7 @@ Recorder::MapBuild* Recorder::map_build(int layer, int head) {
   return maps_.emplace(key, std::move(b)).first->second.get();
 }
 
-void Recorder::on_observation(const engine::AttentionObservation& obs) {
+void Recorder::on_observation(const observation::AttentionObservation& obs) {
   BusyTimer busy(busy_ms_);
   if (prefill_finished_ || obs.phase != Phase::Prefill || obs.query_positions.empty()) return;
   if (obs.query_positions.back() == prompt_length_ - 1) finish_prefill_layer(obs.layer);
@@ -416,7 +416,7 @@ void Recorder::record_similarity(int layer, const cache::KVCache& cache) {
   }
 }
 
-void Recorder::on_edit(const cache::CacheEdit& edit, const cache::KVCache& before, const engine::StepInfo& step) {
+void Recorder::on_edit(const cache::CacheEdit& edit, const cache::KVCache& before, const observation::StepInfo& step) {
   BusyTimer busy(busy_ms_);
   const auto& c = run_.config;
   // The cache as the edit finds it in the last prefill step is the fullest prompt cache there will be.
@@ -469,14 +469,14 @@ void Recorder::on_edit(const cache::CacheEdit& edit, const cache::KVCache& befor
   }
 }
 
-void Recorder::on_full_cache_output(int layer, const engine::StepInfo& step, int n_queries, int width,
+void Recorder::on_full_cache_output(int layer, const observation::StepInfo& step, int n_queries, int width,
                                     const float* compressed, const float* full) {
   if (!options_.nmse || step.phase != Phase::Decode || layer < 0 || layer >= run_.config.n_layers) return;
   nmse_row_[layer] = static_cast<float>(analysis::output_nmse(compressed, full, static_cast<std::size_t>(n_queries) * width));
   nmse_seen_ = true;
 }
 
-void Recorder::on_step_end(const engine::StepInfo& step, const cache::KVCache& cache, int token, float logprob) {
+void Recorder::on_step_end(const observation::StepInfo& step, const cache::KVCache& cache, int token, float logprob) {
   BusyTimer busy(busy_ms_);
   const auto& c = run_.config;
   const auto now = std::chrono::steady_clock::now();

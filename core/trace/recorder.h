@@ -70,14 +70,14 @@ class Recorder : public engine::RunObserver {
   void finish(const engine::RunResult& result);
 
   // engine::RunObserver
-  engine::ObservationRequest request(int layer, engine::Phase phase) const override;
+  observation::ObservationRequest request(int layer, observation::Phase phase) const override;
   void on_rows(int layer, int head, int first_row, int n_rows, int n_cols, const float* probs) override;
-  void on_observation(const engine::AttentionObservation& obs) override;
-  void on_edit(const cache::CacheEdit& edit, const cache::KVCache& before, const engine::StepInfo& step) override;
-  void on_step_end(const engine::StepInfo& step, const cache::KVCache& cache, int token, float logprob) override;
+  void on_observation(const observation::AttentionObservation& obs) override;
+  void on_edit(const cache::CacheEdit& edit, const cache::KVCache& before, const observation::StepInfo& step) override;
+  void on_step_end(const observation::StepInfo& step, const cache::KVCache& cache, int token, float logprob) override;
   bool rows_concurrent_across_heads() const override { return true; }
   bool wants_full_cache_output() const override { return options_.nmse; }
-  void on_full_cache_output(int layer, const engine::StepInfo& step, int n_queries, int width, const float* compressed,
+  void on_full_cache_output(int layer, const observation::StepInfo& step, int n_queries, int width, const float* compressed,
                             const float* full) override;
 
  private:

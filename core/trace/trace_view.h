@@ -10,32 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "core/analysis/map2d.h"
 #include "core/policy/diagnostics.h"
 #include "core/trace/append_only_rows.h"
 
 namespace kvscope::trace {
 
-enum class Pooling { Max, Mean };
-
-inline const char* pooling_name(Pooling p) { return p == Pooling::Max ? "max" : "mean"; }
-
-// A 2-D map stored at full or pooled resolution. Cell (r, c) covers source rows
-// [r*row_block, (r+1)*row_block) and columns [c*col_block, (c+1)*col_block), clipped to the source size.
-struct Map2D {
-  int rows = 0, cols = 0;                 // stored shape
-  int source_rows = 0, source_cols = 0;   // shape before pooling
-  int row_block = 1, col_block = 1;       // 1 = full resolution
-  Pooling pooling = Pooling::Max;
-  std::vector<float> values;              // [rows][cols], row-major
-  // Original token positions of the source rows/columns when they are not simply 0..source_rows-1
-  // (a similarity map over a cache that was already compressed). Empty means 0..source_rows-1.
-  std::vector<int32_t> source_positions;
-
-  bool empty() const { return values.empty(); }
-  bool full_resolution() const { return row_block == 1 && col_block == 1; }
-  float at(int r, int c) const { return values[static_cast<std::size_t>(r) * cols + c]; }
-  const float* row(int r) const { return values.data() + static_cast<std::size_t>(r) * cols; }
-};
+// Maps are the analysis layer's (core/analysis/map2d.h); traces store and show them.
+using analysis::Map2D;
+using analysis::Pooling;
+using analysis::pooling_name;
 
 // A per-(layer, head) statistic: values[layer][head].
 struct LayerHeadStat {
@@ -56,7 +40,7 @@ inline const char* event_action_name(EventAction a) { return a == EventAction::E
 // One cache entry leaving the cache (evicted, or merged into another entry).
 struct Event {
   int32_t step = 0;                 // prefill block or decode step index; (phase, step) names a row of steps
-  uint8_t phase = 0;                // 0 prefill, 1 decode (engine::Phase)
+  uint8_t phase = 0;                // 0 prefill, 1 decode (observation::Phase)
   int16_t layer = 0;
   int16_t kv_head = 0;
   int32_t position = 0;             // original token position of the entry

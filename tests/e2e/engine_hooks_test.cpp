@@ -91,7 +91,7 @@ TEST_CASE("a cancelled run returns early and says so") {
   engine::RunHooks hooks;
   hooks.cancel = &cancel;
   hooks.progress = [&](const engine::Progress& p) {
-    if (p.phase == engine::Phase::Decode && p.done == 3) cancel = true;
+    if (p.phase == observation::Phase::Decode && p.done == 3) cancel = true;
   };
   engine::GenerateOptions options;
   options.max_new_tokens = 50;

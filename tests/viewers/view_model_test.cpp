@@ -240,10 +240,10 @@ trace::RunTrace kept_run(std::vector<int32_t> prompt, std::vector<int32_t> gener
   const int n = run.prompt_length + run.n_generated();
   run.steps.push_back({0, 0, run.prompt_length, 0, 0, 0.0, -1});
   for (int g = 1; g <= run.n_generated(); ++g) run.steps.push_back({1, g - 1, run.prompt_length + g, 0, 0, 0.0, -1});
-  trace::KeptMask m{1, n, run.n_steps(), {}};
+  std::vector<uint8_t> values;  // [kv_head][position][step]
   for (int p = 0; p < n; ++p)
-    for (int s = 0; s < run.n_steps(); ++s) m.values.push_back(kept.count(p) ? trace::kKept : trace::kEvicted);
-  run.kept_mask = {m};
+    for (int s = 0; s < run.n_steps(); ++s) values.push_back(kept.count(p) ? trace::kKept : trace::kEvicted);
+  run.kept_mask = {trace::KeptMask::from_head_position_step(1, n, run.n_steps(), values)};
   return run;
 }
 

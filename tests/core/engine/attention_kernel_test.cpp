@@ -84,10 +84,10 @@ void reference(const Setup& s, int n, std::vector<std::vector<std::vector<double
 void check(int n_heads, int n_kv_heads, int n) {
   const int d = 16, window = 3;
   Setup s = make_setup(n_heads, n_kv_heads, d, n, 11 + n);
-  engine::ObservationRequest req;
+  observation::ObservationRequest req;
   req.window = window;
   req.column_sums = req.window_sums = req.window_rows = req.last_row = true;
-  engine::AttentionObservation obs;
+  observation::AttentionObservation obs;
   obs.n_heads = n_heads;
   obs.n_kv_heads = n_kv_heads;
   std::vector<float> out(static_cast<std::size_t>(n) * n_heads * d);
@@ -131,10 +131,10 @@ TEST_CASE("narrowing an observation to a smaller window equals observing with th
   const int n_heads = 6, n_kv = 2, d = 16, n = 40;
   Setup s = make_setup(n_heads, n_kv, d, n, 5);
   auto observe = [&](int window) {
-    engine::ObservationRequest req;
+    observation::ObservationRequest req;
     req.window = window;
     req.window_sums = req.window_rows = true;
-    engine::AttentionObservation obs;
+    observation::AttentionObservation obs;
     obs.n_heads = n_heads;
     obs.n_kv_heads = n_kv;
     obs.query_positions = s.query_positions;
@@ -144,7 +144,7 @@ TEST_CASE("narrowing an observation to a smaller window equals observing with th
     return obs;
   };
   const auto wide = observe(12), direct = observe(5);
-  const auto narrow = engine::narrowed(wide, 5);
+  const auto narrow = observation::narrowed(wide, 5);
   REQUIRE(narrow.window == 5);
   for (int h = 0; h < n_heads; ++h) {
     REQUIRE(narrow.window_rows[h].size() == direct.window_rows[h].size());
@@ -152,5 +152,5 @@ TEST_CASE("narrowing an observation to a smaller window equals observing with th
     for (std::size_t j = 0; j < direct.window_sums[h].size(); ++j)
       REQUIRE(narrow.window_sums[h][j] == Approx(direct.window_sums[h][j]).margin(1e-6));
   }
-  REQUIRE_THROWS(engine::narrowed(direct, 12));
+  REQUIRE_THROWS(observation::narrowed(direct, 12));
 }

@@ -185,8 +185,8 @@ TEST_CASE("CAKE decoding evicts the lowest pooled current-query score and holds 
   auto inst = make_policy("cake:window=4");
   std::vector<std::vector<int>> want = ref.kept;
   PolicyDriver d(table, *inst.policy, prompt, budget, decode);
-  d.run(decode, [&](const engine::StepInfo& step) {
-    if (step.phase == engine::Phase::Decode) {
+  d.run(decode, [&](const observation::StepInfo& step) {
+    if (step.phase == observation::Phase::Decode) {
       const int q = step.seq_len - 1;  // the new token's position
       for (int l = 0; l < shape.layers; ++l)
         for (int g = 0; g < shape.kv_heads; ++g) {

@@ -80,9 +80,9 @@ cache::HeadEdit evict_once(const std::string& spec, const Explicit& x, int budge
     int32_t pos = j;
     cache.append(0, kf.data(), vf.data(), 1, &pos);
   }
-  engine::AttentionObservation obs;
+  observation::AttentionObservation obs;
   obs.layer = 0;
-  obs.phase = engine::Phase::Decode;
+  obs.phase = observation::Phase::Decode;
   obs.n_heads = x.heads;
   obs.n_kv_heads = 1;
   obs.query_positions = {x.n - 1};
@@ -205,9 +205,9 @@ TEST_CASE("CAOTE over H2O normalises accumulated scores that sum past 1 (Eq. 22)
     cache.append(0, kf.data(), vf.data(), 1, &pos);
   }
   const std::vector<float> sums = {2.5f, 0.4f, 1.1f, 0.3f, 0.9f, 0.8f};  // six queries' column sums
-  engine::AttentionObservation obs;
+  observation::AttentionObservation obs;
   obs.layer = 0;
-  obs.phase = engine::Phase::Prefill;
+  obs.phase = observation::Phase::Prefill;
   obs.n_heads = 1;
   obs.n_kv_heads = 1;
   obs.query_positions = {0, 1, 2, 3, 4, 5};
@@ -240,20 +240,20 @@ class Spy final : public policy::Policy {
  public:
   explicit Spy(policy::Policy& inner) : inner_(inner) {}
   std::string name() const override { return inner_.name(); }
-  engine::ObservationRequest request(int l, engine::Phase p) const override { return inner_.request(l, p); }
+  observation::ObservationRequest request(int l, observation::Phase p) const override { return inner_.request(l, p); }
   int prefill_block_size() const override { return inner_.prefill_block_size(); }
   void begin(const policy::RunInfo& info) override { inner_.begin(info); }
-  cache::CacheEdit after_layer(const engine::AttentionObservation& obs, cache::KVCache& cache) override {
+  cache::CacheEdit after_layer(const observation::AttentionObservation& obs, cache::KVCache& cache) override {
     cache::CacheEdit edit = inner_.after_layer(obs, cache);
     if (on_layer) on_layer(obs, cache, edit);
     return edit;
   }
-  cache::CacheEdit after_step(const engine::StepInfo& s, cache::KVCache& c) override { return inner_.after_step(s, c); }
-  int expected_length(int l, int g, const engine::StepInfo& s) const override {
+  cache::CacheEdit after_step(const observation::StepInfo& s, cache::KVCache& c) override { return inner_.after_step(s, c); }
+  int expected_length(int l, int g, const observation::StepInfo& s) const override {
     return inner_.expected_length(l, g, s);
   }
   std::vector<int> layer_budgets() const override { return inner_.layer_budgets(); }
-  std::function<void(const engine::AttentionObservation&, const cache::KVCache&, const cache::CacheEdit&)> on_layer;
+  std::function<void(const observation::AttentionObservation&, const cache::KVCache&, const cache::CacheEdit&)> on_layer;
 
  private:
   policy::Policy& inner_;
@@ -273,7 +273,7 @@ TEST_CASE("block-wise prefill and decode evict down to the budget by CAOTE every
     // H2O's accumulated score by position, per (layer, query head), rebuilt from the table.
     std::map<std::tuple<int, int, int>, double> acc;
     int evictions = 0;
-    spy.on_layer = [&](const engine::AttentionObservation& obs, const cache::KVCache& cache,
+    spy.on_layer = [&](const observation::AttentionObservation& obs, const cache::KVCache& cache,
                        const cache::CacheEdit& edit) {
       const int l = obs.layer;
       for (int g = 0; g < shape.kv_heads; ++g) {
@@ -322,7 +322,7 @@ TEST_CASE("block-wise prefill and decode evict down to the budget by CAOTE every
         want = sorted(want);
         INFO(base << " layer " << l << " kv head " << g << " step " << obs.step);
         REQUIRE(std::vector<int>(head->keep.begin(), head->keep.end()) == want);
-        if (obs.phase == engine::Phase::Decode) REQUIRE(n == budget + 1);  // one eviction per decode step
+        if (obs.phase == observation::Phase::Decode) REQUIRE(n == budget + 1);  // one eviction per decode step
       }
     };
     PolicyDriver d(table, spy, prompt, budget, decode);  // checks size == min(seq_len, budget) every step
@@ -340,7 +340,7 @@ TEST_CASE("CAOTE over SnapKV protects the observation window and keeps the budge
   AttentionTable table(shape, 64, 3);
   auto inst = make_policy("caote:base=snapkv,window=4,block=8");
   PolicyDriver d(table, *inst.policy, 30, 12, 5);
-  d.run(5, [&](const engine::StepInfo& step) {
+  d.run(5, [&](const observation::StepInfo& step) {
     for (int l = 0; l < shape.layers; ++l)
       for (int g = 0; g < shape.kv_heads; ++g) {
         const std::vector<int> kept = d.kept(l, g);

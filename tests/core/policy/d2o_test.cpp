@@ -23,20 +23,20 @@ const double kE = std::exp(1.0);
 // before the policy acts on them.
 class Tap final : public policy::Policy {
  public:
-  using Hook = std::function<void(const engine::AttentionObservation&, const cache::KVCache&)>;
+  using Hook = std::function<void(const observation::AttentionObservation&, const cache::KVCache&)>;
   Tap(policy::Policy& inner, Hook hook) : inner_(inner), hook_(std::move(hook)) {}
   std::string name() const override { return inner_.name(); }
-  engine::ObservationRequest request(int layer, Phase phase) const override { return inner_.request(layer, phase); }
+  observation::ObservationRequest request(int layer, Phase phase) const override { return inner_.request(layer, phase); }
   int prefill_block_size() const override { return inner_.prefill_block_size(); }
   void begin(const policy::RunInfo& info) override { inner_.begin(info); }
-  cache::CacheEdit after_layer(const engine::AttentionObservation& obs, cache::KVCache& cache) override {
+  cache::CacheEdit after_layer(const observation::AttentionObservation& obs, cache::KVCache& cache) override {
     hook_(obs, cache);
     return inner_.after_layer(obs, cache);
   }
-  cache::CacheEdit after_step(const engine::StepInfo& step, cache::KVCache& cache) override {
+  cache::CacheEdit after_step(const observation::StepInfo& step, cache::KVCache& cache) override {
     return inner_.after_step(step, cache);
   }
-  int expected_length(int layer, int kv_head, const engine::StepInfo& step) const override {
+  int expected_length(int layer, int kv_head, const observation::StepInfo& step) const override {
     return inner_.expected_length(layer, kv_head, step);
   }
   std::vector<int> layer_budgets() const override { return inner_.layer_budgets(); }
@@ -120,7 +120,7 @@ struct RefD2O {
   }
   Head& at(int l, int g) { return heads[static_cast<std::size_t>(l) * shape.kv_heads + g]; }
 
-  void observe(const AttentionTable& table, const engine::AttentionObservation& obs, const cache::KVCache& cache) {
+  void observe(const AttentionTable& table, const observation::AttentionObservation& obs, const cache::KVCache& cache) {
     const int l = obs.layer, n = obs.n_queries(), d = shape.head_dim;
     for (int g = 0; g < shape.kv_heads; ++g) {
       Head& head = at(l, g);
@@ -332,13 +332,13 @@ TEST_CASE("d2o matches a hand-written D2O step by step", "[policy][d2o]") {
       ref.average = c.average;
       ref.sinks = c.sinks;
       ref.ratio = inst.params.get_float("heavy_recent_ratio");
-      Tap tap(*inst.policy, [&](const engine::AttentionObservation& obs, const cache::KVCache& cache) {
+      Tap tap(*inst.policy, [&](const observation::AttentionObservation& obs, const cache::KVCache& cache) {
         ref.observe(table, obs, cache);
       });
       const int prompt = 30, budget = 14, decode = 12;
       PolicyDriver d(table, tap, prompt, budget, decode);
       int total_merged = 0;
-      d.run(decode, [&](const engine::StepInfo& step) {
+      d.run(decode, [&](const observation::StepInfo& step) {
         if (step.phase == Phase::Prefill) {
           ref.capacity = inst.policy->layer_budgets();
           for (int l = 0; l < shape.layers; ++l)
@@ -410,7 +410,7 @@ TEST_CASE("d2o merges with the eq.-12 weights written out by hand", "[policy][d2
   info.prompt_length = 10;
   info.budget = 6;
   inst.policy->begin(info);
-  engine::AttentionObservation obs;
+  observation::AttentionObservation obs;
   obs.layer = 0;
   obs.phase = Phase::Prefill;
   obs.n_heads = 1;
@@ -419,7 +419,7 @@ TEST_CASE("d2o merges with the eq.-12 weights written out by hand", "[policy][d2
   obs.n_keys = {10};
   obs.column_sums = {scores};
   CHECK(inst.policy->after_layer(obs, cache).empty());
-  const engine::StepInfo step{Phase::Prefill, 0, 10, true};
+  const observation::StepInfo step{Phase::Prefill, 0, 10, true};
   const cache::CacheEdit edit = inst.policy->after_step(step, cache);
   REQUIRE(edit.heads.size() == 1);
   const cache::HeadEdit& h = edit.heads[0];
@@ -553,14 +553,14 @@ TEST_CASE("with no reachable threshold d2o keeps exactly what h2o keeps under th
     const int prompt = 36, budget = 13, decode = 15;
     PolicyDriver a(table, *d2o.policy, prompt, budget, decode), b(table, *h2o.policy, prompt, budget, decode);
     std::vector<std::vector<std::vector<int>>> d2o_kept;
-    a.run(decode, [&](const engine::StepInfo&) {
+    a.run(decode, [&](const observation::StepInfo&) {
       std::vector<std::vector<int>> now;
       for (int l = 0; l < shape.layers; ++l)
         for (int g = 0; g < shape.kv_heads; ++g) now.push_back(a.kept(l, g));
       d2o_kept.push_back(now);
     });
     std::size_t step = 0;
-    b.run(decode, [&](const engine::StepInfo&) {
+    b.run(decode, [&](const observation::StepInfo&) {
       for (int l = 0; l < shape.layers; ++l)
         for (int g = 0; g < shape.kv_heads; ++g) {
           INFO("step " << step << " layer " << l << " kv head " << g);
@@ -581,7 +581,7 @@ TEST_CASE("with no reachable threshold d2o keeps what a hand-written H2O with si
   const int prompt = 32, budget = 16, decode = 10;
   // H2O by hand: accumulated attention per entry, T = 4 sinks, M = floor((S - T) / 4) recent, top N.
   std::vector<std::vector<std::pair<int, double>>> ref(static_cast<std::size_t>(shape.layers) * shape.kv_heads);
-  Tap tap(*inst.policy, [&](const engine::AttentionObservation& obs, const cache::KVCache&) {
+  Tap tap(*inst.policy, [&](const observation::AttentionObservation& obs, const cache::KVCache&) {
     for (int g = 0; g < shape.kv_heads; ++g) {
       auto& entries = ref[static_cast<std::size_t>(obs.layer) * shape.kv_heads + g];
       for (int q : obs.query_positions) entries.push_back({q, 0.0});
@@ -595,7 +595,7 @@ TEST_CASE("with no reachable threshold d2o keeps what a hand-written H2O with si
     }
   });
   PolicyDriver d(table, tap, prompt, budget, decode);
-  d.run(decode, [&](const engine::StepInfo& step) {
+  d.run(decode, [&](const observation::StepInfo& step) {
     for (int l = 0; l < shape.layers; ++l)
       for (int g = 0; g < shape.kv_heads; ++g) {
         auto& entries = ref[static_cast<std::size_t>(l) * shape.kv_heads + g];
@@ -626,7 +626,7 @@ TEST_CASE("d2o with a budget that holds the whole run keeps everything", "[polic
     auto inst = make_policy("d2o");
     const int prompt = 12, decode = 6;
     PolicyDriver d(table, *inst.policy, prompt, 30, decode);
-    d.run(decode, [&](const engine::StepInfo& step) {
+    d.run(decode, [&](const observation::StepInfo& step) {
       for (int l = 0; l < shape.layers; ++l)
         for (int g = 0; g < shape.kv_heads; ++g) {
           REQUIRE(d.cache().size(l, g) == step.seq_len);
@@ -642,7 +642,7 @@ TEST_CASE("d2o with a budget equal to the prompt holds each layer at the prompt 
   AttentionTable table(Shape{2, 9, 3, 4}, 64, 29);
   auto inst = make_policy("d2o");
   PolicyDriver d(table, *inst.policy, 12, 12, 5);
-  d.run(5, [&](const engine::StepInfo&) {
+  d.run(5, [&](const observation::StepInfo&) {
     for (int l = 0; l < 2; ++l)
       for (int g = 0; g < 3; ++g) REQUIRE(d.cache().size(l, g) == 12);
   });

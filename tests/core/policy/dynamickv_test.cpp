@@ -165,7 +165,7 @@ TEST_CASE("dynamickv follows Algorithm 1 written out by hand", "[policy][dynamic
       auto inst = make_policy(c.spec);
       const int decode = 4;
       PolicyDriver d(table, *inst.policy, c.prompt, c.budget, decode);
-      d.run(decode, [&](const engine::StepInfo& step) {
+      d.run(decode, [&](const observation::StepInfo& step) {
         const int generated = step.phase == Phase::Decode ? step.step + 1 : 0;
         for (int l = 0; l < shape.layers; ++l)
           for (int g = 0; g < shape.kv_heads; ++g) {
@@ -253,9 +253,9 @@ TEST_CASE("dynamickv with a budget that holds the prompt keeps everything, like 
       const int prompt = 12, decode = 6;
       PolicyDriver d(table, *inst.policy, prompt, budget, decode), f(table, *full.policy, prompt, budget, decode);
       std::vector<std::vector<int>> full_kept;
-      f.run(decode, [&](const engine::StepInfo&) { full_kept.push_back(f.kept(shape.layers - 1, shape.kv_heads - 1)); });
+      f.run(decode, [&](const observation::StepInfo&) { full_kept.push_back(f.kept(shape.layers - 1, shape.kv_heads - 1)); });
       std::size_t step = 0;
-      d.run(decode, [&](const engine::StepInfo& info) {
+      d.run(decode, [&](const observation::StepInfo& info) {
         for (int l = 0; l < shape.layers; ++l)
           for (int g = 0; g < shape.kv_heads; ++g) {
             REQUIRE(d.cache().size(l, g) == info.seq_len);

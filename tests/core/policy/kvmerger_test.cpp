@@ -27,10 +27,10 @@ struct Prompt {
     }
     return c;
   }
-  engine::AttentionObservation observation() const {
-    engine::AttentionObservation obs;
+  observation::AttentionObservation observation() const {
+    observation::AttentionObservation obs;
     obs.layer = 0;
-    obs.phase = engine::Phase::Prefill;
+    obs.phase = observation::Phase::Prefill;
     obs.n_heads = 1;
     obs.n_kv_heads = 1;
     for (std::size_t j = 0; j < keys.size(); ++j) obs.query_positions.push_back(static_cast<int32_t>(j));
@@ -159,7 +159,7 @@ TEST_CASE("KVMerger finds contiguous sets by the cosine threshold and merges the
         3.0;
     REQUIRE(r[9] == Approx(mean_cos).epsilon(1e-6));
   }
-  REQUIRE(inst.policy->expected_length(0, 0, {engine::Phase::Prefill, 0, 12, true}) == -1);
+  REQUIRE(inst.policy->expected_length(0, 0, {observation::Phase::Prefill, 0, 12, true}) == -1);
 }
 
 TEST_CASE("KVMerger's sigma modes follow their definitions", "[policy][kvmerger]") {
@@ -223,8 +223,8 @@ TEST_CASE("KVMerger's budget mode meets the budget exactly with valid merges", "
       int groups = 0;
       // The harness checks cache sizes against expected_length = min(prompt, budget) + generated.
       PolicyDriver d(table, *inst.policy, 40, budget, 5);
-      d.run(5, [&](const engine::StepInfo& step) {
-        if (step.phase != engine::Phase::Prefill) return;
+      d.run(5, [&](const observation::StepInfo& step) {
+        if (step.phase != observation::Phase::Prefill) return;
         // The last layer's edit (the harness keeps the last one applied).
         for (const auto& head : d.last_edit().heads)
           for (const auto& g : head.merges) {

@@ -33,7 +33,7 @@ struct RefCache {
   std::vector<std::vector<int>> keys;
 };
 
-void check_all(PolicyDriver& d, RefCache& ref, const engine::StepInfo& step) {
+void check_all(PolicyDriver& d, RefCache& ref, const observation::StepInfo& step) {
   for (int l = 0; l < ref.shape.layers; ++l)
     for (int g = 0; g < ref.shape.kv_heads; ++g) {
       INFO("layer " << l << " kv head " << g << (step.phase == Phase::Prefill ? " prefill " : " decode ") << step.step);
@@ -50,7 +50,7 @@ TEST_CASE("streaming_llm keeps the sinks and the most recent tokens", "[policy][
       auto inst = make_policy("streaming_llm:sinks=" + std::to_string(sinks));
       const int prompt = 20, budget = 10, decode = 6;
       PolicyDriver d(table, *inst.policy, prompt, budget, decode);
-      d.run(decode, [&](const engine::StepInfo& step) {
+      d.run(decode, [&](const observation::StepInfo& step) {
         const int n = step.seq_len;
         std::vector<int> want = range(0, sinks);
         for (int p = n - (budget - sinks); p < n; ++p) want.push_back(p);
@@ -121,7 +121,7 @@ TEST_CASE("h2o keeps heavy hitters by accumulated attention plus recent tokens",
     auto inst = make_policy(c.spec);
     H2oReference ref(table, c.budget, c.ratio);
     PolicyDriver d(table, *inst.policy, c.prompt, c.budget, c.decode);
-    d.run(c.decode, [&](const engine::StepInfo& step) {
+    d.run(c.decode, [&](const observation::StepInfo& step) {
       ref.advance(step.seq_len);
       check_all(d, ref.ref, step);
       for (int l = 0; l < c.shape.layers; ++l)
@@ -190,7 +190,7 @@ TEST_CASE("tova keeps the entries the last query attends to most", "[policy][tov
       TovaReference ref(table, budget, shared);
       PolicyDriver d(table, *inst.policy, prompt, budget, decode);
       int evictions = 0;
-      d.run(decode, [&](const engine::StepInfo& step) {
+      d.run(decode, [&](const observation::StepInfo& step) {
         const int before = evictions;
         evictions = d.edits();
         ref.advance(step.seq_len);
@@ -266,7 +266,7 @@ TEST_CASE("snapkv keeps the observation window and the top pooled window scores"
     auto inst = make_policy(c.spec);
     const int decode = 5;
     PolicyDriver d(table, *inst.policy, c.prompt, c.budget, decode);
-    d.run(decode, [&](const engine::StepInfo& step) {
+    d.run(decode, [&](const observation::StepInfo& step) {
       const int generated = step.phase == Phase::Decode ? step.step + 1 : 0;
       for (int l = 0; l < c.shape.layers; ++l)
         for (int g = 0; g < c.shape.kv_heads; ++g) {
@@ -325,7 +325,7 @@ TEST_CASE("a budget that holds the whole run keeps everything", "[policy]") {
       auto inst = make_policy(spec);
       const int prompt = 12, decode = 6;
       PolicyDriver d(table, *inst.policy, prompt, 30, decode);
-      d.run(decode, [&](const engine::StepInfo& step) {
+      d.run(decode, [&](const observation::StepInfo& step) {
         for (int l = 0; l < shape.layers; ++l)
           for (int g = 0; g < shape.kv_heads; ++g) REQUIRE(d.kept(l, g) == range(0, step.seq_len));
       });
@@ -341,7 +341,7 @@ TEST_CASE("a budget equal to the prompt starts evicting at the first decode step
     auto inst = make_policy(spec);
     const bool once = spec.rfind("snapkv", 0) == 0 || spec.rfind("pyramidkv", 0) == 0;
     PolicyDriver d(table, *inst.policy, 12, 12, 5);
-    d.run(5, [&](const engine::StepInfo& step) {
+    d.run(5, [&](const observation::StepInfo& step) {
       const int want = once ? step.seq_len : std::min(12, step.seq_len);
       for (int l = 0; l < kGqa.layers; ++l)
         for (int g = 0; g < kGqa.kv_heads; ++g) REQUIRE(d.cache().size(l, g) == want);

@@ -13,7 +13,7 @@
 
 namespace kvscope::test {
 
-using engine::Phase;
+using observation::Phase;
 
 struct Shape {
   int layers = 2;
@@ -83,7 +83,7 @@ class PolicyDriver {
   }
 
   // Runs the prompt in the policy's blocks and then `decode_steps` single tokens; `after` sees every step.
-  void run(int decode_steps, const std::function<void(const engine::StepInfo&)>& after = {}) {
+  void run(int decode_steps, const std::function<void(const observation::StepInfo&)>& after = {}) {
     const int block = policy_.prefill_block_size() > 0 ? policy_.prefill_block_size() : prompt_length_;
     for (int start = 0, index = 0; start < prompt_length_; start += block, ++index) {
       const int n = std::min(block, prompt_length_ - start);
@@ -106,7 +106,7 @@ class PolicyDriver {
   const cache::CacheEdit& last_edit() const { return last_edit_; }
 
  private:
-  void step(const engine::StepInfo& info, int n) {
+  void step(const observation::StepInfo& info, int n) {
     std::vector<int32_t> positions(n);
     for (int i = 0; i < n; ++i) positions[i] = seq_len_ + i;
     std::normal_distribution<float> normal;
@@ -119,7 +119,7 @@ class PolicyDriver {
     }
     seq_len_ += n;
     for (int l = 0; l < shape_.layers; ++l) {
-      const engine::ObservationRequest request = policy_.request(l, info.phase);
+      const observation::ObservationRequest request = policy_.request(l, info.phase);
       if (!request.any()) continue;
       apply(policy_.after_layer(observe(l, info, positions, request), cache_));
     }
@@ -141,9 +141,9 @@ class PolicyDriver {
   }
 
   // The observation, by direct loops over the table's probability rows.
-  engine::AttentionObservation observe(int layer, const engine::StepInfo& info, const std::vector<int32_t>& queries,
-                                       const engine::ObservationRequest& request) const {
-    engine::AttentionObservation obs;
+  observation::AttentionObservation observe(int layer, const observation::StepInfo& info, const std::vector<int32_t>& queries,
+                                       const observation::ObservationRequest& request) const {
+    observation::AttentionObservation obs;
     obs.layer = layer;
     obs.phase = info.phase;
     obs.step = info.step;
@@ -187,7 +187,7 @@ class PolicyDriver {
   int seq_len_ = 0;
   int edits_ = 0;
   cache::CacheEdit last_edit_;
-  engine::StepInfo last_;
+  observation::StepInfo last_;
   std::mt19937 rng_{12345};
 };
 

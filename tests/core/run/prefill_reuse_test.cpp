@@ -10,6 +10,7 @@
 #include "core/trace/live_trace.h"
 #include "tests/support/default_model.h"
 #include "tests/support/temp_file.h"
+#include "tests/support/trace_compare.h"
 
 using namespace kvscope;
 
@@ -63,17 +64,7 @@ void check_same_run(const engine::RunResult& got, const engine::RunResult& want)
 }
 
 void check_same_trace(const trace::RunTrace& got, const trace::RunTrace& want) {
-  REQUIRE(got.events.size() == want.events.size());
-  int bad = 0;
-  for (std::size_t i = 0; i < got.events.size(); ++i) {
-    const auto& a = got.events[i];
-    const auto& b = want.events[i];
-    bad += a.step != b.step || a.phase != b.phase || a.layer != b.layer || a.kv_head != b.kv_head ||
-           a.position != b.position || a.action != b.action || a.merge_target != b.merge_target;
-  }
-  CHECK(bad == 0);
-  REQUIRE(got.kept_mask.size() == want.kept_mask.size());
-  for (std::size_t l = 0; l < got.kept_mask.size(); ++l) CHECK(got.kept_mask[l] == want.kept_mask[l]);
+  test::check_same_events_and_masks(got, want);
   REQUIRE(got.attention.size() == want.attention.size());
   for (const auto& [key, map] : want.attention) CHECK(got.attention.at(key)->values == map->values);
   REQUIRE(got.key_similarity.size() == want.key_similarity.size());

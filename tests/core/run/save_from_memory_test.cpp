@@ -10,6 +10,7 @@
 #include "core/trace/live_trace.h"
 #include "tests/support/default_model.h"
 #include "tests/support/temp_file.h"
+#include "tests/support/trace_compare.h"
 
 using namespace kvscope;
 using trace::Map2D;
@@ -66,18 +67,8 @@ void check_same_file_content(const RunTrace& got, const RunTrace& want) {
     CHECK(got.policy_series.at(name).dims == series.dims);
   }
   CHECK(got.layer_budgets == want.layer_budgets);
-  REQUIRE(got.events.size() == want.events.size());
+  test::check_same_events_and_masks(got, want);
   int bad = 0;
-  for (std::size_t i = 0; i < want.events.size(); ++i) {
-    const auto& a = got.events[i];
-    const auto& b = want.events[i];
-    bad += a.step != b.step || a.phase != b.phase || a.layer != b.layer || a.kv_head != b.kv_head ||
-           a.position != b.position || a.action != b.action || a.merge_target != b.merge_target ||
-           a.merge_weight != b.merge_weight || !(a.score == b.score || (a.score != a.score && b.score != b.score));
-  }
-  CHECK(bad == 0);
-  REQUIRE(got.kept_mask.size() == want.kept_mask.size());
-  for (std::size_t l = 0; l < want.kept_mask.size(); ++l) CHECK(got.kept_mask[l] == want.kept_mask[l]);
   REQUIRE(got.steps.size() == want.steps.size());
   for (std::size_t s = 0; s < want.steps.size(); ++s) {
     const auto& a = got.steps[s];

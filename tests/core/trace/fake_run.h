@@ -71,7 +71,7 @@ struct FakeRun {
 
   void prefill_step(engine::RunObserver& obs) {
     const int group = config.n_heads / config.n_kv_heads;
-    engine::StepInfo step{engine::Phase::Prefill, 0, prompt, true};
+    observation::StepInfo step{observation::Phase::Prefill, 0, prompt, true};
     for (int l = 0; l < config.n_layers; ++l) {
       append(l, 0, prompt);
       for (int h = 0; h < config.n_heads; ++h) {
@@ -89,9 +89,9 @@ struct FakeRun {
         }
         prefill[{l, h}] = std::move(dense);
       }
-      engine::AttentionObservation o;
+      observation::AttentionObservation o;
       o.layer = l;
-      o.phase = engine::Phase::Prefill;
+      o.phase = observation::Phase::Prefill;
       o.n_heads = config.n_heads;
       o.n_kv_heads = config.n_kv_heads;
       for (int i = 0; i < prompt; ++i) o.query_positions.push_back(i);
@@ -117,7 +117,7 @@ struct FakeRun {
   void decode_step(engine::RunObserver& obs, int t) {
     const int group = config.n_heads / config.n_kv_heads;
     const int position = prompt + t;
-    engine::StepInfo step{engine::Phase::Decode, t, position + 1, true};
+    observation::StepInfo step{observation::Phase::Decode, t, position + 1, true};
     std::map<std::pair<int, int>, std::vector<float>> rows;
     for (int l = 0; l < config.n_layers; ++l) {
       append(l, position, 1);

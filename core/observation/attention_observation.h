@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace kvscope::engine {
+namespace kvscope::observation {
 
 enum class Phase { Prefill, Decode };
 
@@ -63,4 +63,4 @@ class AttentionObserver {
   virtual void on_observation(const AttentionObservation& /*obs*/) {}
 };
 
-}  // namespace kvscope::engine
+}  // namespace kvscope::observation

@@ -1,8 +1,8 @@
 #pragma once
 // Where a run is: which phase, which block or decode step, how many tokens so far.
-#include "core/engine/attention_observation.h"
+#include "core/observation/attention_observation.h"
 
-namespace kvscope::engine {
+namespace kvscope::observation {
 
 struct StepInfo {
   Phase phase = Phase::Prefill;
@@ -11,4 +11,4 @@ struct StepInfo {
   bool prefill_done = false;  // true for the last prefill block and every decode step
 };
 
-}  // namespace kvscope::engine
+}  // namespace kvscope::observation

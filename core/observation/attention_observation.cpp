@@ -1,10 +1,20 @@
-#include "core/engine/attention_observation.h"
+#include "core/observation/attention_observation.h"
 
 #include <algorithm>
 
 #include "core/common/error.h"
 
-namespace kvscope::engine {
+namespace kvscope::observation {
+
+void ObservationRequest::merge(const ObservationRequest& other) {
+  window = std::max(window, other.window);
+  column_sums = column_sums || other.column_sums;
+  window_sums = window_sums || other.window_sums;
+  window_rows = window_rows || other.window_rows;
+  last_row = last_row || other.last_row;
+  rows = rows || other.rows;
+}
+
 
 AttentionObservation narrowed(const AttentionObservation& obs, int window) {
   const int w = std::min(window, obs.n_queries());
@@ -29,4 +39,4 @@ AttentionObservation narrowed(const AttentionObservation& obs, int window) {
   return out;
 }
 
-}  // namespace kvscope::engine
+}  // namespace kvscope::observation
