@@ -37,7 +37,14 @@ nlohmann::json result_json(const model::Model& model, const std::string& prompt_
   j["text"] = r.text;
   j["logprobs"] = r.logprobs;
   j["stop_reason"] = r.stop_reason;
-  j["policy"] = {{"name", policy.name}, {"params", policy.params.as_text()}, {"budget", budget}};
+  const auto& diagnostics = policy.policy->diagnostics();
+  nlohmann::json settings = nlohmann::json::object();
+  for (const auto& [name, value] : diagnostics.settings()) settings[name] = nlohmann::json::parse(value);
+  j["policy"] = {{"name", policy.name},
+                 {"params", policy.params.as_text()},
+                 {"budget", budget},
+                 {"derived_settings", settings},
+                 {"warnings", diagnostics.warnings()}};
   j["timings"] = {{"prefill_ms", r.prefill_ms},
                   {"prefill_tokens_per_s", r.prefill_ms > 0 ? 1000.0 * r.prompt_tokens.size() / r.prefill_ms : 0.0},
                   {"decode_ms", r.decode_ms},
@@ -94,6 +101,7 @@ Command register_generate(CLI::App& root) {
             engine::RunHooks hooks;
             hooks.policy = policy.policy.get();
             const engine::RunResult result = engine.generate(tokens, options, hooks);
+            print_policy_warnings(*policy.policy);
             if (args->json) {
               std::cout << result_json(model, text, result, policy, args->generation.budget).dump(2) << "\n";
             } else {

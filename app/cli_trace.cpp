@@ -135,6 +135,7 @@ Command register_trace(CLI::App& root) {
               hooks.progress = [&progress](const engine::Progress& pr) { progress(pr); };
               const engine::RunResult result = engine.generate(tokens, run_options, hooks);
               recorder.finish(result);
+              print_policy_warnings(*p.policy);
               if (!args->quiet)
                 std::fprintf(stderr, "kvscope trace: %s done: %zu prompt tokens, %zu generated (%s), prefill %.0f ms, decode %.1f ms/token\n",
                              names[i].c_str(), result.prompt_tokens.size(), result.generated_tokens.size(),

@@ -6,6 +6,7 @@
 
 #include "core/engine/engine.h"
 #include "core/model/model.h"
+#include "core/policy/policy.h"
 
 namespace kvscope::app {
 
@@ -41,5 +42,8 @@ struct GenerationFlags {
 // `--allocation NAME` is shorthand for the policy parameter allocation=NAME (the papers combine any token
 // scorer with any layer allocation); it is an error to give both.
 std::string with_allocation(const std::string& policy_spec, const std::string& allocation);
+
+// The policy's warnings on stderr, one "kvscope: warning:" line each (they are in the trace's metadata too).
+void print_policy_warnings(const policy::Policy& policy);
 
 }  // namespace kvscope::app

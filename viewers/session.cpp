@@ -338,6 +338,8 @@ bool Session::execute(const RunRequest& request, trace::Hdf5Writer* writer, bool
     messages_.push_back(name + ": done in " + std::to_string(static_cast<int>(ms)) + " ms (" +
                         std::to_string(result.generated_tokens.size()) + " tokens, " + result.stop_reason + ")" +
                         (writer ? ", recorded to " + writer->path().string() : ""));
+    // What the policy departed from (also in the run's policy_warnings attribute), where the user looks.
+    for (const auto& w : policy.policy->diagnostics().warnings()) messages_.push_back(name + ": warning: " + w);
   }
   return true;
 }

@@ -48,10 +48,42 @@ void Engine::apply_edit(Run& run, cache::CacheEdit&& edit, const StepInfo& step)
   run.cache.apply(edit);
 }
 
+namespace {
+AttentionObservation empty_observation(const model::ModelConfig& c, int layer, const int32_t* positions, int n,
+                                       const StepInfo& step) {
+  AttentionObservation obs;
+  obs.layer = layer;
+  obs.phase = step.phase;
+  obs.step = step.step;
+  obs.prefill_done = step.prefill_done;
+  obs.n_heads = c.n_heads;
+  obs.n_kv_heads = c.n_kv_heads;
+  obs.query_positions.assign(positions, positions + n);
+  return obs;
+}
+}  // namespace
+
+void Engine::trim_before_output(Run& run, int layer, const float* q, int n, const int32_t* positions,
+                                const StepInfo& step) {
+  const auto& c = model_.config;
+  policy::Policy* policy = run.hooks->policy;
+  AttentionObservation obs = empty_observation(c, layer, positions, n, step);
+  std::vector<float> unused_output(static_cast<std::size_t>(n) * c.n_heads * c.head_dim);
+  compute_attention({c, run.cache, layer, q, n, positions}, policy->request(layer, step.phase), {}, obs,
+                    unused_output.data());
+  apply_edit(run, policy->after_layer(obs, run.cache), step);
+}
+
 void Engine::attention(Run& run, int layer, const float* q, int n, const int32_t* positions, const StepInfo& step,
                        float* out) {
   const auto& c = model_.config;
   policy::Policy* policy = run.hooks->policy;
+  if (policy && policy->trims_before_output(step.phase)) {
+    // One extra attention pass: the policy scores and edits first, then the output below (and what
+    // observers see) attends over the entries that survived.
+    trim_before_output(run, layer, q, n, positions, step);
+    policy = nullptr;
+  }
   const ObservationRequest policy_request = policy ? policy->request(layer, step.phase) : ObservationRequest{};
   ObservationRequest request = policy_request;
   std::vector<ObservationRequest> observer_requests;
@@ -62,14 +94,7 @@ void Engine::attention(Run& run, int layer, const float* q, int n, const int32_t
   for (const auto& r : observer_requests) mixed_windows = mixed_windows || (wants_window(r) && r.window != request.window);
   if (mixed_windows) request.window_rows = true;
 
-  AttentionObservation obs;
-  obs.layer = layer;
-  obs.phase = step.phase;
-  obs.step = step.step;
-  obs.prefill_done = step.prefill_done;
-  obs.n_heads = c.n_heads;
-  obs.n_kv_heads = c.n_kv_heads;
-  obs.query_positions.assign(positions, positions + n);
+  AttentionObservation obs = empty_observation(c, layer, positions, n, step);
   AttentionInputs inputs{c, run.cache, layer, q, n, positions};
   compute_attention(inputs, request, run.hooks->observers, obs, out);
   if (run.shadow && step.phase == Phase::Decode) {

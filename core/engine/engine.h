@@ -74,6 +74,7 @@ class Engine {
   struct Run;
   void forward(Run& run, const int* tokens, int n, int first_position, const StepInfo& step, float* logits);
   void attention(Run& run, int layer, const float* q, int n, const int32_t* positions, const StepInfo& step, float* out);
+  void trim_before_output(Run& run, int layer, const float* q, int n, const int32_t* positions, const StepInfo& step);
   void finish_step(Run& run, const StepInfo& step, int token, float logprob);
   void apply_edit(Run& run, cache::CacheEdit&& edit, const StepInfo& step);
 

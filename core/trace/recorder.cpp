@@ -12,6 +12,7 @@
 #include "core/analysis/similarity.h"
 #include "core/common/error.h"
 #include "core/trace/float16.h"
+#include "core/trace/run_metadata.h"
 #include "core/trace/trace_names.h"
 
 namespace kvscope::trace {
@@ -585,6 +586,8 @@ void Recorder::finish(const engine::RunResult& result) {
       {"cache_peak_bytes", std::to_string(result.cache_peak_bytes)},
       {"full_cache_bytes", std::to_string(result.full_cache_bytes)},
   };
+  if (run_.policy)
+    for (auto& [k, v] : policy_outcome_metadata(run_.metadata, run_.policy->diagnostics())) final_meta[k] = std::move(v);
   for (const auto& [k, v] : final_meta) live_.metadata[k] = v;
   if (live_.generated_ids.size() > result.generated_tokens.size()) {
     live_.generated_ids.resize(result.generated_tokens.size());
