@@ -101,7 +101,8 @@ Command register_generate(CLI::App& root) {
             engine::RunHooks hooks;
             hooks.policy = policy.policy.get();
             const engine::RunResult result = engine.generate(tokens, options, hooks);
-            print_policy_warnings(*policy.policy);
+            // With --json the warnings are in the record, and stdout stays one JSON document.
+            if (!args->json) print_policy_warnings(*policy.policy);
             if (args->json) {
               std::cout << result_json(model, text, result, policy, args->generation.budget).dump(2) << "\n";
             } else {

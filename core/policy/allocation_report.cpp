@@ -35,11 +35,12 @@ std::string budget_range(const std::vector<int>& budgets, const std::vector<int>
 
 }  // namespace
 
-void report_layer_budgets(const std::vector<int>& budgets, int seq_len, int window, const std::string& source,
-                          Diagnostics& out) {
+void report_layer_budgets(const std::vector<int>& budgets, int seq_len, int average_budget, int window,
+                          const std::string& source, Diagnostics& out) {
   std::vector<int> whole, below_window, below_floor;
   for (int l = 0; l < static_cast<int>(budgets.size()); ++l) {
     if (budgets[l] >= seq_len) whole.push_back(l);
+    if (budgets[l] >= average_budget) continue;
     if (window > 0 && budgets[l] < window) below_window.push_back(l);
     if (budgets[l] < kSmallLayerBudget) below_floor.push_back(l);
   }

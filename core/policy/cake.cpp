@@ -146,7 +146,7 @@ class CakePolicy final : public Policy {
     if (last) {
       std::vector<int> held(layers_);
       for (int l = 0; l < layers_; ++l) held[l] = budgets_[l] + window_;
-      report_layer_budgets(held, s, window_, "policy 'cake'", diagnostics_);
+      report_layer_budgets(held, s, budget_, window_, "policy 'cake'", diagnostics_);
     }
     return edit;
   }

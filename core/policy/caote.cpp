@@ -122,7 +122,7 @@ class CaotePolicy final : public Policy {
     window_rows_.assign(static_cast<std::size_t>(layers_) * heads_, {});
     seq_len_ = 0;
     diagnostics_ = Diagnostics();
-    publish_protocol(config_.protocol, diagnostics_);
+    publish_protocol(config_.protocol, budget_, "policy 'caote'", diagnostics_);
   }
 
   cache::CacheEdit after_layer(const AttentionObservation& obs, cache::KVCache& cache) override {

@@ -262,7 +262,7 @@ class D2OPolicy final : public Policy {
                                            "cache size held during decoding: S_l plus max(0, budget - n)"));
     diagnostics_.set("token_split", Series{split_values, {layers_, 3}, {"layer", "part"},
                                            "T sinks, N heavy hitters, M recent tokens of the capacity (eq. 7)"});
-    report_layer_budgets(prompt_budgets_, seq_len, 0, "policy 'd2o'", diagnostics_);
+    report_layer_budgets(prompt_budgets_, seq_len, std::min(budget_, seq_len), 0, "policy 'd2o'", diagnostics_);
   }
 
   cache::CacheEdit evict_prompt(cache::KVCache& cache) {

@@ -31,8 +31,11 @@ struct Protocol {
 // The three parameters with a policy's paper defaults.
 std::vector<ParamSpec> protocol_params(const Protocol& defaults);
 Protocol protocol_of(const PolicyParams& params);
-// The switches as effective settings of the run (block, decode_evict, trim).
-void publish_protocol(const Protocol& protocol, Diagnostics& out);
+// The switches as effective settings of the run (block, decode_evict, trim), and a warning naming `source`
+// when a block is longer than the budget and trimmed before its output: then at least block - budget of
+// each block's own tokens leave before any query attends to them (CAOTE's blocks of 128 assume budgets of
+// thousands).
+void publish_protocol(const Protocol& protocol, int budget, const std::string& source, Diagnostics& out);
 
 // docs/policies.md, "Protocols": one row per registered policy, one column per switch with its default, or
 // "fixed" where the policy has no such parameter. Generated here so the page cannot drift from the code.

@@ -53,7 +53,7 @@ void ScoredPolicy::begin(const RunInfo& info) {
   expected_seq_len_ = 0;
   started_ = false;
   diagnostics_ = Diagnostics();
-  publish_protocol(protocol_, diagnostics_);
+  publish_protocol(protocol_, info.budget, "policy '" + name_ + "'", diagnostics_);
   diagnostics_.set_setting("allocation", "\"" + allocation_name_ + "\"");
   on_begin(info);
 }
@@ -115,8 +115,8 @@ void ScoredPolicy::finalize_budgets(int seq_len) {
                                      {"layer"},
                                      "tokens each KV head of a layer keeps (allocation " + allocation_name_ +
                                          ", average " + std::to_string(run_.budget) + ")"});
-  report_layer_budgets(budgets_, seq_len, reserved(), "policy '" + name_ + "', allocation '" + allocation_name_ + "'",
-                       diagnostics_);
+  report_layer_budgets(budgets_, seq_len, run_.budget, reserved(),
+                       "policy '" + name_ + "', allocation '" + allocation_name_ + "'", diagnostics_);
 }
 
 void ScoredPolicy::evict_layer(int layer, cache::KVCache& cache, cache::CacheEdit& edit) {

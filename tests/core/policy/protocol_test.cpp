@@ -139,13 +139,21 @@ TEST_CASE("the protocol switches report themselves as run settings", "[policy][p
   CHECK(one_pass.policy->trims_before_output(engine::Phase::Decode));
   CHECK_FALSE(make_policy("h2o").policy->trims_before_output(engine::Phase::Decode));
   CHECK(make_policy("caote").policy->trims_before_output(engine::Phase::Prefill));
+  // Blocks of 8 within a budget of 10 need no warning; blocks of 16 trimmed before their output do.
+  for (const auto& w : inst.policy->diagnostics().warnings()) CHECK(w.find("prefill blocks") == std::string::npos);
+  auto long_blocks = make_policy("caote:block=16");
+  PolicyDriver dl(table, *long_blocks.policy, 20, 10, 0);
+  dl.run(0);
+  REQUIRE(!long_blocks.policy->diagnostics().warnings().empty());
+  CHECK_THAT(long_blocks.policy->diagnostics().warnings()[0],
+             Catch::Contains("blocks of 16 tokens are longer than the budget of 10") && Catch::Contains("at least 6"));
 }
 
 TEST_CASE("layers an allocation leaves whole, below the window or below the floor become warnings",
           "[policy][protocol]") {
   policy::Diagnostics out;
   // Hand-made budgets of a 40-token prompt with a 32-token window.
-  policy::report_layer_budgets({40, 40, 50, 31, 20, 10, 33}, 40, 32, "policy 'x'", out);
+  policy::report_layer_budgets({40, 40, 50, 31, 20, 10, 33}, 40, 32, 32, "policy 'x'", out);
   CHECK(out.settings().at("layers_whole_prompt") == "[0, 1, 2]");
   CHECK(out.settings().at("layers_below_window") == "[3, 4, 5]");
   CHECK(out.settings().at("layers_below_floor") == "[5]");
@@ -155,8 +163,13 @@ TEST_CASE("layers an allocation leaves whole, below the window or below the floo
   CHECK_THAT(out.warnings()[2], Catch::Contains("layers 5 get 10 tokens, fewer than 16"));
   // Every layer holding the prompt is the user's budget: no warning.
   policy::Diagnostics all;
-  policy::report_layer_budgets({40, 40}, 40, 0, "policy 'x'", all);
+  policy::report_layer_budgets({40, 40}, 40, 40, 0, "policy 'x'", all);
   CHECK(all.warnings().empty());
+  // Nor is a small budget the user gave every layer.
+  policy::Diagnostics small;
+  policy::report_layer_budgets({4, 4, 4}, 40, 4, 32, "policy 'x'", small);
+  CHECK(small.warnings().empty());
+  CHECK(small.settings().at("layers_below_floor") == "[]");
 }
 
 TEST_CASE("docs/policies.md's protocol table is the registry's", "[policy][protocol][docs]") {
