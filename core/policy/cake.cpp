@@ -12,8 +12,8 @@
 #include <random>
 
 #include "core/common/error.h"
-#include "core/policy/cake_preference.h"
 #include "core/policy/allocation_report.h"
+#include "core/policy/cake_preference.h"
 #include "core/policy/catalog.h"
 #include "core/policy/selection.h"
 
@@ -108,16 +108,16 @@ class CakePolicy final : public Policy {
     const int s = obs.n_keys[0];
     const int prefix = s - window_;
     stats_[m] = cake::window_stats(obs, std::max(0, prefix), window_);
-    log_pref_[m] = config_.random_preference ? random_log_preference(m)
-                                             : cake::log_preference(stats_[m], config_.tau1, config_.tau2, config_.terms);
+    log_pref_[m] = config_.random_preference
+                       ? random_log_preference(m)
+                       : cake::log_preference(stats_[m], config_.tau1, config_.tau2, config_.terms);
     if (!compress_ || prefix <= 0 || obs.window < window_) {
       record_stage(m);
       return {};
     }
     for (int g = 0; g < kv_heads_; ++g)
-      indicators_[slot(m, g)] =
-          cake::eviction_indicator(obs, g, prefix, window_, config_.gamma, config_.kernel, config_.pooling,
-                                   config_.indicator);
+      indicators_[slot(m, g)] = cake::eviction_indicator(obs, g, prefix, window_, config_.gamma, config_.kernel,
+                                                         config_.pooling, config_.indicator);
 
     const bool last = m == layers_ - 1;
     if (!config_.cascade && !last) {

@@ -282,7 +282,8 @@ class CaotePolicy final : public Policy {
 
 PolicyInfo caote_policy_info() {
   // §4.1: prompt blocks of m = 128 and one eviction per decode step, trimmed before the output (Eq. 7).
-  std::vector<ParamSpec> params = protocol_params(Protocol{.block = 128, .decode_evict = true, .trim_before_output = true});
+  std::vector<ParamSpec> params =
+      protocol_params(Protocol{.block = 128, .decode_evict = true, .trim_before_output = true});
   const std::vector<ParamSpec> own = {
       ParamSpec::choice("base", "h2o", {"h2o", "tova", "snapkv"},
                         "base retention score normalised into alpha (§3.2, Eq. 20-22)"),

@@ -12,8 +12,7 @@ namespace {
 
 class H2oPolicy final : public ScoredPolicy {
  public:
-  explicit H2oPolicy(const PolicyParams& p)
-      : ScoredPolicy("h2o", p), recent_ratio_(p.get_float("recent_ratio")) {}
+  explicit H2oPolicy(const PolicyParams& p) : ScoredPolicy("h2o", p), recent_ratio_(p.get_float("recent_ratio")) {}
 
  protected:
   ObservationRequest scorer_request(Phase) const override {

@@ -30,7 +30,7 @@ struct MergerConfig {
   bool split_follows_budget = true;
   double recent_ratio = 0.17;  // split=fixed
   double hh_ratio = 0.12;
-  bool random_pivot = false;     // Table 3 ablation
+  bool random_pivot = false;  // Table 3 ablation
   unsigned pivot_seed = 0;
   bool average_weights = false;  // Table 4 ablation
   SigmaMode sigma_mode = SigmaMode::MeanDistance;
@@ -211,9 +211,8 @@ class KVMergerPolicy final : public Policy {
     }
 
     // K_c: the most recent tokens and, among the rest, the heavy hitters by a (§6.1 shares of n).
-    const KVMergerShares shares = config_.split_follows_budget
-                                      ? kvmerger_shares(static_cast<double>(budget_) / n)
-                                      : KVMergerShares{config_.recent_ratio, config_.hh_ratio};
+    const KVMergerShares shares = config_.split_follows_budget ? kvmerger_shares(static_cast<double>(budget_) / n)
+                                                               : KVMergerShares{config_.recent_ratio, config_.hh_ratio};
     int recent = static_cast<int>(std::lround(shares.recent * n));
     int heavy = static_cast<int>(std::lround(shares.heavy * n));
     if (config_.budget_mode) {

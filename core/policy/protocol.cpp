@@ -46,9 +46,9 @@ void publish_protocol(const Protocol& protocol, int budget, const std::string& s
   out.set_setting("decode_evict", protocol.decode_evict ? "true" : "false");
   out.set_setting("trim", protocol.trim_before_output ? "\"before_output\"" : "\"after_output\"");
   if (protocol.trim_before_output && protocol.block > budget)
-    out.warn(source + ": prefill blocks of " + std::to_string(protocol.block) + " tokens are longer than the budget of " +
-             std::to_string(budget) + " and trimmed before their output: at least " +
-             std::to_string(protocol.block - budget) +
+    out.warn(source + ": prefill blocks of " + std::to_string(protocol.block) +
+             " tokens are longer than the budget of " + std::to_string(budget) +
+             " and trimmed before their output: at least " + std::to_string(protocol.block - budget) +
              " tokens of every block leave before any query attends to them (trim=after_output, or a smaller "
              "block, avoids that)");
 }

@@ -37,7 +37,8 @@ ScoredPolicy::ScoredPolicy(std::string name, const PolicyParams& params)
 
 ObservationRequest ScoredPolicy::request(int layer, Phase phase) const {
   // Without decode eviction nothing reads decode attention (an accumulated score no longer matters).
-  ObservationRequest r = phase == Phase::Prefill || protocol_.decode_evict ? scorer_request(phase) : ObservationRequest{};
+  ObservationRequest r =
+      phase == Phase::Prefill || protocol_.decode_evict ? scorer_request(phase) : ObservationRequest{};
   if (phase == Phase::Prefill && allocation_) r.merge(allocation_->request(layer));
   return r;
 }

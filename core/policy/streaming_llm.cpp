@@ -28,14 +28,15 @@ class StreamingLlmPolicy final : public ScoredPolicy {
 }  // namespace
 
 PolicyInfo streaming_llm_policy_info() {
-  return {
-      "streaming_llm", "attention sinks (the first tokens) plus a rolling window of the most recent tokens",
-      "Xiao et al. 2024, Efficient Streaming Language Models with Attention Sinks (ICLR), §3.2",
-      scored_policy_params({ParamSpec::integer("sinks", 4, 0, 1024,
-                                               "§3.2/§4: initial tokens kept as attention sinks (the paper finds 4 "
-                                               "enough); the rest of the budget is the recent window")},
-                           Protocol{.block = 0, .decode_evict = true, .trim_before_output = false}),
-      [](const PolicyParams& p) { return std::make_unique<StreamingLlmPolicy>("streaming_llm", p, p.get_int("sinks")); }};
+  return {"streaming_llm", "attention sinks (the first tokens) plus a rolling window of the most recent tokens",
+          "Xiao et al. 2024, Efficient Streaming Language Models with Attention Sinks (ICLR), §3.2",
+          scored_policy_params({ParamSpec::integer("sinks", 4, 0, 1024,
+                                                   "§3.2/§4: initial tokens kept as attention sinks (the paper finds 4 "
+                                                   "enough); the rest of the budget is the recent window")},
+                               Protocol{.block = 0, .decode_evict = true, .trim_before_output = false}),
+          [](const PolicyParams& p) {
+            return std::make_unique<StreamingLlmPolicy>("streaming_llm", p, p.get_int("sinks"));
+          }};
 }
 
 // The plain sliding window that StreamingLLM (§3.1, Fig. 1b "window attention") and the merging papers

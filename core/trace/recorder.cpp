@@ -587,7 +587,8 @@ void Recorder::finish(const engine::RunResult& result) {
       {"full_cache_bytes", std::to_string(result.full_cache_bytes)},
   };
   if (run_.policy)
-    for (auto& [k, v] : policy_outcome_metadata(run_.metadata, run_.policy->diagnostics())) final_meta[k] = std::move(v);
+    for (auto& [k, v] : policy_outcome_metadata(run_.metadata, run_.policy->diagnostics()))
+      final_meta[k] = std::move(v);
   for (const auto& [k, v] : final_meta) live_.metadata[k] = v;
   if (live_.generated_ids.size() > result.generated_tokens.size()) {
     live_.generated_ids.resize(result.generated_tokens.size());

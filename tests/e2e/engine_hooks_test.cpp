@@ -148,10 +148,10 @@ TEST_CASE("with the pre-output trim a step's attention never sees more than the 
     CHECK(seen.most_decode == budget);
 
     // The older order: each block's queries see the budget plus the block, each decode step one more.
-    const std::string after_spec =
-        spec.find("trim=") == std::string::npos ? spec + ",trim=after_output"
-                                                : spec.substr(0, spec.find("trim=")) + "trim=after_output" +
-                                                      spec.substr(spec.find("trim=") + std::string("trim=before_output").size());
+    const std::string after_spec = spec.find("trim=") == std::string::npos
+                                       ? spec + ",trim=after_output"
+                                       : spec.substr(0, spec.find("trim=")) + "trim=after_output" +
+                                             spec.substr(spec.find("trim=") + std::string("trim=before_output").size());
     auto after = policy::make_policy(after_spec);
     KeyCounter seen_after;
     hooks.policy = after.policy.get();

@@ -1,7 +1,7 @@
 // KVMerger on explicit keys: merging sets found by hand from the cosine threshold, Gaussian weights and
 // merged states written out as sums, the H2O special case, and budget mode on random caches.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "core/policy/kvmerger_split.h"
@@ -174,7 +174,8 @@ TEST_CASE("KVMerger's sigma modes follow their definitions", "[policy][kvmerger]
   for (double d : dist) sum_sq += d * d;
   for (const auto& [mode, sigma] : std::vector<std::pair<std::string, double>>{
            {"sigma_mode=fixed,sigma=0.3", 0.3}, {"sigma_mode=eq7", sum_sq / (std::sqrt(2.0) * 4.0)}}) {
-    auto inst = make_policy("kvmerger:mode=threshold,split=fixed,theta=0.9,recent_ratio=0.1667,hh_ratio=0.0834," + mode);
+    auto inst =
+        make_policy("kvmerger:mode=threshold,split=fixed,theta=0.9,recent_ratio=0.1667,hh_ratio=0.0834," + mode);
     const Outcome out = run_once(*inst.policy, p, 6);
     const cache::MergeGroup* group = nullptr;
     for (const auto& g : out.edit.heads[0].merges)
@@ -271,7 +272,8 @@ TEST_CASE("KVMerger's anchor and contiguity options", "[policy][kvmerger]") {
     REQUIRE(a.edit.heads[0].merges.size() == 2);  // {2,3} and {4,5}; {1} alone
     REQUIRE(std::vector<int32_t>(a.edit.heads[0].keep.begin(), a.edit.heads[0].keep.end()) ==
             std::vector<int32_t>{0, 1, 3, 5, 6, 7});
-    auto adjacent = make_policy("kvmerger:mode=threshold,split=fixed,theta=0.9,recent_ratio=0.25,hh_ratio=0.125,anchor=adjacent");
+    auto adjacent =
+        make_policy("kvmerger:mode=threshold,split=fixed,theta=0.9,recent_ratio=0.25,hh_ratio=0.125,anchor=adjacent");
     const Outcome b = run_once(*adjacent.policy, p, 4);
     REQUIRE(b.edit.heads[0].merges.size() == 1);  // {1..5} around pivot 5
     REQUIRE(b.edit.heads[0].merges[0].target == 5);
@@ -376,8 +378,10 @@ TEST_CASE("KVMerger's ablations: random pivot (Table 3) and average merge (Table
       const std::vector<int> kept(pos.begin(), pos.end());
       // Sets {1,2,3} and {4,5,6,7} keep one member each; 0 (heavy), 8, 9 (singletons), 10, 11 (recent) stay.
       REQUIRE(kept.size() == 7u);
-      const int in_first = static_cast<int>(std::count_if(kept.begin(), kept.end(), [](int x) { return x >= 1 && x <= 3; }));
-      const int in_second = static_cast<int>(std::count_if(kept.begin(), kept.end(), [](int x) { return x >= 4 && x <= 7; }));
+      const int in_first =
+          static_cast<int>(std::count_if(kept.begin(), kept.end(), [](int x) { return x >= 1 && x <= 3; }));
+      const int in_second =
+          static_cast<int>(std::count_if(kept.begin(), kept.end(), [](int x) { return x >= 4 && x <= 7; }));
       REQUIRE(in_first == 1);
       REQUIRE(in_second == 1);
       other_than_six = other_than_six || std::find(kept.begin(), kept.end(), 6) == kept.end();

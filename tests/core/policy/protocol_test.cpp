@@ -79,8 +79,8 @@ TEST_CASE("without decode eviction the prompt's policy appends decode tokens", "
     auto inst = make_policy(spec);
     PolicyDriver d(table, *inst.policy, prompt, budget, decode);
     d.run(decode, [&](const engine::StepInfo& step) {
-      const int want = step.phase == engine::Phase::Prefill ? std::min(step.seq_len, budget)
-                                                            : budget + (step.seq_len - prompt);
+      const int want =
+          step.phase == engine::Phase::Prefill ? std::min(step.seq_len, budget) : budget + (step.seq_len - prompt);
       if (step.prefill_done) REQUIRE(static_cast<int>(d.kept(0, 0).size()) == want);
     });
   }
