@@ -37,7 +37,13 @@ nlohmann::json result_json(const model::Model& model, const run::RunSpec& spec, 
   j["text"] = r.text;
   j["logprobs"] = r.logprobs;
   j["stop_reason"] = r.stop_reason;
-  j["policy"] = {{"name", outcome.policy_name}, {"spec", spec.policy}, {"budget", spec.budget}};
+  nlohmann::json settings = nlohmann::json::object();
+  for (const auto& [name, value] : outcome.policy_settings) settings[name] = nlohmann::json::parse(value);
+  j["policy"] = {{"name", outcome.policy_name},
+                 {"spec", spec.policy},
+                 {"budget", spec.budget},
+                 {"derived_settings", settings},
+                 {"warnings", outcome.policy_warnings}};
   j["timings"] = {{"prefill_ms", r.prefill_ms},
                   {"prefill_tokens_per_s", r.prefill_ms > 0 ? 1000.0 * r.prompt_tokens.size() / r.prefill_ms : 0.0},
                   {"decode_ms", r.decode_ms},
@@ -88,6 +94,8 @@ Command register_generate(CLI::App& root) {
             run::check(spec);  // before the model loads, so a typo costs nothing
             const model::Model model = args->model.load();
             const run::RunOutcome outcome = run::execute(spec, model, {});
+            // With --json the warnings are in the record, and stdout stays one JSON document.
+            if (!args->json) print_policy_warnings(outcome.policy_warnings);
             if (args->json) {
               std::cout << result_json(model, spec, outcome).dump(2) << "\n";
             } else {

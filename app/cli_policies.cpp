@@ -7,6 +7,7 @@
 
 #include "app/subcommands.h"
 #include "core/policy/allocation_catalog.h"
+#include "core/policy/protocol.h"
 #include "core/policy/registry.h"
 
 namespace kvscope::app {
@@ -70,8 +71,15 @@ Command register_policies(CLI::App& root) {
   CLI::App* cmd =
       root.add_subcommand("policies", "list the KV-cache policies and layer allocations with their parameters");
   cmd->add_flag("--json", *json, "print a machine-readable list");
+  auto protocols = std::make_shared<bool>(false);
+  cmd->add_flag("--protocols", *protocols,
+                "print the table of which policy supports which protocol switch (as in docs/policies.md)");
 
-  return {cmd, [json]() {
+  return {cmd, [json, protocols]() {
+            if (*protocols) {
+              std::cout << policy::protocol_table_markdown();
+              return 0;
+            }
             if (*json) {
               nlohmann::json out;
               out["policies"] = nlohmann::json::array();

@@ -106,6 +106,7 @@ Command register_trace(CLI::App& root) {
               sinks.prefills = specs.size() > 1 ? &prefills : nullptr;
               const run::RunOutcome outcome = run::execute(specs[i], model, sinks);
               const engine::RunResult& result = outcome.result;
+              print_policy_warnings(outcome.policy_warnings);
               if (!args->quiet)
                 std::fprintf(stderr, "kvscope trace: %s done: %zu prompt tokens, %zu generated (%s), prefill %.0f ms%s, decode %.1f ms/token\n",
                              names[i].c_str(), result.prompt_tokens.size(), result.generated_tokens.size(),

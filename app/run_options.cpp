@@ -1,5 +1,6 @@
 #include "app/run_options.h"
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -71,6 +72,10 @@ std::string with_allocation(const std::string& policy_spec, const std::string& a
   if (policy_spec.find("allocation=") != std::string::npos)
     throw UsageError("policy spec '" + policy_spec + "' already sets allocation=; drop --allocation " + allocation);
   return policy_spec + (policy_spec.find(':') == std::string::npos ? ":" : ",") + "allocation=" + allocation;
+}
+
+void print_policy_warnings(const std::vector<std::string>& warnings) {
+  for (const auto& w : warnings) std::fprintf(stderr, "kvscope: warning: %s\n", w.c_str());
 }
 
 }  // namespace kvscope::app

@@ -45,4 +45,7 @@ struct GenerationFlags {
 // scorer with any layer allocation); it is an error to give both.
 std::string with_allocation(const std::string& policy_spec, const std::string& allocation);
 
+// The policy's warnings on stderr, one "kvscope: warning:" line each (they are in the trace's metadata too).
+void print_policy_warnings(const std::vector<std::string>& warnings);
+
 }  // namespace kvscope::app

@@ -298,6 +298,8 @@ bool Session::execute(const RunRequest& request) {
     messages_.push_back(name + ": done in " + std::to_string(static_cast<int>(ms)) + " ms (" +
                         std::to_string(result.generated_tokens.size()) + " tokens, " + result.stop_reason +
                         (outcome.prefill_reused ? ", prefill reused" : "") + ")");
+    // What the policy departed from (also in the run's policy_warnings attribute), where the user looks.
+    for (const auto& w : outcome.policy_warnings) messages_.push_back(name + ": warning: " + w);
   }
   return true;
 }

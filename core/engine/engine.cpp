@@ -50,13 +50,15 @@ void Engine::apply_edit(Run& run, cache::CacheEdit&& edit, const StepInfo& step)
 }
 
 struct Engine::LayerRequests {
+  bool policy_reads = false;  // the policy sees this observation (not when it trimmed before the output)
   ObservationRequest policy, merged;
   std::vector<ObservationRequest> observers;
 };
 
-Engine::LayerRequests Engine::requests_for(const Run& run, int layer, Phase phase) const {
+Engine::LayerRequests Engine::requests_for(const Run& run, int layer, Phase phase, bool policy_reads) const {
   LayerRequests r;
-  policy::Policy* policy = run.hooks->policy;
+  policy::Policy* policy = policy_reads ? run.hooks->policy : nullptr;
+  r.policy_reads = policy != nullptr;
   r.policy = policy ? policy->request(layer, phase) : ObservationRequest{};
   r.merged = r.policy;
   for (RunObserver* o : run.hooks->observers) r.merged.merge(r.observers.emplace_back(o->request(layer, phase)));
@@ -78,16 +80,12 @@ void Engine::deliver(Run& run, const LayerRequests& requests, const AttentionObs
   };
   for (std::size_t i = 0; i < run.hooks->observers.size(); ++i)
     run.hooks->observers[i]->on_observation(view_for(requests.observers[i]));
-  if (policy::Policy* policy = run.hooks->policy)
-    apply_edit(run, policy->after_layer(view_for(requests.policy), run.cache), step);
+  if (requests.policy_reads) apply_edit(run, run.hooks->policy->after_layer(view_for(requests.policy), run.cache), step);
 }
 
-void Engine::attention(Run& run, int layer, const float* q, int n, const int32_t* positions, const StepInfo& step,
-                       float* out) {
-  const auto& c = model_.config;
-  const LayerRequests requests = requests_for(run, layer, step.phase);
-  const bool capturing = run.capture && step.phase == Phase::Prefill;
-
+namespace {
+AttentionObservation empty_observation(const model::ModelConfig& c, int layer, const int32_t* positions, int n,
+                                       const StepInfo& step) {
   AttentionObservation obs;
   obs.layer = layer;
   obs.phase = step.phase;
@@ -96,6 +94,32 @@ void Engine::attention(Run& run, int layer, const float* q, int n, const int32_t
   obs.n_heads = c.n_heads;
   obs.n_kv_heads = c.n_kv_heads;
   obs.query_positions.assign(positions, positions + n);
+  return obs;
+}
+}  // namespace
+
+void Engine::trim_before_output(Run& run, int layer, const float* q, int n, const int32_t* positions,
+                                const StepInfo& step) {
+  const auto& c = model_.config;
+  policy::Policy* policy = run.hooks->policy;
+  AttentionObservation obs = empty_observation(c, layer, positions, n, step);
+  std::vector<float> unused_output(static_cast<std::size_t>(n) * c.n_heads * c.head_dim);
+  compute_attention({c, run.cache, layer, q, n, positions}, policy->request(layer, step.phase), {}, obs,
+                    unused_output.data());
+  apply_edit(run, policy->after_layer(obs, run.cache), step);
+}
+
+void Engine::attention(Run& run, int layer, const float* q, int n, const int32_t* positions, const StepInfo& step,
+                       float* out) {
+  const auto& c = model_.config;
+  // A policy that trims before the output scores and edits first (one extra attention pass); the output
+  // below, and what observers see, then attends over the entries that survived.
+  const bool trimmed = run.hooks->policy && run.hooks->policy->trims_before_output(step.phase);
+  if (trimmed) trim_before_output(run, layer, q, n, positions, step);
+  const LayerRequests requests = requests_for(run, layer, step.phase, !trimmed);
+  const bool capturing = run.capture && step.phase == Phase::Prefill;
+
+  AttentionObservation obs = empty_observation(c, layer, positions, n, step);
   AttentionInputs inputs{c, run.cache, layer, q, n, positions};
   compute_attention(inputs, capturing ? PrefillCapture::superset(requests.merged) : requests.merged,
                     run.hooks->observers, obs, out);
@@ -119,7 +143,7 @@ void Engine::replay_prefill(Run& run, const PrefillCapture& capture, const StepI
   const int n = static_cast<int>(capture.prompt.size());
   for (int l = 0; l < c.n_layers; ++l) {
     if (run.cancelled()) return;
-    const LayerRequests requests = requests_for(run, l, Phase::Prefill);
+    const LayerRequests requests = requests_for(run, l, Phase::Prefill, true);
     if (!capture.covers(l, requests.merged))
       throw Error("prefill capture of layer " + std::to_string(l) + " cannot serve this run's request (window " +
                   std::to_string(requests.merged.window) + (requests.merged.rows ? ", streamed rows" : "") + ")");
@@ -233,13 +257,15 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   const int n_prompt = static_cast<int>(prompt.size());
 
   const int block = hooks.policy && hooks.policy->prefill_block_size() > 0 ? hooks.policy->prefill_block_size() : n_prompt;
-  const bool one_pass = block >= n_prompt;
+  // The prompt's forward pass is the same for every budget only when the policy neither evicts between
+  // blocks nor trims a layer before its output (which changes what the next layer sees).
+  const bool one_pass = block >= n_prompt && !(hooks.policy && hooks.policy->trims_before_output(Phase::Prefill));
   if (hooks.replay) {
     if (hooks.replay->prompt != prompt || !hooks.replay->complete)
       throw Error("prefill capture is of another prompt (or incomplete); it cannot be replayed for this one");
     if (!one_pass)
-      throw Error("policy '" + hooks.policy->name() + "' prefills in blocks of " + std::to_string(block) +
-                  " tokens and evicts between them; a one-pass prefill capture cannot stand in for that");
+      throw Error("policy '" + hooks.policy->name() + "' evicts between prefill blocks or before a layer's output; "
+                  "a one-pass prefill capture cannot stand in for its prefill");
   }
   if (hooks.capture && one_pass && !hooks.replay) {
     PrefillCapture& cap = *hooks.capture;

@@ -81,12 +81,13 @@ class Engine {
  private:
   struct Run;
   struct LayerRequests;
-  LayerRequests requests_for(const Run& run, int layer, Phase phase) const;
+  LayerRequests requests_for(const Run& run, int layer, Phase phase, bool policy_reads) const;
   // Hands a layer's observation to the observers and the policy, and applies the policy's edit.
   void deliver(Run& run, const LayerRequests& requests, const AttentionObservation& obs, const StepInfo& step);
   void replay_prefill(Run& run, const PrefillCapture& capture, const StepInfo& step);
   void forward(Run& run, const int* tokens, int n, int first_position, const StepInfo& step, float* logits);
   void attention(Run& run, int layer, const float* q, int n, const int32_t* positions, const StepInfo& step, float* out);
+  void trim_before_output(Run& run, int layer, const float* q, int n, const int32_t* positions, const StepInfo& step);
   void finish_step(Run& run, const StepInfo& step, int token, float logprob);
   void apply_edit(Run& run, cache::CacheEdit&& edit, const StepInfo& step);
 

@@ -9,8 +9,10 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <random>
 
 #include "core/common/error.h"
+#include "core/policy/allocation_report.h"
 #include "core/policy/cake_preference.h"
 #include "core/policy/catalog.h"
 #include "core/policy/selection.h"
@@ -27,6 +29,10 @@ struct CakeConfig {
   Pooling pooling = Pooling::Avg;
   bool cascade = true;
   bool decode_window = false;  // decode indicator over the last S_w rows (Eq. 11) instead of the last row
+  cake::PreferenceTerms terms = cake::PreferenceTerms::Both;  // App. I ablation
+  bool random_preference = false;                             // Table 2's random allocation
+  unsigned preference_seed = 0;
+  cake::IndicatorForm indicator = cake::IndicatorForm::MeanPlusVariance;  // Table 3 ablation
 };
 
 // Ω of Eq. 11: the window's entries outrank every indicator value.
@@ -102,14 +108,16 @@ class CakePolicy final : public Policy {
     const int s = obs.n_keys[0];
     const int prefix = s - window_;
     stats_[m] = cake::window_stats(obs, std::max(0, prefix), window_);
-    log_pref_[m] = cake::log_preference(stats_[m], config_.tau1, config_.tau2);
+    log_pref_[m] = config_.random_preference
+                       ? random_log_preference(m)
+                       : cake::log_preference(stats_[m], config_.tau1, config_.tau2, config_.terms);
     if (!compress_ || prefix <= 0 || obs.window < window_) {
       record_stage(m);
       return {};
     }
     for (int g = 0; g < kv_heads_; ++g)
-      indicators_[slot(m, g)] =
-          cake::eviction_indicator(obs, g, prefix, window_, config_.gamma, config_.kernel, config_.pooling);
+      indicators_[slot(m, g)] = cake::eviction_indicator(obs, g, prefix, window_, config_.gamma, config_.kernel,
+                                                         config_.pooling, config_.indicator);
 
     const bool last = m == layers_ - 1;
     if (!config_.cascade && !last) {
@@ -135,6 +143,11 @@ class CakePolicy final : public Policy {
       for (int g = 0; g < kv_heads_; ++g) evict_prefix(l, g, budgets[l], cache, edit);
     }
     record_stage(m);
+    if (last) {
+      std::vector<int> held(layers_);
+      for (int l = 0; l < layers_; ++l) held[l] = budgets_[l] + window_;
+      report_layer_budgets(held, s, budget_, window_, "policy 'cake'", diagnostics_);
+    }
     return edit;
   }
 
@@ -186,6 +199,13 @@ class CakePolicy final : public Policy {
     return edit;
   }
 
+  // Table 2's random allocation: P_l uniform in (0, 1], drawn per layer from the seed.
+  double random_log_preference(int layer) const {
+    std::seed_seq seed{config_.preference_seed, static_cast<unsigned>(layer)};
+    std::mt19937 rng(seed);
+    return std::log(1.0 - std::uniform_real_distribution<double>(0.0, 1.0)(rng));
+  }
+
   // decode=window: Eq. 11 recomputed each step over the stored rows of the last S_w queries.
   std::vector<float> window_indicator(int l, int g, int prefix) const {
     std::vector<float> out(prefix, 0.0f);
@@ -203,7 +223,8 @@ class CakePolicy final : public Policy {
           const double diff = (j < static_cast<int>(row.size()) ? row[j] : 0.0f) - mean;
           ss += diff * diff;
         }
-        indicator[j] = static_cast<float>(mean + config_.gamma * ss / std::max(1.0, w - 1.0));
+        indicator[j] = static_cast<float>(
+            cake::indicator_value(mean, ss / std::max(1.0, w - 1.0), config_.gamma, config_.indicator));
       }
       const std::vector<float> pooled = pool1d(indicator, config_.kernel, config_.pooling);
       for (int j = 0; j < prefix; ++j) out[j] += pooled[j] / group_;
@@ -285,6 +306,12 @@ PolicyInfo cake_policy_info() {
           "evict every layer seen so far after each layer (Algorithm 1) or all once after the last (Eq. 7)"),
       ParamSpec::choice("decode", "last", {"last", "window"},
                         "decode indicator: pooled last-query attention (code) or Eq. 11 over the last S_w queries"),
+      ParamSpec::choice("preference", "entropy_variance", {"entropy_variance", "entropy", "variance", "random"},
+                        "layer preference: H^(1/tau1) V^(1/tau2) (Eq. 6), one term alone (App. I ablation), or "
+                        "random per layer (Table 2)"),
+      ParamSpec::integer("preference_seed", 0, 0, 1 << 30, "preference=random: seed of the draws"),
+      ParamSpec::choice("indicator", "mean_plus_var", {"mean_plus_var", "mean", "var", "mean_times_var"},
+                        "eviction indicator: Mean + gamma Var (Eq. 11), or Table 3's Mean, Var, Mean x Var"),
   };
   return {"cake",
           "layer budgets from attention entropy and variance, cascaded through prefill; mean + gamma*variance eviction",
@@ -301,6 +328,17 @@ PolicyInfo cake_policy_info() {
             c.pooling = parse_pooling(p.get_choice("pooling"));
             c.cascade = p.get_choice("mode") == "cascade";
             c.decode_window = p.get_choice("decode") == "window";
+            const std::string& preference = p.get_choice("preference");
+            c.terms = preference == "entropy"    ? cake::PreferenceTerms::EntropyOnly
+                      : preference == "variance" ? cake::PreferenceTerms::VarianceOnly
+                                                 : cake::PreferenceTerms::Both;
+            c.random_preference = preference == "random";
+            c.preference_seed = static_cast<unsigned>(p.get_int("preference_seed"));
+            const std::string& indicator = p.get_choice("indicator");
+            c.indicator = indicator == "mean"             ? cake::IndicatorForm::Mean
+                          : indicator == "var"            ? cake::IndicatorForm::Variance
+                          : indicator == "mean_times_var" ? cake::IndicatorForm::Product
+                                                          : cake::IndicatorForm::MeanPlusVariance;
             return std::make_unique<CakePolicy>(c);
           }};
 }

@@ -40,14 +40,30 @@ LayerStats window_stats(const observation::AttentionObservation& obs, int prefix
   return stats;
 }
 
-double log_preference(const LayerStats& stats, double tau1, double tau2) {
-  if (stats.entropy <= 0.0 || stats.variance <= 0.0) return -std::numeric_limits<double>::infinity();
+double log_preference(const LayerStats& stats, double tau1, double tau2, PreferenceTerms terms) {
+  const bool entropy = terms != PreferenceTerms::VarianceOnly, variance = terms != PreferenceTerms::EntropyOnly;
+  if ((entropy && stats.entropy <= 0.0) || (variance && stats.variance <= 0.0))
+    return -std::numeric_limits<double>::infinity();
   // In logs: V_l is often ~1e-3 and 1/tau up to 5, which a float power would flush towards 0.
-  return std::log(stats.entropy) / tau1 + std::log(stats.variance) / tau2;
+  return (entropy ? std::log(stats.entropy) / tau1 : 0.0) + (variance ? std::log(stats.variance) / tau2 : 0.0);
+}
+
+double indicator_value(double mean, double variance, double gamma, IndicatorForm form) {
+  switch (form) {
+    case IndicatorForm::Mean:
+      return mean;
+    case IndicatorForm::Variance:
+      return variance;
+    case IndicatorForm::Product:
+      return mean * variance;
+    case IndicatorForm::MeanPlusVariance:
+      break;
+  }
+  return mean + gamma * variance;  // Eq. 11
 }
 
 std::vector<float> eviction_indicator(const observation::AttentionObservation& obs, int kv_head, int prefix, int rows,
-                                      double gamma, int kernel, Pooling pooling) {
+                                      double gamma, int kernel, Pooling pooling, IndicatorForm form) {
   const int group = obs.n_heads / obs.n_kv_heads;
   const int w = std::min(rows, obs.window);
   const int n = obs.n_keys[kv_head];
@@ -67,7 +83,7 @@ std::vector<float> eviction_indicator(const observation::AttentionObservation& o
         const double diff = last[static_cast<std::size_t>(r) * n + j] - mean;
         ss += diff * diff;
       }
-      indicator[j] = static_cast<float>(mean + gamma * ss / divisor);  // Eq. 11
+      indicator[j] = static_cast<float>(indicator_value(mean, ss / divisor, gamma, form));
     }
     // §4.3: "a pooling layer clusters I_l[:S-S_w]" (per head, before the group mean, as the code does).
     const std::vector<float> pooled = pool1d(indicator, kernel, pooling);

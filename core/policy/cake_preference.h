@@ -18,13 +18,22 @@ struct LayerStats {
 };
 LayerStats window_stats(const observation::AttentionObservation& obs, int prefix, int rows);
 
-// ln P_l = ln(H_l) / tau1 + ln(V_l) / tau2 (Eq. 6); -infinity when H_l or V_l is 0.
-double log_preference(const LayerStats& stats, double tau1, double tau2);
+// Which terms of Eq. 6 make the preference: both (the paper), or one alone (the ablation of App. I).
+enum class PreferenceTerms { Both, EntropyOnly, VarianceOnly };
+
+// ln P_l = ln(H_l) / tau1 + ln(V_l) / tau2 (Eq. 6), or one of the two terms; -infinity when a term used
+// is 0.
+double log_preference(const LayerStats& stats, double tau1, double tau2, PreferenceTerms terms = PreferenceTerms::Both);
+
+// Eq. 11 (Mean + gamma * Var) and the indicators Table 3 compares it with: Mean, Var, Mean x Var.
+enum class IndicatorForm { MeanPlusVariance, Mean, Variance, Product };
+double indicator_value(double mean, double variance, double gamma, IndicatorForm form);
 
 // Eq. 11 for KV head `kv_head` over its first `prefix` keys: Mean + gamma * Var of each key's column in
 // the last `rows` window rows of each query head, pooled along the keys, then averaged over the group.
 std::vector<float> eviction_indicator(const observation::AttentionObservation& obs, int kv_head, int prefix, int rows,
-                                      double gamma, int kernel, Pooling pooling);
+                                      double gamma, int kernel, Pooling pooling,
+                                      IndicatorForm form = IndicatorForm::MeanPlusVariance);
 
 // Real-valued budgets of the layers given: Eq. 9 (Eq. 7 when all layers are given) with each budget at
 // most `cap`; the share a capped layer cannot use goes to the others in proportion to P (water-filling).

@@ -3,8 +3,10 @@
 // entry's eviction error c_j = alpha_j / (1 - alpha_j) * ||X - v_j|| is known in closed form (Eq. 8/19),
 // with X the alpha-weighted mean of the values (Eq. 10), or their plain mean for FastCAOTE (Eq. 23).
 // The prompt streams in blocks of m tokens; whenever a (layer, KV head) holds more than b entries,
-// the lowest-error entries go (m per block, one per decode step; §2, Eq. 5-6). The engine has computed the
-// step's output by then, so eviction follows the output rather than preceding it (Eq. 7).
+// the lowest-error entries go (m per block, one per decode step; §2, Eq. 5-6), before the step's attention
+// output is computed (Eq. 7; the engine's trim-before-output hook). `trim=after_output` keeps the older
+// order, and `score=base` evicts by the base score alone under the same protocol: the "base" of the
+// paper's "base vs base + CAOTE" comparisons.
 // See docs/policies.md, "caote".
 #include <algorithm>
 #include <cmath>
@@ -12,6 +14,7 @@
 
 #include "core/common/error.h"
 #include "core/policy/catalog.h"
+#include "core/policy/protocol.h"
 #include "core/policy/selection.h"
 
 namespace kvscope::policy {
@@ -34,7 +37,8 @@ struct CaoteConfig {
   Base base = Base::H2O;
   bool fast = false;         // FastCAOTE, Eq. 23
   bool exact_concat = true;  // GQA: per-query-head errors combined as the norm of the concatenated output
-  int block = 128;
+  bool base_only = false;    // score=base: the base score decides, CAOTE's term is off
+  Protocol protocol;
   int window = 32;  // SnapKV observation window (protected)
   int kernel = 5;
   Pooling pooling = Pooling::Avg;
@@ -103,7 +107,8 @@ class CaotePolicy final : public Policy {
     return r;
   }
 
-  int prefill_block_size() const override { return config_.block; }
+  int prefill_block_size() const override { return config_.protocol.block; }
+  bool trims_before_output(Phase phase) const override { return config_.protocol.trims_before_output(phase); }
 
   void begin(const RunInfo& info) override {
     layers_ = info.config.n_layers;
@@ -111,16 +116,21 @@ class CaotePolicy final : public Policy {
     kv_heads_ = info.config.n_kv_heads;
     group_ = info.config.group_size();
     budget_ = info.budget;
+    prompt_ = info.prompt_length;
     if (budget_ < 1) throw UsageError("caote needs a budget of at least 1 token per layer and KV head");
     accumulated_.assign(static_cast<std::size_t>(layers_) * heads_, {});
     window_rows_.assign(static_cast<std::size_t>(layers_) * heads_, {});
     seq_len_ = 0;
     diagnostics_ = Diagnostics();
+    publish_protocol(config_.protocol, budget_, "policy 'caote'", diagnostics_);
   }
 
   cache::CacheEdit after_layer(const AttentionObservation& obs, cache::KVCache& cache) override {
     cache::CacheEdit edit;
     const int l = obs.layer;
+    const bool prefill_done =
+        obs.phase == Phase::Decode || obs.query_positions.empty() || obs.query_positions.back() + 1 >= prompt_;
+    if (!config_.protocol.evicts_in(obs.phase, prefill_done)) return edit;
     for (int g = 0; g < kv_heads_; ++g) {
       const int n = obs.n_keys[g];
       std::vector<std::vector<double>> base(group_);
@@ -154,8 +164,8 @@ class CaotePolicy final : public Policy {
       std::vector<float> caote(n);
       for (int j = 0; j < n; ++j) caote[j] = static_cast<float>(std::sqrt(sq[j]));
 
-      std::vector<int32_t> keep = keep_top_scores(caote, budget_, sinks, recent);
       const std::vector<int32_t> base_keep = keep_top_scores(base_mean, budget_, sinks, recent);
+      std::vector<int32_t> keep = config_.base_only ? base_keep : keep_top_scores(caote, budget_, sinks, recent);
       record_decision(obs, g, n, keep, base_keep);
       compact_state(l, g, keep);
       cache::HeadEdit head = keep_edit(l, g, std::move(keep), std::move(caote));
@@ -170,7 +180,11 @@ class CaotePolicy final : public Policy {
     return {};
   }
 
-  int expected_length(int, int, const StepInfo& step) const override { return std::min(step.seq_len, budget_); }
+  int expected_length(int, int, const StepInfo& step) const override {
+    if (step.phase == Phase::Decode && !config_.protocol.decode_evict)
+      return std::min(prompt_, budget_) + (step.seq_len - prompt_);
+    return std::min(step.seq_len, budget_);
+  }
 
   std::vector<int> layer_budgets() const override { return std::vector<int>(layers_, std::min(seq_len_, budget_)); }
 
@@ -259,7 +273,7 @@ class CaotePolicy final : public Policy {
   }
 
   CaoteConfig config_;
-  int layers_ = 0, heads_ = 0, kv_heads_ = 0, group_ = 1, budget_ = 0, seq_len_ = 0;
+  int layers_ = 0, heads_ = 0, kv_heads_ = 0, group_ = 1, budget_ = 0, prompt_ = 0, seq_len_ = 0;
   std::vector<std::vector<float>> accumulated_;              // H2O: [layer * heads + head][entries]
   std::vector<std::deque<std::vector<float>>> window_rows_;  // SnapKV: last `window` rows per query head
 };
@@ -267,13 +281,17 @@ class CaotePolicy final : public Policy {
 }  // namespace
 
 PolicyInfo caote_policy_info() {
-  std::vector<ParamSpec> params = {
+  // §4.1: prompt blocks of m = 128 and one eviction per decode step, trimmed before the output (Eq. 7).
+  std::vector<ParamSpec> params =
+      protocol_params(Protocol{.block = 128, .decode_evict = true, .trim_before_output = true});
+  const std::vector<ParamSpec> own = {
       ParamSpec::choice("base", "h2o", {"h2o", "tova", "snapkv"},
                         "base retention score normalised into alpha (§3.2, Eq. 20-22)"),
       ParamSpec::choice("variant", "exact", {"exact", "fast"},
                         "exact: X = V alpha^T (Eq. 8/19); fast: X = mean of the values (FastCAOTE, Eq. 23)"),
-      ParamSpec::integer("block", 128, 0, 1 << 20,
-                         "prompt block size m (§4.1: 128); 0 runs the prompt in one pass and evicts n-b at its end"),
+      ParamSpec::choice("score", "caote", {"caote", "base"},
+                        "caote: evict by the eviction error c_j (Eq. 8/19); base: by the base score alone under the "
+                        "same protocol, the paper's \"base\" of every base vs base + CAOTE table (§4)"),
       ParamSpec::choice("gqa", "exact_concat", {"exact_concat", "mean_attn"},
                         "GQA: error of the group's concatenated output (App. B.2) or one error over the mean score"),
       ParamSpec::integer("window", 32, 1, 4096, "SnapKV base: observation window w (protected); digest §1.12.2"),
@@ -284,6 +302,7 @@ PolicyInfo caote_policy_info() {
       ParamSpec::integer("sinks", 0, 0, 1 << 20, "first entries always kept (not in the paper; 0)"),
       ParamSpec::integer("recent", 0, 0, 1 << 20, "last entries always kept (not in the paper; 0)"),
   };
+  params.insert(params.begin(), own.begin(), own.end());
   return {"caote",
           "evicts the entries whose removal changes the attention output least, in closed form over a base score",
           "Goel et al., CAOTE: KV caching through attention output error based token eviction (2025)", params,
@@ -291,7 +310,8 @@ PolicyInfo caote_policy_info() {
             CaoteConfig c;
             c.base = parse_base(p.get_choice("base"));
             c.fast = p.get_choice("variant") == "fast";
-            c.block = p.get_int("block");
+            c.protocol = protocol_of(p);
+            c.base_only = p.get_choice("score") == "base";
             c.exact_concat = p.get_choice("gqa") == "exact_concat";
             c.window = p.get_int("window");
             c.kernel = p.get_int("kernel");

@@ -7,6 +7,7 @@ namespace kvscope::policy {
 
 PolicyInfo full_policy_info();
 PolicyInfo streaming_llm_policy_info();
+PolicyInfo local_window_policy_info();  // streaming_llm.cpp: StreamingLLM without sinks
 PolicyInfo h2o_policy_info();
 PolicyInfo tova_policy_info();
 PolicyInfo snapkv_policy_info();

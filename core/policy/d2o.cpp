@@ -11,6 +11,7 @@
 
 #include "core/common/error.h"
 #include "core/policy/allocation_d2o.h"
+#include "core/policy/allocation_report.h"
 #include "core/policy/catalog.h"
 #include "core/policy/selection.h"
 
@@ -19,7 +20,7 @@ namespace kvscope::policy {
 namespace {
 
 enum class ThresholdMode { Ema, None, Fixed };
-enum class MergeMode { Weighted, Average };
+enum class MergeMode { Weighted, Average, Off };
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -45,8 +46,9 @@ std::vector<ParamSpec> d2o_params() {
                         "or a fixed similarity"),
       ParamSpec::real("fixed_threshold", 1.0, -1.0, 2.0,
                       "similarity a match must reach with threshold=fixed (above 1 nothing merges: plain H2O)"),
-      ParamSpec::choice("merge", "weighted", {"weighted", "average"},
-                        "merge weights: GAT-style softmax of eq. 12, or the plain average of Table 8"),
+      ParamSpec::choice("merge", "weighted", {"weighted", "average", "off"},
+                        "merge weights: GAT-style softmax of eq. 12, or the plain average of Table 8; off discards "
+                        "every victim (the layer operation alone, Table 6; variance_norm=uniform is the other half)"),
       ParamSpec::choice("similarity", "key", {"key", "value"}, "vectors compared by cosine in eq. 9 (Table 7: keys best)"),
       ParamSpec::choice("merged_score", "keep", {"keep", "add"},
                         "accumulated attention of a merge target: unchanged (spec A6-8) or plus its sources'"),
@@ -67,7 +69,8 @@ D2OSettings d2o_settings(const PolicyParams& p) {
   const std::string& threshold = p.get_choice("threshold");
   s.threshold = threshold == "none" ? ThresholdMode::None : threshold == "fixed" ? ThresholdMode::Fixed : ThresholdMode::Ema;
   s.fixed_threshold = p.get_float("fixed_threshold");
-  s.merge = p.get_choice("merge") == "average" ? MergeMode::Average : MergeMode::Weighted;
+  const std::string& merge = p.get_choice("merge");
+  s.merge = merge == "average" ? MergeMode::Average : merge == "off" ? MergeMode::Off : MergeMode::Weighted;
   s.value_similarity = p.get_choice("similarity") == "value";
   s.add_merged_scores = p.get_choice("merged_score") == "add";
   s.allocation = d2o::allocation_settings(p);
@@ -259,6 +262,7 @@ class D2OPolicy final : public Policy {
                                            "cache size held during decoding: S_l plus max(0, budget - n)"));
     diagnostics_.set("token_split", Series{split_values, {layers_, 3}, {"layer", "part"},
                                            "T sinks, N heavy hitters, M recent tokens of the capacity (eq. 7)"});
+    report_layer_budgets(prompt_budgets_, seq_len, std::min(budget_, seq_len), 0, "policy 'd2o'", diagnostics_);
   }
 
   cache::CacheEdit evict_prompt(cache::KVCache& cache) {
@@ -326,6 +330,8 @@ class D2OPolicy final : public Policy {
     if (settings_.threshold == ThresholdMode::None) std::fill(merge.begin(), merge.end(), 1);
     if (settings_.threshold == ThresholdMode::Fixed)
       for (std::size_t e = 0; e < evicted.size(); ++e) merge[e] = best[e] >= settings_.fixed_threshold;
+    // The layer operation alone (Table 6's components one at a time): every victim is discarded, as H2O does.
+    if (settings_.merge == MergeMode::Off) std::fill(merge.begin(), merge.end(), 0);
 
     HeadOutcome out;
     out.edit = keep_edit(layer, kv_head, std::move(keep), scores);

@@ -1,5 +1,7 @@
 #include "core/policy/diagnostics.h"
 
+#include <algorithm>
+
 #include "core/common/error.h"
 
 namespace kvscope::policy {
@@ -17,6 +19,10 @@ void Diagnostics::append_row(const std::string& name, const std::vector<double>&
                 std::to_string(s.shape[1]));
   s.values.insert(s.values.end(), row.begin(), row.end());
   ++s.shape[0];
+}
+
+void Diagnostics::warn(const std::string& message) {
+  if (std::find(warnings_.begin(), warnings_.end(), message) == warnings_.end()) warnings_.push_back(message);
 }
 
 }  // namespace kvscope::policy

@@ -1,6 +1,8 @@
 #pragma once
 // Numbers a policy exposes about its decisions, by name, so the recorder can store them without knowing
-// the policy: e.g. "layer_variance" [layers], "budgets" per stage, "threshold" per step.
+// the policy: e.g. "layer_variance" [layers], "budgets" per stage, "threshold" per step. Also the settings a
+// run actually used (derived ones included: shares, thresholds, protocol switches) and warnings about
+// configurations that silently turn a policy into another, both written to the run's metadata.
 #include <map>
 #include <string>
 #include <vector>
@@ -27,8 +29,17 @@ class Diagnostics {
     return it == series_.end() ? nullptr : &it->second;
   }
 
+  // An effective setting as a JSON value (`"0.75"`, `[[12, 40], [8, 8]]`, `"\"before_output\""`).
+  void set_setting(const std::string& name, std::string json_value) { settings_[name] = std::move(json_value); }
+  const std::map<std::string, std::string>& settings() const { return settings_; }
+  // A departure the researcher must see (the CLI prints it; the trace stores it). Repeats are dropped.
+  void warn(const std::string& message);
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
  private:
   std::map<std::string, Series> series_;
+  std::map<std::string, std::string> settings_;
+  std::vector<std::string> warnings_;
 };
 
 }  // namespace kvscope::policy

@@ -9,6 +9,7 @@
 
 #include "core/common/error.h"
 #include "core/policy/allocation_dynamickv.h"
+#include "core/policy/allocation_report.h"
 #include "core/policy/catalog.h"
 #include "core/policy/selection.h"
 
@@ -147,6 +148,8 @@ class DynamicKVPolicy final : public Policy {
       for (int l = 0; l < layers_; ++l) final_budget[l] = lengths_[l] + window_;
       diagnostics_.set("final_budget", Series{final_budget, {layers_}, {"layer"},
                                               "prompt tokens kept per KV head, window included (eq. 4 after the last update)"});
+      report_layer_budgets(std::vector<int>(final_budget.begin(), final_budget.end()), prompt_length_,
+                           base_ + window_, window_, "policy 'dynamickv'", diagnostics_);
     }
   }
 

@@ -12,11 +12,7 @@ namespace {
 
 class H2oPolicy final : public ScoredPolicy {
  public:
-  explicit H2oPolicy(const PolicyParams& p)
-      : ScoredPolicy("h2o", Timing::EveryStep, p),
-        recent_ratio_(p.get_float("recent_ratio")),
-        block_(p.get_int("block")) {}
-  int prefill_block_size() const override { return block_; }
+  explicit H2oPolicy(const PolicyParams& p) : ScoredPolicy("h2o", p), recent_ratio_(p.get_float("recent_ratio")) {}
 
  protected:
   ObservationRequest scorer_request(Phase) const override {
@@ -37,7 +33,6 @@ class H2oPolicy final : public ScoredPolicy {
 
  private:
   double recent_ratio_;
-  int block_;
 };
 
 }  // namespace
@@ -45,13 +40,12 @@ class H2oPolicy final : public ScoredPolicy {
 PolicyInfo h2o_policy_info() {
   return {"h2o", "heavy hitters (largest attention received so far, summed over all queries) plus recent tokens",
           "Zhang et al. 2023, H2O: Heavy-Hitter Oracle (NeurIPS), §4 and Algorithm 1",
-          with_allocation_params(
-              {ParamSpec::real("recent_ratio", 0.5, 0.0, 1.0,
-                               "share of the budget kept for the most recent tokens, floor(ratio x budget); the rest "
-                               "are heavy hitters (Algorithm 1; the paper's default splits the budget evenly)"),
-               ParamSpec::integer("block", 0, 0, 1 << 20,
-                                  "prompt tokens per prefill block, evicting after each (0: the whole prompt at once, "
-                                  "then evict; Algorithm 1 evicts after every token, block=1)")}),
+          scored_policy_params({ParamSpec::real("recent_ratio", 0.5, 0.0, 1.0,
+                                                "share of the budget kept for the most recent tokens, floor(ratio x "
+                                                "budget); the rest are heavy hitters (Algorithm 1; the paper's "
+                                                "default splits the budget evenly)")},
+                               // Algorithm 1 evicts at every decode step; block 0: one prompt pass, then evict.
+                               Protocol{.block = 0, .decode_evict = true, .trim_before_output = false}),
           [](const PolicyParams& p) { return std::make_unique<H2oPolicy>(p); }};
 }
 

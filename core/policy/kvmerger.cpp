@@ -2,15 +2,19 @@
 // so after prefill each (layer, KV head) keeps its recent tokens and heavy hitters verbatim and folds
 // the rest into contiguous merging sets (Algorithm 1), each replaced by one Gaussian-kernel-weighted
 // average around its highest-attention pivot (Algorithm 2, Eq. 5-8). The paper fixes the similarity
-// threshold and lets the size follow (`mode=threshold`); `mode=budget` searches the threshold per head
-// so the cache meets the run's token budget exactly, as every other policy does.
+// threshold and lets the size follow (`mode=threshold`); `mode=budget` (the default) meets the run's token
+// budget exactly, as every other policy does, with the paper's threshold (evicting the sets with the least
+// attention when they do not fit) or, with `theta_search=bisect`, the threshold searched per head.
+// The recent / heavy-hitter split follows the budget (kvmerger_split.h).
 // See docs/policies.md, "kvmerger".
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 
 #include "core/common/error.h"
 #include "core/policy/catalog.h"
+#include "core/policy/kvmerger_split.h"
 
 namespace kvscope::policy {
 
@@ -20,10 +24,15 @@ enum class SigmaMode { MeanDistance, Eq7Literal, Fixed };
 
 struct MergerConfig {
   bool budget_mode = true;
-  bool search_theta = true;  // budget mode: bisect the threshold per head, or keep `theta`
+  bool search_theta = false;  // budget mode: bisect the threshold per head, or keep `theta`
   double theta = 0.75;
-  double recent_ratio = 0.17;
+  double theta_floor = -1.0;  // the lowest threshold the bisection may reach
+  bool split_follows_budget = true;
+  double recent_ratio = 0.17;  // split=fixed
   double hh_ratio = 0.12;
+  bool random_pivot = false;  // Table 3 ablation
+  unsigned pivot_seed = 0;
+  bool average_weights = false;  // Table 4 ablation
   SigmaMode sigma_mode = SigmaMode::MeanDistance;
   double sigma = 1.0;         // for SigmaMode::Fixed
   bool split_at_gaps = true;  // run Algorithm 1 on each stretch of consecutive positions
@@ -80,6 +89,9 @@ class KVMergerPolicy final : public Policy {
     prompt_ = info.prompt_length;
     if (budget_ < 1) throw UsageError("kvmerger needs a budget of at least 1 token per layer and KV head");
     kept_after_prefill_.assign(static_cast<std::size_t>(layers_) * kv_heads_, 0);
+    thresholds_.assign(static_cast<std::size_t>(layers_) * kv_heads_, config_.theta);
+    heads_without_room_ = 0;
+    recent_tokens_ = heavy_tokens_ = 0;
     seq_len_ = 0;
     set_count_ = 0;
     diagnostics_ = Diagnostics();
@@ -98,6 +110,7 @@ class KVMergerPolicy final : public Policy {
 
   cache::CacheEdit after_step(const StepInfo& step, cache::KVCache&) override {
     seq_len_ = step.seq_len;
+    if (step.phase == Phase::Prefill && step.prefill_done) publish_settings();
     return {};
   }
 
@@ -145,6 +158,31 @@ class KVMergerPolicy final : public Policy {
     sets.push_back(std::move(current));
   }
 
+  // The split, the thresholds used and what went unmerged, as run settings (every head saw the same n).
+  void publish_settings() {
+    const double n = prompt_;
+    diagnostics_.set_setting("split", config_.split_follows_budget ? "\"budget\"" : "\"fixed\"");
+    diagnostics_.set_setting("recent_tokens", std::to_string(recent_tokens_));
+    diagnostics_.set_setting("heavy_tokens", std::to_string(heavy_tokens_));
+    diagnostics_.set_setting("recent_share", std::to_string(recent_tokens_ / n));
+    diagnostics_.set_setting("heavy_share", std::to_string(heavy_tokens_ / n));
+    std::string thetas = "[";
+    for (int l = 0; l < layers_; ++l) {
+      thetas += l ? ", [" : "[";
+      for (int g = 0; g < kv_heads_; ++g)
+        thetas += (g ? ", " : "") + std::to_string(thresholds_[static_cast<std::size_t>(l) * kv_heads_ + g]);
+      thetas += "]";
+    }
+    diagnostics_.set_setting("theta_used", thetas + "]");
+    diagnostics_.set_setting("heads_without_room_to_merge", std::to_string(heads_without_room_));
+    if (heads_without_room_ > 0)
+      diagnostics_.warn("kvmerger: in " + std::to_string(heads_without_room_) + " of " +
+                        std::to_string(layers_ * kv_heads_) + " (layer, KV head) pairs the " +
+                        std::to_string(recent_tokens_) + " recent tokens and " + std::to_string(heavy_tokens_) +
+                        " heavy hitters fill the budget of " + std::to_string(budget_) +
+                        ": nothing is merged there, the policy is recent + heavy hitters");
+  }
+
   std::vector<MergeSet> identify(const std::vector<std::vector<int32_t>>& runs, const cache::KVCache& cache, int l,
                                  int g, double theta) const {
     std::vector<MergeSet> sets;
@@ -172,9 +210,11 @@ class KVMergerPolicy final : public Policy {
       return head;
     }
 
-    // K_c: the most recent tokens and, among the rest, the heavy hitters by a (§6.1 ratios of n).
-    int recent = static_cast<int>(std::lround(config_.recent_ratio * n));
-    int heavy = static_cast<int>(std::lround(config_.hh_ratio * n));
+    // K_c: the most recent tokens and, among the rest, the heavy hitters by a (§6.1 shares of n).
+    const KVMergerShares shares = config_.split_follows_budget ? kvmerger_shares(static_cast<double>(budget_) / n)
+                                                               : KVMergerShares{config_.recent_ratio, config_.hh_ratio};
+    int recent = static_cast<int>(std::lround(shares.recent * n));
+    int heavy = static_cast<int>(std::lround(shares.heavy * n));
     if (config_.budget_mode) {
       recent = std::min(recent, budget_);
       heavy = std::min(heavy, budget_ - recent);
@@ -198,6 +238,8 @@ class KVMergerPolicy final : public Policy {
       runs.back().push_back(j);
     }
     const int candidates = n - recent - heavy;
+    recent_tokens_ = recent;
+    heavy_tokens_ = heavy;
 
     double theta = config_.theta;
     int dropped = 0;  // candidates evicted outright because not even one set per stretch fits
@@ -212,7 +254,7 @@ class KVMergerPolicy final : public Policy {
         dropped = drop_to(sets, room, a);
       } else if (room > 0 && candidates > 0) {
         // The largest threshold whose sets fit the room: more sets as theta rises, so bisect on it.
-        double lo = -1.0, hi = 1.0;
+        double lo = config_.theta_floor, hi = 1.0;
         sets = identify(runs, cache, l, g, lo);
         if (static_cast<int>(sets.size()) <= room) {
           for (int step = 0; step < kThresholdSteps; ++step) {
@@ -232,7 +274,9 @@ class KVMergerPolicy final : public Policy {
       } else {
         dropped = candidates;
       }
+      if (room <= 0 || candidates <= 0) ++heads_without_room_;
     }
+    thresholds_[static_cast<std::size_t>(l) * kv_heads_ + g] = theta;
 
     std::vector<char> keep_mask = conserved;
     for (const MergeSet& s : sets) {
@@ -266,7 +310,7 @@ class KVMergerPolicy final : public Policy {
         if (sets[s].members.size() > sets[largest].members.size()) largest = s;
       MergeSet& s = sets[largest];
       if (s.members.size() < 2) return;
-      const int pivot = pivot_of(s, a);
+      const int pivot = pivot_of(s, a, l, g);
       const int first = s.members.front(), last = s.members.back();
       bool take_first;
       if (first == pivot)
@@ -314,8 +358,15 @@ class KVMergerPolicy final : public Policy {
     return dropped;
   }
 
-  // Eq. 6: the member with the most aggregated attention (the earlier one on a tie).
-  static int pivot_of(const MergeSet& s, const std::vector<double>& a) {
+  // Eq. 6: the member with the most aggregated attention (the earlier one on a tie); or, for the Table 3
+  // ablation, a member drawn uniformly, seeded by the set's place so that a run is reproducible.
+  int pivot_of(const MergeSet& s, const std::vector<double>& a, int l, int g) const {
+    if (config_.random_pivot) {
+      std::seed_seq seed{config_.pivot_seed, static_cast<unsigned>(l), static_cast<unsigned>(g),
+                         static_cast<unsigned>(s.members.front())};
+      std::mt19937 rng(seed);
+      return s.members[std::uniform_int_distribution<std::size_t>(0, s.members.size() - 1)(rng)];
+    }
     int pivot = s.members.front();
     for (int32_t i : s.members)
       if (a[i] > a[pivot]) pivot = i;
@@ -327,7 +378,7 @@ class KVMergerPolicy final : public Policy {
   int merge_into_pivot(const MergeSet& s, const cache::KVCache& cache, int l, int g, const std::vector<double>& a,
                        cache::HeadEdit& head) {
     const int d = cache.head_dim();
-    const int pivot = pivot_of(s, a);
+    const int pivot = pivot_of(s, a, l, g);
     const float* kp = cache.key(l, g, pivot);
     const std::size_t m = s.members.size();
     std::vector<double> dist(m);
@@ -361,6 +412,8 @@ class KVMergerPolicy final : public Policy {
     }
     std::vector<float> weights(m);
     for (std::size_t i = 0; i < m; ++i) weights[i] = static_cast<float>(gauss[i] / total);  // Eq. 8
+    // Table 4 ablation: every member weighs the same.
+    if (config_.average_weights) std::fill(weights.begin(), weights.end(), 1.0f / static_cast<float>(m));
 
     if (m > 1) {
       cache::MergeGroup group;
@@ -423,6 +476,8 @@ class KVMergerPolicy final : public Policy {
   MergerConfig config_;
   int layers_ = 0, kv_heads_ = 0, group_ = 1, budget_ = 0, prompt_ = 0, seq_len_ = 0;
   std::vector<int> kept_after_prefill_;
+  std::vector<double> thresholds_;  // [layer * kv_heads + head]: the threshold each head used
+  int heads_without_room_ = 0, recent_tokens_ = 0, heavy_tokens_ = 0;
   long set_count_ = 0;
 };
 
@@ -433,16 +488,29 @@ PolicyInfo kvmerger_policy_info() {
       ParamSpec::choice("mode", "budget", {"budget", "threshold"},
                         "budget: threshold searched per head so the cache meets the budget; threshold: the paper's "
                         "fixed theta, size adapts (§6.1)"),
-      ParamSpec::choice("theta_search", "bisect", {"bisect", "fixed"},
-                        "budget mode: bisect the threshold per head until the sets fill the budget, or keep `theta` "
-                        "and evict the sets with the least attention (digest §2.8.3)"),
+      ParamSpec::choice("theta_search", "fixed", {"fixed", "bisect"},
+                        "budget mode: keep the paper's `theta` and evict the sets with the least attention when they "
+                        "do not fit (digest §2.8.3), or bisect the threshold per head in [theta_floor, 1] until the "
+                        "sets fill the budget"),
+      ParamSpec::real("theta_floor", -1.0, -1.0, 1.0,
+                      "theta_search=bisect: the lowest threshold the search may reach (below it, sets are evicted)"),
       ParamSpec::real("theta", 0.75, -1.0, 1.0,
                       "cosine threshold of Algorithm 1 (§6.1: 0.75); threshold mode and "
                       "theta_search=fixed"),
+      ParamSpec::choice("split", "budget", {"budget", "fixed"},
+                        "recent and heavy-hitter shares: follow the budget through §6.1's two configurations (0.17 / "
+                        "0.12 at 50%, 0.08 / 0.02 at 35%, linear between, proportional outside), or fixed at "
+                        "recent_ratio / hh_ratio"),
       ParamSpec::real("recent_ratio", 0.17, 0.0, 1.0,
-                      "share of the prompt kept as recent tokens (§6.1: 0.17 at 50%, 0.08 at 35%)"),
+                      "split=fixed: share of the prompt kept as recent tokens (§6.1: 0.17 at 50%, 0.08 at 35%)"),
       ParamSpec::real("hh_ratio", 0.12, 0.0, 1.0,
-                      "share kept as heavy hitters by Eq. 6 (§6.1: 0.12 at 50%, 0.02 at 35%)"),
+                      "split=fixed: share kept as heavy hitters by Eq. 6 (§6.1: 0.12 at 50%, 0.02 at 35%)"),
+      ParamSpec::choice("pivot", "attention", {"attention", "random"},
+                        "pivot of a merging set: most attention, Eq. 6, or a random member (Table 3 ablation)"),
+      ParamSpec::integer("pivot_seed", 0, 0, 1 << 30, "pivot=random: seed of the draws"),
+      ParamSpec::choice("merge_weights", "gaussian", {"gaussian", "average"},
+                        "merge weights: Gaussian kernel around the pivot (Eq. 7-8) or the plain average (Table 4 "
+                        "ablation)"),
       ParamSpec::choice("sigma_mode", "mean_dist", {"mean_dist", "eq7", "fixed"},
                         "Gaussian width: mean L2 distance to the pivot (§6.3), Eq. 7 as printed, or `sigma`"),
       ParamSpec::real("sigma", 1.0, 1e-6, 1e6, "sigma when sigma_mode=fixed (Table 5 ablates 1, 3, 6)"),
@@ -459,6 +527,11 @@ PolicyInfo kvmerger_policy_info() {
             c.budget_mode = p.get_choice("mode") == "budget";
             c.search_theta = p.get_choice("theta_search") == "bisect";
             c.theta = p.get_float("theta");
+            c.theta_floor = p.get_float("theta_floor");
+            c.split_follows_budget = p.get_choice("split") == "budget";
+            c.random_pivot = p.get_choice("pivot") == "random";
+            c.pivot_seed = static_cast<unsigned>(p.get_int("pivot_seed"));
+            c.average_weights = p.get_choice("merge_weights") == "average";
             c.recent_ratio = p.get_float("recent_ratio");
             c.hh_ratio = p.get_float("hh_ratio");
             const std::string& sigma = p.get_choice("sigma_mode");

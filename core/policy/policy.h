@@ -35,6 +35,10 @@ class Policy {
   virtual ObservationRequest request(int layer, Phase phase) const = 0;
   // Tokens per prefill block; 0 runs the prompt in one exact pass (policies that act after prefill).
   virtual int prefill_block_size() const { return 0; }
+  // True when, in steps of `phase`, the policy edits the cache between scoring a layer's step and computing
+  // its output (CAOTE Eq. 7): the engine then attends once for the policy's observation, applies the edit
+  // returned by after_layer, and computes the output (and observers' views) over what is left.
+  virtual bool trims_before_output(Phase /*phase*/) const { return false; }
   virtual void begin(const RunInfo& info) = 0;
   // After a layer's attention in a forward step; an edit returned here is applied at once (cascades).
   virtual cache::CacheEdit after_layer(const AttentionObservation& obs, cache::KVCache& cache) = 0;

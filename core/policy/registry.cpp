@@ -9,6 +9,7 @@ const std::vector<PolicyInfo>& all_policies() {
   static const std::vector<PolicyInfo> policies = {
       full_policy_info(),
       streaming_llm_policy_info(),
+      local_window_policy_info(),
       h2o_policy_info(),
       tova_policy_info(),
       snapkv_policy_info(),

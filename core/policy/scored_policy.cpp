@@ -4,11 +4,14 @@
 
 #include "core/common/error.h"
 #include "core/policy/allocation_catalog.h"
+#include "core/policy/allocation_report.h"
 #include "core/policy/selection.h"
 
 namespace kvscope::policy {
 
-std::vector<ParamSpec> with_allocation_params(std::vector<ParamSpec> own, const std::string& default_allocation) {
+std::vector<ParamSpec> scored_policy_params(std::vector<ParamSpec> own, const Protocol& protocol_defaults,
+                                            const std::string& default_allocation) {
+  for (auto& spec : protocol_params(protocol_defaults)) own.push_back(std::move(spec));
   std::string names;
   for (const auto& n : allocation_names()) names += (names.empty() ? "" : ", ") + n;
   own.push_back(ParamSpec::choice("allocation", default_allocation, allocation_names(),
@@ -23,14 +26,19 @@ std::vector<ParamSpec> with_allocation_params(std::vector<ParamSpec> own, const 
   return own;
 }
 
-ScoredPolicy::ScoredPolicy(std::string name, Timing timing, const PolicyParams& params)
-    : name_(std::move(name)), timing_(timing), params_(params), allocation_name_(params.get_choice("allocation")) {
+ScoredPolicy::ScoredPolicy(std::string name, const PolicyParams& params)
+    : name_(std::move(name)),
+      protocol_(protocol_of(params)),
+      params_(params),
+      allocation_name_(params.get_choice("allocation")) {
   // Built once here so that a bad allocation parameter fails when the policy is made, not mid-run.
   allocation_ = make_allocation(allocation_name_, params_);
 }
 
 ObservationRequest ScoredPolicy::request(int layer, Phase phase) const {
-  ObservationRequest r = scorer_request(phase);
+  // Without decode eviction nothing reads decode attention (an accumulated score no longer matters).
+  ObservationRequest r =
+      phase == Phase::Prefill || protocol_.decode_evict ? scorer_request(phase) : ObservationRequest{};
   if (phase == Phase::Prefill && allocation_) r.merge(allocation_->request(layer));
   return r;
 }
@@ -46,6 +54,8 @@ void ScoredPolicy::begin(const RunInfo& info) {
   expected_seq_len_ = 0;
   started_ = false;
   diagnostics_ = Diagnostics();
+  publish_protocol(protocol_, info.budget, "policy '" + name_ + "'", diagnostics_);
+  diagnostics_.set_setting("allocation", "\"" + allocation_name_ + "\"");
   on_begin(info);
 }
 
@@ -60,9 +70,7 @@ cache::CacheEdit ScoredPolicy::after_layer(const AttentionObservation& obs, cach
                 std::to_string(pending_.size()) + " layers");
   const bool final_prefill = is_final_prefill(obs);
   if (final_prefill) allocation_->observe(obs);
-  if (timing_ == Timing::AfterPrefill && !final_prefill) return {};
-  // Evicting waits for after_step: adaptive allocations need every layer's observation first, and no
-  // later layer of this step reads this layer's cache, so the result is the same.
+  if (!protocol_.evicts_in(obs.phase, obs.phase == Phase::Decode || final_prefill)) return {};
   for (int h = 0; h < obs.n_kv_heads; ++h) {
     std::vector<float> s = score(obs, h, cache);
     if (!s.empty() && static_cast<int>(s.size()) != cache.size(obs.layer, h))
@@ -71,7 +79,21 @@ cache::CacheEdit ScoredPolicy::after_layer(const AttentionObservation& obs, cach
                   std::to_string(cache.size(obs.layer, h)));
     pending_[obs.layer][h] = std::move(s);
   }
-  return {};
+  // Otherwise evicting waits for after_step: no later layer of this step reads this layer's cache, so the
+  // result is the same, and adaptive allocations need every layer's observation first.
+  cache::CacheEdit edit;
+  if (!protocol_.trims_before_output(obs.phase)) return edit;
+  if (final_prefill && !budgets_final_) {
+    if (allocation_->request(obs.layer).any()) {
+      diagnostics_.warn("policy '" + name_ + "': trim=before_output, but allocation '" + allocation_name_ +
+                        "' reads every layer's attention before it sets budgets, so the last prefill block "
+                        "evicts after its output");
+      return edit;
+    }
+    finalize_budgets(obs.query_positions.back() + 1);
+  }
+  evict_layer(obs.layer, cache, edit);
+  return edit;
 }
 
 void ScoredPolicy::finalize_budgets(int seq_len) {
@@ -94,25 +116,30 @@ void ScoredPolicy::finalize_budgets(int seq_len) {
                                      {"layer"},
                                      "tokens each KV head of a layer keeps (allocation " + allocation_name_ +
                                          ", average " + std::to_string(run_.budget) + ")"});
+  report_layer_budgets(budgets_, seq_len, run_.budget, reserved(),
+                       "policy '" + name_ + "', allocation '" + allocation_name_ + "'", diagnostics_);
+}
+
+void ScoredPolicy::evict_layer(int layer, cache::KVCache& cache, cache::CacheEdit& edit) {
+  const int heads = cache.n_kv_heads();
+  for (int h = 0; h < heads; ++h) {
+    const int n = cache.size(layer, h), budget = budgets_[layer];
+    // The promise is independent of the selection below: whatever is kept, it is this many.
+    expected_[static_cast<std::size_t>(layer) * heads + h] = std::min(budget, n);
+    if (n <= budget) continue;
+    std::vector<float> scores = std::move(pending_[layer][h]);
+    const std::vector<float> ranking = scores.empty() ? std::vector<float>(n, 0.0f) : scores;
+    edit.heads.push_back(
+        keep_edit(layer, h, keep_top_scores(ranking, budget, sinks(budget), recent(budget)), std::move(scores)));
+  }
 }
 
 cache::CacheEdit ScoredPolicy::after_step(const StepInfo& step, cache::KVCache& cache) {
-  const bool acting = timing_ == Timing::EveryStep || (step.phase == Phase::Prefill && step.prefill_done);
-  const int heads = cache.n_kv_heads();
   cache::CacheEdit edit;
-  if (acting) {
+  if (protocol_.evicts_in(step.phase, step.prefill_done)) {
     if (step.prefill_done && !budgets_final_) finalize_budgets(step.seq_len);
-    for (int l = 0; l < static_cast<int>(budgets_.size()); ++l)
-      for (int h = 0; h < heads; ++h) {
-        const int n = cache.size(l, h), budget = budgets_[l];
-        // The promise is independent of the selection below: whatever is kept, it is this many.
-        expected_[static_cast<std::size_t>(l) * heads + h] = std::min(budget, n);
-        if (n <= budget) continue;
-        std::vector<float> scores = std::move(pending_[l][h]);
-        const std::vector<float> ranking = scores.empty() ? std::vector<float>(n, 0.0f) : scores;
-        edit.heads.push_back(
-            keep_edit(l, h, keep_top_scores(ranking, budget, sinks(budget), recent(budget)), std::move(scores)));
-      }
+    // Layers trimmed before their output are at their budgets already and only renew their promise here.
+    for (int l = 0; l < static_cast<int>(budgets_.size()); ++l) evict_layer(l, cache, edit);
     started_ = true;
   } else if (started_) {
     for (int& e : expected_) e += step.seq_len - expected_seq_len_;

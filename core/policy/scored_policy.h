@@ -10,27 +10,24 @@
 #include "core/policy/allocation.h"
 #include "core/policy/params.h"
 #include "core/policy/policy.h"
+#include "core/policy/protocol.h"
 
 namespace kvscope::policy {
 
-// When a scored policy evicts.
-enum class Timing {
-  AfterPrefill,  // once, after the last prefill step (SnapKV, PyramidKV); decode tokens are then appended
-  EveryStep,     // after every prefill block and every decode step (StreamingLLM, H2O, TOVA)
-};
-
-// A scored policy's parameters: its own, then `allocation` (a choice of every registered allocation) and
-// the parameters of every allocation. A name the policy already declares is shared with an allocation
-// that declares it too.
-std::vector<ParamSpec> with_allocation_params(std::vector<ParamSpec> own,
-                                              const std::string& default_allocation = "uniform");
+// A scored policy's parameters: its own, the protocol switches (protocol.h) with the policy's paper
+// defaults, then `allocation` (a choice of every registered allocation) and the parameters of every
+// allocation. A name the policy already declares is shared with an allocation that declares it too.
+std::vector<ParamSpec> scored_policy_params(std::vector<ParamSpec> own, const Protocol& protocol_defaults,
+                                            const std::string& default_allocation = "uniform");
 
 class ScoredPolicy : public Policy {
  public:
-  ScoredPolicy(std::string name, Timing timing, const PolicyParams& params);
+  ScoredPolicy(std::string name, const PolicyParams& params);
 
   std::string name() const override { return name_; }
   ObservationRequest request(int layer, Phase phase) const final;
+  int prefill_block_size() const final { return protocol_.block; }
+  bool trims_before_output(Phase phase) const final { return protocol_.trims_before_output(phase); }
   void begin(const RunInfo& info) final;
   cache::CacheEdit after_layer(const AttentionObservation& obs, cache::KVCache& cache) final;
   cache::CacheEdit after_step(const StepInfo& step, cache::KVCache& cache) final;
@@ -42,8 +39,7 @@ class ScoredPolicy : public Policy {
   virtual ObservationRequest scorer_request(Phase phase) const = 0;
   // One score per entry of (obs.layer, kv_head), in cache order; higher is kept first. Empty means "no
   // score": only sinks and recent entries decide. Called for each observation of a step in which the
-  // policy acts (the final prefill step only, for AfterPrefill); a scorer may also update the cache's
-  // per-entry accumulator here (H2O).
+  // policy evicts (protocol.h); a scorer may also update the cache's per-entry accumulator here (H2O).
   virtual std::vector<float> score(const AttentionObservation& obs, int kv_head, cache::KVCache& cache) = 0;
   // Entries at the start and at the end of a (layer, KV head) that stay whatever their score, when it
   // may hold `budget` entries. keep_top_scores clamps them to the budget, sinks first.
@@ -59,9 +55,11 @@ class ScoredPolicy : public Policy {
  private:
   bool is_final_prefill(const AttentionObservation& obs) const;
   void finalize_budgets(int seq_len);
+  // Evicts (layer, every KV head) to the layer's budget by this step's scores, into `edit`.
+  void evict_layer(int layer, cache::KVCache& cache, cache::CacheEdit& edit);
 
   std::string name_;
-  Timing timing_;
+  Protocol protocol_;
   PolicyParams params_;
   std::string allocation_name_;
   std::unique_ptr<LayerAllocation> allocation_;

@@ -2,7 +2,8 @@
 // the last w prompt queries (the observation window) already attend to what generation will need. Each
 // prefix entry is scored by the attention the window gives it, smoothed by 1-D pooling so that
 // neighbours of important tokens survive too; the window itself is always kept. Compresses the prompt
-// once; decode tokens are appended. See docs/policies.md, "snapkv".
+// once; decode tokens are appended (the protocol switches block, decode_evict and trim change that). See
+// docs/policies.md, "snapkv".
 #include "core/policy/snapkv.h"
 
 #include "core/common/error.h"
@@ -17,19 +18,18 @@ namespace {
 class SnapKvPolicy final : public ScoredPolicy {
  public:
   SnapKvPolicy(std::string name, const PolicyParams& p)
-      : ScoredPolicy(std::move(name), Timing::AfterPrefill, p),
+      : ScoredPolicy(std::move(name), p),
         window_(p.get_int("window")),
         kernel_(p.get_int("kernel")),
         pooling_(parse_pooling(p.get_choice("pooling"))),
         reduce_(parse_group_reduce(p.get_choice("group_reduce"))) {}
 
  protected:
-  ObservationRequest scorer_request(Phase phase) const override {
+  // In a decode step (decode_evict) the window is the step's one query, as CAKE's decode eviction reads it.
+  ObservationRequest scorer_request(Phase) const override {
     ObservationRequest r;
-    if (phase == Phase::Prefill) {
-      r.window = window_;
-      r.window_sums = true;
-    }
+    r.window = window_;
+    r.window_sums = true;
     return r;
   }
   std::vector<float> score(const AttentionObservation& obs, int kv_head, cache::KVCache&) override {
@@ -53,7 +53,7 @@ class SnapKvPolicy final : public ScoredPolicy {
 }  // namespace
 
 std::vector<ParamSpec> snapkv_params(const std::string& default_allocation) {
-  return with_allocation_params(
+  return scored_policy_params(
       {ParamSpec::integer("window", 32, 1, 4096,
                           "SnapKV §4: observation window, the last w prompt queries whose attention scores the prefix; "
                           "the window itself is always kept (paper: 32)"),
@@ -64,7 +64,8 @@ std::vector<ParamSpec> snapkv_params(const std::string& default_allocation) {
                          "SnapKV Listing 1: avg_pool1d (zero padding counts) or max_pool1d with padding kernel/2"),
        ParamSpec::choice("group_reduce", "mean", {"mean", "max", "sum"},
                          "GQA: how the window sums of a KV head's query heads are combined (mean, as kvpress)")},
-      default_allocation);
+      // §4: the prompt is compressed once, after its last query; decode tokens are appended.
+      Protocol{.block = 0, .decode_evict = false, .trim_before_output = false}, default_allocation);
 }
 
 std::unique_ptr<Policy> make_snapkv(const std::string& name, const PolicyParams& p) {

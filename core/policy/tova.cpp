@@ -13,7 +13,7 @@ namespace {
 class TovaPolicy final : public ScoredPolicy {
  public:
   explicit TovaPolicy(const PolicyParams& p)
-      : ScoredPolicy("tova", Timing::EveryStep, p), layer_shared_(p.get_choice("heads") == "layer") {}
+      : ScoredPolicy("tova", p), layer_shared_(p.get_choice("heads") == "layer") {}
 
  protected:
   ObservationRequest scorer_request(Phase) const override {
@@ -43,10 +43,13 @@ class TovaPolicy final : public ScoredPolicy {
 PolicyInfo tova_policy_info() {
   return {"tova", "keep the entries the current (last) query attends to most; one eviction per decode step",
           "Oren et al. 2024, Transformers are Multi-State RNNs (TOVA), §3",
-          with_allocation_params({ParamSpec::choice(
-              "heads", "kv", {"kv", "layer"},
-              "whose attention is averaged: the KV head's query heads (kv, per-KV-head eviction) or every head "
-              "of the layer, one token set per layer as in the paper (layer)")}),
+          scored_policy_params(
+              {ParamSpec::choice("heads", "kv", {"kv", "layer"},
+                                 "whose attention is averaged: the KV head's query heads (kv, per-KV-head "
+                                 "eviction) or every head of the layer, one token set per layer as in the paper "
+                                 "(layer)")},
+              // §3: one eviction per decode step, after the step's output.
+              Protocol{.block = 0, .decode_evict = true, .trim_before_output = false}),
           [](const PolicyParams& p) { return std::make_unique<TovaPolicy>(p); }};
 }
 

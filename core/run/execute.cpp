@@ -61,8 +61,9 @@ RunOutcome execute(const RunSpec& spec, const model::Model& model, const RunSink
 
   // Reuse a captured prefill when the policy prefills in one pass and the capture holds what it will ask
   // for; otherwise capture this run's prefill for the next one.
-  const bool one_pass = policy.policy->prefill_block_size() <= 0 ||
-                        policy.policy->prefill_block_size() >= static_cast<int>(tokens.size());
+  const bool one_pass = (policy.policy->prefill_block_size() <= 0 ||
+                         policy.policy->prefill_block_size() >= static_cast<int>(tokens.size())) &&
+                        !policy.policy->trims_before_output(observation::Phase::Prefill);
   const PrefillEntry* reuse = nullptr;
   PrefillEntry* capture = nullptr;
   if (sinks.prefills && one_pass) {
@@ -119,6 +120,8 @@ RunOutcome execute(const RunSpec& spec, const model::Model& model, const RunSink
   engine::Engine engine(model);
   out.result = engine.generate(tokens, options, hooks);
   out.prefill_reused = out.result.prefill_replayed;
+  out.policy_settings = policy.policy->diagnostics().settings();
+  out.policy_warnings = policy.policy->diagnostics().warnings();
   if (recorder && !out.result.cancelled) recorder->finish(out.result);
   if (capture) {
     trace::LiveTrace* products = live ? live : products_sink.get();

@@ -4,6 +4,7 @@
 // every trace sink, and reuses a captured prefill of the same prompt when it can (prefill_store.h).
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,8 @@ struct RunOutcome {
   std::vector<int> prompt_tokens;
   engine::RunResult result;
   bool prefill_reused = false;      // the prompt's prefill was replayed from the store
+  std::map<std::string, std::string> policy_settings;  // derived settings the policy ran with (JSON values)
+  std::vector<std::string> policy_warnings;            // where the run departed from what was asked
 };
 
 // Throws UsageError for a bad spec (see check) or a prompt that does not fit the model's context.

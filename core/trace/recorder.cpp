@@ -12,6 +12,7 @@
 #include "core/analysis/similarity.h"
 #include "core/common/error.h"
 #include "core/trace/hdf5_writer.h"
+#include "core/trace/run_metadata.h"
 #include "core/trace/trace_names.h"
 
 namespace kvscope::trace {
@@ -564,7 +565,7 @@ void Recorder::finish(const engine::RunResult& result) {
   double writer_wait_ms = 0.0;
   for (TraceSink* sink : sinks_)
     if (auto* writer = dynamic_cast<Hdf5Writer*>(sink)) writer_wait_ms += writer->blocked_ms();
-  const std::map<std::string, std::string> final_meta = {
+  std::map<std::string, std::string> final_meta = {
       {"recorder_ms", std::to_string(busy_ms_.load())},
       {"writer_wait_ms", std::to_string(writer_wait_ms)},
       {"stop_reason", result.stop_reason},
@@ -574,6 +575,8 @@ void Recorder::finish(const engine::RunResult& result) {
       {"cache_peak_bytes", std::to_string(result.cache_peak_bytes)},
       {"full_cache_bytes", std::to_string(result.full_cache_bytes)},
   };
+  if (run_.policy)
+    for (auto& [k, v] : policy_outcome_metadata(run_.metadata, run_.policy->diagnostics())) final_meta[k] = std::move(v);
   for (std::size_t i = 0; i < sinks_.size(); ++i) sinks_[i]->end_run(run_ids_[i], final_meta);
 }
 

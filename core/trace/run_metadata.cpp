@@ -75,4 +75,13 @@ std::map<std::string, std::string> run_metadata(const model::Model& model, const
   };
 }
 
+std::map<std::string, std::string> policy_outcome_metadata(const std::map<std::string, std::string>& metadata,
+                                                           const policy::Diagnostics& diagnostics) {
+  nlohmann::json settings = nlohmann::json::object();
+  const auto params = metadata.find("policy_params");
+  if (params != metadata.end() && !params->second.empty()) settings = nlohmann::json::parse(params->second);
+  for (const auto& [name, value] : diagnostics.settings()) settings[name] = nlohmann::json::parse(value);
+  return {{"effective_settings", settings.dump()}, {"policy_warnings", nlohmann::json(diagnostics.warnings()).dump()}};
+}
+
 }  // namespace kvscope::trace

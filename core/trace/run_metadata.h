@@ -7,6 +7,7 @@
 
 #include "core/engine/engine.h"
 #include "core/model/model.h"
+#include "core/policy/diagnostics.h"
 
 namespace kvscope::trace {
 
@@ -22,5 +23,12 @@ struct RunDescription {
 };
 
 std::map<std::string, std::string> run_metadata(const model::Model& model, const RunDescription& run);
+
+// What a policy actually ran with, known once the run is done: `effective_settings`, a JSON object of every
+// parameter (from the `policy_params` attribute of `metadata`) overlaid with the policy's derived settings
+// (protocol switches, layer budgets, KVMerger's shares and thresholds ...), and `policy_warnings`, a JSON
+// array of the departures the policy reported. Two runs of one file compare by these attributes.
+std::map<std::string, std::string> policy_outcome_metadata(const std::map<std::string, std::string>& metadata,
+                                                           const policy::Diagnostics& diagnostics);
 
 }  // namespace kvscope::trace

@@ -2,11 +2,14 @@
 // stops compressing, observers see every layer, and cancellation stops a run.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <string>
 
 #include "core/common/error.h"
 #include "core/engine/engine.h"
 #include "core/policy/policy.h"
+#include "core/policy/registry.h"
 #include "tests/support/default_model.h"
 
 using namespace kvscope;
@@ -100,4 +103,61 @@ TEST_CASE("a cancelled run returns early and says so") {
   REQUIRE(r.cancelled);
   REQUIRE(r.stop_reason == "cancelled");
   REQUIRE(r.generated_tokens.size() <= 4);
+}
+
+namespace {
+
+// The most entries any KV head's attention covered, per phase, as observers see it (the attention that
+// produced the layer's output).
+class KeyCounter final : public engine::RunObserver {
+ public:
+  policy::ObservationRequest request(int, policy::Phase) const override {
+    policy::ObservationRequest r;
+    r.column_sums = true;
+    return r;
+  }
+  void on_observation(const policy::AttentionObservation& obs) override {
+    int& most = obs.phase == policy::Phase::Prefill ? most_prefill : most_decode;
+    for (int n : obs.n_keys) most = std::max(most, n);
+  }
+  int most_prefill = 0, most_decode = 0;
+};
+
+}  // namespace
+
+TEST_CASE("with the pre-output trim a step's attention never sees more than the budget") {
+  const model::Model* m = test::default_model();
+  engine::Engine engine(*m);
+  engine::GenerateOptions options;
+  options.max_new_tokens = 4;
+  options.stop_at_end_of_generation = false;
+  options.budget = policy::BudgetSpec::parse("12");
+  const auto ids = prompt(*m);
+  REQUIRE(ids.size() > 24u);
+  const int budget = 12, block = 8;
+  for (const std::string spec : {"caote:block=8", "h2o:block=8,trim=before_output", "tova:block=8,trim=before_output",
+                                 "snapkv:block=8,decode_evict=true,trim=before_output,window=4"}) {
+    INFO(spec);
+    auto before = policy::make_policy(spec);
+    KeyCounter seen;
+    engine::RunHooks hooks;
+    hooks.policy = before.policy.get();
+    hooks.observers.push_back(&seen);
+    engine.generate(ids, options, hooks);
+    CHECK(seen.most_prefill == budget);
+    CHECK(seen.most_decode == budget);
+
+    // The older order: each block's queries see the budget plus the block, each decode step one more.
+    const std::string after_spec = spec.find("trim=") == std::string::npos
+                                       ? spec + ",trim=after_output"
+                                       : spec.substr(0, spec.find("trim=")) + "trim=after_output" +
+                                             spec.substr(spec.find("trim=") + std::string("trim=before_output").size());
+    auto after = policy::make_policy(after_spec);
+    KeyCounter seen_after;
+    hooks.policy = after.policy.get();
+    hooks.observers = {&seen_after};
+    engine.generate(ids, options, hooks);
+    CHECK(seen_after.most_prefill == budget + block);
+    CHECK(seen_after.most_decode == budget + 1);
+  }
 }

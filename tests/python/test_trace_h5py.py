@@ -187,6 +187,16 @@ def main():
                 events = check_run(f, f"{p}_b{budget}", p, budget)
                 check(len(events) > 0, f"{p} at budget {budget} evicts or merges something")
                 check("budgets" in f["runs"][f"{p}_b{budget}"], f"{p}: budgets group")
+                attrs = f["runs"][f"{p}_b{budget}"].attrs
+                check(isinstance(json.loads(attrs["policy_warnings"]), list), f"{p}: policy_warnings is a JSON list")
+                settings = json.loads(attrs["effective_settings"])
+                if p == "h2o":
+                    # The parameters as given, the protocol switches as used, and a uniform budget of 24 tokens
+                    # on each of SmolLM2's 30 layers.
+                    check(settings.get("recent_ratio") == "0.5", f"h2o: effective recent_ratio (got {settings})")
+                    check(settings.get("block") == 0 and settings.get("decode_evict") is True and
+                          settings.get("trim") == "after_output", f"h2o: protocol switches (got {settings})")
+                    check(settings.get("layer_budgets") == [24] * 30, f"h2o: layer budgets (got {settings})")
 
         # A second file exercises the recording switches: pooling and NMSE.
         out2 = os.path.join(tmp, "pooled.h5")

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "core/policy/cake_preference.h"
 #include "core/policy/registry.h"
 #include "tests/core/policy/policy_harness.h"
 
@@ -254,4 +255,51 @@ TEST_CASE("the cake allocation gives any scorer CAKE's layer budgets", "[policy]
   const policy::Series* p = inst.policy->diagnostics().find("cake_preference");
   REQUIRE(p != nullptr);
   for (int l = 0; l < shape.layers; ++l) REQUIRE(p->values[l] == Approx(ref.preference[l]).epsilon(1e-4));
+}
+
+TEST_CASE("CAKE's ablations by hand: preference terms (App. I) and indicator forms (Table 3)", "[policy][cake]") {
+  using policy::cake::IndicatorForm;
+  using policy::cake::PreferenceTerms;
+  const policy::cake::LayerStats stats{2.0, 0.25};
+  CHECK(policy::cake::log_preference(stats, 0.5, 2.0) == Approx(std::log(2.0) / 0.5 + std::log(0.25) / 2.0));
+  CHECK(policy::cake::log_preference(stats, 0.5, 2.0, PreferenceTerms::EntropyOnly) == Approx(std::log(2.0) / 0.5));
+  CHECK(policy::cake::log_preference(stats, 0.5, 2.0, PreferenceTerms::VarianceOnly) == Approx(std::log(0.25) / 2.0));
+  // A zero entropy does not matter to the variance-only preference.
+  CHECK(policy::cake::log_preference({0.0, 0.25}, 1.0, 1.0, PreferenceTerms::VarianceOnly) == Approx(std::log(0.25)));
+
+  // One head, a window of two rows over three keys: means 0.3, 0.45, 0.25; unbiased variances 0.08, 0.045, 0.005.
+  observation::AttentionObservation obs;
+  obs.n_heads = 1;
+  obs.n_kv_heads = 1;
+  obs.window = 2;
+  obs.n_keys = {3};
+  obs.window_rows = {{0.5f, 0.3f, 0.2f, 0.1f, 0.6f, 0.3f}};
+  auto indicator = [&](IndicatorForm form) {
+    return policy::cake::eviction_indicator(obs, 0, 3, 2, 10.0, 1, policy::Pooling::None, form);
+  };
+  const std::vector<std::pair<IndicatorForm, std::vector<double>>> expected = {
+      {IndicatorForm::MeanPlusVariance, {0.3 + 10 * 0.08, 0.45 + 10 * 0.045, 0.25 + 10 * 0.005}},
+      {IndicatorForm::Mean, {0.3, 0.45, 0.25}},
+      {IndicatorForm::Variance, {0.08, 0.045, 0.005}},
+      {IndicatorForm::Product, {0.3 * 0.08, 0.45 * 0.045, 0.25 * 0.005}}};
+  for (const auto& [form, want] : expected) {
+    const std::vector<float> got = indicator(form);
+    REQUIRE(got.size() == 3u);
+    for (int j = 0; j < 3; ++j) CHECK(got[j] == Approx(want[j]).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("CAKE's random allocation draws per layer and still spends the whole budget", "[policy][cake]") {
+  const Shape shape{4, 3, 1, 4};
+  AttentionTable table(shape, 80, 31);
+  auto a = make_policy("cake:window=4,preference=random,preference_seed=1");
+  auto b = make_policy("cake:window=4,preference=random,preference_seed=2");
+  PolicyDriver da(table, *a.policy, 60, 16, 1), db(table, *b.policy, 60, 16, 1);
+  da.run(1);
+  db.run(1);
+  const auto ba = a.policy->layer_budgets(), bb = b.policy->layer_budgets();
+  long sum = 0;
+  for (int v : ba) sum += v;
+  CHECK(sum == 4 * 16);  // Eq. 7: the layers share L x b exactly, whatever the preferences
+  CHECK(ba != bb);
 }

@@ -685,3 +685,23 @@ TEST_CASE("d2o parameters carry the paper's defaults", "[policy][d2o]") {
   CHECK_THROWS_WITH(make_policy("d2o:beta=1.5"), Catch::Contains("out of range"));
   CHECK_THROWS_WITH(make_policy("d2o:variance_norm=softmax"), Catch::Contains("relative"));
 }
+
+TEST_CASE("d2o merge=off makes D2O's choices and merges nothing (Table 6, one component at a time)", "[policy][d2o]") {
+  const Shape shape{3, 9, 3, 4};
+  AttentionTable table(shape, 64, 41);
+  // threshold=none merges every victim, so the merging half is as active as it can be.
+  auto on = make_policy("d2o:threshold=none"), off = make_policy("d2o:threshold=none,merge=off");
+  PolicyDriver a(table, *on.policy, 40, 12, 4), b(table, *off.policy, 40, 12, 4);
+  std::size_t merges_on = 0, merges_off = 0;
+  a.run(4, [&](const observation::StepInfo&) {
+    for (const auto& head : a.last_edit().heads) merges_on += head.merges.size();
+  });
+  b.run(4, [&](const observation::StepInfo&) {
+    for (const auto& head : b.last_edit().heads) merges_off += head.merges.size();
+  });
+  CHECK(merges_on > 0);
+  CHECK(merges_off == 0);
+  // The attention table scores by position, so which entries stay does not depend on merging.
+  for (int l = 0; l < shape.layers; ++l)
+    for (int g = 0; g < shape.kv_heads; ++g) CHECK(a.kept(l, g) == b.kept(l, g));
+}

@@ -1,8 +1,10 @@
 // KVMerger on explicit keys: merging sets found by hand from the cosine threshold, Gaussian weights and
 // merged states written out as sums, the H2O special case, and budget mode on random caches.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "core/policy/kvmerger_split.h"
 #include "core/policy/registry.h"
 #include "tests/core/policy/policy_harness.h"
 
@@ -89,7 +91,7 @@ Prompt clustered_prompt() {
 TEST_CASE("KVMerger finds contiguous sets by the cosine threshold and merges them around the pivot",
           "[policy][kvmerger]") {
   const Prompt p = clustered_prompt();
-  auto inst = make_policy("kvmerger:mode=threshold,theta=0.9,recent_ratio=0.1667,hh_ratio=0.0834");
+  auto inst = make_policy("kvmerger:mode=threshold,split=fixed,theta=0.9,recent_ratio=0.1667,hh_ratio=0.0834");
   const Outcome out = run_once(*inst.policy, p, 6);
   REQUIRE(out.edit.heads.size() == 1);
   const cache::HeadEdit& head = out.edit.heads[0];
@@ -172,7 +174,8 @@ TEST_CASE("KVMerger's sigma modes follow their definitions", "[policy][kvmerger]
   for (double d : dist) sum_sq += d * d;
   for (const auto& [mode, sigma] : std::vector<std::pair<std::string, double>>{
            {"sigma_mode=fixed,sigma=0.3", 0.3}, {"sigma_mode=eq7", sum_sq / (std::sqrt(2.0) * 4.0)}}) {
-    auto inst = make_policy("kvmerger:mode=threshold,theta=0.9,recent_ratio=0.1667,hh_ratio=0.0834," + mode);
+    auto inst =
+        make_policy("kvmerger:mode=threshold,split=fixed,theta=0.9,recent_ratio=0.1667,hh_ratio=0.0834," + mode);
     const Outcome out = run_once(*inst.policy, p, 6);
     const cache::MergeGroup* group = nullptr;
     for (const auto& g : out.edit.heads[0].merges)
@@ -219,7 +222,8 @@ TEST_CASE("KVMerger's budget mode meets the budget exactly with valid merges", "
   for (const Shape& shape : {Shape{2, 9, 3, 8}, Shape{2, 3, 3, 8}})
     for (int budget : {6, 15, 24}) {
       AttentionTable table(shape, 64, 11);
-      auto inst = make_policy("kvmerger");
+      // Random keys are rarely within the paper's theta of each other: the searched threshold merges.
+      auto inst = make_policy("kvmerger:theta_search=bisect,split=fixed");
       int groups = 0;
       // The harness checks cache sizes against expected_length = min(prompt, budget) + generated.
       PolicyDriver d(table, *inst.policy, 40, budget, 5);
@@ -263,12 +267,13 @@ TEST_CASE("KVMerger's anchor and contiguity options", "[policy][kvmerger]") {
     Prompt p;
     for (double angle : {300.0, 0.0, 20.0, 40.0, 60.0, 80.0, 150.0, 200.0}) p.keys.push_back(unit(angle));
     p.attention = {5.0f, 0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 1.0f, 1.0f};
-    auto latest = make_policy("kvmerger:mode=threshold,theta=0.9,recent_ratio=0.25,hh_ratio=0.125");
+    auto latest = make_policy("kvmerger:mode=threshold,split=fixed,theta=0.9,recent_ratio=0.25,hh_ratio=0.125");
     const Outcome a = run_once(*latest.policy, p, 4);
     REQUIRE(a.edit.heads[0].merges.size() == 2);  // {2,3} and {4,5}; {1} alone
     REQUIRE(std::vector<int32_t>(a.edit.heads[0].keep.begin(), a.edit.heads[0].keep.end()) ==
             std::vector<int32_t>{0, 1, 3, 5, 6, 7});
-    auto adjacent = make_policy("kvmerger:mode=threshold,theta=0.9,recent_ratio=0.25,hh_ratio=0.125,anchor=adjacent");
+    auto adjacent =
+        make_policy("kvmerger:mode=threshold,split=fixed,theta=0.9,recent_ratio=0.25,hh_ratio=0.125,anchor=adjacent");
     const Outcome b = run_once(*adjacent.policy, p, 4);
     REQUIRE(b.edit.heads[0].merges.size() == 1);  // {1..5} around pivot 5
     REQUIRE(b.edit.heads[0].merges[0].target == 5);
@@ -278,15 +283,109 @@ TEST_CASE("KVMerger's anchor and contiguity options", "[policy][kvmerger]") {
     Prompt p;
     for (double length : {1.0, 1.1, 1.2, 1.0, 1.3, 1.4, 1.0, 1.0}) p.keys.push_back(unit(10.0, length));
     p.attention = {0.1f, 0.5f, 0.2f, 5.0f, 0.3f, 0.2f, 1.0f, 1.0f};  // token 3 is the heavy hitter
-    auto runs = make_policy("kvmerger:mode=threshold,recent_ratio=0.25,hh_ratio=0.125");
+    auto runs = make_policy("kvmerger:mode=threshold,split=fixed,recent_ratio=0.25,hh_ratio=0.125");
     const Outcome a = run_once(*runs.policy, p, 4);
     REQUIRE(a.edit.heads[0].merges.size() == 2);  // {0,1,2} around 1, {4,5} around 4
     REQUIRE(std::vector<int32_t>(a.edit.heads[0].keep.begin(), a.edit.heads[0].keep.end()) ==
             std::vector<int32_t>{1, 3, 4, 6, 7});
-    auto list = make_policy("kvmerger:mode=threshold,recent_ratio=0.25,hh_ratio=0.125,contiguity=list");
+    auto list = make_policy("kvmerger:mode=threshold,split=fixed,recent_ratio=0.25,hh_ratio=0.125,contiguity=list");
     const Outcome b = run_once(*list.policy, p, 4);
     REQUIRE(b.edit.heads[0].merges.size() == 1);
     REQUIRE(b.edit.heads[0].merges[0].target == 1);
     REQUIRE(b.edit.heads[0].merges[0].sources == std::vector<int32_t>{0, 2, 4, 5});
+  }
+}
+
+TEST_CASE("KVMerger's recent / heavy split follows the budget through the paper's two configurations",
+          "[policy][kvmerger]") {
+  using policy::kvmerger_shares;
+  // §6.1's anchors.
+  CHECK(kvmerger_shares(0.50).recent == Approx(0.17));
+  CHECK(kvmerger_shares(0.50).heavy == Approx(0.12));
+  CHECK(kvmerger_shares(0.35).recent == Approx(0.08));
+  CHECK(kvmerger_shares(0.35).heavy == Approx(0.02));
+  // Halfway between them, halfway between their shares.
+  CHECK(kvmerger_shares(0.425).recent == Approx(0.125));
+  CHECK(kvmerger_shares(0.425).heavy == Approx(0.07));
+  // Outside, the nearest anchor's proportion to the budget.
+  CHECK(kvmerger_shares(0.20).recent == Approx(0.08 / 0.35 * 0.20));
+  CHECK(kvmerger_shares(0.20).heavy == Approx(0.02 / 0.35 * 0.20));
+  CHECK(kvmerger_shares(0.80).recent == Approx(0.17 / 0.50 * 0.80));
+  CHECK(kvmerger_shares(0.80).heavy == Approx(0.12 / 0.50 * 0.80));
+  // At 20-25 % the fixed 0.17 / 0.12 leave nothing to merge; the rule leaves most of the budget.
+  for (double r : {0.20, 0.25}) {
+    const auto s = kvmerger_shares(r);
+    CHECK(r - 0.17 - 0.12 < 0.0);
+    CHECK(r - s.recent - s.heavy == Approx(r * (1.0 - 0.10 / 0.35)));
+  }
+}
+
+TEST_CASE("At a 25% budget the fixed split leaves no room to merge and says so; the budget split merges",
+          "[policy][kvmerger]") {
+  const Prompt p = clustered_prompt();
+  const observation::StepInfo prefill{observation::Phase::Prefill, 0, 12, true};
+  SECTION("split=fixed: round(0.17 x 12) = 2 recent and round(0.12 x 12) = 1 heavy hitter fill the budget of 3") {
+    auto inst = make_policy("kvmerger:split=fixed");
+    Outcome out = run_once(*inst.policy, p, 3);
+    inst.policy->after_step(prefill, out.after);
+    REQUIRE(out.edit.heads[0].merges.empty());
+    auto pos = out.after.positions(0, 0);
+    REQUIRE(std::vector<int>(pos.begin(), pos.end()) == std::vector<int>{0, 10, 11});  // heavy 0, recent 10-11
+    REQUIRE(inst.policy->diagnostics().settings().at("heads_without_room_to_merge") == "1");
+    REQUIRE(inst.policy->diagnostics().warnings().size() == 1);
+    CHECK_THAT(inst.policy->diagnostics().warnings()[0], Catch::Contains("nothing is merged"));
+  }
+  SECTION("split=budget: round(0.057 x 12) = 1 recent, no heavy hitter, room for 2 merged entries") {
+    // Algorithm 1 at the paper's theta = 0.75 (41.4 degrees) over candidates 0..10 finds {0}, {1,2,3},
+    // {4,5,6,7}, {8}, {9}, {10}; attention mass 5.0, 1.4, 2.0, 0.5, 0.6, 1.0, so {0} and {4..7} stay, the
+    // latter merged into its pivot 6 (a = 1.2).
+    auto inst = make_policy("kvmerger");
+    Outcome out = run_once(*inst.policy, p, 3);
+    inst.policy->after_step(prefill, out.after);
+    auto pos = out.after.positions(0, 0);
+    REQUIRE(std::vector<int>(pos.begin(), pos.end()) == std::vector<int>{0, 6, 11});
+    REQUIRE(out.edit.heads[0].merges.size() == 1);
+    CHECK(out.edit.heads[0].merges[0].target == 6);
+    CHECK(inst.policy->diagnostics().warnings().empty());
+    const auto& settings = inst.policy->diagnostics().settings();
+    CHECK(settings.at("recent_tokens") == "1");
+    CHECK(settings.at("heavy_tokens") == "0");
+    CHECK(settings.at("theta_used") == "[[0.750000]]");
+  }
+}
+
+TEST_CASE("KVMerger's ablations: random pivot (Table 3) and average merge (Table 4)", "[policy][kvmerger]") {
+  const Prompt p = clustered_prompt();
+  const std::string base = "kvmerger:mode=threshold,split=fixed,theta=0.9,recent_ratio=0.1667,hh_ratio=0.0834";
+  SECTION("average: the merged key of {4,5,6,7} is their plain mean, at the pivot 6") {
+    auto inst = make_policy(base + ",merge_weights=average");
+    const Outcome out = run_once(*inst.policy, p, 6);
+    auto pos = out.after.positions(0, 0);
+    const auto it = std::find(pos.begin(), pos.end(), 6);
+    REQUIRE(it != pos.end());
+    const int i = static_cast<int>(it - pos.begin());
+    for (int t = 0; t < 2; ++t) {
+      const double mean = (p.keys[4][t] + p.keys[5][t] + p.keys[6][t] + p.keys[7][t]) / 4.0;
+      CHECK(out.after.key(0, 0, i)[t] == Approx(mean).epsilon(1e-5));
+    }
+  }
+  SECTION("random: each set keeps one of its own members as the pivot, not always the most attended one") {
+    bool other_than_six = false;
+    for (int seed = 0; seed < 10; ++seed) {
+      auto inst = make_policy(base + ",pivot=random,pivot_seed=" + std::to_string(seed));
+      const Outcome out = run_once(*inst.policy, p, 6);
+      auto pos = out.after.positions(0, 0);
+      const std::vector<int> kept(pos.begin(), pos.end());
+      // Sets {1,2,3} and {4,5,6,7} keep one member each; 0 (heavy), 8, 9 (singletons), 10, 11 (recent) stay.
+      REQUIRE(kept.size() == 7u);
+      const int in_first =
+          static_cast<int>(std::count_if(kept.begin(), kept.end(), [](int x) { return x >= 1 && x <= 3; }));
+      const int in_second =
+          static_cast<int>(std::count_if(kept.begin(), kept.end(), [](int x) { return x >= 4 && x <= 7; }));
+      REQUIRE(in_first == 1);
+      REQUIRE(in_second == 1);
+      other_than_six = other_than_six || std::find(kept.begin(), kept.end(), 6) == kept.end();
+    }
+    CHECK(other_than_six);
   }
 }

@@ -147,6 +147,7 @@ class PolicyDriver {
     obs.layer = layer;
     obs.phase = info.phase;
     obs.step = info.step;
+    obs.prefill_done = info.prefill_done;
     obs.n_heads = shape_.heads;
     obs.n_kv_heads = shape_.kv_heads;
     obs.query_positions = queries;

@@ -1,0 +1,70 @@
+#include "core/policy/protocol.h"
+
+#include <algorithm>
+
+#include "core/policy/registry.h"
+
+namespace kvscope::policy {
+
+bool Protocol::evicts_in(observation::Phase phase, bool prefill_done) const {
+  if (phase == observation::Phase::Decode) return decode_evict;
+  return block > 0 || prefill_done;
+}
+
+bool Protocol::trims_before_output(observation::Phase phase) const {
+  if (!trim_before_output) return false;
+  return phase == observation::Phase::Decode ? decode_evict : block > 0;
+}
+
+std::vector<ParamSpec> protocol_params(const Protocol& defaults) {
+  return {
+      ParamSpec::integer("block", defaults.block, 0, 1 << 20,
+                         "protocol: prompt tokens per prefill block m, evicting after every block (CAOTE §4.1: 128; "
+                         "H2O Algorithm 1 evicts after every token, block=1); 0 runs the prompt in one pass, then "
+                         "evicts once"),
+      ParamSpec::flag("decode_evict", defaults.decode_evict,
+                      "protocol: evict during decoding so every step ends at the budget (CAKE §5 runs every "
+                      "method so); false appends decode tokens to the compressed prompt"),
+      ParamSpec::choice("trim", defaults.trim_before_output ? "before_output" : "after_output",
+                        {"after_output", "before_output"},
+                        "protocol: in a step that evicts, evict after its attention output, or between scoring "
+                        "and the output so the step's queries see only the kept entries (CAOTE Eq. 7). A "
+                        "one-pass prefill (block=0) always evicts after its output"),
+  };
+}
+
+Protocol protocol_of(const PolicyParams& params) {
+  Protocol p;
+  p.block = params.get_int("block");
+  p.decode_evict = params.get_bool("decode_evict");
+  p.trim_before_output = params.get_choice("trim") == "before_output";
+  return p;
+}
+
+void publish_protocol(const Protocol& protocol, int budget, const std::string& source, Diagnostics& out) {
+  out.set_setting("block", std::to_string(protocol.block));
+  out.set_setting("decode_evict", protocol.decode_evict ? "true" : "false");
+  out.set_setting("trim", protocol.trim_before_output ? "\"before_output\"" : "\"after_output\"");
+  if (protocol.trim_before_output && protocol.block > budget)
+    out.warn(source + ": prefill blocks of " + std::to_string(protocol.block) +
+             " tokens are longer than the budget of " + std::to_string(budget) +
+             " and trimmed before their output: at least " + std::to_string(protocol.block - budget) +
+             " tokens of every block leave before any query attends to them (trim=after_output, or a smaller "
+             "block, avoids that)");
+}
+
+std::string protocol_table_markdown() {
+  auto cell = [](const PolicyInfo& info, const std::string& name) -> std::string {
+    auto it = std::find_if(info.params.begin(), info.params.end(), [&](const ParamSpec& s) { return s.name == name; });
+    return it == info.params.end() ? "fixed" : "`" + name + "`, default `" + it->default_text() + "`";
+  };
+  std::string out =
+      "| policy | block-wise prefill | decode-time eviction | evict before the output |\n"
+      "|---|---|---|---|\n";
+  for (const auto& info : all_policies())
+    out += "| " + info.name + " | " + cell(info, "block") + " | " + cell(info, "decode_evict") + " | " +
+           cell(info, "trim") + " |\n";
+  return out;
+}
+
+}  // namespace kvscope::policy

@@ -1,0 +1,44 @@
+#pragma once
+// The evaluation protocol every scorer shares, so that two methods can be compared under one protocol:
+// CAOTE (§4.1) compares "base" with "base + CAOTE" under block-wise prefill, CAKE (§5) lets every method
+// evict during decoding. Three switches, each a policy parameter:
+//   block         prompt tokens per prefill block, evicting after each block (0: one pass, then evict once)
+//   decode_evict  evict during decoding so the cache stays at its budget (false: decode tokens append)
+//   trim          in a step that evicts, evict after the step's attention output (after_output) or between
+//                 scoring and the output (before_output, CAOTE Eq. 7)
+#include <string>
+#include <vector>
+
+#include "core/observation/attention_observation.h"
+#include "core/policy/diagnostics.h"
+#include "core/policy/params.h"
+
+namespace kvscope::policy {
+
+struct Protocol {
+  int block = 0;
+  bool decode_evict = false;
+  bool trim_before_output = false;
+
+  // Whether a policy following this protocol evicts at the end of a step of `phase` (`prefill_done`: the
+  // step is the last prefill block, or a decode step).
+  bool evicts_in(observation::Phase phase, bool prefill_done) const;
+  // Whether it evicts before the output in steps of `phase`. A one-pass prefill (block 0) evicts after its
+  // output: trimming first would hide the prompt from its own queries, which no paper does.
+  bool trims_before_output(observation::Phase phase) const;
+};
+
+// The three parameters with a policy's paper defaults.
+std::vector<ParamSpec> protocol_params(const Protocol& defaults);
+Protocol protocol_of(const PolicyParams& params);
+// The switches as effective settings of the run (block, decode_evict, trim), and a warning naming `source`
+// when a block is longer than the budget and trimmed before its output: then at least block - budget of
+// each block's own tokens leave before any query attends to them (CAOTE's blocks of 128 assume budgets of
+// thousands).
+void publish_protocol(const Protocol& protocol, int budget, const std::string& source, Diagnostics& out);
+
+// docs/policies.md, "Protocols": one row per registered policy, one column per switch with its default, or
+// "fixed" where the policy has no such parameter. Generated here so the page cannot drift from the code.
+std::string protocol_table_markdown();
+
+}  // namespace kvscope::policy

@@ -1,0 +1,185 @@
+// The protocol switches every scorer shares (block-wise prefill, decode-time eviction, trim before the
+// output): with block prefill and decode eviction on, every scorer holds its budget after every step;
+// CAOTE with score=base is the same policy as its base under one protocol; and docs/policies.md's table of
+// which policy supports which switch is the one the registry generates.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/policy/allocation_report.h"
+#include "core/policy/protocol.h"
+#include "core/policy/registry.h"
+#include "tests/core/policy/policy_harness.h"
+
+using namespace kvscope;
+using namespace kvscope::test;
+using policy::make_policy;
+
+namespace {
+const Shape kGqa{3, 9, 3, 4};
+}  // namespace
+
+TEST_CASE("with block prefill and decode eviction on, every scorer holds its budget after every step",
+          "[policy][protocol]") {
+  const int prompt = 37, budget = 10, decode = 6, block = 8;
+  for (const std::string name : {"streaming_llm", "local_window", "h2o", "tova", "snapkv", "pyramidkv", "caote",
+                                 "caote:base=tova", "caote:base=snapkv"}) {
+    const std::string sep = name.find(':') == std::string::npos ? ":" : ",";
+    // SnapKV-like scorers protect their window; a window of 4 leaves a budget of 10 something to choose.
+    const bool windowed = name.find("snapkv") != std::string::npos || name == "pyramidkv";
+    const std::string spec = name + sep + "block=" + std::to_string(block) + ",decode_evict=true" +
+                             (windowed ? ",window=4" : "") + (name == "pyramidkv" ? ",allocation=uniform" : "");
+    INFO(spec);
+    AttentionTable table(kGqa, 64, 21);
+    auto inst = make_policy(spec);
+    REQUIRE(inst.policy->prefill_block_size() == block);
+    PolicyDriver d(table, *inst.policy, prompt, budget, decode);
+    int steps = 0;
+    d.run(decode, [&](const observation::StepInfo& step) {
+      ++steps;
+      // Closed form: what the run has seen so far, capped at the budget.
+      const int want = std::min(step.seq_len, budget);
+      for (int l = 0; l < kGqa.layers; ++l)
+        for (int g = 0; g < kGqa.kv_heads; ++g) REQUIRE(static_cast<int>(d.kept(l, g).size()) == want);
+    });
+    CHECK(steps == (prompt + block - 1) / block + decode);
+  }
+}
+
+TEST_CASE("pyramidkv with block prefill and decode eviction holds each layer's budget", "[policy][protocol]") {
+  const int prompt = 37, budget = 12, decode = 5;
+  AttentionTable table(kGqa, 64, 22);
+  auto inst = make_policy("pyramidkv:block=8,decode_evict=true,window=4");
+  PolicyDriver d(table, *inst.policy, prompt, budget, decode);
+  // Each step adds its tokens and evicts down to the layer's budget: uniform before the last prompt block,
+  // the pyramid's from then on. A layer the pyramid gives more than the blocks left it cannot get back
+  // what they evicted, so it grows towards its budget one decode token at a time.
+  std::vector<int> held(kGqa.layers, 0);
+  int seen = 0;
+  d.run(decode, [&](const observation::StepInfo& step) {
+    const std::vector<int> budgets =
+        step.prefill_done ? inst.policy->layer_budgets() : std::vector<int>(kGqa.layers, budget);
+    for (int l = 0; l < kGqa.layers; ++l) {
+      held[l] = std::min(held[l] + step.seq_len - seen, budgets[l]);
+      for (int g = 0; g < kGqa.kv_heads; ++g) REQUIRE(static_cast<int>(d.kept(l, g).size()) == held[l]);
+    }
+    seen = step.seq_len;
+  });
+  const std::vector<int> budgets = inst.policy->layer_budgets();
+  CHECK(budgets.front() > budgets.back());  // a pyramid, not the uniform shape
+  CHECK(held.back() == budgets.back());
+}
+
+TEST_CASE("without decode eviction the prompt's policy appends decode tokens", "[policy][protocol]") {
+  const int prompt = 30, budget = 10, decode = 4;
+  for (const std::string spec : {"snapkv:window=4", "h2o:decode_evict=false", "caote:decode_evict=false,block=8"}) {
+    INFO(spec);
+    AttentionTable table(kGqa, 64, 23);
+    auto inst = make_policy(spec);
+    PolicyDriver d(table, *inst.policy, prompt, budget, decode);
+    d.run(decode, [&](const observation::StepInfo& step) {
+      const int want =
+          step.phase == observation::Phase::Prefill ? std::min(step.seq_len, budget) : budget + (step.seq_len - prompt);
+      if (step.prefill_done) REQUIRE(static_cast<int>(d.kept(0, 0).size()) == want);
+    });
+  }
+}
+
+TEST_CASE("caote:score=base is its base under the same protocol: h2o and tova keep the same entries",
+          "[policy][protocol][caote]") {
+  // CAOTE's H2O base keeps floor(0.5 b) recent entries as H2O does; TOVA keeps none. With CAOTE's term off
+  // the two implementations must choose alike at every step (the paper's "base" rows).
+  for (const auto& [twin, base] : std::vector<std::pair<std::string, std::string>>{
+           {"caote:base=h2o,score=base,block=8", "h2o:block=8,trim=before_output"},
+           {"caote:base=tova,score=base,block=8", "tova:block=8,trim=before_output"}}) {
+    INFO(twin << " vs " << base);
+    AttentionTable table(kGqa, 64, 24);
+    auto a = make_policy(twin), b = make_policy(base);
+    PolicyDriver da(table, *a.policy, 37, 10, 5), db(table, *b.policy, 37, 10, 5);
+    std::vector<std::vector<int>> kept_a, kept_b;
+    auto record = [&](PolicyDriver& d, std::vector<std::vector<int>>& out) {
+      return [&d, &out](const observation::StepInfo&) {
+        for (int l = 0; l < kGqa.layers; ++l)
+          for (int g = 0; g < kGqa.kv_heads; ++g) out.push_back(d.kept(l, g));
+      };
+    };
+    da.run(5, record(da, kept_a));
+    db.run(5, record(db, kept_b));
+    REQUIRE(kept_a.size() == kept_b.size());
+    for (std::size_t i = 0; i < kept_a.size(); ++i) REQUIRE(kept_a[i] == kept_b[i]);
+  }
+  // ... and with CAOTE's term on, the choice differs somewhere, so the comparison above can fail.
+  AttentionTable table(kGqa, 64, 24);
+  auto a = make_policy("caote:base=h2o,block=8"), b = make_policy("h2o:block=8,trim=before_output");
+  PolicyDriver da(table, *a.policy, 37, 10, 5), db(table, *b.policy, 37, 10, 5);
+  da.run(5);
+  db.run(5);
+  bool differ = false;
+  for (int l = 0; l < kGqa.layers; ++l)
+    for (int g = 0; g < kGqa.kv_heads; ++g) differ = differ || da.kept(l, g) != db.kept(l, g);
+  CHECK(differ);
+}
+
+TEST_CASE("the protocol switches report themselves as run settings", "[policy][protocol]") {
+  AttentionTable table(kGqa, 64, 25);
+  auto inst = make_policy("snapkv:block=8,decode_evict=true,trim=before_output,window=4");
+  PolicyDriver d(table, *inst.policy, 20, 10, 1);
+  d.run(1);
+  const auto& settings = inst.policy->diagnostics().settings();
+  CHECK(settings.at("block") == "8");
+  CHECK(settings.at("decode_evict") == "true");
+  CHECK(settings.at("trim") == "\"before_output\"");
+  CHECK(settings.at("layer_budgets") == "[10, 10, 10]");
+  CHECK(inst.policy->trims_before_output(observation::Phase::Prefill));
+  CHECK(inst.policy->trims_before_output(observation::Phase::Decode));
+  // A one-pass prefill never trims before its output; decode does when it evicts.
+  auto one_pass = make_policy("h2o:trim=before_output");
+  CHECK_FALSE(one_pass.policy->trims_before_output(observation::Phase::Prefill));
+  CHECK(one_pass.policy->trims_before_output(observation::Phase::Decode));
+  CHECK_FALSE(make_policy("h2o").policy->trims_before_output(observation::Phase::Decode));
+  CHECK(make_policy("caote").policy->trims_before_output(observation::Phase::Prefill));
+  // Blocks of 8 within a budget of 10 need no warning; blocks of 16 trimmed before their output do.
+  for (const auto& w : inst.policy->diagnostics().warnings()) CHECK(w.find("prefill blocks") == std::string::npos);
+  auto long_blocks = make_policy("caote:block=16");
+  PolicyDriver dl(table, *long_blocks.policy, 20, 10, 0);
+  dl.run(0);
+  REQUIRE(!long_blocks.policy->diagnostics().warnings().empty());
+  CHECK_THAT(long_blocks.policy->diagnostics().warnings()[0],
+             Catch::Contains("blocks of 16 tokens are longer than the budget of 10") && Catch::Contains("at least 6"));
+}
+
+TEST_CASE("layers an allocation leaves whole, below the window or below the floor become warnings",
+          "[policy][protocol]") {
+  policy::Diagnostics out;
+  // Hand-made budgets of a 40-token prompt with a 32-token window.
+  policy::report_layer_budgets({40, 40, 50, 31, 20, 10, 33}, 40, 32, 32, "policy 'x'", out);
+  CHECK(out.settings().at("layers_whole_prompt") == "[0, 1, 2]");
+  CHECK(out.settings().at("layers_below_window") == "[3, 4, 5]");
+  CHECK(out.settings().at("layers_below_floor") == "[5]");
+  REQUIRE(out.warnings().size() == 3);
+  CHECK_THAT(out.warnings()[0], Catch::Contains("layers 0-2 keep the whole prompt (40 tokens)"));
+  CHECK_THAT(out.warnings()[1], Catch::Contains("layers 3-5 get 10-31 tokens") && Catch::Contains("window of 32"));
+  CHECK_THAT(out.warnings()[2], Catch::Contains("layers 5 get 10 tokens, fewer than 16"));
+  // Every layer holding the prompt is the user's budget: no warning.
+  policy::Diagnostics all;
+  policy::report_layer_budgets({40, 40}, 40, 40, 0, "policy 'x'", all);
+  CHECK(all.warnings().empty());
+  // Nor is a small budget the user gave every layer.
+  policy::Diagnostics small;
+  policy::report_layer_budgets({4, 4, 4}, 40, 4, 32, "policy 'x'", small);
+  CHECK(small.warnings().empty());
+  CHECK(small.settings().at("layers_below_floor") == "[]");
+}
+
+TEST_CASE("docs/policies.md's protocol table is the registry's", "[policy][protocol][docs]") {
+  std::ifstream in(std::filesystem::path(KVSCOPE_SOURCE_DIR) / "docs" / "policies.md");
+  REQUIRE(in.good());
+  std::stringstream page;
+  page << in.rdbuf();
+  const std::string table = policy::protocol_table_markdown();
+  INFO("regenerate it with `kvscope policies --protocols`:\n" << table);
+  CHECK(page.str().find(table) != std::string::npos);
+  // Every policy has a row.
+  for (const auto& info : policy::all_policies()) CHECK(table.find("| " + info.name + " |") != std::string::npos);
+}
