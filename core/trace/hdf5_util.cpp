@@ -197,9 +197,9 @@ std::optional<std::string> get_string_attr(hid_t obj, const std::string& name) {
   }
   const std::size_t size = H5Tget_size(type);
   std::string value(size, '\0');
-  Handle mem(H5Tcopy(H5T_C_S1));
-  H5Tset_size(mem, size);
-  check_status(H5Aread(attr, mem, value.data()), "cannot read attribute '" + name + "' of '" + name_of(obj) + "'");
+  // The stored type itself: a null-terminated memory type would give up the last byte of a null-padded
+  // string that fills its whole width, as ours do.
+  check_status(H5Aread(attr, type, value.data()), "cannot read attribute '" + name + "' of '" + name_of(obj) + "'");
   value.resize(std::min(value.find('\0'), value.size()));
   return value;
 }
@@ -434,9 +434,7 @@ std::vector<std::string> read_strings(hid_t dataset) {
   }
   const std::size_t size = H5Tget_size(type);
   std::vector<char> raw(n * size);
-  Handle mem(H5Tcopy(H5T_C_S1));
-  H5Tset_size(mem, size);
-  check_status(H5Dread(dataset, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), "cannot read '" + name_of(dataset) + "'");
+  check_status(H5Dread(dataset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), "cannot read '" + name_of(dataset) + "'");
   for (hsize_t i = 0; i < n; ++i) {
     std::string s(raw.data() + i * size, size);
     s.resize(std::min(s.find('\0'), s.size()));

@@ -32,7 +32,7 @@ std::string object_key(hid_t obj) {
 
 class MetadataWalker {
  public:
-  explicit MetadataWalker(const std::function<void(const std::string&)>& at) : at_(at) {}
+  MetadataWalker(const std::string& file, const std::function<void(const std::string&)>& at) : file_(file), at_(at) {}
 
   void group(hid_t g, const std::string& path, int depth) {
     attributes(g, path);
@@ -40,8 +40,11 @@ class MetadataWalker {
     std::vector<std::string> names;
     try {
       names = h5::list_group(g);
-    } catch (const Error&) {
-      return;  // the reader refuses this group cleanly; nothing below it can be reached
+    } catch (const Error& e) {
+      // Not left to the reader: when a dense link table fails to decode, libhdf5 1.10 frees the entries it
+      // never filled (H5G__link_release_table), which crashes or not depending on what the heap held
+      // before; a clean failure here proves nothing about the caller's process.
+      throw Error("trace file '" + file_ + "' is damaged: " + e.what() + "; the file cannot be opened safely");
     }
     for (const auto& name : names) {
       const std::string child = path == "/" ? "/" + name : path + "/" + name;
@@ -89,6 +92,7 @@ class MetadataWalker {
     H5Eclear2(H5E_DEFAULT);
   }
 
+  std::string file_;
   const std::function<void(const std::string&)>& at_;
   std::set<std::string> visited_;
 };
@@ -100,7 +104,7 @@ void walk_trace_metadata(const std::filesystem::path& path, const std::function<
   at("the file's superblock");
   if (H5Fis_hdf5(path.string().c_str()) > 0) {
     Handle file = h5::open_read_only(path.string());
-    if (file.valid()) MetadataWalker(at).group(file, "/", 0);
+    if (file.valid()) MetadataWalker(path.string(), at).group(file, "/", 0);
     H5Eclear2(H5E_DEFAULT);
   }
   // The reader's own pass: what it refuses here it refuses in the caller, with the same message.

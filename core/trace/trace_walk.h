@@ -12,7 +12,8 @@ namespace kvscope::trace {
 // before touching it, so that a crash can be located. Walks every group (its attributes and links),
 // every dataset (type, shape, filters, attributes, chunk index), then runs the reader's own metadata pass
 // (summarize_trace, and read_trace without maps). Throws Error as the reader does when the file is
-// refused cleanly.
+// refused cleanly, and also when a link table fails to decode (see trace_walk.cpp: that error path of
+// libhdf5 1.10 is itself unsafe in the caller's process).
 void walk_trace_metadata(const std::filesystem::path& path, const std::function<void(const std::string&)>& at);
 
 }  // namespace kvscope::trace

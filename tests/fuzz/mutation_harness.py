@@ -265,11 +265,13 @@ def main():
 
         t0 = time.time()
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            for outcomes in pool.map(one, range(n_mutants)):
+            for done, outcomes in enumerate(pool.map(one, range(n_mutants)), 1):
                 for target, verdict in outcomes.items():
                     c = counts.setdefault(target, {"mutants": 0, "clean": 0, "success": 0, "crash": 0, "hang": 0})
                     c["mutants"] += 1
                     c[verdict] += 1
+                if done % 500 == 0:  # long runs: the counts so far survive an interrupted run
+                    print(f"{args.format} mutation: {done}/{n_mutants} after {time.time() - t0:.0f} s: {counts}", flush=True)
         elapsed = time.time() - t0
     finally:
         if targets:

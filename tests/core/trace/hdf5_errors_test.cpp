@@ -14,6 +14,7 @@
 
 #include "core/common/error.h"
 #include "core/trace/hdf5_reader.h"
+#include "core/trace/hdf5_util.h"
 #include "core/trace/hdf5_writer.h"
 #include "core/trace/trace_probe.h"
 #include "fake_run.h"
@@ -307,4 +308,19 @@ TEST_CASE("probe reports a child that ends without a verdict, or cannot start", 
   CHECK(contains(silent, "is damaged: the process checking it ended with exit status 1 while reading its header"));
   const std::string missing = error_of([&] { probe_trace("t.h5", ProbeOptions{60.0, {"/nonexistent/kvscope"}}); });
   CHECK(contains(missing, "cannot check trace file 't.h5': starting '/nonexistent/kvscope' failed"));
+}
+
+TEST_CASE("a string longer than its fixed-length dataset's elements is refused, not cut", "[trace][errors]") {
+  const fs::path path = temp_file("fixed_strings");
+  h5::Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  h5::Handle type = h5::fixed_string_type(4);
+  h5::Handle d = h5::create_dataset(file, "words", {type, {2}, {}, {2}, 0, {}});
+  h5::write_strings(d, {"ab", "abcd"}, 0);
+  CHECK(h5::read_strings(d) == std::vector<std::string>{"ab", "abcd"});
+  const std::string message = error_of([&] { h5::write_strings(d, {"abcdef"}, 1); });
+  CHECK(contains(message, "string of 6 bytes does not fit the 4-byte elements of '/words'"));
+  CHECK(h5::read_strings(d) == std::vector<std::string>{"ab", "abcd"});
+  d.reset();
+  file.reset();
+  fs::remove(path);
 }
