@@ -101,8 +101,8 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
 struct ChildResult {
   int status = 0;
   bool timed_out = false;
-  std::string last_at;      // the object the child was touching last
-  std::string error;        // the child's clean error message
+  std::string last_at;  // the object the child was touching last
+  std::string error;    // the child's clean error message
   bool ok = false;
 };
 
@@ -112,13 +112,17 @@ ChildResult collect(pid_t pid, int read_fd, double timeout_s) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   std::string pending;
   auto take_line = [&](const std::string& line) {
-    if (line.rfind(kAtPrefix, 0) == 0) result.last_at = line.substr(kAtPrefix.size());
-    else if (line == kOkLine) result.ok = true;
-    else if (line.rfind(kErrorPrefix, 0) == 0) result.error = line.substr(kErrorPrefix.size());
+    if (line.rfind(kAtPrefix, 0) == 0)
+      result.last_at = line.substr(kAtPrefix.size());
+    else if (line == kOkLine)
+      result.ok = true;
+    else if (line.rfind(kErrorPrefix, 0) == 0)
+      result.error = line.substr(kErrorPrefix.size());
   };
   char buf[4096];
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       result.timed_out = true;
       kill(pid, SIGKILL);
@@ -155,7 +159,8 @@ void probe_trace(const std::filesystem::path& path, const ProbeOptions& options)
   std::vector<char*> argv_ptrs = pointers(argv), env_ptrs = pointers(env);
 
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw Error("cannot check trace file '" + p + "': pipe failed: " + std::strerror(errno));
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    throw Error("cannot check trace file '" + p + "': pipe failed: " + std::strerror(errno));
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
@@ -166,7 +171,8 @@ void probe_trace(const std::filesystem::path& path, const ProbeOptions& options)
   close(fds[1]);
   if (spawn_error != 0) {
     close(fds[0]);
-    throw Error("cannot check trace file '" + p + "': starting '" + argv[0] + "' failed: " + std::strerror(spawn_error));
+    throw Error("cannot check trace file '" + p + "': starting '" + argv[0] +
+                "' failed: " + std::strerror(spawn_error));
   }
   const ChildResult r = collect(pid, fds[0], options.timeout_s);
   close(fds[0]);
@@ -185,8 +191,8 @@ void probe_trace(const std::filesystem::path& path, const ProbeOptions& options)
   const int code = WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1;
   if (code == 0 && r.ok) return;
   if (code == 1 && !r.error.empty()) throw Error(r.error);
-  throw Error("trace file '" + p + "' is damaged: the process checking it ended with exit status " + std::to_string(code) +
-              " while reading " + where + unsafe);
+  throw Error("trace file '" + p + "' is damaged: the process checking it ended with exit status " +
+              std::to_string(code) + " while reading " + where + unsafe);
 }
 
 std::optional<int> run_trace_probe_if_asked(int argc, char** argv) {

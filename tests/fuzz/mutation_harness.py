@@ -37,7 +37,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODES = {  # mutants per format; for traces, inspect and figure get every mutant, the window a share (it starts slowly)
-    "quick": {"trace": 300, "gui": 12, "gguf": 150},
+    "quick": {"trace": 200, "gui": 8, "gguf": 100},
     "long": {"trace": 10000, "gui": 300, "gguf": 10000},
 }
 INTERESTING = [0, 1, 2, 7, 8, 255, 256, 4096, 65535, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 1 << 32, 1 << 62, (1 << 64) - 1]
@@ -235,6 +235,16 @@ def main():
     work = tempfile.mkdtemp(prefix="kvscope_mutation_")
     targets = None
     counts = {}
+
+    def stop(signum, _frame):  # ctest's timeout or Ctrl-C: leave no Xvfb and no mutants behind
+        if targets:
+            targets.close()
+        shutil.rmtree(work, ignore_errors=True)
+        print(f"{args.format} mutation: stopped by signal {signum}; counts so far: {counts}", flush=True)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     try:
         targets = (TraceTargets if args.format == "trace" else GgufTargets)(args, work, env)
 
@@ -290,5 +300,4 @@ def main():
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
     sys.exit(main())
