@@ -434,7 +434,8 @@ std::vector<std::string> read_strings(hid_t dataset) {
   }
   const std::size_t size = H5Tget_size(type);
   std::vector<char> raw(n * size);
-  check_status(H5Dread(dataset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), "cannot read '" + name_of(dataset) + "'");
+  check_status(H5Dread(dataset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()),
+               "cannot read '" + name_of(dataset) + "'");
   for (hsize_t i = 0; i < n; ++i) {
     std::string s(raw.data() + i * size, size);
     s.resize(std::min(s.find('\0'), s.size()));

@@ -276,8 +276,8 @@ int Hdf5Writer::begin_run(RunLayout layout) {
     }
     run.generated_ids = h5::create_dataset(tokens, "generated_ids", {H5T_STD_I32LE, {0}, {unlimited}, {256}, options_.gzip_level, {"token"}});
     Handle generated_string_type = h5::fixed_string_type(kGeneratedTokenBytes);
-    run.generated_strings = h5::create_dataset(tokens, "generated_strings",
-                                               {generated_string_type, {0}, {unlimited}, {256}, options_.gzip_level, {"token"}});
+    run.generated_strings = h5::create_dataset(
+        tokens, "generated_strings", {generated_string_type, {0}, {unlimited}, {256}, options_.gzip_level, {"token"}});
     run.logprobs = h5::create_dataset(tokens, "logprobs", {H5T_IEEE_F32LE, {0}, {unlimited}, {256}, options_.gzip_level, {"token"}});
     h5::set_attr(run.logprobs, "units", std::string("natural log of the probability of each generated token"));
 

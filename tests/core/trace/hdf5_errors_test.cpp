@@ -304,7 +304,9 @@ TEST_CASE("probe kills a child past the time limit", "[trace][errors][probe]") {
 
 TEST_CASE("probe reports a child that ends without a verdict, or cannot start", "[trace][errors][probe]") {
   // exit 1 without an "error" line: what a sanitizer does after catching a crash.
-  const std::string silent = error_of([&] { probe_trace("t.h5", ProbeOptions{60.0, {"/bin/sh", "-c", "exit 1", "sh"}}); });
+  const std::string silent = error_of([&] {
+    probe_trace("t.h5", ProbeOptions{60.0, {"/bin/sh", "-c", "exit 1", "sh"}});
+  });
   CHECK(contains(silent, "is damaged: the process checking it ended with exit status 1 while reading its header"));
   const std::string missing = error_of([&] { probe_trace("t.h5", ProbeOptions{60.0, {"/nonexistent/kvscope"}}); });
   CHECK(contains(missing, "cannot check trace file 't.h5': starting '/nonexistent/kvscope' failed"));
