@@ -7,6 +7,7 @@
 #include "core/common/error.h"
 #ifdef KVSCOPE_HAVE_GUI
 #include "core/trace/hdf5_reader.h"
+#include "core/trace/trace_probe.h"
 #include "viewers/figure_export.h"
 #include "viewers/script.h"
 #include "viewers/views.h"
@@ -55,6 +56,7 @@ Command register_figure(CLI::App& root) {
   cmd->add_flag("--dark", a->dark, "dark background, as in the window");
   return {cmd, [a]() {
             if (!a->size.empty()) viewers::parse_size(a->size, a->width, a->height);
+            trace::probe_trace(a->trace);
             trace::TraceView view = trace::read_trace(a->trace);
             for (const auto& w : view.warnings) std::fprintf(stderr, "kvscope figure: warning: %s\n", w.c_str());
             if (view.runs.empty()) throw Error("trace '" + a->trace + "' has no runs");

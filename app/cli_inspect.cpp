@@ -8,6 +8,7 @@
 
 #include "app/subcommands.h"
 #include "core/trace/hdf5_reader.h"
+#include "core/trace/trace_probe.h"
 
 namespace kvscope::app {
 
@@ -105,6 +106,7 @@ Command register_inspect(CLI::App& root) {
   cmd->add_flag("--all", args->all, "list every dataset instead of grouping similar ones");
   cmd->add_flag("--json", args->json, "print the summary as JSON");
   return {cmd, [args]() {
+            trace::probe_trace(args->file);
             const trace::TraceSummary s = trace::summarize_trace(args->file);
             if (args->json)
               std::cout << to_json(s).dump(2) << "\n";

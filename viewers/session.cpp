@@ -17,6 +17,7 @@
 #include "core/trace/hdf5_reader.h"
 #include "core/trace/hdf5_writer.h"
 #include "core/trace/live_trace.h"
+#include "core/trace/trace_probe.h"
 
 namespace kvscope::viewers {
 
@@ -128,6 +129,8 @@ void Session::open_trace(const std::string& path) {
   std::lock_guard<std::mutex> lock(mutex_);
   loaders_.emplace_back([this, path] {
     try {
+      // A damaged file must not take the window (and its unsaved live runs) down: check it in a child first.
+      trace::probe_trace(path);
       trace::TraceView view = trace::read_trace(path);
       for (const auto& w : view.warnings) message(path + ": " + w);
       for (const auto& run : view.runs) {

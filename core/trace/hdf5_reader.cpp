@@ -73,12 +73,8 @@ Opened open_trace(const std::filesystem::path& path) {
     throw Error("trace file '" + p + "' is not an HDF5 file (no HDF5 signature found" +
                 (is_hdf5 < 0 && !reason.empty() ? "; HDF5: " + reason : std::string()) + ")");
   }
-  Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
-#if H5_VERSION_GE(1, 10, 7)
-  H5Pset_file_locking(fapl, false, true);
-#endif
   Opened o;
-  o.file = Handle(H5Fopen(p.c_str(), H5F_ACC_RDONLY, fapl));
+  o.file = h5::open_read_only(p);
   if (!o.file.valid()) {
     const std::string reason = h5::last_error();
     throw Error("cannot open trace file '" + p + "': it looks truncated or damaged (HDF5: " + reason + ")");

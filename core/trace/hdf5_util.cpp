@@ -92,6 +92,22 @@ hid_t utf8_string_type() {
   return type;
 }
 
+Handle fixed_string_type(std::size_t bytes) {
+  Handle t(H5Tcopy(H5T_C_S1));
+  H5Tset_size(t, std::max<std::size_t>(bytes, 1));
+  H5Tset_strpad(t, H5T_STR_NULLPAD);
+  H5Tset_cset(t, H5T_CSET_UTF8);
+  return t;
+}
+
+Handle open_read_only(const std::string& path) {
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
+#if H5_VERSION_GE(1, 10, 7)
+  H5Pset_file_locking(fapl, false, true);
+#endif
+  return Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl));
+}
+
 bool exists(hid_t loc, const std::string& path) {
   std::size_t start = path.empty() || path[0] != '/' ? 0 : 1;
   while (start <= path.size()) {
@@ -133,9 +149,11 @@ std::string format_double(double v) {
 
 void set_attr(hid_t obj, const std::string& name, const std::string& value) {
   Handle space(H5Screate(H5S_SCALAR));
-  Handle attr = new_attr(obj, name, utf8_string_type(), space);
-  const char* data = value.c_str();
-  check_status(H5Awrite(attr, utf8_string_type(), &data), "cannot write attribute '" + name + "' on '" + name_of(obj) + "'");
+  Handle type = fixed_string_type(value.size());
+  Handle attr = new_attr(obj, name, type, space);
+  std::string padded = value;
+  padded.resize(H5Tget_size(type), '\0');
+  check_status(H5Awrite(attr, type, padded.data()), "cannot write attribute '" + name + "' on '" + name_of(obj) + "'");
 }
 
 void set_attr(hid_t obj, const std::string& name, int64_t value) {
@@ -179,9 +197,9 @@ std::optional<std::string> get_string_attr(hid_t obj, const std::string& name) {
   }
   const std::size_t size = H5Tget_size(type);
   std::string value(size, '\0');
-  Handle mem(H5Tcopy(H5T_C_S1));
-  H5Tset_size(mem, size);
-  check_status(H5Aread(attr, mem, value.data()), "cannot read attribute '" + name + "' of '" + name_of(obj) + "'");
+  // The stored type itself: a null-terminated memory type would give up the last byte of a null-padded
+  // string that fills its whole width, as ours do.
+  check_status(H5Aread(attr, type, value.data()), "cannot read attribute '" + name + "' of '" + name_of(obj) + "'");
   value.resize(std::min(value.find('\0'), value.size()));
   return value;
 }
@@ -316,6 +334,8 @@ Handle create_dataset(hid_t loc, const std::string& name, const DatasetSpec& spe
   }
   Handle dataset(check(H5Dcreate2(loc, name.c_str(), spec.type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
                        "cannot create dataset '" + name + "' in '" + name_of(loc) + "'"));
+  // H5DSset_label keeps variable-length strings (H5DSget_label of HDF5 1.10 reads nothing else); kvscope never
+  // reads these labels, only h5py and HDFView users do, so a damaged global heap cannot reach our reader.
   for (std::size_t i = 0; i < spec.labels.size() && static_cast<int>(i) < rank; ++i)
     H5DSset_label(dataset, static_cast<unsigned>(i), spec.labels[i].c_str());
   return dataset;
@@ -414,9 +434,8 @@ std::vector<std::string> read_strings(hid_t dataset) {
   }
   const std::size_t size = H5Tget_size(type);
   std::vector<char> raw(n * size);
-  Handle mem(H5Tcopy(H5T_C_S1));
-  H5Tset_size(mem, size);
-  check_status(H5Dread(dataset, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), "cannot read '" + name_of(dataset) + "'");
+  check_status(H5Dread(dataset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()),
+               "cannot read '" + name_of(dataset) + "'");
   for (hsize_t i = 0; i < n; ++i) {
     std::string s(raw.data() + i * size, size);
     s.resize(std::min(s.find('\0'), s.size()));
@@ -426,10 +445,18 @@ std::vector<std::string> read_strings(hid_t dataset) {
 }
 
 void write_strings(hid_t dataset, const std::vector<std::string>& values, hsize_t offset) {
-  std::vector<const char*> ptrs;
-  ptrs.reserve(values.size());
-  for (const auto& v : values) ptrs.push_back(v.c_str());
-  write_slab(dataset, utf8_string_type(), {offset}, {values.size()}, ptrs.data());
+  Handle type(check(H5Dget_type(dataset), "cannot get the type of '" + name_of(dataset) + "'"));
+  if (H5Tget_class(type) != H5T_STRING || H5Tis_variable_str(type) > 0)
+    throw Error("'" + name_of(dataset) + "' is not a fixed-length string dataset");
+  const std::size_t width = H5Tget_size(type);
+  std::vector<char> packed(values.size() * width, '\0');
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (values[i].size() > width)
+      throw Error("string of " + std::to_string(values[i].size()) + " bytes does not fit the " + std::to_string(width) +
+                  "-byte elements of '" + name_of(dataset) + "'");
+    std::copy(values[i].begin(), values[i].end(), packed.begin() + static_cast<std::ptrdiff_t>(i * width));
+  }
+  write_slab(dataset, type, {offset}, {values.size()}, packed.data());
 }
 
 namespace {

@@ -57,7 +57,15 @@ void check_status(herr_t status, const std::string& what);
 
 // Types. half_type: h5py's own recipe for '<f2' (IEEE binary16, little endian).
 hid_t half_type();         // owned by this module; do not close
-hid_t utf8_string_type();  // variable-length UTF-8; owned by this module
+hid_t utf8_string_type();  // variable-length UTF-8 (read side only); owned by this module
+// A fixed-length UTF-8 string of `bytes` bytes (at least 1), null-padded; the caller owns it. The writer
+// stores every string this way: variable-length strings live in the global heap, whose addresses a damaged
+// file can point anywhere (libhdf5 1.10 follows them without checks).
+Handle fixed_string_type(std::size_t bytes);
+
+// Opens an HDF5 file read-only without file locking (traces are read while copied, synced or written).
+// Returns an invalid handle when HDF5 refuses it; last_error() says why.
+Handle open_read_only(const std::string& path);
 
 bool exists(hid_t loc, const std::string& path);  // every link along a '/' path
 
@@ -99,7 +107,9 @@ std::vector<double> read_doubles(hid_t dataset);
 std::vector<int32_t> read_ints(hid_t dataset);
 std::vector<int64_t> read_int64s(hid_t dataset);
 std::vector<uint8_t> read_bytes(hid_t dataset);
-std::vector<std::string> read_strings(hid_t dataset);
+std::vector<std::string> read_strings(hid_t dataset);  // fixed- or variable-length
+// Writes into a fixed-length string dataset; throws Error naming the dataset when a value is longer than
+// its element size.
 void write_strings(hid_t dataset, const std::vector<std::string>& values, hsize_t offset);
 
 // Every link name in a group, sorted.

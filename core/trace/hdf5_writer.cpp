@@ -29,6 +29,11 @@ std::vector<uint16_t> to_half(const float* values, std::size_t n) {
 
 namespace {
 
+// Element size of tokens/generated_strings. Strings are fixed-length (no global heap, see
+// h5::fixed_string_type), so an appendable dataset needs one width up front: a single decoded token is
+// far shorter in every vocabulary we load, and gzip removes the padding.
+constexpr std::size_t kGeneratedTokenBytes = 256;
+
 struct StepField {
   const char* name;
   hid_t file_type;
@@ -261,14 +266,18 @@ int Hdf5Writer::begin_run(RunLayout layout) {
     {
       Handle d = h5::create_dataset(tokens, "prompt_ids", {H5T_STD_I32LE, {P}, {}, {std::max<hsize_t>(P, 1)}, options_.gzip_level, {"position"}});
       h5::write_slab(d, H5T_NATIVE_INT32, {0}, {P}, L.prompt_ids.data());
+      std::size_t widest = 1;
+      for (const auto& text : L.prompt_strings) widest = std::max(widest, text.size());
+      Handle prompt_string_type = h5::fixed_string_type(widest);
       Handle st = h5::create_dataset(tokens, "prompt_strings",
-                                     {h5::utf8_string_type(), {P}, {}, {std::max<hsize_t>(P, 1)}, 0, {"position"}});
+                                     {prompt_string_type, {P}, {}, {std::max<hsize_t>(P, 1)}, 0, {"position"}});
       h5::set_attr(st, "definition", std::string("each prompt token decoded on its own (UTF-8)"));
       h5::write_strings(st, L.prompt_strings, 0);
     }
     run.generated_ids = h5::create_dataset(tokens, "generated_ids", {H5T_STD_I32LE, {0}, {unlimited}, {256}, options_.gzip_level, {"token"}});
-    run.generated_strings =
-        h5::create_dataset(tokens, "generated_strings", {h5::utf8_string_type(), {0}, {unlimited}, {256}, 0, {"token"}});
+    Handle generated_string_type = h5::fixed_string_type(kGeneratedTokenBytes);
+    run.generated_strings = h5::create_dataset(
+        tokens, "generated_strings", {generated_string_type, {0}, {unlimited}, {256}, options_.gzip_level, {"token"}});
     run.logprobs = h5::create_dataset(tokens, "logprobs", {H5T_IEEE_F32LE, {0}, {unlimited}, {256}, options_.gzip_level, {"token"}});
     h5::set_attr(run.logprobs, "units", std::string("natural log of the probability of each generated token"));
 

@@ -65,9 +65,77 @@ PROMPT = ("In the old harbour town the fishermen mended their nets every morning
           "Question: what did the keeper do when a boat did not return? Answer:")
 
 
+def text_attrs(obj):
+    """Attributes with strings as str: kvscope writes fixed-length strings, which h5py returns as bytes."""
+    return {k: v.decode("utf-8") if isinstance(v, (bytes, np.bytes_)) else v for k, v in obj.attrs.items()}
+
+
+def string_objects(f):
+    """(path, h5py type id) of every string attribute and string dataset in the file."""
+    found = []
+
+    def visit(name, obj):
+        for key in obj.attrs:
+            t = obj.attrs.get_id(key).get_type()
+            if isinstance(t, h5py.h5t.TypeStringID):
+                found.append((f"{name}@{key}", t))
+        if isinstance(obj, h5py.Dataset) and isinstance(obj.id.get_type(), h5py.h5t.TypeStringID):
+            found.append((name, obj.id.get_type()))
+
+    visit("/", f)
+    f.visititems(visit)
+    return found
+
+
+def make_vlen_copy(src, dst):
+    """A copy of src with every string attribute and string dataset rewritten as h5py's default variable-length
+    strings: the layout of traces written before kvscope switched to fixed-length strings."""
+    import shutil
+    shutil.copy(src, dst)
+    with h5py.File(dst, "r+") as f:
+        def rewrite(name, obj):
+            for key, value in list(text_attrs(obj).items()):
+                if isinstance(value, str):
+                    del obj.attrs[key]
+                    obj.attrs[key] = value  # h5py writes a Python str as a variable-length UTF-8 string
+            if isinstance(obj, h5py.Dataset) and obj.dtype.kind == "S":
+                values = [v.decode("utf-8") for v in obj[()]]
+                parent, leaf = obj.parent, name.rsplit("/", 1)[-1]
+                del parent[leaf]
+                parent.create_dataset(leaf, data=values, dtype=h5py.string_dtype())
+        rewrite("/", f)
+        f.visititems(rewrite)
+
+
+def check_old_vlen_traces_read(binary, out, tmp):
+    old = os.path.join(tmp, "vlen.h5")
+    make_vlen_copy(out, old)
+    with h5py.File(old, "r") as f:
+        vlen = [p for p, t in string_objects(f) if t.is_variable_str()]
+        check(len(vlen) > 20, f"the copy holds variable-length strings ({len(vlen)})")
+        want_root = text_attrs(f)
+        want_runs = {n: text_attrs(f["runs"][n]) for n in f["runs"]}
+    res = subprocess.run([binary, "inspect", "--json", old], capture_output=True, text=True)
+    check(res.returncode == 0, f"kvscope inspect reads a variable-length-string trace ({res.stderr.strip()[-300:]})")
+    if res.returncode != 0:
+        return
+    got = json.loads(res.stdout)
+    check(got["attributes"]["format"] == want_root["format"] and got["attributes"]["created_by"] == want_root["created_by"],
+          "root string attributes read back from variable-length strings")
+    for run in got["runs"]:
+        want = {k: v for k, v in want_runs[run["name"]].items() if isinstance(v, str)}
+        same = all(run["attributes"].get(k) == v for k, v in want.items())
+        check(same and len(want) > 10, f"{run['name']}: {len(want)} variable-length string attributes read back")
+        check(run["datasets"]["tokens/prompt_strings"]["dtype"] == "string", f"{run['name']}: prompt_strings is a string dataset")
+    png = os.path.join(tmp, "vlen.png")
+    res = subprocess.run([binary, "figure", old, "--view", "attention", "--out", png, "--size", "320x240"],
+                         capture_output=True, text=True)
+    check(res.returncode == 0 and os.path.getsize(png) > 0, f"kvscope figure reads the whole variable-length-string trace ({res.stderr.strip()[-300:]})")
+
+
 def check_run(f, name, policy, budget_attr):
     r = f["runs"][name]
-    a = r.attrs
+    a = text_attrs(r)
     for key in ("model", "model_sha256", "policy", "policy_params", "budget", "prompt", "kvscope_version",
                 "git_commit", "start_time", "host", "stop_reason", "record_options"):
         check(key in a, f"{name}: attribute {key} present")
@@ -106,7 +174,7 @@ def check_run(f, name, policy, budget_attr):
     check(att.shape == (P, P), f"{name}: attention map {P} x {P} (short prompt, full resolution)")
     check(att.compression == "gzip" and att.shuffle, f"{name}: attention map is gzip + shuffle")
     check([d.label for d in att.dims] == ["query", "key"], f"{name}: attention dims labelled")
-    check(att.attrs["units"] == "probability", f"{name}: attention units")
+    check(text_attrs(att)["units"] == "probability", f"{name}: attention units")
     m = att[()].astype(np.float64)
     check(np.allclose(m.sum(axis=1), 1.0, atol=5e-3), f"{name}: attention rows sum to 1")
     check(np.all(np.triu(m, 1) == 0), f"{name}: attention is causal")
@@ -114,7 +182,7 @@ def check_run(f, name, policy, budget_attr):
 
     ks = r["similarity/keys/layer_03/kv_head_01"]
     check(ks.dtype == np.float16 and ks.shape == (P, P), f"{name}: key similarity float16 {P} x {P}")
-    check(ks.attrs["stored"] == "lower_triangle", f"{name}: similarity stored as its lower triangle")
+    check(text_attrs(ks)["stored"] == "lower_triangle", f"{name}: similarity stored as its lower triangle")
     km = ks[()].astype(np.float64)
     check(np.all(np.triu(km, 1) == 0), f"{name}: similarity upper triangle is empty")
     check(np.allclose(np.diag(km), 1.0, atol=2e-3), f"{name}: key similarity diagonal is 1")
@@ -177,7 +245,13 @@ def main():
         budget = "24"
         run_trace(out, policies, budget)
         with h5py.File(out, "r") as f:
-            check(f.attrs["format"] == "kvscope-trace", "root attribute format = kvscope-trace")
+            check(text_attrs(f)["format"] == "kvscope-trace", "root attribute format = kvscope-trace")
+            strings = string_objects(f)
+            # Dimension labels stay variable-length (H5DSget_label reads only those); kvscope never reads them.
+            vlen = [p for p, t in strings if t.is_variable_str() and not p.endswith("@DIMENSION_LABELS")]
+            check(len(strings) > 50 and not vlen,
+                  f"all {len(strings)} string attributes and datasets but dimension labels are fixed-length "
+                  f"(variable: {vlen[:5]})")
             check(int(f.attrs["format_version"]) == 1, "format_version 1")
             expected = ["full"] + [f"{p}_b{budget}" for p in extra_policies[:1]]
             check(sorted(f["runs"].keys()) == sorted(expected), f"runs {expected} (got {list(f['runs'].keys())})")
@@ -207,7 +281,7 @@ def main():
             r = f["runs"][name]
             P = int(r.attrs["prompt_length"])
             pooled = r["attention/layer_00/head_00"]
-            check(pooled.shape[0] <= 16 and pooled.attrs["pooling"] == "mean", "size=16 pools maps to <= 16")
+            check(pooled.shape[0] <= 16 and text_attrs(pooled)["pooling"] == "mean", "size=16 pools maps to <= 16")
             full = r["attention/layer_02/head_00"]
             check(full.shape == (P, P), "layers=2;heads=0 keeps that map at full resolution")
             if policy != "full":
@@ -221,6 +295,7 @@ def main():
         check(res.returncode != 0 and "already exists" in res.stderr, "an existing file is refused without --force")
         res = subprocess.run([binary, "inspect", out], capture_output=True, text=True)
         check(res.returncode == 0 and "events" in res.stdout, "kvscope inspect summarises the file")
+        check_old_vlen_traces_read(binary, out, tmp)
 
     print(f"test_trace_h5py: {PASSED} checks passed, {len(FAILURES)} failed")
     if FAILURES:

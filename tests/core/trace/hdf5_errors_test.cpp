@@ -7,13 +7,16 @@
 #include <omp.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <random>
 
 #include "core/common/error.h"
 #include "core/trace/hdf5_reader.h"
+#include "core/trace/hdf5_util.h"
 #include "core/trace/hdf5_writer.h"
+#include "core/trace/trace_probe.h"
 #include "fake_run.h"
 #include "tests/support/temp_file.h"
 
@@ -257,4 +260,66 @@ TEST_CASE("a writer killed at an arbitrary moment never crashes the reader", "[t
     }
     fs::remove(path);
   }
+}
+
+// The probe's verdicts, with stand-in children whose behaviour is known (a shell that crashes, hangs or
+// exits oddly), and with the real child: this test binary (tests/catch_main.cpp) and kvscope itself.
+TEST_CASE("probe passes a valid trace in a child process", "[trace][errors][probe]") {
+  const fs::path path = write_valid_trace("probe_valid");
+  CHECK_NOTHROW(probe_trace(path));
+  CHECK_NOTHROW(probe_trace(path, ProbeOptions{60.0, {KVSCOPE_BINARY, kProbeArgument}}));
+  fs::remove(path);
+}
+
+TEST_CASE("probe repeats the reader's clean refusal", "[trace][errors][probe]") {
+  const fs::path path = temp_file("probe_not_hdf5", ".h5");
+  std::ofstream(path) << "this is not an HDF5 file, only text\n";
+  const std::string message = error_of([&] { probe_trace(path); });
+  CHECK(contains(message, path.string()));
+  CHECK(contains(message, "not an HDF5 file"));
+  fs::remove(path);
+}
+
+TEST_CASE("probe turns a crashed child into an error naming the object", "[trace][errors][probe]") {
+  ProbeOptions crash{60.0, {"/bin/sh", "-c", "echo 'at /runs/h2o (attributes)'; kill -SEGV $$", "sh"}};
+  const std::string message = error_of([&] { probe_trace("/some/trace.h5", crash); });
+  CHECK(contains(message, "trace file '/some/trace.h5' is damaged"));
+  CHECK(contains(message, "signal 11"));
+  CHECK(contains(message, "while reading /runs/h2o (attributes)"));
+  CHECK(contains(message, "cannot be opened safely"));
+}
+
+TEST_CASE("probe kills a child past the time limit", "[trace][errors][probe]") {
+  ProbeOptions hang{0.5, {"/bin/sh", "-c", "echo 'at /runs/x (link table)'; exec sleep 30", "sh"}};
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string message = error_of([&] { probe_trace("t.h5", hang); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(seconds < 10.0);
+  CHECK(contains(message, "did not finish within 0.5 s"));
+  CHECK(contains(message, "stuck at /runs/x (link table)"));
+}
+
+TEST_CASE("probe reports a child that ends without a verdict, or cannot start", "[trace][errors][probe]") {
+  // exit 1 without an "error" line: what a sanitizer does after catching a crash.
+  const std::string silent = error_of([&] {
+    probe_trace("t.h5", ProbeOptions{60.0, {"/bin/sh", "-c", "exit 1", "sh"}});
+  });
+  CHECK(contains(silent, "is damaged: the process checking it ended with exit status 1 while reading its header"));
+  const std::string missing = error_of([&] { probe_trace("t.h5", ProbeOptions{60.0, {"/nonexistent/kvscope"}}); });
+  CHECK(contains(missing, "cannot check trace file 't.h5': starting '/nonexistent/kvscope' failed"));
+}
+
+TEST_CASE("a string longer than its fixed-length dataset's elements is refused, not cut", "[trace][errors]") {
+  const fs::path path = temp_file("fixed_strings");
+  h5::Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  h5::Handle type = h5::fixed_string_type(4);
+  h5::Handle d = h5::create_dataset(file, "words", {type, {2}, {}, {2}, 0, {}});
+  h5::write_strings(d, {"ab", "abcd"}, 0);
+  CHECK(h5::read_strings(d) == std::vector<std::string>{"ab", "abcd"});
+  const std::string message = error_of([&] { h5::write_strings(d, {"abcdef"}, 1); });
+  CHECK(contains(message, "string of 6 bytes does not fit the 4-byte elements of '/words'"));
+  CHECK(h5::read_strings(d) == std::vector<std::string>{"ab", "abcd"});
+  d.reset();
+  file.reset();
+  fs::remove(path);
 }
