@@ -30,7 +30,7 @@ std::string mib(std::size_t bytes) {
 nlohmann::json result_json(const model::Model& model, const std::string& prompt_text, const engine::RunResult& r,
                            const policy::PolicyInstance& policy, const std::string& budget) {
   nlohmann::json j;
-  j["model"] = model.file.path().string();
+  j["model"] = model.path().string();
   j["prompt"] = prompt_text;
   j["prompt_tokens"] = r.prompt_tokens;
   j["generated_tokens"] = r.generated_tokens;

@@ -3,18 +3,13 @@
 #include <string>
 
 #include "core/common/error.h"
+#include "core/common/shape_text.h"
 #include "core/model/config.h"
 #include "core/model/gguf.h"
 #include "kernels/common/dequantize.h"
 
 namespace kvscope::model {
 namespace {
-
-std::string shape_text(const std::vector<uint64_t>& shape) {
-  std::string text = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
 
 [[noreturn]] void tensor_error(const GgufFile& file, const GgufTensorInfo& info, const std::string& what) {
   throw Error(file.path().string() + ": tensor '" + info.name + "' " + what);
@@ -81,6 +76,15 @@ LayerWeights bind_layer(const GgufFile& file, const ModelConfig& config, int lay
   weights.w_gate = bind_matrix(file, prefix + "ffn_gate.weight", config.ffn_dim, config.dim);
   weights.w_up = bind_matrix(file, prefix + "ffn_up.weight", config.ffn_dim, config.dim);
   weights.w_down = bind_matrix(file, prefix + "ffn_down.weight", config.dim, config.ffn_dim);
+  if (config.qkv_bias) {
+    weights.bq = bind_vector(file, prefix + "attn_q.bias", q_dim);
+    weights.bk = bind_vector(file, prefix + "attn_k.bias", kv_dim);
+    weights.bv = bind_vector(file, prefix + "attn_v.bias", kv_dim);
+  }
+  if (config.qk_norm) {
+    weights.q_norm = bind_vector(file, prefix + "attn_q_norm.weight", config.head_dim);
+    weights.k_norm = bind_vector(file, prefix + "attn_k_norm.weight", config.head_dim);
+  }
   return weights;
 }
 
