@@ -10,7 +10,8 @@ tokenizer.json pre-tokenizers (Llama 3 and Qwen2 regexes) are each proven agains
              Llama-3-style tokenizer (Split regex + ByteLevel, BOS by TemplateProcessing, ignore_merges)
   llama2     LlamaForCausalLM, linear rope scaling, attention_bias (q/k/v/o biases), untied, F16
   mistral    MistralForCausalLM, 5 heads / 1 KV head, untied, F32
-  qwen2      Qwen2ForCausalLM, q/k/v biases, 6 heads / 3 KV heads, tied, BF16, Qwen2-style tokenizer
+  qwen2      Qwen2ForCausalLM, q/k/v biases, 6 heads / 3 KV heads, tied, BF16, Qwen2-style tokenizer (NFC
+             normalizer, Qwen2 split regex, no BOS)
   qwen3      Qwen3ForCausalLM, q/k RMSNorm, head_dim 24 != hidden/heads, 3 heads / 1 KV head, untied, F32
 
 llama3, qwen2 and qwen3 are also written as GGUF files (<name>.gguf) the way llama.cpp's convert_hf_to_gguf.py
@@ -29,7 +30,7 @@ import gguf
 import numpy as np
 import torch
 import transformers
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig, PreTrainedTokenizerFast,
                           Qwen2Config, Qwen3Config)
 
@@ -56,8 +57,10 @@ def corpus():
     return texts
 
 
-def train_tokenizer(pattern, specials, bos):
+def train_tokenizer(pattern, specials, bos, nfc):
     tok = Tokenizer(models.BPE(ignore_merges=bos is not None))
+    if nfc:  # as Qwen2's tokenizer.json
+        tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
@@ -85,10 +88,10 @@ LLAMA3_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ 
 CHATML_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
-LLAMA3_TOKENIZER = dict(pattern=LLAMA3_PATTERN, bos="<|begin_of_text|>", eos="<|eot_id|>", template=LLAMA3_TEMPLATE,
+LLAMA3_TOKENIZER = dict(nfc=False, pattern=LLAMA3_PATTERN, bos="<|begin_of_text|>", eos="<|eot_id|>", template=LLAMA3_TEMPLATE,
                         specials=["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                                   "<|eot_id|>"])
-QWEN2_TOKENIZER = dict(pattern=QWEN2_PATTERN, bos=None, eos="<|im_end|>", template=CHATML_TEMPLATE,
+QWEN2_TOKENIZER = dict(nfc=True, pattern=QWEN2_PATTERN, bos=None, eos="<|im_end|>", template=CHATML_TEMPLATE,
                        specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
 
 COMMON = dict(vocab_size=VOCAB, max_position_embeddings=256, rms_norm_eps=1e-5, hidden_act="silu")
@@ -104,7 +107,7 @@ CHECKPOINTS = [
                                  rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=4.0)),
      torch.float16, LLAMA3_TOKENIZER),
     ("mistral", MistralConfig, dict(hidden_size=80, intermediate_size=112, num_hidden_layers=2, num_attention_heads=5,
-                                    num_key_value_heads=1, head_dim=16, sliding_window=128, tie_word_embeddings=False,
+                                    num_key_value_heads=1, head_dim=16, sliding_window=200, tie_word_embeddings=False,
                                     rope_parameters=dict(rope_type="default", rope_theta=1e6)),
      torch.float32, LLAMA3_TOKENIZER),
     ("qwen2", Qwen2Config, dict(hidden_size=72, intermediate_size=88, num_hidden_layers=2, num_attention_heads=6,
@@ -259,9 +262,10 @@ GGUF_ARCH = {"llama3": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}
 
 def main():
     torch.set_num_threads(1)
-    if OUT.exists():
-        shutil.rmtree(OUT)
-    OUT.mkdir(parents=True)
+    OUT.mkdir(parents=True, exist_ok=True)  # README.md there is written by hand
+    for name, *_ in CHECKPOINTS:
+        shutil.rmtree(OUT / name, ignore_errors=True)
+        (OUT / f"{name}.gguf").unlink(missing_ok=True)
     tokenizers_by_pattern = {}
     golden = {"schema_version": 1, "prompt": PROMPT,
               "reference": {"implementation": "transformers AutoModelForCausalLM, float32 compute, eager attention, CPU",
@@ -271,7 +275,7 @@ def main():
         folder = OUT / name
         key = tok_spec["pattern"]
         if key not in tokenizers_by_pattern:
-            tokenizers_by_pattern[key] = train_tokenizer(key, tok_spec["specials"], tok_spec["bos"])
+            tokenizers_by_pattern[key] = train_tokenizer(key, tok_spec["specials"], tok_spec["bos"], tok_spec["nfc"])
         tok = tokenizers_by_pattern[key]
         bos_id = tok.token_to_id(tok_spec["bos"]) if tok_spec["bos"] else None
         config = config_class(**COMMON, **fields, bos_token_id=bos_id, eos_token_id=tok.token_to_id(tok_spec["eos"]))

@@ -25,15 +25,6 @@ constexpr std::array<GgufArchitecture, 4> kSupportedArchitectures = {{{"llama", 
                                                                       {"qwen2", RopeStyle::HalfSplit, true, false},
                                                                       {"qwen3", RopeStyle::HalfSplit, false, true}}};
 
-// Upper bounds well beyond any model kvscope could run; they only catch corrupt or hostile metadata
-// before a value reaches a size computation.
-constexpr int64_t kMaxLayers = 1024;
-constexpr int64_t kMaxHeads = 1024;
-constexpr int64_t kMaxDim = 1 << 16;
-constexpr int64_t kMaxFfnDim = 1 << 20;
-constexpr int64_t kMaxVocab = 1 << 22;
-constexpr int64_t kMaxContext = 1 << 24;
-
 class ConfigReader {
  public:
   ConfigReader(const GgufFile& file, std::string prefix) : file_(file), prefix_(std::move(prefix)) {}

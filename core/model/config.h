@@ -1,5 +1,6 @@
 #pragma once
 // Llama-family hyperparameters, read from GGUF metadata (or a Hugging Face config.json).
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,15 @@ class HfFolder;
 // How RoPE pairs dimensions. GGUF llama weights were permuted by the converter for adjacent pairs
 // (2i, 2i+1); Hugging Face checkpoints pair i with i + d/2.
 enum class RopeStyle { AdjacentPairs, HalfSplit };
+
+// Upper bounds well beyond any model kvscope could run; the readers of both formats use them to catch corrupt
+// or hostile values before they reach a size computation.
+inline constexpr int64_t kMaxLayers = 1024;
+inline constexpr int64_t kMaxHeads = 1024;
+inline constexpr int64_t kMaxDim = 1 << 16;
+inline constexpr int64_t kMaxFfnDim = 1 << 20;
+inline constexpr int64_t kMaxVocab = 1 << 22;
+inline constexpr int64_t kMaxContext = 1 << 24;
 
 struct ModelConfig {
   std::string architecture;  // GGUF "llama", or the Hugging Face class, e.g. "LlamaForCausalLM"

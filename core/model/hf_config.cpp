@@ -23,14 +23,6 @@ constexpr std::array<Architecture, 4> kSupported = {{{"LlamaForCausalLM", false,
                                                      {"Qwen2ForCausalLM", true, false},
                                                      {"Qwen3ForCausalLM", false, true}}};
 
-// The same bounds as the GGUF reader's; they catch corrupt values before they reach a size computation.
-constexpr int64_t kMaxLayers = 1024;
-constexpr int64_t kMaxHeads = 1024;
-constexpr int64_t kMaxDim = 1 << 16;
-constexpr int64_t kMaxFfnDim = 1 << 20;
-constexpr int64_t kMaxVocab = 1 << 22;
-constexpr int64_t kMaxContext = 1 << 24;
-
 class JsonConfigReader {
  public:
   explicit JsonConfigReader(const HfFolder& folder)

@@ -6,6 +6,7 @@
 #include "core/common/shape_text.h"
 #include "core/model/config.h"
 #include "core/model/hf_folder.h"
+#include "core/model/layer_binding.h"
 #include "core/model/weights.h"
 #include "kernels/common/dequantize.h"
 
@@ -48,33 +49,6 @@ std::vector<float> bind_vector(const HfFolder& folder, const std::string& name, 
   return values;
 }
 
-LayerWeights bind_layer(const HfFolder& folder, const ModelConfig& config, int layer) {
-  const std::string prefix = "model.layers." + std::to_string(layer) + ".";
-  const int q_dim = config.n_heads * config.head_dim;
-  const int kv_dim = config.n_kv_heads * config.head_dim;
-  LayerWeights weights;
-  weights.attn_norm = bind_vector(folder, prefix + "input_layernorm.weight", config.dim);
-  weights.ffn_norm = bind_vector(folder, prefix + "post_attention_layernorm.weight", config.dim);
-  weights.wq = bind_matrix(folder, prefix + "self_attn.q_proj.weight", q_dim, config.dim);
-  weights.wk = bind_matrix(folder, prefix + "self_attn.k_proj.weight", kv_dim, config.dim);
-  weights.wv = bind_matrix(folder, prefix + "self_attn.v_proj.weight", kv_dim, config.dim);
-  weights.wo = bind_matrix(folder, prefix + "self_attn.o_proj.weight", config.dim, q_dim);
-  weights.w_gate = bind_matrix(folder, prefix + "mlp.gate_proj.weight", config.ffn_dim, config.dim);
-  weights.w_up = bind_matrix(folder, prefix + "mlp.up_proj.weight", config.ffn_dim, config.dim);
-  weights.w_down = bind_matrix(folder, prefix + "mlp.down_proj.weight", config.dim, config.ffn_dim);
-  if (config.qkv_bias) {
-    weights.bq = bind_vector(folder, prefix + "self_attn.q_proj.bias", q_dim);
-    weights.bk = bind_vector(folder, prefix + "self_attn.k_proj.bias", kv_dim);
-    weights.bv = bind_vector(folder, prefix + "self_attn.v_proj.bias", kv_dim);
-  }
-  if (config.o_bias) weights.bo = bind_vector(folder, prefix + "self_attn.o_proj.bias", config.dim);
-  if (config.qk_norm) {
-    weights.q_norm = bind_vector(folder, prefix + "self_attn.q_norm.weight", config.head_dim);
-    weights.k_norm = bind_vector(folder, prefix + "self_attn.k_norm.weight", config.head_dim);
-  }
-  return weights;
-}
-
 }  // namespace
 
 ModelWeights bind_weights(const HfFolder& folder, const ModelConfig& config) {
@@ -85,7 +59,12 @@ ModelWeights bind_weights(const HfFolder& folder, const ModelConfig& config) {
   weights.output = config.tied_embeddings ? weights.token_embedding
                                           : bind_matrix(folder, "lm_head.weight", config.vocab_size, config.dim);
   weights.layers.reserve(static_cast<std::size_t>(config.n_layers));
-  for (int layer = 0; layer < config.n_layers; ++layer) weights.layers.push_back(bind_layer(folder, config, layer));
+  const auto matrix = [&](const std::string& name, int rows, int cols) {
+    return bind_matrix(folder, name, rows, cols);
+  };
+  const auto vector = [&](const std::string& name, int length) { return bind_vector(folder, name, length); };
+  for (int layer = 0; layer < config.n_layers; ++layer)
+    weights.layers.push_back(bind_layer(hf_layer_names(layer), config, matrix, vector));
   return weights;
 }
 

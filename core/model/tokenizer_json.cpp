@@ -1,10 +1,13 @@
 #include "core/model/tokenizer_json.h"
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "core/common/error.h"
+#include "core/model/config.h"
 #include "core/model/hf_folder.h"
+#include "core/model/nfc_check.h"
 #include "core/model/tokenizer_bpe.h"
 
 namespace kvscope::model {
@@ -103,7 +106,6 @@ std::optional<std::string> template_bos(const nlohmann::json& post) {
 
 void add_token(const TokenizerJsonReader& reader, BpeVocab& vocab, const std::string& text, int64_t id,
                TokenType type) {
-  constexpr int64_t kMaxVocab = 1 << 22;
   if (id < 0 || id >= kMaxVocab)
     reader.fail("model.vocab", "token \"" + text + "\" has id " + std::to_string(id) + " (expected 0.." +
                                    std::to_string(kMaxVocab - 1) + ")");
@@ -114,6 +116,34 @@ void add_token(const TokenizerJsonReader& reader, BpeVocab& vocab, const std::st
   vocab.tokens[id] = text;
   vocab.token_types[id] = static_cast<int32_t>(type);
 }
+
+// A tokenizer whose tokenizer.json normalizes to NFC: text that is certainly NFC already is passed through, any
+// other text is refused with the position, since kvscope has no NFC implementation to match the reference with.
+class NfcCheckedTokenizer final : public Tokenizer {
+ public:
+  explicit NfcCheckedTokenizer(std::unique_ptr<Tokenizer> inner) : inner_(std::move(inner)) {}
+  std::vector<int> encode(std::string_view text, bool parse_special) const override {
+    if (const auto pos = first_non_nfc_position(text)) {
+      const unicode::Utf8Char ch = unicode::decode_utf8(text, *pos);
+      char code[16];
+      std::snprintf(code, sizeof code, "U+%04X", static_cast<unsigned>(ch.cp));
+      throw Error("text at byte " + std::to_string(*pos) + " (" + code +
+                  ") may change under the tokenizer's NFC normalizer, which kvscope does not implement "
+                  "(expected text already in NFC, e.g. precomposed accents)");
+    }
+    return inner_->encode(text, parse_special);
+  }
+  std::string decode(const std::vector<int>& ids) const override { return inner_->decode(ids); }
+  std::string token_text(int id) const override { return inner_->token_text(id); }
+  int vocab_size() const override { return inner_->vocab_size(); }
+  int bos_id() const override { return inner_->bos_id(); }
+  int eos_id() const override { return inner_->eos_id(); }
+  bool add_bos() const override { return inner_->add_bos(); }
+  bool is_end_of_generation(int id) const override { return inner_->is_end_of_generation(id); }
+
+ private:
+  std::unique_ptr<Tokenizer> inner_;
+};
 
 }  // namespace
 
@@ -133,8 +163,9 @@ LoadedTokenizer load_tokenizer_json(const std::filesystem::path& dir) {
   if (model.value("byte_fallback", false))
     reader.fail("model.byte_fallback",
                 "true (SentencePiece-style byte fallback) is not supported yet (expected byte-level BPE)");
-  if (json.contains("normalizer") && !json["normalizer"].is_null())
-    reader.fail("normalizer", json["normalizer"].dump().substr(0, 200) + " is not supported (expected null)");
+  const bool nfc = json.contains("normalizer") && is_type(json["normalizer"], "NFC");
+  if (json.contains("normalizer") && !json["normalizer"].is_null() && !nfc)
+    reader.fail("normalizer", json["normalizer"].dump().substr(0, 200) + " is not supported (expected null or NFC)");
   if (!json.contains("decoder") || !is_type(json["decoder"], "ByteLevel"))
     reader.fail("decoder", json.value("decoder", nlohmann::json()).dump().substr(0, 200) +
                                " is not supported (expected ByteLevel)");
@@ -178,6 +209,10 @@ LoadedTokenizer load_tokenizer_json(const std::filesystem::path& dir) {
     throw Error(reader.file().string() + ": " + e.what());
   }
   loaded.description = "tokenizer.json byte-level BPE (pre-tokenizer " + pre_name + ")";
+  if (nfc) {
+    loaded.tokenizer = std::make_unique<NfcCheckedTokenizer>(std::move(loaded.tokenizer));
+    loaded.description += ", NFC input required";
+  }
   return loaded;
 }
 

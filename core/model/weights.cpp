@@ -6,6 +6,7 @@
 #include "core/common/shape_text.h"
 #include "core/model/config.h"
 #include "core/model/gguf.h"
+#include "core/model/layer_binding.h"
 #include "kernels/common/dequantize.h"
 
 namespace kvscope::model {
@@ -62,32 +63,6 @@ std::vector<float> bind_vector(const GgufFile& file, const std::string& name, in
   return values;
 }
 
-LayerWeights bind_layer(const GgufFile& file, const ModelConfig& config, int layer) {
-  const std::string prefix = "blk." + std::to_string(layer) + ".";
-  const int q_dim = config.n_heads * config.head_dim;
-  const int kv_dim = config.n_kv_heads * config.head_dim;
-  LayerWeights weights;
-  weights.attn_norm = bind_vector(file, prefix + "attn_norm.weight", config.dim);
-  weights.ffn_norm = bind_vector(file, prefix + "ffn_norm.weight", config.dim);
-  weights.wq = bind_matrix(file, prefix + "attn_q.weight", q_dim, config.dim);
-  weights.wk = bind_matrix(file, prefix + "attn_k.weight", kv_dim, config.dim);
-  weights.wv = bind_matrix(file, prefix + "attn_v.weight", kv_dim, config.dim);
-  weights.wo = bind_matrix(file, prefix + "attn_output.weight", config.dim, q_dim);
-  weights.w_gate = bind_matrix(file, prefix + "ffn_gate.weight", config.ffn_dim, config.dim);
-  weights.w_up = bind_matrix(file, prefix + "ffn_up.weight", config.ffn_dim, config.dim);
-  weights.w_down = bind_matrix(file, prefix + "ffn_down.weight", config.dim, config.ffn_dim);
-  if (config.qkv_bias) {
-    weights.bq = bind_vector(file, prefix + "attn_q.bias", q_dim);
-    weights.bk = bind_vector(file, prefix + "attn_k.bias", kv_dim);
-    weights.bv = bind_vector(file, prefix + "attn_v.bias", kv_dim);
-  }
-  if (config.qk_norm) {
-    weights.q_norm = bind_vector(file, prefix + "attn_q_norm.weight", config.head_dim);
-    weights.k_norm = bind_vector(file, prefix + "attn_k_norm.weight", config.head_dim);
-  }
-  return weights;
-}
-
 }  // namespace
 
 ModelWeights bind_weights(const GgufFile& file, const ModelConfig& config) {
@@ -97,7 +72,10 @@ ModelWeights bind_weights(const GgufFile& file, const ModelConfig& config) {
   weights.output = file.find_tensor("output.weight") ? bind_matrix(file, "output.weight", config.vocab_size, config.dim)
                                                      : weights.token_embedding;
   weights.layers.reserve(static_cast<std::size_t>(config.n_layers));
-  for (int layer = 0; layer < config.n_layers; ++layer) weights.layers.push_back(bind_layer(file, config, layer));
+  const auto matrix = [&](const std::string& name, int rows, int cols) { return bind_matrix(file, name, rows, cols); };
+  const auto vector = [&](const std::string& name, int length) { return bind_vector(file, name, length); };
+  for (int layer = 0; layer < config.n_layers; ++layer)
+    weights.layers.push_back(bind_layer(gguf_layer_names(layer), config, matrix, vector));
   return weights;
 }
 

@@ -14,6 +14,7 @@
 #include "core/engine/engine.h"
 #include "core/model/model.h"
 #include "tests/support/default_model.h"
+#include "tests/support/golden_compare.h"
 
 using namespace kvscope;
 
@@ -26,11 +27,7 @@ const std::filesystem::path kFolders = KVSCOPE_HF_FIXTURES_DIR;
 constexpr double kLogitTolerance = 1e-2;
 
 const nlohmann::json& golden() {
-  static const nlohmann::json json = [] {
-    std::ifstream in(kGolden / "smollm2_hf_golden.json");
-    REQUIRE(in);
-    return nlohmann::json::parse(in);
-  }();
+  static const nlohmann::json json = test::read_json_fixture(kGolden / "smollm2_hf_golden.json");
   return json;
 }
 
@@ -46,20 +43,10 @@ const model::Model& folder_model(const std::string& label) {
 }
 
 std::vector<float> read_logits(const std::string& file, std::size_t n) {
-  std::ifstream in(kGolden / file, std::ios::binary);
-  REQUIRE(in);
-  std::vector<float> v(n);
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(float)));
-  REQUIRE(in.gcount() == static_cast<std::streamsize>(n * sizeof(float)));
-  return v;
+  return test::read_f32_file(kGolden / file, n);
 }
 
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(double(a[i]) - b[i]));
-  return worst;
-}
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) { return test::max_abs_diff(a, b); }
 
 }  // namespace
 
@@ -130,15 +117,7 @@ TEST_CASE("greedy continuations on the bf16 folder equal transformers'", "[hf]")
     const auto margins = p["greedy"]["margin_top1_top2"].get<std::vector<double>>();
     options.max_new_tokens = static_cast<int>(expected.size());
     const auto result = engine.generate(p["ids"].get<std::vector<int>>(), options);
-    REQUIRE(result.generated_tokens.size() == expected.size());
-    for (std::size_t k = 0; k < expected.size(); ++k) {
-      if (result.generated_tokens[k] == expected[k]) continue;
-      // Only where the reference's own top-2 margin is within the two implementations' difference.
-      INFO("step " << k << ": got " << result.generated_tokens[k] << ", reference " << expected[k] << ", margin "
-                   << margins[k]);
-      REQUIRE(margins[k] < 2 * kLogitTolerance);
-      break;
-    }
+    test::check_greedy_matches(result.generated_tokens, expected, margins, kLogitTolerance);
   }
 }
 

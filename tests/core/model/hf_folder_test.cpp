@@ -145,3 +145,17 @@ TEST_CASE("bad Hugging Face folders are clear errors", "[hf]") {
     CHECK_THAT(load_error(empty.path()), Contains("no config.json"));
   }
 }
+
+TEST_CASE("an NFC normalizer accepts text already in NFC and refuses the rest", "[hf][nfc]") {
+  t::TempDir dir;
+  const t::TinyHfLlama tiny;
+  tiny.write(dir.path());
+  nlohmann::json tokenizer = tiny.tokenizer();
+  tokenizer["normalizer"] = {{"type", "NFC"}};
+  t::write_json(dir.path() / "tokenizer.json", tokenizer);
+  const model::Model m = model::load_model(dir.path());
+  CHECK(m.tokenizer_description == "tokenizer.json byte-level BPE (pre-tokenizer gpt2), NFC input required");
+  CHECK(m.tokenizer->encode("ab a c<|im_end|>", true) == std::vector<int>{4, 5, 3, 2, 7});
+  CHECK_THAT(t::error_message([&] { m.tokenizer->encode("a\xCC\x81", true); }),
+             Contains("byte 1 (U+0301)") && Contains("NFC"));
+}
