@@ -6,7 +6,7 @@
 #include "core/common/shape_text.h"
 #include "core/model/config.h"
 #include "core/model/hf_folder.h"
-#include "core/model/layer_binding.h"
+#include "core/model/weight_binding.h"
 #include "core/model/weights.h"
 #include "kernels/common/dequantize.h"
 
@@ -52,20 +52,13 @@ std::vector<float> bind_vector(const HfFolder& folder, const std::string& name, 
 }  // namespace
 
 ModelWeights bind_weights(const HfFolder& folder, const ModelConfig& config) {
-  ModelWeights weights;
-  weights.token_embedding = bind_matrix(folder, "model.embed_tokens.weight", config.vocab_size, config.dim);
-  weights.output_norm = bind_vector(folder, "model.norm.weight", config.dim);
-  // transformers ties the head to the embedding when config.json says so, whatever lm_head the files hold.
-  weights.output = config.tied_embeddings ? weights.token_embedding
-                                          : bind_matrix(folder, "lm_head.weight", config.vocab_size, config.dim);
-  weights.layers.reserve(static_cast<std::size_t>(config.n_layers));
   const auto matrix = [&](const std::string& name, int rows, int cols) {
     return bind_matrix(folder, name, rows, cols);
   };
   const auto vector = [&](const std::string& name, int length) { return bind_vector(folder, name, length); };
-  for (int layer = 0; layer < config.n_layers; ++layer)
-    weights.layers.push_back(bind_layer(hf_layer_names(layer), config, matrix, vector));
-  return weights;
+  // transformers ties the head to the embedding when config.json says so, whatever lm_head the files hold.
+  return bind_model({"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", hf_layer_names}, config,
+                    !config.tied_embeddings, matrix, vector);
 }
 
 }  // namespace kvscope::model

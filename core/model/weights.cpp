@@ -6,7 +6,7 @@
 #include "core/common/shape_text.h"
 #include "core/model/config.h"
 #include "core/model/gguf.h"
-#include "core/model/layer_binding.h"
+#include "core/model/weight_binding.h"
 #include "kernels/common/dequantize.h"
 
 namespace kvscope::model {
@@ -66,17 +66,11 @@ std::vector<float> bind_vector(const GgufFile& file, const std::string& name, in
 }  // namespace
 
 ModelWeights bind_weights(const GgufFile& file, const ModelConfig& config) {
-  ModelWeights weights;
-  weights.token_embedding = bind_matrix(file, "token_embd.weight", config.vocab_size, config.dim);
-  weights.output_norm = bind_vector(file, "output_norm.weight", config.dim);
-  weights.output = file.find_tensor("output.weight") ? bind_matrix(file, "output.weight", config.vocab_size, config.dim)
-                                                     : weights.token_embedding;
-  weights.layers.reserve(static_cast<std::size_t>(config.n_layers));
   const auto matrix = [&](const std::string& name, int rows, int cols) { return bind_matrix(file, name, rows, cols); };
   const auto vector = [&](const std::string& name, int length) { return bind_vector(file, name, length); };
-  for (int layer = 0; layer < config.n_layers; ++layer)
-    weights.layers.push_back(bind_layer(gguf_layer_names(layer), config, matrix, vector));
-  return weights;
+  // llama.cpp leaves output.weight out when the head is tied to the embedding.
+  return bind_model({"token_embd.weight", "output_norm.weight", "output.weight", gguf_layer_names}, config,
+                    file.find_tensor("output.weight") != nullptr, matrix, vector);
 }
 
 }  // namespace kvscope::model

@@ -129,7 +129,7 @@ TEST_CASE("info describes a Hugging Face folder: format, architecture, storage t
   CHECK(j["head_dim"] == 24);
   CHECK(j["n_kv_heads"] == 1);
   CHECK(j["rope_style"] == "rotate-half");
-  CHECK(j["tokenizer"] == "tokenizer.json byte-level BPE (pre-tokenizer qwen2)");
+  CHECK(j["tokenizer"] == "tokenizer.json byte-level BPE (pre-tokenizer qwen2), NFC input required");
   CHECK(j["tensor_types"]["F32"]["tensors"].get<int>() > 0);
   o = run("info --model " + (std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / "qwen2").string());
   CHECK(o.exit_code == 0);

@@ -1,6 +1,6 @@
 #pragma once
-// One decoder layer's tensors, bound the same way from every format: each format names the tensors and supplies
-// its own matrix / vector binders (which check shapes and types and name the file in errors).
+// A model's tensors, bound the same way from every format: each format names the tensors and supplies its own
+// matrix / vector binders (which check shapes and types and name the file in errors).
 #include <string>
 
 #include "core/model/config.h"
@@ -11,6 +11,11 @@ namespace kvscope::model {
 struct LayerTensorNames {
   std::string attn_norm, ffn_norm, wq, wk, wv, wo, w_gate, w_up, w_down;
   std::string bq, bk, bv, bo, q_norm, k_norm;  // read only when the config asks for them
+};
+
+struct ModelTensorNames {
+  std::string embedding, output_norm, output;
+  LayerTensorNames (*layer)(int layer);
 };
 
 // llama.cpp's names (blk.N.attn_q.weight ...).
@@ -61,6 +66,20 @@ LayerWeights bind_layer(const LayerTensorNames& n, const ModelConfig& c, BindMat
     w.k_norm = vector(n.k_norm, c.head_dim);
   }
   return w;
+}
+
+// The embedding, final norm, output head (the embedding itself unless `separate_output`) and every layer.
+template <class BindMatrix, class BindVector>
+ModelWeights bind_model(const ModelTensorNames& n, const ModelConfig& c, bool separate_output, BindMatrix&& matrix,
+                        BindVector&& vector) {
+  ModelWeights weights;
+  weights.token_embedding = matrix(n.embedding, c.vocab_size, c.dim);
+  weights.output_norm = vector(n.output_norm, c.dim);
+  weights.output = separate_output ? matrix(n.output, c.vocab_size, c.dim) : weights.token_embedding;
+  weights.layers.reserve(static_cast<std::size_t>(c.n_layers));
+  for (int layer = 0; layer < c.n_layers; ++layer)
+    weights.layers.push_back(bind_layer(n.layer(layer), c, matrix, vector));
+  return weights;
 }
 
 }  // namespace kvscope::model
