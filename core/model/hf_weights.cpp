@@ -31,13 +31,7 @@ QuantMatrix bind_matrix(const HfFolder& folder, const std::string& name, int row
   const SafetensorsTensor& t = require_tensor(folder, name);
   const std::vector<uint64_t> expected = {static_cast<uint64_t>(rows), static_cast<uint64_t>(cols)};
   if (t.shape != expected) shape_error(folder, t, expected);
-  QuantMatrix matrix;
-  matrix.type = t.type;
-  matrix.rows = rows;
-  matrix.cols = cols;
-  matrix.data = t.data;
-  matrix.row_bytes = ggml_row_bytes(t.type, static_cast<uint64_t>(cols));
-  return matrix;
+  return QuantMatrix::view(t.type, rows, cols, t.data);
 }
 
 std::vector<float> bind_vector(const HfFolder& folder, const std::string& name, int length) {

@@ -42,13 +42,7 @@ QuantMatrix bind_matrix(const GgufFile& file, const std::string& name, int rows,
                                  std::to_string(rows) + "] for " + std::to_string(rows) + " rows of " +
                                  std::to_string(cols) + " values)");
   check_supported_type(file, info);
-  QuantMatrix matrix;
-  matrix.type = info.type;
-  matrix.rows = rows;
-  matrix.cols = cols;
-  matrix.data = info.data;
-  matrix.row_bytes = ggml_row_bytes(info.type, static_cast<uint64_t>(cols));
-  return matrix;
+  return QuantMatrix::view(info.type, rows, cols, info.data);
 }
 
 std::vector<float> bind_vector(const GgufFile& file, const std::string& name, int length) {

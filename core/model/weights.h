@@ -19,6 +19,11 @@ struct QuantMatrix {
   const uint8_t* data = nullptr;
   std::size_t row_bytes = 0;
   const uint8_t* row(int r) const { return data + static_cast<std::size_t>(r) * row_bytes; }
+
+  // A view of rows x cols values of `type` stored row-major at `data`.
+  static QuantMatrix view(GgmlType type, int rows, int cols, const uint8_t* data) {
+    return {type, rows, cols, data, ggml_row_bytes(type, static_cast<uint64_t>(cols))};
+  }
 };
 
 struct LayerWeights {
