@@ -30,7 +30,7 @@ std::string mib(std::size_t bytes) {
 nlohmann::json result_json(const model::Model& model, const run::RunSpec& spec, const run::RunOutcome& outcome) {
   const engine::RunResult& r = outcome.result;
   nlohmann::json j;
-  j["model"] = model.file.path().string();
+  j["model"] = model.path().string();
   j["prompt"] = run::prompt_text(spec.prompt, spec.chat);
   j["prompt_tokens"] = r.prompt_tokens;
   j["generated_tokens"] = r.generated_tokens;

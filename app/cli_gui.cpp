@@ -23,7 +23,7 @@ Command register_gui(CLI::App& root) {
   cmd->add_option("--height", opts->height, "window height")->check(CLI::Range(240, 8192));
   cmd->add_option("--threads", opts->threads, "engine threads (0: all cores, one left for the window on 4+ cores)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--model", opts->model, "GGUF model for live runs (default: $KVSCOPE_MODEL, then SmolLM2-135M-Instruct)");
+  cmd->add_option("--model", opts->model, "GGUF file or Hugging Face folder for live runs (default: $KVSCOPE_MODEL, then SmolLM2-135M-Instruct)");
   cmd->add_option("--prompt", opts->prompt, "prompt of the first run (default: a sample prompt)");
   cmd->add_option("--policy", opts->policy, "policy of the first run, e.g. snapkv:window=32");
   cmd->add_option("--budget", opts->budget, "budget of the first run (tokens or a percentage, default 25%)");

@@ -1,4 +1,5 @@
-// kvscope info: describe a model file (hyperparameters and tensor inventory) without running it.
+// kvscope info: describe a model (GGUF file or Hugging Face folder) without running it: format, architecture,
+// hyperparameters, weight types and sizes, tokenizer kind.
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -8,7 +9,9 @@
 #include "app/subcommands.h"
 #include "core/model/config.h"
 #include "core/model/gguf.h"
+#include "core/model/hf_folder.h"
 #include "core/model/model.h"
+#include "core/model/tokenizer_json.h"
 
 namespace kvscope::app {
 namespace {
@@ -23,15 +26,52 @@ struct TypeUsage {
   uint64_t bytes = 0;
 };
 
-// Keyed by type name so that the listing is stable and readable.
-std::map<std::string, TypeUsage> tensor_types(const model::GgufFile& file) {
-  std::map<std::string, TypeUsage> usage;
+// What info reports, gathered the same way for both formats.
+struct ModelSummary {
+  std::string path;
+  std::string format;  // "GGUF v3", "Hugging Face safetensors (2 shards)"
+  model::ModelConfig config;
+  uint64_t file_bytes = 0;                 // the GGUF file, or the folder's defining files
+  std::map<std::string, TypeUsage> types;  // keyed by type name so that the listing is stable
+  std::size_t tensor_count = 0;
+  std::string tokenizer;
+};
+
+ModelSummary summarize_gguf(const std::filesystem::path& path) {
+  const model::GgufFile file = model::GgufFile::open(path);
+  ModelSummary s;
+  s.path = file.path().string();
+  s.format = "GGUF v" + std::to_string(file.version());
+  s.config = model::read_config(file);
+  s.file_bytes = file.file_size();
   for (const auto& tensor : file.tensors()) {
-    TypeUsage& entry = usage[model::ggml_type_name(static_cast<uint32_t>(tensor.type))];
+    TypeUsage& entry = s.types[model::ggml_type_name(static_cast<uint32_t>(tensor.type))];
     ++entry.tensors;
     entry.bytes += tensor.n_bytes;
   }
-  return usage;
+  s.tensor_count = file.tensors().size();
+  const std::string pre = file.get_string("tokenizer.ggml.pre", "");
+  s.tokenizer = file.get_string("tokenizer.ggml.model", "none") + (pre.empty() ? "" : " (pre-tokenizer " + pre + ")");
+  return s;
+}
+
+ModelSummary summarize_hf(const std::filesystem::path& path) {
+  const model::HfFolder folder = model::HfFolder::open(path);
+  ModelSummary s;
+  s.path = folder.dir().string();
+  const std::size_t shards = folder.shards().size();
+  s.format = "Hugging Face safetensors (" + std::to_string(shards) + (shards == 1 ? " file)" : " shards)");
+  s.config = model::read_config(folder);
+  for (const auto& file : folder.defining_files()) s.file_bytes += std::filesystem::file_size(file);
+  for (const auto& shard : folder.shards())
+    for (const auto& tensor : shard.tensors()) {
+      TypeUsage& entry = s.types[tensor.dtype];
+      ++entry.tensors;
+      entry.bytes += tensor.n_bytes;
+      ++s.tensor_count;
+    }
+  s.tokenizer = model::load_tokenizer_json(path).description;
+  return s;
 }
 
 std::string mib(uint64_t bytes) {
@@ -40,12 +80,13 @@ std::string mib(uint64_t bytes) {
   return text;
 }
 
-nlohmann::json info_json(const model::GgufFile& file, const model::ModelConfig& c) {
+nlohmann::json info_json(const ModelSummary& s) {
+  const model::ModelConfig& c = s.config;
   nlohmann::json types = nlohmann::json::object();
-  for (const auto& [name, usage] : tensor_types(file)) types[name] = {{"tensors", usage.tensors}, {"bytes", usage.bytes}};
-  return {{"path", file.path().string()},
-          {"file_size", file.file_size()},
-          {"gguf_version", file.version()},
+  for (const auto& [name, usage] : s.types) types[name] = {{"tensors", usage.tensors}, {"bytes", usage.bytes}};
+  return {{"path", s.path},
+          {"format", s.format},
+          {"file_size", s.file_bytes},
           {"architecture", c.architecture},
           {"name", c.name},
           {"n_layers", c.n_layers},
@@ -58,16 +99,20 @@ nlohmann::json info_json(const model::GgufFile& file, const model::ModelConfig& 
           {"context_length", c.context_length},
           {"rope_base", c.rope_base},
           {"rope_dim", c.rope_dim},
+          {"rope_style", c.rope_style == model::RopeStyle::HalfSplit ? "rotate-half" : "adjacent-pairs"},
           {"rms_eps", c.rms_eps},
           {"tied_embeddings", c.tied_embeddings},
-          {"tensor_count", file.tensors().size()},
+          {"tokenizer", s.tokenizer},
+          {"tensor_count", s.tensor_count},
           {"tensor_types", types}};
 }
 
-void print_text(const model::GgufFile& file, const model::ModelConfig& c) {
-  std::printf("file            %s\n", file.path().string().c_str());
-  std::printf("file size       %llu bytes (%s), GGUF v%u\n", static_cast<unsigned long long>(file.file_size()),
-              mib(file.file_size()).c_str(), file.version());
+void print_text(const ModelSummary& s) {
+  const model::ModelConfig& c = s.config;
+  std::printf("model           %s\n", s.path.c_str());
+  std::printf("format          %s\n", s.format.c_str());
+  std::printf("size            %llu bytes (%s)\n", static_cast<unsigned long long>(s.file_bytes),
+              mib(s.file_bytes).c_str());
   std::printf("architecture    %s\n", c.architecture.c_str());
   std::printf("name            %s\n", c.name.c_str());
   std::printf("layers          %d\n", c.n_layers);
@@ -76,11 +121,13 @@ void print_text(const model::GgufFile& file, const model::ModelConfig& c) {
   std::printf("ffn             %d\n", c.ffn_dim);
   std::printf("vocab           %d\n", c.vocab_size);
   std::printf("context length  %d\n", c.context_length);
-  std::printf("rope            base %g, %d dims per head\n", static_cast<double>(c.rope_base), c.rope_dim);
+  std::printf("rope            base %g, %d dims per head, %s\n", static_cast<double>(c.rope_base), c.rope_dim,
+              c.rope_style == model::RopeStyle::HalfSplit ? "rotate-half" : "adjacent pairs");
   std::printf("rms eps         %g\n", static_cast<double>(c.rms_eps));
   std::printf("tied embeddings %s\n", c.tied_embeddings ? "yes" : "no");
-  std::printf("tensors         %zu\n", file.tensors().size());
-  for (const auto& [name, usage] : tensor_types(file))
+  std::printf("tokenizer       %s\n", s.tokenizer.c_str());
+  std::printf("tensors         %zu\n", s.tensor_count);
+  for (const auto& [name, usage] : s.types)
     std::printf("  %-8s %4d tensors %12llu bytes (%s)\n", name.c_str(), usage.tensors,
                 static_cast<unsigned long long>(usage.bytes), mib(usage.bytes).c_str());
 }
@@ -89,16 +136,19 @@ void print_text(const model::GgufFile& file, const model::ModelConfig& c) {
 
 Command register_info(CLI::App& root) {
   auto args = std::make_shared<InfoArgs>();
-  CLI::App* cmd = root.add_subcommand("info", "describe a model file: hyperparameters and tensor types");
-  cmd->add_option("--model", args->model_path, "GGUF model file (default: $KVSCOPE_MODEL, then SmolLM2-135M-Instruct)");
+  CLI::App* cmd = root.add_subcommand("info", "describe a model: format, architecture, sizes, weight types, tokenizer");
+  cmd->add_option("--model", args->model_path,
+                  "GGUF file or Hugging Face folder (default: $KVSCOPE_MODEL, then SmolLM2-135M-Instruct)");
   cmd->add_flag("--json", args->json, "print a JSON object instead of text");
   return {cmd, [args] {
-            const model::GgufFile file = model::GgufFile::open(model::resolve_model_path(args->model_path));
-            const model::ModelConfig config = model::read_config(file);
+            const auto path = model::resolve_model_path(args->model_path);
+            std::error_code ec;
+            const ModelSummary summary =
+                std::filesystem::is_directory(path, ec) ? summarize_hf(path) : summarize_gguf(path);
             if (args->json)
-              std::printf("%s\n", info_json(file, config).dump(2).c_str());
+              std::printf("%s\n", info_json(summary).dump(2).c_str());
             else
-              print_text(file, config);
+              print_text(summary);
             return 0;
           }};
 }

@@ -9,7 +9,7 @@
 namespace kvscope::app {
 
 void ModelOptions::add_to(CLI::App* cmd) {
-  cmd->add_option("--model", model_path, "GGUF model file (default: $KVSCOPE_MODEL, then SmolLM2-135M-Instruct)");
+  cmd->add_option("--model", model_path, "GGUF file or Hugging Face folder (default: $KVSCOPE_MODEL, then SmolLM2-135M-Instruct)");
   cmd->add_option("--threads", threads, "threads for the kernels and BLAS (0 = all cores, or $OMP_NUM_THREADS)")->check(CLI::NonNegativeNumber);
 }
 

@@ -26,8 +26,13 @@ void embedding_row(const model::QuantMatrix& table, int id, float* out);
 // out = x / rms(x) * weight, for one row of length dim.
 void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out);
 
-// Rotates the first rope_dim dimensions of each of n_heads vectors (each head_dim long) to `position`.
-void rope(float* heads, int n_heads, int head_dim, int rope_dim, int position, float base, model::RopeStyle style);
+// Rotates the first rope_dim dimensions of each of n_heads vectors (each head_dim long) to `position`;
+// freq_divisors (rope_dim/2 values, or null for none) scale each pair's frequency down (rope scaling).
+void rope(float* heads, int n_heads, int head_dim, int rope_dim, int position, float base, model::RopeStyle style,
+          const float* freq_divisors = nullptr);
+
+// x[i][j] += bias[j] for n rows of bias.size() values.
+void add_bias(float* x, const std::vector<float>& bias, int n);
 
 // sum_i a[i] * b[i], vectorized (the order of additions differs from a sequential loop).
 float dot(const float* a, const float* b, int n);

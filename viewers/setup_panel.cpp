@@ -263,7 +263,7 @@ void SetupPanel::draw(AppState& state) {
   ImGui::SeparatorText("Model");
   ImGui::SetNextItemWidth(-1);
   input_text("##model", model_path_);
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("GGUF file; empty: $KVSCOPE_MODEL or the default SmolLM2-135M-Instruct");
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("GGUF file or Hugging Face folder; empty: $KVSCOPE_MODEL or the default SmolLM2-135M-Instruct");
   if (model_path_.empty()) ImGui::TextDisabled("default model (SmolLM2-135M-Instruct)");
 
   ImGui::SeparatorText("Prompt");

@@ -20,6 +20,32 @@ namespace {
 double elapsed_ms(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
 }
+
+// What happens to q, k and v between their projections and the cache, in transformers' order: biases (Qwen2,
+// attention_bias), the per-head RMSNorm of q and k (Qwen3), then RoPE with the model's pairing and scaling.
+void finish_qk(const model::ModelConfig& c, const model::LayerWeights& lw, int n, const int32_t* positions, float* q,
+               float* k, float* v) {
+  const int q_dim = c.n_heads * c.head_dim;
+  const int kv_dim = c.n_kv_heads * c.head_dim;
+  if (c.qkv_bias) {
+    kernels::add_bias(q, lw.bq, n);
+    kernels::add_bias(k, lw.bk, n);
+    kernels::add_bias(v, lw.bv, n);
+  }
+  const float* divisors = c.rope_freq_divisors.empty() ? nullptr : c.rope_freq_divisors.data();
+  // A decode step has one row: a parallel region would only add a barrier for the other threads.
+#pragma omp parallel for schedule(static) if (n > 1)
+  for (int i = 0; i < n; ++i) {
+    float* qi = q + static_cast<std::size_t>(i) * q_dim;
+    float* ki = k + static_cast<std::size_t>(i) * kv_dim;
+    if (c.qk_norm) {
+      for (int h = 0; h < c.n_heads; ++h) kernels::rmsnorm(qi + h * c.head_dim, lw.q_norm.data(), c.head_dim, c.rms_eps, qi + h * c.head_dim);
+      for (int h = 0; h < c.n_kv_heads; ++h) kernels::rmsnorm(ki + h * c.head_dim, lw.k_norm.data(), c.head_dim, c.rms_eps, ki + h * c.head_dim);
+    }
+    kernels::rope(qi, c.n_heads, c.head_dim, c.rope_dim, positions[i], c.rope_base, c.rope_style, divisors);
+    kernels::rope(ki, c.n_kv_heads, c.head_dim, c.rope_dim, positions[i], c.rope_base, c.rope_style, divisors);
+  }
+}
 }  // namespace
 
 void set_threads(int threads) {
@@ -179,12 +205,7 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
     for (int i = 0; i < n; ++i)
       kernels::rmsnorm(&x[static_cast<std::size_t>(i) * c.dim], lw.attn_norm.data(), c.dim, c.rms_eps, &xb[static_cast<std::size_t>(i) * c.dim]);
     kernels::matmul_shared_input({{&lw.wq, q.data()}, {&lw.wk, k.data()}, {&lw.wv, v.data()}}, xb.data(), n);
-    // A decode step has one row: a parallel region would only add a barrier for the other threads.
-#pragma omp parallel for schedule(static) if (n > 1)
-    for (int i = 0; i < n; ++i) {
-      kernels::rope(&q[static_cast<std::size_t>(i) * q_dim], c.n_heads, c.head_dim, c.rope_dim, positions[i], c.rope_base, c.rope_style);
-      kernels::rope(&k[static_cast<std::size_t>(i) * kv_dim], c.n_kv_heads, c.head_dim, c.rope_dim, positions[i], c.rope_base, c.rope_style);
-    }
+    finish_qk(c, lw, n, positions.data(), q.data(), k.data(), v.data());
     run.cache.append(l, k.data(), v.data(), n, positions.data());
     if (run.capture && step.phase == Phase::Prefill) {
       run.capture->layers[l].keys = k;
@@ -194,6 +215,7 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
     attention(run, l, q.data(), n, positions.data(), step, attn_out.data());
 
     kernels::matmul(lw.wo, attn_out.data(), n, proj.data());
+    if (c.o_bias) kernels::add_bias(proj.data(), lw.bo, n);
     for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
     for (int i = 0; i < n; ++i)
       kernels::rmsnorm(&x[static_cast<std::size_t>(i) * c.dim], lw.ffn_norm.data(), c.dim, c.rms_eps, &xb[static_cast<std::size_t>(i) * c.dim]);

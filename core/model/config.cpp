@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "core/common/error.h"
@@ -10,18 +11,19 @@
 namespace kvscope::model {
 namespace {
 
-// Architectures whose GGUF files use llama's keys, tensor names and permuted (adjacent-pair) RoPE.
-// qwen2 is not here: its GGUF files carry q/k/v biases and use half-split RoPE, which the engine lacks.
-constexpr std::array<const char*, 2> kSupportedArchitectures = {"llama", "mistral"};
-
-// Upper bounds well beyond any model kvscope could run; they only catch corrupt or hostile metadata
-// before a value reaches a size computation.
-constexpr int64_t kMaxLayers = 1024;
-constexpr int64_t kMaxHeads = 1024;
-constexpr int64_t kMaxDim = 1 << 16;
-constexpr int64_t kMaxFfnDim = 1 << 20;
-constexpr int64_t kMaxVocab = 1 << 22;
-constexpr int64_t kMaxContext = 1 << 24;
+// Architectures whose GGUF files use llama's key and tensor names. llama.cpp's converter permutes llama's q/k
+// rows for adjacent-pair RoPE; qwen2/qwen3 keep Hugging Face's order and llama.cpp rotates them NEOX-style
+// (half split). qwen2 adds q/k/v biases, qwen3 a per-head RMSNorm of q and k.
+struct GgufArchitecture {
+  const char* name;
+  RopeStyle rope_style;
+  bool qkv_bias;
+  bool qk_norm;
+};
+constexpr std::array<GgufArchitecture, 4> kSupportedArchitectures = {{{"llama", RopeStyle::AdjacentPairs, false, false},
+                                                                      {"mistral", RopeStyle::AdjacentPairs, false, false},
+                                                                      {"qwen2", RopeStyle::HalfSplit, true, false},
+                                                                      {"qwen3", RopeStyle::HalfSplit, false, true}}};
 
 class ConfigReader {
  public:
@@ -65,13 +67,13 @@ class ConfigReader {
 
 std::string supported_list() {
   std::string list;
-  for (const char* name : kSupportedArchitectures) list += (list.empty() ? "" : ", ") + std::string(name);
+  for (const auto& a : kSupportedArchitectures) list += (list.empty() ? "" : ", ") + std::string(a.name);
   return list;
 }
 
-void check_architecture(const GgufFile& file, const std::string& architecture) {
-  for (const char* name : kSupportedArchitectures)
-    if (architecture == name) return;
+const GgufArchitecture& find_architecture(const GgufFile& file, const std::string& architecture) {
+  for (const auto& a : kSupportedArchitectures)
+    if (architecture == a.name) return a;
   throw Error(file.path().string() + ": metadata 'general.architecture': '" + architecture +
               "' is not supported (supported: " + supported_list() + ")");
 }
@@ -92,7 +94,7 @@ void read_shape(const ConfigReader& reader, ModelConfig& config) {
   config.ffn_dim = reader.integer("feed_forward_length", 1, kMaxFfnDim);
   config.n_heads = reader.integer("attention.head_count", 1, kMaxHeads);
   config.n_kv_heads = reader.integer("attention.head_count_kv", 1, config.n_heads, config.n_heads);
-  if (config.dim % config.n_heads != 0)
+  if (!reader.file().has(reader.key("attention.key_length")) && config.dim % config.n_heads != 0)
     reader.fail(reader.key("attention.head_count"),
                 std::to_string(config.n_heads) + " does not divide embedding_length " + std::to_string(config.dim) +
                     " (expected a divisor)");
@@ -100,14 +102,12 @@ void read_shape(const ConfigReader& reader, ModelConfig& config) {
     reader.fail(reader.key("attention.head_count_kv"),
                 std::to_string(config.n_kv_heads) + " does not divide head_count " + std::to_string(config.n_heads) +
                     " (expected a divisor)");
-  config.head_dim = config.dim / config.n_heads;
-  // Some architectures decouple the head size from dim / heads; the engine assumes they agree.
-  for (const char* suffix : {"attention.key_length", "attention.value_length"}) {
-    const int64_t length = reader.file().get_int(reader.key(suffix), config.head_dim);
-    if (length != config.head_dim)
-      reader.fail(reader.key(suffix), std::to_string(length) + " differs from embedding_length / head_count = " +
-                                          std::to_string(config.head_dim) + " (expected them to agree)");
-  }
+  // Qwen3 decouples the head size from dim / heads (key_length); keys and values must still agree.
+  config.head_dim = reader.integer("attention.key_length", 2, kMaxDim, config.dim / config.n_heads);
+  const int64_t value_length = reader.file().get_int(reader.key("attention.value_length"), config.head_dim);
+  if (value_length != config.head_dim)
+    reader.fail(reader.key("attention.value_length"), std::to_string(value_length) + " differs from the key length " +
+                                                          std::to_string(config.head_dim) + " (expected them to agree)");
 }
 
 void read_positions(const ConfigReader& reader, ModelConfig& config) {
@@ -118,10 +118,18 @@ void read_positions(const ConfigReader& reader, ModelConfig& config) {
                 std::to_string(config.rope_dim) + " is odd (expected an even number of rotated dimensions)");
   const std::string base_key = reader.key("rope.freq_base");
   config.rope_base = reader.positive_float(base_key, reader.file().get_float(base_key, 10000.0), 1e12);
+  // Llama 3.1+ GGUFs carry their rope scaling as one frequency divisor per rotated pair (llama.cpp's freq_factors).
+  if (const GgufTensorInfo* freqs = reader.file().find_tensor("rope_freqs.weight")) {
+    if (freqs->type != GgmlType::F32 || freqs->shape.size() != 1 || freqs->shape[0] != static_cast<uint64_t>(config.rope_dim / 2))
+      reader.fail("rope_freqs.weight", "tensor must be F32 of " + std::to_string(config.rope_dim / 2) +
+                                           " values (one per rotated pair)");
+    config.rope_freq_divisors.resize(static_cast<std::size_t>(config.rope_dim / 2));
+    std::memcpy(config.rope_freq_divisors.data(), freqs->data, config.rope_freq_divisors.size() * sizeof(float));
+    for (float d : config.rope_freq_divisors)
+      if (!std::isfinite(d) || d <= 0.0f) reader.fail("rope_freqs.weight", "holds " + std::to_string(d) + " (expected positive divisors)");
+  }
   const std::string eps_key = reader.key("attention.layer_norm_rms_epsilon");
   config.rms_eps = reader.positive_float(eps_key, reader.file().get_float(eps_key), 1.0);
-  // GGUF llama converters permute q/k so that RoPE rotates adjacent pairs.
-  config.rope_style = RopeStyle::AdjacentPairs;
 }
 
 }  // namespace
@@ -129,7 +137,10 @@ void read_positions(const ConfigReader& reader, ModelConfig& config) {
 ModelConfig read_config(const GgufFile& file) {
   ModelConfig config;
   config.architecture = file.get_string("general.architecture");
-  check_architecture(file, config.architecture);
+  const GgufArchitecture& architecture = find_architecture(file, config.architecture);
+  config.rope_style = architecture.rope_style;
+  config.qkv_bias = architecture.qkv_bias;
+  config.qk_norm = architecture.qk_norm;
   config.name = file.get_string("general.name", file.path().stem().string());
   const ConfigReader reader(file, config.architecture);
   read_shape(reader, config);

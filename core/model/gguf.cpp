@@ -1,10 +1,5 @@
 #include "core/model/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -240,40 +235,18 @@ uint64_t GgufTensorInfo::elements() const {
 GgufFile GgufFile::open(const std::filesystem::path& path) {
   GgufFile file;
   file.path_ = path;
-  const std::string name = path.string();
-  const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(name + ": cannot open model file: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw Error(name + ": cannot stat model file: " + std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(name + ": not a regular file (expected a GGUF model file)");
-  }
-  if (st.st_size == 0) {
-    ::close(fd);
-    throw Error(name + ": file is empty (expected a GGUF header)");
-  }
-  const auto size = static_cast<uint64_t>(st.st_size);
-  void* mapping = ::mmap(nullptr, static_cast<std::size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (mapping == MAP_FAILED) throw Error(name + ": cannot memory-map model file: " + std::strerror(map_errno));
-  file.mapping_ = mapping;
-  file.size_ = size;
-  file.parse(static_cast<const uint8_t*>(mapping), size);  // on a throw, ~GgufFile unmaps
+  file.image_ = MappedFile::open(path, "GGUF model file");
+  file.size_ = file.image_.size();
+  file.parse(file.image_.data(), file.size_);
   return file;
 }
 
 GgufFile GgufFile::open_memory(const uint8_t* data, std::size_t size, const std::string& name) {
   GgufFile file;
   file.path_ = name;
-  file.owned_.assign(data, data + size);
+  file.image_ = MappedFile::copy_of(data, size);
   file.size_ = size;
-  file.parse(file.owned_.data(), size);
+  file.parse(file.image_.data(), size);
   return file;
 }
 
@@ -382,40 +355,6 @@ void GgufFile::parse(const uint8_t* data, uint64_t size) {
     info.data = data + data_start + info.offset;
   }
 }
-
-void GgufFile::release() {
-  if (mapping_) ::munmap(mapping_, static_cast<std::size_t>(size_));
-  mapping_ = nullptr;
-}
-
-GgufFile::GgufFile(GgufFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      version_(other.version_),
-      size_(other.size_),
-      alignment_(other.alignment_),
-      metadata_(std::move(other.metadata_)),
-      tensors_(std::move(other.tensors_)),
-      tensor_index_(std::move(other.tensor_index_)),
-      mapping_(std::exchange(other.mapping_, nullptr)),
-      owned_(std::move(other.owned_)) {}
-
-GgufFile& GgufFile::operator=(GgufFile&& other) noexcept {
-  if (this != &other) {
-    release();
-    path_ = std::move(other.path_);
-    version_ = other.version_;
-    size_ = other.size_;
-    alignment_ = other.alignment_;
-    metadata_ = std::move(other.metadata_);
-    tensors_ = std::move(other.tensors_);
-    tensor_index_ = std::move(other.tensor_index_);
-    mapping_ = std::exchange(other.mapping_, nullptr);
-    owned_ = std::move(other.owned_);
-  }
-  return *this;
-}
-
-GgufFile::~GgufFile() { release(); }
 
 const GgufTensorInfo* GgufFile::find_tensor(const std::string& name) const {
   const auto it = tensor_index_.find(name);

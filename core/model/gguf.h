@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/common/mapped_file.h"
 #include "core/model/ggml_type.h"
 
 namespace kvscope::model {
@@ -39,9 +40,8 @@ class GgufFile {
   // Parses a copy of an in-memory image; `name` stands in for the path in messages (tests, fuzzing).
   static GgufFile open_memory(const uint8_t* data, std::size_t size, const std::string& name);
 
-  GgufFile(GgufFile&&) noexcept;
-  GgufFile& operator=(GgufFile&&) noexcept;
-  ~GgufFile();
+  GgufFile(GgufFile&&) noexcept = default;
+  GgufFile& operator=(GgufFile&&) noexcept = default;
 
   const std::filesystem::path& path() const { return path_; }
   uint32_t version() const { return version_; }
@@ -69,7 +69,6 @@ class GgufFile {
  private:
   GgufFile() = default;
   void parse(const uint8_t* data, uint64_t size);
-  void release();
 
   std::filesystem::path path_;
   uint32_t version_ = 0;
@@ -78,8 +77,7 @@ class GgufFile {
   std::map<std::string, GgufValue> metadata_;
   std::vector<GgufTensorInfo> tensors_;
   std::map<std::string, std::size_t> tensor_index_;
-  void* mapping_ = nullptr;                // the mmap of path_, or null
-  std::vector<uint8_t> owned_;             // the image of open_memory
+  MappedFile image_;  // the mapping of path_, or the copy open_memory took
 };
 
 // The GGUF name of a value's type ("uint32", "string", "array of string", ...), for messages.

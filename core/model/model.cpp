@@ -6,6 +6,7 @@
 
 #include "core/common/error.h"
 #include "core/common/sha256.h"
+#include "core/model/tokenizer_json.h"
 
 namespace kvscope::model {
 namespace {
@@ -15,6 +16,8 @@ bool is_file(const std::filesystem::path& path) {
   return std::filesystem::is_regular_file(path, ec);
 }
 
+bool is_model(const std::filesystem::path& path) { return is_file(path) || is_hf_folder(path); }
+
 std::filesystem::path executable_dir() {
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -23,29 +26,58 @@ std::filesystem::path executable_dir() {
 
 }  // namespace
 
-Model::Model(GgufFile file_in, ModelConfig config_in, ModelWeights weights_in, std::unique_ptr<Tokenizer> tokenizer_in)
-    : file(std::move(file_in)),
+Model::Model(std::variant<GgufFile, HfFolder> files_in, ModelConfig config_in, ModelWeights weights_in,
+             std::unique_ptr<Tokenizer> tokenizer_in, std::string tokenizer_description_in)
+    : files(std::move(files_in)),
       config(std::move(config_in)),
       weights(std::move(weights_in)),
-      tokenizer(std::move(tokenizer_in)) {}
+      tokenizer(std::move(tokenizer_in)),
+      tokenizer_description(std::move(tokenizer_description_in)) {}
+
+const std::filesystem::path& Model::path() const { return gguf() ? gguf()->path() : hf_folder()->dir(); }
 
 const std::string& Model::sha256() const {
-  std::call_once(hash_cache_->once, [&] { hash_cache_->hex = file_sha256(file.path()); });
+  std::call_once(hash_cache_->once, [&] {
+    if (gguf()) {
+      hash_cache_->hex = file_sha256(gguf()->path());
+      return;
+    }
+    std::string listing;
+    for (const auto& file : hf_folder()->defining_files())
+      listing += file_sha256(file) + "  " + file.filename().string() + "\n";
+    hash_cache_->hex = sha256_hex(listing);
+  });
   return hash_cache_->hex;
 }
 
+const char* format_name(ModelFormat format) { return format == ModelFormat::Gguf ? "gguf" : "huggingface"; }
+
 Model load_model(const std::filesystem::path& path) {
+  if (is_hf_folder(path)) {
+    HfFolder folder = HfFolder::open(path);
+    ModelConfig config = read_config(folder);
+    ModelWeights weights = bind_weights(folder, config);
+    LoadedTokenizer loaded = load_tokenizer_json(path);
+    return Model(std::move(folder), std::move(config), std::move(weights), std::move(loaded.tokenizer),
+                 std::move(loaded.description));
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(path.string() + ": folder has no config.json (expected a GGUF file or a Hugging Face model folder)");
   GgufFile file = GgufFile::open(path);
   ModelConfig config = read_config(file);
   ModelWeights weights = bind_weights(file, config);
   std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(file);
-  return Model(std::move(file), std::move(config), std::move(weights), std::move(tokenizer));
+  const std::string kind = file.get_string("tokenizer.ggml.model", "unknown");
+  const std::string pre = file.get_string("tokenizer.ggml.pre", "");
+  std::string description = kind + (pre.empty() ? "" : " (pre-tokenizer " + pre + ")");
+  return Model(std::move(file), std::move(config), std::move(weights), std::move(tokenizer), std::move(description));
 }
 
 std::filesystem::path default_model_path() {
   if (const char* env = std::getenv("KVSCOPE_MODEL"); env && *env) {
-    if (!is_file(env))
-      throw Error(std::string(env) + ": KVSCOPE_MODEL names no model file (expected a GGUF file path)");
+    if (!is_model(env))
+      throw Error(std::string(env) + ": KVSCOPE_MODEL names no model (expected a GGUF file or a Hugging Face folder)");
     return env;
   }
   const std::filesystem::path relative = std::filesystem::path(".deps") / "models" / kDefaultModelFile;

@@ -1,26 +1,40 @@
 #pragma once
-// A loaded model: the mapped file, its hyperparameters, its weights and its tokenizer.
+// A loaded model: the mapped files, its hyperparameters, its weights and its tokenizer. It comes from a GGUF
+// file or from a Hugging Face folder (config.json, safetensors, tokenizer.json).
 #include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <variant>
 
 #include "core/model/config.h"
 #include "core/model/gguf.h"
+#include "core/model/hf_folder.h"
 #include "core/model/tokenizer.h"
 #include "core/model/weights.h"
 
 namespace kvscope::model {
 
-struct Model {
-  Model(GgufFile file, ModelConfig config, ModelWeights weights, std::unique_ptr<Tokenizer> tokenizer);
+enum class ModelFormat { Gguf, HuggingFace };
 
-  GgufFile file;  // owns the mapping the weights point into; declared first so it is destroyed last
+struct Model {
+  Model(std::variant<GgufFile, HfFolder> files, ModelConfig config, ModelWeights weights,
+        std::unique_ptr<Tokenizer> tokenizer, std::string tokenizer_description);
+
+  // Owns the mappings the weights point into; declared first so it is destroyed last.
+  std::variant<GgufFile, HfFolder> files;
   ModelConfig config;
   ModelWeights weights;
   std::unique_ptr<Tokenizer> tokenizer;
+  std::string tokenizer_description;  // the tokenizer's kind, e.g. "gpt2 (pre-tokenizer smollm)"
 
-  // SHA-256 of the model file, hashed on first use (hashing a large file takes seconds) and then cached.
+  ModelFormat format() const { return files.index() == 0 ? ModelFormat::Gguf : ModelFormat::HuggingFace; }
+  const std::filesystem::path& path() const;  // the GGUF file or the folder
+  const GgufFile* gguf() const { return std::get_if<GgufFile>(&files); }
+  const HfFolder* hf_folder() const { return std::get_if<HfFolder>(&files); }
+
+  // SHA-256 identifying the weights, hashed on first use (hashing a large file takes seconds) and then cached:
+  // of the GGUF file; for a folder, of the sha256sum-style listing "<hash>  <name>\n" of its defining files.
   const std::string& sha256() const;
 
  private:
@@ -32,7 +46,10 @@ struct Model {
   std::unique_ptr<HashCache> hash_cache_ = std::make_unique<HashCache>();
 };
 
-// Opens the GGUF file and builds config, weights and tokenizer; throws Error naming the file and field.
+const char* format_name(ModelFormat format);  // "gguf", "huggingface"
+
+// Opens a GGUF file or a Hugging Face folder and builds config, weights and tokenizer; throws Error naming the
+// file and field.
 Model load_model(const std::filesystem::path& path);
 
 // The model to use when the caller has no --model: $KVSCOPE_MODEL, else the default model fetched into the

@@ -3,18 +3,14 @@
 #include <string>
 
 #include "core/common/error.h"
+#include "core/common/shape_text.h"
 #include "core/model/config.h"
 #include "core/model/gguf.h"
+#include "core/model/weight_binding.h"
 #include "kernels/common/dequantize.h"
 
 namespace kvscope::model {
 namespace {
-
-std::string shape_text(const std::vector<uint64_t>& shape) {
-  std::string text = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
 
 [[noreturn]] void tensor_error(const GgufFile& file, const GgufTensorInfo& info, const std::string& what) {
   throw Error(file.path().string() + ": tensor '" + info.name + "' " + what);
@@ -46,13 +42,7 @@ QuantMatrix bind_matrix(const GgufFile& file, const std::string& name, int rows,
                                  std::to_string(rows) + "] for " + std::to_string(rows) + " rows of " +
                                  std::to_string(cols) + " values)");
   check_supported_type(file, info);
-  QuantMatrix matrix;
-  matrix.type = info.type;
-  matrix.rows = rows;
-  matrix.cols = cols;
-  matrix.data = info.data;
-  matrix.row_bytes = ggml_row_bytes(info.type, static_cast<uint64_t>(cols));
-  return matrix;
+  return QuantMatrix::view(info.type, rows, cols, info.data);
 }
 
 std::vector<float> bind_vector(const GgufFile& file, const std::string& name, int length) {
@@ -67,34 +57,14 @@ std::vector<float> bind_vector(const GgufFile& file, const std::string& name, in
   return values;
 }
 
-LayerWeights bind_layer(const GgufFile& file, const ModelConfig& config, int layer) {
-  const std::string prefix = "blk." + std::to_string(layer) + ".";
-  const int q_dim = config.n_heads * config.head_dim;
-  const int kv_dim = config.n_kv_heads * config.head_dim;
-  LayerWeights weights;
-  weights.attn_norm = bind_vector(file, prefix + "attn_norm.weight", config.dim);
-  weights.ffn_norm = bind_vector(file, prefix + "ffn_norm.weight", config.dim);
-  weights.wq = bind_matrix(file, prefix + "attn_q.weight", q_dim, config.dim);
-  weights.wk = bind_matrix(file, prefix + "attn_k.weight", kv_dim, config.dim);
-  weights.wv = bind_matrix(file, prefix + "attn_v.weight", kv_dim, config.dim);
-  weights.wo = bind_matrix(file, prefix + "attn_output.weight", config.dim, q_dim);
-  weights.w_gate = bind_matrix(file, prefix + "ffn_gate.weight", config.ffn_dim, config.dim);
-  weights.w_up = bind_matrix(file, prefix + "ffn_up.weight", config.ffn_dim, config.dim);
-  weights.w_down = bind_matrix(file, prefix + "ffn_down.weight", config.dim, config.ffn_dim);
-  return weights;
-}
-
 }  // namespace
 
 ModelWeights bind_weights(const GgufFile& file, const ModelConfig& config) {
-  ModelWeights weights;
-  weights.token_embedding = bind_matrix(file, "token_embd.weight", config.vocab_size, config.dim);
-  weights.output_norm = bind_vector(file, "output_norm.weight", config.dim);
-  weights.output = file.find_tensor("output.weight") ? bind_matrix(file, "output.weight", config.vocab_size, config.dim)
-                                                     : weights.token_embedding;
-  weights.layers.reserve(static_cast<std::size_t>(config.n_layers));
-  for (int layer = 0; layer < config.n_layers; ++layer) weights.layers.push_back(bind_layer(file, config, layer));
-  return weights;
+  const auto matrix = [&](const std::string& name, int rows, int cols) { return bind_matrix(file, name, rows, cols); };
+  const auto vector = [&](const std::string& name, int length) { return bind_vector(file, name, length); };
+  // llama.cpp leaves output.weight out when the head is tied to the embedding.
+  return bind_model({"token_embd.weight", "output_norm.weight", "output.weight", gguf_layer_names}, config,
+                    file.find_tensor("output.weight") != nullptr, matrix, vector);
 }
 
 }  // namespace kvscope::model

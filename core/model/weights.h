@@ -1,5 +1,5 @@
 #pragma once
-// The model's tensors, as views into the memory-mapped GGUF file (never copied whole).
+// The model's tensors, as views into the memory-mapped GGUF or safetensors files (never copied whole).
 #include <cstdint>
 #include <vector>
 
@@ -8,6 +8,7 @@
 namespace kvscope::model {
 
 class GgufFile;
+class HfFolder;
 struct ModelConfig;
 
 // A weight matrix W[rows][cols] stored row-major in its file type: y = W x takes x of length cols.
@@ -18,6 +19,11 @@ struct QuantMatrix {
   const uint8_t* data = nullptr;
   std::size_t row_bytes = 0;
   const uint8_t* row(int r) const { return data + static_cast<std::size_t>(r) * row_bytes; }
+
+  // A view of rows x cols values of `type` stored row-major at `data`.
+  static QuantMatrix view(GgmlType type, int rows, int cols, const uint8_t* data) {
+    return {type, rows, cols, data, ggml_row_bytes(type, static_cast<uint64_t>(cols))};
+  }
 };
 
 struct LayerWeights {
@@ -30,6 +36,10 @@ struct LayerWeights {
   QuantMatrix w_gate;  // [ffn_dim][dim]
   QuantMatrix w_up;    // [ffn_dim][dim]
   QuantMatrix w_down;  // [dim][ffn_dim]
+  // Present only when the config asks for them (ModelConfig::qkv_bias, o_bias, qk_norm); empty otherwise.
+  std::vector<float> bq, bk, bv;  // [n_heads*head_dim], [n_kv_heads*head_dim] x2
+  std::vector<float> bo;          // [dim]
+  std::vector<float> q_norm, k_norm;  // [head_dim], shared by all heads
 };
 
 struct ModelWeights {
@@ -41,5 +51,8 @@ struct ModelWeights {
 
 // Binds every tensor the config needs, checking names, shapes and types; throws Error naming the tensor.
 ModelWeights bind_weights(const GgufFile& file, const ModelConfig& config);
+// The same from a Hugging Face folder's safetensors (core/model/hf_weights.cpp): the matrices stay in their
+// F32/F16/BF16 storage, and only the norm vectors are converted to float.
+ModelWeights bind_weights(const HfFolder& folder, const ModelConfig& config);
 
 }  // namespace kvscope::model

@@ -13,9 +13,16 @@
 namespace kvscope::run {
 
 PrefillKey prefill_key(const model::Model& model, const std::vector<int>& prompt, const RunSpec& spec, bool recording) {
+  // The model by path and size: a GGUF file's, or the sum over a Hugging Face folder's files.
   std::error_code ec;
-  const auto& path = model.file.path();
-  const auto size = std::filesystem::file_size(path, ec);
+  const auto& path = model.path();
+  std::uintmax_t size = 0;
+  if (std::filesystem::is_directory(path, ec)) {
+    for (const auto& entry : std::filesystem::directory_iterator(path, ec))
+      if (entry.is_regular_file(ec)) size += entry.file_size(ec);
+  } else {
+    size = std::filesystem::file_size(path, ec);
+  }
   PrefillKey key;
   key.model = path.string() + "#" + std::to_string(ec ? 0 : size);
   key.prompt = prompt;

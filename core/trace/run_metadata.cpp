@@ -36,9 +36,7 @@ std::string model_sizes(const model::ModelConfig& c) {
 }
 
 std::string tokenizer_description(const model::Model& model) {
-  const std::string kind = model.file.get_string("tokenizer.ggml.model", "unknown");
-  const std::string pre = model.file.get_string("tokenizer.ggml.pre", "");
-  std::string text = kind + (pre.empty() ? "" : " (pre-tokenizer " + pre + ")");
+  std::string text = model.tokenizer_description;
   if (model.tokenizer) text += ", " + std::to_string(model.tokenizer->vocab_size()) + " tokens";
   return text;
 }
@@ -50,7 +48,8 @@ std::map<std::string, std::string> run_metadata(const model::Model& model, const
   const auto allocation = run.policy_params.find("allocation");
   const auto& s = run.options.sampling;
   return {
-      {"model", model.file.path().string()},
+      {"model", model.path().string()},
+      {"model_format", model::format_name(model.format())},
       {"model_name", model.config.name},
       {"model_architecture", model.config.architecture},
       {"model_config", model_sizes(model.config)},

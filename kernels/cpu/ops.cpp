@@ -19,16 +19,24 @@ void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out
   for (int i = 0; i < dim; ++i) out[i] = x[i] * scale * weight[i];
 }
 
-void rope(float* heads, int n_heads, int head_dim, int rope_dim, int position, float base, model::RopeStyle style) {
+void rope(float* heads, int n_heads, int head_dim, int rope_dim, int position, float base, model::RopeStyle style,
+          const float* freq_divisors) {
   for (int h = 0; h < n_heads; ++h) {
     float* v = heads + static_cast<long>(h) * head_dim;
     for (int pair = 0; pair < rope_dim / 2; ++pair) {
+      const float divisor = freq_divisors ? freq_divisors[pair] : 1.0f;
       if (style == model::RopeStyle::AdjacentPairs)
-        rope_rotate_pair(v[2 * pair], v[2 * pair + 1], pair, rope_dim, position, base);
+        rope_rotate_pair(v[2 * pair], v[2 * pair + 1], pair, rope_dim, position, base, divisor);
       else
-        rope_rotate_pair(v[pair], v[pair + rope_dim / 2], pair, rope_dim, position, base);
+        rope_rotate_pair(v[pair], v[pair + rope_dim / 2], pair, rope_dim, position, base, divisor);
     }
   }
+}
+
+void add_bias(float* x, const std::vector<float>& bias, int n) {
+  const std::size_t width = bias.size();
+  for (int i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < width; ++j) x[i * width + j] += bias[j];
 }
 
 float dot(const float* a, const float* b, int n) {

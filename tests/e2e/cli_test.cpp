@@ -118,3 +118,23 @@ TEST_CASE("generate --json gives a complete machine-readable record") {
   CHECK(j["cache"]["peak_bytes"].get<long>() >= j["cache"]["bytes"].get<long>());
   CHECK(j["policy"]["name"] == "streaming_llm");
 }
+
+TEST_CASE("info describes a Hugging Face folder: format, architecture, storage types, tokenizer") {
+  const auto folder = std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / "qwen3";
+  auto o = run("info --json --model " + folder.string());
+  REQUIRE(o.exit_code == 0);
+  const auto j = nlohmann::json::parse(o.output);
+  CHECK(j["format"] == "Hugging Face safetensors (1 file)");
+  CHECK(j["architecture"] == "Qwen3ForCausalLM");
+  CHECK(j["head_dim"] == 24);
+  CHECK(j["n_kv_heads"] == 1);
+  CHECK(j["rope_style"] == "rotate-half");
+  CHECK(j["tokenizer"] == "tokenizer.json byte-level BPE (pre-tokenizer qwen2), NFC input required");
+  CHECK(j["tensor_types"]["F32"]["tensors"].get<int>() > 0);
+  o = run("info --model " + (std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / "qwen2").string());
+  CHECK(o.exit_code == 0);
+  CHECK_THAT(o.output, Catch::Contains("Qwen2ForCausalLM") && Catch::Contains("BF16"));
+  o = run("info --model " + std::filesystem::path(KVSCOPE_FIXTURES_DIR).string());  // a folder, but no model
+  CHECK(o.exit_code == 1);
+  CHECK_THAT(o.output, Catch::Contains("no config.json"));
+}

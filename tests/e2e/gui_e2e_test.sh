@@ -97,4 +97,21 @@ grep -q "<svg" "$work/stats.svg" || fail "figure SVG is not SVG"
 if env -u DISPLAY "$kvscope" figure "$work/saved.h5" --view attention --layer 99 --out "$work/bad.png" 2>/dev/null; then
   fail "an out-of-range layer was accepted"
 fi
+# A Hugging Face folder runs live in the window too (the build converts the default GGUF into one).
+hf="$(dirname "$kvscope")/../fixtures/smollm2-hf/bf16"
+[ -f "$hf/config.json" ] || fail "no Hugging Face test folder at $hf (built by the target kvscope_hf_fixtures)"
+cat > "$work/hf.kvs" <<SCRIPT
+prompt The keeper wrote the weather in his log every night: wind, swell and ships. Where was the key?
+policy h2o
+budget 50%
+tokens 3
+run
+wait 1200
+frames 3
+screenshot $work/hf_shot.png
+quit
+SCRIPT
+xvfb-run -a -s "-screen 0 1280x800x24" "$kvscope" gui --model "$hf" --width 1280 --height 800 --script "$work/hf.kvs" \
+  2> "$work/gui_hf.log" || { cat "$work/gui_hf.log" >&2; fail "gui on the Hugging Face folder exited with an error"; }
+check_png "$work/hf_shot.png" 1280 800 400
 echo "gui e2e: all checks passed"

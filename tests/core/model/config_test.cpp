@@ -96,10 +96,33 @@ TEST_CASE("read_config takes explicit values over defaults", "[config]") {
 }
 
 TEST_CASE("read_config rejects unsupported architectures, listing the supported ones", "[config]") {
-  expect_config_error(base("qwen2"), {"'general.architecture'", "'qwen2' is not supported", "supported: llama, mistral"});
+  expect_config_error(base("gpt2"), {"'general.architecture'", "'gpt2' is not supported", "supported: llama, mistral, qwen2, qwen3"});
   GgufBuilder none;
   none.u32("llama.block_count", 2);
   expect_config_error(none, {"'general.architecture'", "missing"});
+}
+
+TEST_CASE("read_config gives qwen2 biases and qwen3 q/k norms, both with half-split RoPE", "[config]") {
+  auto qwen2 = base("qwen2");
+  qwen2.u32("qwen2.vocab_size", 10);
+  const ModelConfig c2 = config_of(qwen2);
+  CHECK(c2.rope_style == kvscope::model::RopeStyle::HalfSplit);
+  CHECK(c2.qkv_bias);
+  CHECK_FALSE(c2.qk_norm);
+  auto qwen3 = base("qwen3");
+  qwen3.u32("qwen3.vocab_size", 10).u32("qwen3.attention.key_length", 32).u32("qwen3.attention.value_length", 32);
+  const ModelConfig c3 = config_of(qwen3);
+  CHECK(c3.rope_style == kvscope::model::RopeStyle::HalfSplit);
+  CHECK(c3.qk_norm);
+  CHECK_FALSE(c3.qkv_bias);
+  CHECK(c3.head_dim == 32);  // decoupled from embedding_length / head_count = 16
+  CHECK(c3.rope_dim == 32);
+  CHECK(config_of([] {
+          auto b = base();
+          b.u32("llama.vocab_size", 10);
+          return b;
+        }())
+            .rope_style == kvscope::model::RopeStyle::AdjacentPairs);
 }
 
 TEST_CASE("read_config validates ranges and divisibility, naming the key", "[config]") {
@@ -154,10 +177,10 @@ TEST_CASE("read_config validates ranges and divisibility, naming the key", "[con
     nan_eps.u32("llama.vocab_size", 10);
     expect_config_error(nan_eps, {"'llama.attention.layer_norm_rms_epsilon'", "finite"});
   }
-  SECTION("head size decoupled from dim / heads") {
+  SECTION("value length differing from the key length") {
     auto b = base();
-    b.u32("llama.attention.key_length", 128).u32("llama.vocab_size", 10);
-    expect_config_error(b, {"'llama.attention.key_length'", "128 differs from embedding_length / head_count = 16"});
+    b.u32("llama.attention.key_length", 128).u32("llama.attention.value_length", 64).u32("llama.vocab_size", 10);
+    expect_config_error(b, {"'llama.attention.value_length'", "64 differs from the key length 128"});
   }
   SECTION("no vocabulary size anywhere") {
     expect_config_error(base(), {"'llama.vocab_size'", "missing", "tokenizer.ggml.tokens"});

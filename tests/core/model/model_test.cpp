@@ -85,7 +85,7 @@ TEST_CASE("load_model on the real default model", "[model][real]") {
   CHECK(m.tokenizer->vocab_size() == 49152);
   // Moving the model keeps the weights pointing into the same live mapping.
   model::Model moved = std::move(m);
-  CHECK(moved.weights.token_embedding.data == moved.file.tensor("token_embd.weight").data);
+  CHECK(moved.weights.token_embedding.data == moved.gguf()->tensor("token_embd.weight").data);
   CHECK(moved.sha256() == golden()["model_sha256"].get<std::string>());
   CHECK(moved.sha256() == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53");  // scripts/fetch_model.sh
 }

@@ -15,27 +15,38 @@
 
 namespace kvscope::test {
 
-// A file under a per-process temporary folder, deleted when the object goes away.
-class TempFile {
+// A fresh folder under the temporary directory, removed with everything in it when the object goes away.
+class TempDir {
  public:
-  TempFile(const std::string& name, const std::vector<uint8_t>& bytes) {
+  TempDir() {
     static std::atomic<int> counter{0};
-    const auto dir = std::filesystem::temp_directory_path() /
-                     ("kvscope_model_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::create_directories(dir);
-    path_ = dir / name;
-    std::ofstream out(path_, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    path_ = std::filesystem::temp_directory_path() /
+            ("kvscope_model_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::create_directories(path_);
   }
-  ~TempFile() {
+  ~TempDir() {
     std::error_code ec;
-    std::filesystem::remove_all(path_.parent_path(), ec);
+    std::filesystem::remove_all(path_, ec);
   }
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
   const std::filesystem::path& path() const { return path_; }
 
  private:
+  std::filesystem::path path_;
+};
+
+// A file in its own temporary folder, deleted when the object goes away.
+class TempFile {
+ public:
+  TempFile(const std::string& name, const std::vector<uint8_t>& bytes) : path_(dir_.path() / name) {
+    std::ofstream out(path_, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  TempDir dir_;
   std::filesystem::path path_;
 };
 

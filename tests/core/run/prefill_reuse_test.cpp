@@ -149,7 +149,7 @@ TEST_CASE("a captured prefill never serves a run whose upstream inputs differ", 
 
   // Another model file: a link to the same weights under another name still counts as another model.
   const auto link = test::temp_file("prefill_model_link", ".gguf");
-  std::filesystem::create_symlink(model.file.path(), link);
+  std::filesystem::create_symlink(model.path(), link);
   const model::Model other = model::load_model(link);
   check_fresh(spec("snapkv"), other, "model file");
   std::filesystem::remove(link);

@@ -1,0 +1,58 @@
+// ModelWeights from a Hugging Face folder: Llama's tensor names (model.layers.N.self_attn.q_proj.weight ...),
+// stored [out_features, in_features] row-major, which is already the engine's W[rows][cols].
+#include <string>
+
+#include "core/common/error.h"
+#include "core/common/shape_text.h"
+#include "core/model/config.h"
+#include "core/model/hf_folder.h"
+#include "core/model/weight_binding.h"
+#include "core/model/weights.h"
+#include "kernels/common/dequantize.h"
+
+namespace kvscope::model {
+namespace {
+
+const SafetensorsTensor& require_tensor(const HfFolder& folder, const std::string& name) {
+  const SafetensorsTensor* tensor = folder.find_tensor(name);
+  if (!tensor)
+    throw Error(folder.dir().string() + ": tensor '" + name + "' is in none of the safetensors files (expected by " +
+                folder.config().value("architectures", nlohmann::json::array({"the architecture"}))[0].dump() + ")");
+  return *tensor;
+}
+
+[[noreturn]] void shape_error(const HfFolder& folder, const SafetensorsTensor& t,
+                              const std::vector<uint64_t>& expected) {
+  throw Error(folder.shard_of(t.name).path().string() + ": tensor '" + t.name + "' shape: " + shape_text(t.shape) +
+              " (expected " + shape_text(expected) + " from config.json)");
+}
+
+QuantMatrix bind_matrix(const HfFolder& folder, const std::string& name, int rows, int cols) {
+  const SafetensorsTensor& t = require_tensor(folder, name);
+  const std::vector<uint64_t> expected = {static_cast<uint64_t>(rows), static_cast<uint64_t>(cols)};
+  if (t.shape != expected) shape_error(folder, t, expected);
+  return QuantMatrix::view(t.type, rows, cols, t.data);
+}
+
+std::vector<float> bind_vector(const HfFolder& folder, const std::string& name, int length) {
+  const SafetensorsTensor& t = require_tensor(folder, name);
+  const std::vector<uint64_t> expected = {static_cast<uint64_t>(length)};
+  if (t.shape != expected) shape_error(folder, t, expected);
+  std::vector<float> values(static_cast<std::size_t>(length));
+  kernels::dequantize_row(t.type, t.data, values.data(), length);
+  return values;
+}
+
+}  // namespace
+
+ModelWeights bind_weights(const HfFolder& folder, const ModelConfig& config) {
+  const auto matrix = [&](const std::string& name, int rows, int cols) {
+    return bind_matrix(folder, name, rows, cols);
+  };
+  const auto vector = [&](const std::string& name, int length) { return bind_vector(folder, name, length); };
+  // transformers ties the head to the embedding when config.json says so, whatever lm_head the files hold.
+  return bind_model({"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", hf_layer_names}, config,
+                    !config.tied_embeddings, matrix, vector);
+}
+
+}  // namespace kvscope::model

@@ -1,0 +1,125 @@
+// Tiny random checkpoints of each supported family, written by transformers (tools/make_synthetic_checkpoints.py),
+// against transformers' logits and tokenization: RoPE pairing and scaling, biases, q/k norms, GQA groups,
+// tied/untied heads, F32/F16/BF16 storage and the Llama 3 / Qwen2 tokenizer.json pre-tokenizers.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/engine/engine.h"
+#include "core/model/model.h"
+#include "tests/support/golden_compare.h"
+
+using namespace kvscope;
+
+namespace {
+
+const std::filesystem::path kDir = std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic";
+
+// Logits of these models lie within +-6; float32 in a different summation order stays far below this.
+constexpr double kLogitTolerance = 2e-3;
+
+const nlohmann::json& golden() {
+  static const nlohmann::json json = test::read_json_fixture(kDir / "golden.json");
+  return json;
+}
+
+double max_diff_to_golden(const model::Model& m, const nlohmann::json& g) {
+  engine::Engine engine(m);
+  const auto logits = engine.prompt_logits(g["prompt_ids"].get<std::vector<int>>());
+  const auto expected = g["final_logits"].get<std::vector<double>>();
+  return test::max_abs_diff(logits, expected);
+}
+
+}  // namespace
+
+TEST_CASE("every synthetic family matches transformers' final logits and greedy tokens", "[hf][synthetic]") {
+  for (const auto& [name, g] : golden()["checkpoints"].items()) {
+    INFO("checkpoint " << name << " (" << g["architecture"].get<std::string>() << ", "
+                       << g["storage_dtype"].get<std::string>() << ")");
+    const model::Model m = model::load_model(kDir / name);
+    CHECK(m.config.architecture == g["architecture"].get<std::string>());
+    if (name == "mistral") CHECK(m.config.context_length == 200);  // capped at sliding_window (max_position 256)
+    const double diff = max_diff_to_golden(m, g);
+    INFO("max |logit difference| " << diff);
+    CHECK(diff <= kLogitTolerance);
+
+    engine::Engine engine(m);
+    engine::GenerateOptions options;
+    options.stop_at_end_of_generation = false;
+    const auto expected = g["greedy"]["ids"].get<std::vector<int>>();
+    const auto margins = g["greedy"]["margin_top1_top2"].get<std::vector<double>>();
+    options.max_new_tokens = static_cast<int>(expected.size());
+    const auto result = engine.generate(g["prompt_ids"].get<std::vector<int>>(), options);
+    test::check_greedy_matches(result.generated_tokens, expected, margins, kLogitTolerance);
+  }
+}
+
+TEST_CASE("the fixtures are sensitive to each convention they prove", "[hf][synthetic]") {
+  // Getting a convention wrong must move the logits far beyond the tolerance, or the test above proves nothing.
+  const auto& checkpoints = golden()["checkpoints"];
+  model::Model llama3 = model::load_model(kDir / "llama3");
+  REQUIRE_FALSE(llama3.config.rope_freq_divisors.empty());
+  llama3.config.rope_freq_divisors.clear();  // Llama 3 rope scaling ignored
+  CHECK(max_diff_to_golden(llama3, checkpoints["llama3"]) > 100 * kLogitTolerance);
+
+  model::Model mistral = model::load_model(kDir / "mistral");
+  mistral.config.rope_style = model::RopeStyle::AdjacentPairs;  // GGUF's pairing on Hugging Face weights
+  CHECK(max_diff_to_golden(mistral, checkpoints["mistral"]) > 100 * kLogitTolerance);
+
+  model::Model qwen2 = model::load_model(kDir / "qwen2");
+  qwen2.config.qkv_bias = false;
+  CHECK(max_diff_to_golden(qwen2, checkpoints["qwen2"]) > 100 * kLogitTolerance);
+
+  model::Model qwen3 = model::load_model(kDir / "qwen3");
+  qwen3.config.qk_norm = false;
+  CHECK(max_diff_to_golden(qwen3, checkpoints["qwen3"]) > 100 * kLogitTolerance);
+
+  model::Model llama2 = model::load_model(kDir / "llama2");
+  llama2.config.o_bias = false;
+  CHECK(max_diff_to_golden(llama2, checkpoints["llama2"]) > 100 * kLogitTolerance);
+}
+
+TEST_CASE("Llama 3 and Qwen2 tokenizer.json files tokenize as transformers does", "[hf][synthetic][tokenizer]") {
+  for (const auto& [name, g] : golden()["checkpoints"].items()) {
+    INFO("checkpoint " << name);
+    const model::Model m = model::load_model(kDir / name);
+    std::vector<int> prompt;
+    if (m.tokenizer->add_bos()) prompt.push_back(m.tokenizer->bos_id());
+    const auto body = m.tokenizer->encode(golden()["prompt"].get<std::string>(), true);
+    prompt.insert(prompt.end(), body.begin(), body.end());
+    CHECK(prompt == g["prompt_ids"].get<std::vector<int>>());
+    for (const auto& entry : g["tokenizer"]) {
+      INFO(entry["text"].get<std::string>());
+      std::vector<int> ids;
+      if (m.tokenizer->add_bos()) ids.push_back(m.tokenizer->bos_id());
+      const auto encoded = m.tokenizer->encode(entry["text"].get<std::string>(), true);
+      ids.insert(ids.end(), encoded.begin(), encoded.end());
+      CHECK(ids == entry["ids"].get<std::vector<int>>());
+      CHECK(m.tokenizer->decode(ids) == entry["decoded"].get<std::string>());
+    }
+    CHECK(m.tokenizer->encode(g["chat"]["text"].get<std::string>(), true) == g["chat"]["ids"].get<std::vector<int>>());
+  }
+}
+
+TEST_CASE("GGUF llama (permuted q/k, rope_freqs), qwen2 and qwen3 files match the same golden", "[gguf][synthetic]") {
+  int files = 0;
+  for (const auto& [name, g] : golden()["checkpoints"].items()) {
+    if (!g.contains("gguf")) continue;
+    ++files;
+    INFO("checkpoint " << name << " as " << g["gguf"].get<std::string>());
+    const model::Model m = model::load_model(kDir / g["gguf"].get<std::string>());
+    CHECK(m.format() == model::ModelFormat::Gguf);
+    const double diff = max_diff_to_golden(m, g);
+    INFO("max |logit difference| " << diff);
+    CHECK(diff <= kLogitTolerance);
+    std::vector<int> prompt;
+    if (m.tokenizer->add_bos()) prompt.push_back(m.tokenizer->bos_id());
+    const auto body = m.tokenizer->encode(golden()["prompt"].get<std::string>(), true);
+    prompt.insert(prompt.end(), body.begin(), body.end());
+    CHECK(prompt == g["prompt_ids"].get<std::vector<int>>());
+  }
+  CHECK(files == 3);
+}
