@@ -21,10 +21,10 @@ std::string ProgressLine::format_duration(double seconds) {
 
 void ProgressLine::update(long done, const std::string& note) {
   const auto now = std::chrono::steady_clock::now();
-  const long decile = total_ > 0 ? done * 10 / total_ : 10;
-  if (tty_ ? (done < total_ && now - last_draw_ < std::chrono::milliseconds(200)) : decile == last_decile_) return;
+  const long quarter = total_ > 0 ? done * 4 / total_ : 4;  // quarters, off a terminal
+  if (tty_ ? (done < total_ && now - last_draw_ < std::chrono::milliseconds(200)) : quarter == last_quarter_) return;
   last_draw_ = now;
-  last_decile_ = decile;
+  last_quarter_ = quarter;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const long fresh = done - start_done_;
   std::string eta = "?";

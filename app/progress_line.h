@@ -1,5 +1,5 @@
 #pragma once
-// One progress line on stderr: redrawn in place on a terminal, a line every 10 % (and at the end)
+// One progress line on stderr: redrawn in place on a terminal, a line every 25 %
 // otherwise, so logs stay short. Shows done/total, elapsed time and an ETA from the rate so far.
 #include <chrono>
 #include <string>
@@ -17,7 +17,7 @@ class ProgressLine {
 
  private:
   std::string label_;
-  long total_, start_done_, last_decile_ = -1;
+  long total_, start_done_, last_quarter_ = -1;
   bool tty_;
   std::chrono::steady_clock::time_point start_, last_draw_;
   bool drawn_ = false;

@@ -43,7 +43,7 @@ TEST_CASE("needle cases are deterministic, sized, and place the needle at the de
   const std::string bottom_needle = "The special magic number for " + bottom.key + " is " + bottom.value + ".\n\nQuestion:";
   CHECK(bottom.prompt.find(bottom_needle) != std::string::npos);
   // The question asks for the needle's key, and the prompt ends where the answer starts.
-  CHECK(bottom.prompt.substr(bottom.prompt.size() - 4) == " is");
+  CHECK(bottom.prompt.substr(bottom.prompt.size() - 3) == " is");
 
   CHECK_THROWS_AS(eval::make_needle_case(source, *model->tokenizer, 600, 1.5, 7), UsageError);
   CHECK_THROWS_AS(eval::make_needle_case(source, *model->tokenizer, 20, 0.5, 7), UsageError);
