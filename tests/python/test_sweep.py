@@ -16,8 +16,7 @@ import time
 
 import h5py
 
-FAILURES = []
-PASSED = 0
+from checks import FAILURES, check, passed
 BINARY = os.environ.get("KVSCOPE_BINARY", "")
 PROMPT = ("The old ferry left the harbour at eleven. The deckhand hooked the chain, the engines deepened their "
           "note, and the lights of the town slid away behind the breakwater while the passengers slept.")
@@ -26,14 +25,6 @@ GRID = ["--policies", "full,streaming_llm,h2o", "--budgets", "25%,50%", "--eval"
 CELLS = 6
 TIMING = {"run_ms"}  # differs between runs; every other column must be identical
 
-
-def check(cond, what):
-    global PASSED
-    if cond:
-        PASSED += 1
-    else:
-        FAILURES.append(what)
-        print(f"FAIL: {what}")
 
 
 def sweep(out, *extra, wait=True):
@@ -157,7 +148,7 @@ def main():
         test_bad_input(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(f"{PASSED} checks passed, {len(FAILURES)} failed")
+    print(f"{passed()} checks passed, {len(FAILURES)} failed")
     return 1 if FAILURES else 0
 
 
