@@ -94,7 +94,7 @@ void run_in_workers(const std::vector<WorkerCommand>& commands, const std::vecto
     } else if (!queue.empty()) {
       send(w, queue.front()), queue.pop_front();
     }
-    if (w.outstanding.empty()) close_input(w);
+    if (w.batch || w.outstanding.empty()) close_input(w);  // a batch worker reads until end of input
   }
   std::string failure;
   while (failure.empty()) {

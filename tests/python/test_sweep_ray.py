@@ -5,6 +5,7 @@ tools/requirements-ray.txt) or $KVSCOPE_RAY_PYTHON; without it the test exits 77
 import csv
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -33,6 +34,8 @@ def main():
     if not os.path.exists(python) or not os.path.exists(ray_cli):
         print(f"SKIP: no Ray at {python} (run scripts/setup_deps.sh without KVSCOPE_NO_RAY=1)")
         return 77
+    # ctest's timeout sends SIGTERM: turn it into an exception so the head is still stopped below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
     root = tempfile.mkdtemp(prefix="kvscope_ray_")
     port = free_port()
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
@@ -45,12 +48,13 @@ def main():
             print(f"FAIL: ray start exited {start.returncode}: {start.stderr[-600:]}")
             return 1
         local = os.path.join(root, "local")
-        res = subprocess.run([BINARY, "sweep", "--out", local, *GRID, "--workers", "1"], capture_output=True, text=True)
+        res = subprocess.run([BINARY, "sweep", "--out", local, *GRID, "--workers", "1"], capture_output=True, text=True,
+                             timeout=400)
         if res.returncode != 0:
             failures.append(f"--workers 1 sweep exited {res.returncode}: {res.stderr[-400:]}")
         remote = os.path.join(root, "ray_out")
         res = subprocess.run([BINARY, "sweep", "--out", remote, *GRID, "--ray", f"127.0.0.1:{port}",
-                              "--ray-python", python], capture_output=True, text=True, env=env, timeout=900)
+                              "--ray-python", python], capture_output=True, text=True, env=env, timeout=400)
         if res.returncode != 0:
             failures.append(f"--ray sweep exited {res.returncode}: {res.stderr[-800:]}")
         elif rows(remote) != rows(local) or len(rows(local)) != 2:
