@@ -171,8 +171,9 @@ int run_needle(const EvalArgs& a) {
   for (std::size_t d = 0; d < grid.depths.size(); ++d) {
     std::printf("%13.0f%%", grid.depths[d] * 100.0);
     for (double s : scores[d]) std::printf(" %7s", s > 0.5 ? "hit" : "miss"), total += s;
+    std::printf("\n");
   }
-  std::printf("\naccuracy %.3f over %zu cases\n", total / prompts.size(), prompts.size());
+  std::printf("accuracy %.3f over %zu cases\n", total / prompts.size(), prompts.size());
   return 0;
 }
 
