@@ -53,8 +53,8 @@ struct StageProgress {
 };
 
 void print_memory(const eval::CacheMemory& m) {
-  std::printf("cache             peak %s of the full cache's %s (saved %.1f%%), at the end %s\n", mib(m.peak_bytes).c_str(),
-              mib(m.full_peak_bytes).c_str(), 100.0 * m.saved(), mib(m.bytes).c_str());
+  std::printf("cache             peak %s of the full cache's %s (saved %.1f%%), at the end %s\n",
+              mib(m.peak_bytes).c_str(), mib(m.full_peak_bytes).c_str(), 100.0 * m.saved(), mib(m.bytes).c_str());
 }
 
 nlohmann::json metrics_json(const eval::Metrics& metrics) {
@@ -77,18 +77,25 @@ int run_fidelity(const EvalArgs& a) {
   const auto result = evaluator.fidelity(reference, cell);
   progress.line->finish();
   if (a.json) {
-    nlohmann::json j = {{"eval", "fidelity"}, {"policy", cell.policy}, {"budget", cell.budget},
-                        {"prompt_tokens", prompt.size()}, {"continuation", model.tokenizer->decode(reference.continuation)},
-                        {"continuation_tokens", reference.continuation}, {"metrics", metrics_json(result.metrics())},
-                        {"layer_nmse", result.layer_nmse}, {"reference_run_ms", reference.run_ms}};
+    nlohmann::json j = {{"eval", "fidelity"},
+                        {"policy", cell.policy},
+                        {"budget", cell.budget},
+                        {"prompt_tokens", prompt.size()},
+                        {"continuation", model.tokenizer->decode(reference.continuation)},
+                        {"continuation_tokens", reference.continuation},
+                        {"metrics", metrics_json(result.metrics())},
+                        {"layer_nmse", result.layer_nmse},
+                        {"reference_run_ms", reference.run_ms}};
     std::cout << j.dump(2) << "\n";
     return 0;
   }
   std::printf("fidelity of %s at budget %s to the full cache: %d teacher-forced tokens after a %zu-token prompt\n",
-              cell.policy.c_str(), cell.budget.empty() ? "(whole prompt)" : cell.budget.c_str(), result.score.steps, prompt.size());
+              cell.policy.c_str(), cell.budget.empty() ? "(whole prompt)" : cell.budget.c_str(), result.score.steps,
+              prompt.size());
   std::printf("top-1 agreement   %.3f\n", result.score.top1_agreement);
   std::printf("KL(full||policy)  mean %.4f  max %.4f nats\n", result.score.kl_mean, result.score.kl_max);
-  std::printf("log-prob gap      %.4f nats/token (full minus policy, on the full cache's continuation)\n", result.score.logprob_gap);
+  std::printf("log-prob gap      %.4f nats/token (full minus policy, on the full cache's continuation)\n",
+              result.score.logprob_gap);
   std::printf("output NMSE       per layer:");
   for (double v : result.layer_nmse) std::printf(" %.2g", v);
   std::printf("\n");
@@ -111,17 +118,22 @@ int run_ppl(const EvalArgs& a) {
   const auto result = evaluator.ppl(reference, cell);
   progress.line->finish();
   if (a.json) {
-    std::cout << nlohmann::json{{"eval", "ppl"}, {"policy", cell.policy}, {"budget", cell.budget}, {"text_tokens", tokens.size()},
-                                {"prompt_tokens", a.settings.prompt_tokens}, {"metrics", metrics_json(result.metrics())}}
+    std::cout << nlohmann::json{{"eval", "ppl"},
+                                {"policy", cell.policy},
+                                {"budget", cell.budget},
+                                {"text_tokens", tokens.size()},
+                                {"prompt_tokens", a.settings.prompt_tokens},
+                                {"metrics", metrics_json(result.metrics())}}
                      .dump(2)
               << "\n";
     return 0;
   }
-  std::printf("perplexity of %zu tokens (the first %d compressed as the prompt, %d decoded teacher-forced)\n", tokens.size(),
-              a.settings.prompt_tokens, result.scored_tokens);
+  std::printf("perplexity of %zu tokens (the first %d compressed as the prompt, %d decoded teacher-forced)\n",
+              tokens.size(), a.settings.prompt_tokens, result.scored_tokens);
   std::printf("%-28s %10s\n", "cache", "perplexity");
   std::printf("%-28s %10.3f\n", "full", result.ppl_full);
-  std::printf("%-28s %10.3f  (x%.4f)\n", (cell.policy + " " + cell.budget).c_str(), result.ppl, result.ppl / result.ppl_full);
+  std::printf("%-28s %10.3f  (x%.4f)\n", (cell.policy + " " + cell.budget).c_str(), result.ppl,
+              result.ppl / result.ppl_full);
   print_memory(result.memory);
   return 0;
 }
@@ -141,29 +153,36 @@ int run_needle(const EvalArgs& a) {
   nlohmann::json cases = nlohmann::json::array();
   ProgressLine line("needle " + cell.policy, static_cast<long>(prompts.size()));
   for (std::size_t i = 0; i < prompts.size(); ++i) {
-    const auto r = evaluator.needle(evaluator.encode(prompts[i].text), prompts[i].value, cell, a.settings.answer_tokens);
+    const auto r =
+        evaluator.needle(evaluator.encode(prompts[i].text), prompts[i].value, cell, a.settings.answer_tokens);
     scores[i % grid.depths.size()][i / grid.depths.size()] = r.match ? 1.0 : 0.0;
-    cases.push_back({{"case", prompts[i].name}, {"value", prompts[i].value}, {"answer", r.answer}, {"match", r.match},
+    cases.push_back({{"case", prompts[i].name},
+                     {"value", prompts[i].value},
+                     {"answer", r.answer},
+                     {"match", r.match},
                      {"metrics", metrics_json(r.metrics())}});
     line.update(static_cast<long>(i + 1));
   }
   line.finish();
 #ifdef KVSCOPE_HAVE_GUI
   if (!a.figure.empty())
-    viewers::export_figure(viewers::needle_grid(scores, grid.lengths, grid.depths, "needle retrieval, " + cell.policy + " " + cell.budget),
-                           a.figure, {});
+    viewers::export_figure(
+        viewers::needle_grid(scores, grid.lengths, grid.depths, "needle retrieval, " + cell.policy + " " + cell.budget),
+        a.figure, {});
 #else
   if (!a.figure.empty()) throw Error("this kvscope was built without the GUI libraries, which --figure needs");
 #endif
   if (a.json) {
-    std::cout << nlohmann::json{{"eval", "needle"}, {"policy", cell.policy}, {"budget", cell.budget}, {"seed", a.seed},
-                                {"lengths", grid.lengths}, {"depths", grid.depths}, {"cases", cases}}
+    std::cout << nlohmann::json{{"eval", "needle"}, {"policy", cell.policy},   {"budget", cell.budget},
+                                {"seed", a.seed},   {"lengths", grid.lengths}, {"depths", grid.depths},
+                                {"cases", cases}}
                      .dump(2)
               << "\n";
     return 0;
   }
-  std::printf("needle retrieval of %s at budget %s (exact match of the 7-digit value; seed %llu)\n", cell.policy.c_str(),
-              cell.budget.empty() ? "(whole prompt)" : cell.budget.c_str(), static_cast<unsigned long long>(a.seed));
+  std::printf("needle retrieval of %s at budget %s (exact match of the 7-digit value; seed %llu)\n",
+              cell.policy.c_str(), cell.budget.empty() ? "(whole prompt)" : cell.budget.c_str(),
+              static_cast<unsigned long long>(a.seed));
   std::printf("depth \\ tokens");
   for (int l : grid.lengths) std::printf(" %7d", l);
   std::printf("\n");
@@ -188,25 +207,33 @@ Command register_eval(CLI::App& root) {
     a->prompt.add_to(sub);
     sub->add_option("--policy", a->policy, "policy spec, e.g. snapkv:window=32 (see `kvscope policies`)");
     sub->add_option("--allocation", a->allocation, "layer budget allocation for the policy");
-    sub->add_option("--budget", a->budget, "KV tokens per layer and KV head (e.g. 128) or share of the prompt (e.g. 20%)");
+    sub->add_option("--budget", a->budget,
+                    "KV tokens per layer and KV head (e.g. 128) or share of the prompt (e.g. 20%)");
     sub->add_flag("--json", a->json, "print a machine-readable record instead of a table");
   };
-  CLI::App* fidelity = cmd->add_subcommand("fidelity", "top-1 agreement, KL and log-prob gap, teacher-forced on the full cache's continuation");
+  CLI::App* fidelity = cmd->add_subcommand(
+      "fidelity", "top-1 agreement, KL and log-prob gap, teacher-forced on the full cache's continuation");
   common(fidelity);
-  fidelity->add_option("--max-new-tokens", a->settings.new_tokens, "tokens of the full cache's greedy continuation to score")
+  fidelity
+      ->add_option("--max-new-tokens", a->settings.new_tokens,
+                   "tokens of the full cache's greedy continuation to score")
       ->check(CLI::PositiveNumber);
   CLI::App* ppl = cmd->add_subcommand("ppl", "teacher-forced perplexity of a text with compression active");
   common(ppl);
-  ppl->add_option("--prompt-tokens", a->settings.prompt_tokens, "tokens run as the (compressed) prompt; the rest are decoded")
+  ppl->add_option("--prompt-tokens", a->settings.prompt_tokens,
+                  "tokens run as the (compressed) prompt; the rest are decoded")
       ->check(CLI::PositiveNumber);
-  ppl->add_option("--max-tokens", a->settings.max_tokens, "cut the text to this many tokens (0 = all)")->check(CLI::NonNegativeNumber);
+  ppl->add_option("--max-tokens", a->settings.max_tokens, "cut the text to this many tokens (0 = all)")
+      ->check(CLI::NonNegativeNumber);
   CLI::App* needle = cmd->add_subcommand("needle", "needle-in-a-haystack retrieval over context lengths and depths");
   a->model.add_to(needle);
   needle->add_option("--policy", a->policy, "policy spec");
   needle->add_option("--allocation", a->allocation, "layer budget allocation for the policy");
   needle->add_option("--budget", a->budget, "KV tokens per layer and KV head or share of the prompt");
   needle->add_flag("--json", a->json, "print a machine-readable record instead of a table");
-  needle->add_option("--lengths", a->lengths, "context lengths in tokens, up to the model's context")->delimiter(',')->check(CLI::PositiveNumber);
+  needle->add_option("--lengths", a->lengths, "context lengths in tokens, up to the model's context")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   needle->add_option("--depths", a->depths, "needle depths in percent of the haystack")->delimiter(',');
   needle->add_option("--seed", a->seed, "seed of the generated cases");
   needle->add_option("--answer-tokens", a->settings.answer_tokens, "greedy answer length")->check(CLI::PositiveNumber);

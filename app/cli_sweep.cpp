@@ -63,7 +63,8 @@ Prepared prepare(const SweepArgs& a, const model::Model* model) {
   p.grid.settings = a.settings.to_json(a.eval_kind);
   if (a.eval_kind == "needle") {
     if (!a.prompt.prompt.empty() || !a.prompt.prompt_file.empty() || !a.prompts_dir.empty())
-      throw UsageError("a needle sweep generates its prompts (--lengths, --depths, --seed); drop --prompt/--prompt-file/--prompts");
+      throw UsageError(
+          "a needle sweep generates its prompts (--lengths, --depths, --seed); drop --prompt/--prompt-file/--prompts");
     NeedleGrid needle{a.lengths, parse_depths(a.depths), a.seed, a.settings.answer_tokens};
     p.grid.settings["lengths"] = needle.lengths;
     p.grid.settings["depths"] = needle.depths;
@@ -122,7 +123,8 @@ std::vector<WorkerCommand> worker_commands(const SweepArgs& a) {
   }
   args.push_back("--serve");
   if (!a.ray_address.empty()) {
-    std::vector<std::string> driver = {a.ray_python, (std::filesystem::path(KVSCOPE_SOURCE_DIR) / "tools" / "ray_sweep.py").string(),
+    std::vector<std::string> driver = {a.ray_python,
+                                       (std::filesystem::path(KVSCOPE_SOURCE_DIR) / "tools" / "ray_sweep.py").string(),
                                        "--address", a.ray_address, "--"};
     driver.insert(driver.end(), args.begin(), args.end());
     return {{driver, true}};
@@ -149,8 +151,10 @@ void print_summary(const eval::SweepGrid& grid, const std::vector<eval::SweepRow
         if (r.policy == policy && r.budget == budget)
           for (const auto& [name, value] : r.metrics)
             if (name == metric) sum += value, ++n;
-      if (n) std::printf(" %10.4g", sum / n);
-      else std::printf(" %10s", "-");
+      if (n)
+        std::printf(" %10.4g", sum / n);
+      else
+        std::printf(" %10s", "-");
     }
     std::printf("\n");
   }
@@ -173,7 +177,8 @@ int run_sweep(const SweepArgs& a) {
   std::vector<std::size_t> pending;
   for (std::size_t i = 0; i < p.grid.size(); ++i)
     if (!store.done(i)) pending.push_back(i);
-  std::fprintf(stderr, "kvscope sweep: %zu cells (%zu prompts x %zu policies x %zu budgets), %zu done, %zu to run -> %s\n",
+  std::fprintf(stderr,
+               "kvscope sweep: %zu cells (%zu prompts x %zu policies x %zu budgets), %zu done, %zu to run -> %s\n",
                p.grid.size(), p.grid.prompts.size(), p.grid.policies.size(), p.grid.budgets.size(), store.done_count(),
                pending.size(), a.out.c_str());
   ProgressLine progress("sweep", static_cast<long>(p.grid.size()), static_cast<long>(store.done_count()));
@@ -230,25 +235,33 @@ int run_sweep(const SweepArgs& a) {
 
 Command register_sweep(CLI::App& root) {
   auto a = std::make_shared<SweepArgs>();
-  CLI::App* cmd = root.add_subcommand("sweep", "evaluate a grid of policies x budgets x prompts into a resumable CSV/HDF5 folder");
+  CLI::App* cmd =
+      root.add_subcommand("sweep", "evaluate a grid of policies x budgets x prompts into a resumable CSV/HDF5 folder");
   a->model.add_to(cmd);
   a->prompt.add_to(cmd);
   cmd->add_option("--prompts", a->prompts_dir, "folder of prompt files (every file is one prompt)");
-  cmd->add_option("--policies", a->policies, "policy specs, comma-separated (parameters continue a spec: snapkv:window=32,kernel=7,h2o)")
+  cmd->add_option("--policies", a->policies,
+                  "policy specs, comma-separated (parameters continue a spec: snapkv:window=32,kernel=7,h2o)")
       ->required();
   cmd->add_option("--budgets", a->budgets, "budgets, comma-separated: 5%,10%,25% or token counts")->required();
   cmd->add_option("--eval", a->eval_kind, "fidelity, ppl or needle")->required();
   cmd->add_option("--out", a->out, "sweep folder (created; an existing sweep is resumed)");
   cmd->add_option("--metric", a->metric, "metric of the figure and summary (default: kl_mean, ppl or exact_match)");
-  cmd->add_option("--max-new-tokens", a->settings.new_tokens, "fidelity: continuation tokens to score")->check(CLI::PositiveNumber);
-  cmd->add_option("--prompt-tokens", a->settings.prompt_tokens, "ppl: tokens run as the compressed prompt")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-new-tokens", a->settings.new_tokens, "fidelity: continuation tokens to score")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--prompt-tokens", a->settings.prompt_tokens, "ppl: tokens run as the compressed prompt")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--max-tokens", a->settings.max_tokens, "ppl: cut each text to this many tokens (0 = all)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--lengths", a->lengths, "needle: context lengths in tokens")->delimiter(',')->check(CLI::PositiveNumber);
+  cmd->add_option("--lengths", a->lengths, "needle: context lengths in tokens")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--depths", a->depths, "needle: depths in percent")->delimiter(',');
   cmd->add_option("--seed", a->seed, "needle: seed of the generated cases");
-  cmd->add_option("--answer-tokens", a->settings.answer_tokens, "needle: greedy answer length")->check(CLI::PositiveNumber);
-  cmd->add_option("--workers", a->workers, "local worker processes (each loads the model once)")->check(CLI::PositiveNumber);
+  cmd->add_option("--answer-tokens", a->settings.answer_tokens, "needle: greedy answer length")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--workers", a->workers, "local worker processes (each loads the model once)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--ray", a->ray_address, "run each cell as a task on this Ray cluster (tools/ray_sweep.py)");
   cmd->add_option("--ray-python", a->ray_python, "Python with Ray installed, for --ray (default python3)");
   cmd->add_flag("--serve", a->serve, "worker mode: read cell indices on stdin, write JSON rows on stdout")->group("");

@@ -69,7 +69,8 @@ std::vector<eval::EvalPrompt> needle_prompts(const model::Model& model, const Ne
                        std::to_string(model.config.context_length) + " tokens");
     for (double depth : grid.depths) {
       const int percent = static_cast<int>(std::lround(depth * 100.0));
-      const uint64_t seed = grid.seed * 1000003ULL + static_cast<uint64_t>(length) * 101ULL + static_cast<uint64_t>(percent);
+      const uint64_t seed =
+          grid.seed * 1000003ULL + static_cast<uint64_t>(length) * 101ULL + static_cast<uint64_t>(percent);
       // BOS and the answer fit inside the requested length, so every length up to the context runs.
       const auto c = eval::make_needle_case(source, *model.tokenizer, length - 1 - grid.answer_tokens, depth, seed);
       prompts.push_back({"needle_L" + std::to_string(length) + "_D" + std::to_string(percent), c.prompt, c.value});

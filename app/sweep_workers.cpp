@@ -34,7 +34,8 @@ struct Worker {
 
 Worker start(const WorkerCommand& command, int index) {
   int in_pipe[2], out_pipe[2];
-  if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0) throw Error("cannot create pipes for a sweep worker");
+  if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0)
+    throw Error("cannot create pipes for a sweep worker");
   std::vector<char*> argv;
   for (const auto& a : command.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -114,7 +115,8 @@ void run_in_workers(const std::vector<WorkerCommand>& commands, const std::vecto
       const ssize_t n = read(w.from_child, buf, sizeof buf);
       if (n <= 0) {
         w.eof = true;
-        if (!w.outstanding.empty()) failure = w.name + " exited before answering " + std::to_string(w.outstanding.size()) + " cell(s)";
+        if (!w.outstanding.empty())
+          failure = w.name + " exited before answering " + std::to_string(w.outstanding.size()) + " cell(s)";
         continue;
       }
       w.buffer.append(buf, static_cast<std::size_t>(n));
@@ -140,8 +142,10 @@ void run_in_workers(const std::vector<WorkerCommand>& commands, const std::vecto
           break;
         }
         if (!w.batch) {
-          if (!queue.empty()) send(w, queue.front()), queue.pop_front();
-          else close_input(w);
+          if (!queue.empty())
+            send(w, queue.front()), queue.pop_front();
+          else
+            close_input(w);
         }
       }
     }
@@ -153,7 +157,8 @@ void run_in_workers(const std::vector<WorkerCommand>& commands, const std::vecto
     waitpid(w.pid, &status, 0);
     close(w.from_child);
     if (failure.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-      failure = w.name + " exited with status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+      failure = w.name + " exited with status " +
+                std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   }
   if (!failure.empty()) throw Error("sweep: " + failure + "; finished cells are saved, run the sweep again to resume");
 }

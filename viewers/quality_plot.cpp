@@ -58,8 +58,8 @@ Figure needle_grid(const std::vector<std::vector<double>>& scores, const std::ve
   m.cols = m.source_cols = static_cast<int>(lengths.size());
   for (const auto& row : scores) m.values.insert(m.values.end(), row.begin(), row.end());
   if (m.values.size() != depths.size() * lengths.size())
-    throw Error("needle grid: " + std::to_string(m.values.size()) + " scores for " + std::to_string(depths.size()) + " depths x " +
-                std::to_string(lengths.size()) + " lengths");
+    throw Error("needle grid: " + std::to_string(m.values.size()) + " scores for " + std::to_string(depths.size()) +
+                " depths x " + std::to_string(lengths.size()) + " lengths");
   p.scale = {ScaleKind::Linear, 0.0f, 1.0f};
   p.cmap = Colormap::Viridis;
   p.signature = "needle|" + title + "|" + columns + "|" + rows;

@@ -48,9 +48,13 @@ SweepRow CellRunner::run(std::size_t index) {
   row.prompt = grid_.prompts[cell.prompt];
   row.policy = cell.policy.policy;
   row.budget = cell.policy.budget;
-  if (fidelity_) row.metrics = evaluator_.fidelity(*fidelity_, cell.policy).metrics();
-  else if (ppl_) row.metrics = evaluator_.ppl(*ppl_, cell.policy).metrics();
-  else row.metrics = evaluator_.needle(tokens_, prompts_[cell.prompt].value, cell.policy, settings_.answer_tokens).metrics();
+  if (fidelity_)
+    row.metrics = evaluator_.fidelity(*fidelity_, cell.policy).metrics();
+  else if (ppl_)
+    row.metrics = evaluator_.ppl(*ppl_, cell.policy).metrics();
+  else
+    row.metrics =
+        evaluator_.needle(tokens_, prompts_[cell.prompt].value, cell.policy, settings_.answer_tokens).metrics();
   return row;
 }
 

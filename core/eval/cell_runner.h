@@ -29,7 +29,8 @@ struct EvalSettings {
 
 class CellRunner {
  public:
-  CellRunner(Evaluator& evaluator, const SweepGrid& grid, const std::vector<EvalPrompt>& prompts, const EvalSettings& settings);
+  CellRunner(Evaluator& evaluator, const SweepGrid& grid, const std::vector<EvalPrompt>& prompts,
+             const EvalSettings& settings);
   SweepRow run(std::size_t cell);
 
  private:

@@ -16,7 +16,9 @@ namespace {
 // Keeps the log-softmax of every step's next-token logits.
 class LogprobRecorder : public engine::RunObserver {
  public:
-  void on_logits(const engine::StepInfo&, const float* logits, int vocab) override { steps.push_back(log_softmax(logits, vocab)); }
+  void on_logits(const engine::StepInfo&, const float* logits, int vocab) override {
+    steps.push_back(log_softmax(logits, vocab));
+  }
   std::vector<std::vector<float>> steps;
 };
 
@@ -79,7 +81,9 @@ Metrics FidelityResult::metrics() const {
 }
 
 Metrics PplResult::metrics() const {
-  Metrics m = {{"ppl", ppl}, {"ppl_full", ppl_full}, {"ppl_ratio", ppl_full > 0 ? ppl / ppl_full : 0.0},
+  Metrics m = {{"ppl", ppl},
+               {"ppl_full", ppl_full},
+               {"ppl_ratio", ppl_full > 0 ? ppl / ppl_full : 0.0},
                {"scored_tokens", static_cast<double>(scored_tokens)}};
   append_memory(m, memory, run_ms);
   return m;
@@ -116,8 +120,9 @@ std::vector<int> Evaluator::encode(const std::string& text) const {
   return ids;
 }
 
-engine::RunResult Evaluator::run(const std::vector<int>& prompt, engine::GenerateOptions options, const CellPolicy* cell,
-                                 const std::vector<engine::RunObserver*>& observers, double& run_ms) {
+engine::RunResult Evaluator::run(const std::vector<int>& prompt, engine::GenerateOptions options,
+                                 const CellPolicy* cell, const std::vector<engine::RunObserver*>& observers,
+                                 double& run_ms) {
   policy::PolicyInstance instance;
   engine::RunHooks hooks;
   if (cell) {
@@ -167,7 +172,8 @@ FidelityResult Evaluator::fidelity(const FidelityReference& reference, const Cel
 PplReference Evaluator::ppl_reference(const std::vector<int>& tokens, int prompt_tokens) {
   if (prompt_tokens < 1 || prompt_tokens >= static_cast<int>(tokens.size()))
     throw UsageError("perplexity needs a prompt of 1 to " + std::to_string(static_cast<int>(tokens.size()) - 1) +
-                     " tokens of this " + std::to_string(tokens.size()) + "-token text; got " + std::to_string(prompt_tokens));
+                     " tokens of this " + std::to_string(tokens.size()) + "-token text; got " +
+                     std::to_string(prompt_tokens));
   PplReference ref;
   ref.tokens = tokens;
   ref.prompt_tokens = prompt_tokens;

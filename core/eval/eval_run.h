@@ -86,7 +86,8 @@ class Evaluator {
   PplReference ppl_reference(const std::vector<int>& tokens, int prompt_tokens);
   PplResult ppl(const PplReference& reference, const CellPolicy& cell);
 
-  NeedleResult needle(const std::vector<int>& prompt, const std::string& value, const CellPolicy& cell, int answer_tokens);
+  NeedleResult needle(const std::vector<int>& prompt, const std::string& value, const CellPolicy& cell,
+                      int answer_tokens);
 
   // Called with the engine's progress of every run (prefill blocks, decode steps).
   std::function<void(const engine::Progress&)> progress;

@@ -36,8 +36,8 @@ double perplexity(const std::vector<double>& token_logprobs) {
   return std::exp(-sum / token_logprobs.size());
 }
 
-FidelityScore score_fidelity(const std::vector<std::vector<float>>& reference, const std::vector<std::vector<float>>& policy,
-                             const std::vector<int>& tokens) {
+FidelityScore score_fidelity(const std::vector<std::vector<float>>& reference,
+                             const std::vector<std::vector<float>>& policy, const std::vector<int>& tokens) {
   if (reference.size() != policy.size() || reference.size() != tokens.size())
     throw Error("fidelity: " + std::to_string(reference.size()) + " reference steps, " + std::to_string(policy.size()) +
                 " policy steps and " + std::to_string(tokens.size()) + " tokens; expected the same count");

@@ -24,7 +24,7 @@ struct FidelityScore {
 };
 
 // reference/policy: [steps][vocab] log-probabilities; tokens: [steps]. Throws Error on mismatched shapes.
-FidelityScore score_fidelity(const std::vector<std::vector<float>>& reference, const std::vector<std::vector<float>>& policy,
-                             const std::vector<int>& tokens);
+FidelityScore score_fidelity(const std::vector<std::vector<float>>& reference,
+                             const std::vector<std::vector<float>>& policy, const std::vector<int>& tokens);
 
 }  // namespace kvscope::eval

@@ -33,7 +33,8 @@ std::vector<std::string> split_sentences(const std::string& text) {
     } else {
       current += c;
     }
-    const bool end = (c == '.' || c == '!' || c == '?') && (i + 1 == text.size() || std::isspace(static_cast<unsigned char>(text[i + 1])));
+    const bool end = (c == '.' || c == '!' || c == '?') &&
+                     (i + 1 == text.size() || std::isspace(static_cast<unsigned char>(text[i + 1])));
     if (end) {
       while (!current.empty() && current.front() == ' ') current.erase(current.begin());
       if (current.size() > 1 && current.front() != '#') out.push_back(current);
@@ -44,7 +45,8 @@ std::vector<std::string> split_sentences(const std::string& text) {
 }
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
   return s;
 }
 
@@ -72,11 +74,13 @@ NeedleSource load_needle_source(const std::filesystem::path& dir) {
     source.question = j.at("question").get<std::string>();
     source.keys = j.at("keys").get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
-    throw Error("'" + json_path.string() + "': expected an object with strings needle, question and a list keys (" + e.what() + ")");
+    throw Error("'" + json_path.string() + "': expected an object with strings needle, question and a list keys (" +
+                e.what() + ")");
   }
   if (source.needle.find("{value}") == std::string::npos || source.needle.find("{key}") == std::string::npos ||
       source.question.find("{key}") == std::string::npos || source.keys.empty())
-    throw Error("'" + json_path.string() + "': needle needs {key} and {value}, question needs {key}, keys must not be empty");
+    throw Error("'" + json_path.string() +
+                "': needle needs {key} and {value}, question needs {key}, keys must not be empty");
   std::vector<std::filesystem::path> texts;
   const auto text_dir = dir.parent_path() / "texts";
   if (std::filesystem::is_directory(text_dir))
@@ -91,8 +95,8 @@ NeedleSource load_needle_source(const std::filesystem::path& dir) {
   return source;
 }
 
-NeedleCase make_needle_case(const NeedleSource& source, const model::Tokenizer& tokenizer, int context_tokens, double depth,
-                            uint64_t seed) {
+NeedleCase make_needle_case(const NeedleSource& source, const model::Tokenizer& tokenizer, int context_tokens,
+                            double depth, uint64_t seed) {
   if (!(depth >= 0.0 && depth <= 1.0)) throw UsageError("needle depth " + std::to_string(depth) + " is outside [0, 1]");
   std::mt19937_64 rng(seed);
   NeedleCase c;
@@ -103,8 +107,8 @@ NeedleCase make_needle_case(const NeedleSource& source, const model::Tokenizer& 
   const std::string question = "\n\n" + replace_all(source.question, "{key}", c.key);
   const int fixed = count_tokens(tokenizer, needle) + count_tokens(tokenizer, question) + 2;
   if (fixed >= context_tokens)
-    throw UsageError("a needle context of " + std::to_string(context_tokens) + " tokens cannot hold the needle and question (" +
-                     std::to_string(fixed) + " tokens)");
+    throw UsageError("a needle context of " + std::to_string(context_tokens) +
+                     " tokens cannot hold the needle and question (" + std::to_string(fixed) + " tokens)");
 
   // Filler: sentences in a seeded order (Fisher-Yates on our own draws), cycling when the source runs out.
   std::vector<std::size_t> order(source.sentences.size());
@@ -139,8 +143,10 @@ NeedleCase make_needle_case(const NeedleSource& source, const model::Tokenizer& 
 }
 
 bool needle_answer_matches(const std::string& answer, const std::string& value) {
-  const auto begin = std::find_if(answer.begin(), answer.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); });
-  const auto end = std::find_if(begin, answer.end(), [](char ch) { return !std::isdigit(static_cast<unsigned char>(ch)); });
+  const auto begin =
+      std::find_if(answer.begin(), answer.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); });
+  const auto end =
+      std::find_if(begin, answer.end(), [](char ch) { return !std::isdigit(static_cast<unsigned char>(ch)); });
   return begin != answer.end() && std::string(begin, end) == value;
 }
 

@@ -26,15 +26,15 @@ std::filesystem::path default_needle_dir();  // $KVSCOPE_SOURCE_DIR/sample_data/
 struct NeedleCase {
   std::string prompt;  // filler with the needle inside, then the question
   std::string key, value;
-  int context_tokens = 0;    // tokens the prompt encodes to (no BOS)
-  double depth = 0.0;        // requested: 0 = first sentence, 1 = just before the question
-  double actual_depth = 0.0; // the needle's first character offset / the filler's length
+  int context_tokens = 0;     // tokens the prompt encodes to (no BOS)
+  double depth = 0.0;         // requested: 0 = first sentence, 1 = just before the question
+  double actual_depth = 0.0;  // the needle's first character offset / the filler's length
 };
 
 // A prompt of at most `context_tokens` tokens (and at least 90 % of it when the filler suffices), the needle
 // at `depth` in [0, 1]. Throws UsageError for a depth outside [0, 1] or a context too short for needle and question.
-NeedleCase make_needle_case(const NeedleSource& source, const model::Tokenizer& tokenizer, int context_tokens, double depth,
-                            uint64_t seed);
+NeedleCase make_needle_case(const NeedleSource& source, const model::Tokenizer& tokenizer, int context_tokens,
+                            double depth, uint64_t seed);
 
 // Exact match: the first run of digits in the answer equals the value ("is 4821." matches 4821; "48210",
 // "4 821" and an answer without digits do not).

@@ -30,9 +30,12 @@ std::vector<std::string> parse_csv_line(const std::string& line) {
   for (std::size_t i = 0; i < line.size(); ++i) {
     const char c = line[i];
     if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') fields.back() += '"', ++i;
-      else if (c == '"') quoted = false;
-      else fields.back() += c;
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"')
+        fields.back() += '"', ++i;
+      else if (c == '"')
+        quoted = false;
+      else
+        fields.back() += c;
     } else if (c == '"') {
       quoted = true;
     } else if (c == ',') {
@@ -99,14 +102,17 @@ std::vector<std::string> split_policy_list(const std::string& text) {
   std::vector<std::string> policies;
   for (const auto& item : split_list(text, "policy")) {
     const bool continues = item.find('=') != std::string::npos && item.find(':') == std::string::npos;
-    if (continues && !policies.empty()) policies.back() += "," + item;
-    else policies.push_back(item);
+    if (continues && !policies.empty())
+      policies.back() += "," + item;
+    else
+      policies.push_back(item);
   }
   return policies;
 }
 
 SweepCell SweepGrid::cell(std::size_t index) const {
-  if (index >= size()) throw Error("cell " + std::to_string(index) + " is outside the grid of " + std::to_string(size()) + " cells");
+  if (index >= size())
+    throw Error("cell " + std::to_string(index) + " is outside the grid of " + std::to_string(size()) + " cells");
   const std::size_t per_prompt = policies.size() * budgets.size();
   SweepCell c;
   c.index = index;
@@ -117,7 +123,7 @@ SweepCell SweepGrid::cell(std::size_t index) const {
 }
 
 nlohmann::json SweepGrid::to_json() const {
-  return {{"eval", eval_kind}, {"prompts", prompts},   {"prompt_sha256", prompt_digests},
+  return {{"eval", eval_kind},    {"prompts", prompts}, {"prompt_sha256", prompt_digests},
           {"policies", policies}, {"budgets", budgets}, {"settings", settings}};
 }
 
@@ -164,12 +170,14 @@ SweepStore::SweepStore(const fs::path& dir, const SweepGrid& grid) : dir_(dir), 
     for (const auto& [field, value] : wanted.items())
       if (!stored.contains(field) || stored[field] != value)
         throw UsageError("the sweep in '" + dir_.string() + "' was started with " + field + " = " +
-                         (stored.contains(field) ? stored[field].dump() : "(missing)") + ", this run asks for " + value.dump() +
+                         (stored.contains(field) ? stored[field].dump() : "(missing)") + ", this run asks for " +
+                         value.dump() +
                          "; nothing was changed. Resume with the same grid, or choose another --out directory");
     if (fs::exists(csv_path())) read_csv();
     return;
   }
-  if (fs::exists(dir_) && !fs::is_directory(dir_)) throw UsageError("--out '" + dir_.string() + "' is a file, not a directory");
+  if (fs::exists(dir_) && !fs::is_directory(dir_))
+    throw UsageError("--out '" + dir_.string() + "' is a file, not a directory");
   if (fs::exists(dir_) && !fs::is_empty(dir_))
     throw UsageError("--out '" + dir_.string() + "' holds files but no grid.json; refusing to write a sweep into it");
   fs::create_directories(dir_);
@@ -180,7 +188,8 @@ void SweepStore::read_csv() {
   std::string text = read_file(csv_path());
   // A kill between write() calls cannot leave half a line (one write per line), but a crashed disk can:
   // a last line without its newline is dropped and its cell runs again.
-  if (!text.empty() && text.back() != '\n') text.erase(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+  if (!text.empty() && text.back() != '\n')
+    text.erase(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
   std::istringstream in(text);
   std::string line;
   int line_no = 0;
@@ -189,18 +198,20 @@ void SweepStore::read_csv() {
     const auto fields = parse_csv_line(line);
     if (line_no == 1) {
       if (fields != columns_)
-        throw UsageError("'" + csv_path().string() + "' has columns '" + line + "', not the ones of a " + grid_.eval_kind + " sweep");
+        throw UsageError("'" + csv_path().string() + "' has columns '" + line + "', not the ones of a " +
+                         grid_.eval_kind + " sweep");
       continue;
     }
     if (fields.size() != columns_.size())
-      throw Error("'" + csv_path().string() + "' line " + std::to_string(line_no) + " has " + std::to_string(fields.size()) +
-                  " fields; expected " + std::to_string(columns_.size()));
+      throw Error("'" + csv_path().string() + "' line " + std::to_string(line_no) + " has " +
+                  std::to_string(fields.size()) + " fields; expected " + std::to_string(columns_.size()));
     SweepRow row;
     try {
       row.cell = std::stoul(fields[0]);
       for (std::size_t i = 4; i < fields.size(); ++i) row.metrics.emplace_back(columns_[i], std::stod(fields[i]));
     } catch (const std::exception&) {
-      throw Error("'" + csv_path().string() + "' line " + std::to_string(line_no) + " has a field that is not a number");
+      throw Error("'" + csv_path().string() + "' line " + std::to_string(line_no) +
+                  " has a field that is not a number");
     }
     row.prompt = fields[1], row.policy = fields[2], row.budget = fields[3];
     if (row.cell >= grid_.size() || done_.count(row.cell))
@@ -214,21 +225,26 @@ void SweepStore::read_csv() {
 }
 
 void SweepStore::append(const SweepRow& row) {
-  if (done_.count(row.cell)) throw Error("cell " + std::to_string(row.cell) + " is already stored in '" + csv_path().string() + "'");
+  if (done_.count(row.cell))
+    throw Error("cell " + std::to_string(row.cell) + " is already stored in '" + csv_path().string() + "'");
   const SweepCell expected = grid_.cell(row.cell);
-  if (row.policy != expected.policy.policy || row.budget != expected.policy.budget || row.prompt != grid_.prompts[expected.prompt])
-    throw Error("row for cell " + std::to_string(row.cell) + " is (" + row.prompt + ", " + row.policy + ", " + row.budget +
-                ") but the grid says (" + grid_.prompts[expected.prompt] + ", " + expected.policy.policy + ", " +
-                expected.policy.budget + ")");
+  if (row.policy != expected.policy.policy || row.budget != expected.policy.budget ||
+      row.prompt != grid_.prompts[expected.prompt])
+    throw Error("row for cell " + std::to_string(row.cell) + " is (" + row.prompt + ", " + row.policy + ", " +
+                row.budget + ") but the grid says (" + grid_.prompts[expected.prompt] + ", " + expected.policy.policy +
+                ", " + expected.policy.budget + ")");
   std::string line;
   if (!fs::exists(csv_path())) {
     for (std::size_t i = 0; i < columns_.size(); ++i) line += (i ? "," : "") + columns_[i];
     line += "\n";
   }
-  line += std::to_string(row.cell) + "," + csv_field(row.prompt) + "," + csv_field(row.policy) + "," + csv_field(row.budget);
+  line += std::to_string(row.cell) + "," + csv_field(row.prompt) + "," + csv_field(row.policy) + "," +
+          csv_field(row.budget);
   for (std::size_t i = 4; i < columns_.size(); ++i) {
-    auto it = std::find_if(row.metrics.begin(), row.metrics.end(), [&](const auto& m) { return m.first == columns_[i]; });
-    if (it == row.metrics.end()) throw Error("row for cell " + std::to_string(row.cell) + " lacks metric '" + columns_[i] + "'");
+    auto it =
+        std::find_if(row.metrics.begin(), row.metrics.end(), [&](const auto& m) { return m.first == columns_[i]; });
+    if (it == row.metrics.end())
+      throw Error("row for cell " + std::to_string(row.cell) + " lacks metric '" + columns_[i] + "'");
     line += "," + format_number(it->second);
   }
   append_durably(csv_path(), line + "\n");
@@ -242,7 +258,8 @@ void SweepStore::write_hdf5() const {
   h5::silence_errors();
   const fs::path tmp = hdf5_path().string() + ".tmp";
   {
-    h5::Handle file(h5::check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "cannot create '" + tmp.string() + "'"));
+    h5::Handle file(h5::check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                              "cannot create '" + tmp.string() + "'"));
     h5::Handle group = h5::ensure_group(file, "eval");
     h5::set_attr(group, "eval", grid_.eval_kind);
     h5::set_attr(group, "grid", grid_.to_json().dump());

@@ -84,7 +84,8 @@ TEST_CASE("perplexity under the full cache equals per-token prefill log-probabil
   const auto* model = test::default_model();
   eval::Evaluator ev(*model);
   engine::Engine engine(*model);
-  auto tokens = ev.encode("Bread dough is flour and water with a little salt and a living organism: yeast. It eats sugars.");
+  auto tokens =
+      ev.encode("Bread dough is flour and water with a little salt and a living organism: yeast. It eats sugars.");
   REQUIRE(tokens.size() >= 16);
   tokens.resize(16);
   const auto ref = ev.ppl_reference(tokens, 10);

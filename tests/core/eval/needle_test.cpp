@@ -11,9 +11,9 @@ using namespace kvscope;
 TEST_CASE("needle answers match only the exact value as the first number") {
   CHECK(eval::needle_answer_matches(" 4821.", "4821"));
   CHECK(eval::needle_answer_matches("The number is 4821, I think", "4821"));
-  CHECK_FALSE(eval::needle_answer_matches(" 48210.", "4821"));   // longer number
-  CHECK_FALSE(eval::needle_answer_matches(" 482", "4821"));      // cut short
-  CHECK_FALSE(eval::needle_answer_matches(" 4 821", "4821"));    // split
+  CHECK_FALSE(eval::needle_answer_matches(" 48210.", "4821"));        // longer number
+  CHECK_FALSE(eval::needle_answer_matches(" 482", "4821"));           // cut short
+  CHECK_FALSE(eval::needle_answer_matches(" 4 821", "4821"));         // split
   CHECK_FALSE(eval::needle_answer_matches(" 17 then 4821", "4821"));  // not the first number
   CHECK_FALSE(eval::needle_answer_matches(" I do not know.", "4821"));
   CHECK_FALSE(eval::needle_answer_matches("", "4821"));
@@ -40,7 +40,8 @@ TEST_CASE("needle cases are deterministic, sized, and place the needle at the de
   const auto top = eval::make_needle_case(source, *model->tokenizer, 600, 0.0, 7);
   CHECK(top.prompt.rfind("The special magic number for " + top.key, 0) == 0);
   const auto bottom = eval::make_needle_case(source, *model->tokenizer, 600, 1.0, 7);
-  const std::string bottom_needle = "The special magic number for " + bottom.key + " is " + bottom.value + ".\n\nQuestion:";
+  const std::string bottom_needle =
+      "The special magic number for " + bottom.key + " is " + bottom.value + ".\n\nQuestion:";
   CHECK(bottom.prompt.find(bottom_needle) != std::string::npos);
   // The question asks for the needle's key, and the prompt ends where the answer starts.
   CHECK(bottom.prompt.substr(bottom.prompt.size() - 3) == " is");

@@ -33,7 +33,8 @@ eval::SweepRow row_for(const eval::SweepGrid& g, std::size_t index, double match
   r.prompt = g.prompts[cell.prompt];
   r.policy = cell.policy.policy;
   r.budget = cell.policy.budget;
-  for (const auto& name : eval::metric_names("needle")) r.metrics.emplace_back(name, name == "exact_match" ? match : 1.5);
+  for (const auto& name : eval::metric_names("needle"))
+    r.metrics.emplace_back(name, name == "exact_match" ? match : 1.5);
   return r;
 }
 
