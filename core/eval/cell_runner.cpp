@@ -29,13 +29,14 @@ void CellRunner::prepare(std::size_t prompt) {
   if (prepared_ == prompt) return;
   fidelity_.reset();
   ppl_.reset();
+  needle_.reset();
   const EvalPrompt& p = prompts_[prompt];
   if (grid_.eval_kind == "fidelity") {
     fidelity_ = evaluator_.fidelity_reference(evaluator_.encode(p.text), settings_.new_tokens);
   } else if (grid_.eval_kind == "ppl") {
     ppl_ = evaluator_.ppl_reference(ppl_tokens(evaluator_, p.text, settings_.max_tokens), settings_.prompt_tokens);
   } else {
-    tokens_ = evaluator_.encode(p.text);
+    needle_ = evaluator_.needle_reference(evaluator_.encode(p.text), p.value, settings_.answer_tokens);
   }
   prepared_ = prompt;
 }
@@ -53,8 +54,7 @@ SweepRow CellRunner::run(std::size_t index) {
   else if (ppl_)
     row.metrics = evaluator_.ppl(*ppl_, cell.policy).metrics();
   else
-    row.metrics =
-        evaluator_.needle(tokens_, prompts_[cell.prompt].value, cell.policy, settings_.answer_tokens).metrics();
+    row.metrics = evaluator_.needle(*needle_, cell.policy, settings_.answer_tokens).metrics();
   return row;
 }
 

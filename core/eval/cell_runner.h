@@ -41,9 +41,9 @@ class CellRunner {
   const std::vector<EvalPrompt>& prompts_;
   EvalSettings settings_;
   std::optional<std::size_t> prepared_;
-  std::vector<int> tokens_;
   std::optional<FidelityReference> fidelity_;
   std::optional<PplReference> ppl_;
+  std::optional<NeedleReference> needle_;
 };
 
 // Text to tokens for perplexity: BOS first when the model wants one, cut to max_tokens when > 0.

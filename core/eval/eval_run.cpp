@@ -90,7 +90,7 @@ Metrics PplResult::metrics() const {
 }
 
 Metrics NeedleResult::metrics() const {
-  Metrics m = {{"exact_match", match ? 1.0 : 0.0}};
+  Metrics m = {{"exact_match", match ? 1.0 : 0.0}, {"full_exact_match", full_match ? 1.0 : 0.0}};
   append_memory(m, memory, run_ms);
   return m;
 }
@@ -200,16 +200,28 @@ PplResult Evaluator::ppl(const PplReference& reference, const CellPolicy& cell) 
   return out;
 }
 
-NeedleResult Evaluator::needle(const std::vector<int>& prompt, const std::string& value, const CellPolicy& cell,
-                               int answer_tokens) {
+NeedleReference Evaluator::needle_reference(const std::vector<int>& prompt, const std::string& value,
+                                            int answer_tokens) {
+  engine::GenerateOptions options;
+  options.max_new_tokens = answer_tokens;
+  NeedleReference ref;
+  const auto r = run(prompt, options, nullptr, {}, ref.run_ms);
+  ref.prompt = prompt;
+  ref.value = value;
+  ref.match = needle_answer_matches(r.text, value);
+  ref.peak_bytes = r.cache_peak_bytes;
+  return ref;
+}
+
+NeedleResult Evaluator::needle(const NeedleReference& reference, const CellPolicy& cell, int answer_tokens) {
   engine::GenerateOptions options;
   options.max_new_tokens = answer_tokens;
   NeedleResult out;
-  const auto r = run(prompt, options, &cell, {}, out.run_ms);
+  const auto r = run(reference.prompt, options, &cell, {}, out.run_ms);
   out.answer = r.text;
-  out.match = needle_answer_matches(r.text, value);
-  // The full cache of the same tokens: every prompt and answer row, as KVCache::full_cache_bytes counts them.
-  out.memory = memory_of(r, r.full_cache_bytes);
+  out.match = needle_answer_matches(r.text, reference.value);
+  out.full_match = reference.match;
+  out.memory = memory_of(r, reference.peak_bytes);
   return out;
 }
 

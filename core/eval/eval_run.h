@@ -63,8 +63,15 @@ struct PplResult {
 };
 
 // --- needle: greedy answer after a haystack prompt, exact match of the value ---
+struct NeedleReference {
+  std::vector<int> prompt;
+  std::string value;
+  bool match = false;  // the full cache's own answer
+  std::size_t peak_bytes = 0;
+  double run_ms = 0.0;
+};
 struct NeedleResult {
-  bool match = false;
+  bool match = false, full_match = false;
   std::string answer;
   CacheMemory memory;
   double run_ms = 0.0;
@@ -86,8 +93,8 @@ class Evaluator {
   PplReference ppl_reference(const std::vector<int>& tokens, int prompt_tokens);
   PplResult ppl(const PplReference& reference, const CellPolicy& cell);
 
-  NeedleResult needle(const std::vector<int>& prompt, const std::string& value, const CellPolicy& cell,
-                      int answer_tokens);
+  NeedleReference needle_reference(const std::vector<int>& prompt, const std::string& value, int answer_tokens);
+  NeedleResult needle(const NeedleReference& reference, const CellPolicy& cell, int answer_tokens);
 
   // Called with the engine's progress of every run (prefill blocks, decode steps).
   std::function<void(const engine::Progress&)> progress;
