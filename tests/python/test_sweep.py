@@ -1,4 +1,4 @@
-"""`kvscope sweep` end to end on the default model: a small fidelity grid persists one CSV line per cell
+"""`kvscope eval` and `kvscope sweep` end to end on the default model: a small fidelity grid persists one CSV line per cell
 and the same numbers in eval.h5 (read here with h5py, independently of the C++ writer); a sweep killed
 mid-way and run again has every cell exactly once with the same numbers as an uninterrupted run;
 `--workers 2` gives the same rows as one process; bad input fails with a clear message and changes nothing.
@@ -136,6 +136,30 @@ def test_bad_input(root):
     check(after == before, "a refused resume leaves grid.json, rows.csv and eval.h5 untouched")
 
 
+def test_eval_subcommands():
+    import json
+
+    def run_json(*args):
+        res = subprocess.run([BINARY, "eval", *args, "--json"], capture_output=True, text=True, timeout=300)
+        check(res.returncode == 0, f"eval {args[0]} exits 0 ({res.stderr[-300:]})")
+        return json.loads(res.stdout) if res.returncode == 0 else {"metrics": {}}
+
+    j = run_json("fidelity", "--prompt", PROMPT, "--policy", "streaming_llm", "--budget", "50%", "--max-new-tokens", "3")
+    m = j["metrics"]
+    check(m.get("steps") == 3 and 0.0 <= m.get("top1_agreement", -1) <= 1.0 and len(j.get("layer_nmse", [])) == 30,
+          f"eval fidelity --json: 3 steps, agreement in [0, 1], NMSE per layer ({m})")
+    j = run_json("ppl", "--prompt", PROMPT, "--policy", "full", "--prompt-tokens", "20")
+    m = j["metrics"]
+    check(m.get("ppl", 0) > 1.0 and abs(m.get("ppl", 0) - m.get("ppl_full", -1)) < 1e-6 * m.get("ppl", 1),
+          f"eval ppl --json: the full cache's perplexity equals the reference's ({m})")
+    j = run_json("needle", "--policy", "full", "--lengths", "160", "--depths", "50", "--answer-tokens", "8")
+    cases = j.get("cases", [])
+    check(len(cases) == 1 and len(cases[0]["value"]) == 7 and cases[0]["metrics"]["full_exact_match"] == cases[0]["metrics"]["exact_match"],
+          f"eval needle --json: one case, a 7-digit value, the full cache scored against itself ({cases})")
+    res = subprocess.run([BINARY, "eval", "needle", "--depths", "150"], capture_output=True, text=True, timeout=300)
+    check(res.returncode == 2 and "150" in res.stderr, f"needle depth outside 0..100 is a usage error ({res.stderr[-200:]})")
+
+
 def main():
     if not BINARY or not os.path.exists(BINARY):
         print(f"KVSCOPE_BINARY is not set to an executable (got {BINARY!r})")
@@ -146,6 +170,7 @@ def main():
         test_kill_and_resume(root, reference)
         test_workers(root, reference)
         test_bad_input(root)
+        test_eval_subcommands()
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"{passed()} checks passed, {len(FAILURES)} failed")
