@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "app/subcommands.h"
+#include "app/sweep_workers.h"
 #include "core/common/build_version.h"
 #include "core/common/error.h"
 #include "core/trace/trace_probe.h"
@@ -25,8 +26,11 @@ int main(int argc, char** argv) {
       app::register_policies(root),
       app::register_gui(root),
       app::register_figure(root),
+      app::register_eval(root),
+      app::register_sweep(root),
   };
 
+  app::set_command_line(argc, argv);
   try {
     root.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

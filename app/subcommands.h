@@ -18,5 +18,7 @@ Command register_inspect(CLI::App& root);
 Command register_policies(CLI::App& root);
 Command register_gui(CLI::App& root);
 Command register_figure(CLI::App& root);
+Command register_eval(CLI::App& root);
+Command register_sweep(CLI::App& root);
 
 }  // namespace kvscope::app

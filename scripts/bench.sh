@@ -12,3 +12,4 @@ fi
 "$venv/bin/python" "$root/bench/engine_vs_llamacpp.py" --kvscope "$root/$build/app/kvscope" --threads "$(nproc)"
 "$venv/bin/python" "$root/bench/engine_vs_llamacpp.py" --kvscope "$root/$build/app/kvscope" --threads 1
 "$root/.deps/venv/bin/python" "$root/bench/trace_overhead.py" --build "$root/$build"
+"$root/.deps/venv/bin/python" "$root/bench/sweep_speed.py" --build "$root/$build"

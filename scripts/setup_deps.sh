@@ -31,5 +31,17 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
   echo "$want" > "$stamp"
 fi
 
+# Ray, only for `kvscope sweep --ray` and its test, in a venv of its own: it is large (about 280 MB,
+# two minutes to install here), so KVSCOPE_NO_RAY=1 skips it and the Ray test then reports itself skipped.
+ray_venv="$deps/ray-venv"
+ray_req="$root/tools/requirements-ray.txt"
+ray_want="$(sha256sum "$ray_req" | cut -d' ' -f1)"
+if [ "${KVSCOPE_NO_RAY:-0}" != "1" ] && { [ ! -x "$ray_venv/bin/python" ] || [ "$(cat "$ray_venv/.requirements.sha256" 2>/dev/null)" != "$ray_want" ]; }; then
+  echo "setup: creating $ray_venv (Ray for sweep --ray; KVSCOPE_NO_RAY=1 skips it)"
+  python3 -m venv "$ray_venv"
+  "$ray_venv/bin/pip" install -q --disable-pip-version-check -r "$ray_req"
+  echo "$ray_want" > "$ray_venv/.requirements.sha256"
+fi
+
 "$root/scripts/fetch_model.sh"
 "$root/scripts/fetch_imgui.sh"

@@ -253,6 +253,12 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   const auto& c = model_.config;
   if (prompt.empty()) throw UsageError("the prompt is empty");
   if (options.max_new_tokens < 0) throw UsageError("max new tokens must be >= 0");
+  if (!options.forced_tokens.empty() && static_cast<int>(options.forced_tokens.size()) < options.max_new_tokens)
+    throw UsageError(std::to_string(options.forced_tokens.size()) + " forced tokens cannot cover " +
+                     std::to_string(options.max_new_tokens) + " new tokens");
+  for (int id : options.forced_tokens)
+    if (id < 0 || id >= c.vocab_size)
+      throw UsageError("forced token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(c.vocab_size));
   if (static_cast<long>(prompt.size()) + options.max_new_tokens > c.context_length)
     throw UsageError("prompt of " + std::to_string(prompt.size()) + " tokens plus " + std::to_string(options.max_new_tokens) +
                      " new tokens exceeds the model's context of " + std::to_string(c.context_length) + " tokens");
@@ -276,6 +282,13 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   result.prompt_tokens = prompt;
   Sampler sampler(options.sampling);
   std::vector<float> logits(c.vocab_size);
+  // The token that follows these logits: the i-th forced token under teacher forcing, else a sample.
+  auto pick = [&](const StepInfo& step, int index) {
+    for (RunObserver* o : hooks.observers) o->on_logits(step, logits.data(), c.vocab_size);
+    if (index >= static_cast<int>(options.forced_tokens.size())) return sampler.sample(logits.data(), c.vocab_size);
+    const int id = options.forced_tokens[index];
+    return SampledToken{id, token_logprob(logits.data(), c.vocab_size, id)};
+  };
   const int n_prompt = static_cast<int>(prompt.size());
 
   const int block = hooks.policy && hooks.policy->prefill_block_size() > 0 ? hooks.policy->prefill_block_size() : n_prompt;
@@ -316,7 +329,7 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
       run.capture->prefill_ms = elapsed_ms(t0);
       run.capture->complete = true;
     }
-    if (step.prefill_done) next = sampler.sample(logits.data(), c.vocab_size);
+    if (step.prefill_done) next = pick(step, 0);
     finish_step(run, step, step.prefill_done ? next.id : -1, step.prefill_done ? next.logprob : 0.0f);
     if (hooks.progress) hooks.progress({Phase::Prefill, start + n, n_prompt});
   }
@@ -338,7 +351,7 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
     forward(run, &next.id, 1, position, step, logits.data());
     if (run.cancelled()) break;
     ++position;
-    next = sampler.sample(logits.data(), c.vocab_size);
+    next = pick(step, i + 1);
     finish_step(run, step, next.id, next.logprob);
   }
   result.decode_ms = elapsed_ms(t1);

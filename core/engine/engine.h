@@ -26,6 +26,9 @@ struct GenerateOptions {
   SamplingOptions sampling;
   bool stop_at_end_of_generation = true;  // stop at EOS / <|im_end|>
   policy::BudgetSpec budget;              // resolved against the prompt when a policy runs
+  // Teacher forcing: when non-empty, decode feeds these tokens instead of sampled ones (the i-th
+  // generated token is forced_tokens[i]); max_new_tokens must not exceed its size.
+  std::vector<int> forced_tokens;
 };
 
 struct Progress {

@@ -23,6 +23,10 @@ class RunObserver : public AttentionObserver {
   // `token` is the token sampled from this step's logits (-1 for prefill blocks before the last).
   virtual void on_step_end(const StepInfo& /*step*/, const cache::KVCache& /*cache*/, int /*token*/, float /*logprob*/) {}
 
+  // The next-token logits [vocab] of every step that predicts a token (the last prefill block and each
+  // decode step), before sampling or forcing picks the token.
+  virtual void on_logits(const StepInfo& /*step*/, const float* /*logits*/, int /*vocab*/) {}
+
   // Output error against a full cache (CAOTE Fig. 3). When an observer wants it and a policy runs, the
   // engine keeps a shadow cache that receives every K/V row and is never edited, and in each decode step
   // also attends the same queries over it. compressed/full: the layer's attention outputs [n_queries][width]

@@ -15,17 +15,7 @@ import tempfile
 import h5py
 import numpy as np
 
-FAILURES = []
-PASSED = 0
-
-
-def check(cond, what):
-    global PASSED
-    if cond:
-        PASSED += 1
-    else:
-        FAILURES.append(what)
-        print(f"FAIL: {what}")
+from checks import FAILURES, check, passed
 
 
 def run_trace(out, policies, budget, extra=()):
@@ -297,7 +287,7 @@ def main():
         check(res.returncode == 0 and "events" in res.stdout, "kvscope inspect summarises the file")
         check_old_vlen_traces_read(binary, out, tmp)
 
-    print(f"test_trace_h5py: {PASSED} checks passed, {len(FAILURES)} failed")
+    print(f"test_trace_h5py: {passed()} checks passed, {len(FAILURES)} failed")
     if FAILURES:
         for f in FAILURES:
             print(f"  failed: {f}")

@@ -1,0 +1,252 @@
+// kvscope eval fidelity|ppl|needle: what a policy costs in quality against the full cache on the same
+// tokens. One (policy, budget) per call; `kvscope sweep` runs grids of them.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "app/eval_prompts.h"
+#include "app/progress_line.h"
+#include "app/run_options.h"
+#include "app/subcommands.h"
+#include "core/common/error.h"
+#include "core/eval/eval_run.h"
+#include "core/policy/registry.h"
+#ifdef KVSCOPE_HAVE_GUI
+#include "viewers/figure_export.h"
+#include "viewers/quality_plot.h"
+#endif
+
+namespace kvscope::app {
+
+namespace {
+
+struct EvalArgs {
+  ModelOptions model;
+  PromptOptions prompt;
+  std::string policy = "full", allocation, budget, figure;
+  bool json = false;
+  eval::EvalSettings settings;
+  std::vector<int> lengths = NeedleGrid{}.lengths;
+  std::vector<std::string> depths = {"0", "25", "50", "75", "100"};
+  uint64_t seed = 1;
+};
+
+std::string mib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024.0));
+  return buf;
+}
+
+// Engine progress of the long runs (ppl decodes thousands of tokens) as one line per stage.
+struct StageProgress {
+  std::unique_ptr<ProgressLine> line;
+  void start(const std::string& label, long total) {
+    if (line) line->finish();
+    line = std::make_unique<ProgressLine>(label, total);
+  }
+  void operator()(const engine::Progress& p) {
+    if (line && p.phase == observation::Phase::Decode) line->update(p.done);
+  }
+  ~StageProgress() {
+    if (line) line->finish();
+  }
+};
+
+void print_memory(const eval::CacheMemory& m) {
+  std::printf("cache             peak %s of the full cache's %s (saved %.1f%%), at the end %s\n",
+              mib(m.peak_bytes).c_str(), mib(m.full_peak_bytes).c_str(), 100.0 * m.saved(), mib(m.bytes).c_str());
+}
+
+nlohmann::json metrics_json(const eval::Metrics& metrics) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, value] : metrics) j[name] = value;
+  return j;
+}
+
+int run_fidelity(const EvalArgs& a) {
+  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget};
+  policy::make_policy(cell.policy);  // a bad spec fails before the model loads
+  const model::Model model = a.model.load();
+  eval::Evaluator evaluator(model);
+  StageProgress progress;
+  evaluator.progress = [&](const engine::Progress& p) { progress(p); };
+  const auto prompt = run::encode_prompt(model, a.prompt.body(), a.prompt.chat);
+  progress.start("full cache", a.settings.new_tokens);
+  const auto reference = evaluator.fidelity_reference(prompt, a.settings.new_tokens);
+  progress.start(cell.policy, a.settings.new_tokens);
+  const auto result = evaluator.fidelity(reference, cell);
+  progress.line->finish();
+  if (a.json) {
+    nlohmann::json j = {{"eval", "fidelity"},
+                        {"policy", cell.policy},
+                        {"budget", cell.budget},
+                        {"prompt_tokens", prompt.size()},
+                        {"continuation", model.tokenizer->decode(reference.continuation)},
+                        {"continuation_tokens", reference.continuation},
+                        {"metrics", metrics_json(result.metrics())},
+                        {"layer_nmse", result.layer_nmse},
+                        {"reference_run_ms", reference.run_ms}};
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("fidelity of %s at budget %s to the full cache: %d teacher-forced tokens after a %zu-token prompt\n",
+              cell.policy.c_str(), cell.budget.empty() ? "(whole prompt)" : cell.budget.c_str(), result.score.steps,
+              prompt.size());
+  std::printf("top-1 agreement   %.3f\n", result.score.top1_agreement);
+  std::printf("KL(full||policy)  mean %.4f  max %.4f nats\n", result.score.kl_mean, result.score.kl_max);
+  std::printf("log-prob gap      %.4f nats/token (full minus policy, on the full cache's continuation)\n",
+              result.score.logprob_gap);
+  std::printf("output NMSE       per layer:");
+  for (double v : result.layer_nmse) std::printf(" %.2g", v);
+  std::printf("\n");
+  print_memory(result.memory);
+  return 0;
+}
+
+int run_ppl(const EvalArgs& a) {
+  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget};
+  policy::make_policy(cell.policy);
+  const model::Model model = a.model.load();
+  eval::Evaluator evaluator(model);
+  StageProgress progress;
+  evaluator.progress = [&](const engine::Progress& p) { progress(p); };
+  const auto tokens = eval::ppl_tokens(evaluator, run::prompt_text(a.prompt.body(), a.prompt.chat), a.settings.max_tokens);
+  const long scored = static_cast<long>(tokens.size()) - a.settings.prompt_tokens;
+  progress.start("full cache", scored);
+  const auto reference = evaluator.ppl_reference(tokens, a.settings.prompt_tokens);
+  progress.start(cell.policy, scored);
+  const auto result = evaluator.ppl(reference, cell);
+  progress.line->finish();
+  if (a.json) {
+    std::cout << nlohmann::json{{"eval", "ppl"},
+                                {"policy", cell.policy},
+                                {"budget", cell.budget},
+                                {"text_tokens", tokens.size()},
+                                {"prompt_tokens", a.settings.prompt_tokens},
+                                {"metrics", metrics_json(result.metrics())}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  std::printf("perplexity of %zu tokens (the first %d compressed as the prompt, %d decoded teacher-forced)\n",
+              tokens.size(), a.settings.prompt_tokens, result.scored_tokens);
+  std::printf("%-28s %10s\n", "cache", "perplexity");
+  std::printf("%-28s %10.3f\n", "full", result.ppl_full);
+  std::printf("%-28s %10.3f  (x%.4f)\n", (cell.policy + " " + cell.budget).c_str(), result.ppl,
+              result.ppl / result.ppl_full);
+  print_memory(result.memory);
+  return 0;
+}
+
+int run_needle(const EvalArgs& a) {
+  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget};
+  policy::make_policy(cell.policy);
+  NeedleGrid grid{a.lengths, parse_depths(a.depths), a.seed, a.settings.answer_tokens};
+#ifdef KVSCOPE_HAVE_GUI
+  if (!a.figure.empty() && a.figure.size() >= 4 && a.figure.substr(a.figure.size() - 4) != ".png")
+    throw UsageError("--figure '" + a.figure + "': the needle grid is a heatmap; give a .png path");
+#endif
+  const model::Model model = a.model.load();
+  eval::Evaluator evaluator(model);
+  const auto prompts = needle_prompts(model, grid);
+  std::vector<std::vector<double>> scores(grid.depths.size(), std::vector<double>(grid.lengths.size(), 0.0));
+  nlohmann::json cases = nlohmann::json::array();
+  ProgressLine line("needle " + cell.policy, static_cast<long>(prompts.size()));
+  int full_total = 0;  // the full cache's hits on the same cases
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const auto reference =
+        evaluator.needle_reference(evaluator.encode(prompts[i].text), prompts[i].value, a.settings.answer_tokens);
+    const auto r = evaluator.needle(reference, cell, a.settings.answer_tokens);
+    scores[i % grid.depths.size()][i / grid.depths.size()] = r.match ? 1.0 : 0.0;
+    full_total += r.full_match;
+    cases.push_back({{"case", prompts[i].name},
+                     {"value", prompts[i].value},
+                     {"answer", r.answer},
+                     {"match", r.match},
+                     {"metrics", metrics_json(r.metrics())}});
+    line.update(static_cast<long>(i + 1));
+  }
+  line.finish();
+#ifdef KVSCOPE_HAVE_GUI
+  if (!a.figure.empty())
+    viewers::export_figure(
+        viewers::needle_grid(scores, grid.lengths, grid.depths, "needle retrieval, " + cell.policy + " " + cell.budget),
+        a.figure, {});
+#else
+  if (!a.figure.empty()) throw Error("this kvscope was built without the GUI libraries, which --figure needs");
+#endif
+  if (a.json) {
+    std::cout << nlohmann::json{{"eval", "needle"}, {"policy", cell.policy},   {"budget", cell.budget},
+                                {"seed", a.seed},   {"lengths", grid.lengths}, {"depths", grid.depths},
+                                {"cases", cases}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  std::printf("needle retrieval of %s at budget %s (exact match of the 7-digit value; seed %llu)\n",
+              cell.policy.c_str(), cell.budget.empty() ? "(whole prompt)" : cell.budget.c_str(),
+              static_cast<unsigned long long>(a.seed));
+  std::printf("depth \\ tokens");
+  for (int l : grid.lengths) std::printf(" %7d", l);
+  std::printf("\n");
+  double total = 0.0;
+  for (std::size_t d = 0; d < grid.depths.size(); ++d) {
+    std::printf("%13.0f%%", grid.depths[d] * 100.0);
+    for (double s : scores[d]) std::printf(" %7s", s > 0.5 ? "hit" : "miss"), total += s;
+    std::printf("\n");
+  }
+  std::printf("accuracy %.3f over %zu cases (the full cache: %.3f)\n", total / prompts.size(), prompts.size(),
+              static_cast<double>(full_total) / prompts.size());
+  return 0;
+}
+
+}  // namespace
+
+Command register_eval(CLI::App& root) {
+  auto a = std::make_shared<EvalArgs>();
+  CLI::App* cmd = root.add_subcommand("eval", "measure what a policy costs in quality against the full cache");
+  cmd->require_subcommand(1);
+  auto common = [&](CLI::App* sub) {
+    a->model.add_to(sub);
+    a->prompt.add_to(sub);
+    sub->add_option("--policy", a->policy, "policy spec, e.g. snapkv:window=32 (see `kvscope policies`)");
+    sub->add_option("--allocation", a->allocation, "layer budget allocation for the policy");
+    sub->add_option("--budget", a->budget,
+                    "KV tokens per layer and KV head (e.g. 128) or share of the prompt (e.g. 20%)");
+    sub->add_flag("--json", a->json, "print a machine-readable record instead of a table");
+  };
+  CLI::App* fidelity = cmd->add_subcommand(
+      "fidelity", "top-1 agreement, KL and log-prob gap, teacher-forced on the full cache's continuation");
+  common(fidelity);
+  fidelity
+      ->add_option("--max-new-tokens", a->settings.new_tokens,
+                   "tokens of the full cache's greedy continuation to score")
+      ->check(CLI::PositiveNumber);
+  CLI::App* ppl = cmd->add_subcommand("ppl", "teacher-forced perplexity of a text with compression active");
+  common(ppl);
+  ppl->add_option("--prompt-tokens", a->settings.prompt_tokens,
+                  "tokens run as the (compressed) prompt; the rest are decoded")
+      ->check(CLI::PositiveNumber);
+  ppl->add_option("--max-tokens", a->settings.max_tokens, "cut the text to this many tokens (0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  CLI::App* needle = cmd->add_subcommand("needle", "needle-in-a-haystack retrieval over context lengths and depths");
+  a->model.add_to(needle);
+  needle->add_option("--policy", a->policy, "policy spec");
+  needle->add_option("--allocation", a->allocation, "layer budget allocation for the policy");
+  needle->add_option("--budget", a->budget, "KV tokens per layer and KV head or share of the prompt");
+  needle->add_flag("--json", a->json, "print a machine-readable record instead of a table");
+  needle->add_option("--lengths", a->lengths, "context lengths in tokens, up to the model's context")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  needle->add_option("--depths", a->depths, "needle depths in percent of the haystack")->delimiter(',');
+  needle->add_option("--seed", a->seed, "seed of the generated cases");
+  needle->add_option("--answer-tokens", a->settings.answer_tokens, "greedy answer length")->check(CLI::PositiveNumber);
+  needle->add_option("--figure", a->figure, "write the grid as a heatmap PNG");
+  return {cmd, [a, fidelity, ppl]() {
+            if (fidelity->parsed()) return run_fidelity(*a);
+            if (ppl->parsed()) return run_ppl(*a);
+            return run_needle(*a);
+          }};
+}
+
+}  // namespace kvscope::app

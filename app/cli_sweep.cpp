@@ -1,0 +1,271 @@
+// kvscope sweep: the quality of every (prompt, policy, budget) cell of a grid, persisted cell by cell in
+// <out>/rows.csv and <out>/eval.h5, resumable, run in this process, in N local worker processes, or as
+// tasks on a Ray cluster; ends with a quality-vs-budget figure (PNG and SVG) and a summary table.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include "app/eval_prompts.h"
+#include "app/progress_line.h"
+#include "app/run_options.h"
+#include "app/subcommands.h"
+#include "app/sweep_workers.h"
+#include "core/common/error.h"
+#include "core/common/sha256.h"
+#include "core/eval/cell_runner.h"
+#include "core/policy/registry.h"
+#ifdef KVSCOPE_HAVE_GUI
+#include "viewers/figure_export.h"
+#include "viewers/quality_plot.h"
+#endif
+
+namespace kvscope::app {
+
+namespace {
+
+struct SweepArgs {
+  ModelOptions model;
+  PromptOptions prompt;
+  std::string prompts_dir, policies, budgets, eval_kind, out, ray_address, metric;
+  std::string ray_python = "python3";
+  int workers = 1;
+  bool serve = false;
+  eval::EvalSettings settings;
+  std::vector<int> lengths = NeedleGrid{}.lengths;
+  std::vector<std::string> depths = {"0", "25", "50", "75", "100"};
+  uint64_t seed = 1;
+};
+
+std::string default_metric(const std::string& kind) {
+  if (kind == "fidelity") return "kl_mean";
+  if (kind == "ppl") return "ppl";
+  return "exact_match";
+}
+
+// The grid from the flags alone (no model needed except to generate needle cases).
+struct Prepared {
+  eval::SweepGrid grid;
+  std::vector<eval::EvalPrompt> prompts;
+};
+
+Prepared prepare(const SweepArgs& a, const model::Model* model) {
+  Prepared p;
+  p.grid.eval_kind = a.eval_kind;
+  p.grid.policies = eval::split_policy_list(a.policies);
+  p.grid.budgets = eval::split_list(a.budgets, "budget");
+  for (const auto& spec : p.grid.policies) policy::make_policy(spec);  // unknown names fail here, before any work
+  for (const auto& b : p.grid.budgets) policy::BudgetSpec::parse(b);
+  p.grid.settings = a.settings.to_json(a.eval_kind);
+  if (a.eval_kind == "needle") {
+    if (!a.prompt.prompt.empty() || !a.prompt.prompt_file.empty() || !a.prompts_dir.empty())
+      throw UsageError(
+          "a needle sweep generates its prompts (--lengths, --depths, --seed); drop --prompt/--prompt-file/--prompts");
+    NeedleGrid needle{a.lengths, parse_depths(a.depths), a.seed, a.settings.answer_tokens};
+    p.grid.settings["lengths"] = needle.lengths;
+    p.grid.settings["depths"] = needle.depths;
+    p.grid.settings["seed"] = needle.seed;
+    if (model) p.prompts = needle_prompts(*model, needle);
+  } else {
+    p.prompts = load_prompts(a.prompt, a.prompts_dir);
+  }
+  if (model) {
+    p.grid.settings["model"] = model->file.path().filename().string();
+    for (const auto& prompt : p.prompts) {
+      p.grid.prompts.push_back(prompt.name);
+      p.grid.prompt_digests.push_back(sha256_hex(prompt.text));
+    }
+  }
+  return p;
+}
+
+// Child mode: cell indices on stdin, one JSON row per line on stdout.
+int serve(const SweepArgs& a) {
+  const model::Model model = a.model.load();
+  Prepared p = prepare(a, &model);
+  eval::Evaluator evaluator(model);
+  eval::CellRunner runner(evaluator, p.grid, p.prompts, a.settings);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.empty()) continue;
+    std::size_t cell = 0;
+    nlohmann::json out;
+    try {
+      cell = std::stoul(line);
+      out = runner.run(cell).to_json();
+    } catch (const std::exception& e) {
+      out = {{"cell", cell}, {"error", e.what()}};
+    }
+    std::cout << out.dump() << std::endl;
+  }
+  return 0;
+}
+
+// The worker command lines: this program with the same flags minus the scheduling ones, plus --serve.
+std::vector<WorkerCommand> worker_commands(const SweepArgs& a) {
+  std::vector<std::string> args = {self_executable()};
+  const auto& all = command_line();
+  bool threads_given = false;
+  for (std::size_t i = 1; i < all.size(); ++i) {
+    const std::string& s = all[i];
+    bool scheduling = false;
+    for (const char* flag : {"--workers", "--ray", "--ray-python"}) {
+      if (s == flag) ++i;  // its value follows
+      scheduling = scheduling || s == flag || s.rfind(std::string(flag) + "=", 0) == 0;
+    }
+    if (scheduling) continue;
+    threads_given = threads_given || s == "--threads" || s.rfind("--threads=", 0) == 0;
+    args.push_back(s);
+  }
+  args.push_back("--serve");
+  if (!a.ray_address.empty()) {
+    std::vector<std::string> driver = {a.ray_python,
+                                       (std::filesystem::path(KVSCOPE_SOURCE_DIR) / "tools" / "ray_sweep.py").string(),
+                                       "--address", a.ray_address, "--"};
+    driver.insert(driver.end(), args.begin(), args.end());
+    return {{driver, true}};
+  }
+  if (!threads_given) {
+    // N workers share the cores; each takes its share so they do not oversubscribe.
+    const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    args.push_back("--threads");
+    args.push_back(std::to_string(std::max(1L, cores / a.workers)));
+  }
+  return std::vector<WorkerCommand>(a.workers, WorkerCommand{args, false});
+}
+
+void print_summary(const eval::SweepGrid& grid, const std::vector<eval::SweepRow>& rows, const std::string& metric) {
+  std::printf("%s, mean over %zu prompt(s)\n%-32s", metric.c_str(), grid.prompts.size(), "policy \\ budget");
+  for (const auto& b : grid.budgets) std::printf(" %10s", b.c_str());
+  std::printf("\n");
+  for (const auto& policy : grid.policies) {
+    std::printf("%-32s", policy.c_str());
+    for (const auto& budget : grid.budgets) {
+      double sum = 0.0;
+      int n = 0;
+      for (const auto& r : rows)
+        if (r.policy == policy && r.budget == budget)
+          for (const auto& [name, value] : r.metrics)
+            if (name == metric) sum += value, ++n;
+      if (n)
+        std::printf(" %10.4g", sum / n);
+      else
+        std::printf(" %10s", "-");
+    }
+    std::printf("\n");
+  }
+}
+
+int run_sweep(const SweepArgs& a) {
+  eval::metric_names(a.eval_kind);  // an unknown kind fails before anything loads
+  if (a.out.empty()) throw UsageError("sweep needs --out DIR");
+  if (a.workers < 1) throw UsageError("--workers must be at least 1");
+  prepare(a, nullptr);  // flags, policy names, budgets and the prompt folder, checked without the model
+  const std::string metric = a.metric.empty() ? default_metric(a.eval_kind) : a.metric;
+  const auto& names = eval::metric_names(a.eval_kind);
+  if (std::find(names.begin(), names.end(), metric) == names.end())
+    throw UsageError("--metric '" + metric + "' is not a " + a.eval_kind + " metric");
+  if (a.serve) return serve(a);
+
+  const model::Model model = a.model.load();
+  Prepared p = prepare(a, &model);
+  eval::SweepStore store(a.out, p.grid);
+  std::vector<std::size_t> pending;
+  for (std::size_t i = 0; i < p.grid.size(); ++i)
+    if (!store.done(i)) pending.push_back(i);
+  std::fprintf(stderr,
+               "kvscope sweep: %zu cells (%zu prompts x %zu policies x %zu budgets), %zu done, %zu to run -> %s\n",
+               p.grid.size(), p.grid.prompts.size(), p.grid.policies.size(), p.grid.budgets.size(), store.done_count(),
+               pending.size(), a.out.c_str());
+  ProgressLine progress("sweep", static_cast<long>(p.grid.size()), static_cast<long>(store.done_count()));
+  int failures = 0;
+  auto take = [&](const nlohmann::json& answer) {
+    if (answer.contains("error")) {
+      ++failures;
+      progress.finish();
+      std::fprintf(stderr, "kvscope sweep: cell %zu failed: %s\n", answer.value("cell", std::size_t{0}),
+                   answer["error"].get<std::string>().c_str());
+    } else {
+      store.append(eval::SweepRow::from_json(answer));
+    }
+    progress.update(static_cast<long>(store.done_count() + failures));
+  };
+  if (!pending.empty() && a.workers == 1 && a.ray_address.empty()) {
+    eval::Evaluator evaluator(model);
+    eval::CellRunner runner(evaluator, p.grid, p.prompts, a.settings);
+    for (std::size_t cell : pending) {
+      nlohmann::json answer;
+      try {
+        answer = runner.run(cell).to_json();
+      } catch (const UsageError& e) {
+        answer = {{"cell", cell}, {"error", e.what()}};
+      }
+      take(answer);
+    }
+  } else if (!pending.empty()) {
+    run_in_workers(worker_commands(a), pending, take);
+  }
+  progress.finish();
+
+#ifdef KVSCOPE_HAVE_GUI
+  if (!store.rows().empty()) {
+    const auto fig = viewers::quality_vs_budget(store.rows(), p.grid.policies, p.grid.budgets, metric,
+                                                a.eval_kind + ": " + metric + " vs budget");
+    for (const char* ext : {".png", ".svg"}) {
+      const auto path = std::filesystem::path(a.out) / ("quality_" + metric + ext);
+      viewers::export_figure(fig, path.string(), {});
+      std::fprintf(stderr, "kvscope sweep: wrote %s\n", path.c_str());
+    }
+  }
+#endif
+  print_summary(p.grid, store.rows(), metric);
+  std::fprintf(stderr, "kvscope sweep: rows in %s and %s\n", store.csv_path().c_str(), store.hdf5_path().c_str());
+  if (failures) {
+    std::fprintf(stderr, "kvscope sweep: %d cell(s) failed (see above); run again to retry them\n", failures);
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command register_sweep(CLI::App& root) {
+  auto a = std::make_shared<SweepArgs>();
+  CLI::App* cmd =
+      root.add_subcommand("sweep", "evaluate a grid of policies x budgets x prompts into a resumable CSV/HDF5 folder");
+  a->model.add_to(cmd);
+  a->prompt.add_to(cmd);
+  cmd->add_option("--prompts", a->prompts_dir, "folder of prompt files (every file is one prompt)");
+  cmd->add_option("--policies", a->policies,
+                  "policy specs, comma-separated (parameters continue a spec: snapkv:window=32,kernel=7,h2o)")
+      ->required();
+  cmd->add_option("--budgets", a->budgets, "budgets, comma-separated: 5%,10%,25% or token counts")->required();
+  cmd->add_option("--eval", a->eval_kind, "fidelity, ppl or needle")->required();
+  cmd->add_option("--out", a->out, "sweep folder (created; an existing sweep is resumed)");
+  cmd->add_option("--metric", a->metric, "metric of the figure and summary (default: kl_mean, ppl or exact_match)");
+  cmd->add_option("--max-new-tokens", a->settings.new_tokens, "fidelity: continuation tokens to score")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--prompt-tokens", a->settings.prompt_tokens, "ppl: tokens run as the compressed prompt")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-tokens", a->settings.max_tokens, "ppl: cut each text to this many tokens (0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--lengths", a->lengths, "needle: context lengths in tokens")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--depths", a->depths, "needle: depths in percent")->delimiter(',');
+  cmd->add_option("--seed", a->seed, "needle: seed of the generated cases");
+  cmd->add_option("--answer-tokens", a->settings.answer_tokens, "needle: greedy answer length")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--workers", a->workers, "local worker processes (each loads the model once)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--ray", a->ray_address, "run each cell as a task on this Ray cluster (tools/ray_sweep.py)");
+  cmd->add_option("--ray-python", a->ray_python, "Python with Ray installed, for --ray (default python3)");
+  cmd->add_flag("--serve", a->serve, "worker mode: read cell indices on stdin, write JSON rows on stdout")->group("");
+  return {cmd, [a]() { return run_sweep(*a); }};
+}
+
+}  // namespace kvscope::app

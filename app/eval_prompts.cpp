@@ -1,0 +1,82 @@
+#include "app/eval_prompts.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/common/error.h"
+#include "core/eval/needle.h"
+
+namespace kvscope::app {
+
+namespace fs = std::filesystem;
+
+std::vector<eval::EvalPrompt> load_prompts(const PromptOptions& options, const std::string& prompts_dir) {
+  const int sources = !options.prompt.empty() + !options.prompt_file.empty() + !prompts_dir.empty();
+  if (sources != 1) throw UsageError("give exactly one of --prompt TEXT, --prompt-file FILE or --prompts DIR");
+  if (prompts_dir.empty()) {
+    const std::string name = options.prompt_file.empty() ? "prompt" : fs::path(options.prompt_file).filename().string();
+    return {{name, run::prompt_text(options.body(), options.chat), ""}};
+  }
+  std::error_code ec;
+  fs::directory_iterator it(prompts_dir, ec);
+  if (ec) throw UsageError("cannot read the prompt folder '" + prompts_dir + "': " + ec.message());
+  std::vector<fs::path> files;
+  for (const auto& entry : it)
+    if (entry.is_regular_file()) files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  if (files.empty()) throw UsageError("the prompt folder '" + prompts_dir + "' holds no files");
+  std::vector<eval::EvalPrompt> prompts;
+  for (const auto& path : files) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream ss;
+    if (!in || !(ss << in.rdbuf())) throw UsageError("cannot read prompt file '" + path.string() + "'");
+    if (ss.str().empty()) throw UsageError("prompt file '" + path.string() + "' is empty");
+    PromptOptions one = options;
+    one.prompt = ss.str();
+    one.prompt_file.clear();
+    prompts.push_back({path.filename().string(), run::prompt_text(one.body(), one.chat), ""});
+  }
+  return prompts;
+}
+
+std::vector<double> parse_depths(const std::vector<std::string>& percents) {
+  std::vector<double> depths;
+  for (const auto& text : percents) {
+    std::size_t used = 0;
+    double v = -1.0;
+    try {
+      v = std::stod(text, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != text.size() || !(v >= 0.0 && v <= 100.0))
+      throw UsageError("needle depth '" + text + "' is not a percentage from 0 to 100");
+    depths.push_back(v / 100.0);
+  }
+  if (depths.empty()) throw UsageError("no needle depths given");
+  return depths;
+}
+
+std::vector<eval::EvalPrompt> needle_prompts(const model::Model& model, const NeedleGrid& grid) {
+  if (grid.lengths.empty()) throw UsageError("no needle context lengths given");
+  const eval::NeedleSource source = eval::load_needle_source(eval::default_needle_dir());
+  std::vector<eval::EvalPrompt> prompts;
+  for (int length : grid.lengths) {
+    if (length > model.config.context_length)
+      throw UsageError("needle length " + std::to_string(length) + " exceeds the model's context of " +
+                       std::to_string(model.config.context_length) + " tokens");
+    for (double depth : grid.depths) {
+      const int percent = static_cast<int>(std::lround(depth * 100.0));
+      const uint64_t seed =
+          grid.seed * 1000003ULL + static_cast<uint64_t>(length) * 101ULL + static_cast<uint64_t>(percent);
+      // BOS and the answer fit inside the requested length, so every length up to the context runs.
+      const auto c = eval::make_needle_case(source, *model.tokenizer, length - 1 - grid.answer_tokens, depth, seed);
+      prompts.push_back({"needle_L" + std::to_string(length) + "_D" + std::to_string(percent), c.prompt, c.value});
+    }
+  }
+  return prompts;
+}
+
+}  // namespace kvscope::app

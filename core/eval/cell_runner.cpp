@@ -1,0 +1,61 @@
+#include "core/eval/cell_runner.h"
+
+#include "core/common/error.h"
+
+namespace kvscope::eval {
+
+nlohmann::json EvalSettings::to_json(const std::string& eval_kind) const {
+  if (eval_kind == "fidelity") return {{"new_tokens", new_tokens}};
+  if (eval_kind == "ppl") return {{"prompt_tokens", prompt_tokens}, {"max_tokens", max_tokens}};
+  if (eval_kind == "needle") return {{"answer_tokens", answer_tokens}};
+  metric_names(eval_kind);  // throws UsageError naming the kinds
+  return {};
+}
+
+std::vector<int> ppl_tokens(const Evaluator& evaluator, const std::string& text, int max_tokens) {
+  std::vector<int> tokens = evaluator.encode(text);
+  if (max_tokens > 0 && static_cast<int>(tokens.size()) > max_tokens) tokens.resize(max_tokens);
+  return tokens;
+}
+
+CellRunner::CellRunner(Evaluator& evaluator, const SweepGrid& grid, const std::vector<EvalPrompt>& prompts,
+                       const EvalSettings& settings)
+    : evaluator_(evaluator), grid_(grid), prompts_(prompts), settings_(settings) {
+  if (prompts.size() != grid.prompts.size())
+    throw Error(std::to_string(prompts.size()) + " prompts for a grid of " + std::to_string(grid.prompts.size()));
+}
+
+void CellRunner::prepare(std::size_t prompt) {
+  if (prepared_ == prompt) return;
+  fidelity_.reset();
+  ppl_.reset();
+  needle_.reset();
+  const EvalPrompt& p = prompts_[prompt];
+  if (grid_.eval_kind == "fidelity") {
+    fidelity_ = evaluator_.fidelity_reference(evaluator_.encode(p.text), settings_.new_tokens);
+  } else if (grid_.eval_kind == "ppl") {
+    ppl_ = evaluator_.ppl_reference(ppl_tokens(evaluator_, p.text, settings_.max_tokens), settings_.prompt_tokens);
+  } else {
+    needle_ = evaluator_.needle_reference(evaluator_.encode(p.text), p.value, settings_.answer_tokens);
+  }
+  prepared_ = prompt;
+}
+
+SweepRow CellRunner::run(std::size_t index) {
+  const SweepCell cell = grid_.cell(index);
+  prepare(cell.prompt);
+  SweepRow row;
+  row.cell = index;
+  row.prompt = grid_.prompts[cell.prompt];
+  row.policy = cell.policy.policy;
+  row.budget = cell.policy.budget;
+  if (fidelity_)
+    row.metrics = evaluator_.fidelity(*fidelity_, cell.policy).metrics();
+  else if (ppl_)
+    row.metrics = evaluator_.ppl(*ppl_, cell.policy).metrics();
+  else
+    row.metrics = evaluator_.needle(*needle_, cell.policy, settings_.answer_tokens).metrics();
+  return row;
+}
+
+}  // namespace kvscope::eval

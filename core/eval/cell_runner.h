@@ -1,0 +1,52 @@
+#pragma once
+// Runs the cells of a sweep grid one at a time in this process. The full-cache reference of a prompt is
+// computed when its first cell runs and kept while cells of the same prompt follow (grids run prompt by
+// prompt), so each prompt's reference is computed once per process.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/eval/eval_run.h"
+#include "core/eval/sweep_store.h"
+
+namespace kvscope::eval {
+
+struct EvalPrompt {
+  std::string name, text;
+  std::string value;  // needle cases: the answer
+};
+
+struct EvalSettings {
+  int new_tokens = 32;      // fidelity: tokens of the full cache's continuation to score
+  int prompt_tokens = 512;  // ppl: tokens of the text run as the prompt (compressed), the rest decoded
+  int max_tokens = 0;       // ppl: cut the text to this many tokens (0 = whole text)
+  int answer_tokens = 12;   // needle: greedy answer length
+  // The settings that matter for `eval_kind` (they go into grid.json, so changing one is another grid).
+  nlohmann::json to_json(const std::string& eval_kind) const;
+};
+
+class CellRunner {
+ public:
+  CellRunner(Evaluator& evaluator, const SweepGrid& grid, const std::vector<EvalPrompt>& prompts,
+             const EvalSettings& settings);
+  SweepRow run(std::size_t cell);
+
+ private:
+  void prepare(std::size_t prompt);
+
+  Evaluator& evaluator_;
+  const SweepGrid& grid_;
+  const std::vector<EvalPrompt>& prompts_;
+  EvalSettings settings_;
+  std::optional<std::size_t> prepared_;
+  std::optional<FidelityReference> fidelity_;
+  std::optional<PplReference> ppl_;
+  std::optional<NeedleReference> needle_;
+};
+
+// Text to tokens for perplexity: BOS first when the model wants one, cut to max_tokens when > 0.
+std::vector<int> ppl_tokens(const Evaluator& evaluator, const std::string& text, int max_tokens);
+
+}  // namespace kvscope::eval

@@ -1,0 +1,228 @@
+#include "core/eval/eval_run.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "core/analysis/output_error.h"
+#include "core/common/error.h"
+#include "core/eval/needle.h"
+#include "core/policy/budget_spec.h"
+#include "core/policy/registry.h"
+
+namespace kvscope::eval {
+
+namespace {
+
+// Keeps the log-softmax of every step's next-token logits.
+class LogprobRecorder : public engine::RunObserver {
+ public:
+  void on_logits(const observation::StepInfo&, const float* logits, int vocab) override {
+    steps.push_back(log_softmax(logits, vocab));
+  }
+  std::vector<std::vector<float>> steps;
+};
+
+// Mean attention-output NMSE per layer over decode steps, against the engine's shadow full cache.
+class LayerNmse : public engine::RunObserver {
+ public:
+  explicit LayerNmse(int layers) : sum_(layers, 0.0), count_(layers, 0) {}
+  bool wants_full_cache_output() const override { return true; }
+  void on_full_cache_output(int layer, const observation::StepInfo&, int n_queries, int width, const float* compressed,
+                            const float* full) override {
+    sum_[layer] += analysis::output_nmse(compressed, full, static_cast<std::size_t>(n_queries) * width);
+    ++count_[layer];
+  }
+  std::vector<double> means() const {
+    std::vector<double> out(sum_.size(), 0.0);
+    for (std::size_t l = 0; l < sum_.size(); ++l) out[l] = count_[l] ? sum_[l] / count_[l] : 0.0;
+    return out;
+  }
+
+ private:
+  std::vector<double> sum_;
+  std::vector<int> count_;
+};
+
+CacheMemory memory_of(const engine::RunResult& r, std::size_t full_peak_bytes) {
+  return {r.cache_bytes, r.cache_peak_bytes, full_peak_bytes};
+}
+
+void append_memory(Metrics& m, const CacheMemory& memory, double run_ms) {
+  m.insert(m.end(), {{"cache_bytes", static_cast<double>(memory.bytes)},
+                     {"cache_peak_bytes", static_cast<double>(memory.peak_bytes)},
+                     {"full_cache_peak_bytes", static_cast<double>(memory.full_peak_bytes)},
+                     {"memory_saved", memory.saved()},
+                     {"run_ms", run_ms}});
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0.0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / v.size();
+}
+
+std::vector<std::string> names_of(const Metrics& m) {
+  std::vector<std::string> out;
+  for (const auto& [name, value] : m) out.push_back(name);
+  return out;
+}
+
+}  // namespace
+
+Metrics FidelityResult::metrics() const {
+  Metrics m = {{"top1_agreement", score.top1_agreement},
+               {"kl_mean", score.kl_mean},
+               {"kl_max", score.kl_max},
+               {"logprob_gap", score.logprob_gap},
+               {"output_nmse", mean(layer_nmse)},
+               {"steps", static_cast<double>(score.steps)}};
+  append_memory(m, memory, run_ms);
+  return m;
+}
+
+Metrics PplResult::metrics() const {
+  Metrics m = {{"ppl", ppl},
+               {"ppl_full", ppl_full},
+               {"ppl_ratio", ppl_full > 0 ? ppl / ppl_full : 0.0},
+               {"scored_tokens", static_cast<double>(scored_tokens)}};
+  append_memory(m, memory, run_ms);
+  return m;
+}
+
+Metrics NeedleResult::metrics() const {
+  Metrics m = {{"exact_match", match ? 1.0 : 0.0}, {"full_exact_match", full_match ? 1.0 : 0.0}};
+  append_memory(m, memory, run_ms);
+  return m;
+}
+
+const std::vector<std::string>& eval_kinds() {
+  static const std::vector<std::string> kinds = {"fidelity", "ppl", "needle"};
+  return kinds;
+}
+
+const std::vector<std::string>& metric_names(const std::string& eval_kind) {
+  static const std::vector<std::string> fidelity = names_of(FidelityResult{}.metrics());
+  static const std::vector<std::string> ppl = names_of(PplResult{}.metrics());
+  static const std::vector<std::string> needle = names_of(NeedleResult{}.metrics());
+  if (eval_kind == "fidelity") return fidelity;
+  if (eval_kind == "ppl") return ppl;
+  if (eval_kind == "needle") return needle;
+  throw UsageError("unknown evaluation '" + eval_kind + "'; expected fidelity, ppl or needle");
+}
+
+Evaluator::Evaluator(const model::Model& model) : model_(model), engine_(model) {}
+
+std::vector<int> Evaluator::encode(const std::string& text) const {
+  std::vector<int> ids;
+  if (model_.tokenizer->add_bos() && model_.tokenizer->bos_id() >= 0) ids.push_back(model_.tokenizer->bos_id());
+  const auto body = model_.tokenizer->encode(text, false);
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
+engine::RunResult Evaluator::run(const std::vector<int>& prompt, engine::GenerateOptions options,
+                                 const CellPolicy* cell, const std::vector<engine::RunObserver*>& observers,
+                                 double& run_ms) {
+  policy::PolicyInstance instance;
+  engine::RunHooks hooks;
+  if (cell) {
+    instance = policy::make_policy(cell->policy);
+    if (instance.name != "full" && cell->budget.empty())
+      throw UsageError("policy '" + instance.name + "' needs a budget (tokens per layer and KV head, or a percentage)");
+    if (!cell->budget.empty()) options.budget = policy::BudgetSpec::parse(cell->budget);
+    hooks.policy = instance.policy.get();
+  }
+  hooks.observers = observers;
+  hooks.progress = progress;
+  options.stop_at_end_of_generation = false;  // every cell scores the same number of tokens
+  const auto t0 = std::chrono::steady_clock::now();
+  engine::RunResult result = engine_.generate(prompt, options, hooks);
+  run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+FidelityReference Evaluator::fidelity_reference(const std::vector<int>& prompt, int new_tokens) {
+  if (new_tokens < 1) throw UsageError("fidelity needs at least 1 new token");
+  engine::GenerateOptions options;
+  options.max_new_tokens = new_tokens;
+  LogprobRecorder logprobs;
+  FidelityReference ref;
+  const auto r = run(prompt, options, nullptr, {&logprobs}, ref.run_ms);
+  ref.prompt = prompt;
+  ref.continuation = r.generated_tokens;
+  ref.logprobs = std::move(logprobs.steps);
+  ref.peak_bytes = r.cache_peak_bytes;
+  return ref;
+}
+
+FidelityResult Evaluator::fidelity(const FidelityReference& reference, const CellPolicy& cell) {
+  engine::GenerateOptions options;
+  options.max_new_tokens = static_cast<int>(reference.continuation.size());
+  options.forced_tokens = reference.continuation;
+  LogprobRecorder logprobs;
+  LayerNmse nmse(model_.config.n_layers);
+  FidelityResult out;
+  const auto r = run(reference.prompt, options, &cell, {&logprobs, &nmse}, out.run_ms);
+  out.score = score_fidelity(reference.logprobs, logprobs.steps, reference.continuation);
+  out.layer_nmse = nmse.means();
+  out.memory = memory_of(r, reference.peak_bytes);
+  return out;
+}
+
+PplReference Evaluator::ppl_reference(const std::vector<int>& tokens, int prompt_tokens) {
+  if (prompt_tokens < 1 || prompt_tokens >= static_cast<int>(tokens.size()))
+    throw UsageError("perplexity needs a prompt of 1 to " + std::to_string(static_cast<int>(tokens.size()) - 1) +
+                     " tokens of this " + std::to_string(tokens.size()) + "-token text; got " +
+                     std::to_string(prompt_tokens));
+  PplReference ref;
+  ref.tokens = tokens;
+  ref.prompt_tokens = prompt_tokens;
+  engine::GenerateOptions options;
+  options.forced_tokens.assign(tokens.begin() + prompt_tokens, tokens.end());
+  options.max_new_tokens = static_cast<int>(options.forced_tokens.size());
+  const auto r = run({tokens.begin(), tokens.begin() + prompt_tokens}, options, nullptr, {}, ref.run_ms);
+  ref.logprobs.assign(r.logprobs.begin(), r.logprobs.end());
+  ref.peak_bytes = r.cache_peak_bytes;
+  return ref;
+}
+
+PplResult Evaluator::ppl(const PplReference& reference, const CellPolicy& cell) {
+  engine::GenerateOptions options;
+  options.forced_tokens.assign(reference.tokens.begin() + reference.prompt_tokens, reference.tokens.end());
+  options.max_new_tokens = static_cast<int>(options.forced_tokens.size());
+  PplResult out;
+  const auto r = run({reference.tokens.begin(), reference.tokens.begin() + reference.prompt_tokens}, options, &cell, {},
+                     out.run_ms);
+  out.ppl = perplexity({r.logprobs.begin(), r.logprobs.end()});
+  out.ppl_full = perplexity(reference.logprobs);
+  out.scored_tokens = static_cast<int>(r.logprobs.size());
+  out.memory = memory_of(r, reference.peak_bytes);
+  return out;
+}
+
+NeedleReference Evaluator::needle_reference(const std::vector<int>& prompt, const std::string& value,
+                                            int answer_tokens) {
+  engine::GenerateOptions options;
+  options.max_new_tokens = answer_tokens;
+  NeedleReference ref;
+  const auto r = run(prompt, options, nullptr, {}, ref.run_ms);
+  ref.prompt = prompt;
+  ref.value = value;
+  ref.match = needle_answer_matches(r.text, value);
+  ref.peak_bytes = r.cache_peak_bytes;
+  return ref;
+}
+
+NeedleResult Evaluator::needle(const NeedleReference& reference, const CellPolicy& cell, int answer_tokens) {
+  engine::GenerateOptions options;
+  options.max_new_tokens = answer_tokens;
+  NeedleResult out;
+  const auto r = run(reference.prompt, options, &cell, {}, out.run_ms);
+  out.answer = r.text;
+  out.match = needle_answer_matches(r.text, reference.value);
+  out.full_match = reference.match;
+  out.memory = memory_of(r, reference.peak_bytes);
+  return out;
+}
+
+}  // namespace kvscope::eval

@@ -1,0 +1,114 @@
+#pragma once
+// Runs one evaluation cell: a prompt under one (policy, budget), compared with the full cache on the same
+// tokens. This is the only place evaluation sets up and runs the engine, so the CLI subcommands, sweeps
+// and their workers all measure the same thing. References (the full-cache side) are computed once per
+// prompt and passed to every cell of that prompt.
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/engine/engine.h"
+#include "core/eval/metrics.h"
+#include "core/model/model.h"
+
+namespace kvscope::eval {
+
+// A cell's compression: a policy spec ("snapkv:window=32", see `kvscope policies`) and a budget ("10%",
+// "128"; empty: the whole prompt, which only `full` accepts).
+struct CellPolicy {
+  std::string policy = "full";
+  std::string budget;
+};
+
+// A cell's numbers by name, in column order (the sweep's CSV columns).
+using Metrics = std::vector<std::pair<std::string, double>>;
+
+struct CacheMemory {
+  std::size_t bytes = 0, peak_bytes = 0;  // the policy's cache at the end and at its largest
+  std::size_t full_peak_bytes = 0;        // the full cache's largest, on the same tokens
+  double saved() const { return full_peak_bytes ? 1.0 - static_cast<double>(peak_bytes) / full_peak_bytes : 0.0; }
+};
+
+// --- fidelity: teacher-forced on the full cache's greedy continuation ---
+struct FidelityReference {
+  std::vector<int> prompt, continuation;
+  std::vector<std::vector<float>> logprobs;  // [new tokens][vocab], full cache
+  std::size_t peak_bytes = 0;
+  double run_ms = 0.0;
+};
+struct FidelityResult {
+  FidelityScore score;
+  std::vector<double> layer_nmse;  // attention-output NMSE per layer, mean over decode steps (CAOTE Fig. 3)
+  CacheMemory memory;
+  double run_ms = 0.0;
+  Metrics metrics() const;
+};
+
+// --- perplexity: a text streamed through the model, the first prompt_tokens as the prompt ---
+struct PplReference {
+  std::vector<int> tokens;
+  int prompt_tokens = 0;
+  std::vector<double> logprobs;  // log p of tokens[prompt_tokens..] under the full cache
+  std::size_t peak_bytes = 0;
+  double run_ms = 0.0;
+};
+struct PplResult {
+  double ppl = 0.0, ppl_full = 0.0;
+  int scored_tokens = 0;
+  CacheMemory memory;
+  double run_ms = 0.0;
+  Metrics metrics() const;
+};
+
+// --- needle: greedy answer after a haystack prompt, exact match of the value ---
+struct NeedleReference {
+  std::vector<int> prompt;
+  std::string value;
+  bool match = false;  // the full cache's own answer
+  std::size_t peak_bytes = 0;
+  double run_ms = 0.0;
+};
+struct NeedleResult {
+  bool match = false, full_match = false;
+  std::string answer;
+  CacheMemory memory;
+  double run_ms = 0.0;
+  Metrics metrics() const;
+};
+
+// Column names of each kind's metrics, in order; throws UsageError for an unknown kind.
+const std::vector<std::string>& metric_names(const std::string& eval_kind);
+const std::vector<std::string>& eval_kinds();  // fidelity, ppl, needle
+
+class Evaluator {
+ public:
+  explicit Evaluator(const model::Model& model);
+
+  FidelityReference fidelity_reference(const std::vector<int>& prompt, int new_tokens);
+  FidelityResult fidelity(const FidelityReference& reference, const CellPolicy& cell);
+
+  // Throws UsageError when the text is not longer than prompt_tokens.
+  PplReference ppl_reference(const std::vector<int>& tokens, int prompt_tokens);
+  PplResult ppl(const PplReference& reference, const CellPolicy& cell);
+
+  NeedleReference needle_reference(const std::vector<int>& prompt, const std::string& value, int answer_tokens);
+  NeedleResult needle(const NeedleReference& reference, const CellPolicy& cell, int answer_tokens);
+
+  // Called with the engine's progress of every run (prefill blocks, decode steps).
+  std::function<void(const engine::Progress&)> progress;
+
+  const model::Model& model() const { return model_; }
+  // Prompt text to token ids, BOS first when the model wants one.
+  std::vector<int> encode(const std::string& text) const;
+
+ private:
+  engine::RunResult run(const std::vector<int>& prompt, engine::GenerateOptions options, const CellPolicy* cell,
+                        const std::vector<engine::RunObserver*>& observers, double& run_ms);
+
+  const model::Model& model_;
+  engine::Engine engine_;
+};
+
+}  // namespace kvscope::eval

@@ -1,0 +1,292 @@
+#include "core/eval/sweep_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/common/error.h"
+#include "core/trace/hdf5_util.h"
+
+namespace kvscope::eval {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::vector<std::string> parse_csv_line(const std::string& line) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"')
+        fields.back() += '"', ++i;
+      else if (c == '"')
+        quoted = false;
+      else
+        fields.back() += c;
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
+std::string format_number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error("cannot read '" + path.string() + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Writes the whole text and fsyncs, so a line is either complete on disk or absent after a kill.
+void append_durably(const fs::path& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) throw Error("cannot open '" + path.string() + "' for appending");
+  const ssize_t written = ::write(fd, text.data(), text.size());
+  const bool ok = written == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) throw Error("cannot append to '" + path.string() + "' (disk full?)");
+}
+
+void write_file_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!(out << text)) throw Error("cannot write '" + tmp.string() + "'");
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+std::vector<std::string> split_list(const std::string& text, const std::string& what) {
+  std::vector<std::string> items;
+  std::string current;
+  for (char c : text + ",") {
+    if (c != ',') {
+      current += c;
+      continue;
+    }
+    const auto b = current.find_first_not_of(' '), e = current.find_last_not_of(' ');
+    if (b == std::string::npos) throw UsageError("empty item in the " + what + " list '" + text + "'");
+    items.push_back(current.substr(b, e - b + 1));
+    current.clear();
+  }
+  return items;
+}
+
+std::vector<std::string> split_policy_list(const std::string& text) {
+  std::vector<std::string> policies;
+  for (const auto& item : split_list(text, "policy")) {
+    const bool continues = item.find('=') != std::string::npos && item.find(':') == std::string::npos;
+    if (continues && !policies.empty())
+      policies.back() += "," + item;
+    else
+      policies.push_back(item);
+  }
+  return policies;
+}
+
+SweepCell SweepGrid::cell(std::size_t index) const {
+  if (index >= size())
+    throw Error("cell " + std::to_string(index) + " is outside the grid of " + std::to_string(size()) + " cells");
+  const std::size_t per_prompt = policies.size() * budgets.size();
+  SweepCell c;
+  c.index = index;
+  c.prompt = index / per_prompt;
+  c.policy.policy = policies[(index % per_prompt) / budgets.size()];
+  c.policy.budget = budgets[index % budgets.size()];
+  return c;
+}
+
+nlohmann::json SweepGrid::to_json() const {
+  return {{"eval", eval_kind},    {"prompts", prompts}, {"prompt_sha256", prompt_digests},
+          {"policies", policies}, {"budgets", budgets}, {"settings", settings}};
+}
+
+void SweepGrid::validate() const {
+  metric_names(eval_kind);  // throws for an unknown kind
+  if (prompts.empty()) throw UsageError("the sweep has no prompts");
+  if (policies.empty()) throw UsageError("the sweep has no policies: pass --policies a,b,...");
+  if (budgets.empty()) throw UsageError("the sweep has no budgets: pass --budgets 10%,25%,...");
+}
+
+nlohmann::json SweepRow::to_json() const {
+  nlohmann::json m = nlohmann::json::object();
+  for (const auto& [name, value] : metrics) m[name] = value;
+  return {{"cell", cell}, {"prompt", prompt}, {"policy", policy}, {"budget", budget}, {"metrics", m}};
+}
+
+SweepRow SweepRow::from_json(const nlohmann::json& j) {
+  try {
+    SweepRow row;
+    row.cell = j.at("cell").get<std::size_t>();
+    row.prompt = j.at("prompt").get<std::string>();
+    row.policy = j.at("policy").get<std::string>();
+    row.budget = j.at("budget").get<std::string>();
+    for (const auto& [name, value] : j.at("metrics").items()) row.metrics.emplace_back(name, value.get<double>());
+    return row;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("a sweep row needs cell, prompt, policy, budget and metrics: " + std::string(e.what()));
+  }
+}
+
+SweepStore::SweepStore(const fs::path& dir, const SweepGrid& grid) : dir_(dir), grid_(grid) {
+  grid_.validate();
+  columns_ = {"cell", "prompt", "policy", "budget"};
+  for (const auto& name : metric_names(grid.eval_kind)) columns_.push_back(name);
+  const fs::path grid_path = dir_ / "grid.json";
+  if (fs::exists(grid_path)) {
+    nlohmann::json stored;
+    try {
+      stored = nlohmann::json::parse(read_file(grid_path));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error("'" + grid_path.string() + "' is not valid JSON: " + e.what());
+    }
+    const nlohmann::json wanted = grid_.to_json();
+    for (const auto& [field, value] : wanted.items())
+      if (!stored.contains(field) || stored[field] != value)
+        throw UsageError("the sweep in '" + dir_.string() + "' was started with " + field + " = " +
+                         (stored.contains(field) ? stored[field].dump() : "(missing)") + ", this run asks for " +
+                         value.dump() +
+                         "; nothing was changed. Resume with the same grid, or choose another --out directory");
+    if (fs::exists(csv_path())) read_csv();
+    return;
+  }
+  if (fs::exists(dir_) && !fs::is_directory(dir_))
+    throw UsageError("--out '" + dir_.string() + "' is a file, not a directory");
+  if (fs::exists(dir_) && !fs::is_empty(dir_))
+    throw UsageError("--out '" + dir_.string() + "' holds files but no grid.json; refusing to write a sweep into it");
+  fs::create_directories(dir_);
+  write_file_atomically(grid_path, grid_.to_json().dump(2) + "\n");
+}
+
+void SweepStore::read_csv() {
+  std::string text = read_file(csv_path());
+  // A kill between write() calls cannot leave half a line (one write per line), but a crashed disk can:
+  // a last line without its newline is dropped and its cell runs again.
+  if (!text.empty() && text.back() != '\n')
+    text.erase(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+  std::istringstream in(text);
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    const auto fields = parse_csv_line(line);
+    if (line_no == 1) {
+      if (fields != columns_)
+        throw UsageError("'" + csv_path().string() + "' has columns '" + line + "', not the ones of a " +
+                         grid_.eval_kind + " sweep");
+      continue;
+    }
+    if (fields.size() != columns_.size())
+      throw Error("'" + csv_path().string() + "' line " + std::to_string(line_no) + " has " +
+                  std::to_string(fields.size()) + " fields; expected " + std::to_string(columns_.size()));
+    SweepRow row;
+    try {
+      row.cell = std::stoul(fields[0]);
+      for (std::size_t i = 4; i < fields.size(); ++i) row.metrics.emplace_back(columns_[i], std::stod(fields[i]));
+    } catch (const std::exception&) {
+      throw Error("'" + csv_path().string() + "' line " + std::to_string(line_no) +
+                  " has a field that is not a number");
+    }
+    row.prompt = fields[1], row.policy = fields[2], row.budget = fields[3];
+    if (row.cell >= grid_.size() || done_.count(row.cell))
+      throw Error("'" + csv_path().string() + "' line " + std::to_string(line_no) + ": cell " + fields[0] +
+                  " is outside the grid or appears twice");
+    done_.insert(row.cell);
+    rows_.push_back(std::move(row));
+  }
+  // Rewrite a dropped partial line away so the next append starts on a fresh line.
+  if (text.size() != fs::file_size(csv_path())) write_file_atomically(csv_path(), text);
+}
+
+void SweepStore::append(const SweepRow& row) {
+  if (done_.count(row.cell))
+    throw Error("cell " + std::to_string(row.cell) + " is already stored in '" + csv_path().string() + "'");
+  const SweepCell expected = grid_.cell(row.cell);
+  if (row.policy != expected.policy.policy || row.budget != expected.policy.budget ||
+      row.prompt != grid_.prompts[expected.prompt])
+    throw Error("row for cell " + std::to_string(row.cell) + " is (" + row.prompt + ", " + row.policy + ", " +
+                row.budget + ") but the grid says (" + grid_.prompts[expected.prompt] + ", " + expected.policy.policy +
+                ", " + expected.policy.budget + ")");
+  std::string line;
+  if (!fs::exists(csv_path())) {
+    for (std::size_t i = 0; i < columns_.size(); ++i) line += (i ? "," : "") + columns_[i];
+    line += "\n";
+  }
+  line += std::to_string(row.cell) + "," + csv_field(row.prompt) + "," + csv_field(row.policy) + "," +
+          csv_field(row.budget);
+  for (std::size_t i = 4; i < columns_.size(); ++i) {
+    auto it =
+        std::find_if(row.metrics.begin(), row.metrics.end(), [&](const auto& m) { return m.first == columns_[i]; });
+    if (it == row.metrics.end())
+      throw Error("row for cell " + std::to_string(row.cell) + " lacks metric '" + columns_[i] + "'");
+    line += "," + format_number(it->second);
+  }
+  append_durably(csv_path(), line + "\n");
+  done_.insert(row.cell);
+  rows_.push_back(row);
+  write_hdf5();
+}
+
+void SweepStore::write_hdf5() const {
+  namespace h5 = trace::h5;
+  h5::silence_errors();
+  const fs::path tmp = hdf5_path().string() + ".tmp";
+  {
+    h5::Handle file(h5::check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                              "cannot create '" + tmp.string() + "'"));
+    h5::Handle group = h5::ensure_group(file, "eval");
+    h5::set_attr(group, "eval", grid_.eval_kind);
+    h5::set_attr(group, "grid", grid_.to_json().dump());
+    const hsize_t n = rows_.size();
+    auto strings = [&](const std::string& name, auto field) {
+      h5::Handle d = h5::create_dataset(group, name, {h5::utf8_string_type(), {n}, {}, {}, 0, {}});
+      std::vector<std::string> values;
+      for (const auto& r : rows_) values.push_back(field(r));
+      if (n) h5::write_strings(d, values, 0);
+    };
+    strings("prompt", [](const SweepRow& r) { return r.prompt; });
+    strings("policy", [](const SweepRow& r) { return r.policy; });
+    strings("budget", [](const SweepRow& r) { return r.budget; });
+    std::vector<int64_t> cells;
+    for (const auto& r : rows_) cells.push_back(static_cast<int64_t>(r.cell));
+    h5::Handle cell_set = h5::create_dataset(group, "cell", {H5T_STD_I64LE, {n}, {}, {}, 0, {}});
+    if (n) h5::write_slab(cell_set, H5T_NATIVE_INT64, {0}, {n}, cells.data());
+    for (std::size_t i = 4; i < columns_.size(); ++i) {
+      std::vector<double> values;
+      for (const auto& r : rows_)
+        for (const auto& [name, value] : r.metrics)
+          if (name == columns_[i]) values.push_back(value);
+      h5::Handle d = h5::create_dataset(group, columns_[i], {H5T_IEEE_F64LE, {n}, {}, {}, 0, {}});
+      if (n) h5::write_slab(d, H5T_NATIVE_DOUBLE, {0}, {n}, values.data());
+    }
+  }
+  fs::rename(tmp, hdf5_path());
+}
+
+}  // namespace kvscope::eval

@@ -1,0 +1,81 @@
+#pragma once
+// Where a sweep's results live: <dir>/grid.json (what the sweep is), <dir>/rows.csv (one line per finished
+// cell, appended and flushed at once) and <dir>/eval.h5 (the same rows as an HDF5 /eval group, rewritten
+// through a temporary file and a rename, so a killed sweep leaves the previous complete file). Opening a
+// directory again resumes it: finished cells are read back and only the missing ones run.
+#include <cstddef>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/eval/eval_run.h"
+
+namespace kvscope::eval {
+
+struct SweepCell {
+  std::size_t index = 0;
+  std::size_t prompt = 0;  // index into SweepGrid::prompts
+  CellPolicy policy;
+};
+
+struct SweepGrid {
+  std::string eval_kind;
+  std::vector<std::string> prompts;         // names (file names, or generated needle cases)
+  std::vector<std::string> prompt_digests;  // sha256 of each prompt's text: an edited prompt is another grid
+  std::vector<std::string> policies, budgets;
+  nlohmann::json settings = nlohmann::json::object();  // new tokens, prompt tokens, model, ...
+
+  std::size_t size() const { return prompts.size() * policies.size() * budgets.size(); }
+  // Cells run prompt by prompt, so a worker reuses one prompt's reference for all its cells.
+  SweepCell cell(std::size_t index) const;
+  nlohmann::json to_json() const;
+  // Throws UsageError for an unknown eval kind or an empty prompt, policy or budget list.
+  void validate() const;
+};
+
+struct SweepRow {
+  std::size_t cell = 0;
+  std::string prompt, policy, budget;
+  Metrics metrics;
+  nlohmann::json to_json() const;
+  static SweepRow from_json(const nlohmann::json& j);  // throws Error naming the missing field
+};
+
+class SweepStore {
+ public:
+  // Creates the directory and its grid.json, or opens an existing sweep: throws UsageError when its grid
+  // differs from `grid` (naming the field) or when the directory holds files but is not a sweep. Nothing is
+  // written until the first append.
+  SweepStore(const std::filesystem::path& dir, const SweepGrid& grid);
+
+  bool done(std::size_t cell) const { return done_.count(cell) > 0; }
+  std::size_t done_count() const { return done_.size(); }
+  const std::vector<SweepRow>& rows() const { return rows_; }
+  // Persists one finished cell (CSV line, then the HDF5 file). A cell already stored is an Error.
+  void append(const SweepRow& row);
+
+  const std::filesystem::path& dir() const { return dir_; }
+  std::filesystem::path csv_path() const { return dir_ / "rows.csv"; }
+  std::filesystem::path hdf5_path() const { return dir_ / "eval.h5"; }
+
+ private:
+  void read_csv();
+  void write_hdf5() const;
+
+  std::filesystem::path dir_;
+  SweepGrid grid_;
+  std::vector<std::string> columns_;
+  std::vector<SweepRow> rows_;
+  std::set<std::size_t> done_;
+};
+
+// Parses "a,b,c" into its items; an empty text or an empty item is a UsageError naming `what`.
+std::vector<std::string> split_list(const std::string& text, const std::string& what);
+// Like split_list, but an item with '=' and no ':' continues the previous policy's parameters:
+// "snapkv:window=32,kernel=7,h2o" is snapkv with two parameters, then h2o.
+std::vector<std::string> split_policy_list(const std::string& text);
+
+}  // namespace kvscope::eval

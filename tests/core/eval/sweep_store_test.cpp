@@ -1,0 +1,166 @@
+// The sweep folder: rows persisted at once and read back on resume, a different grid refused with the
+// files untouched, a torn last CSV line dropped, bad grids rejected, policy lists with parameters.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/common/error.h"
+#include "core/eval/sweep_store.h"
+#include "tests/support/temp_file.h"
+
+using namespace kvscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+eval::SweepGrid small_grid() {
+  eval::SweepGrid g;
+  g.eval_kind = "needle";
+  g.prompts = {"a", "b"};
+  g.prompt_digests = {"1", "2"};
+  g.policies = {"snapkv:window=8,kernel=3", "h2o"};
+  g.budgets = {"10%", "50%"};
+  return g;
+}
+
+eval::SweepRow row_for(const eval::SweepGrid& g, std::size_t index, double match) {
+  const auto cell = g.cell(index);
+  eval::SweepRow r;
+  r.cell = index;
+  r.prompt = g.prompts[cell.prompt];
+  r.policy = cell.policy.policy;
+  r.budget = cell.policy.budget;
+  for (const auto& name : eval::metric_names("needle"))
+    r.metrics.emplace_back(name, name == "exact_match" ? match : 1.5);
+  return r;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = test::temp_file(name, "");
+  fs::remove_all(dir);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("grid cells run prompt by prompt, policies then budgets") {
+  const auto g = small_grid();
+  REQUIRE(g.size() == 8);
+  CHECK(g.cell(0).prompt == 0);
+  CHECK(g.cell(1).policy.budget == "50%");
+  CHECK(g.cell(2).policy.policy == "h2o");
+  CHECK(g.cell(4).prompt == 1);
+  CHECK(g.cell(7).policy.policy == "h2o");
+  CHECK(g.cell(7).policy.budget == "50%");
+  CHECK_THROWS_AS(g.cell(8), Error);
+}
+
+TEST_CASE("policy lists keep parameters with their policy") {
+  CHECK(eval::split_policy_list("snapkv:window=32,kernel=7,h2o") ==
+        std::vector<std::string>{"snapkv:window=32,kernel=7", "h2o"});
+  CHECK(eval::split_policy_list("full, tova") == std::vector<std::string>{"full", "tova"});
+  CHECK_THROWS_AS(eval::split_policy_list(""), UsageError);
+  CHECK_THROWS_AS(eval::split_list("5%,,10%", "budget"), UsageError);
+}
+
+TEST_CASE("bad grids are usage errors before anything is written") {
+  const fs::path dir = fresh_dir("sweep_bad");
+  auto g = small_grid();
+  g.eval_kind = "bleu";
+  CHECK_THROWS_AS(eval::SweepStore(dir, g), UsageError);
+  g = small_grid();
+  g.policies.clear();
+  CHECK_THROWS_AS(eval::SweepStore(dir, g), UsageError);
+  g = small_grid();
+  g.budgets.clear();
+  CHECK_THROWS_AS(eval::SweepStore(dir, g), UsageError);
+  CHECK_FALSE(fs::exists(dir));
+}
+
+TEST_CASE("rows persist at once and a reopened sweep knows which cells are done") {
+  const fs::path dir = fresh_dir("sweep_resume");
+  const auto g = small_grid();
+  {
+    eval::SweepStore store(dir, g);
+    CHECK(store.done_count() == 0);
+    store.append(row_for(g, 0, 1.0));
+    store.append(row_for(g, 5, 0.0));
+    CHECK_THROWS_AS(store.append(row_for(g, 5, 0.0)), Error);  // no duplicates
+    auto wrong = row_for(g, 3, 1.0);
+    wrong.policy = "tova";
+    CHECK_THROWS_AS(store.append(wrong), Error);  // a row must be the grid's cell
+  }
+  const std::string csv = slurp(dir / "rows.csv");
+  // The header, then one line per row; the policy with a comma is quoted.
+  CHECK(csv.rfind("cell,prompt,policy,budget,exact_match,", 0) == 0);
+  CHECK(csv.find("0,a,\"snapkv:window=8,kernel=3\",10%,1,") != std::string::npos);
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 3);
+  CHECK(fs::exists(dir / "eval.h5"));
+  CHECK_FALSE(fs::exists(dir / "eval.h5.tmp"));
+
+  eval::SweepStore again(dir, g);
+  CHECK(again.done_count() == 2);
+  CHECK(again.done(0));
+  CHECK(again.done(5));
+  CHECK_FALSE(again.done(1));
+  REQUIRE(again.rows().size() == 2);
+  CHECK(again.rows()[0].policy == "snapkv:window=8,kernel=3");
+  CHECK(again.rows()[1].metrics[0].second == 0.0);
+}
+
+TEST_CASE("a resumed sweep with another grid is refused and nothing changes") {
+  const fs::path dir = fresh_dir("sweep_mismatch");
+  const auto g = small_grid();
+  {
+    eval::SweepStore store(dir, g);
+    store.append(row_for(g, 0, 1.0));
+  }
+  const std::string grid_before = slurp(dir / "grid.json"), csv_before = slurp(dir / "rows.csv");
+  auto other = g;
+  other.budgets = {"10%", "25%"};
+  try {
+    eval::SweepStore store(dir, other);
+    FAIL("a different grid was accepted");
+  } catch (const UsageError& e) {
+    CHECK(std::string(e.what()).find("budgets") != std::string::npos);
+    CHECK(std::string(e.what()).find("25%") != std::string::npos);
+  }
+  auto edited = g;
+  edited.prompt_digests[1] = "changed";
+  CHECK_THROWS_AS(eval::SweepStore(dir, edited), UsageError);
+  CHECK(slurp(dir / "grid.json") == grid_before);
+  CHECK(slurp(dir / "rows.csv") == csv_before);
+
+  // A folder with other files is not taken over.
+  const fs::path busy = fresh_dir("sweep_busy");
+  fs::create_directories(busy);
+  std::ofstream(busy / "notes.txt") << "mine";
+  CHECK_THROWS_AS(eval::SweepStore(busy, g), UsageError);
+  CHECK(slurp(busy / "notes.txt") == "mine");
+}
+
+TEST_CASE("a torn last CSV line is dropped and its cell runs again") {
+  const fs::path dir = fresh_dir("sweep_torn");
+  const auto g = small_grid();
+  {
+    eval::SweepStore store(dir, g);
+    store.append(row_for(g, 0, 1.0));
+  }
+  std::ofstream(dir / "rows.csv", std::ios::app) << "1,a,\"snapkv:window=8,kernel=3\",50%,1,12";  // no newline
+  eval::SweepStore store(dir, g);
+  CHECK(store.done_count() == 1);
+  CHECK_FALSE(store.done(1));
+  store.append(row_for(g, 1, 0.0));
+  eval::SweepStore again(dir, g);
+  CHECK(again.done_count() == 2);
+}

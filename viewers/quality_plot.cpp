@@ -1,0 +1,72 @@
+#include "viewers/quality_plot.h"
+
+#include <cstdio>
+
+#include "core/common/error.h"
+
+namespace kvscope::viewers {
+
+Figure quality_vs_budget(const std::vector<eval::SweepRow>& rows, const std::vector<std::string>& policies,
+                         const std::vector<std::string>& budgets, const std::string& metric, const std::string& title) {
+  LinePlot plot;
+  plot.title = title;
+  plot.x_label = "budget";
+  plot.y_label = metric;
+  plot.x_tick_labels = budgets;
+  bool any = false;
+  for (const auto& policy : policies) {
+    LineSeries s;
+    s.name = policy;
+    for (std::size_t b = 0; b < budgets.size(); ++b) {
+      double sum = 0.0;
+      int n = 0;
+      for (const auto& r : rows)
+        if (r.policy == policy && r.budget == budgets[b])
+          for (const auto& [name, value] : r.metrics)
+            if (name == metric) sum += value, ++n;
+      if (n == 0) continue;
+      s.x.push_back(static_cast<double>(b));
+      s.y.push_back(sum / n);
+      any = true;
+    }
+    plot.series.push_back(std::move(s));
+  }
+  if (!any) throw Error("no sweep row has the metric '" + metric + "'");
+  plot.legend_outside = policies.size() > 4;
+  Figure fig;
+  fig.title = title;
+  fig.parts.push_back(std::move(plot));
+  return fig;
+}
+
+Figure needle_grid(const std::vector<std::vector<double>>& scores, const std::vector<int>& lengths,
+                   const std::vector<double>& depths, const std::string& title) {
+  HeatmapPlot p;
+  p.title = title;
+  std::string columns, rows;
+  for (int l : lengths) columns += (columns.empty() ? "" : ", ") + std::to_string(l);
+  for (double d : depths) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%.0f%%", d * 100.0);
+    rows += (rows.empty() ? "" : ", ") + std::string(buf);
+  }
+  p.x_label = "context tokens (" + columns + ")";
+  p.y_label = "needle depth (" + rows + ", top to bottom)";
+  p.colorbar_label = "retrieved";
+  trace::Map2D& m = p.map;
+  m.rows = m.source_rows = static_cast<int>(depths.size());
+  m.cols = m.source_cols = static_cast<int>(lengths.size());
+  for (const auto& row : scores) m.values.insert(m.values.end(), row.begin(), row.end());
+  if (m.values.size() != depths.size() * lengths.size())
+    throw Error("needle grid: " + std::to_string(m.values.size()) + " scores for " + std::to_string(depths.size()) +
+                " depths x " + std::to_string(lengths.size()) + " lengths");
+  p.scale = {ScaleKind::Linear, 0.0f, 1.0f};
+  p.cmap = Colormap::Viridis;
+  p.signature = "needle|" + title + "|" + columns + "|" + rows;
+  Figure fig;
+  fig.title = title;
+  fig.parts.push_back(std::move(p));
+  return fig;
+}
+
+}  // namespace kvscope::viewers

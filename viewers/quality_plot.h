@@ -1,0 +1,21 @@
+#pragma once
+// Figures of evaluation results: quality against budget with one curve per policy (the papers' budget
+// plots), and the needle-in-a-haystack grid (context length x needle depth, the papers' NIAH maps).
+#include <string>
+#include <vector>
+
+#include "core/eval/sweep_store.h"
+#include "viewers/figure.h"
+
+namespace kvscope::viewers {
+
+// One curve per policy over the budgets in the order given, each point the mean of `metric` over the
+// prompts that have that (policy, budget). Throws Error when no row has the metric.
+Figure quality_vs_budget(const std::vector<eval::SweepRow>& rows, const std::vector<std::string>& policies,
+                         const std::vector<std::string>& budgets, const std::string& metric, const std::string& title);
+
+// scores[depth][length] in [0, 1] (1 = retrieved). Rows are depths top to bottom, columns lengths.
+Figure needle_grid(const std::vector<std::vector<double>>& scores, const std::vector<int>& lengths,
+                   const std::vector<double>& depths, const std::string& title);
+
+}  // namespace kvscope::viewers
