@@ -74,7 +74,7 @@ Prepared prepare(const SweepArgs& a, const model::Model* model) {
     p.prompts = load_prompts(a.prompt, a.prompts_dir);
   }
   if (model) {
-    p.grid.settings["model"] = model->file.path().filename().string();
+    p.grid.settings["model"] = model->path().filename().string();
     for (const auto& prompt : p.prompts) {
       p.grid.prompts.push_back(prompt.name);
       p.grid.prompt_digests.push_back(sha256_hex(prompt.text));

@@ -10,4 +10,6 @@ if [ -n "${DISPLAY:-}" ] && "$bin" gui --help >/dev/null 2>&1; then
   exec "$bin" gui
 fi
 echo "kvscope: no display; running the default job on the command line" >&2
-exec "$bin" generate --prompt-file "$prompt" --policy snapkv --budget 50% --max-new-tokens 64
+"$bin" generate --prompt-file "$prompt" --policy snapkv --budget 50% --max-new-tokens 64
+echo "kvscope: what that policy costs against the full cache (teacher-forced on the full cache's continuation):" >&2
+exec "$bin" eval fidelity --prompt-file "$prompt" --policy snapkv --budget 50% --max-new-tokens 32

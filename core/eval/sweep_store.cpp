@@ -265,9 +265,12 @@ void SweepStore::write_hdf5() const {
     h5::set_attr(group, "grid", grid_.to_json().dump());
     const hsize_t n = rows_.size();
     auto strings = [&](const std::string& name, auto field) {
-      h5::Handle d = h5::create_dataset(group, name, {h5::utf8_string_type(), {n}, {}, {}, 0, {}});
+      // Fixed-length strings, as in traces: no global heap for a damaged file to point anywhere.
       std::vector<std::string> values;
-      for (const auto& r : rows_) values.push_back(field(r));
+      std::size_t widest = 1;
+      for (const auto& r : rows_) widest = std::max(widest, values.emplace_back(field(r)).size());
+      h5::Handle type = h5::fixed_string_type(widest);
+      h5::Handle d = h5::create_dataset(group, name, {type, {n}, {}, {}, 0, {}});
       if (n) h5::write_strings(d, values, 0);
     };
     strings("prompt", [](const SweepRow& r) { return r.prompt; });
