@@ -249,6 +249,12 @@ void Engine::finish_step(Run& run, const StepInfo& step, int token, float logpro
   for (RunObserver* o : run.hooks->observers) o->on_step_end(step, run.cache, token, logprob);
 }
 
+bool prefill_is_policy_independent(const policy::Policy* policy, int prompt_length) {
+  if (!policy) return true;
+  const int block = policy->prefill_block_size();
+  return (block <= 0 || block >= prompt_length) && !policy->trims_before_output(Phase::Prefill);
+}
+
 RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions& options, const RunHooks& hooks) {
   const auto& c = model_.config;
   if (prompt.empty()) throw UsageError("the prompt is empty");
@@ -292,9 +298,7 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   const int n_prompt = static_cast<int>(prompt.size());
 
   const int block = hooks.policy && hooks.policy->prefill_block_size() > 0 ? hooks.policy->prefill_block_size() : n_prompt;
-  // The prompt's forward pass is the same for every budget only when the policy neither evicts between
-  // blocks nor trims a layer before its output (which changes what the next layer sees).
-  const bool one_pass = block >= n_prompt && !(hooks.policy && hooks.policy->trims_before_output(Phase::Prefill));
+  const bool one_pass = prefill_is_policy_independent(hooks.policy, n_prompt);
   if (hooks.replay) {
     if (hooks.replay->prompt != prompt || !hooks.replay->complete)
       throw Error("prefill capture is of another prompt (or incomplete); it cannot be replayed for this one");

@@ -97,6 +97,11 @@ class Engine {
   const model::Model& model_;
 };
 
+// Whether a prompt's forward pass is the same whatever `policy`'s budget: it prefills in one pass and does
+// not trim a layer before its output (which would change what the next layer sees). Only then can a
+// captured prefill be replayed for it (prefill_capture.h).
+bool prefill_is_policy_independent(const policy::Policy* policy, int prompt_length);
+
 // Sets the number of threads the kernels and BLAS use (0 = all cores).
 void set_threads(int threads);
 

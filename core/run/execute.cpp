@@ -68,20 +68,20 @@ RunOutcome execute(const RunSpec& spec, const model::Model& model, const RunSink
 
   // Reuse a captured prefill when the policy prefills in one pass and the capture holds what it will ask
   // for; otherwise capture this run's prefill for the next one.
-  const bool one_pass = (policy.policy->prefill_block_size() <= 0 ||
-                         policy.policy->prefill_block_size() >= static_cast<int>(tokens.size())) &&
-                        !policy.policy->trims_before_output(observation::Phase::Prefill);
   const PrefillEntry* reuse = nullptr;
   PrefillEntry* capture = nullptr;
-  if (sinks.prefills && one_pass) {
+  if (sinks.prefills && engine::prefill_is_policy_independent(policy.policy.get(), static_cast<int>(tokens.size()))) {
     const PrefillKey key = prefill_key(model, tokens, spec, recording);
     reuse = sinks.prefills->find(key, recording);
     // The recorder adopts the stored maps, so only the policy's and the other observers' requests count.
     if (reuse && !capture_serves(reuse->capture, policy.policy.get(), sinks.observers, model.config.n_layers))
       reuse = nullptr;
-    if (!reuse) {
+    // A recording run's capture is only worth keeping with its prefill maps: from the caller's live trace,
+    // or from one of our own when the store keeps them.
+    const bool products_available = !recording || live || sinks.prefills->keep_products();
+    if (!reuse && products_available) {
       capture = &sinks.prefills->start(key);
-      if (recording && !live && sinks.prefills->keep_products()) {
+      if (recording && !live) {
         products_sink = std::make_unique<trace::LiveTrace>(std::chrono::hours(24));
         trace_sinks.push_back(products_sink.get());
       }
@@ -132,7 +132,7 @@ RunOutcome execute(const RunSpec& spec, const model::Model& model, const RunSink
   if (recorder && !out.result.cancelled) recorder->finish(out.result);
   if (capture) {
     trace::LiveTrace* products = live ? live : products_sink.get();
-    if (!capture->capture.complete || out.result.cancelled || (recording && !products))
+    if (!capture->capture.complete || out.result.cancelled)
       sinks.prefills->discard(*capture);
     else if (products)
       capture->products = products->snapshot();

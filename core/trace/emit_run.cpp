@@ -1,20 +1,11 @@
 #include "core/trace/emit_run.h"
 
 #include <algorithm>
-#include <set>
 
 #include "core/common/error.h"
 #include "core/trace/trace_names.h"
 
 namespace kvscope::trace {
-
-namespace {
-
-// Attributes that end_run writes last in a recording; everything else is known when the run begins.
-const std::set<std::string> kFinalKeys = {"recorder_ms",     "writer_wait_ms", "stop_reason",      "generated_text",
-                                          "prefill_ms",      "decode_ms",      "cache_peak_bytes", "full_cache_bytes"};
-
-}  // namespace
 
 void emit_run(const RunTrace& run, TraceSink& sink, const std::string& name) {
   const int max_positions = !run.kept_mask.empty() ? run.kept_mask.front().n_positions
@@ -23,8 +14,8 @@ void emit_run(const RunTrace& run, TraceSink& sink, const std::string& name) {
 
   RunLayout layout;
   layout.name = name.empty() ? run.name : name;
-  for (const auto& [k, v] : run.metadata)
-    if (!kFinalKeys.count(k)) layout.metadata[k] = v;
+  // Every attribute at the start: a sink stores those of begin_run and end_run alike.
+  layout.metadata = run.metadata;
   layout.n_layers = run.n_layers;
   layout.n_heads = run.n_heads;
   layout.n_kv_heads = run.n_kv_heads;
@@ -92,11 +83,7 @@ void emit_run(const RunTrace& run, TraceSink& sink, const std::string& name) {
 
   for (const auto& [series_name, series] : run.policy_series) sink.write_series(id, series_name, series);
   if (!run.layer_budgets.empty()) sink.write_layer_budgets(id, run.layer_budgets);
-  if (!run.complete) return;
-  std::map<std::string, std::string> final_meta;
-  for (const auto& [k, v] : run.metadata)
-    if (kFinalKeys.count(k)) final_meta[k] = v;
-  sink.end_run(id, final_meta);
+  if (run.complete) sink.end_run(id, {});
 }
 
 }  // namespace kvscope::trace
