@@ -16,6 +16,7 @@
 #include "core/policy/catalog.h"
 #include "core/policy/protocol.h"
 #include "core/policy/selection.h"
+#include "kernels/common/merge_math.h"
 
 namespace kvscope::policy {
 
@@ -28,10 +29,6 @@ Base parse_base(const std::string& name) {
   if (name == "tova") return Base::Tova;
   return Base::SnapKV;
 }
-
-// 1 - alpha_j can vanish when one entry holds all the mass; the clamp keeps c_j finite and that entry
-// (whose eviction would change the output the most) ranked first.
-constexpr double kMinComplement = 1e-6;
 
 struct CaoteConfig {
   Base base = Base::H2O;
@@ -68,8 +65,7 @@ void add_squared_errors(const std::vector<double>& alpha, const float* values, i
       const double diff = x[t] - values[static_cast<std::size_t>(j) * d + t];
       norm2 += diff * diff;
     }
-    const double ratio = alpha[j] / std::max(1.0 - alpha[j], kMinComplement);  // Eq. 19
-    sq[j] += ratio * ratio * norm2;
+    sq[j] += kernels::caote_squared_error(alpha[j], norm2);  // Eq. 19
   }
 }
 

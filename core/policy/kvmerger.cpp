@@ -15,6 +15,7 @@
 #include "core/common/error.h"
 #include "core/policy/catalog.h"
 #include "core/policy/kvmerger_split.h"
+#include "kernels/common/merge_math.h"
 
 namespace kvscope::policy {
 
@@ -405,9 +406,7 @@ class KVMergerPolicy final : public Policy {
     std::vector<double> gauss(m);
     double total = 0.0;
     for (std::size_t i = 0; i < m; ++i) {
-      // Eq. 7; a member at distance 0 weighs as much as the pivot whatever sigma is (the kernel's limit),
-      // so identical keys average instead of dividing 0 by 0.
-      gauss[i] = dist[i] == 0.0 ? 1.0 : (sigma > 0.0 ? std::exp(-dist[i] * dist[i] / (2.0 * sigma * sigma)) : 0.0);
+      gauss[i] = kernels::gaussian_merge_weight(dist[i], sigma);  // Eq. 7
       total += gauss[i];
     }
     std::vector<float> weights(m);

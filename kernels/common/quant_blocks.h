@@ -6,11 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define KVSCOPE_HD __host__ __device__
-#else
-#define KVSCOPE_HD
-#endif
+#include "kernels/common/host_device.h"
 
 namespace kvscope::kernels::blocks {
 

@@ -3,11 +3,7 @@
 // the divisor is 1 without rope scaling).
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define KVSCOPE_HD __host__ __device__
-#else
-#define KVSCOPE_HD
-#endif
+#include "kernels/common/host_device.h"
 
 namespace kvscope::kernels {
 
@@ -20,6 +16,13 @@ KVSCOPE_HD inline void rope_rotate_pair(float& a, float& b, int pair, int rope_d
   const float rb = a * s + b * c;
   a = ra;
   b = rb;
+}
+
+// Which two elements of a head vector form pair `pair`: neighbours (2i, 2i+1) in the original Llama
+// layout, or halves (i, i + rope_dim/2) in the NeoX / Hugging Face layout.
+KVSCOPE_HD inline void rope_pair_indices(bool adjacent_pairs, int pair, int rope_dim, int* first, int* second) {
+  *first = adjacent_pairs ? 2 * pair : pair;
+  *second = adjacent_pairs ? 2 * pair + 1 : pair + rope_dim / 2;
 }
 
 }  // namespace kvscope::kernels

@@ -5,6 +5,7 @@
 #include "kernels/backend.h"
 #include "kernels/common/dequantize.h"
 #include "kernels/common/rope_math.h"
+#include "kernels/common/softmax_math.h"
 
 namespace kvscope::kernels {
 
@@ -15,7 +16,7 @@ void embedding_row(const model::QuantMatrix& table, int id, float* out) {
 void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out) {
   double sum_sq = 0.0;
   for (int i = 0; i < dim; ++i) sum_sq += static_cast<double>(x[i]) * x[i];
-  const float scale = 1.0f / std::sqrt(static_cast<float>(sum_sq / dim) + eps);
+  const float scale = rms_inverse(sum_sq, dim, eps);
   for (int i = 0; i < dim; ++i) out[i] = x[i] * scale * weight[i];
 }
 
@@ -25,10 +26,9 @@ void rope(float* heads, int n_heads, int head_dim, int rope_dim, int position, f
     float* v = heads + static_cast<long>(h) * head_dim;
     for (int pair = 0; pair < rope_dim / 2; ++pair) {
       const float divisor = freq_divisors ? freq_divisors[pair] : 1.0f;
-      if (style == model::RopeStyle::AdjacentPairs)
-        rope_rotate_pair(v[2 * pair], v[2 * pair + 1], pair, rope_dim, position, base, divisor);
-      else
-        rope_rotate_pair(v[pair], v[pair + rope_dim / 2], pair, rope_dim, position, base, divisor);
+      int first, second;
+      rope_pair_indices(style == model::RopeStyle::AdjacentPairs, pair, rope_dim, &first, &second);
+      rope_rotate_pair(v[first], v[second], pair, rope_dim, position, base, divisor);
     }
   }
 }
@@ -59,7 +59,7 @@ void softmax(float* x, int n) {
 }
 
 void swiglu(const float* gate, const float* up, float* out, int n) {
-  for (int i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  for (int i = 0; i < n; ++i) out[i] = swiglu_element(gate[i], up[i]);
 }
 
 }  // namespace kvscope::kernels

@@ -1,0 +1,51 @@
+#pragma once
+// Exact causal attention over one layer's device cache, with the side outputs the policies and the recorder
+// read (the CUDA mirror of the CPU attention: per-row log-sum-exp, column sums over all queries and over the
+// last-w window, the window's rows, the last row, every row for a recorded map). Query i attends to the
+// entries of its KV head whose original position is <= its own; entries are ordered by position.
+// Host reference: attention_reference.h (a direct O(n^2) loop). Device pointers throughout.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace kvscope::kernels::cuda {
+
+// The heads kernels handle: one warp's lanes hold a query row, 32 keys per tile.
+constexpr int kMaxAttentionHeadDim = 128;
+
+struct AttentionShape {
+  int n_queries = 0;
+  int n_heads = 0;     // query heads; head h reads KV head h / (n_heads / n_kv_heads)
+  int n_kv_heads = 0;
+  int head_dim = 0;    // <= kMaxAttentionHeadDim
+  float scale = 1.0f;  // 1/sqrt(head_dim)
+};
+
+// One layer's cache: KV head g's entry j lives at [g * capacity + j].
+struct DeviceLayerCache {
+  const float* keys = nullptr;          // [n_kv_heads][capacity][head_dim], after RoPE
+  const float* values = nullptr;        // [n_kv_heads][capacity][head_dim]
+  const int32_t* positions = nullptr;   // [n_kv_heads][capacity], increasing within a head
+  const int32_t* lengths = nullptr;     // [n_kv_heads] entries in use
+  int capacity = 0;
+  int max_length = 0;                   // the largest of lengths (sizes the grids)
+};
+
+// Null pointers are side outputs nobody asked for. Per-head outputs have row stride `capacity`; a head's
+// values beyond its own length are left untouched.
+struct AttentionOutputs {
+  float* out = nullptr;          // [n_queries][n_heads][head_dim] (required)
+  float* log_sum_exp = nullptr;  // [n_heads][n_queries] (required; -inf for a row that sees no key)
+  int window = 0;                // w: the step's last min(w, n_queries) queries
+  float* column_sums = nullptr;  // [n_heads][capacity]
+  float* window_sums = nullptr;  // [n_heads][capacity]
+  float* window_rows = nullptr;  // [n_heads][window][capacity]
+  float* last_row = nullptr;     // [n_heads][capacity]
+  float* rows = nullptr;         // [n_heads][n_queries][capacity]: the full map, only when recorded
+};
+
+// Throws Error for a head_dim above kMaxAttentionHeadDim or heads that do not divide into groups.
+void attention(const float* q, const int32_t* query_positions, const DeviceLayerCache& cache,
+               const AttentionShape& shape, const AttentionOutputs& outputs, cudaStream_t stream);
+
+}  // namespace kvscope::kernels::cuda

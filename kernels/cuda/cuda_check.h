@@ -1,0 +1,27 @@
+#pragma once
+// CUDA and cuBLAS status codes to exceptions naming the call that failed (kvscope::Error, so the CLI exits 1
+// with the message instead of crashing).
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "core/common/error.h"
+
+namespace kvscope::kernels::cuda {
+
+inline void check_cuda(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  cudaGetLastError();  // clear a non-sticky error so the next call does not report it again
+  throw Error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(status));
+}
+
+inline void check_cublas(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  throw Error(std::string("cuBLAS: ") + what + ": " + cublasGetStatusString(status));
+}
+
+// After a kernel launch: a bad configuration shows up here, not as a later crash.
+inline void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
+
+}  // namespace kvscope::kernels::cuda
