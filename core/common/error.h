@@ -1,20 +1,4 @@
 #pragma once
-// Errors are exceptions with one-line messages that name the file, the field and what was expected.
-#include <stdexcept>
-#include <string>
-
-namespace kvscope {
-
-// A failure at run time (bad file, bad data, I/O). The CLI exits with code 1.
-class Error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// The user asked for something invalid (unknown policy, bad budget, bad flag value). The CLI exits with code 2.
-class UsageError : public Error {
- public:
-  using Error::Error;
-};
-
-}  // namespace kvscope
+// The project's error types are defined at the bottom of the layering (kernels/error.h) so the kernels
+// library can throw them without including core/; core code keeps including this header.
+#include "kernels/error.h"

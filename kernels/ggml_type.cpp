@@ -1,11 +1,11 @@
-#include "core/model/ggml_type.h"
+#include "kernels/ggml_type.h"
 
 #include <array>
 #include <limits>
 
-#include "core/common/error.h"
+#include "kernels/error.h"
 
-namespace kvscope::model {
+namespace kvscope::kernels {
 namespace {
 
 struct TypeEntry {
@@ -79,4 +79,4 @@ std::size_t ggml_row_bytes(GgmlType type, std::uint64_t elements) {
   return static_cast<std::size_t>(blocks * bytes_per_block);
 }
 
-}  // namespace kvscope::model
+}  // namespace kvscope::kernels

@@ -1,0 +1,75 @@
+#pragma once
+// The K/V rows of the cache, owned by a backend (host memory on the CPU, device memory on CUDA), with each
+// row's original position. core/cache/KVCache keeps everything else (merge counts, policy scores, validation of
+// edits, byte accounting) and is what policies see. Shapes: [layers][kv_heads][entries][head_dim]; entries of a
+// (layer, KV head) stay ordered by position: appends go to the end and edits keep relative order.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvscope::kernels {
+
+// How cached keys and values are stored. Attention always accumulates in float32; a merge is computed in float32
+// from the stored rows and stored back rounded once.
+enum class CacheType { F32, F16 };
+// "f32" or "f16"; throws UsageError naming the value and the choices.
+CacheType parse_cache_type(std::string_view name);
+const char* cache_type_name(CacheType type);
+std::size_t cache_type_bytes(CacheType type);  // bytes per stored element
+
+enum class KVPart { Keys, Values };
+
+// Folds `sources` into the kept entry `target`: K = w[0]*K[target] + sum_i w[1+i]*K[sources[i]], V likewise.
+// Indices refer to the entries before the edit; sources are not kept. (cache::MergeGroup is this type.)
+struct RowMerge {
+  int32_t target = 0;
+  std::vector<int32_t> sources;
+  std::vector<float> weights;  // 1 + sources.size() values, finite, summing to 1
+};
+
+class KVStorage {
+ public:
+  KVStorage(int n_layers, int n_kv_heads, int head_dim, CacheType type)
+      : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), type_(type) {}
+  virtual ~KVStorage() = default;
+  KVStorage(const KVStorage&) = delete;
+  KVStorage& operator=(const KVStorage&) = delete;
+
+  int n_layers() const { return n_layers_; }
+  int n_kv_heads() const { return n_kv_heads_; }
+  int head_dim() const { return head_dim_; }
+  CacheType type() const { return type_; }
+
+  virtual int size(int layer, int kv_head) const = 0;
+  // Original positions of the entries, host memory (the backend keeps a host copy next to any device copy).
+  virtual std::span<const int32_t> positions(int layer, int kv_head) const = 0;
+
+  // Appends n tokens to every KV head of a layer. k, v: backend memory, float [n][n_kv_heads][head_dim] (the
+  // RunState's k and v); positions: host [n], each greater than the head's last position.
+  virtual void append(int layer, const float* k, const float* v, int n, const int32_t* positions) = 0;
+
+  // Applies one (layer, KV head)'s edit: first every merge (indices of the old layout, computed in float32),
+  // then compaction to the `keep` entries in their order. The caller (KVCache::apply) has validated the edit
+  // as a whole: keep strictly increasing and in range, merge targets kept, sources not kept and not shared.
+  virtual void edit(int layer, int kv_head, std::span<const int32_t> keep, std::span<const RowMerge> merges) = 0;
+
+  // Copies rows [first, first + count) of the keys or values to host memory as float (f16 rows widened).
+  virtual void read_rows(int layer, int kv_head, KVPart part, int first, int count, float* host_out) const = 0;
+  // The rows themselves when they are float32 in host memory (the CPU backend with CacheType::F32), so readers
+  // skip the copy; nullptr otherwise.
+  virtual const float* host_f32_rows(int /*layer*/, int /*kv_head*/, KVPart /*part*/) const { return nullptr; }
+
+  // Bytes allocated for one layer's K/V rows now (capacity, not entry count: slack is counted). A storage
+  // gives memory back after an edit once more than a quarter of a head's allocation is unused, so evicting
+  // really shrinks the footprint while decode appends do not reallocate every step.
+  virtual std::size_t layer_bytes(int layer) const = 0;
+
+ private:
+  int n_layers_, n_kv_heads_, head_dim_;
+  CacheType type_;
+};
+
+}  // namespace kvscope::kernels
