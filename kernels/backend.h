@@ -72,7 +72,9 @@ class Backend {
   virtual std::string description() const = 0;
 
   // --- Memory -------------------------------------------------------------------------------------------------
-  // Called once per model before any op reads its weights. A backend that keeps its own copy makes it here.
+  // Called by every Engine made on this backend, before any op reads the weights (the CLI and the window make
+  // an Engine per run). A backend that keeps its own copy makes it here, keeps it while the same ModelWeights
+  // object comes back, and replaces it when another one arrives.
   virtual void upload_weights(const ModelWeights& weights) = 0;
   // Scratch for one run whose forward calls take at most max_rows tokens.
   virtual std::unique_ptr<RunState> make_run_state(const ModelShape& shape, int max_rows) = 0;
