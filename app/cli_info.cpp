@@ -1,5 +1,5 @@
 // kvscope info: describe a model (GGUF file or Hugging Face folder) without running it: format, architecture,
-// hyperparameters, weight types and sizes, tokenizer kind.
+// hyperparameters, weight types and sizes, tokenizer kind; and the CUDA devices this process can use.
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -12,6 +12,7 @@
 #include "core/model/hf_folder.h"
 #include "core/model/model.h"
 #include "core/model/tokenizer_json.h"
+#include "kernels/cuda/cuda_device.h"
 
 namespace kvscope::app {
 namespace {
@@ -107,6 +108,37 @@ nlohmann::json info_json(const ModelSummary& s) {
           {"tensor_types", types}};
 }
 
+std::string cuda_version(int v) { return v > 0 ? std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10) : "none"; }
+
+nlohmann::json devices_json(const kernels::cuda::CudaDeviceList& list) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const auto& d : list.devices)
+    devices.push_back({{"index", d.index},
+                       {"name", d.name},
+                       {"total_memory", d.total_memory},
+                       {"free_memory", d.free_memory},
+                       {"compute_capability", std::to_string(d.compute_major) + "." + std::to_string(d.compute_minor)},
+                       {"multiprocessors", d.multiprocessors}});
+  return {{"built_with_cuda", list.built_with_cuda},
+          {"runtime_version", cuda_version(list.runtime_version)},
+          {"driver_version", cuda_version(list.driver_version)},
+          {"devices", devices},
+          {"why_none", list.why_none}};
+}
+
+void print_devices(const kernels::cuda::CudaDeviceList& list) {
+  if (list.devices.empty()) {
+    std::printf("cuda devices    none: %s\n", list.why_none.c_str());
+    return;
+  }
+  std::printf("cuda devices    %zu (runtime %s, driver %s)\n", list.devices.size(),
+              cuda_version(list.runtime_version).c_str(), cuda_version(list.driver_version).c_str());
+  for (const auto& d : list.devices)
+    std::printf("  %d: %s, %s total (%s free), compute capability %d.%d, %d SMs\n", d.index, d.name.c_str(),
+                mib(d.total_memory).c_str(), mib(d.free_memory).c_str(), d.compute_major, d.compute_minor,
+                d.multiprocessors);
+}
+
 void print_text(const ModelSummary& s) {
   const model::ModelConfig& c = s.config;
   std::printf("model           %s\n", s.path.c_str());
@@ -136,7 +168,7 @@ void print_text(const ModelSummary& s) {
 
 Command register_info(CLI::App& root) {
   auto args = std::make_shared<InfoArgs>();
-  CLI::App* cmd = root.add_subcommand("info", "describe a model: format, architecture, sizes, weight types, tokenizer");
+  CLI::App* cmd = root.add_subcommand("info", "describe a model (format, architecture, sizes, weight types, tokenizer) and the CUDA devices");
   cmd->add_option("--model", args->model_path,
                   "GGUF file or Hugging Face folder (default: $KVSCOPE_MODEL, then SmolLM2-135M-Instruct)");
   cmd->add_flag("--json", args->json, "print a JSON object instead of text");
@@ -145,10 +177,15 @@ Command register_info(CLI::App& root) {
             std::error_code ec;
             const ModelSummary summary =
                 std::filesystem::is_directory(path, ec) ? summarize_hf(path) : summarize_gguf(path);
-            if (args->json)
-              std::printf("%s\n", info_json(summary).dump(2).c_str());
-            else
+            const kernels::cuda::CudaDeviceList devices = kernels::cuda::list_cuda_devices();
+            if (args->json) {
+              nlohmann::json j = info_json(summary);
+              j["cuda"] = devices_json(devices);
+              std::printf("%s\n", j.dump(2).c_str());
+            } else {
               print_text(summary);
+              print_devices(devices);
+            }
             return 0;
           }};
 }

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "core/common/error.h"
+#include "kernels/error.h"
 #include "kernels/common/softmax_math.h"
 #include "kernels/cuda/cuda_check.h"
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "core/common/error.h"
+#include "kernels/error.h"
 
 namespace kvscope::kernels::cuda {
 

@@ -1,5 +1,5 @@
 // The device list of a build without the CUDA toolkit (compiled instead of cuda_device.cpp).
-#include "core/common/error.h"
+#include "kernels/error.h"
 #include "kernels/cuda/cuda_device.h"
 
 namespace kvscope::kernels::cuda {

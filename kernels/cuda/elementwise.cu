@@ -52,6 +52,11 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, flo
   if (i < n) out[i] = swiglu_element(gate[i], up[i]);
 }
 
+__global__ void add_kernel(float* x, const float* y, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+
 __global__ void add_bias_kernel(float* x, const float* bias, int64_t n, int width) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] += bias[i % width];
@@ -100,6 +105,12 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStrea
   if (n <= 0) return;
   swiglu_kernel<<<grid_for(n), kThreads, 0, stream>>>(gate, up, n, out);
   check_launch("swiglu");
+}
+
+void add_in_place(float* x, const float* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  add_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  check_launch("add_in_place");
 }
 
 void add_bias_rows(float* x, const float* bias, int n, int width, cudaStream_t stream) {

@@ -19,6 +19,9 @@ void rope_rows(float* x, int n, int n_heads, int head_dim, int rope_dim, const i
 // out[i] = silu(gate[i]) * up[i].
 void swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
 
+// x[i] += y[i] (the residual connection).
+void add_in_place(float* x, const float* y, int64_t n, cudaStream_t stream);
+
 // x[r][j] += bias[j] for n rows of width values.
 void add_bias_rows(float* x, const float* bias, int n, int width, cudaStream_t stream);
 

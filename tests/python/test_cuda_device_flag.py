@@ -1,0 +1,44 @@
+"""--device on the command line: `kvscope info` lists CUDA devices or says why there are none; without a
+device `--device cuda` is a clear error (exit 1, "no CUDA device: <reason>"), never a crash; with one it
+generates. `--device cpu` generates in every build, the CUDA-enabled one included (a missing driver must not
+break the CPU path)."""
+import json
+import os
+import subprocess
+import sys
+
+from checks import FAILURES, check, passed
+
+GENERATE = ["generate", "--prompt", "The capital of France is", "--max-new-tokens", "2"]
+
+
+def main():
+    binary = os.environ["KVSCOPE_BINARY"]
+    info = subprocess.run([binary, "info", "--json"], capture_output=True, text=True)
+    check(info.returncode == 0, f"info --json exits 0 (stderr: {info.stderr.strip()})")
+    cuda = json.loads(info.stdout)["cuda"] if info.returncode == 0 else {"devices": [], "why_none": "?"}
+    check(bool(cuda["devices"]) or bool(cuda["why_none"]), "info says why no CUDA device is listed")
+    text = subprocess.run([binary, "info"], capture_output=True, text=True)
+    check("cuda devices" in text.stdout, "info's text names the CUDA devices line")
+
+    cpu = subprocess.run([binary, *GENERATE, "--device", "cpu"], capture_output=True, text=True)
+    check(cpu.returncode == 0, f"generate --device cpu exits 0 (stderr: {cpu.stderr.strip()[-400:]})")
+    check(len(cpu.stdout.strip()) > 0, "generate --device cpu prints text")
+
+    gpu = subprocess.run([binary, *GENERATE, "--device", "cuda"], capture_output=True, text=True)
+    if cuda["devices"]:
+        check(gpu.returncode == 0, f"generate --device cuda exits 0 on a machine with a GPU (stderr: {gpu.stderr[-400:]})")
+    else:
+        check(gpu.returncode == 1, f"generate --device cuda without a GPU exits 1, not {gpu.returncode}")
+        check("no CUDA device: " in gpu.stderr, f"the error names the missing device: {gpu.stderr.strip()}")
+        check(cuda["why_none"] in gpu.stderr or not cuda["built_with_cuda"],
+              "the error carries the runtime's reason that info reports")
+
+    bad = subprocess.run([binary, *GENERATE, "--device", "tpu"], capture_output=True, text=True)
+    check(bad.returncode == 2 and "tpu" in bad.stderr, f"an unknown device is a usage error naming it: {bad.stderr.strip()}")
+    print(f"{passed()} checks passed, {len(FAILURES)} failed")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
