@@ -49,10 +49,10 @@ class CudaBackend final : public Backend {
     cublas_ = std::make_unique<CublasHandle>(stream_);
     cudaDeviceProp prop{};
     check_cuda(cudaGetDeviceProperties(&prop, device_index), "cudaGetDeviceProperties");
-    char text[256];
-    std::snprintf(text, sizeof text, "cuda: %s (sm_%d%d, %.1f GiB)", prop.name, prop.major, prop.minor,
-                  static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
-    description_ = text;
+    char memory[32];
+    std::snprintf(memory, sizeof memory, "%.1f GiB", static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+    description_ = std::string("cuda: ") + prop.name + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
+                   ", " + memory + ")";
   }
   ~CudaBackend() override {
     cublas_.reset();
