@@ -9,18 +9,11 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_buffer.h"
+#include "tests/support/random_values.h"
 
 using namespace kvscope;
 
 namespace {
-
-std::vector<float> random_floats(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist;
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 class RowCollector final : public kernels::AttentionRowSink {
  public:
@@ -35,17 +28,12 @@ class RowCollector final : public kernels::AttentionRowSink {
   std::vector<std::vector<std::vector<float>>> rows;  // [head][row][col]
 };
 
-void require_close(const std::vector<float>& got, const std::vector<float>& want, double margin) {
-  REQUIRE(got.size() == want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == Approx(want[i]).margin(margin));
-}
-
 // Keys visible to no query of a block may be cut from the CPU's rows; missing columns are zeros.
 void require_rows_close(std::vector<float> got, std::vector<float> want) {
   const std::size_t n = std::max(got.size(), want.size());
   got.resize(n, 0.0f);
   want.resize(n, 0.0f);
-  require_close(got, want, 1e-5);
+  test::require_all_close(got, want, 1e-5);
 }
 
 }  // namespace
@@ -57,8 +45,8 @@ TEST_CASE("CUDA backend storage and attention match the CPU backend") {
   auto cpu_kv = cpu.make_kv_storage(1, kv_heads, d, kernels::CacheType::F32);
   auto gpu_kv = gpu->make_kv_storage(1, kv_heads, d, kernels::CacheType::F32);
 
-  const auto k = random_floats(static_cast<std::size_t>(n) * kv_heads * d, 1);
-  const auto v = random_floats(k.size(), 2);
+  const auto k = test::random_normal_floats(static_cast<std::size_t>(n) * kv_heads * d, 1);
+  const auto v = test::random_normal_floats(k.size(), 2);
   std::vector<int32_t> positions(n);
   for (int i = 0; i < n; ++i) positions[i] = 2 * i;
   kernels::cuda::DeviceBuffer<float> dk, dv;
@@ -87,13 +75,13 @@ TEST_CASE("CUDA backend storage and attention match the CPU backend") {
       std::vector<float> rc(static_cast<std::size_t>(m) * d), rg(rc.size());
       cpu_kv->read_rows(0, g, part, 0, m, rc.data());
       gpu_kv->read_rows(0, g, part, 0, m, rg.data());
-      require_close(rg, rc, 1e-6);
+      test::require_all_close(rg, rc, 1e-6);
     }
   }
 
   // A prefill-like call of 20 queries at the newest positions, then a decode call of one.
   for (int queries : {20, 1}) {
-    const auto q = random_floats(static_cast<std::size_t>(queries) * heads * d, 3 + queries);
+    const auto q = test::random_normal_floats(static_cast<std::size_t>(queries) * heads * d, 3 + queries);
     std::vector<int32_t> qpos(queries);
     for (int i = 0; i < queries; ++i) qpos[i] = 2 * (n - queries) + 2 * i;
     kernels::AttentionRequest request;
@@ -117,15 +105,15 @@ TEST_CASE("CUDA backend storage and attention match the CPU backend") {
     gpu->to_host(dout.data(), gout.data(), gout.size());
 
     INFO("queries = " << queries);
-    require_close(gout, cout, 1e-4);
+    test::require_all_close(gout, cout, 1e-4);
     REQUIRE(gs.n_keys == cs.n_keys);
     REQUIRE(gs.window == cs.window);
     for (int h = 0; h < heads; ++h) {
-      require_close(gs.column_sums[h], cs.column_sums[h], 1e-4);
-      require_close(gs.window_sums[h], cs.window_sums[h], 1e-4);
-      require_close(gs.window_rows[h], cs.window_rows[h], 1e-5);
-      require_close(gs.last_row[h], cs.last_row[h], 1e-5);
-      require_close(gs.log_sum_exp[h], cs.log_sum_exp[h], 1e-4);
+      test::require_all_close(gs.column_sums[h], cs.column_sums[h], 1e-4);
+      test::require_all_close(gs.window_sums[h], cs.window_sums[h], 1e-4);
+      test::require_all_close(gs.window_rows[h], cs.window_rows[h], 1e-5);
+      test::require_all_close(gs.last_row[h], cs.last_row[h], 1e-5);
+      test::require_all_close(gs.log_sum_exp[h], cs.log_sum_exp[h], 1e-4);
       REQUIRE(grows.rows[h].size() == crows.rows[h].size());
       for (std::size_t r = 0; r < crows.rows[h].size(); ++r) require_rows_close(grows.rows[h][r], crows.rows[h][r]);
     }

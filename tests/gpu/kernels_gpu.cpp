@@ -18,31 +18,12 @@
 #include "kernels/cuda/matmul.h"
 #include "kernels/cuda/similarity.h"
 #include "kernels/cuda/similarity_reference.h"
+#include "tests/support/random_values.h"
 
 using namespace kvscope;
 using namespace kvscope::kernels::cuda;
 
 namespace {
-
-std::vector<float> random_floats(std::size_t n, unsigned seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-void require_close(const std::vector<float>& got, const std::vector<float>& want, double margin) {
-  REQUIRE(got.size() == want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    INFO("index " << i);
-    if (std::isinf(want[i])) {
-      REQUIRE(got[i] == want[i]);
-    } else {
-      REQUIRE(got[i] == Approx(want[i]).margin(margin));
-    }
-  }
-}
 
 struct QuantCase {
   kernels::GgmlType type;
@@ -98,15 +79,15 @@ TEST_CASE("attention with side outputs matches the direct O(n^2) reference (pref
     const int heads = 6, kv_heads = 2, d = 64, capacity = 96, window = 8;
     HostLayerCache host;
     host.capacity = capacity;
-    host.keys = random_floats(static_cast<std::size_t>(kv_heads) * capacity * d, 1);
-    host.values = random_floats(host.keys.size(), 2);
+    host.keys = test::random_normal_floats(static_cast<std::size_t>(kv_heads) * capacity * d, 1);
+    host.values = test::random_normal_floats(host.keys.size(), 2);
     host.positions.assign(static_cast<std::size_t>(kv_heads) * capacity, 0);
     host.lengths = {80, 75};  // ragged heads: an evicted-looking history with gaps, then this step's keys
     for (int g = 0; g < kv_heads; ++g)
       for (int j = 0; j < capacity; ++j) host.positions[static_cast<std::size_t>(g) * capacity + j] = 3 * j + g;
     std::vector<int32_t> query_positions;
     for (int i = 0; i < n; ++i) query_positions.push_back(3 * (80 - n) + 3 * i + 1);
-    const auto q = random_floats(static_cast<std::size_t>(n) * heads * d, 3);
+    const auto q = test::random_normal_floats(static_cast<std::size_t>(n) * heads * d, 3);
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
     const HostAttentionResult want = attention_reference(q, query_positions, host, heads, kv_heads, d, scale, window);
 
@@ -135,19 +116,19 @@ TEST_CASE("attention with side outputs matches the direct O(n^2) reference (pref
     attention(dq.data(), qpos.data(), cache, AttentionShape{n, heads, kv_heads, d, scale}, o, nullptr);
     check_cuda(cudaDeviceSynchronize(), "attention");
     INFO("n = " << n);
-    require_close(out.download(), want.out, 1e-4);
-    require_close(lse.download(), want.log_sum_exp, 1e-4);
-    require_close(columns.download(), want.column_sums, 1e-4);
-    require_close(window_sums.download(), want.window_sums, 1e-4);
-    require_close(window_rows.download(), want.window_rows, 1e-5);
-    require_close(last.download(), want.last_row, 1e-5);
-    require_close(rows.download(), want.rows, 1e-5);
+    test::require_all_close(out.download(), want.out, 1e-4);
+    test::require_all_close(lse.download(), want.log_sum_exp, 1e-4);
+    test::require_all_close(columns.download(), want.column_sums, 1e-4);
+    test::require_all_close(window_sums.download(), want.window_sums, 1e-4);
+    test::require_all_close(window_rows.download(), want.window_rows, 1e-5);
+    test::require_all_close(last.download(), want.last_row, 1e-5);
+    test::require_all_close(rows.download(), want.rows, 1e-5);
   }
 }
 
 TEST_CASE("merge_rows then gather_rows equals the reference edit") {
   const int n = 40, d = 64;
-  const auto host = random_floats(static_cast<std::size_t>(n) * d, 4);
+  const auto host = test::random_normal_floats(static_cast<std::size_t>(n) * d, 4);
   const std::vector<HostMergeGroup> groups = {{{5, 6, 7}, {0.5f, 0.3f, 0.2f}}, {{20, 2}, {0.9f, 0.1f}}};
   std::vector<int32_t> keep;
   for (int i = 0; i < n; ++i)
@@ -170,25 +151,25 @@ TEST_CASE("merge_rows then gather_rows equals the reference edit") {
   dkeep.upload(keep);
   merge_rows(rows.data(), d, DeviceMergeGroups{doffsets.data(), dmembers.data(), dweights.data(), 2}, nullptr);
   gather_rows(rows.data(), dkeep.data(), static_cast<int>(keep.size()), d, compact.data(), nullptr);
-  require_close(compact.download(), want, 1e-6);
+  test::require_all_close(compact.download(), want, 1e-6);
 }
 
 TEST_CASE("pooled cosine-similarity maps match the reference, max and mean pooling") {
   const int n = 50, d = 32, block = 3;
-  auto x = random_floats(static_cast<std::size_t>(n) * d, 5);
+  auto x = test::random_normal_floats(static_cast<std::size_t>(n) * d, 5);
   for (int t = 0; t < d; ++t) x[7 * d + t] = 0.0f;  // a zero vector has similarity 0 to everything
   DeviceBuffer<float> dx, unit(x.size()), out(17 * 17);
   dx.upload(x);
   for (bool max_pool : {true, false}) {
     pooled_cosine_similarity(dx.data(), n, d, block, max_pool, unit.data(), out.data(), nullptr);
-    require_close(out.download(), pooled_cosine_similarity_reference(x, n, d, block, max_pool), 1e-5);
+    test::require_all_close(out.download(), pooled_cosine_similarity_reference(x, n, d, block, max_pool), 1e-5);
   }
 }
 
 TEST_CASE("element-wise kernels match the CPU backend") {
   kernels::Backend& cpu = kernels::default_cpu_backend();
   const int rows = 5, dim = 96;
-  const auto x = random_floats(rows * dim, 6), w = random_floats(dim, 8), y = random_floats(rows * dim, 9);
+  const auto x = test::random_normal_floats(rows * dim, 6), w = test::random_normal_floats(dim, 8), y = test::random_normal_floats(rows * dim, 9);
   DeviceBuffer<float> dx, dw, dy, dout(x.size());
   dx.upload(x);
   dw.upload(w);
@@ -197,25 +178,25 @@ TEST_CASE("element-wise kernels match the CPU backend") {
   std::vector<float> want(x.size());
   cpu.rmsnorm(x.data(), w.data(), rows, dim, 1e-5f, want.data());
   rmsnorm_rows(dx.data(), dw.data(), rows, dim, 1e-5f, dout.data(), nullptr);
-  require_close(dout.download(), want, 1e-5);
+  test::require_all_close(dout.download(), want, 1e-5);
 
   cpu.swiglu(x.data(), y.data(), want.data(), want.size());
   swiglu(dx.data(), dy.data(), static_cast<int64_t>(x.size()), dout.data(), nullptr);
-  require_close(dout.download(), want, 1e-5);
+  test::require_all_close(dout.download(), want, 1e-5);
 
   want = x;
   cpu.add_bias(want.data(), w.data(), rows, dim);
   DeviceBuffer<float> biased;
   biased.upload(x);
   add_bias_rows(biased.data(), dw.data(), rows, dim, nullptr);
-  require_close(biased.download(), want, 1e-6);
+  test::require_all_close(biased.download(), want, 1e-6);
 
   want = x;
   cpu.add(want.data(), y.data(), want.size());
   DeviceBuffer<float> summed;
   summed.upload(x);
   add_in_place(summed.data(), dy.data(), static_cast<int64_t>(x.size()), nullptr);
-  require_close(summed.download(), want, 1e-6);
+  test::require_all_close(summed.download(), want, 1e-6);
 
   want = x;
   cpu.softmax(want.data(), dim);
@@ -225,7 +206,7 @@ TEST_CASE("element-wise kernels match the CPU backend") {
   auto got = soft.download();
   got.resize(dim);
   want.resize(dim);
-  require_close(got, want, 1e-6);
+  test::require_all_close(got, want, 1e-6);
   CHECK(argmax(dx.data(), dim, nullptr) == static_cast<int>(std::max_element(x.begin(), x.begin() + dim) - x.begin()));
 
   for (auto style : {kernels::RopeStyle::AdjacentPairs, kernels::RopeStyle::HalfSplit}) {
@@ -244,7 +225,7 @@ TEST_CASE("element-wise kernels match the CPU backend") {
     dpos.upload(positions);
     rope_rows(rotated.data(), rows, heads, 32, 32, dpos.data(), shape.rope_base,
               style == kernels::RopeStyle::AdjacentPairs, nullptr, nullptr);
-    require_close(rotated.download(), want, 1e-4);
+    test::require_all_close(rotated.download(), want, 1e-4);
   }
 }
 
@@ -254,7 +235,7 @@ TEST_CASE("cuBLAS products of dequantized weights match the CPU backend's quanti
   const int out_rows = 48, cols = 128, n = 7;
   const auto blocks = random_blocks(c, out_rows * cols / 32, 10);
   const auto w = kernels::QuantMatrix::view(kernels::GgmlType::Q4_0, out_rows, cols, blocks.data());
-  const auto x = random_floats(static_cast<std::size_t>(n) * cols, 11);
+  const auto x = test::random_normal_floats(static_cast<std::size_t>(n) * cols, 11);
   std::vector<float> want(static_cast<std::size_t>(n) * out_rows);
   cpu.matmul(w, x.data(), n, want.data());
 

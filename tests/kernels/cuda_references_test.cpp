@@ -11,32 +11,16 @@
 #include "kernels/cuda/attention_reference.h"
 #include "kernels/cuda/cache_ops_reference.h"
 #include "kernels/cuda/similarity_reference.h"
+#include "tests/support/random_values.h"
 
 using namespace kvscope;
-
-namespace {
-
-std::vector<float> random_floats(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist;
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-void require_close(const std::vector<float>& got, const std::vector<float>& want, double margin) {
-  REQUIRE(got.size() == want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == Approx(want[i]).margin(margin));
-}
-
-}  // namespace
 
 TEST_CASE("attention_reference agrees with the CPU backend's attention and side outputs") {
   kernels::Backend& cpu = kernels::default_cpu_backend();
   const int kv_heads = 2, heads = 4, d = 16, n_cache = 30;
   auto storage = cpu.make_kv_storage(1, kv_heads, d, kernels::CacheType::F32);
-  const auto k = random_floats(static_cast<std::size_t>(n_cache) * kv_heads * d, 1);
-  const auto v = random_floats(k.size(), 2);
+  const auto k = test::random_normal_floats(static_cast<std::size_t>(n_cache) * kv_heads * d, 1);
+  const auto v = test::random_normal_floats(k.size(), 2);
   std::vector<int32_t> positions(n_cache);
   for (int i = 0; i < n_cache; ++i) positions[i] = 2 * i + 1;
   storage->append(0, k.data(), v.data(), n_cache, positions.data());
@@ -60,7 +44,7 @@ TEST_CASE("attention_reference agrees with the CPU backend's attention and side 
   }
 
   const int n = 12, window = 5;
-  const auto q = random_floats(static_cast<std::size_t>(n) * heads * d, 3);
+  const auto q = test::random_normal_floats(static_cast<std::size_t>(n) * heads * d, 3);
   std::vector<int32_t> qpos(n);
   for (int i = 0; i < n; ++i) qpos[i] = 2 * (n_cache - n) + 2 * i + 1;
   kernels::AttentionRequest request;
@@ -72,7 +56,7 @@ TEST_CASE("attention_reference agrees with the CPU backend's attention and side 
 
   const auto want = kernels::cuda::attention_reference(q, qpos, host, heads, kv_heads, d,
                                                        1.0f / std::sqrt(static_cast<float>(d)), window);
-  require_close(out, want.out, 1e-4);
+  test::require_all_close(out, want.out, 1e-4);
   REQUIRE(side.window == want.window);
   for (int h = 0; h < heads; ++h) {
     const int m = host.lengths[h / (heads / kv_heads)];
@@ -84,11 +68,11 @@ TEST_CASE("attention_reference agrees with the CPU backend's attention and side 
       }
       return r;
     };
-    require_close(side.column_sums[h], slice(want.column_sums, 1), 1e-4);
-    require_close(side.window_sums[h], slice(want.window_sums, 1), 1e-4);
-    require_close(side.window_rows[h], slice(want.window_rows, want.window), 1e-5);
-    require_close(side.last_row[h], slice(want.last_row, 1), 1e-5);
-    require_close(side.log_sum_exp[h],
+    test::require_all_close(side.column_sums[h], slice(want.column_sums, 1), 1e-4);
+    test::require_all_close(side.window_sums[h], slice(want.window_sums, 1), 1e-4);
+    test::require_all_close(side.window_rows[h], slice(want.window_rows, want.window), 1e-5);
+    test::require_all_close(side.last_row[h], slice(want.last_row, 1), 1e-5);
+    test::require_all_close(side.log_sum_exp[h],
                   std::vector<float>(want.log_sum_exp.begin() + h * n, want.log_sum_exp.begin() + (h + 1) * n), 1e-4);
   }
 }
@@ -97,7 +81,7 @@ TEST_CASE("merge_and_compact_reference agrees with the CPU backend's K/V edit") 
   kernels::Backend& cpu = kernels::default_cpu_backend();
   const int d = 8, n = 12;
   auto storage = cpu.make_kv_storage(1, 1, d, kernels::CacheType::F32);
-  const auto k = random_floats(static_cast<std::size_t>(n) * d, 4);
+  const auto k = test::random_normal_floats(static_cast<std::size_t>(n) * d, 4);
   std::vector<int32_t> positions(n);
   for (int i = 0; i < n; ++i) positions[i] = i;
   storage->append(0, k.data(), k.data(), n, positions.data());
@@ -108,17 +92,17 @@ TEST_CASE("merge_and_compact_reference agrees with the CPU backend's K/V edit") 
   storage->read_rows(0, 0, kernels::KVPart::Keys, 0, static_cast<int>(keep.size()), got.data());
   const auto want = kernels::cuda::merge_and_compact_reference(
       k, d, {{{3, 1, 2}, {0.5f, 0.25f, 0.25f}}, {{8, 9}, {0.6f, 0.4f}}}, keep);
-  require_close(got, want, 1e-6);
+  test::require_all_close(got, want, 1e-6);
 }
 
 TEST_CASE("pooled_cosine_similarity_reference agrees with core/analysis's map") {
   const int n = 23, d = 12, max_size = 8;
-  auto x = random_floats(static_cast<std::size_t>(n) * d, 5);
+  auto x = test::random_normal_floats(static_cast<std::size_t>(n) * d, 5);
   for (int t = 0; t < d; ++t) x[4 * d + t] = 0.0f;
   for (auto mode : {analysis::Pooling::Max, analysis::Pooling::Mean}) {
     const analysis::Map2D map = analysis::cosine_similarity_map(x.data(), n, d, max_size, mode);
     const int block = analysis::block_for(n, max_size);
     const auto want = kernels::cuda::pooled_cosine_similarity_reference(x, n, d, block, mode == analysis::Pooling::Max);
-    require_close(map.values, want, 1e-5);
+    test::require_all_close(map.values, want, 1e-5);
   }
 }
