@@ -243,6 +243,7 @@ bool Session::execute(const RunRequest& request) {
   spec.record = request.record;
   spec.name = request.name;
   spec.source = "kvscope gui";
+  spec.device = kernels::parse_device(request.device);
   const std::string name = run::check(spec).run_name;  // a bad request fails before any model loads
 
   const std::filesystem::path path = model::resolve_model_path(request.model_path);

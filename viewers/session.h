@@ -40,6 +40,7 @@ struct RunRequest {
   int max_new_tokens = 32;
   std::string record;               // trace::RecordOptions spec; empty: defaults
   std::string name;                 // run name; empty: "<policy spec>_b<budget>"
+  std::string device = "cpu";       // compute backend: "cpu" or "cuda" (kvscope --device)
 };
 
 struct SessionStatus {

@@ -12,6 +12,7 @@
 #include "core/policy/allocation_catalog.h"
 #include "core/policy/budget_spec.h"
 #include "core/policy/registry.h"
+#include "kernels/cuda/cuda_device.h"
 
 namespace kvscope::viewers {
 
@@ -144,6 +145,7 @@ RunRequest SetupPanel::request() const {
   r.policy_spec = policy_spec();
   r.budget = budget_text();
   r.max_new_tokens = max_new_tokens_;
+  r.device = use_cuda_ ? "cuda" : "cpu";
   return r;
 }
 
@@ -265,6 +267,19 @@ void SetupPanel::draw(AppState& state) {
   input_text("##model", model_path_);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("GGUF file or Hugging Face folder; empty: $KVSCOPE_MODEL or the default SmolLM2-135M-Instruct");
   if (model_path_.empty()) ImGui::TextDisabled("default model (SmolLM2-135M-Instruct)");
+  // Asked once: the CUDA runtime's answer does not change while the window is open.
+  static const kernels::cuda::CudaDeviceList cuda = kernels::cuda::list_cuda_devices();
+  const std::string cuda_label =
+      cuda.devices.empty() ? "cuda (none: " + cuda.why_none + ")" : "cuda: " + cuda.devices.front().name;
+  ImGui::SetNextItemWidth(-1);
+  if (ImGui::BeginCombo("##device", use_cuda_ ? cuda_label.c_str() : "cpu")) {
+    if (ImGui::Selectable("cpu", !use_cuda_)) use_cuda_ = false, rerun = true;
+    ImGui::BeginDisabled(cuda.devices.empty());
+    if (ImGui::Selectable(cuda_label.c_str(), use_cuda_)) use_cuda_ = true, rerun = true;
+    ImGui::EndDisabled();
+    ImGui::EndCombo();
+  }
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("The compute backend the runs use (kvscope --device)");
 
   ImGui::SeparatorText("Prompt");
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);

@@ -68,6 +68,7 @@ class SetupPanel final : public Panel {
   float budget_share_ = 25.0f;
   int budget_tokens_ = 64;
   int max_new_tokens_ = 32;
+  bool use_cuda_ = false;  // the run's compute backend: cuda when chosen (and a device exists), else cpu
   bool live_ = true;
   int pins_ = 0;
   std::string baseline_key_;  // prompt + model of the last baseline run, so it runs once per prompt
