@@ -8,20 +8,20 @@
 
 #include <string>
 
-#include "kernels/error.h"
 #include "kernels/common/softmax_math.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/error.h"
 
 namespace kvscope::kernels::cuda {
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kRowWarps = 4;                    // query rows per block in the output pass
-constexpr int kKeyTile = kWarp;                 // keys per shared-memory tile: one per lane
+constexpr int kRowWarps = 4;                       // query rows per block in the output pass
+constexpr int kKeyTile = kWarp;                    // keys per shared-memory tile: one per lane
 constexpr int kPadded = kMaxAttentionHeadDim + 1;  // a key row's stride: lanes read different banks
 constexpr int kValuesPerLane = kMaxAttentionHeadDim / kWarp;
-constexpr int kKeysPerBlock = 64;               // side-output pass: keys (threads) per block
-constexpr int kQueryChunk = 16;                 // side-output pass: queries staged in shared memory at once
+constexpr int kKeysPerBlock = 64;  // side-output pass: keys (threads) per block
+constexpr int kQueryChunk = 16;    // side-output pass: queries staged in shared memory at once
 
 __device__ inline float warp_max(float v) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
@@ -72,7 +72,8 @@ __global__ void attention_output_kernel(const float* q, const int32_t* query_pos
       k_tile[j][t] = in ? keys[static_cast<int64_t>(t0 + j) * d + t] : 0.0f;
       v_tile[j][t] = in ? values[static_cast<int64_t>(t0 + j) * d + t] : 0.0f;
     }
-    for (int j = threadIdx.x; j < kKeyTile; j += blockDim.x) pos_tile[j] = t0 + j < length ? positions[t0 + j] : INT32_MAX;
+    for (int j = threadIdx.x; j < kKeyTile; j += blockDim.x)
+      pos_tile[j] = t0 + j < length ? positions[t0 + j] : INT32_MAX;
     __syncthreads();
 
     if (active) {
@@ -189,7 +190,8 @@ void attention(const float* q, const int32_t* query_positions, const DeviceLayer
   attention_output_kernel<<<output_grid, kRowWarps * kWarp, 0, stream>>>(q, query_positions, cache, shape, outputs.out,
                                                                          outputs.log_sum_exp);
   check_launch("attention (output pass)");
-  const bool side = outputs.column_sums || outputs.window_sums || outputs.window_rows || outputs.last_row || outputs.rows;
+  const bool side =
+      outputs.column_sums || outputs.window_sums || outputs.window_rows || outputs.last_row || outputs.rows;
   if (!side || cache.max_length <= 0) return;
   const dim3 side_grid((cache.max_length + kKeysPerBlock - 1) / kKeysPerBlock, shape.n_heads);
   attention_side_outputs_kernel<<<side_grid, kKeysPerBlock, 0, stream>>>(q, query_positions, cache, shape, outputs);

@@ -15,7 +15,7 @@ constexpr int kMaxAttentionHeadDim = 128;
 
 struct AttentionShape {
   int n_queries = 0;
-  int n_heads = 0;     // query heads; head h reads KV head h / (n_heads / n_kv_heads)
+  int n_heads = 0;  // query heads; head h reads KV head h / (n_heads / n_kv_heads)
   int n_kv_heads = 0;
   int head_dim = 0;    // <= kMaxAttentionHeadDim
   float scale = 1.0f;  // 1/sqrt(head_dim)
@@ -23,12 +23,12 @@ struct AttentionShape {
 
 // One layer's cache: KV head g's entry j lives at [g * capacity + j].
 struct DeviceLayerCache {
-  const float* keys = nullptr;          // [n_kv_heads][capacity][head_dim], after RoPE
-  const float* values = nullptr;        // [n_kv_heads][capacity][head_dim]
-  const int32_t* positions = nullptr;   // [n_kv_heads][capacity], increasing within a head
-  const int32_t* lengths = nullptr;     // [n_kv_heads] entries in use
+  const float* keys = nullptr;         // [n_kv_heads][capacity][head_dim], after RoPE
+  const float* values = nullptr;       // [n_kv_heads][capacity][head_dim]
+  const int32_t* positions = nullptr;  // [n_kv_heads][capacity], increasing within a head
+  const int32_t* lengths = nullptr;    // [n_kv_heads] entries in use
   int capacity = 0;
-  int max_length = 0;                   // the largest of lengths (sizes the grids)
+  int max_length = 0;  // the largest of lengths (sizes the grids)
 };
 
 // Null pointers are side outputs nobody asked for. Per-head outputs have row stride `capacity`; a head's

@@ -32,7 +32,8 @@ HostAttentionResult attention_reference(const std::vector<float>& q, const std::
         if (cache.positions[base + j] > query_positions[i]) continue;
         double dot = 0.0;
         for (int t = 0; t < d; ++t)
-          dot += static_cast<double>(q[(static_cast<std::size_t>(i) * n_heads + h) * d + t]) * cache.keys[(base + j) * d + t];
+          dot += static_cast<double>(q[(static_cast<std::size_t>(i) * n_heads + h) * d + t]) *
+                 cache.keys[(base + j) * d + t];
         score[j] = dot * scale;
         max_score = std::max(max_score, score[j]);
       }
@@ -44,7 +45,8 @@ HostAttentionResult attention_reference(const std::vector<float>& q, const std::
       for (int j = 0; j < m; ++j) {
         const double p = std::exp(score[j] - max_score) / sum;
         for (int t = 0; t < d; ++t)
-          r.out[(static_cast<std::size_t>(i) * n_heads + h) * d + t] += static_cast<float>(p * cache.values[(base + j) * d + t]);
+          r.out[(static_cast<std::size_t>(i) * n_heads + h) * d + t] +=
+              static_cast<float>(p * cache.values[(base + j) * d + t]);
         column[j] += p;
         if (window_row >= 0) {
           window_column[j] += p;

@@ -50,9 +50,10 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     check_cuda(cudaGetDeviceProperties(&prop, device_index), "cudaGetDeviceProperties");
     char memory[32];
-    std::snprintf(memory, sizeof memory, "%.1f GiB", static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
-    description_ = std::string("cuda: ") + prop.name + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
-                   ", " + memory + ")";
+    std::snprintf(memory, sizeof memory, "%.1f GiB",
+                  static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+    description_ = std::string("cuda: ") + prop.name + " (sm_" + std::to_string(prop.major) +
+                   std::to_string(prop.minor) + ", " + memory + ")";
   }
   ~CudaBackend() override {
     cublas_.reset();
@@ -85,13 +86,20 @@ class CudaBackend final : public Backend {
     auto state = std::make_unique<CudaRunState>();
     state->max_rows = max_rows;
     const std::size_t rows = std::max(max_rows, 1);
-    const std::size_t sizes[11] = {rows * shape.dim,      rows * shape.dim,        rows * shape.q_width(),
-                                   rows * shape.kv_width(), rows * shape.kv_width(), rows * shape.q_width(),
-                                   rows * shape.q_width(),  rows * shape.ffn_dim,  rows * shape.ffn_dim,
-                                   rows * shape.dim,        static_cast<std::size_t>(shape.vocab_size)};
-    float** fields[11] = {&state->x,        &state->xb,           &state->q,    &state->k,
-                          &state->v,        &state->attn_out,     &state->attn_scratch, &state->gate,
-                          &state->up,       &state->proj,         &state->logits};
+    const std::size_t sizes[11] = {rows * shape.dim,
+                                   rows * shape.dim,
+                                   rows * shape.q_width(),
+                                   rows * shape.kv_width(),
+                                   rows * shape.kv_width(),
+                                   rows * shape.q_width(),
+                                   rows * shape.q_width(),
+                                   rows * shape.ffn_dim,
+                                   rows * shape.ffn_dim,
+                                   rows * shape.dim,
+                                   static_cast<std::size_t>(shape.vocab_size)};
+    float** fields[11] = {&state->x,        &state->xb,           &state->q,    &state->k,  &state->v,
+                          &state->attn_out, &state->attn_scratch, &state->gate, &state->up, &state->proj,
+                          &state->logits};
     for (int i = 0; i < 11; ++i) *fields[i] = room(state->buffers[i], sizes[i]);
     // Scratch the ops need, sized once per run here rather than on a forward call.
     const std::size_t widest = std::max({shape.dim, shape.ffn_dim, shape.q_width()});
@@ -149,9 +157,7 @@ class CudaBackend final : public Backend {
   void add_bias(float* x, const float* bias, int rows, int width) override {
     add_bias_rows(x, device_vector(bias), rows, width, stream_);
   }
-  void add(float* x, const float* y, std::size_t n) override {
-    add_in_place(x, y, static_cast<int64_t>(n), stream_);
-  }
+  void add(float* x, const float* y, std::size_t n) override { add_in_place(x, y, static_cast<int64_t>(n), stream_); }
   void swiglu(const float* gate, const float* up, float* out, std::size_t n) override {
     cuda::swiglu(gate, up, static_cast<int64_t>(n), out, stream_);
   }
@@ -175,8 +181,7 @@ class CudaBackend final : public Backend {
     if (request.window_rows && window > 0) o.window_rows = room(window_rows_, heads * window * cap);
     if (request.last_row) o.last_row = room(last_row_, heads * cap);
     if (request.rows) o.rows = room(rows_, heads * static_cast<std::size_t>(n) * cap);
-    cuda::attention(call.q, upload_ints(row_positions_, call.query_positions, n), cache, shape, o,
-                    stream_);
+    cuda::attention(call.q, upload_ints(row_positions_, call.query_positions, n), cache, shape, o, stream_);
 
     side.n_keys.assign(n_kv, 0);
     for (int g = 0; g < n_kv; ++g) side.n_keys[g] = kv.size(call.layer, g);
@@ -202,7 +207,8 @@ class CudaBackend final : public Backend {
       const std::vector<float> all = download(o.log_sum_exp, static_cast<std::size_t>(heads) * n);
       side.log_sum_exp.assign(heads, {});
       for (int h = 0; h < heads; ++h)
-        side.log_sum_exp[h].assign(all.begin() + static_cast<std::size_t>(h) * n, all.begin() + static_cast<std::size_t>(h + 1) * n);
+        side.log_sum_exp[h].assign(all.begin() + static_cast<std::size_t>(h) * n,
+                                   all.begin() + static_cast<std::size_t>(h + 1) * n);
     }
     if (o.rows && rows) {
       std::vector<std::vector<float>> map;
@@ -224,7 +230,8 @@ class CudaBackend final : public Backend {
     DeviceMatrixStorage s;
     const DeviceFloat type = device_type_for(m.type);
     s.data.resize(static_cast<std::size_t>(m.rows) * m.cols * device_float_bytes(type) / 2);
-    dequantize_rows(m.type, raw.data(), m.rows, m.cols, static_cast<int64_t>(m.row_bytes), s.data.data(), type, stream_);
+    dequantize_rows(m.type, raw.data(), m.rows, m.cols, static_cast<int64_t>(m.row_bytes), s.data.data(), type,
+                    stream_);
     check_cuda(cudaStreamSynchronize(stream_), "upload_weights");  // `raw` is freed on return
     s.view = DeviceMatrix{s.data.data(), type, m.rows, m.cols};
     matrices_.emplace(m.data, std::move(s));

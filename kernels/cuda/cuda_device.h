@@ -21,7 +21,7 @@ struct CudaDeviceList {
   int runtime_version = 0;  // e.g. 13000; 0 when unknown
   int driver_version = 0;   // 0: no driver
   std::vector<CudaDeviceInfo> devices;
-  std::string why_none;     // set when devices is empty: the runtime's own words
+  std::string why_none;  // set when devices is empty: the runtime's own words
 };
 
 CudaDeviceList list_cuda_devices();

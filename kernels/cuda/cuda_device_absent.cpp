@@ -1,6 +1,6 @@
 // The device list of a build without the CUDA toolkit (compiled instead of cuda_device.cpp).
-#include "kernels/error.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/error.h"
 
 namespace kvscope::kernels::cuda {
 

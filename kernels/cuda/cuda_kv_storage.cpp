@@ -24,11 +24,11 @@ void upload_into(DeviceBuffer<T>& buffer, const std::vector<T>& host, cudaStream
 CudaKVStorage::CudaKVStorage(int n_layers, int n_kv_heads, int head_dim, CacheType type, cudaStream_t stream)
     : KVStorage(n_layers, n_kv_heads, head_dim, type), stream_(stream), layers_(n_layers) {
   if (type != CacheType::F32)
-    throw UsageError(std::string("the CUDA backend stores the cache as f32 only; cache type '") + cache_type_name(type) +
-                     "' is not implemented on the device yet");
+    throw UsageError(std::string("the CUDA backend stores the cache as f32 only; cache type '") +
+                     cache_type_name(type) + "' is not implemented on the device yet");
   if (head_dim > kMaxAttentionHeadDim)
-    throw UsageError("the CUDA backend handles head_dim up to " + std::to_string(kMaxAttentionHeadDim) + ", the model has " +
-                     std::to_string(head_dim));
+    throw UsageError("the CUDA backend handles head_dim up to " + std::to_string(kMaxAttentionHeadDim) +
+                     ", the model has " + std::to_string(head_dim));
   for (Layer& layer : layers_) {
     layer.host_positions.assign(n_kv_heads, {});
     layer.lengths.resize(n_kv_heads);
@@ -117,7 +117,8 @@ void CudaKVStorage::append(int layer_index, const float* k, const float* v, int 
   upload_lengths(layer);
 }
 
-void CudaKVStorage::edit(int layer_index, int kv_head, std::span<const int32_t> keep, std::span<const RowMerge> merges) {
+void CudaKVStorage::edit(int layer_index, int kv_head, std::span<const int32_t> keep,
+                         std::span<const RowMerge> merges) {
   Layer& layer = checked(layer_index, kv_head, "edit");
   const int d = head_dim();
   float* keys = layer.keys.data() + static_cast<std::size_t>(kv_head) * layer.capacity * d;

@@ -31,9 +31,9 @@ class CudaKVStorage final : public KVStorage {
  private:
   struct Layer {
     int capacity = 0;
-    DeviceBuffer<float> keys, values;     // [n_kv_heads][capacity][head_dim]
-    DeviceBuffer<int32_t> positions;      // [n_kv_heads][capacity]
-    DeviceBuffer<int32_t> lengths;        // [n_kv_heads]
+    DeviceBuffer<float> keys, values;                  // [n_kv_heads][capacity][head_dim]
+    DeviceBuffer<int32_t> positions;                   // [n_kv_heads][capacity]
+    DeviceBuffer<int32_t> lengths;                     // [n_kv_heads]
     std::vector<std::vector<int32_t>> host_positions;  // [n_kv_heads][length]
   };
   void reallocate(Layer& layer, int capacity);

@@ -5,9 +5,9 @@
 
 #include <string>
 
-#include "kernels/error.h"
 #include "kernels/common/quant_blocks.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/error.h"
 
 namespace kvscope::kernels::cuda {
 namespace {
@@ -98,18 +98,18 @@ void launch(GgmlType type, const uint8_t* src, int64_t rows, int64_t cols, int64
     case GgmlType::Q8_0: {
       const int bytes = type == GgmlType::Q4_0   ? blocks::kQ4_0Bytes
                         : type == GgmlType::Q4_1 ? blocks::kQ4_1Bytes
-                                                        : blocks::kQ8_0Bytes;
+                                                 : blocks::kQ8_0Bytes;
       const int64_t per_row = cols / 32;
-      dequantize_blocks_kernel<32><<<grid_for(rows * per_row), kThreads, 0, stream>>>(id, src, rows, per_row, bytes,
-                                                                                       row_bytes, dst);
+      dequantize_blocks_kernel<32>
+          <<<grid_for(rows * per_row), kThreads, 0, stream>>>(id, src, rows, per_row, bytes, row_bytes, dst);
       break;
     }
     case GgmlType::Q4_K:
     case GgmlType::Q6_K: {
       const int bytes = type == GgmlType::Q4_K ? blocks::kQ4_KBytes : blocks::kQ6_KBytes;
       const int64_t per_row = cols / 256;
-      dequantize_blocks_kernel<256><<<grid_for(rows * per_row), kThreads, 0, stream>>>(id, src, rows, per_row, bytes,
-                                                                                        row_bytes, dst);
+      dequantize_blocks_kernel<256>
+          <<<grid_for(rows * per_row), kThreads, 0, stream>>>(id, src, rows, per_row, bytes, row_bytes, dst);
       break;
     }
     default:
@@ -121,8 +121,8 @@ void launch(GgmlType type, const uint8_t* src, int64_t rows, int64_t cols, int64
 
 }  // namespace
 
-void dequantize_rows(GgmlType type, const uint8_t* src, int64_t rows, int64_t cols, int64_t row_bytes,
-                     void* dst, DeviceFloat out_type, cudaStream_t stream) {
+void dequantize_rows(GgmlType type, const uint8_t* src, int64_t rows, int64_t cols, int64_t row_bytes, void* dst,
+                     DeviceFloat out_type, cudaStream_t stream) {
   const GgmlTypeTraits* traits = ggml_type_traits(static_cast<uint32_t>(type));
   const std::string name = ggml_type_name(static_cast<uint32_t>(type));
   if (!traits || !traits->supported) throw Error("CUDA dequantize: type " + name + " is not supported by kvscope");
@@ -165,7 +165,8 @@ void gather_rows_as_float(const void* table, DeviceFloat table_type, int cols, c
       gather_rows_kernel<<<grid_for(total), kThreads, 0, stream>>>(static_cast<const float*>(table), cols, ids, n, out);
       break;
     case DeviceFloat::F16:
-      gather_rows_kernel<<<grid_for(total), kThreads, 0, stream>>>(static_cast<const __half*>(table), cols, ids, n, out);
+      gather_rows_kernel<<<grid_for(total), kThreads, 0, stream>>>(static_cast<const __half*>(table), cols, ids, n,
+                                                                   out);
       break;
     case DeviceFloat::BF16:
       gather_rows_kernel<<<grid_for(total), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(table), cols, ids,

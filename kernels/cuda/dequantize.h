@@ -15,8 +15,8 @@ enum class DeviceFloat { F32, F16, BF16 };
 // src: `rows` rows of `cols` values stored in `type`, row_bytes apart, on the device. dst: rows x cols values
 // of out_type, row-major. Throws Error for a type kvscope cannot dequantize or a cols that is not a whole
 // number of blocks.
-void dequantize_rows(GgmlType type, const uint8_t* src, int64_t rows, int64_t cols, int64_t row_bytes,
-                     void* dst, DeviceFloat out_type, cudaStream_t stream);
+void dequantize_rows(GgmlType type, const uint8_t* src, int64_t rows, int64_t cols, int64_t row_bytes, void* dst,
+                     DeviceFloat out_type, cudaStream_t stream);
 
 // n floats to out_type (round to nearest even), for the activations of a product.
 void convert_floats(const float* src, int64_t n, void* dst, DeviceFloat out_type, cudaStream_t stream);

@@ -11,11 +11,13 @@ std::vector<float> pooled_cosine_similarity_reference(const std::vector<float>& 
   block = std::max(block, 1);
   std::vector<double> norm(n, 0.0);
   for (int i = 0; i < n; ++i)
-    for (int t = 0; t < d; ++t) norm[i] += static_cast<double>(x[static_cast<std::size_t>(i) * d + t]) * x[static_cast<std::size_t>(i) * d + t];
+    for (int t = 0; t < d; ++t)
+      norm[i] += static_cast<double>(x[static_cast<std::size_t>(i) * d + t]) * x[static_cast<std::size_t>(i) * d + t];
   auto cosine = [&](int i, int j) {
     if (norm[i] == 0.0 || norm[j] == 0.0) return 0.0;
     double dot = 0.0;
-    for (int t = 0; t < d; ++t) dot += static_cast<double>(x[static_cast<std::size_t>(i) * d + t]) * x[static_cast<std::size_t>(j) * d + t];
+    for (int t = 0; t < d; ++t)
+      dot += static_cast<double>(x[static_cast<std::size_t>(i) * d + t]) * x[static_cast<std::size_t>(j) * d + t];
     return dot / std::sqrt(norm[i] * norm[j]);
   };
   const int cells = (n + block - 1) / block;

@@ -22,7 +22,8 @@ class RowCollector final : public kernels::AttentionRowSink {
     auto& r = rows[head];
     for (int i = 0; i < n_rows; ++i) {
       if (static_cast<int>(r.size()) <= first_row + i) r.resize(first_row + i + 1);
-      r[first_row + i].assign(probs + static_cast<std::size_t>(i) * n_cols, probs + static_cast<std::size_t>(i + 1) * n_cols);
+      r[first_row + i].assign(probs + static_cast<std::size_t>(i) * n_cols,
+                              probs + static_cast<std::size_t>(i + 1) * n_cols);
     }
   }
   std::vector<std::vector<std::vector<float>>> rows;  // [head][row][col]

@@ -63,12 +63,12 @@ TEST_CASE("dequantize_rows equals the CPU dequantizer for every block type") {
     DeviceBuffer<uint8_t> src;
     src.upload(host);
     DeviceBuffer<float> f32(want.size());
-    dequantize_rows(c.type, src.data(), rows, cols, static_cast<int64_t>(per_row) * c.bytes, f32.data(), DeviceFloat::F32,
-                    nullptr);
+    dequantize_rows(c.type, src.data(), rows, cols, static_cast<int64_t>(per_row) * c.bytes, f32.data(),
+                    DeviceFloat::F32, nullptr);
     REQUIRE(f32.download() == want);  // the same block functions: bit-identical
     DeviceBuffer<uint16_t> f16(want.size());
-    dequantize_rows(c.type, src.data(), rows, cols, static_cast<int64_t>(per_row) * c.bytes, f16.data(), DeviceFloat::F16,
-                    nullptr);
+    dequantize_rows(c.type, src.data(), rows, cols, static_cast<int64_t>(per_row) * c.bytes, f16.data(),
+                    DeviceFloat::F16, nullptr);
     const auto halves = f16.download();
     for (std::size_t i = 0; i < want.size(); ++i) REQUIRE(halves[i] == kernels::fp32_to_fp16(want[i]));
   }
@@ -169,7 +169,8 @@ TEST_CASE("pooled cosine-similarity maps match the reference, max and mean pooli
 TEST_CASE("element-wise kernels match the CPU backend") {
   kernels::Backend& cpu = kernels::default_cpu_backend();
   const int rows = 5, dim = 96;
-  const auto x = test::random_normal_floats(rows * dim, 6), w = test::random_normal_floats(dim, 8), y = test::random_normal_floats(rows * dim, 9);
+  const auto x = test::random_normal_floats(rows * dim, 6), w = test::random_normal_floats(dim, 8),
+             y = test::random_normal_floats(rows * dim, 9);
   DeviceBuffer<float> dx, dw, dy, dout(x.size());
   dx.upload(x);
   dw.upload(w);
@@ -242,8 +243,8 @@ TEST_CASE("cuBLAS products of dequantized weights match the CPU backend's quanti
   DeviceBuffer<uint8_t> raw;
   raw.upload(blocks);
   DeviceBuffer<uint16_t> halves(static_cast<std::size_t>(out_rows) * cols), scratch(static_cast<std::size_t>(n) * cols);
-  dequantize_rows(c.type, raw.data(), out_rows, cols, static_cast<int64_t>(w.row_bytes), halves.data(), DeviceFloat::F16,
-                  nullptr);
+  dequantize_rows(c.type, raw.data(), out_rows, cols, static_cast<int64_t>(w.row_bytes), halves.data(),
+                  DeviceFloat::F16, nullptr);
   DeviceBuffer<float> dx, y(want.size());
   dx.upload(x);
   CublasHandle cublas(nullptr);
@@ -251,5 +252,6 @@ TEST_CASE("cuBLAS products of dequantized weights match the CPU backend's quanti
          nullptr);
   // f16 activations (11-bit mantissa) against float32: relative error ~1e-3 of the row's magnitude.
   const auto got = y.download();
-  for (std::size_t i = 0; i < want.size(); ++i) REQUIRE(got[i] == Approx(want[i]).margin(2e-2 + 5e-3 * std::abs(want[i])));
+  for (std::size_t i = 0; i < want.size(); ++i)
+    REQUIRE(got[i] == Approx(want[i]).margin(2e-2 + 5e-3 * std::abs(want[i])));
 }

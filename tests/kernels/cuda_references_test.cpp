@@ -38,7 +38,8 @@ TEST_CASE("attention_reference agrees with the CPU backend's attention and side 
     const int m = storage->size(0, g);
     host.lengths.push_back(m);
     storage->read_rows(0, g, kernels::KVPart::Keys, 0, m, host.keys.data() + static_cast<std::size_t>(g) * n_cache * d);
-    storage->read_rows(0, g, kernels::KVPart::Values, 0, m, host.values.data() + static_cast<std::size_t>(g) * n_cache * d);
+    storage->read_rows(0, g, kernels::KVPart::Values, 0, m,
+                       host.values.data() + static_cast<std::size_t>(g) * n_cache * d);
     const auto p = storage->positions(0, g);
     std::copy(p.begin(), p.end(), host.positions.begin() + static_cast<std::ptrdiff_t>(g) * n_cache);
   }
@@ -52,7 +53,8 @@ TEST_CASE("attention_reference agrees with the CPU backend's attention and side 
   request.column_sums = request.window_sums = request.window_rows = request.last_row = request.log_sum_exp = true;
   kernels::AttentionSideOutputs side;
   std::vector<float> out(q.size());
-  cpu.attention(*storage, kernels::AttentionCall{0, heads, q.data(), n, qpos.data()}, request, nullptr, side, out.data());
+  cpu.attention(*storage, kernels::AttentionCall{0, heads, q.data(), n, qpos.data()}, request, nullptr, side,
+                out.data());
 
   const auto want = kernels::cuda::attention_reference(q, qpos, host, heads, kv_heads, d,
                                                        1.0f / std::sqrt(static_cast<float>(d)), window);
@@ -72,8 +74,9 @@ TEST_CASE("attention_reference agrees with the CPU backend's attention and side 
     test::require_all_close(side.window_sums[h], slice(want.window_sums, 1), 1e-4);
     test::require_all_close(side.window_rows[h], slice(want.window_rows, want.window), 1e-5);
     test::require_all_close(side.last_row[h], slice(want.last_row, 1), 1e-5);
-    test::require_all_close(side.log_sum_exp[h],
-                  std::vector<float>(want.log_sum_exp.begin() + h * n, want.log_sum_exp.begin() + (h + 1) * n), 1e-4);
+    test::require_all_close(
+        side.log_sum_exp[h],
+        std::vector<float>(want.log_sum_exp.begin() + h * n, want.log_sum_exp.begin() + (h + 1) * n), 1e-4);
   }
 }
 
