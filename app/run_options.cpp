@@ -46,6 +46,10 @@ void GenerationFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--seed", seed, "random seed for sampling");
   cmd->add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens");
   cmd->add_option("--budget", budget, "KV tokens per layer and KV head (e.g. 128) or share of the prompt (e.g. 20%)");
+  cmd->add_option("--device", device, "compute backend: cpu (default) or cuda");
+  cmd->add_option("--cache-type", cache_type,
+                  "how the KV cache stores keys and values: f32 (default, exact) or f16 (half the memory and "
+                  "bandwidth; attention still accumulates in float32)");
 }
 
 engine::GenerateOptions GenerationFlags::options() const {
@@ -53,11 +57,13 @@ engine::GenerateOptions GenerationFlags::options() const {
   o.max_new_tokens = max_new_tokens;
   o.sampling = {temperature, top_k, top_p, seed};
   o.stop_at_end_of_generation = !ignore_eos;
+  o.cache_type = kernels::parse_cache_type(cache_type);
   return o;
 }
 
 run::RunSpec GenerationFlags::spec(const PromptOptions& prompt, const std::string& policy, const std::string& source) const {
   run::RunSpec s;
+  s.device = kernels::parse_device(device);
   s.policy = policy;
   s.budget = budget;
   s.prompt = prompt.body();

@@ -35,9 +35,12 @@ struct GenerationFlags {
   uint64_t seed = 0;
   bool ignore_eos = false;
   std::string budget;  // "128" or "20%"; empty: the whole prompt
+  std::string device = "cpu";      // the compute backend (kernels/backend.h)
+  std::string cache_type = "f32";  // how the KV cache stores keys and values
   void add_to(CLI::App* cmd);
   engine::GenerateOptions options() const;
-  // A run of `policy` on the prompt with these settings (core/run/run_spec.h).
+  // A run of `policy` on the prompt with these settings (core/run/run_spec.h). Throws UsageError for an unknown
+  // device or cache type.
   run::RunSpec spec(const PromptOptions& prompt, const std::string& policy, const std::string& source) const;
 };
 

@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """kvscope vs llama.cpp on the same GGUF, prompts and thread count, measured in one run.
 
-Prints prefill tok/s, decode tok/s and peak RSS of both, and the ratios kvscope / llama.cpp.
+Prints prefill tok/s, decode tok/s and peak RSS of each, and the ratios kvscope / llama.cpp.
 Each engine runs in its own child process so its peak RSS is its own (os.wait4 rusage).
+--cache-types runs kvscope once per KV cache type (llama.cpp's default cache is f16); --baseline adds another
+kvscope binary (say, main's build before a change) measured in the same run, at its default settings.
 
 usage: bench/engine_vs_llamacpp.py --kvscope build/app/kvscope --model M.gguf [--threads 2] [--repeats 3]
+                                   [--cache-types f32,f16] [--baseline /path/to/other/kvscope]
 """
 import argparse
 import json
@@ -77,25 +80,33 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--lengths", default="128,1024")
+    ap.add_argument("--cache-types", default="f32,f16", help="kvscope --cache-type values to run")
+    ap.add_argument("--baseline", default="", help="another kvscope binary to measure in the same run")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="kvscope-bench-")
     child = os.path.join(tmp, "llama_child.py")
     with open(child, "w") as f:
         f.write(LLAMA_CHILD)
-    print(f"threads {args.threads}, {args.new_tokens} new tokens, best of {args.repeats}")
-    print(f"{'prompt':>7} {'engine':>9} {'tokens':>6} {'prefill tok/s':>14} {'decode tok/s':>13} {'peak RSS MiB':>13}")
+    print(f"threads {args.threads}, {args.new_tokens} new tokens, best of {args.repeats}, "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{'prompt':>7} {'engine':>12} {'tokens':>6} {'prefill tok/s':>14} {'decode tok/s':>13} {'peak RSS MiB':>13}")
+    # (name, binary, extra arguments) of every kvscope variant; llama.cpp runs last.
+    variants = [(f"kvscope-{t}", args.kvscope, ["--cache-type", t]) for t in args.cache_types.split(",") if t]
+    if args.baseline:
+        variants.append(("baseline", args.baseline, []))
     for length in [int(x) for x in args.lengths.split(",")]:
         prompt = os.path.join(tmp, f"prompt_{length}.txt")
         make_prompt(length, prompt)
         results = {}
-        for engine in ("kvscope", "llama.cpp"):
+        for engine, binary, extra in variants + [("llama.cpp", None, None)]:
             best = None
             for _ in range(args.repeats):
                 out_path = os.path.join(tmp, "out.json")
-                if engine == "kvscope":
-                    argv = [args.kvscope, "generate", "--model", args.model, "--prompt-file", prompt, "--json",
-                            "--ignore-eos", "--max-new-tokens", str(args.new_tokens), "--threads", str(args.threads), out_path]
+                if binary:
+                    argv = [binary, "generate", "--model", args.model, "--prompt-file", prompt, "--json",
+                            "--ignore-eos", "--max-new-tokens", str(args.new_tokens), "--threads", str(args.threads)]
+                    argv += extra + [out_path]
                     out, rss = measure(argv)
                     j = json.loads(out)
                     rec = {"prompt_tokens": len(j["prompt_tokens"]), "prefill_ms": j["timings"]["prefill_ms"],
@@ -110,11 +121,14 @@ def main():
                 if best is None or rec["prefill_tps"] + rec["decode_tps"] > best["prefill_tps"] + best["decode_tps"]:
                     best = rec
             results[engine] = best
-            print(f"{length:>7} {engine:>9} {best['prompt_tokens']:>6} {best['prefill_tps']:>14.1f} "
+            print(f"{length:>7} {engine:>12} {best['prompt_tokens']:>6} {best['prefill_tps']:>14.1f} "
                   f"{best['decode_tps']:>13.1f} {best['rss']:>13.1f}")
-        k, l = results["kvscope"], results["llama.cpp"]
-        print(f"{length:>7} {'ratio':>9} {'':>6} {k['prefill_tps'] / l['prefill_tps']:>14.2f} "
-              f"{k['decode_tps'] / l['decode_tps']:>13.2f} {k['rss'] / l['rss']:>13.2f}")
+        l = results["llama.cpp"]
+        for engine, _, _ in variants:
+            k = results[engine]
+            print(f"{length:>7} {'ratio ' + engine.replace('kvscope-', ''):>12} {'':>6} "
+                  f"{k['prefill_tps'] / l['prefill_tps']:>14.2f} {k['decode_tps'] / l['decode_tps']:>13.2f} "
+                  f"{k['rss'] / l['rss']:>13.2f}")
 
 
 if __name__ == "__main__":

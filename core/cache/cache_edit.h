@@ -3,15 +3,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/kv_storage.h"
+
 namespace kvscope::cache {
 
 // Folds `sources` into the kept entry `target`: K = w[0]*K[target] + sum_i w[1+i]*K[sources[i]], V likewise.
-// Indices refer to the entries before the edit; sources must not also be kept.
-struct MergeGroup {
-  int32_t target = 0;
-  std::vector<int32_t> sources;
-  std::vector<float> weights;  // 1 + sources.size() values, finite, summing to 1
-};
+// Indices refer to the entries before the edit; sources must not also be kept. The backend applies it
+// (kernels::RowMerge, computed in float32 whatever the cache type).
+using MergeGroup = kernels::RowMerge;
 
 // The edit for one (layer, KV head). Entries not in `keep` are evicted (or merged, when a source).
 struct HeadEdit {

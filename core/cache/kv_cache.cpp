@@ -9,52 +9,47 @@
 namespace kvscope::cache {
 
 namespace {
-// After an edit the cache gives memory back when more than this share of a head's allocation is unused,
-// so evicting really shrinks the footprint while decode appends do not reallocate every step.
-constexpr double kMaxSlackShare = 0.25;
-constexpr std::size_t kMinSlackEntries = 16;
-
 std::string where(const HeadEdit& e) {
   return "cache edit for layer " + std::to_string(e.layer) + " kv head " + std::to_string(e.kv_head);
 }
 }  // namespace
 
-KVCache::KVCache(int n_layers, int n_kv_heads, int head_dim)
+KVCache::KVCache(int n_layers, int n_kv_heads, int head_dim, kernels::CacheType type, kernels::Backend* backend)
     : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim),
-      heads_(static_cast<std::size_t>(n_layers) * n_kv_heads), layer_peak_bytes_(n_layers, 0) {}
+      storage_((backend ? *backend : kernels::default_cpu_backend()).make_kv_storage(n_layers, n_kv_heads, head_dim, type)),
+      heads_(static_cast<std::size_t>(n_layers) * n_kv_heads),
+      copies_(static_cast<std::size_t>(n_layers) * n_kv_heads * 2), layer_peak_bytes_(n_layers, 0) {}
+
+std::span<const float> KVCache::rows(int layer, int kv_head, kernels::KVPart part) const {
+  const std::size_t n = static_cast<std::size_t>(size(layer, kv_head)) * head_dim_;
+  if (const float* direct = storage_->host_f32_rows(layer, kv_head, part)) return {direct, n};
+  std::lock_guard<std::mutex> lock(*copy_mutex_);
+  RowCopy& copy = copies_[(static_cast<std::size_t>(layer) * n_kv_heads_ + kv_head) * 2 + (part == kernels::KVPart::Values)];
+  const int current = size(layer, kv_head);
+  if (copy.valid < current) {
+    copy.rows.resize(n);
+    storage_->read_rows(layer, kv_head, part, copy.valid, current - copy.valid,
+                        copy.rows.data() + static_cast<std::size_t>(copy.valid) * head_dim_);
+    copy.valid = current;
+  }
+  return {copy.rows.data(), n};
+}
 
 const float* KVCache::key(int layer, int kv_head, int entry) const {
-  return at(layer, kv_head).keys.data() + static_cast<std::size_t>(entry) * head_dim_;
+  return keys(layer, kv_head).data() + static_cast<std::size_t>(entry) * head_dim_;
 }
 const float* KVCache::value(int layer, int kv_head, int entry) const {
-  return at(layer, kv_head).values.data() + static_cast<std::size_t>(entry) * head_dim_;
+  return values(layer, kv_head).data() + static_cast<std::size_t>(entry) * head_dim_;
 }
 
 void KVCache::append(int layer, const float* k, const float* v, int n, const int32_t* positions) {
+  storage_->append(layer, k, v, n, positions);
   for (int h = 0; h < n_kv_heads_; ++h) {
-    HeadEntries& head = at(layer, h);
-    reserve_for(head, head.positions.size() + n);
-    for (int t = 0; t < n; ++t) {
-      const std::size_t offset = (static_cast<std::size_t>(t) * n_kv_heads_ + h) * head_dim_;
-      head.keys.insert(head.keys.end(), k + offset, k + offset + head_dim_);
-      head.values.insert(head.values.end(), v + offset, v + offset + head_dim_);
-      head.positions.push_back(positions[t]);
-      head.merge_counts.push_back(1);
-      head.scores.push_back(0.0f);
-    }
+    HeadMeta& head = at(layer, h);
+    head.merge_counts.resize(head.merge_counts.size() + n, 1);
+    head.scores.resize(head.scores.size() + n, 0.0f);
   }
   update_bytes();
-}
-
-void KVCache::reserve_for(HeadEntries& head, std::size_t entries) {
-  // Growing one token at a time would double capacity; reserving exactly keeps bytes() honest after prefill.
-  if (head.positions.capacity() >= entries) return;
-  const std::size_t target = head.positions.empty() ? entries : std::max(entries, head.positions.size() + head.positions.size() / 4 + kMinSlackEntries);
-  head.keys.reserve(target * head_dim_);
-  head.values.reserve(target * head_dim_);
-  head.positions.reserve(target);
-  head.merge_counts.reserve(target);
-  head.scores.reserve(target);
 }
 
 void KVCache::validate(const HeadEdit& e, int current_size, int n_layers, int n_kv_heads) {
@@ -110,79 +105,26 @@ void KVCache::apply(const CacheEdit& edit) {
 }
 
 void KVCache::apply_head(const HeadEdit& e) {
-  HeadEntries& head = at(e.layer, e.kv_head);
-  const std::size_t d = head_dim_;
+  HeadMeta& head = at(e.layer, e.kv_head);
   // Merges first, while source indices still refer to the old layout.
-  for (const MergeGroup& g : e.merges) {
-    std::vector<float> k(d), v(d);
-    const float* tk = &head.keys[g.target * d];
-    const float* tv = &head.values[g.target * d];
-    for (std::size_t j = 0; j < d; ++j) {
-      k[j] = g.weights[0] * tk[j];
-      v[j] = g.weights[0] * tv[j];
+  for (const MergeGroup& g : e.merges)
+    for (int32_t src : g.sources) {
+      head.merge_counts[g.target] += head.merge_counts[src];
+      head.scores[g.target] += head.scores[src];
     }
-    int32_t count = head.merge_counts[g.target];
-    float score = head.scores[g.target];
-    for (std::size_t s = 0; s < g.sources.size(); ++s) {
-      const std::size_t src = g.sources[s];
-      for (std::size_t j = 0; j < d; ++j) {
-        k[j] += g.weights[s + 1] * head.keys[src * d + j];
-        v[j] += g.weights[s + 1] * head.values[src * d + j];
-      }
-      count += head.merge_counts[src];
-      score += head.scores[src];
-    }
-    std::copy(k.begin(), k.end(), head.keys.begin() + g.target * d);
-    std::copy(v.begin(), v.end(), head.values.begin() + g.target * d);
-    head.merge_counts[g.target] = count;
-    head.scores[g.target] = score;
-  }
-  // Compaction in place: keep is increasing, so each kept row moves down or stays.
+  storage_->edit(e.layer, e.kv_head, e.keep, e.merges);
   std::size_t out = 0;
   for (int32_t i : e.keep) {
-    if (static_cast<std::size_t>(i) != out) {
-      std::copy_n(head.keys.begin() + i * d, d, head.keys.begin() + out * d);
-      std::copy_n(head.values.begin() + i * d, d, head.values.begin() + out * d);
-      head.positions[out] = head.positions[i];
-      head.merge_counts[out] = head.merge_counts[i];
-      head.scores[out] = head.scores[i];
-    }
+    head.merge_counts[out] = head.merge_counts[i];
+    head.scores[out] = head.scores[i];
     ++out;
   }
-  head.keys.resize(out * d);
-  head.values.resize(out * d);
-  head.positions.resize(out);
   head.merge_counts.resize(out);
   head.scores.resize(out);
-  release_slack(head);
-}
-
-void KVCache::release_slack(HeadEntries& head) {
-  const std::size_t n = head.positions.size();
-  const std::size_t capacity = head.positions.capacity();
-  if (capacity - n <= kMinSlackEntries || static_cast<double>(capacity - n) <= kMaxSlackShare * capacity) return;
-  const std::size_t keep_capacity = n + kMinSlackEntries;
-  auto shrink = [keep_capacity](auto& vec, std::size_t per_entry) {
-    std::remove_reference_t<decltype(vec)> fresh;
-    fresh.reserve(keep_capacity * per_entry);
-    fresh.assign(vec.begin(), vec.end());
-    vec.swap(fresh);
-  };
-  shrink(head.keys, head_dim_);
-  shrink(head.values, head_dim_);
-  shrink(head.positions, 1);
-  shrink(head.merge_counts, 1);
-  shrink(head.scores, 1);
-}
-
-std::size_t KVCache::head_bytes(const HeadEntries& head) const {
-  return (head.keys.capacity() + head.values.capacity()) * sizeof(float);
-}
-
-std::size_t KVCache::layer_bytes(int layer) const {
-  std::size_t total = 0;
-  for (int h = 0; h < n_kv_heads_; ++h) total += head_bytes(at(layer, h));
-  return total;
+  for (int part = 0; part < 2; ++part) {
+    RowCopy& copy = copies_[(static_cast<std::size_t>(e.layer) * n_kv_heads_ + e.kv_head) * 2 + part];
+    copy.valid = 0;
+  }
 }
 
 void KVCache::update_bytes() {
@@ -196,12 +138,13 @@ void KVCache::update_bytes() {
 }
 
 std::size_t KVCache::full_cache_bytes(int seq_len) const {
-  return static_cast<std::size_t>(seq_len) * n_layers_ * n_kv_heads_ * head_dim_ * 2 * sizeof(float);
+  return static_cast<std::size_t>(seq_len) * n_layers_ * n_kv_heads_ * head_dim_ * 2 * element_bytes();
 }
 
 int KVCache::total_entries() const {
   int total = 0;
-  for (const auto& h : heads_) total += static_cast<int>(h.positions.size());
+  for (int l = 0; l < n_layers_; ++l)
+    for (int h = 0; h < n_kv_heads_; ++h) total += size(l, h);
   return total;
 }
 

@@ -5,10 +5,10 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <mutex>
 #include <optional>
 
 #include "core/common/error.h"
-#include "core/engine/attention_kernel.h"
 #include "core/policy/policy.h"
 #include "kernels/backend.h"
 
@@ -23,29 +23,41 @@ double elapsed_ms(std::chrono::steady_clock::time_point since) {
 
 // What happens to q, k and v between their projections and the cache, in transformers' order: biases (Qwen2,
 // attention_bias), the per-head RMSNorm of q and k (Qwen3), then RoPE with the model's pairing and scaling.
-void finish_qk(const model::ModelConfig& c, const model::LayerWeights& lw, int n, const int32_t* positions, float* q,
-               float* k, float* v) {
-  const int q_dim = c.n_heads * c.head_dim;
-  const int kv_dim = c.n_kv_heads * c.head_dim;
+void finish_qk(kernels::Backend& b, const model::ModelConfig& c, const model::LayerWeights& lw, int n,
+               const int32_t* positions, kernels::RunState& s) {
   if (c.qkv_bias) {
-    kernels::add_bias(q, lw.bq, n);
-    kernels::add_bias(k, lw.bk, n);
-    kernels::add_bias(v, lw.bv, n);
+    b.add_bias(s.q, lw.bq.data(), n, c.q_width());
+    b.add_bias(s.k, lw.bk.data(), n, c.kv_width());
+    b.add_bias(s.v, lw.bv.data(), n, c.kv_width());
   }
-  const float* divisors = c.rope_freq_divisors.empty() ? nullptr : c.rope_freq_divisors.data();
-  // A decode step has one row: a parallel region would only add a barrier for the other threads.
-#pragma omp parallel for schedule(static) if (n > 1)
-  for (int i = 0; i < n; ++i) {
-    float* qi = q + static_cast<std::size_t>(i) * q_dim;
-    float* ki = k + static_cast<std::size_t>(i) * kv_dim;
-    if (c.qk_norm) {
-      for (int h = 0; h < c.n_heads; ++h) kernels::rmsnorm(qi + h * c.head_dim, lw.q_norm.data(), c.head_dim, c.rms_eps, qi + h * c.head_dim);
-      for (int h = 0; h < c.n_kv_heads; ++h) kernels::rmsnorm(ki + h * c.head_dim, lw.k_norm.data(), c.head_dim, c.rms_eps, ki + h * c.head_dim);
-    }
-    kernels::rope(qi, c.n_heads, c.head_dim, c.rope_dim, positions[i], c.rope_base, c.rope_style, divisors);
-    kernels::rope(ki, c.n_kv_heads, c.head_dim, c.rope_dim, positions[i], c.rope_base, c.rope_style, divisors);
+  if (c.qk_norm) {
+    b.rmsnorm(s.q, lw.q_norm.data(), n * c.n_heads, c.head_dim, c.rms_eps, s.q);
+    b.rmsnorm(s.k, lw.k_norm.data(), n * c.n_kv_heads, c.head_dim, c.rms_eps, s.k);
   }
+  b.rope(s.q, n, c.n_heads, positions, c);
+  b.rope(s.k, n, c.n_kv_heads, positions, c);
 }
+
+// Hands attention rows to the observers of one layer. Observers that take heads concurrently get rows straight
+// from the attention threads; the others one call at a time.
+class ObserverRows final : public kernels::AttentionRowSink {
+ public:
+  ObserverRows(int layer, const std::vector<RunObserver*>& observers) : layer_(layer) {
+    for (RunObserver* o : observers) (o->rows_concurrent_across_heads() ? concurrent_ : serialised_).push_back(o);
+  }
+  bool concurrent_across_heads() const override { return true; }
+  void on_rows(int head, int first_row, int n_rows, int n_cols, const float* probs) override {
+    for (RunObserver* o : concurrent_) o->on_rows(layer_, head, first_row, n_rows, n_cols, probs);
+    if (serialised_.empty()) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (RunObserver* o : serialised_) o->on_rows(layer_, head, first_row, n_rows, n_cols, probs);
+  }
+
+ private:
+  int layer_;
+  std::vector<RunObserver*> concurrent_, serialised_;
+  std::mutex mutex_;
+};
 }  // namespace
 
 void set_threads(int threads) {
@@ -56,17 +68,21 @@ void set_threads(int threads) {
 }
 
 struct Engine::Run {
-  explicit Run(const model::ModelConfig& c) : cache(c.n_layers, c.n_kv_heads, c.head_dim) {}
+  // max_rows: the most tokens one forward call of this run takes (its prefill block).
+  Run(const model::ModelConfig& c, kernels::Backend& backend, kernels::CacheType cache_type, int max_rows)
+      : cache(c.n_layers, c.n_kv_heads, c.head_dim, cache_type, &backend),
+        state(backend.make_run_state(c, max_rows)) {}
   cache::KVCache cache;
   std::unique_ptr<cache::KVCache> shadow;  // every K/V row, never edited; only for full-cache-output observers
+  std::unique_ptr<kernels::RunState> state;  // scratch for every forward call of the run
+  std::vector<float> host_output, host_full_output;  // the shadow comparison's host copies
   const RunHooks* hooks = nullptr;
   PrefillCapture* capture = nullptr;  // being filled by this run's one-pass prefill
   bool cancelled() const { return hooks && hooks->cancel && hooks->cancel->load(std::memory_order_relaxed); }
 };
 
-Engine::Engine(const model::Model& model) : model_(model) {
-  // The kernels call BLAS from inside their own OpenMP regions; BLAS threads would only compete.
-  openblas_set_num_threads(1);
+Engine::Engine(const model::Model& model, kernels::Backend& backend) : model_(model), backend_(backend) {
+  backend_.upload_weights(model_.weights);
 }
 
 void Engine::apply_edit(Run& run, cache::CacheEdit&& edit, const StepInfo& step) {
@@ -124,42 +140,46 @@ AttentionObservation empty_observation(const model::ModelConfig& c, int layer, c
 }
 }  // namespace
 
-void Engine::trim_before_output(Run& run, int layer, const float* q, int n, const int32_t* positions,
-                                const StepInfo& step) {
+void Engine::trim_before_output(Run& run, int layer, int n, const int32_t* positions, const StepInfo& step) {
   const auto& c = model_.config;
   policy::Policy* policy = run.hooks->policy;
   AttentionObservation obs = empty_observation(c, layer, positions, n, step);
-  std::vector<float> unused_output(static_cast<std::size_t>(n) * c.n_heads * c.head_dim);
-  compute_attention({c, run.cache, layer, q, n, positions}, policy->request(layer, step.phase), {}, obs,
-                    unused_output.data());
+  backend_.attention(run.cache.storage(), {layer, c.n_heads, run.state->q, n, positions},
+                     policy->request(layer, step.phase), nullptr, obs, run.state->attn_scratch);
   apply_edit(run, policy->after_layer(obs, run.cache), step);
 }
 
-void Engine::attention(Run& run, int layer, const float* q, int n, const int32_t* positions, const StepInfo& step,
-                       float* out) {
+void Engine::attention(Run& run, int layer, int n, const int32_t* positions, const StepInfo& step) {
   const auto& c = model_.config;
+  kernels::RunState& s = *run.state;
   // A policy that trims before the output scores and edits first (one extra attention pass); the output
   // below, and what observers see, then attends over the entries that survived.
   const bool trimmed = run.hooks->policy && run.hooks->policy->trims_before_output(step.phase);
-  if (trimmed) trim_before_output(run, layer, q, n, positions, step);
+  if (trimmed) trim_before_output(run, layer, n, positions, step);
   const LayerRequests requests = requests_for(run, layer, step.phase, !trimmed);
   const bool capturing = run.capture && step.phase == Phase::Prefill;
 
   AttentionObservation obs = empty_observation(c, layer, positions, n, step);
-  AttentionInputs inputs{c, run.cache, layer, q, n, positions};
-  compute_attention(inputs, capturing ? PrefillCapture::superset(requests.merged) : requests.merged,
-                    run.hooks->observers, obs, out);
+  ObserverRows rows(layer, run.hooks->observers);
+  const kernels::AttentionCall call{layer, c.n_heads, s.q, n, positions};
+  backend_.attention(run.cache.storage(), call, capturing ? PrefillCapture::superset(requests.merged) : requests.merged,
+                     &rows, obs, s.attn_out);
   if (capturing) {
     // Readers see what they asked for, cut from the wider capture exactly as a replay will cut it.
     run.capture->layers[layer].observation = obs;
     obs = restricted(obs, requests.merged);
   }
   if (run.shadow && step.phase == Phase::Decode) {
-    std::vector<float> full(static_cast<std::size_t>(n) * c.n_heads * c.head_dim);
     AttentionObservation unused;
-    compute_attention({c, *run.shadow, layer, q, n, positions}, {}, {}, unused, full.data());
+    backend_.attention(run.shadow->storage(), call, {}, nullptr, unused, s.attn_scratch);
+    const std::size_t width = static_cast<std::size_t>(c.q_width());
+    run.host_output.resize(n * width);
+    run.host_full_output.resize(n * width);
+    backend_.to_host(s.attn_out, run.host_output.data(), n * width);
+    backend_.to_host(s.attn_scratch, run.host_full_output.data(), n * width);
     for (RunObserver* o : run.hooks->observers)
-      if (o->wants_full_cache_output()) o->on_full_cache_output(layer, step, n, c.n_heads * c.head_dim, out, full.data());
+      if (o->wants_full_cache_output())
+        o->on_full_cache_output(layer, step, n, c.q_width(), run.host_output.data(), run.host_full_output.data());
   }
   deliver(run, requests, obs, step);
 }
@@ -174,8 +194,12 @@ void Engine::replay_prefill(Run& run, const PrefillCapture& capture, const StepI
       throw Error("prefill capture of layer " + std::to_string(l) + " cannot serve this run's request (window " +
                   std::to_string(requests.merged.window) + (requests.merged.rows ? ", streamed rows" : "") + ")");
     const PrefillCapture::Layer& cl = capture.layers[l];
-    run.cache.append(l, cl.keys.data(), cl.values.data(), n, capture.positions.data());
-    if (run.shadow) run.shadow->append(l, cl.keys.data(), cl.values.data(), n, capture.positions.data());
+    // The capture is host memory; the cache appends from the backend's.
+    kernels::RunState& s = *run.state;
+    backend_.from_host(cl.keys.data(), s.k, cl.keys.size());
+    backend_.from_host(cl.values.data(), s.v, cl.values.size());
+    run.cache.append(l, s.k, s.v, n, capture.positions.data());
+    if (run.shadow) run.shadow->append(l, s.k, s.v, n, capture.positions.data());
     AttentionObservation obs = restricted(cl.observation, requests.merged);
     obs.step = step.step;
     obs.prefill_done = step.prefill_done;
@@ -186,48 +210,53 @@ void Engine::replay_prefill(Run& run, const PrefillCapture& capture, const StepI
 void Engine::forward(Run& run, const int* tokens, int n, int first_position, const StepInfo& step, float* logits) {
   const auto& c = model_.config;
   const auto& w = model_.weights;
-  const int q_dim = c.n_heads * c.head_dim;
-  const int kv_dim = c.n_kv_heads * c.head_dim;
-  std::vector<float> x(static_cast<std::size_t>(n) * c.dim), xb(x.size()), attn_out(static_cast<std::size_t>(n) * q_dim);
-  std::vector<float> q(static_cast<std::size_t>(n) * q_dim), k(static_cast<std::size_t>(n) * kv_dim), v(k.size());
-  std::vector<float> gate(static_cast<std::size_t>(n) * c.ffn_dim), up(gate.size()), proj(x.size());
-  std::vector<int32_t> positions(n);
+  kernels::Backend& b = backend_;
+  kernels::RunState& s = *run.state;
+  if (n > s.max_rows)
+    throw Error("internal: a forward call of " + std::to_string(n) + " tokens exceeds the run's scratch of " +
+                std::to_string(s.max_rows));
+  const std::size_t rows = static_cast<std::size_t>(n);
+  std::vector<int32_t> ids(n), positions(n);
   for (int i = 0; i < n; ++i) {
     if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
       throw Error("token id " + std::to_string(tokens[i]) + " is outside the vocabulary of " + std::to_string(c.vocab_size));
-    kernels::embedding_row(w.token_embedding, tokens[i], &x[static_cast<std::size_t>(i) * c.dim]);
+    ids[i] = tokens[i];
     positions[i] = first_position + i;
   }
+  b.embedding_rows(w.token_embedding, ids.data(), n, s.x);
 
   for (int l = 0; l < c.n_layers; ++l) {
     if (run.cancelled()) return;
     const model::LayerWeights& lw = w.layers[l];
-    for (int i = 0; i < n; ++i)
-      kernels::rmsnorm(&x[static_cast<std::size_t>(i) * c.dim], lw.attn_norm.data(), c.dim, c.rms_eps, &xb[static_cast<std::size_t>(i) * c.dim]);
-    kernels::matmul_shared_input({{&lw.wq, q.data()}, {&lw.wk, k.data()}, {&lw.wv, v.data()}}, xb.data(), n);
-    finish_qk(c, lw, n, positions.data(), q.data(), k.data(), v.data());
-    run.cache.append(l, k.data(), v.data(), n, positions.data());
+    b.rmsnorm(s.x, lw.attn_norm.data(), n, c.dim, c.rms_eps, s.xb);
+    const kernels::MatmulTarget qkv[] = {{&lw.wq, s.q}, {&lw.wk, s.k}, {&lw.wv, s.v}};
+    b.matmul_shared_input(qkv, s.xb, n);
+    finish_qk(b, c, lw, n, positions.data(), s);
+    run.cache.append(l, s.k, s.v, n, positions.data());
     if (run.capture && step.phase == Phase::Prefill) {
-      run.capture->layers[l].keys = k;
-      run.capture->layers[l].values = v;
+      auto& captured = run.capture->layers[l];
+      captured.keys.resize(rows * c.kv_width());
+      captured.values.resize(rows * c.kv_width());
+      b.to_host(s.k, captured.keys.data(), captured.keys.size());
+      b.to_host(s.v, captured.values.data(), captured.values.size());
     }
-    if (run.shadow) run.shadow->append(l, k.data(), v.data(), n, positions.data());
-    attention(run, l, q.data(), n, positions.data(), step, attn_out.data());
+    if (run.shadow) run.shadow->append(l, s.k, s.v, n, positions.data());
+    attention(run, l, n, positions.data(), step);
 
-    kernels::matmul(lw.wo, attn_out.data(), n, proj.data());
-    if (c.o_bias) kernels::add_bias(proj.data(), lw.bo, n);
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
-    for (int i = 0; i < n; ++i)
-      kernels::rmsnorm(&x[static_cast<std::size_t>(i) * c.dim], lw.ffn_norm.data(), c.dim, c.rms_eps, &xb[static_cast<std::size_t>(i) * c.dim]);
-    kernels::matmul_shared_input({{&lw.w_gate, gate.data()}, {&lw.w_up, up.data()}}, xb.data(), n);
-    kernels::swiglu(gate.data(), up.data(), gate.data(), n * c.ffn_dim);
-    kernels::matmul(lw.w_down, gate.data(), n, proj.data());
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+    b.matmul(lw.wo, s.attn_out, n, s.proj);
+    if (c.o_bias) b.add_bias(s.proj, lw.bo.data(), n, c.dim);
+    b.add(s.x, s.proj, rows * c.dim);
+    b.rmsnorm(s.x, lw.ffn_norm.data(), n, c.dim, c.rms_eps, s.xb);
+    const kernels::MatmulTarget gate_up[] = {{&lw.w_gate, s.gate}, {&lw.w_up, s.up}};
+    b.matmul_shared_input(gate_up, s.xb, n);
+    b.swiglu(s.gate, s.up, s.gate, rows * c.ffn_dim);
+    b.matmul(lw.w_down, s.gate, n, s.proj);
+    b.add(s.x, s.proj, rows * c.dim);
   }
   if (logits) {
-    std::vector<float> last(c.dim);
-    kernels::rmsnorm(&x[static_cast<std::size_t>(n - 1) * c.dim], w.output_norm.data(), c.dim, c.rms_eps, last.data());
-    kernels::matmul(w.output, last.data(), 1, logits);
+    b.rmsnorm(s.x + (rows - 1) * c.dim, w.output_norm.data(), 1, c.dim, c.rms_eps, s.xb);
+    b.matmul(w.output, s.xb, 1, s.logits);
+    b.to_host(s.logits, logits, c.vocab_size);
   }
 }
 
@@ -276,12 +305,14 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
     info.max_new_tokens = options.max_new_tokens;
     hooks.policy->begin(info);
   }
-  Run run(c);
+  const int n_prompt = static_cast<int>(prompt.size());
+  const int block = hooks.policy && hooks.policy->prefill_block_size() > 0 ? hooks.policy->prefill_block_size() : n_prompt;
+  Run run(c, backend_, options.cache_type, std::min(block, n_prompt));
   run.hooks = &hooks;
   if (hooks.policy)
     for (RunObserver* o : hooks.observers)
       if (o->wants_full_cache_output()) {
-        run.shadow = std::make_unique<cache::KVCache>(c.n_layers, c.n_kv_heads, c.head_dim);
+        run.shadow = std::make_unique<cache::KVCache>(c.n_layers, c.n_kv_heads, c.head_dim, options.cache_type, &backend_);
         break;
       }
   RunResult result;
@@ -295,9 +326,6 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
     const int id = options.forced_tokens[index];
     return SampledToken{id, token_logprob(logits.data(), c.vocab_size, id)};
   };
-  const int n_prompt = static_cast<int>(prompt.size());
-
-  const int block = hooks.policy && hooks.policy->prefill_block_size() > 0 ? hooks.policy->prefill_block_size() : n_prompt;
   const bool one_pass = prefill_is_policy_independent(hooks.policy, n_prompt);
   if (hooks.replay) {
     if (hooks.replay->prompt != prompt || !hooks.replay->complete)
@@ -380,15 +408,13 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   return result;
 }
 
-std::vector<float> Engine::prompt_logits(const std::vector<int>& prompt) {
-  GenerateOptions options;
-  options.max_new_tokens = 0;
-  Run run(model_.config);
-  RunHooks hooks;
-  run.hooks = &hooks;
+std::vector<float> Engine::prompt_logits(const std::vector<int>& prompt, kernels::CacheType cache_type) {
   if (prompt.empty() || static_cast<int>(prompt.size()) > model_.config.context_length)
     throw UsageError("prompt of " + std::to_string(prompt.size()) + " tokens does not fit the context of " +
                      std::to_string(model_.config.context_length));
+  Run run(model_.config, backend_, cache_type, static_cast<int>(prompt.size()));
+  RunHooks hooks;
+  run.hooks = &hooks;
   std::vector<float> logits(model_.config.vocab_size);
   StepInfo step{Phase::Prefill, 0, static_cast<int>(prompt.size()), true};
   forward(run, prompt.data(), static_cast<int>(prompt.size()), 0, step, logits.data());

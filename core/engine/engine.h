@@ -1,6 +1,7 @@
 #pragma once
-// The Llama forward pass on the CPU: prefill in one batched pass (or in blocks, for policies that evict
-// while the prompt streams in), then decode one token at a time. Policies and observers hook in per layer.
+// The Llama forward pass, on whichever compute backend (kernels/backend.h) it is given: prefill in one batched
+// pass (or in blocks, for policies that evict while the prompt streams in), then decode one token at a time.
+// Policies and observers hook in per layer; they run on the host and see the backend's side outputs.
 #include <atomic>
 #include <functional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "core/observation/step.h"
 #include "core/model/model.h"
 #include "core/policy/budget_spec.h"
+#include "kernels/backend.h"
 
 namespace kvscope::policy {
 class Policy;
@@ -29,6 +31,8 @@ struct GenerateOptions {
   // Teacher forcing: when non-empty, decode feeds these tokens instead of sampled ones (the i-th
   // generated token is forced_tokens[i]); max_new_tokens must not exceed its size.
   std::vector<int> forced_tokens;
+  // How the cache stores keys and values (attention accumulates in float32 either way).
+  kernels::CacheType cache_type = kernels::CacheType::F32;
 };
 
 struct Progress {
@@ -71,15 +75,18 @@ struct RunResult {
 
 class Engine {
  public:
-  explicit Engine(const model::Model& model);
+  // Runs on `backend` (the process-wide CPU backend by default), which receives the model's weights here.
+  explicit Engine(const model::Model& model, kernels::Backend& backend = kernels::default_cpu_backend());
 
   // Runs the prompt, then generates. Throws UsageError for an empty prompt or one longer than the context.
   RunResult generate(const std::vector<int>& prompt, const GenerateOptions& options, const RunHooks& hooks = {});
 
   // Final-position logits of a prompt run in one pass with a fresh full cache.
-  std::vector<float> prompt_logits(const std::vector<int>& prompt);
+  std::vector<float> prompt_logits(const std::vector<int>& prompt,
+                                   kernels::CacheType cache_type = kernels::CacheType::F32);
 
   const model::Model& model() const { return model_; }
+  kernels::Backend& backend() const { return backend_; }
 
  private:
   struct Run;
@@ -89,12 +96,13 @@ class Engine {
   void deliver(Run& run, const LayerRequests& requests, const AttentionObservation& obs, const StepInfo& step);
   void replay_prefill(Run& run, const PrefillCapture& capture, const StepInfo& step);
   void forward(Run& run, const int* tokens, int n, int first_position, const StepInfo& step, float* logits);
-  void attention(Run& run, int layer, const float* q, int n, const int32_t* positions, const StepInfo& step, float* out);
-  void trim_before_output(Run& run, int layer, const float* q, int n, const int32_t* positions, const StepInfo& step);
+  void attention(Run& run, int layer, int n, const int32_t* positions, const StepInfo& step);
+  void trim_before_output(Run& run, int layer, int n, const int32_t* positions, const StepInfo& step);
   void finish_step(Run& run, const StepInfo& step, int token, float logprob);
   void apply_edit(Run& run, cache::CacheEdit&& edit, const StepInfo& step);
 
   const model::Model& model_;
+  kernels::Backend& backend_;
 };
 
 // Whether a prompt's forward pass is the same whatever `policy`'s budget: it prefills in one pass and does

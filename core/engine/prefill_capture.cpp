@@ -9,7 +9,7 @@ namespace kvscope::engine {
 ObservationRequest PrefillCapture::superset(const ObservationRequest& asked) {
   ObservationRequest r = asked;
   r.window = std::max(asked.window, kMinWindow);
-  r.column_sums = r.window_sums = r.window_rows = r.last_row = true;
+  r.column_sums = r.window_sums = r.window_rows = r.last_row = r.log_sum_exp = true;
   return r;
 }
 
@@ -24,7 +24,7 @@ std::size_t PrefillCapture::bytes() const {
   for (const Layer& l : layers) {
     n += (l.keys.size() + l.values.size()) * sizeof(float);
     for (const auto* part : {&l.observation.column_sums, &l.observation.window_sums, &l.observation.window_rows,
-                             &l.observation.last_row})
+                             &l.observation.last_row, &l.observation.log_sum_exp})
       for (const auto& v : *part) n += v.size() * sizeof(float);
   }
   return n;
@@ -46,6 +46,7 @@ AttentionObservation restricted(const AttentionObservation& wide, const Observat
   if (!request.window_sums) out.window_sums.clear();
   if (!request.window_rows) out.window_rows.clear();
   if (!request.last_row) out.last_row.clear();
+  if (!request.log_sum_exp) out.log_sum_exp.clear();
   return out;
 }
 

@@ -6,16 +6,6 @@
 
 namespace kvscope::observation {
 
-void ObservationRequest::merge(const ObservationRequest& other) {
-  window = std::max(window, other.window);
-  column_sums = column_sums || other.column_sums;
-  window_sums = window_sums || other.window_sums;
-  window_rows = window_rows || other.window_rows;
-  last_row = last_row || other.last_row;
-  rows = rows || other.rows;
-}
-
-
 AttentionObservation narrowed(const AttentionObservation& obs, int window) {
   const int w = std::min(window, obs.n_queries());
   if (w == obs.window) return obs;

@@ -4,38 +4,26 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/attention_io.h"
+
 namespace kvscope::observation {
 
 enum class Phase { Prefill, Decode };
 
-// Reductions an observer asks for. Requests of several observers are merged (max window, any flag).
-struct ObservationRequest {
-  int window = 0;             // w: how many of the step's last queries form the observation window
-  bool column_sums = false;   // per key, the sum of its probability over all of the step's queries
-  bool window_sums = false;   // per key, the sum over the window's queries
-  bool window_rows = false;   // the window's probability rows themselves
-  bool last_row = false;      // the last query's probability row
-  bool rows = false;          // every probability row, streamed to AttentionObserver::on_rows
+// Reductions an observer asks for: the kernels' request type (kernels/attention_io.h). Requests of several
+// observers are merged (max window, any flag).
+using ObservationRequest = kernels::AttentionRequest;
 
-  bool any() const { return column_sums || window_sums || window_rows || last_row || rows; }
-  void merge(const ObservationRequest& other);
-};
-
-// All vectors are per query head; columns are the KV head's cache entries (in cache order) as they were
-// when attention ran, i.e. after this step's keys were appended. Query heads h share KV head h / group.
-struct AttentionObservation {
+// The backend's side outputs (kernels::AttentionSideOutputs: n_keys, window, column sums, window sums and rows,
+// last row, log-sum-exp; per query head, columns in cache order as they were when attention ran, i.e. after this
+// step's keys were appended) with the step they belong to. Query heads h share KV head h / group.
+struct AttentionObservation : kernels::AttentionSideOutputs {
   int layer = 0;
   Phase phase = Phase::Prefill;
   int step = 0;                       // prefill block index, or decode step index
   bool prefill_done = false;          // the last prefill block, or a decode step
   int n_heads = 0, n_kv_heads = 0;    // query heads, KV heads
   std::vector<int32_t> query_positions;
-  std::vector<int> n_keys;            // per KV head: entries attended to
-  int window = 0;                     // queries in the window (<= query count)
-  std::vector<std::vector<float>> column_sums;  // [n_heads][n_keys]
-  std::vector<std::vector<float>> window_sums;  // [n_heads][n_keys]
-  std::vector<std::vector<float>> window_rows;  // [n_heads][window * n_keys], row-major
-  std::vector<std::vector<float>> last_row;     // [n_heads][n_keys]
 
   int n_queries() const { return static_cast<int>(query_positions.size()); }
   int kv_head_of(int head) const { return head / (n_heads / n_kv_heads); }

@@ -6,6 +6,7 @@
 #include "core/policy/budget_spec.h"
 #include "core/policy/policy.h"
 #include "core/policy/registry.h"
+#include "core/run/backends.h"
 #include "core/trace/live_trace.h"
 #include "core/trace/recorder.h"
 #include "core/trace/run_metadata.h"
@@ -124,7 +125,7 @@ RunOutcome execute(const RunSpec& spec, const model::Model& model, const RunSink
     hooks.capture = &capture->capture;
   }
 
-  engine::Engine engine(model);
+  engine::Engine engine(model, backend_for(spec.device));
   out.result = engine.generate(tokens, options, hooks);
   out.prefill_reused = out.result.prefill_replayed;
   out.policy_settings = policy.policy->diagnostics().settings();

@@ -21,6 +21,7 @@ struct RunSpec {
   std::string record;                 // trace::RecordOptions spec for recording sinks; empty: defaults
   std::string name;                   // run name; empty: "<policy spec>_b<budget>"
   std::string source = "kvscope";     // who ran it: "kvscope trace", "kvscope gui", ...
+  kernels::Device device = kernels::Device::Cpu;  // the compute backend (run::backend_for)
 };
 
 // What a spec means before a model is loaded: checked policy, run name, whether the budget applies.

@@ -66,6 +66,7 @@ std::map<std::string, std::string> run_metadata(const model::Model& model, const
       {"chat", run.chat ? "true" : "false"},
       {"max_new_tokens", std::to_string(run.options.max_new_tokens)},
       {"sampling", nlohmann::json{{"temperature", s.temperature}, {"top_k", s.top_k}, {"top_p", s.top_p}, {"seed", s.seed}}.dump()},
+      {"cache_type", kernels::cache_type_name(run.options.cache_type)},
       {"kvscope_version", build_version()},
       {"git_commit", build_git_commit()},
       {"start_time", utc_now()},

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/common/error.h"
+#include "kernels/error.h"
 #include "kernels/common/quant_blocks.h"
 
 namespace kvscope::kernels {
@@ -49,32 +49,32 @@ uint16_t fp32_to_fp16(float f) {
   return static_cast<uint16_t>(sign | half);
 }
 
-void dequantize_row(model::GgmlType type, const uint8_t* src, float* dst, int64_t n) {
-  const model::GgmlTypeTraits* traits = model::ggml_type_traits(static_cast<uint32_t>(type));
-  const std::string name = model::ggml_type_name(static_cast<uint32_t>(type));
+void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
+  const GgmlTypeTraits* traits = ggml_type_traits(static_cast<uint32_t>(type));
+  const std::string name = ggml_type_name(static_cast<uint32_t>(type));
   if (!traits || !traits->supported) throw Error("dequantize: type " + name + " is not supported by kvscope");
   if (n < 0 || n % traits->block_elements != 0)
     throw Error("dequantize: row length " + std::to_string(n) + " is not a whole number of " + name +
                 " blocks (expected a non-negative multiple of " + std::to_string(traits->block_elements) + ")");
   switch (type) {
-    case model::GgmlType::F32:
+    case GgmlType::F32:
       if (n > 0) std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
       return;
-    case model::GgmlType::F16:
+    case GgmlType::F16:
       for (int64_t i = 0; i < n; ++i) dst[i] = blocks::half_to_float(blocks::load_u16(src + 2 * i));
       return;
-    case model::GgmlType::BF16:
+    case GgmlType::BF16:
       for (int64_t i = 0; i < n; ++i) dst[i] = blocks::bf16_to_float(blocks::load_u16(src + 2 * i));
       return;
-    case model::GgmlType::Q4_0:
+    case GgmlType::Q4_0:
       return dequantize_blocks(blocks::dequantize_block_q4_0, blocks::kQ4_0Elements, blocks::kQ4_0Bytes, src, dst, n);
-    case model::GgmlType::Q4_1:
+    case GgmlType::Q4_1:
       return dequantize_blocks(blocks::dequantize_block_q4_1, blocks::kQ4_1Elements, blocks::kQ4_1Bytes, src, dst, n);
-    case model::GgmlType::Q8_0:
+    case GgmlType::Q8_0:
       return dequantize_blocks(blocks::dequantize_block_q8_0, blocks::kQ8_0Elements, blocks::kQ8_0Bytes, src, dst, n);
-    case model::GgmlType::Q4_K:
+    case GgmlType::Q4_K:
       return dequantize_blocks(blocks::dequantize_block_q4_k, blocks::kQ4_KElements, blocks::kQ4_KBytes, src, dst, n);
-    case model::GgmlType::Q6_K:
+    case GgmlType::Q6_K:
       return dequantize_blocks(blocks::dequantize_block_q6_k, blocks::kQ6_KElements, blocks::kQ6_KBytes, src, dst, n);
     default:
       throw Error("dequantize: type " + name + " is marked supported but has no dequantizer");

@@ -1,6 +1,6 @@
 #pragma once
-// IEEE 754 binary16 conversion. Maps are stored as half floats; HDF5 1.10 has no native half type, so the
-// writer converts itself and stores the bits under a custom 16-bit float type.
+// IEEE 754 binary16 conversion of whole rows: the f16 KV cache (kernels/cpu) stores keys and values this way, and
+// the trace writer stores maps as half floats (HDF5 1.10 has no native half type).
 #include <cstddef>
 #include <cstdint>
 
@@ -11,11 +11,11 @@
 #include <immintrin.h>
 #endif
 
-namespace kvscope::trace {
+namespace kvscope::kernels {
 
 // The conversions the kernels use for F16 weights (round to nearest even, NaN and infinity kept).
-inline uint16_t float_to_half(float value) { return kernels::fp32_to_fp16(value); }
-inline float half_to_float(uint16_t h) { return kernels::blocks::half_to_float(h); }
+inline uint16_t float_to_half(float value) { return fp32_to_fp16(value); }
+inline float half_to_float(uint16_t h) { return blocks::half_to_float(h); }
 
 // n values at once; with F16C (x86-64-v3) eight per instruction, rounding the same way (nearest even).
 inline void floats_to_half(const float* in, std::size_t n, uint16_t* out) {
@@ -27,4 +27,14 @@ inline void floats_to_half(const float* in, std::size_t n, uint16_t* out) {
   for (; i < n; ++i) out[i] = float_to_half(in[i]);
 }
 
-}  // namespace kvscope::trace
+// The way back, exact (every half is a float).
+inline void halves_to_float(const uint16_t* in, std::size_t n, float* out) {
+  std::size_t i = 0;
+#ifdef __F16C__
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+#endif
+  for (; i < n; ++i) out[i] = half_to_float(in[i]);
+}
+
+}  // namespace kvscope::kernels

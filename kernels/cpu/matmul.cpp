@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/common/dequantize.h"
 #include "kernels/cpu/quant_dot.h"
 
@@ -13,13 +13,13 @@ namespace kvscope::kernels {
 
 namespace {
 
-bool has_block_dot(const model::QuantMatrix& w) {
+bool has_block_dot(const QuantMatrix& w) {
   return w.cols % 32 == 0 &&
-         (w.type == model::GgmlType::Q4_1 || w.type == model::GgmlType::Q4_0 || w.type == model::GgmlType::Q8_0);
+         (w.type == GgmlType::Q4_1 || w.type == GgmlType::Q4_0 || w.type == GgmlType::Q8_0);
 }
 
 // y_i[r] for row r of w and input row i; `sums` holds x's 32-element block sums for the block dot products.
-void matvec_row(const model::QuantMatrix& w, int r, const float* x, const float* sums, int n, float* y,
+void matvec_row(const QuantMatrix& w, int r, const float* x, const float* sums, int n, float* y,
                 std::vector<float>& row) {
   const bool block_dot = has_block_dot(w);
   if (!block_dot) {
@@ -30,10 +30,10 @@ void matvec_row(const model::QuantMatrix& w, int r, const float* x, const float*
     const float* xi = x + static_cast<long>(i) * w.cols;
     const float* si = sums + static_cast<long>(i) * (w.cols / 32);
     float value;
-    switch (block_dot ? w.type : model::GgmlType::F32) {
-      case model::GgmlType::Q4_1: value = dot_q4_1(w.row(r), xi, si, w.cols); break;
-      case model::GgmlType::Q4_0: value = dot_q4_0(w.row(r), xi, si, w.cols); break;
-      case model::GgmlType::Q8_0: value = dot_q8_0(w.row(r), xi, w.cols); break;
+    switch (block_dot ? w.type : GgmlType::F32) {
+      case GgmlType::Q4_1: value = dot_q4_1(w.row(r), xi, si, w.cols); break;
+      case GgmlType::Q4_0: value = dot_q4_0(w.row(r), xi, si, w.cols); break;
+      case GgmlType::Q8_0: value = dot_q8_0(w.row(r), xi, w.cols); break;
       default: value = dot(row.data(), xi, w.cols);
     }
     y[static_cast<long>(i) * w.rows + r] = value;
@@ -41,7 +41,7 @@ void matvec_row(const model::QuantMatrix& w, int r, const float* x, const float*
 }
 
 // Decode: all matrices' rows in one parallel loop, so a layer pays one barrier for q, k and v together.
-void matvec_rows(const std::vector<MatmulTarget>& targets, const float* x, int n) {
+void matvec_rows(std::span<const MatmulTarget> targets, const float* x, int n) {
   const int cols = targets.front().w->cols;
   std::vector<float> sums(static_cast<std::size_t>(n) * (cols / 32));
   if (cols % 32 == 0)
@@ -62,9 +62,10 @@ void matvec_rows(const std::vector<MatmulTarget>& targets, const float* x, int n
 
 }  // namespace
 
-void matmul(const model::QuantMatrix& w, const float* x, int n, float* y) {
+void matmul(const QuantMatrix& w, const float* x, int n, float* y) {
   if (n <= 4) {
-    matvec_rows({{&w, y}}, x, n);
+    const MatmulTarget target{&w, y};
+    matvec_rows({&target, 1}, x, n);
     return;
   }
   // Each thread dequantizes its own slice of output rows and multiplies it with single-threaded BLAS, so
@@ -84,7 +85,7 @@ void matmul(const model::QuantMatrix& w, const float* x, int n, float* y) {
   }
 }
 
-void matmul_shared_input(const std::vector<MatmulTarget>& targets, const float* x, int n) {
+void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, int n) {
   if (n <= 4) {
     matvec_rows(targets, x, n);
     return;

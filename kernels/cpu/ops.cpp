@@ -1,15 +1,16 @@
 // Element-wise CPU ops. Matrix products live in matmul.cpp.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/common/dequantize.h"
 #include "kernels/common/rope_math.h"
 #include "kernels/common/softmax_math.h"
 
 namespace kvscope::kernels {
 
-void embedding_row(const model::QuantMatrix& table, int id, float* out) {
+void embedding_row(const QuantMatrix& table, int id, float* out) {
   dequantize_row(table.type, table.row(id), out, table.cols);
 }
 
@@ -20,23 +21,22 @@ void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out
   for (int i = 0; i < dim; ++i) out[i] = x[i] * scale * weight[i];
 }
 
-void rope(float* heads, int n_heads, int head_dim, int rope_dim, int position, float base, model::RopeStyle style,
+void rope(float* heads, int n_heads, int head_dim, int rope_dim, int position, float base, RopeStyle style,
           const float* freq_divisors) {
   for (int h = 0; h < n_heads; ++h) {
     float* v = heads + static_cast<long>(h) * head_dim;
     for (int pair = 0; pair < rope_dim / 2; ++pair) {
       const float divisor = freq_divisors ? freq_divisors[pair] : 1.0f;
       int first, second;
-      rope_pair_indices(style == model::RopeStyle::AdjacentPairs, pair, rope_dim, &first, &second);
+      rope_pair_indices(style == RopeStyle::AdjacentPairs, pair, rope_dim, &first, &second);
       rope_rotate_pair(v[first], v[second], pair, rope_dim, position, base, divisor);
     }
   }
 }
 
-void add_bias(float* x, const std::vector<float>& bias, int n) {
-  const std::size_t width = bias.size();
-  for (int i = 0; i < n; ++i)
-    for (std::size_t j = 0; j < width; ++j) x[i * width + j] += bias[j];
+void add_bias(float* x, const float* bias, int rows, int width) {
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < width; ++j) x[static_cast<std::size_t>(i) * width + j] += bias[j];
 }
 
 float dot(const float* a, const float* b, int n) {
@@ -46,8 +46,10 @@ float dot(const float* a, const float* b, int n) {
   return sum;
 }
 
-void softmax(float* x, int n) {
-  if (n <= 0) return;
+void softmax(float* x, int n) { softmax_lse(x, n); }
+
+float softmax_lse(float* x, int n) {
+  if (n <= 0) return -std::numeric_limits<float>::infinity();
   const float max_value = *std::max_element(x, x + n);
   double sum = 0.0;
   for (int i = 0; i < n; ++i) {
@@ -56,6 +58,7 @@ void softmax(float* x, int n) {
   }
   const float inv = static_cast<float>(1.0 / sum);
   for (int i = 0; i < n; ++i) x[i] *= inv;
+  return max_value + static_cast<float>(std::log(sum));
 }
 
 void swiglu(const float* gate, const float* up, float* out, int n) {

@@ -64,6 +64,12 @@ TEST_CASE("bad usage exits 2 with a message naming what was wrong") {
   CHECK(o.exit_code == 2);
   o = run("generate --prompt hi --prompt-file x");
   CHECK(o.exit_code == 2);
+  o = run("generate --prompt hi --device tpu");
+  CHECK(o.exit_code == 2);
+  CHECK_THAT(o.output, Catch::Contains("unknown device 'tpu'") && Catch::Contains("cpu or cuda"));
+  o = run("trace --prompt hi --cache-type f8 --out /tmp/kvscope_cli_never.h5");
+  CHECK(o.exit_code == 2);
+  CHECK_THAT(o.output, Catch::Contains("unknown cache type 'f8'") && Catch::Contains("f32 or f16"));
 }
 
 TEST_CASE("bad model files exit 1 naming the file") {
@@ -117,6 +123,24 @@ TEST_CASE("generate --json gives a complete machine-readable record") {
     for (const auto& kept : layer) CHECK(kept.get<int>() == 4);
   CHECK(j["cache"]["peak_bytes"].get<long>() >= j["cache"]["bytes"].get<long>());
   CHECK(j["policy"]["name"] == "streaming_llm");
+}
+
+TEST_CASE("generate runs with a half cache, and --device cuda without CUDA is a clean error") {
+  if (!model_available()) {
+    WARN("default model missing; run make");
+    return;
+  }
+  const auto o = run("generate --prompt 'The capital of France is' --max-new-tokens 3 --cache-type f16 --json");
+  REQUIRE(o.exit_code == 0);
+  const auto j = nlohmann::json::parse(o.output);
+  CHECK(j["generated_tokens"].size() == 3);
+  // Two bytes per value: 7 entries (5 prompt tokens, 2 decode steps) x 30 layers x 3 KV heads x 64 x (K, V).
+  CHECK(j["cache"]["entry_bytes"].get<long>() == 7L * 30 * 3 * 64 * 2 * 2);
+  // Without CUDA in the build, or without a GPU or driver, the answer is an error naming the device (exit 1);
+  // never a crash.
+  const auto cuda = run("generate --prompt hi --max-new-tokens 1 --device cuda");
+  INFO(cuda.output);
+  CHECK((cuda.exit_code == 0 || (cuda.exit_code == 1 && cuda.output.find("cuda") != std::string::npos)));
 }
 
 TEST_CASE("info describes a Hugging Face folder: format, architecture, storage types, tokenizer") {

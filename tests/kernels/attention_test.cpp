@@ -1,32 +1,35 @@
-// The engine's attention (ragged cache, GQA, causal by original position, side outputs) against a direct
-// O(n^2) loop over the same data.
+// The CPU backend's attention (ragged cache, GQA, causal by original position, side outputs, streamed rows,
+// float32 and half storage) against a direct O(n^2) loop in double over the same stored rows.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
-#include "core/engine/attention_kernel.h"
+#include "core/cache/kv_cache.h"
+#include "core/observation/attention_observation.h"
+#include "kernels/backend.h"
 
 using namespace kvscope;
 
 namespace {
 
 struct Setup {
-  model::ModelConfig config;
+  kernels::ModelShape config;
   cache::KVCache cache;
   std::vector<float> q;
   std::vector<int32_t> query_positions;
 };
 
 // Cache entries per KV head: an evicted-looking prefix (gappy positions) followed by the step's own n keys.
-Setup make_setup(int n_heads, int n_kv_heads, int d, int n, unsigned seed) {
-  model::ModelConfig c;
+Setup make_setup(int n_heads, int n_kv_heads, int d, int n, unsigned seed,
+                 kernels::CacheType type = kernels::CacheType::F32) {
+  kernels::ModelShape c;
   c.n_heads = n_heads;
   c.n_kv_heads = n_kv_heads;
   c.head_dim = d;
   c.n_layers = 1;
-  Setup s{c, cache::KVCache(1, n_kv_heads, d), {}, {}};
+  Setup s{c, cache::KVCache(1, n_kv_heads, d, type), {}, {}};
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist;
   // Old entries: positions 0, 2, 5, 9, ... (a compressed history), same for all heads for append's sake.
@@ -47,11 +50,14 @@ Setup make_setup(int n_heads, int n_kv_heads, int d, int n, unsigned seed) {
   return s;
 }
 
-// Direct reference: probabilities[h][i][j] and outputs.
-void reference(const Setup& s, int n, std::vector<std::vector<std::vector<double>>>& probs, std::vector<double>& out) {
+// Direct reference over the rows as stored (half rows widened): probabilities[h][i][j], log-sum-exp[h][i] and
+// outputs.
+void reference(const Setup& s, int n, std::vector<std::vector<std::vector<double>>>& probs,
+               std::vector<std::vector<double>>& lse, std::vector<double>& out) {
   const auto& c = s.config;
   const int d = c.head_dim, group = c.n_heads / c.n_kv_heads;
   probs.assign(c.n_heads, {});
+  lse.assign(c.n_heads, {});
   out.assign(static_cast<std::size_t>(n) * c.n_heads * d, 0.0);
   for (int h = 0; h < c.n_heads; ++h) {
     const int g = h / group;
@@ -72,6 +78,7 @@ void reference(const Setup& s, int n, std::vector<std::vector<std::vector<double
         p[j] = pos[j] > s.query_positions[i] ? 0.0 : std::exp(p[j] - mx);
         sum += p[j];
       }
+      lse[h].push_back(mx + std::log(sum));
       for (int j = 0; j < m; ++j) {
         p[j] /= sum;
         for (int t = 0; t < d; ++t) out[(i * c.n_heads + h) * d + t] += p[j] * s.cache.value(0, g, j)[t];
@@ -81,27 +88,55 @@ void reference(const Setup& s, int n, std::vector<std::vector<std::vector<double
   }
 }
 
-void check(int n_heads, int n_kv_heads, int n) {
+// Collects streamed rows into [head][query][key] (zero beyond a block's columns).
+class CollectRows : public kernels::AttentionRowSink {
+ public:
+  CollectRows(int n_heads, int n, int m) : rows(n_heads, std::vector<std::vector<float>>(n, std::vector<float>(m, -1.0f))) {}
+  void on_rows(int head, int first_row, int n_rows, int n_cols, const float* probs) override {
+    for (int r = 0; r < n_rows; ++r) {
+      auto& row = rows[head][first_row + r];
+      std::fill(row.begin(), row.end(), 0.0f);
+      std::copy(probs + static_cast<std::size_t>(r) * n_cols, probs + static_cast<std::size_t>(r + 1) * n_cols, row.begin());
+    }
+  }
+  std::vector<std::vector<std::vector<float>>> rows;
+};
+
+observation::AttentionObservation attend(const Setup& s, int n, const observation::ObservationRequest& req,
+                                         kernels::AttentionRowSink* rows, std::vector<float>& out) {
+  observation::AttentionObservation obs;
+  obs.n_heads = s.config.n_heads;
+  obs.n_kv_heads = s.config.n_kv_heads;
+  obs.query_positions = s.query_positions;
+  out.assign(static_cast<std::size_t>(n) * s.config.n_heads * s.config.head_dim, 0.0f);
+  kernels::default_cpu_backend().attention(s.cache.storage(), {0, s.config.n_heads, s.q.data(), n, s.query_positions.data()},
+                                           req, rows, obs, out.data());
+  return obs;
+}
+
+void check(int n_heads, int n_kv_heads, int n, kernels::CacheType type = kernels::CacheType::F32) {
   const int d = 16, window = 3;
-  Setup s = make_setup(n_heads, n_kv_heads, d, n, 11 + n);
+  Setup s = make_setup(n_heads, n_kv_heads, d, n, 11 + n, type);
   observation::ObservationRequest req;
   req.window = window;
-  req.column_sums = req.window_sums = req.window_rows = req.last_row = true;
-  observation::AttentionObservation obs;
-  obs.n_heads = n_heads;
-  obs.n_kv_heads = n_kv_heads;
-  std::vector<float> out(static_cast<std::size_t>(n) * n_heads * d);
-  engine::AttentionInputs in{s.config, s.cache, 0, s.q.data(), n, s.query_positions.data()};
-  engine::compute_attention(in, req, {}, obs, out.data());
+  req.column_sums = req.window_sums = req.window_rows = req.last_row = req.log_sum_exp = req.rows = true;
+  CollectRows rows(n_heads, n, s.cache.size(0, 0));
+  std::vector<float> out;
+  const auto obs = attend(s, n, req, &rows, out);
 
   std::vector<std::vector<std::vector<double>>> probs;
+  std::vector<std::vector<double>> lse;
   std::vector<double> ref_out;
-  reference(s, n, probs, ref_out);
+  reference(s, n, probs, lse, ref_out);
   for (std::size_t i = 0; i < out.size(); ++i) REQUIRE(out[i] == Approx(ref_out[i]).margin(1e-4));
   const int w = std::min(window, n);
   REQUIRE(obs.window == w);
   for (int h = 0; h < n_heads; ++h) {
     const int m = obs.keys_of(h);
+    for (int i = 0; i < n; ++i) {
+      REQUIRE(obs.log_sum_exp[h][i] == Approx(lse[h][i]).margin(1e-4));
+      for (int j = 0; j < m; ++j) REQUIRE(rows.rows[h][i][j] == Approx(probs[h][i][j]).margin(1e-5));
+    }
     for (int j = 0; j < m; ++j) {
       double col = 0, wcol = 0;
       for (int i = 0; i < n; ++i) {
@@ -126,22 +161,34 @@ TEST_CASE("decode attention matches the direct loop") {
   check(6, 2, 1);
   check(4, 4, 1);
 }
+TEST_CASE("attention over a half-precision cache matches the direct loop over the stored rows") {
+  check(6, 2, 70, kernels::CacheType::F16);
+  check(6, 2, 1, kernels::CacheType::F16);
+  check(3, 3, 1, kernels::CacheType::F16);
+}
+TEST_CASE("side outputs are only computed when asked for") {
+  Setup s = make_setup(6, 2, 16, 9, 3);
+  std::vector<float> out;
+  const auto obs = attend(s, 9, {}, nullptr, out);
+  CHECK(obs.column_sums.empty());
+  CHECK(obs.window_sums.empty());
+  CHECK(obs.window_rows.empty());
+  CHECK(obs.last_row.empty());
+  CHECK(obs.log_sum_exp.empty());
+  CHECK(obs.window == 0);
+  REQUIRE(obs.n_keys.size() == 2);
+  CHECK(obs.n_keys[0] == s.cache.size(0, 0));
+}
 
 TEST_CASE("narrowing an observation to a smaller window equals observing with that window") {
-  const int n_heads = 6, n_kv = 2, d = 16, n = 40;
-  Setup s = make_setup(n_heads, n_kv, d, n, 5);
+  const int n_heads = 6, n_kv = 2, n = 40;
+  Setup s = make_setup(n_heads, n_kv, 16, n, 5);
   auto observe = [&](int window) {
     observation::ObservationRequest req;
     req.window = window;
     req.window_sums = req.window_rows = true;
-    observation::AttentionObservation obs;
-    obs.n_heads = n_heads;
-    obs.n_kv_heads = n_kv;
-    obs.query_positions = s.query_positions;
-    std::vector<float> out(static_cast<std::size_t>(n) * n_heads * d);
-    engine::AttentionInputs in{s.config, s.cache, 0, s.q.data(), n, s.query_positions.data()};
-    engine::compute_attention(in, req, {}, obs, out.data());
-    return obs;
+    std::vector<float> out;
+    return attend(s, n, req, nullptr, out);
   };
   const auto wide = observe(12), direct = observe(5);
   const auto narrow = observation::narrowed(wide, 5);

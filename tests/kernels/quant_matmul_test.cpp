@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/common/dequantize.h"
 
 using namespace kvscope;

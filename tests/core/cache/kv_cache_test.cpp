@@ -1,7 +1,9 @@
 // KVCache edits: compaction, merges written out by hand, validation errors, memory accounting.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <numeric>
+#include <random>
 
 #include "core/cache/kv_cache.h"
 #include "core/common/error.h"
@@ -106,4 +108,116 @@ TEST_CASE("evicting really gives memory back; peak remembers the full size") {
   REQUIRE(c.layer_peak_bytes(0) == full);
   REQUIRE(c.size(0, 0) == 100);
   REQUIRE(c.positions(0, 0)[0] == 900);
+}
+
+namespace {
+// Random rows of a given scale, [n][n_kv_heads][head_dim].
+std::vector<float> random_rows(std::size_t count, std::mt19937& rng, float scale) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> rows(count);
+  for (auto& x : rows) x = dist(rng);
+  return rows;
+}
+
+// A random edit of one head: every third entry evicted, some of the rest merged into a kept neighbour.
+cache::HeadEdit random_edit(int layer, int kv_head, int size, std::mt19937& rng) {
+  cache::HeadEdit h;
+  h.layer = layer;
+  h.kv_head = kv_head;
+  std::vector<int32_t> sources;
+  for (int i = 0; i < size; ++i) (i % 3 == 1 ? sources : h.keep).push_back(i);
+  std::uniform_real_distribution<float> share(0.1f, 1.0f);
+  for (std::size_t s = 0; s + 1 < sources.size(); s += 2) {
+    const float a = share(rng), b = share(rng), c = share(rng), total = a + b + c;
+    h.merges.push_back({sources[s] - 1, {sources[s], sources[s + 1]}, {a / total, b / total, c / total}});
+  }
+  return h;
+}
+
+void check_edit_against_direct_loop(kernels::CacheType type, double relative_tolerance) {
+  const int layers = 2, heads = 3, d = 67, n = 40;  // d not a multiple of 8: the vector loops' tails run too
+  std::mt19937 rng(7);
+  cache::KVCache c(layers, heads, d, type);
+  std::vector<int32_t> positions(n);
+  std::iota(positions.begin(), positions.end(), 0);
+  for (int l = 0; l < layers; ++l) {
+    const auto k = random_rows(static_cast<std::size_t>(n) * heads * d, rng, 3.0f);
+    const auto v = random_rows(k.size(), rng, 0.5f);
+    c.append(l, k.data(), v.data(), n, positions.data());
+  }
+  // The rows as stored (half rows widened) before the edit, and the edit applied by a direct loop in double.
+  cache::CacheEdit edit;
+  std::vector<std::vector<double>> expected_keys, expected_values;
+  for (int l = 0; l < layers; ++l)
+    for (int g = 0; g < heads; ++g) {
+      const auto keys = c.keys(l, g), values = c.values(l, g);
+      cache::HeadEdit h = random_edit(l, g, n, rng);
+      std::vector<double> ek, ev;
+      for (int32_t i : h.keep) {
+        std::vector<double> rk(keys.begin() + i * d, keys.begin() + (i + 1) * d);
+        std::vector<double> rv(values.begin() + i * d, values.begin() + (i + 1) * d);
+        for (const auto& m : h.merges) {
+          if (m.target != i) continue;
+          for (int t = 0; t < d; ++t) {
+            rk[t] = m.weights[0] * keys[i * d + t];
+            rv[t] = m.weights[0] * values[i * d + t];
+            for (std::size_t s = 0; s < m.sources.size(); ++s) {
+              rk[t] += m.weights[s + 1] * keys[m.sources[s] * d + t];
+              rv[t] += m.weights[s + 1] * values[m.sources[s] * d + t];
+            }
+          }
+        }
+        ek.insert(ek.end(), rk.begin(), rk.end());
+        ev.insert(ev.end(), rv.begin(), rv.end());
+      }
+      expected_keys.push_back(ek);
+      expected_values.push_back(ev);
+      edit.heads.push_back(std::move(h));
+    }
+  c.apply(edit);
+  for (int l = 0, index = 0; l < layers; ++l)
+    for (int g = 0; g < heads; ++g, ++index) {
+      const auto& h = edit.heads[index];
+      REQUIRE(c.size(l, g) == static_cast<int>(h.keep.size()));
+      for (std::size_t e = 0; e < h.keep.size(); ++e) REQUIRE(c.positions(l, g)[e] == h.keep[e]);
+      const auto keys = c.keys(l, g), values = c.values(l, g);
+      for (std::size_t i = 0; i < expected_keys[index].size(); ++i) {
+        REQUIRE(std::abs(keys[i] - expected_keys[index][i]) <= relative_tolerance * std::abs(expected_keys[index][i]) + 1e-6);
+        REQUIRE(std::abs(values[i] - expected_values[index][i]) <= relative_tolerance * std::abs(expected_values[index][i]) + 1e-6);
+      }
+    }
+}
+}  // namespace
+
+TEST_CASE("random gathers and merges equal a direct loop (float32 cache)") {
+  check_edit_against_direct_loop(kernels::CacheType::F32, 1e-6);
+}
+
+TEST_CASE("random gathers and merges equal a direct loop (half cache: merged in float32, rounded once)") {
+  // One rounding to half: relative error at most 2^-11 for normal values, plus float32 accumulation.
+  check_edit_against_direct_loop(kernels::CacheType::F16, std::ldexp(1.0, -11) + 1e-6);
+}
+
+TEST_CASE("a half cache stores each value rounded to the nearest half and reads it back as float") {
+  const int d = 67, n = 5;
+  std::mt19937 rng(3);
+  cache::KVCache c(1, 1, d, kernels::CacheType::F16);
+  auto k = random_rows(static_cast<std::size_t>(n) * d, rng, 20.0f);
+  auto v = random_rows(k.size(), rng, 1e-3f);
+  k[0] = 70000.0f;  // beyond the largest half: infinity, as IEEE rounding says
+  std::vector<int32_t> positions = {0, 1, 2, 3, 4};
+  c.append(0, k.data(), v.data(), n, positions.data());
+  const auto keys = c.keys(0, 0), values = c.values(0, 0);
+  REQUIRE(std::isinf(keys[0]));
+  for (std::size_t i = 1; i < k.size(); ++i) {
+    // A correctly rounded half is within half a unit in the last place: 2^-11 relative for normal values.
+    REQUIRE(std::abs(keys[i] - k[i]) <= std::ldexp(std::abs(k[i]), -11));
+    if (std::abs(v[i]) >= std::ldexp(1.0f, -14)) REQUIRE(std::abs(values[i] - v[i]) <= std::ldexp(std::abs(v[i]), -11));
+    else REQUIRE(std::abs(values[i] - v[i]) <= std::ldexp(1.0f, -25));  // subnormal halves: absolute 2^-25
+  }
+  // Half the bytes of a float32 cache of the same entries.
+  cache::KVCache f32(1, 1, d);
+  f32.append(0, k.data(), v.data(), n, positions.data());
+  CHECK(c.entry_bytes() * 2 == f32.entry_bytes());
+  CHECK(c.bytes() * 2 == f32.bytes());
 }

@@ -1,0 +1,17 @@
+#include "kernels/attention_io.h"
+
+#include <algorithm>
+
+namespace kvscope::kernels {
+
+void AttentionRequest::merge(const AttentionRequest& other) {
+  window = std::max(window, other.window);
+  column_sums = column_sums || other.column_sums;
+  window_sums = window_sums || other.window_sums;
+  window_rows = window_rows || other.window_rows;
+  last_row = last_row || other.last_row;
+  rows = rows || other.rows;
+  log_sum_exp = log_sum_exp || other.log_sum_exp;
+}
+
+}  // namespace kvscope::kernels

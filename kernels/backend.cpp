@@ -1,0 +1,38 @@
+#include "kernels/backend.h"
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/error.h"
+
+#ifdef KVSCOPE_WITH_CUDA
+namespace kvscope::kernels::cuda {
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);
+}
+#endif
+
+namespace kvscope::kernels {
+
+Device parse_device(std::string_view name) {
+  if (name == "cpu") return Device::Cpu;
+  if (name == "cuda") return Device::Cuda;
+  throw UsageError("unknown device '" + std::string(name) + "' (expected cpu or cuda)");
+}
+
+const char* device_name(Device device) { return device == Device::Cuda ? "cuda" : "cpu"; }
+
+std::unique_ptr<Backend> make_backend(Device device, const BackendOptions& options) {
+  if (device == Device::Cpu) return std::make_unique<cpu::CpuBackend>(options);
+#ifdef KVSCOPE_WITH_CUDA
+  return cuda::make_cuda_backend(options);
+#else
+  throw Error(
+      "device cuda: this kvscope was built without CUDA (CMake found no CUDA compiler and cuBLAS); "
+      "use --device cpu, or rebuild where the CUDA toolkit is installed");
+#endif
+}
+
+Backend& default_cpu_backend() {
+  static cpu::CpuBackend backend{BackendOptions{}};
+  return backend;
+}
+
+}  // namespace kvscope::kernels

@@ -1,0 +1,243 @@
+#include "kernels/cpu/attention.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <exception>
+#include <mutex>
+#include <vector>
+
+#include "kernels/common/float16.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace kvscope::kernels::cpu {
+
+namespace {
+
+// Queries per block in prefill: bounds the score scratch to block x keys while keeping BLAS efficient.
+constexpr int kQueryBlock = 64;
+
+// Fills the requested reductions row by row, in query order within a head.
+struct Reductions {
+  const AttentionRequest& request;
+  AttentionSideOutputs& side;
+  int n;
+
+  void allocate(int head, int n_keys) {
+    if (request.column_sums) side.column_sums[head].assign(n_keys, 0.0f);
+    if (request.window_sums) side.window_sums[head].assign(n_keys, 0.0f);
+    if (request.window_rows) side.window_rows[head].assign(static_cast<std::size_t>(side.window) * n_keys, 0.0f);
+    if (request.last_row) side.last_row[head].assign(n_keys, 0.0f);
+    if (request.log_sum_exp) side.log_sum_exp[head].assign(n, 0.0f);
+  }
+
+  // Row `row` of the call (0-based) with probabilities over its first n_cols keys.
+  void add_row(int head, int row, const float* p, int n_cols, int n_keys, float lse) {
+    if (request.column_sums) {
+      float* sums = side.column_sums[head].data();
+      for (int j = 0; j < n_cols; ++j) sums[j] += p[j];
+    }
+    const int window_row = row - (n - side.window);
+    if (window_row >= 0) {
+      if (request.window_sums) {
+        float* sums = side.window_sums[head].data();
+        for (int j = 0; j < n_cols; ++j) sums[j] += p[j];
+      }
+      if (request.window_rows)
+        std::copy(p, p + n_cols, side.window_rows[head].begin() + static_cast<std::size_t>(window_row) * n_keys);
+    }
+    if (request.last_row && row == n - 1) std::copy(p, p + n_cols, side.last_row[head].begin());
+    if (request.log_sum_exp) side.log_sum_exp[head][row] = lse;
+  }
+};
+
+// Streams rows to the sink from the attention threads. A sink exception must not leave an OpenMP region: the
+// first one is kept, later rows are dropped, and rethrow() raises it once the threads have joined.
+class RowDelivery {
+ public:
+  explicit RowDelivery(AttentionRowSink* sink) : sink_(sink) {}
+  void deliver(int head, int first_row, int n_rows, int n_cols, const float* probs) {
+    if (!sink_ || failed_.load(std::memory_order_relaxed)) return;
+    try {
+      if (sink_->concurrent_across_heads()) {
+        sink_->on_rows(head, first_row, n_rows, n_cols, probs);
+      } else {
+        std::lock_guard<std::mutex> lock(serial_);
+        sink_->on_rows(head, first_row, n_rows, n_cols, probs);
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+      failed_ = true;
+    }
+  }
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  AttentionRowSink* sink_;
+  std::mutex serial_, error_mutex_;
+  std::exception_ptr error_;
+  std::atomic<bool> failed_{false};
+};
+
+// q . k for a float32 or half key row; float32 accumulation either way.
+float dot_row(const float* q, const float* k, int d) { return dot(q, k, d); }
+float dot_row(const float* q, const uint16_t* k, int d) {
+  int t = 0;
+  __m256 acc = _mm256_setzero_ps();
+  for (; t + 8 <= d; t += 8)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + t),
+                          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + t))), acc);
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+  float sum = _mm_cvtss_f32(lo);
+  for (; t < d; ++t) sum += q[t] * half_to_float(k[t]);
+  return sum;
+}
+
+// o += p * v for a float32 or half value row.
+void add_scaled_row(float p, const float* v, float* o, int d) {
+  for (int t = 0; t < d; ++t) o[t] += p * v[t];
+}
+void add_scaled_row(float p, const uint16_t* v, float* o, int d) {
+  int t = 0;
+  const __m256 scale = _mm256_set1_ps(p);
+  for (; t + 8 <= d; t += 8)
+    _mm256_storeu_ps(o + t, _mm256_fmadd_ps(scale, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + t))),
+                                            _mm256_loadu_ps(o + t)));
+  for (; t < d; ++t) o[t] += p * half_to_float(v[t]);
+}
+
+// Decode: one query per head; heads run in parallel over the rows as stored.
+template <typename Row>
+void decode(const Row* const* keys, const Row* const* values, const CpuKVStorage& kv, const AttentionCall& call,
+            Reductions& reductions, RowDelivery& delivery, float* out) {
+  const int d = kv.head_dim();
+  const int group = call.n_heads / kv.n_kv_heads();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+#pragma omp parallel for schedule(static)
+  for (int h = 0; h < call.n_heads; ++h) {
+    const int g = h / group;
+    const int m = reductions.side.n_keys[g];
+    const Row* k = keys[g];
+    const Row* v = values[g];
+    const float* qh = call.q + static_cast<std::size_t>(h) * d;
+    std::vector<float> p(m);
+    for (int j = 0; j < m; ++j) p[j] = dot_row(qh, k + static_cast<std::size_t>(j) * d, d) * scale;
+    const float lse = softmax_lse(p.data(), m);
+    float* oh = out + static_cast<std::size_t>(h) * d;
+    std::fill(oh, oh + d, 0.0f);
+    for (int j = 0; j < m; ++j) add_scaled_row(p[j], v + static_cast<std::size_t>(j) * d, oh, d);
+    reductions.allocate(h, m);
+    reductions.add_row(h, 0, p.data(), m, m, lse);
+    delivery.deliver(h, 0, 1, m, p.data());
+  }
+}
+
+// Prefill: heads run in parallel, each with single-threaded BLAS on blocks of queries. Half rows are widened
+// once per head into float scratch.
+void prefill(const CpuKVStorage& kv, const AttentionCall& call, Reductions& reductions, RowDelivery& delivery,
+             float* out) {
+  const int d = kv.head_dim();
+  const int group = call.n_heads / kv.n_kv_heads();
+  const int q_stride = call.n_heads * d;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const int n = call.n;
+#pragma omp parallel
+  {
+    std::vector<float> scores, wide_keys, wide_values;
+#pragma omp for schedule(dynamic, 1)
+    for (int h = 0; h < call.n_heads; ++h) {
+      const int g = h / group;
+      const int m = reductions.side.n_keys[g];
+      const auto positions = kv.positions(call.layer, g);
+      const float* keys = kv.host_f32_rows(call.layer, g, KVPart::Keys);
+      const float* values = kv.host_f32_rows(call.layer, g, KVPart::Values);
+      if (!keys) {
+        wide_keys.resize(static_cast<std::size_t>(m) * d);
+        wide_values.resize(wide_keys.size());
+        kv.read_rows(call.layer, g, KVPart::Keys, 0, m, wide_keys.data());
+        kv.read_rows(call.layer, g, KVPart::Values, 0, m, wide_values.data());
+        keys = wide_keys.data();
+        values = wide_values.data();
+      }
+      reductions.allocate(h, m);
+      for (int i0 = 0; i0 < n; i0 += kQueryBlock) {
+        const int rows = std::min(kQueryBlock, n - i0);
+        // Entries are ordered by position, so the keys any query of this block may see form a prefix.
+        const int m_block = static_cast<int>(
+            std::upper_bound(positions.begin(), positions.begin() + m, call.query_positions[i0 + rows - 1]) -
+            positions.begin());
+        scores.assign(static_cast<std::size_t>(rows) * m_block, 0.0f);
+        if (m_block > 0)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, m_block, d, scale,
+                      call.q + static_cast<std::size_t>(i0) * q_stride + static_cast<std::size_t>(h) * d, q_stride,
+                      keys, d, 0.0f, scores.data(), m_block);
+        for (int r = 0; r < rows; ++r) {
+          float* row = scores.data() + static_cast<std::size_t>(r) * m_block;
+          const int visible = static_cast<int>(
+              std::upper_bound(positions.begin(), positions.begin() + m_block, call.query_positions[i0 + r]) -
+              positions.begin());
+          const float lse = softmax_lse(row, visible);
+          std::fill(row + visible, row + m_block, 0.0f);
+          reductions.add_row(h, i0 + r, row, m_block, m, lse);
+        }
+        delivery.deliver(h, i0, rows, m_block, scores.data());
+        float* o_block = out + static_cast<std::size_t>(i0) * q_stride + static_cast<std::size_t>(h) * d;
+        if (m_block > 0)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, m_block, 1.0f, scores.data(), m_block,
+                      values, d, 0.0f, o_block, q_stride);
+        else
+          for (int r = 0; r < rows; ++r)
+            std::fill_n(o_block + static_cast<std::size_t>(r) * q_stride, d, 0.0f);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void attention(const CpuKVStorage& kv, const AttentionCall& call, const AttentionRequest& request,
+               AttentionRowSink* rows, AttentionSideOutputs& side, float* out) {
+  const int n_kv = kv.n_kv_heads();
+  side.n_keys.resize(n_kv);
+  for (int g = 0; g < n_kv; ++g) side.n_keys[g] = kv.size(call.layer, g);
+  side.window = request.window > 0 ? std::min(request.window, call.n) : 0;
+  const auto heads = static_cast<std::size_t>(call.n_heads);
+  if (request.column_sums) side.column_sums.resize(heads);
+  if (request.window_sums) side.window_sums.resize(heads);
+  if (request.window_rows) side.window_rows.resize(heads);
+  if (request.last_row) side.last_row.resize(heads);
+  if (request.log_sum_exp) side.log_sum_exp.resize(heads);
+  Reductions reductions{request, side, call.n};
+  RowDelivery delivery(request.rows ? rows : nullptr);
+
+  if (call.n == 1) {
+    if (kv.type() == CacheType::F32) {
+      std::vector<const float*> keys(n_kv), values(n_kv);
+      for (int g = 0; g < n_kv; ++g) {
+        keys[g] = kv.f32(call.layer, g, KVPart::Keys);
+        values[g] = kv.f32(call.layer, g, KVPart::Values);
+      }
+      decode(keys.data(), values.data(), kv, call, reductions, delivery, out);
+    } else {
+      std::vector<const uint16_t*> keys(n_kv), values(n_kv);
+      for (int g = 0; g < n_kv; ++g) {
+        keys[g] = kv.f16(call.layer, g, KVPart::Keys);
+        values[g] = kv.f16(call.layer, g, KVPart::Values);
+      }
+      decode(keys.data(), values.data(), kv, call, reductions, delivery, out);
+    }
+  } else {
+    prefill(kv, call, reductions, delivery, out);
+  }
+  delivery.rethrow();
+}
+
+}  // namespace kvscope::kernels::cpu
