@@ -48,7 +48,9 @@ nlohmann::json result_json(const model::Model& model, const run::RunSpec& spec, 
                   {"prefill_tokens_per_s", r.prefill_ms > 0 ? 1000.0 * r.prompt_tokens.size() / r.prefill_ms : 0.0},
                   {"decode_ms", r.decode_ms},
                   {"decode_ms_per_token", r.decode_ms_per_token()}};
-  j["cache"] = {{"bytes", r.cache_bytes},
+  j["device"] = kernels::device_name(spec.device);
+  j["cache"] = {{"type", kernels::cache_type_name(spec.generation.cache_type)},
+                {"bytes", r.cache_bytes},
                 {"entry_bytes", r.cache_entry_bytes},
                 {"peak_bytes", r.cache_peak_bytes},
                 {"full_cache_bytes", r.full_cache_bytes},

@@ -134,6 +134,8 @@ TEST_CASE("generate runs with a half cache, and --device cuda without CUDA is a 
   REQUIRE(o.exit_code == 0);
   const auto j = nlohmann::json::parse(o.output);
   CHECK(j["generated_tokens"].size() == 3);
+  CHECK(j["device"] == "cpu");
+  CHECK(j["cache"]["type"] == "f16");
   // Two bytes per value: 7 entries (5 prompt tokens, 2 decode steps) x 30 layers x 3 KV heads x 64 x (K, V).
   CHECK(j["cache"]["entry_bytes"].get<long>() == 7L * 30 * 3 * 64 * 2 * 2);
   // Without CUDA in the build, or without a GPU or driver, the answer is an error naming the device (exit 1);

@@ -29,10 +29,10 @@ std::vector<uint8_t> random_blocks(int blocks, int header_halves, int payload, u
   return out;
 }
 
-void check_type(model::GgmlType type, int header_halves, int payload, int block_bytes) {
+void check_type(kernels::GgmlType type, int header_halves, int payload, int block_bytes) {
   const int rows = 45, cols = 128, blocks_per_row = cols / 32;
   auto data = random_blocks(rows * blocks_per_row, header_halves, payload, 3);
-  model::QuantMatrix w{type, rows, cols, data.data(), static_cast<std::size_t>(blocks_per_row * block_bytes)};
+  kernels::QuantMatrix w{type, rows, cols, data.data(), static_cast<std::size_t>(blocks_per_row * block_bytes)};
   std::vector<float> dense(rows * cols);
   for (int r = 0; r < rows; ++r) kernels::dequantize_row(type, w.row(r), &dense[r * cols], cols);
   std::mt19937 rng(9);
@@ -52,18 +52,18 @@ void check_type(model::GgmlType type, int header_halves, int payload, int block_
 
 }  // namespace
 
-TEST_CASE("Q4_1 matmul equals the dequantized product") { check_type(model::GgmlType::Q4_1, 2, 16, 20); }
-TEST_CASE("Q4_0 matmul equals the dequantized product") { check_type(model::GgmlType::Q4_0, 1, 16, 18); }
-TEST_CASE("Q8_0 matmul equals the dequantized product") { check_type(model::GgmlType::Q8_0, 1, 32, 34); }
+TEST_CASE("Q4_1 matmul equals the dequantized product") { check_type(kernels::GgmlType::Q4_1, 2, 16, 20); }
+TEST_CASE("Q4_0 matmul equals the dequantized product") { check_type(kernels::GgmlType::Q4_0, 1, 16, 18); }
+TEST_CASE("Q8_0 matmul equals the dequantized product") { check_type(kernels::GgmlType::Q8_0, 1, 32, 34); }
 
 TEST_CASE("matmul_shared_input equals separate products, in decode and prefill") {
   const int cols = 64;
   std::vector<std::vector<uint8_t>> data;
-  std::vector<model::QuantMatrix> mats;
+  std::vector<kernels::QuantMatrix> mats;
   for (int m = 0; m < 3; ++m) {
     const int rows = 10 + 7 * m;
     data.push_back(random_blocks(rows * cols / 32, 2, 16, 20 + m));
-    mats.push_back({model::GgmlType::Q4_1, rows, cols, data.back().data(), static_cast<std::size_t>(cols / 32 * 20)});
+    mats.push_back({kernels::GgmlType::Q4_1, rows, cols, data.back().data(), static_cast<std::size_t>(cols / 32 * 20)});
   }
   std::mt19937 rng(4);
   std::normal_distribution<float> dist;
