@@ -177,8 +177,10 @@ class CudaBackend final : public Backend {
     o.log_sum_exp = room(lse_, static_cast<std::size_t>(heads) * std::max(n, 1));
     o.window = window;
     if (request.column_sums) o.column_sums = room(column_sums_, heads * cap);
-    if (request.window_sums && window > 0) o.window_sums = room(window_sums_, heads * cap);
-    if (request.window_rows && window > 0) o.window_rows = room(window_rows_, heads * window * cap);
+    // Requested outputs always come back, one vector per head (all zeros, or empty rows, when window is 0),
+    // as the CPU backend returns them.
+    if (request.window_sums) o.window_sums = room(window_sums_, heads * cap);
+    if (request.window_rows) o.window_rows = room(window_rows_, heads * std::max(window, 1) * cap);
     if (request.last_row) o.last_row = room(last_row_, heads * cap);
     if (request.rows) o.rows = room(rows_, heads * static_cast<std::size_t>(n) * cap);
     cuda::attention(call.q, upload_ints(row_positions_, call.query_positions, n), cache, shape, o, stream_);
@@ -199,10 +201,10 @@ class CudaBackend final : public Backend {
           std::copy_n(all.begin() + (static_cast<std::size_t>(h) * blocks + b) * cap, m, dst[h].begin() + b * m);
       }
     };
-    if (o.column_sums) per_head(o.column_sums, 1, side.column_sums);
-    if (o.window_sums) per_head(o.window_sums, 1, side.window_sums);
-    if (o.window_rows) per_head(o.window_rows, window, side.window_rows);
-    if (o.last_row) per_head(o.last_row, 1, side.last_row);
+    if (request.column_sums) per_head(o.column_sums, 1, side.column_sums);
+    if (request.window_sums) per_head(o.window_sums, 1, side.window_sums);
+    if (request.window_rows) per_head(o.window_rows, window, side.window_rows);
+    if (request.last_row) per_head(o.last_row, 1, side.last_row);
     if (request.log_sum_exp) {
       const std::vector<float> all = download(o.log_sum_exp, static_cast<std::size_t>(heads) * n);
       side.log_sum_exp.assign(heads, {});

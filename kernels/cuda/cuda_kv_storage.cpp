@@ -160,8 +160,10 @@ void CudaKVStorage::edit(int layer_index, int kv_head, std::span<const int32_t> 
   upload_lengths(layer);
   int longest = 0;
   for (const auto& p : layer.host_positions) longest = std::max(longest, static_cast<int>(p.size()));
+  // Shrinking to exactly `longest` would make the next append grow again and the next eviction shrink again,
+  // every decode step; a quarter of headroom keeps a steady budget in one allocation.
   if (longest < layer.capacity * 3 / 4 && layer.capacity > kMinCapacity)
-    reallocate(layer, std::max(longest, kMinCapacity));
+    reallocate(layer, std::max(longest + longest / 4 + 1, kMinCapacity));
 }
 
 void CudaKVStorage::read_rows(int layer_index, int kv_head, KVPart part, int first, int count, float* host_out) const {
