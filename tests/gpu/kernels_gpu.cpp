@@ -226,7 +226,9 @@ TEST_CASE("element-wise kernels match the CPU backend") {
     dpos.upload(positions);
     rope_rows(rotated.data(), rows, heads, 32, 32, dpos.data(), shape.rope_base,
               style == kernels::RopeStyle::AdjacentPairs, nullptr, nullptr);
-    test::require_all_close(rotated.download(), want, 1e-4);
+    // The device's powf/sinf/cosf and glibc's may differ by an ulp; at position 4095 an ulp of the angle is
+    // ~2e-4 rad, so values of size ~3 may differ by ~1e-3.
+    test::require_all_close(rotated.download(), want, 2e-3);
   }
 }
 
