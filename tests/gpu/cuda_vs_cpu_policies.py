@@ -4,7 +4,7 @@ Skips (exit 77) when `kvscope info --json` lists no CUDA device. The two backend
 arithmetic: the CPU reads Q4_1 blocks and accumulates in float32; CUDA dequantizes the weights to float16 once
 and multiplies float16 activations with float32 accumulation (cuBLAS). So the test asks for what must agree
 despite that: the same first generated token (greedy), its log-probability within 0.05 nats, the same prompt
-length, and kept sets after the prefill that overlap almost entirely (Jaccard >= 0.9 per layer and KV head:
+length, and kept sets at the first recorded step (the end of the prefill, or of its first block) that overlap almost entirely (Jaccard >= 0.9 per layer and KV head:
 a near-tie in attention scores may swap an entry or two at the budget boundary).
 """
 import json
@@ -72,7 +72,7 @@ def main():
                     mc, mg = c["kept_mask"][layer][:, :, 0] == 1, g["kept_mask"][layer][:, :, 0] == 1
                     for head in range(mc.shape[0]):
                         j = jaccard(mc[head], mg[head])
-                        check(j >= 0.9, f"{name} {layer} KV head {head}: kept sets after the prefill overlap {j:.3f}")
+                        check(j >= 0.9, f"{name} {layer} KV head {head}: kept sets at step 0 overlap {j:.3f}")
     print(f"{passed()} checks passed, {len(FAILURES)} failed")
     return 1 if FAILURES else 0
 
