@@ -3,9 +3,10 @@
 Skips (exit 77) when `kvscope info --json` lists no CUDA device. The two backends differ by design in
 arithmetic: the CPU reads Q4_1 blocks and accumulates in float32; CUDA dequantizes the weights to float16 once
 and multiplies float16 activations with float32 accumulation (cuBLAS). So the test asks for what must agree
-despite that: the same first generated token (greedy), its log-probability within 0.05 nats, the same prompt
-length, and kept sets at the first recorded step (the end of the prefill, or of its first block) that overlap almost entirely (Jaccard >= 0.9 per layer and KV head:
-a near-tie in attention scores may swap an entry or two at the budget boundary).
+despite that: the same first generated token (greedy), its log-probability within 0.05 nats, and kept sets
+at the first recorded step (the end of the prefill, or of its first block) that overlap almost entirely
+(Jaccard >= 0.9 per layer and KV head: a near-tie in attention scores may swap an entry or two at the budget
+boundary).
 """
 import json
 import os
