@@ -293,7 +293,11 @@ class CudaBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
-  require_cuda_device(options.device_index);
+  try {
+    require_cuda_device(options.device_index);
+  } catch (const Error& e) {
+    throw Error(std::string("device cuda: ") + e.what());  // names the flag's value, as a build without CUDA does
+  }
   return std::make_unique<CudaBackend>(options.device_index);
 }
 
