@@ -91,6 +91,19 @@ void KVCache::validate(const HeadEdit& e, int current_size, int n_layers, int n_
       role[s] = 2;
     }
   }
+  std::vector<char> value_source(current_size, 0);
+  for (const ValueMerge& m : e.value_merges) {
+    if (m.source < 0 || m.source >= current_size || role[m.source] == 1 || value_source[m.source])
+      throw Error(where(e) + ": value merge source " + std::to_string(m.source) +
+                  " is out of range, kept, or a value merge source twice");
+    value_source[m.source] = 1;
+    if (!std::isfinite(m.weight))
+      throw Error(where(e) + ": value merge weight " + std::to_string(m.weight) + " is not finite");
+    for (int32_t t : m.targets)
+      if (t < 0 || t >= current_size || t == m.source)
+        throw Error(where(e) + ": value merge of " + std::to_string(m.source) + " into " + std::to_string(t) +
+                    ": target out of range or the source itself");
+  }
   const std::size_t score_size_ok = e.scores.empty() || e.scores.size() == static_cast<std::size_t>(current_size);
   if (!score_size_ok) throw Error(where(e) + ": scores has " + std::to_string(e.scores.size()) + " values, expected " + std::to_string(current_size));
 }
@@ -112,7 +125,10 @@ void KVCache::apply(const CacheEdit& edit) {
 void KVCache::apply_head(const HeadEdit& e) {
   HeadEntries& head = at(e.layer, e.kv_head);
   const std::size_t d = head_dim_;
-  // Merges first, while source indices still refer to the old layout.
+  // Merges first, while source indices still refer to the old layout; value merges in order, then groups.
+  for (const ValueMerge& m : e.value_merges)
+    for (int32_t t : m.targets)
+      for (std::size_t j = 0; j < d; ++j) head.values[t * d + j] += m.weight * head.values[m.source * d + j];
   for (const MergeGroup& g : e.merges) {
     std::vector<float> k(d), v(d);
     const float* tk = &head.keys[g.target * d];
