@@ -28,11 +28,11 @@ struct HeadEdit {
   int kv_head = 0;
   std::vector<int32_t> keep;  // strictly increasing indices into the current entries
   std::vector<MergeGroup> merges;
-  std::vector<ValueMerge> value_merges;
   // The score the policy ranked each current entry by (empty when it has none), and a second score
   // for policies that compare two (CAOTE: the base policy's score). Recorded, never applied.
   std::vector<float> scores;
   std::vector<float> secondary_scores;
+  std::vector<ValueMerge> value_merges;
 };
 
 struct CacheEdit {

@@ -156,9 +156,9 @@ class KVMergerPolicy final : public Policy {
 
   // CAKE's protocol for KVMerger (kvscope's construction; the paper compresses the prompt only). a_j keeps
   // accumulating (Eq. 6, group mean); once a head is over its size, the entry with the least a_j outside the
-  // recent tokens is the victim. If its key is more similar than theta (Eq. 3) to an adjacent entry, the two
-  // form a merging set and Algorithm 2 merges them (pivot by Eq. 6, Gaussian weights by Eq. 7-8); otherwise
-  // the victim is evicted.
+  // recent tokens is the victim. If its key is more similar than theta (Eq. 3) to an adjacent entry (not a
+  // recent one), the two form a merging set and Algorithm 2 merges them (pivot by Eq. 6, Gaussian weights by
+  // Eq. 7-8); otherwise the victim is evicted.
   cache::CacheEdit evict_decode(const AttentionObservation& obs, cache::KVCache& cache) {
     cache::CacheEdit edit;
     const int l = obs.layer, d = cache.head_dim();
@@ -176,7 +176,7 @@ class KVMergerPolicy final : public Policy {
       int partner = -1;
       double best = config_.theta;
       for (int j : {victim - 1, victim + 1}) {
-        if (j < 0 || j >= n) continue;
+        if (j < 0 || j >= n - recent) continue;  // recent tokens stay verbatim, as in the prompt's K_c
         const double c = cosine(cache.key(l, g, victim), cache.key(l, g, j), d);
         if (c > best) best = c, partner = j;
       }

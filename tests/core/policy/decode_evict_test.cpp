@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "core/policy/registry.h"
@@ -38,6 +39,15 @@ int lowest(const std::vector<double>& score, int protect) {
   return victim;
 }
 
+// Runs `d` and hands every (layer, KV head) to `check` after every step.
+void check_every_head(PolicyDriver& d, int decode,
+                      const std::function<void(const observation::StepInfo&, int layer, int kv_head)>& check) {
+  d.run(decode, [&](const observation::StepInfo& step) {
+    for (int l = 0; l < kShape.layers; ++l)
+      for (int g = 0; g < kShape.kv_heads; ++g) check(step, l, g);
+  });
+}
+
 }  // namespace
 
 TEST_CASE("dynamickv:decode_evict evicts by the new query's pooled attention, keeping the window",
@@ -51,30 +61,27 @@ TEST_CASE("dynamickv:decode_evict evicts by the new query's pooled attention, ke
   for (auto& p : present)
     for (int j = 0; j < prompt; ++j) p.push_back(j);
   int evictions = 0;
-  d.run(decode, [&](const observation::StepInfo& step) {
+  check_every_head(d, decode, [&](const observation::StepInfo& step, int l, int g) {
     if (step.phase == observation::Phase::Prefill) return;
     const int q = step.seq_len - 1;
-    for (int l = 0; l < kShape.layers; ++l)
-      for (int g = 0; g < kShape.kv_heads; ++g) {
-        std::vector<int>& keys = present[l * kShape.kv_heads + g];
-        keys.push_back(q);
-        if (static_cast<int>(keys.size()) > budget) {
-          // Eq. 1 with the step's one query as the window: its row over every entry but the newest, avg-pooled
-          // with zero padding counted; then the last `window` entries stay and the lowest of the rest leaves.
-          const std::vector<double> row = group_row(table, l, g, q, keys);
-          const int scored = static_cast<int>(keys.size()) - 1;
-          std::vector<double> pooled(keys.size(), std::numeric_limits<double>::infinity());
-          for (int j = 0; j < scored; ++j) {
-            double sum = 0.0;
-            for (int t = j - kernel / 2; t <= j + kernel / 2; ++t)
-              if (t >= 0 && t < scored) sum += row[t];
-            pooled[j] = sum / kernel;
-          }
-          keys.erase(keys.begin() + lowest(pooled, window));
-          ++evictions;
-        }
-        REQUIRE(d.kept(l, g) == keys);
+    std::vector<int>& keys = present[l * kShape.kv_heads + g];
+    keys.push_back(q);
+    if (static_cast<int>(keys.size()) > budget) {
+      // Eq. 1 with the step's one query as the window: its row over every entry but the newest, avg-pooled
+      // with zero padding counted; then the last `window` entries stay and the lowest of the rest leaves.
+      const std::vector<double> row = group_row(table, l, g, q, keys);
+      const int scored = static_cast<int>(keys.size()) - 1;
+      std::vector<double> pooled(keys.size(), std::numeric_limits<double>::infinity());
+      for (int j = 0; j < scored; ++j) {
+        double sum = 0.0;
+        for (int t = j - kernel / 2; t <= j + kernel / 2; ++t)
+          if (t >= 0 && t < scored) sum += row[t];
+        pooled[j] = sum / kernel;
       }
+      keys.erase(keys.begin() + lowest(pooled, window));
+      ++evictions;
+    }
+    REQUIRE(d.kept(l, g) == keys);
   });
   CHECK(evictions == (prompt + decode - budget) * kShape.layers * kShape.kv_heads);
   // Without the switch decode tokens append, as the paper does.
@@ -93,29 +100,25 @@ TEST_CASE("kvmerger:decode_evict evicts the least accumulated attention outside 
   PolicyDriver d(table, *inst.policy, prompt, budget, decode);
   std::vector<std::vector<int>> present(kShape.layers * kShape.kv_heads);
   std::vector<std::vector<double>> acc(present.size());  // Eq. 6: summed group-mean attention, per present entry
-  int seen = 0;
-  d.run(decode, [&](const observation::StepInfo& step) {
-    for (int l = 0; l < kShape.layers; ++l)
-      for (int g = 0; g < kShape.kv_heads; ++g) {
-        const std::size_t i = l * kShape.kv_heads + g;
-        for (int q = seen; q < step.seq_len; ++q) {
-          present[i].push_back(q);
-          acc[i].push_back(0.0);
-        }
-        // Every query of the step attends over what is present once the step's keys are in.
-        const int from = step.phase == observation::Phase::Prefill ? 0 : step.seq_len - 1;
-        for (int q = from; q < step.seq_len; ++q) {
-          const std::vector<double> row = group_row(table, l, g, q, present[i]);
-          for (std::size_t j = 0; j < row.size(); ++j) acc[i][j] += row[j];
-        }
-        if (static_cast<int>(present[i].size()) > budget) {
-          const int victim = lowest(acc[i], 1);
-          present[i].erase(present[i].begin() + victim);
-          acc[i].erase(acc[i].begin() + victim);
-        }
-        REQUIRE(d.kept(l, g) == present[i]);
-      }
-    seen = step.seq_len;
+  std::vector<int> appended(present.size(), 0);
+  check_every_head(d, decode, [&](const observation::StepInfo& step, int l, int g) {
+    const std::size_t i = l * kShape.kv_heads + g;
+    for (; appended[i] < step.seq_len; ++appended[i]) {
+      present[i].push_back(appended[i]);
+      acc[i].push_back(0.0);
+    }
+    // Every query of the step attends over what is present once the step's keys are in.
+    const int from = step.phase == observation::Phase::Prefill ? 0 : step.seq_len - 1;
+    for (int q = from; q < step.seq_len; ++q) {
+      const std::vector<double> row = group_row(table, l, g, q, present[i]);
+      for (std::size_t j = 0; j < row.size(); ++j) acc[i][j] += row[j];
+    }
+    if (static_cast<int>(present[i].size()) > budget) {
+      const int victim = lowest(acc[i], 1);
+      present[i].erase(present[i].begin() + victim);
+      acc[i].erase(acc[i].begin() + victim);
+    }
+    REQUIRE(d.kept(l, g) == present[i]);
   });
   CHECK(inst.policy->diagnostics().settings().at("decode_evictions") ==
         std::to_string((prompt + decode - budget) * kShape.layers * kShape.kv_heads));
@@ -130,14 +133,11 @@ TEST_CASE("kvmerger:decode_evict merges a victim into a similar neighbour with A
   AttentionTable table(kShape, 32, 33);
   auto inst = make_policy("kvmerger:decode_evict=true,theta=-1");
   PolicyDriver d(table, *inst.policy, prompt, budget, decode);
-  d.run(decode, [&](const observation::StepInfo& step) {
-    for (int l = 0; l < kShape.layers; ++l)
-      for (int g = 0; g < kShape.kv_heads; ++g) {
-        REQUIRE(d.cache().size(l, g) == std::min(step.seq_len, budget));
-        int members = 0;
-        for (int32_t c : d.cache().merge_counts(l, g)) members += c;
-        REQUIRE(members == step.seq_len);  // nothing was dropped: every token lives on in some entry
-      }
+  check_every_head(d, decode, [&](const observation::StepInfo& step, int l, int g) {
+    REQUIRE(d.cache().size(l, g) == std::min(step.seq_len, budget));
+    int members = 0;
+    for (int32_t c : d.cache().merge_counts(l, g)) members += c;
+    REQUIRE(members == step.seq_len);  // nothing was dropped: every token lives on in some entry
   });
   CHECK(inst.policy->diagnostics().settings().at("decode_merges") ==
         std::to_string((prompt + decode - budget) * kShape.layers * kShape.kv_heads));
