@@ -30,6 +30,15 @@ struct RowMerge {
   std::vector<float> weights;  // 1 + sources.size() values, finite, summing to 1
 };
 
+// Adds a share of one entry's value to other entries' values, keys untouched (CaM: keys are evicted, values
+// merged): V[t] += weight * V[source] for each t in targets (distinct, none the source). Applied in list order
+// before the row merges, so a later source carries what earlier ones gave it. (cache::ValueMerge is this type.)
+struct ValueMerge {
+  int32_t source = 0;
+  std::vector<int32_t> targets;
+  float weight = 0.0f;
+};
+
 class KVStorage {
  public:
   KVStorage(int n_layers, int n_kv_heads, int head_dim, CacheType type)
@@ -54,7 +63,8 @@ class KVStorage {
   // Applies one (layer, KV head)'s edit: first every merge (indices of the old layout, computed in float32),
   // then compaction to the `keep` entries in their order. The caller (KVCache::apply) has validated the edit
   // as a whole: keep strictly increasing and in range, merge targets kept, sources not kept and not shared.
-  virtual void edit(int layer, int kv_head, std::span<const int32_t> keep, std::span<const RowMerge> merges) = 0;
+  virtual void edit(int layer, int kv_head, std::span<const int32_t> keep, std::span<const RowMerge> merges,
+                    std::span<const ValueMerge> value_merges = {}) = 0;
 
   // Copies rows [first, first + count) of the keys or values to host memory as float (f16 rows widened).
   virtual void read_rows(int layer, int kv_head, KVPart part, int first, int count, float* host_out) const = 0;

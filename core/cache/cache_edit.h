@@ -11,6 +11,9 @@ namespace kvscope::cache {
 // Indices refer to the entries before the edit; sources must not also be kept. The backend applies it
 // (kernels::RowMerge, computed in float32 whatever the cache type).
 using MergeGroup = kernels::RowMerge;
+// Adds a share of an evicted entry's value to other entries' values, keys untouched (CaM); see
+// kernels::ValueMerge. `source` must not be kept; targets are distinct and not the source.
+using ValueMerge = kernels::ValueMerge;
 
 // The edit for one (layer, KV head). Entries not in `keep` are evicted (or merged, when a source).
 struct HeadEdit {
@@ -22,6 +25,7 @@ struct HeadEdit {
   // for policies that compare two (CAOTE: the base policy's score). Recorded, never applied.
   std::vector<float> scores;
   std::vector<float> secondary_scores;
+  std::vector<ValueMerge> value_merges;
 };
 
 struct CacheEdit {

@@ -86,6 +86,22 @@ void KVCache::validate(const HeadEdit& e, int current_size, int n_layers, int n_
       role[s] = 2;
     }
   }
+  std::vector<char> value_source(current_size, 0);
+  for (const ValueMerge& m : e.value_merges) {
+    if (m.source < 0 || m.source >= current_size || role[m.source] == 1 || value_source[m.source])
+      throw Error(where(e) + ": value merge source " + std::to_string(m.source) +
+                  " is out of range, kept, or a value merge source twice");
+    value_source[m.source] = 1;
+    if (!std::isfinite(m.weight))
+      throw Error(where(e) + ": value merge weight " + std::to_string(m.weight) + " is not finite");
+    std::vector<char> target_seen(current_size, 0);
+    for (int32_t t : m.targets) {
+      if (t < 0 || t >= current_size || t == m.source || target_seen[t])
+        throw Error(where(e) + ": value merge of " + std::to_string(m.source) + " into " + std::to_string(t) +
+                    ": target out of range, the source itself, or named twice");
+      target_seen[t] = 1;
+    }
+  }
   const std::size_t score_size_ok = e.scores.empty() || e.scores.size() == static_cast<std::size_t>(current_size);
   if (!score_size_ok) throw Error(where(e) + ": scores has " + std::to_string(e.scores.size()) + " values, expected " + std::to_string(current_size));
 }
@@ -112,7 +128,7 @@ void KVCache::apply_head(const HeadEdit& e) {
       head.merge_counts[g.target] += head.merge_counts[src];
       head.scores[g.target] += head.scores[src];
     }
-  storage_->edit(e.layer, e.kv_head, e.keep, e.merges);
+  storage_->edit(e.layer, e.kv_head, e.keep, e.merges, e.value_merges);
   std::size_t out = 0;
   for (int32_t i : e.keep) {
     head.merge_counts[out] = head.merge_counts[i];

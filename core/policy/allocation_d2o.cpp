@@ -19,7 +19,9 @@ AllocNorm parse_variance_norm(const std::string& name) {
   if (name == "zscore") return AllocNorm::ZScore;
   if (name == "reciprocal") return AllocNorm::Reciprocal;
   if (name == "uniform") return AllocNorm::Uniform;
-  throw UsageError("d2o variance_norm '" + name + "': expected relative, raw, per_n, zscore, reciprocal or uniform");
+  if (name == "exp_decay") return AllocNorm::ExpDecay;
+  throw UsageError("d2o variance_norm '" + name +
+                   "': expected relative, raw, per_n, zscore, reciprocal, uniform or exp_decay");
 }
 
 VarianceMode parse_variance_mode(const std::string& name) {
@@ -63,6 +65,12 @@ std::vector<double> layer_shares(const std::vector<double>& variances, AllocNorm
   const std::size_t L = variances.size();
   if (L == 0) return {};
   if (norm == AllocNorm::Uniform) return std::vector<double>(L, 1.0 / static_cast<double>(L));  // "w.o. layer op"
+  if (norm == AllocNorm::ExpDecay) {
+    // Table 4 (3): alpha_l = exp(-F_v^l), the literal F_v, no normalisation across layers.
+    std::vector<double> w(L);
+    for (std::size_t l = 0; l < L; ++l) w[l] = std::exp(-variances[l] / temperature);
+    return w;
+  }
   if (norm == AllocNorm::Reciprocal) {
     // Table 4's reciprocal variant; a zero variance (perfectly uniform columns) would take everything,
     // so it is floored at a tiny positive number.
@@ -110,14 +118,29 @@ std::vector<int> layer_budgets_from_shares(const std::vector<double>& shares, in
   return out;
 }
 
+std::vector<int> layer_budgets_from_factors(const std::vector<double>& factors, int average_budget, int seq_len,
+                                            int min_layer_tokens, int reserved) {
+  const int cap = std::max(seq_len, 1);
+  const int average = std::clamp(average_budget, 1, cap);
+  const int r = reserved < average ? std::max(reserved, 0) : 0;
+  const int floor_each = std::clamp(std::min(min_layer_tokens, average) - r, r > 0 ? 0 : 1, average - r);
+  std::vector<int> out;
+  for (double f : factors)
+    out.push_back(r + std::clamp(static_cast<int>(std::lround((average - r) * f)), floor_each, cap - r));
+  return out;
+}
+
 std::vector<ParamSpec> allocation_params() {
   return {
-      ParamSpec::choice("variance_norm", "relative", {"relative", "raw", "per_n", "zscore", "reciprocal", "uniform"},
+      ParamSpec::choice("variance_norm", "relative",
+                        {"relative", "raw", "per_n", "zscore", "reciprocal", "uniform", "exp_decay"},
                         "eq. 5 input: F_v/mean_l F_v (default, spec A6-2), literal F_v, F_v/(n-1), z-score, "
-                        "reciprocal 1/F_v (Table 4) or uniform (Table 6 'w.o. layer op')"),
+                        "reciprocal 1/F_v (Table 4), uniform (Table 6 'w.o. layer op') or exp_decay: Table 4's "
+                        "exponential decay, b_l = b * exp(-F_v^l / T), not normalised, so the total falls below L*b"),
       ParamSpec::real("variance_temperature", 1.0, 1e-3, 1e3, "softmax temperature on the normalised F_v of eq. 5"),
-      ParamSpec::choice("variance_heads", "head_mean", {"head_mean", "per_head"},
-                        "eq. 4 over heads: variance of the head-mean column sums (Fig. 1) or mean of per-head variances"),
+      ParamSpec::choice(
+          "variance_heads", "head_mean", {"head_mean", "per_head"},
+          "eq. 4 over heads: variance of the head-mean column sums (Fig. 1) or mean of per-head variances"),
       ParamSpec::integer("min_layer_tokens", 12, 1, 1 << 20,
                          "floor on S_l (alpha_min * n >= T + 8, spec A6-2); excess is water-filled to other layers"),
   };
@@ -140,11 +163,19 @@ observation::ObservationRequest D2OAllocation::request(int) const {
 
 void D2OAllocation::observe(const observation::AttentionObservation& obs) {
   // Layer 0 starts a new prefill pass (a new run, or the next prefill block whose view supersedes).
-  if (obs.layer == 0) variances_.clear();
+  if (obs.layer == 0) reset();
   if (obs.layer != static_cast<int>(variances_.size()))
     throw Error("d2o allocation: observed layer " + std::to_string(obs.layer) + ", expected layer " +
                 std::to_string(variances_.size()) + " (layers must be observed in order, once per prefill)");
   variances_.push_back(column_sum_variance(obs.column_sums, settings_.variance));
+  const int group = obs.n_kv_heads > 0 ? obs.n_heads / obs.n_kv_heads : 1;
+  std::vector<double> per_kv_head;
+  for (int g = 0; g < obs.n_kv_heads; ++g) {
+    const std::vector<std::vector<float>> heads(obs.column_sums.begin() + g * group,
+                                                obs.column_sums.begin() + (g + 1) * group);
+    per_kv_head.push_back(column_sum_variance(heads, settings_.variance));
+  }
+  head_variances_.push_back(std::move(per_kv_head));
 }
 
 std::vector<int> D2OAllocation::budgets(int n_layers, int average_budget, int seq_len) {
@@ -152,13 +183,46 @@ std::vector<int> D2OAllocation::budgets(int n_layers, int average_budget, int se
     throw Error("d2o allocation: " + std::to_string(variances_.size()) + " layers observed, expected " +
                 std::to_string(n_layers));
   shares_ = layer_shares(variances_, settings_.norm, settings_.temperature, seq_len);
+  if (settings_.norm == AllocNorm::ExpDecay)
+    return layer_budgets_from_factors(shares_, average_budget, seq_len, settings_.min_layer_tokens, reserved_);
   return layer_budgets_from_shares(shares_, average_budget, seq_len, settings_.min_layer_tokens, reserved_);
+}
+
+std::vector<std::vector<int>> D2OAllocation::head_budgets(int n_layers, int average_budget, int seq_len) {
+  if (static_cast<int>(head_variances_.size()) != n_layers)
+    throw Error("d2o allocation: " + std::to_string(head_variances_.size()) + " layers observed, expected " +
+                std::to_string(n_layers));
+  // Eq. 17 spreads S_total = rho * L * H * S over every (layer, head) at once: the same arithmetic as the
+  // layer level with L * H entries in place of L.
+  std::vector<double> flat;
+  for (const auto& layer : head_variances_) flat.insert(flat.end(), layer.begin(), layer.end());
+  shares_ = layer_shares(flat, settings_.norm, settings_.temperature, seq_len);
+  const std::vector<int> budgets =
+      settings_.norm == AllocNorm::ExpDecay
+          ? layer_budgets_from_factors(shares_, average_budget, seq_len, settings_.min_layer_tokens, reserved_)
+          : layer_budgets_from_shares(shares_, average_budget, seq_len, settings_.min_layer_tokens, reserved_);
+  std::vector<std::vector<int>> out(n_layers);
+  std::size_t i = 0;
+  for (int l = 0; l < n_layers; ++l)
+    for (std::size_t g = 0; g < head_variances_[l].size(); ++g) out[l].push_back(budgets[i++]);
+  return out;
 }
 
 void D2OAllocation::publish(Diagnostics& out) const {
   const int L = static_cast<int>(variances_.size());
   out.set("layer_variance", Series{variances_, {L}, {"layer"}, "D2O eq. 4: F_v^l, variance of the prompt attention-column sums"});
-  out.set("layer_share", Series{shares_, {L}, {"layer"}, "D2O eq. 5: softmax share alpha_l / (L * rho) after variance_norm"});
+  if (static_cast<int>(shares_.size()) == L)
+    out.set("layer_share",
+            Series{shares_, {L}, {"layer"}, "D2O eq. 5: softmax share alpha_l / (L * rho) after variance_norm"});
+  else if (L > 0)
+    out.set("head_share", Series{shares_,
+                                 {L, static_cast<int>(shares_.size()) / L},
+                                 {"layer", "kv_head"},
+                                 "D2O App. A.9 eq. 17: share alpha_l^h of every (layer, KV head) after variance_norm"});
+  if (settings_.norm == AllocNorm::ExpDecay)
+    out.warn(
+        "d2o allocation: variance_norm=exp_decay (Table 4) gives each layer b * exp(-F_v), not a share of "
+        "L * b: the cache holds less than the budget (see the run's layer budgets)");
 }
 
 }  // namespace kvscope::policy::d2o

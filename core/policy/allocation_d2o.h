@@ -11,7 +11,8 @@ namespace kvscope::policy::d2o {
 
 // How F_v enters the softmax of eq. 5. The literal exp(-F_v) degenerates because F_v grows with the
 // prompt length (spec A6-2), hence the scale-free alternatives; `relative` is the default.
-enum class AllocNorm { Relative, Raw, PerN, ZScore, Reciprocal, Uniform };
+// `ExpDecay` is Table 4's third strategy, alpha_l = exp(-F_v^l): not a share, so the total is not kept.
+enum class AllocNorm { Relative, Raw, PerN, ZScore, Reciprocal, Uniform, ExpDecay };
 AllocNorm parse_variance_norm(const std::string& name);
 
 // Eq. 4 leaves the head index out: `head_mean` takes the variance of the head-mean column sums (Fig. 1
@@ -24,7 +25,7 @@ VarianceMode parse_variance_mode(const std::string& name);
 // per-head variance because a head mean over different columns means nothing.
 double column_sum_variance(const std::vector<std::vector<float>>& column_sums, VarianceMode mode);
 
-// The normalised weights alpha_l / (L * rho) of eq. 5 (they sum to 1).
+// The normalised weights alpha_l / (L * rho) of eq. 5 (they sum to 1); for ExpDecay, exp(-F_v^l / T) itself.
 std::vector<double> layer_shares(const std::vector<double>& variances, AllocNorm norm, double temperature, int seq_len);
 
 struct AllocationSettings {
@@ -44,6 +45,12 @@ AllocationSettings allocation_settings(const PolicyParams& params);
 std::vector<int> layer_budgets_from_shares(const std::vector<double>& shares, int average_budget, int seq_len,
                                            int min_layer_tokens, int reserved = 0);
 
+// Table 4's exponential decay, alpha_l = rho * exp(-F_v^l) (see docs/policies.md for the rho): each budget
+// above `reserved` is round((average - reserved) * factor_l), clamped to the same floor and cap as above. The
+// budgets sum to at most L * average; every layer keeps at most the uniform budget.
+std::vector<int> layer_budgets_from_factors(const std::vector<double>& factors, int average_budget, int seq_len,
+                                            int min_layer_tokens, int reserved = 0);
+
 class D2OAllocation final : public LayerAllocation {
  public:
   explicit D2OAllocation(AllocationSettings settings) : settings_(settings) {}
@@ -53,15 +60,24 @@ class D2OAllocation final : public LayerAllocation {
   std::vector<int> budgets(int n_layers, int average_budget, int seq_len) override;
   void publish(Diagnostics& out) const override;
 
-  void reset() { variances_.clear(); shares_.clear(); }
+  // D2O App. A.9, Eq. 17: one budget per (layer, KV head), from the softmax over every head's F_v^{l,h}
+  // (Eq. 20), summing to L * H * average. [layer][kv_head]
+  std::vector<std::vector<int>> head_budgets(int n_layers, int average_budget, int seq_len);
+
+  void reset() {
+    variances_.clear();
+    head_variances_.clear();
+    shares_.clear();
+  }
   // What the last budgets() call was based on, for diagnostics.
   const std::vector<double>& variances() const { return variances_; }
   const std::vector<double>& shares() const { return shares_; }
 
  private:
   AllocationSettings settings_;
-  std::vector<double> variances_;  // F_v^l in layer order
-  std::vector<double> shares_;
+  std::vector<double> variances_;                    // F_v^l in layer order
+  std::vector<std::vector<double>> head_variances_;  // F_v^{l,h} per KV head (Eq. 20 over its query heads)
+  std::vector<double> shares_;                       // per layer, or per (layer, KV head) after head_budgets
 };
 
 }  // namespace kvscope::policy::d2o

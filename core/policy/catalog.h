@@ -17,5 +17,6 @@ PolicyInfo dynamickv_policy_info();
 PolicyInfo caote_policy_info();
 PolicyInfo kvmerger_policy_info();
 PolicyInfo cake_policy_info();
+PolicyInfo cam_policy_info();
 
 }  // namespace kvscope::policy

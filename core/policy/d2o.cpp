@@ -33,13 +33,16 @@ struct D2OSettings {
   MergeMode merge = MergeMode::Weighted;
   bool value_similarity = false;
   bool add_merged_scores = false;
+  bool per_head = false;  // App. A.9: budgets per (layer, KV head) instead of per layer
   d2o::AllocationSettings allocation;
 };
 
 std::vector<ParamSpec> d2o_params() {
   std::vector<ParamSpec> specs = {
-      ParamSpec::integer("sinks", 4, 0, 1 << 20, "T attention-sink tokens always kept (eq. 7; T is not given, spec A6-4)"),
-      ParamSpec::real("heavy_recent_ratio", 3.0, 0.0, 1e6, "N:M, heavy hitters per recent token (Sec. 5.1, Tables 9-10: 3:1)"),
+      ParamSpec::integer("sinks", 4, 0, 1 << 20,
+                         "T attention-sink tokens always kept (eq. 7; T is not given, spec A6-4)"),
+      ParamSpec::real("heavy_recent_ratio", 3.0, 0.0, 1e6,
+                      "N:M, heavy hitters per recent token (Sec. 5.1, Tables 9-10: 3:1)"),
       ParamSpec::real("beta", 0.7, 0.0, 1.0, "EMA smoothing of the merge threshold (eq. 10; Table 11: 0.7 best)"),
       ParamSpec::choice("threshold", "ema", {"ema", "none", "fixed"},
                         "merge test: EMA threshold (eq. 10), none = merge every evicted token (Table 6 'w.o. EMA'), "
@@ -49,9 +52,13 @@ std::vector<ParamSpec> d2o_params() {
       ParamSpec::choice("merge", "weighted", {"weighted", "average", "off"},
                         "merge weights: GAT-style softmax of eq. 12, or the plain average of Table 8; off discards "
                         "every victim (the layer operation alone, Table 6; variance_norm=uniform is the other half)"),
-      ParamSpec::choice("similarity", "key", {"key", "value"}, "vectors compared by cosine in eq. 9 (Table 7: keys best)"),
+      ParamSpec::choice("similarity", "key", {"key", "value"},
+                        "vectors compared by cosine in eq. 9 (Table 7: keys best)"),
       ParamSpec::choice("merged_score", "keep", {"keep", "add"},
                         "accumulated attention of a merge target: unchanged (spec A6-8) or plus its sources'"),
+      ParamSpec::choice("allocation_level", "layer", {"layer", "head"},
+                        "layer level: one budget per layer (eq. 5, the paper's experiments), or per (layer, KV head) "
+                        "from every head's own F_v (App. A.9, eqs. 17 and 20), summing to L * H * b"),
   };
   // The layer-level operation is the d2o allocation's; a doc of its own lists these under the policy too.
   for (auto& spec : d2o::allocation_params()) {
@@ -73,6 +80,7 @@ D2OSettings d2o_settings(const PolicyParams& p) {
   s.merge = merge == "average" ? MergeMode::Average : merge == "off" ? MergeMode::Off : MergeMode::Weighted;
   s.value_similarity = p.get_choice("similarity") == "value";
   s.add_merged_scores = p.get_choice("merged_score") == "add";
+  s.per_head = p.get_choice("allocation_level") == "head";
   s.allocation = d2o::allocation_settings(p);
   return s;
 }
@@ -183,7 +191,7 @@ class D2OPolicy final : public Policy {
     cache::CacheEdit edit;
     if (!allocated_) return edit;
     for (int g = 0; g < kv_heads_; ++g) {
-      if (cache.size(layer, g) <= capacity_[layer]) continue;
+      if (cache.size(layer, g) <= capacity(layer, g)) continue;
       HeadOutcome outcome = evict(layer, g, cache, /*prompt_pass=*/false);
       step_merged_[layer] += outcome.merged;
       step_discarded_[layer] += outcome.discarded;
@@ -204,16 +212,31 @@ class D2OPolicy final : public Policy {
     return edit;
   }
 
-  int expected_length(int layer, int, const StepInfo& step) const override {
+  int expected_length(int layer, int kv_head, const StepInfo& step) const override {
     if (!allocated_) return -1;
-    return std::min(step.seq_len, capacity_[layer]);
+    return std::min(step.seq_len, capacity(layer, kv_head));
   }
 
+  // Per layer; with allocation_level=head, the mean of the layer's heads rounded down (the record keeps
+  // every head's in `head_capacity`).
   std::vector<int> layer_budgets() const override {
-    return allocated_ ? capacity_ : std::vector<int>(layers_, budget_);
+    if (!allocated_) return std::vector<int>(layers_, budget_);
+    std::vector<int> out(layers_, 0);
+    for (int l = 0; l < layers_; ++l) {
+      for (int g = 0; g < kv_heads_; ++g) out[l] += capacity(l, g);
+      out[l] /= kv_heads_;
+    }
+    return out;
   }
 
  private:
+  int capacity(int layer, int kv_head) const {
+    return capacity_[static_cast<std::size_t>(layer) * kv_heads_ + kv_head];
+  }
+  const Split& split(int layer, int kv_head) const {
+    return splits_[static_cast<std::size_t>(layer) * kv_heads_ + kv_head];
+  }
+
   // Eq. 6: AttnScore accumulates each key's attention, summed over the query heads sharing its KV head
   // (spec A6-5), in the cache's per-entry score slot.
   void accumulate_scores(const AttentionObservation& obs, cache::KVCache& cache) const {
@@ -230,25 +253,35 @@ class D2OPolicy final : public Policy {
   void allocate(int seq_len) {
     // Eq. 5 with S = n: the prompt's share of each layer. A budget beyond the prompt cannot be spent on
     // the prompt; it becomes decode headroom, the same for every layer, so the average stays the budget.
-    prompt_budgets_ = allocation_.budgets(layers_, std::min(budget_, seq_len), seq_len);
+    const int prompt_budget = std::min(budget_, seq_len);
+    prompt_budgets_ = allocation_.budgets(layers_, prompt_budget, seq_len);
+    std::vector<std::vector<int>> per_head;
+    if (settings_.per_head) per_head = allocation_.head_budgets(layers_, prompt_budget, seq_len);
     const int headroom = std::max(0, budget_ - seq_len);
-    capacity_.resize(layers_);
-    splits_.resize(layers_);
-    for (int l = 0; l < layers_; ++l) {
-      capacity_[l] = prompt_budgets_[l] + headroom;
-      splits_[l] = split_capacity(capacity_[l], settings_);
-    }
+    capacity_.resize(static_cast<std::size_t>(layers_) * kv_heads_);
+    splits_.resize(capacity_.size());
+    for (int l = 0; l < layers_; ++l)
+      for (int g = 0; g < kv_heads_; ++g) {
+        const std::size_t i = static_cast<std::size_t>(l) * kv_heads_ + g;
+        capacity_[i] = (settings_.per_head ? per_head[l][g] : prompt_budgets_[l]) + headroom;
+        splits_[i] = split_capacity(capacity_[i], settings_);
+      }
     allocated_ = true;
 
-    const std::vector<double>& shares = allocation_.shares();
-    const double rho = static_cast<double>(std::min(budget_, seq_len)) / seq_len;
-    std::vector<double> alpha_raw(layers_), alpha(layers_), split_values;
+    const std::vector<double> shares = allocation_.shares();
+    const double rho = static_cast<double>(prompt_budget) / seq_len;
+    const bool exp_decay = settings_.allocation.norm == d2o::AllocNorm::ExpDecay;
+    std::vector<double> alpha_raw(layers_), alpha(layers_), split_values, head_capacity;
     for (int l = 0; l < layers_; ++l) {
-      alpha_raw[l] = layers_ * rho * shares[l];
+      // Eq. 5, or Table 4's exponential decay rho * exp(-F_v) (no L: not a share).
+      alpha_raw[l] = settings_.per_head ? kNaN : (exp_decay ? 1 : layers_) * rho * shares[l];
       alpha[l] = static_cast<double>(prompt_budgets_[l]) / seq_len;
-      split_values.insert(split_values.end(), {static_cast<double>(splits_[l].sinks),
-                                               static_cast<double>(splits_[l].heavy),
-                                               static_cast<double>(splits_[l].recent)});
+      for (int g = 0; g < kv_heads_; ++g) {
+        const Split& s = split(l, g);
+        head_capacity.push_back(capacity(l, g));
+        if (g == 0 || settings_.per_head)
+          split_values.insert(split_values.end(), {double(s.sinks), double(s.heavy), double(s.recent)});
+      }
     }
     auto per_layer = [&](std::vector<double> v, const std::string& description) {
       return Series{std::move(v), {layers_}, {"layer"}, description};
@@ -258,17 +291,38 @@ class D2OPolicy final : public Policy {
     diagnostics_.set("alpha", per_layer(alpha, "alpha_l = S_l / n after clamping and water-filling (spec A6-2/3)"));
     diagnostics_.set("prompt_budget", per_layer(std::vector<double>(prompt_budgets_.begin(), prompt_budgets_.end()),
                                                 "S_l = alpha_l * n (eq. 5), tokens per KV head"));
-    diagnostics_.set("capacity", per_layer(std::vector<double>(capacity_.begin(), capacity_.end()),
-                                           "cache size held during decoding: S_l plus max(0, budget - n)"));
-    diagnostics_.set("token_split", Series{split_values, {layers_, 3}, {"layer", "part"},
-                                           "T sinks, N heavy hitters, M recent tokens of the capacity (eq. 7)"});
-    report_layer_budgets(prompt_budgets_, seq_len, std::min(budget_, seq_len), 0, "policy 'd2o'", diagnostics_);
+    const std::vector<int> held = layer_budgets();
+    diagnostics_.set("capacity", per_layer(std::vector<double>(held.begin(), held.end()),
+                                           "cache size held during decoding: S_l plus max(0, budget - n) (per-head "
+                                           "allocation: the mean of the layer's heads, rounded down)"));
+    diagnostics_.set("head_capacity", Series{head_capacity,
+                                             {layers_, kv_heads_},
+                                             {"layer", "kv_head"},
+                                             "cache size each (layer, KV head) holds during decoding (App. A.9 with "
+                                             "allocation_level=head; otherwise the layer's)"});
+    if (settings_.per_head)
+      diagnostics_.set("token_split",
+                       Series{split_values,
+                              {layers_, kv_heads_, 3},
+                              {"layer", "kv_head", "part"},
+                              "T sinks, N heavy hitters, M recent tokens of each head's capacity (eq. 7)"});
+    else
+      diagnostics_.set("token_split", Series{split_values,
+                                             {layers_, 3},
+                                             {"layer", "part"},
+                                             "T sinks, N heavy hitters, M recent tokens of the capacity (eq. 7)"});
+    diagnostics_.set_setting("allocation_level", settings_.per_head ? "\"head\"" : "\"layer\"");
+    long total = 0;
+    for (int c : capacity_) total += c;
+    diagnostics_.set_setting("allocated_tokens", std::to_string(total));
+    report_layer_budgets(settings_.per_head ? held : prompt_budgets_, seq_len, prompt_budget, 0, "policy 'd2o'",
+                         diagnostics_);
   }
 
   cache::CacheEdit evict_prompt(cache::KVCache& cache) {
     const int pairs = layers_ * kv_heads_;
     std::vector<char> evicts(pairs, 0);
-    for (int p = 0; p < pairs; ++p) evicts[p] = cache.size(p / kv_heads_, p % kv_heads_) > capacity_[p / kv_heads_];
+    for (int p = 0; p < pairs; ++p) evicts[p] = cache.size(p / kv_heads_, p % kv_heads_) > capacity_[p];
     // The n_e x n_c similarity of eq. 9 is the costly part of D2O. Heads are independent (their own
     // scores, keys and threshold), so they run in parallel, each calling single-threaded BLAS as the
     // engine's kernels do.
@@ -290,12 +344,12 @@ class D2OPolicy final : public Policy {
   HeadOutcome evict(int layer, int kv_head, cache::KVCache& cache, bool prompt_pass) {
     const int n = cache.size(layer, kv_head);
     const int d = cache.head_dim();
-    const Split split = splits_[layer];
+    const Split split = this->split(layer, kv_head);
     std::span<float> cache_scores = cache.mutable_scores(layer, kv_head);
     std::vector<float> scores(cache_scores.begin(), cache_scores.end());
 
     // Eqs. 7-8: K_c = [K[:T], K[TopN(AttnScore[T:-M])], K[-M:]]; the rest is the eviction set K_e.
-    std::vector<int32_t> keep = keep_top_scores(scores, capacity_[layer], split.sinks, split.recent);
+    std::vector<int32_t> keep = keep_top_scores(scores, capacity(layer, kv_head), split.sinks, split.recent);
     std::vector<char> kept(n, 0);
     for (int32_t i : keep) kept[i] = 1;
     std::vector<int32_t> evicted;
@@ -406,8 +460,8 @@ class D2OPolicy final : public Policy {
   int layers_ = 0, kv_heads_ = 0, group_ = 1, budget_ = 0;
   bool allocated_ = false;
   std::vector<int> prompt_budgets_;  // S_l
-  std::vector<int> capacity_;        // S_l + decode headroom
-  std::vector<Split> splits_;
+  std::vector<int> capacity_;        // [layer * kv_heads + kv_head]: S_l (or S_l^h) + decode headroom
+  std::vector<Split> splits_;        // [layer * kv_heads + kv_head]
   std::vector<Threshold> thresholds_;  // [layer * kv_heads + kv_head]
   std::vector<int> step_merged_, step_discarded_;
   std::vector<double> step_similarity_;

@@ -2,7 +2,8 @@
 // official code). During prefill each layer scores its prompt keys by the pooled attention of the last ws
 // prompt tokens (eq. 1) and keeps a buffer of its top bs = r_max * (wt - ws) keys plus the window (eqs.
 // 2-4). Every m layers a global top-k over the scores of all layers so far re-allocates the per-layer
-// budgets (eqs. 5-8) and truncates the earlier buffers, which only ever shrink. Decoding appends freely.
+// budgets (eqs. 5-8) and truncates the earlier buffers, which only ever shrink. Decoding appends freely, or
+// with decode_evict (CAKE §5's protocol) evicts one entry per step by the new query's pooled attention.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -29,20 +30,27 @@ std::vector<ParamSpec> dynamickv_params() {
   specs.push_back(ParamSpec::flag("refill", false,
                                   "give budget a shrunken buffer cannot take back to layers that still hold spare "
                                   "entries at the last update (spec B6-3 option; off = the code's behaviour)"));
+  specs.push_back(
+      ParamSpec::flag("decode_evict", false,
+                      "protocol: evict one entry per decode step so every layer stays at its budget "
+                      "(CAKE §5 runs every method so), scored by the new query's pooled attention (eq. 1 "
+                      "with a window of one row), the last `window` entries kept; false appends (the paper)"));
   return specs;
 }
 
 class DynamicKVPolicy final : public Policy {
  public:
   explicit DynamicKVPolicy(const PolicyParams& params)
-      : settings_(dynamickv::score_settings(params)), interval_(params.get_int("interval")),
-        refill_(params.get_bool("refill")) {}
+      : settings_(dynamickv::score_settings(params)),
+        interval_(params.get_int("interval")),
+        refill_(params.get_bool("refill")),
+        decode_evict_(params.get_bool("decode_evict")) {}
 
   std::string name() const override { return "dynamickv"; }
 
   ObservationRequest request(int, Phase phase) const override {
     ObservationRequest r;
-    if (phase != Phase::Prefill || !compress_) return r;
+    if (phase == Phase::Prefill ? !compress_ : !decode_evict_) return r;
     r.window = std::max(window_, 1);
     r.window_rows = true;
     return r;
@@ -65,6 +73,7 @@ class DynamicKVPolicy final : public Policy {
     lengths_.assign(layers_, 0);
     seen_ = 0;
     diagnostics_ = Diagnostics{};
+    diagnostics_.set_setting("decode_evict", decode_evict_ ? "true" : "false");
     diagnostics_.set("sizes", Series{{double(wt), double(window_), double(base_), double(buffer_)},
                                      {4},
                                      {"quantity"},
@@ -73,7 +82,8 @@ class DynamicKVPolicy final : public Policy {
   }
 
   cache::CacheEdit after_layer(const AttentionObservation& obs, cache::KVCache& cache) override {
-    if (!compress_ || obs.phase != Phase::Prefill) return {};
+    if (obs.phase == Phase::Decode) return decode_evict_ ? evict_decode(obs, cache) : cache::CacheEdit{};
+    if (!compress_) return {};
     const int layer = obs.layer;
     if (layer != seen_) throw Error("dynamickv: saw layer " + std::to_string(layer) + ", expected " + std::to_string(seen_));
     for (int g = 0; g < kv_heads_; ++g)
@@ -101,19 +111,38 @@ class DynamicKVPolicy final : public Policy {
   cache::CacheEdit after_step(const StepInfo&, cache::KVCache&) override { return {}; }
 
   int expected_length(int layer, int, const StepInfo& step) const override {
-    if (!compress_) return step.seq_len;
-    if (seen_ < layers_) return -1;
-    return lengths_[layer] + window_ + (step.seq_len - prompt_length_);
+    if (compress_ && seen_ < layers_) return -1;
+    const int held = compress_ ? lengths_[layer] + window_ + (step.seq_len - prompt_length_) : step.seq_len;
+    return decode_evict_ ? std::min(held, layer_budget(layer)) : held;
   }
 
   std::vector<int> layer_budgets() const override {
-    std::vector<int> out(layers_, prompt_length_);
-    if (compress_)
-      for (int l = 0; l < layers_; ++l) out[l] = lengths_[l] + window_;
+    std::vector<int> out(layers_);
+    for (int l = 0; l < layers_; ++l) out[l] = compress_ ? layer_budget(l) : prompt_length_;
     return out;
   }
 
  private:
+  // What a layer holds after the prompt: its buffer plus the window, or the average budget wt when the
+  // prompt fitted it (decode eviction then lets the cache grow to wt and holds it there).
+  int layer_budget(int layer) const { return compress_ ? lengths_[layer] + window_ : base_ + window_; }
+
+  // CAKE's protocol for DynamicKV (not in the paper, which appends): each decode step scores the entries
+  // by eq. 1 with the step's one query as the window, pooled over every entry but the newest, keeps the
+  // last `window` entries and evicts the lowest down to the layer's budget.
+  cache::CacheEdit evict_decode(const AttentionObservation& obs, cache::KVCache& cache) const {
+    cache::CacheEdit edit;
+    const int budget = layer_budget(obs.layer);
+    for (int g = 0; g < kv_heads_; ++g) {
+      if (cache.size(obs.layer, g) <= budget) continue;
+      std::vector<float> s = dynamickv::window_scores(obs, g, 1, settings_.kernel, settings_.pooling, settings_.reduce);
+      s.push_back(std::numeric_limits<float>::infinity());  // the newest entry, kept as part of the window
+      std::vector<int32_t> keep = keep_top_scores(s, budget, 0, window_);
+      edit.heads.push_back(keep_edit(obs.layer, g, std::move(keep), std::move(s)));
+    }
+    return edit;
+  }
+
   // Alg. 1 Update_Buffer_Length over layers 0..layer, then lines 27-29: every buffer is cut to its budget.
   void update(int layer) {
     const int seen = layer + 1;
@@ -200,6 +229,7 @@ class DynamicKVPolicy final : public Policy {
   dynamickv::ScoreSettings settings_;
   int interval_ = 4;
   bool refill_ = false;
+  bool decode_evict_ = false;
   int layers_ = 0, kv_heads_ = 0, prompt_length_ = 0;
   bool compress_ = false;
   int window_ = 0, base_ = 0, scored_ = 0, buffer_ = 0;

@@ -5,7 +5,8 @@
 // threshold and lets the size follow (`mode=threshold`); `mode=budget` (the default) meets the run's token
 // budget exactly, as every other policy does, with the paper's threshold (evicting the sets with the least
 // attention when they do not fit) or, with `theta_search=bisect`, the threshold searched per head.
-// The recent / heavy-hitter split follows the budget (kvmerger_split.h).
+// The recent / heavy-hitter split follows the budget (kvmerger_split.h). Decode tokens append (the paper), or
+// with decode_evict (CAKE §5's protocol) one entry per step leaves by Algorithm 2 applied to a pair.
 // See docs/policies.md, "kvmerger".
 #include <algorithm>
 #include <cmath>
@@ -38,6 +39,7 @@ struct MergerConfig {
   double sigma = 1.0;         // for SigmaMode::Fixed
   bool split_at_gaps = true;  // run Algorithm 1 on each stretch of consecutive positions
   bool anchor_latest = true;  // compare with the set's anchor (Algorithm 1) or with the adjacent key
+  bool decode_evict = false;  // CAKE's protocol: hold every head at its post-prefill size while decoding
 };
 
 // Bisection steps for the budget-mode threshold: 2^-40 of the cosine range is far below any gap
@@ -77,8 +79,9 @@ class KVMergerPolicy final : public Policy {
 
   ObservationRequest request(int, Phase phase) const override {
     ObservationRequest r;
-    // Eq. 6: a_i sums the attention map of the whole prompt, so one exact prefill pass supplies it.
-    r.column_sums = phase == Phase::Prefill;
+    // Eq. 6: a_i sums the attention map of the whole prompt, so one exact prefill pass supplies it; decode
+    // eviction keeps accumulating it, as H2O does.
+    r.column_sums = phase == Phase::Prefill || config_.decode_evict;
     return r;
   }
 
@@ -95,14 +98,20 @@ class KVMergerPolicy final : public Policy {
     recent_tokens_ = heavy_tokens_ = 0;
     seq_len_ = 0;
     set_count_ = 0;
+    decode_merges_ = decode_evictions_ = 0;
     diagnostics_ = Diagnostics();
+    diagnostics_.set_setting("decode_evict", config_.decode_evict ? "true" : "false");
   }
 
   cache::CacheEdit after_layer(const AttentionObservation& obs, cache::KVCache& cache) override {
     cache::CacheEdit edit;
-    if (obs.phase != Phase::Prefill) return edit;  // decode tokens append (digest §2.3, "when it runs")
+    // Decode tokens append (digest §2.3, "when it runs") unless decode_evict.
+    if (obs.phase != Phase::Prefill) return config_.decode_evict ? evict_decode(obs, cache) : edit;
     for (int g = 0; g < kv_heads_; ++g) {
       cache::HeadEdit head = merge_head(obs, cache, g);
+      // Eq. 6's a_j travels with its entry (a merged entry adds up its members') for decode eviction.
+      if (config_.decode_evict)
+        std::copy(head.scores.begin(), head.scores.end(), cache.mutable_scores(obs.layer, g).begin());
       kept_after_prefill_[static_cast<std::size_t>(obs.layer) * kv_heads_ + g] = static_cast<int>(head.keep.size());
       if (static_cast<int>(head.keep.size()) < obs.n_keys[g]) edit.heads.push_back(std::move(head));
     }
@@ -112,10 +121,15 @@ class KVMergerPolicy final : public Policy {
   cache::CacheEdit after_step(const StepInfo& step, cache::KVCache&) override {
     seq_len_ = step.seq_len;
     if (step.phase == Phase::Prefill && step.prefill_done) publish_settings();
+    if (config_.decode_evict && step.phase == Phase::Decode) {
+      diagnostics_.set_setting("decode_merges", std::to_string(decode_merges_));
+      diagnostics_.set_setting("decode_evictions", std::to_string(decode_evictions_));
+    }
     return {};
   }
 
-  int expected_length(int, int, const StepInfo& step) const override {
+  int expected_length(int layer, int kv_head, const StepInfo& step) const override {
+    if (config_.decode_evict && step.phase == Phase::Decode) return decode_target(layer, kv_head, step.seq_len);
     // The paper's threshold sets the size per head; only budget mode promises one.
     if (!config_.budget_mode) return -1;
     return std::min(prompt_, budget_) + (step.seq_len - prompt_);
@@ -128,12 +142,66 @@ class KVMergerPolicy final : public Policy {
       int most = 0;
       for (int g = 0; g < kv_heads_; ++g)
         most = std::max(most, kept_after_prefill_[static_cast<std::size_t>(l) * kv_heads_ + g]);
-      out[l] = most + generated;
+      out[l] = config_.decode_evict ? std::max(most, decode_target(l, 0, seq_len_)) : most + generated;
     }
     return out;
   }
 
  private:
+  // The size decode eviction holds a head at: the budget in budget mode (a short prompt grows to it), the
+  // size the paper's threshold left in threshold mode.
+  int decode_target(int layer, int kv_head, int seq_len) const {
+    if (config_.budget_mode) return std::min(budget_, seq_len);
+    return kept_after_prefill_[static_cast<std::size_t>(layer) * kv_heads_ + kv_head];
+  }
+
+  // CAKE's protocol for KVMerger (kvscope's construction; the paper compresses the prompt only). a_j keeps
+  // accumulating (Eq. 6, group mean); once a head is over its size, the entry with the least a_j outside the
+  // recent tokens is the victim. If its key is more similar than theta (Eq. 3) to an adjacent entry (not a
+  // recent one), the two form a merging set and Algorithm 2 merges them (pivot by Eq. 6, Gaussian weights by
+  // Eq. 7-8); otherwise the victim is evicted.
+  cache::CacheEdit evict_decode(const AttentionObservation& obs, cache::KVCache& cache) {
+    cache::CacheEdit edit;
+    const int l = obs.layer, d = cache.head_dim();
+    for (int g = 0; g < kv_heads_; ++g) {
+      std::span<float> acc = cache.mutable_scores(l, g);
+      const int n = static_cast<int>(acc.size());
+      for (int k = 0; k < group_; ++k)
+        for (int j = 0; j < n; ++j) acc[j] += obs.column_sums[g * group_ + k][j] / group_;
+      if (n <= decode_target(l, g, obs.query_positions.back() + 1)) continue;
+      // The newest entry has one row of attention; it stays even when the prompt left no recent tokens.
+      const int recent = std::clamp(recent_tokens_, 1, n - 1);
+      int victim = 0;
+      for (int j = 1; j < n - recent; ++j)
+        if (acc[j] < acc[victim]) victim = j;
+      int partner = -1;
+      double best = config_.theta;
+      for (int j : {victim - 1, victim + 1}) {
+        if (j < 0 || j >= n - recent) continue;  // recent tokens stay verbatim, as in the prompt's K_c
+        const double c = cosine(cache.key(l, g, victim), cache.key(l, g, j), d);
+        if (c > best) best = c, partner = j;
+      }
+      cache::HeadEdit head;
+      head.layer = l;
+      head.kv_head = g;
+      head.scores.assign(acc.begin(), acc.end());
+      const std::vector<double> a(acc.begin(), acc.end());
+      int kept = victim;  // the pair's pivot stays; without a partner nothing of the victim does
+      if (partner >= 0) {
+        MergeSet pair{{std::min(victim, partner), std::max(victim, partner)}};
+        kept = merge_into_pivot(pair, cache, l, g, a, head);
+        ++decode_merges_;
+      } else {
+        ++decode_evictions_;
+      }
+      const int gone = partner < 0 ? victim : (kept == victim ? partner : victim);
+      for (int j = 0; j < n; ++j)
+        if (j != gone) head.keep.push_back(j);
+      edit.heads.push_back(std::move(head));
+    }
+    return edit;
+  }
+
   // Algorithm 1 over one stretch of candidate entries `run` (ascending), walking backwards from the
   // latest key; a key joins the current set while its cosine with the set's anchor exceeds theta.
   void cluster(const std::vector<int32_t>& run, const cache::KVCache& cache, int l, int g, double theta,
@@ -478,6 +546,7 @@ class KVMergerPolicy final : public Policy {
   std::vector<double> thresholds_;  // [layer * kv_heads + head]: the threshold each head used
   int heads_without_room_ = 0, recent_tokens_ = 0, heavy_tokens_ = 0;
   long set_count_ = 0;
+  long decode_merges_ = 0, decode_evictions_ = 0;
 };
 
 }  // namespace
@@ -517,6 +586,10 @@ PolicyInfo kvmerger_policy_info() {
                         "Algorithm 1 per stretch of consecutive candidates (runs) or over K_m as one list"),
       ParamSpec::choice("anchor", "latest", {"latest", "adjacent"},
                         "compare each key with the set's anchor (Algorithm 1) or with its neighbour"),
+      ParamSpec::flag("decode_evict", false,
+                      "protocol: one entry per decode step leaves so each head keeps its post-prompt size (CAKE §5 "
+                      "runs every method so): the least Eq. 6 attention outside the recent tokens, merged into an "
+                      "adjacent entry above theta (Algorithm 2 on the pair) or evicted; false appends (the paper)"),
   };
   return {"kvmerger",
           "keeps recent and heavy-hitter tokens and merges similar neighbouring keys into pivot-weighted entries",
@@ -540,6 +613,7 @@ PolicyInfo kvmerger_policy_info() {
             c.sigma = p.get_float("sigma");
             c.split_at_gaps = p.get_choice("contiguity") == "runs";
             c.anchor_latest = p.get_choice("anchor") == "latest";
+            c.decode_evict = p.get_bool("decode_evict");
             return std::make_unique<KVMergerPolicy>(c);
           }};
 }

@@ -7,18 +7,10 @@ namespace kvscope::policy {
 
 const std::vector<PolicyInfo>& all_policies() {
   static const std::vector<PolicyInfo> policies = {
-      full_policy_info(),
-      streaming_llm_policy_info(),
-      local_window_policy_info(),
-      h2o_policy_info(),
-      tova_policy_info(),
-      snapkv_policy_info(),
-      pyramidkv_policy_info(),
-      d2o_policy_info(),
-      dynamickv_policy_info(),
-      caote_policy_info(),
-      kvmerger_policy_info(),
-      cake_policy_info(),
+      full_policy_info(),      streaming_llm_policy_info(), local_window_policy_info(), h2o_policy_info(),
+      tova_policy_info(),      snapkv_policy_info(),        pyramidkv_policy_info(),    d2o_policy_info(),
+      dynamickv_policy_info(), caote_policy_info(),         kvmerger_policy_info(),     cake_policy_info(),
+      cam_policy_info(),
   };
   return policies;
 }

@@ -131,6 +131,7 @@ void ScoredPolicy::evict_layer(int layer, cache::KVCache& cache, cache::CacheEdi
     const std::vector<float> ranking = scores.empty() ? std::vector<float>(n, 0.0f) : scores;
     edit.heads.push_back(
         keep_edit(layer, h, keep_top_scores(ranking, budget, sinks(budget), recent(budget)), std::move(scores)));
+    complete_edit(edit.heads.back(), cache);
   }
 }
 

@@ -48,6 +48,9 @@ class ScoredPolicy : public Policy {
   // Tokens of each layer's budget the allocation must leave in place (SnapKV's observation window).
   virtual int reserved() const { return 0; }
   virtual void on_begin(const RunInfo&) {}
+  // Each eviction's edit once its kept set is chosen, before the cache applies it: a scorer that merges
+  // what it evicts adds the merges here (CaM).
+  virtual void complete_edit(cache::HeadEdit& /*edit*/, const cache::KVCache& /*cache*/) {}
 
   const RunInfo& run_info() const { return run_; }
   const PolicyParams& params() const { return params_; }

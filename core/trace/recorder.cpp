@@ -448,6 +448,13 @@ void Recorder::on_edit(const cache::CacheEdit& edit, const cache::KVCache& befor
         target[src] = mg.target >= 0 && mg.target < n ? positions[mg.target] : -1;
         weight[src] = i + 1 < mg.weights.size() ? mg.weights[i + 1] : 0.0f;
       }
+    // A value-only merge (CaM) records its first target; the others follow it in position order.
+    for (const auto& vm : he.value_merges) {
+      if (vm.source < 0 || vm.source >= n || fate[vm.source] == kKept || vm.targets.empty()) continue;
+      fate[vm.source] = kMergedAway;
+      target[vm.source] = vm.targets[0] >= 0 && vm.targets[0] < n ? positions[vm.targets[0]] : -1;
+      weight[vm.source] = vm.weight;
+    }
     const bool has_scores = static_cast<int>(he.scores.size()) == n;
     const bool has_secondary = static_cast<int>(he.secondary_scores.size()) == n;
     for (int i = 0; i < n; ++i) {

@@ -96,11 +96,20 @@ void CpuKVStorage::store_row(HeadRows& head, KVPart part, std::size_t i, const f
     floats_to_half(row, d, (part == KVPart::Keys ? head.keys16.data() : head.values16.data()) + i * d);
 }
 
-void CpuKVStorage::edit(int layer, int kv_head, std::span<const int32_t> keep, std::span<const RowMerge> merges) {
+void CpuKVStorage::edit(int layer, int kv_head, std::span<const int32_t> keep, std::span<const RowMerge> merges,
+                        std::span<const ValueMerge> value_merges) {
   HeadRows& head = at(layer, kv_head);
   const std::size_t d = head_dim();
   // Merges first, while source indices still refer to the old layout; float32 whatever the storage.
   std::vector<float> row(d), merged(d);
+  for (const ValueMerge& m : value_merges) {
+    load_row(head, KVPart::Values, m.source, row.data());
+    for (int32_t t : m.targets) {
+      load_row(head, KVPart::Values, t, merged.data());
+      for (std::size_t j = 0; j < d; ++j) merged[j] += m.weight * row[j];
+      store_row(head, KVPart::Values, t, merged.data());
+    }
+  }
   for (const RowMerge& g : merges)
     for (KVPart part : {KVPart::Keys, KVPart::Values}) {
       load_row(head, part, g.target, row.data());

@@ -14,7 +14,8 @@ class CpuKVStorage final : public KVStorage {
   int size(int layer, int kv_head) const override { return static_cast<int>(at(layer, kv_head).positions.size()); }
   std::span<const int32_t> positions(int layer, int kv_head) const override { return at(layer, kv_head).positions; }
   void append(int layer, const float* k, const float* v, int n, const int32_t* positions) override;
-  void edit(int layer, int kv_head, std::span<const int32_t> keep, std::span<const RowMerge> merges) override;
+  void edit(int layer, int kv_head, std::span<const int32_t> keep, std::span<const RowMerge> merges,
+            std::span<const ValueMerge> value_merges) override;
   void read_rows(int layer, int kv_head, KVPart part, int first, int count, float* host_out) const override;
   const float* host_f32_rows(int layer, int kv_head, KVPart part) const override;
   std::size_t layer_bytes(int layer) const override;

@@ -117,12 +117,28 @@ void CudaKVStorage::append(int layer_index, const float* k, const float* v, int 
   upload_lengths(layer);
 }
 
-void CudaKVStorage::edit(int layer_index, int kv_head, std::span<const int32_t> keep,
-                         std::span<const RowMerge> merges) {
+void CudaKVStorage::edit(int layer_index, int kv_head, std::span<const int32_t> keep, std::span<const RowMerge> merges,
+                         std::span<const ValueMerge> value_merges) {
   Layer& layer = checked(layer_index, kv_head, "edit");
   const int d = head_dim();
   float* keys = layer.keys.data() + static_cast<std::size_t>(kv_head) * layer.capacity * d;
   float* values = layer.values.data() + static_cast<std::size_t>(kv_head) * layer.capacity * d;
+  // A value merge is one merge group per target, V[t] = 1 * V[t] + w * V[source], on the values only. Its
+  // targets are distinct, so one launch per value merge keeps the list order the CPU applies.
+  for (const ValueMerge& m : value_merges) {
+    std::vector<int32_t> offsets{0}, members;
+    std::vector<float> weights;
+    for (int32_t t : m.targets) {
+      members.insert(members.end(), {t, m.source});
+      weights.insert(weights.end(), {1.0f, m.weight});
+      offsets.push_back(static_cast<int32_t>(members.size()));
+    }
+    upload_into(edit_offsets_, offsets, stream_);
+    upload_into(edit_members_, members, stream_);
+    upload_into(edit_weights_, weights, stream_);
+    merge_rows(values, d, {edit_offsets_.data(), edit_members_.data(), edit_weights_.data(),
+                           static_cast<int>(m.targets.size())}, stream_);
+  }
   if (!merges.empty()) {
     std::vector<int32_t> offsets{0}, members;
     std::vector<float> weights;

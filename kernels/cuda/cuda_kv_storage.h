@@ -21,7 +21,8 @@ class CudaKVStorage final : public KVStorage {
   int size(int layer, int kv_head) const override;
   std::span<const int32_t> positions(int layer, int kv_head) const override;
   void append(int layer, const float* k, const float* v, int n, const int32_t* positions) override;
-  void edit(int layer, int kv_head, std::span<const int32_t> keep, std::span<const RowMerge> merges) override;
+  void edit(int layer, int kv_head, std::span<const int32_t> keep, std::span<const RowMerge> merges,
+            std::span<const ValueMerge> value_merges) override;
   void read_rows(int layer, int kv_head, KVPart part, int first, int count, float* host_out) const override;
   std::size_t layer_bytes(int layer) const override;
 

@@ -61,6 +61,36 @@ TEST_CASE("a merge folds sources into the target with the given weights") {
   REQUIRE(c.positions(0, 0)[1] == 2);
 }
 
+TEST_CASE("a value merge adds shares of a dropped value in order and leaves every key alone") {
+  auto c = filled(5);
+  cache::HeadEdit h;
+  h.keep = {0, 3, 4};
+  // 1 gives half its value to 2 and 3; then 2 (carrying 1's half) gives all of it to 4.
+  h.value_merges = {{1, {2, 3}, 0.5f}, {2, {4}, 1.0f}};
+  c.apply(edit_of(h));
+  REQUIRE(c.size(0, 0) == 3);
+  // By hand: v1 = (-1, 101), v2 = (-2, 102) + v1 / 2 = (-2.5, 152.5); v3 += v1 / 2; v4 += v2.
+  CHECK(c.value(0, 0, 1)[0] == Approx(-3.5));
+  CHECK(c.value(0, 0, 1)[1] == Approx(153.5));
+  CHECK(c.value(0, 0, 2)[0] == Approx(-6.5));
+  CHECK(c.value(0, 0, 2)[1] == Approx(256.5));
+  CHECK(c.value(0, 0, 0)[0] == 0.0f);
+  for (int i = 0; i < 3; ++i) CHECK(c.key(0, 0, i)[1] == 10.0f * c.key(0, 0, i)[0]);  // keys as appended
+  CHECK(c.key(0, 0, 1)[0] == 3.0f);
+
+  // A kept source, a source named twice and a target that is the source are refused, and nothing changes.
+  auto d = filled(4);
+  for (const auto& bad : std::vector<std::vector<cache::ValueMerge>>{
+           {{0, {1}, 0.5f}}, {{2, {1}, 0.5f}, {2, {3}, 0.5f}}, {{2, {2}, 0.5f}}}) {
+    cache::HeadEdit e;
+    e.keep = {0, 1, 3};
+    e.value_merges = bad;
+    CHECK_THROWS_WITH(d.apply(edit_of(e)), Catch::Contains("value merge"));
+    CHECK(d.size(0, 0) == 4);
+    CHECK(d.value(0, 0, 1)[0] == -1.0f);
+  }
+}
+
 TEST_CASE("invalid edits are rejected with a message") {
   auto c = filled(5);
   auto reject = [&](cache::HeadEdit h, const char* fragment) {

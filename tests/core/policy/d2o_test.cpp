@@ -4,6 +4,7 @@
 // similarity can reach the threshold. References use the attention table and nested loops only.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -704,4 +705,83 @@ TEST_CASE("d2o merge=off makes D2O's choices and merges nothing (Table 6, one co
   // The attention table scores by position, so which entries stay does not depend on merging.
   for (int l = 0; l < shape.layers; ++l)
     for (int g = 0; g < shape.kv_heads; ++g) CHECK(a.kept(l, g) == b.kept(l, g));
+}
+
+TEST_CASE("d2o variance_norm=exp_decay gives each layer b * exp(-F_v) (Table 4's exponential decay)", "[policy][d2o]") {
+  const Shape shape{5, 9, 3, 4};
+  const int prompt = 40, budget = 14;
+  AttentionTable table(shape, 64, 21);
+  for (const double temperature : {1.0, 5.0}) {
+    INFO("variance_temperature=" << temperature);
+    auto inst = make_policy("d2o:min_layer_tokens=1,variance_norm=exp_decay,variance_temperature=" +
+                            std::to_string(temperature));
+    PolicyDriver d(table, *inst.policy, prompt, budget, 0);
+    d.run(0);
+    long total = 0;
+    std::vector<int> want(shape.layers);
+    for (int l = 0; l < shape.layers; ++l) {
+      // alpha_l = rho * exp(-F_v^l / T), S_l = alpha_l * n = b * exp(-F_v^l / T), at least 1 token.
+      want[l] = std::clamp(
+          static_cast<int>(std::lround(budget * std::exp(-variance_by_hand(table, l, prompt) / temperature))), 1,
+          prompt);
+      total += static_cast<long>(want[l]) * shape.kv_heads;
+    }
+    CHECK(inst.policy->layer_budgets() == want);
+    for (int l = 0; l < shape.layers; ++l)
+      for (int g = 0; g < shape.kv_heads; ++g) CHECK(d.cache().size(l, g) == want[l]);
+    const auto& diagnostics = inst.policy->diagnostics();
+    CHECK(diagnostics.settings().at("allocated_tokens") == std::to_string(total));
+    CHECK(total < static_cast<long>(shape.layers) * shape.kv_heads * budget);  // not a share of the total
+    bool warned = false;
+    for (const auto& w : diagnostics.warnings()) warned = warned || w.find("exp_decay") != std::string::npos;
+    CHECK(warned);
+  }
+}
+
+TEST_CASE("d2o allocation_level=head gives every (layer, KV head) its own budget (App. A.9, eq. 17)", "[policy][d2o]") {
+  const Shape shape{4, 9, 3, 4};
+  const int prompt = 40, budget = 14;
+  AttentionTable table(shape, 64, 27);
+  // Eq. 20 per KV head: the variance of its query heads' mean column sums, over every prompt query.
+  std::vector<double> var;
+  std::vector<int> keys;
+  for (int j = 0; j < prompt; ++j) keys.push_back(j);
+  for (int l = 0; l < shape.layers; ++l)
+    for (int g = 0; g < shape.kv_heads; ++g) {
+      std::vector<double> col(prompt, 0.0);
+      for (int h = g * shape.group(); h < (g + 1) * shape.group(); ++h)
+        for (int q = 0; q < prompt; ++q) {
+          const auto p = table.row(l, h, q, keys);
+          for (int j = 0; j < prompt; ++j) col[j] += p[j] / shape.group();
+        }
+      double mean = 0.0, v = 0.0;
+      for (double c : col) mean += c / prompt;
+      for (double c : col) v += (c - mean) * (c - mean) / prompt;
+      var.push_back(v);
+    }
+  // Eq. 17 with the default relative normalisation: softmax of -F / mean F over all L * H heads, times
+  // S_total = rho * L * H * n = L * H * b.
+  double mean = 0.0;
+  for (double v : var) mean += v / static_cast<double>(var.size());
+  std::vector<double> w;
+  for (double v : var) w.push_back(std::exp(-v / mean));
+  const std::vector<int> want = largest_remainder(w, static_cast<long>(shape.layers) * shape.kv_heads * budget);
+  for (int b : want) REQUIRE((b >= 1 && b <= prompt));  // no clamp binds, so the exact shares apply
+
+  auto inst = make_policy("d2o:min_layer_tokens=1,allocation_level=head");
+  PolicyDriver d(table, *inst.policy, prompt, budget, 3);
+  bool heads_differ = false;
+  d.run(3, [&](const observation::StepInfo&) {
+    for (int l = 0; l < shape.layers; ++l)
+      for (int g = 0; g < shape.kv_heads; ++g) {
+        REQUIRE(d.cache().size(l, g) == want[l * shape.kv_heads + g]);
+        heads_differ = heads_differ || want[l * shape.kv_heads + g] != want[l * shape.kv_heads];
+      }
+  });
+  CHECK(heads_differ);
+  const auto& head_share = series(*inst.policy, "head_share");
+  double sum = 0.0;
+  for (double x : w) sum += x;
+  for (std::size_t i = 0; i < w.size(); ++i) CHECK(head_share.values[i] == Approx(w[i] / sum).epsilon(1e-4));
+  CHECK(inst.policy->diagnostics().settings().at("allocation_level") == "\"head\"");
 }

@@ -2,11 +2,13 @@
 // output): with block prefill and decode eviction on, every scorer holds its budget after every step;
 // CAOTE with score=base is the same policy as its base under one protocol; and docs/policies.md's table of
 // which policy supports which switch is the one the registry generates.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "core/common/error.h"
 #include "core/policy/allocation_report.h"
 #include "core/policy/protocol.h"
 #include "core/policy/registry.h"
@@ -20,31 +22,101 @@ namespace {
 const Shape kGqa{3, 9, 3, 4};
 }  // namespace
 
-TEST_CASE("with block prefill and decode eviction on, every scorer holds its budget after every step",
+namespace {
+
+bool declares(const policy::PolicyInfo& info, const std::string& param) {
+  return std::any_of(info.params.begin(), info.params.end(),
+                     [&](const policy::ParamSpec& s) { return s.name == param; });
+}
+
+// Settings that let the registry's defaults act on a 37-token prompt with a budget of 10: a uniform
+// allocation (so the budget every layer must hold is the run's), and an observation window of 4 (a window of
+// 32 would hold the whole budget, leaving nothing to choose).
+std::string small_run_settings(const policy::PolicyInfo& info) {
+  std::string out;
+  if (declares(info, "allocation")) out += ",allocation=uniform";
+  if (declares(info, "window")) out += ",window=4";
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every registered policy with the protocol switches holds its budget after every step",
           "[policy][protocol]") {
+  // Driven from the registry, so a new policy that declares the switches is covered without a line here.
+  // The lengths are read from the cache the driver keeps (outside the policy) and compared with the run's
+  // budget, not with what the policy promises.
   const int prompt = 37, budget = 10, decode = 6, block = 8;
-  for (const std::string name : {"streaming_llm", "local_window", "h2o", "tova", "snapkv", "pyramidkv", "caote",
-                                 "caote:base=tova", "caote:base=snapkv"}) {
-    const std::string sep = name.find(':') == std::string::npos ? ":" : ",";
-    // SnapKV-like scorers protect their window; a window of 4 leaves a budget of 10 something to choose.
-    const bool windowed = name.find("snapkv") != std::string::npos || name == "pyramidkv";
-    const std::string spec = name + sep + "block=" + std::to_string(block) + ",decode_evict=true" +
-                             (windowed ? ",window=4" : "") + (name == "pyramidkv" ? ",allocation=uniform" : "");
+  int with_block = 0, decode_only = 0;
+  for (const auto& info : policy::all_policies()) {
+    const bool has_block = declares(info, "block"), has_decode = declares(info, "decode_evict");
+    if (!has_decode) continue;
+    const std::string spec = info.name + ":decode_evict=true" + (has_block ? ",block=" + std::to_string(block) : "") +
+                             small_run_settings(info);
     INFO(spec);
     AttentionTable table(kGqa, 64, 21);
     auto inst = make_policy(spec);
-    REQUIRE(inst.policy->prefill_block_size() == block);
+    REQUIRE(inst.policy->prefill_block_size() == (has_block ? block : 0));
     PolicyDriver d(table, *inst.policy, prompt, budget, decode);
     int steps = 0;
+    std::vector<int> after_prompt;  // [layer * kv_heads + head], the one-pass policies' lengths after the prompt
     d.run(decode, [&](const observation::StepInfo& step) {
       ++steps;
-      // Closed form: what the run has seen so far, capped at the budget.
-      const int want = std::min(step.seq_len, budget);
       for (int l = 0; l < kGqa.layers; ++l)
-        for (int g = 0; g < kGqa.kv_heads; ++g) REQUIRE(static_cast<int>(d.kept(l, g).size()) == want);
+        for (int g = 0; g < kGqa.kv_heads; ++g) {
+          const int held = static_cast<int>(d.kept(l, g).size());
+          if (has_block) {
+            // Closed form: what the run has seen so far, capped at the budget.
+            REQUIRE(held == std::min(step.seq_len, budget));
+          } else if (step.phase == observation::Phase::Prefill) {
+            // A one-pass policy's allocation may differ per layer: the layer's budget as the run resolved it.
+            REQUIRE(held == inst.policy->layer_budgets()[l]);
+            after_prompt.push_back(held);
+          } else {
+            REQUIRE(held == after_prompt[static_cast<std::size_t>(l) * kGqa.kv_heads + g]);
+          }
+        }
     });
-    CHECK(steps == (prompt + block - 1) / block + decode);
+    CHECK(steps == (has_block ? (prompt + block - 1) / block : 1) + decode);
+    CHECK(inst.policy->diagnostics().settings().at("decode_evict") == "true");
+    ++(has_block ? with_block : decode_only);
   }
+  // The registry today: seven policies take both switches, dynamickv and kvmerger decode eviction only.
+  CHECK(with_block >= 7);
+  CHECK(decode_only >= 2);
+  // Variants of CAOTE's base under the same switches.
+  for (const std::string spec :
+       {"caote:base=tova,block=8,decode_evict=true", "caote:base=snapkv,block=8,decode_evict=true,window=4"}) {
+    INFO(spec);
+    AttentionTable table(kGqa, 64, 21);
+    auto inst = make_policy(spec);
+    PolicyDriver d(table, *inst.policy, prompt, budget, decode);
+    d.run(decode, [&](const observation::StepInfo& step) {
+      for (int l = 0; l < kGqa.layers; ++l)
+        for (int g = 0; g < kGqa.kv_heads; ++g)
+          REQUIRE(static_cast<int>(d.kept(l, g).size()) == std::min(step.seq_len, budget));
+    });
+  }
+}
+
+TEST_CASE("a policy without a protocol switch refuses it by name", "[policy][protocol]") {
+  int refused = 0;
+  for (const auto& info : policy::all_policies())
+    for (const std::string param : {"block", "decode_evict", "trim"}) {
+      if (declares(info, param)) continue;
+      INFO(info.name << " " << param);
+      const std::string value = param == "block" ? "8" : param == "trim" ? "before_output" : "true";
+      try {
+        make_policy(info.name + ":" + param + "=" + value);
+        FAIL("accepted a switch it does not have");
+      } catch (const UsageError& e) {
+        CHECK_THAT(e.what(), Catch::Contains("policy '" + info.name + "' has no parameter '" + param + "'") &&
+                                 Catch::Contains("valid parameters"));
+        ++refused;
+      }
+    }
+  // full, d2o and cake take none of the three; dynamickv and kvmerger take decode_evict only.
+  CHECK(refused >= 3 * 3 + 2 * 2);
 }
 
 TEST_CASE("pyramidkv with block prefill and decode eviction holds each layer's budget", "[policy][protocol]") {

@@ -81,8 +81,10 @@ TEST_CASE("a replayed prefill gives the run a fresh prefill gives, for every one
   run::PrefillStore store(2);
   const auto capture = run::execute(spec("full"), model, stored(store));
   CHECK_FALSE(capture.prefill_reused);
-  for (const char* policy : {"snapkv", "pyramidkv", "tova", "h2o", "streaming_llm", "cake", "cake:mode=oneshot",
-                             "dynamickv", "kvmerger", "d2o", "snapkv:allocation=cake", "full"}) {
+  for (const char* policy :
+       {"snapkv", "pyramidkv", "tova", "h2o", "streaming_llm", "cake", "cake:mode=oneshot", "dynamickv", "kvmerger",
+        "d2o", "snapkv:allocation=cake", "full", "cam", "dynamickv:decode_evict=true", "kvmerger:decode_evict=true",
+        "d2o:allocation_level=head"}) {
     INFO("policy " << policy);
     const run::RunOutcome fresh = run::execute(spec(policy), model, {});
     const run::RunOutcome replayed = run::execute(spec(policy), model, stored(store));

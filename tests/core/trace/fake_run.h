@@ -99,12 +99,12 @@ struct FakeRun {
     }
     // Post-prefill compression: layer 0 kv 0 evicts 5, 6, 7 and merges 9 into 8; layer 1 kv 1 evicts 0, 1.
     cache::CacheEdit edit;
-    cache::HeadEdit a{0, 0, {}, {}, {}, {}};
+    cache::HeadEdit a{0, 0, {}, {}, {}, {}, {}};
     for (int i = 0; i < prompt; ++i)
       if (i != 5 && i != 6 && i != 7 && i != 9) a.keep.push_back(i);
     a.merges.push_back({8, {9}, {0.75f, 0.25f}});
     for (int i = 0; i < prompt; ++i) a.scores.push_back(static_cast<float>(i));
-    cache::HeadEdit b{1, 1, {}, {}, {}, {}};
+    cache::HeadEdit b{1, 1, {}, {}, {}, {}, {}};
     for (int i = 2; i < prompt; ++i) b.keep.push_back(i);
     edit.heads = {a, b};
     expected_evicted += 5;
@@ -136,7 +136,7 @@ struct FakeRun {
     if (t == 1) {
       // One eviction per step for layer 1 kv 0: its oldest entry.
       cache::CacheEdit edit;
-      cache::HeadEdit e{1, 0, {}, {}, {}, {}};
+      cache::HeadEdit e{1, 0, {}, {}, {}, {}, {}};
       for (int i = 1; i < cache.size(1, 0); ++i) e.keep.push_back(i);
       edit.heads = {e};
       ++expected_evicted;
