@@ -22,7 +22,9 @@ void PromptOptions::add_to(CLI::App* cmd) {
   auto* text_opt = cmd->add_option("--prompt", prompt, "prompt text");
   auto* file_opt = cmd->add_option("--prompt-file", prompt_file, "read the prompt from a file");
   text_opt->excludes(file_opt);
-  cmd->add_flag("--chat", chat, "wrap the prompt in the model's chat template (ChatML) as a user message");
+  cmd->add_flag("--chat", chat,
+                "wrap the prompt as a user message in the model's chat template (ChatML, Llama 2, Llama 3 or Mistral; "
+                "see `kvscope info`)");
 }
 
 std::string PromptOptions::body() const {

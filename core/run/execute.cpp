@@ -94,7 +94,7 @@ RunOutcome execute(const RunSpec& spec, const model::Model& model, const RunSink
     description.policy_spec = spec.policy;
     description.policy_params = policy.params.as_text();
     description.budget = checked.uses_budget ? spec.budget : "";
-    description.prompt = spec.prompt.empty() ? "" : prompt_text(spec.prompt, spec.chat);
+    description.prompt = spec.prompt.empty() ? "" : prompt_text(model, spec.prompt, spec.chat);
     description.chat = spec.chat;
     description.prompt_tokens = static_cast<int>(tokens.size());
     description.options = options;

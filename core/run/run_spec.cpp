@@ -25,14 +25,14 @@ CheckedSpec check(const RunSpec& spec) {
   return out;
 }
 
-std::string prompt_text(const std::string& body, bool chat) {
-  return chat ? model::apply_chatml({{"user", body}}) : body;
+std::string prompt_text(const model::Model& model, const std::string& body, bool chat) {
+  return chat ? model::render_chat(model.chat_template.get(), {{"user", body}}) : body;
 }
 
 std::vector<int> encode_prompt(const model::Model& model, const std::string& body, bool chat) {
   std::vector<int> ids;
-  if (model.tokenizer->add_bos() && model.tokenizer->bos_id() >= 0) ids.push_back(model.tokenizer->bos_id());
-  const auto tokens = model.tokenizer->encode(prompt_text(body, chat), chat);
+  if (!chat && model.tokenizer->add_bos() && model.tokenizer->bos_id() >= 0) ids.push_back(model.tokenizer->bos_id());
+  const auto tokens = model.tokenizer->encode(prompt_text(model, body, chat), chat);
   ids.insert(ids.end(), tokens.begin(), tokens.end());
   return ids;
 }

@@ -34,9 +34,11 @@ struct CheckedSpec {
 // needs a budget and has none, an empty prompt.
 CheckedSpec check(const RunSpec& spec);
 
-// The prompt as the model sees it: the chat template applied when asked.
-std::string prompt_text(const std::string& body, bool chat);
-// Its tokens: BOS first when the model asks for one.
+// The prompt as the model sees it: with `chat`, the body as the user message of the model's chat template
+// (model.chat_template; throws Error when the model has none kvscope renders).
+std::string prompt_text(const model::Model& model, const std::string& body, bool chat);
+// Its tokens: BOS first when the model asks for one; with `chat` the template writes BOS itself where its family
+// does, and its special tokens are parsed (as transformers' apply_chat_template).
 std::vector<int> encode_prompt(const model::Model& model, const std::string& body, bool chat);
 
 }  // namespace kvscope::run

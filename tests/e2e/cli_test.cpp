@@ -119,6 +119,30 @@ TEST_CASE("generate --json gives a complete machine-readable record") {
   CHECK(j["policy"]["name"] == "streaming_llm");
 }
 
+TEST_CASE("generate --chat on the Llama 2 and Mistral folders sends transformers' chat-template ids") {
+  std::ifstream in(std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / "golden.json");
+  const auto golden = nlohmann::json::parse(in);
+  for (const std::string name : {"llama2", "mistral"}) {
+    INFO("checkpoint " << name);
+    const auto folder = std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / name;
+    const auto& chat = golden["checkpoints"][name]["chats"][1];  // one user message, as --chat sends
+    REQUIRE(chat["messages"].size() == 1);
+    const auto prompt_file = temp_file(name + "_chat_prompt.txt");
+    std::ofstream(prompt_file) << chat["messages"][0]["content"].get<std::string>();
+    const auto o = run("generate --json --chat --ignore-eos --max-new-tokens 3 --model " + folder.string() +
+                       " --prompt-file " + prompt_file.string());
+    std::filesystem::remove(prompt_file);
+    REQUIRE(o.exit_code == 0);
+    const auto j = nlohmann::json::parse(o.output);
+    CHECK(j["prompt"] == chat["text"]);
+    CHECK(j["prompt_tokens"] == chat["ids"]);
+    CHECK(j["generated_tokens"].size() == 3);
+    const auto info = nlohmann::json::parse(run("info --json --model " + folder.string()).output);
+    CHECK(info["chat_template"] == name + " (recognised in chat_template.jinja)");
+    CHECK_THAT(info["tokenizer"].get<std::string>(), Catch::Contains("SentencePiece-style BPE"));
+  }
+}
+
 TEST_CASE("info describes a Hugging Face folder: format, architecture, storage types, tokenizer") {
   const auto folder = std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / "qwen3";
   auto o = run("info --json --model " + folder.string());
