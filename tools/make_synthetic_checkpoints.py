@@ -218,9 +218,10 @@ def golden_for(folder, name):
     chats = []
     for chat in CHATS:
         text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-        ids = tokenizer.apply_chat_template(chat, tokenize=True, add_generation_prompt=True, return_dict=True)["input_ids"]
-        assert ids == tokenizer(text, add_special_tokens=False)["input_ids"]
-        chats.append({"messages": chat, "text": text, "ids": ids})
+        chat_ids = tokenizer.apply_chat_template(chat, tokenize=True, add_generation_prompt=True,
+                                                 return_dict=True)["input_ids"]
+        assert chat_ids == tokenizer(text, add_special_tokens=False)["input_ids"]
+        chats.append({"messages": chat, "text": text, "ids": chat_ids})
     raw = tokenizer.backend_tokenizer
     for t in [PROMPT] + TOKENIZER_STRINGS:  # transformers' wrapper adds nothing to the tokenizer.json pipeline
         assert tokenizer(t, add_special_tokens=False)["input_ids"] == raw.encode(t, add_special_tokens=False).ids
