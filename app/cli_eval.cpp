@@ -110,8 +110,8 @@ int run_ppl(const EvalArgs& a) {
   eval::Evaluator evaluator(model);
   StageProgress progress;
   evaluator.progress = [&](const engine::Progress& p) { progress(p); };
-  const auto tokens =
-      eval::ppl_tokens(evaluator, run::prompt_text(model, a.prompt.body(), a.prompt.chat), a.settings.max_tokens);
+  const auto tokens = eval::ppl_tokens(evaluator, run::prompt_text(model, a.prompt.body(), a.prompt.chat),
+                                       a.settings.max_tokens, a.prompt.chat);
   const long scored = static_cast<long>(tokens.size()) - a.settings.prompt_tokens;
   progress.start("full cache", scored);
   const auto reference = evaluator.ppl_reference(tokens, a.settings.prompt_tokens);

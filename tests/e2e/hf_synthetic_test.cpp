@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/engine/engine.h"
+#include "core/eval/eval_run.h"
 #include "core/model/model.h"
 #include "core/run/run_spec.h"
 #include "tests/support/golden_compare.h"
@@ -43,8 +44,10 @@ void check_chats(const model::Model& m, const nlohmann::json& chats) {
     const std::string text = model::render_chat(m.chat_template.get(), messages);
     CHECK(text == chat["text"].get<std::string>());
     CHECK(m.tokenizer->encode(text, true) == chat["ids"].get<std::vector<int>>());
-    if (messages.size() == 1)  // what --chat sends: the prompt as the one user message
+    if (messages.size() == 1) {  // what --chat sends: the prompt as the one user message
       CHECK(run::encode_prompt(m, messages[0].content, true) == chat["ids"].get<std::vector<int>>());
+      CHECK(eval::Evaluator(m).encode(text, true) == chat["ids"].get<std::vector<int>>());  // eval and sweep
+    }
   }
 }
 
