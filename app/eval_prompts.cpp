@@ -17,7 +17,9 @@ std::vector<eval::EvalPrompt> load_prompts(const PromptOptions& options, const s
                                            const model::Model* model) {
   // Without a model (flags checked before loading it) the chat template is not applied.
   const bool chat = options.chat && model;
-  auto text = [&](const PromptOptions& one) { return chat ? run::prompt_text(*model, one.body(), true) : one.body(); };
+  auto text = [&](const PromptOptions& one) {
+    return chat ? run::prompt_text(*model, one.body(), true, one.system) : one.body();
+  };
   const int sources = !options.prompt.empty() + !options.prompt_file.empty() + !prompts_dir.empty();
   if (sources != 1) throw UsageError("give exactly one of --prompt TEXT, --prompt-file FILE or --prompts DIR");
   if (prompts_dir.empty()) {
