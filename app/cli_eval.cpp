@@ -70,7 +70,7 @@ int run_fidelity(const EvalArgs& a) {
   eval::Evaluator evaluator(model);
   StageProgress progress;
   evaluator.progress = [&](const engine::Progress& p) { progress(p); };
-  const auto prompt = run::encode_prompt(model, a.prompt.body(), a.prompt.chat);
+  const auto prompt = run::encode_prompt(model, a.prompt.body(), a.prompt.chat, a.prompt.system);
   progress.start("full cache", a.settings.new_tokens);
   const auto reference = evaluator.fidelity_reference(prompt, a.settings.new_tokens);
   progress.start(cell.policy, a.settings.new_tokens);
@@ -110,7 +110,9 @@ int run_ppl(const EvalArgs& a) {
   eval::Evaluator evaluator(model);
   StageProgress progress;
   evaluator.progress = [&](const engine::Progress& p) { progress(p); };
-  const auto tokens = eval::ppl_tokens(evaluator, run::prompt_text(a.prompt.body(), a.prompt.chat), a.settings.max_tokens);
+  const auto tokens =
+      eval::ppl_tokens(evaluator, run::prompt_text(model, a.prompt.body(), a.prompt.chat, a.prompt.system),
+                       a.settings.max_tokens, a.prompt.chat);
   const long scored = static_cast<long>(tokens.size()) - a.settings.prompt_tokens;
   progress.start("full cache", scored);
   const auto reference = evaluator.ppl_reference(tokens, a.settings.prompt_tokens);

@@ -1,5 +1,6 @@
 // kvscope info: describe a model (GGUF file or Hugging Face folder) without running it: format, architecture,
-// hyperparameters, weight types and sizes, tokenizer kind; and the CUDA devices this process can use.
+// hyperparameters, weight types and sizes, tokenizer kind, the chat template --chat renders, and the CUDA
+// devices this process can use.
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -7,6 +8,7 @@
 #include <string>
 
 #include "app/subcommands.h"
+#include "core/model/chat_template.h"
 #include "core/model/config.h"
 #include "core/model/gguf.h"
 #include "core/model/hf_folder.h"
@@ -36,6 +38,7 @@ struct ModelSummary {
   std::map<std::string, TypeUsage> types;  // keyed by type name so that the listing is stable
   std::size_t tensor_count = 0;
   std::string tokenizer;
+  std::string chat_template;
 };
 
 ModelSummary summarize_gguf(const std::filesystem::path& path) {
@@ -53,6 +56,9 @@ ModelSummary summarize_gguf(const std::filesystem::path& path) {
   s.tensor_count = file.tensors().size();
   const std::string pre = file.get_string("tokenizer.ggml.pre", "");
   s.tokenizer = file.get_string("tokenizer.ggml.model", "none") + (pre.empty() ? "" : " (pre-tokenizer " + pre + ")");
+  const auto tokenizer = model::load_tokenizer(file);
+  s.chat_template =
+      model::choose_chat_template(model::read_chat_template(file), s.config.architecture, *tokenizer).description;
   return s;
 }
 
@@ -71,7 +77,11 @@ ModelSummary summarize_hf(const std::filesystem::path& path) {
       entry.bytes += tensor.n_bytes;
       ++s.tensor_count;
     }
-  s.tokenizer = model::load_tokenizer_json(path).description;
+  const model::LoadedTokenizer tokenizer = model::load_tokenizer_json(path);
+  s.tokenizer = tokenizer.description;
+  s.chat_template =
+      model::choose_chat_template(model::read_chat_template(path), s.config.architecture, *tokenizer.tokenizer)
+          .description;
   return s;
 }
 
@@ -104,6 +114,7 @@ nlohmann::json info_json(const ModelSummary& s) {
           {"rms_eps", c.rms_eps},
           {"tied_embeddings", c.tied_embeddings},
           {"tokenizer", s.tokenizer},
+          {"chat_template", s.chat_template},
           {"tensor_count", s.tensor_count},
           {"tensor_types", types}};
 }
@@ -158,6 +169,7 @@ void print_text(const ModelSummary& s) {
   std::printf("rms eps         %g\n", static_cast<double>(c.rms_eps));
   std::printf("tied embeddings %s\n", c.tied_embeddings ? "yes" : "no");
   std::printf("tokenizer       %s\n", s.tokenizer.c_str());
+  std::printf("chat template   %s\n", s.chat_template.c_str());
   std::printf("tensors         %zu\n", s.tensor_count);
   for (const auto& [name, usage] : s.types)
     std::printf("  %-8s %4d tensors %12llu bytes (%s)\n", name.c_str(), usage.tensors,

@@ -71,7 +71,7 @@ Prepared prepare(const SweepArgs& a, const model::Model* model) {
     p.grid.settings["seed"] = needle.seed;
     if (model) p.prompts = needle_prompts(*model, needle);
   } else {
-    p.prompts = load_prompts(a.prompt, a.prompts_dir);
+    p.prompts = load_prompts(a.prompt, a.prompts_dir, model);
   }
   if (model) {
     p.grid.settings["model"] = model->path().filename().string();

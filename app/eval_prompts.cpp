@@ -13,12 +13,18 @@ namespace kvscope::app {
 
 namespace fs = std::filesystem;
 
-std::vector<eval::EvalPrompt> load_prompts(const PromptOptions& options, const std::string& prompts_dir) {
+std::vector<eval::EvalPrompt> load_prompts(const PromptOptions& options, const std::string& prompts_dir,
+                                           const model::Model* model) {
+  // Without a model (flags checked before loading it) the chat template is not applied.
+  const bool chat = options.chat && model;
+  auto text = [&](const PromptOptions& one) {
+    return chat ? run::prompt_text(*model, one.body(), true, one.system) : one.body();
+  };
   const int sources = !options.prompt.empty() + !options.prompt_file.empty() + !prompts_dir.empty();
   if (sources != 1) throw UsageError("give exactly one of --prompt TEXT, --prompt-file FILE or --prompts DIR");
   if (prompts_dir.empty()) {
     const std::string name = options.prompt_file.empty() ? "prompt" : fs::path(options.prompt_file).filename().string();
-    return {{name, run::prompt_text(options.body(), options.chat), ""}};
+    return {{name, text(options), "", chat}};
   }
   std::error_code ec;
   fs::directory_iterator it(prompts_dir, ec);
@@ -37,7 +43,7 @@ std::vector<eval::EvalPrompt> load_prompts(const PromptOptions& options, const s
     PromptOptions one = options;
     one.prompt = ss.str();
     one.prompt_file.clear();
-    prompts.push_back({path.filename().string(), run::prompt_text(one.body(), one.chat), ""});
+    prompts.push_back({path.filename().string(), text(one), "", chat});
   }
   return prompts;
 }

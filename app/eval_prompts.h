@@ -10,8 +10,10 @@
 namespace kvscope::app {
 
 // Throws UsageError when none or more than one source is given, or when the folder cannot be read or holds
-// no readable files (naming the folder or file).
-std::vector<eval::EvalPrompt> load_prompts(const PromptOptions& options, const std::string& prompts_dir);
+// no readable files (naming the folder or file). With --chat the model's chat template is applied when `model`
+// is given.
+std::vector<eval::EvalPrompt> load_prompts(const PromptOptions& options, const std::string& prompts_dir,
+                                           const model::Model* model);
 
 struct NeedleGrid {
   std::vector<int> lengths = {512, 1024, 2048};

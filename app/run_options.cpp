@@ -22,7 +22,13 @@ void PromptOptions::add_to(CLI::App* cmd) {
   auto* text_opt = cmd->add_option("--prompt", prompt, "prompt text");
   auto* file_opt = cmd->add_option("--prompt-file", prompt_file, "read the prompt from a file");
   text_opt->excludes(file_opt);
-  cmd->add_flag("--chat", chat, "wrap the prompt in the model's chat template (ChatML) as a user message");
+  auto* chat_opt = cmd->add_flag(
+      "--chat", chat,
+      "wrap the prompt as a user message in the model's chat template (ChatML, Llama 2, Llama 3 or Mistral; "
+      "see `kvscope info`)");
+  cmd->add_option("--system", system,
+                  "with --chat: a system message before the prompt (default: the template's own, if it has one)")
+      ->needs(chat_opt);
 }
 
 std::string PromptOptions::body() const {
@@ -68,6 +74,7 @@ run::RunSpec GenerationFlags::spec(const PromptOptions& prompt, const std::strin
   s.budget = budget;
   s.prompt = prompt.body();
   s.chat = prompt.chat;
+  s.system = prompt.system;
   s.generation = options();
   s.source = source;
   return s;

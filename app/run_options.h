@@ -21,6 +21,7 @@ struct PromptOptions {
   std::string prompt;
   std::string prompt_file;
   bool chat = false;
+  std::string system;  // --system: a system message before the prompt (needs --chat)
   void add_to(CLI::App* cmd);
   // The prompt as given (--prompt, or the file's text), before any chat template; throws UsageError
   // without a prompt or for an unreadable file.

@@ -8,8 +8,10 @@ tokenizer.json pre-tokenizers (Llama 3 and Qwen2 regexes) are each proven agains
 
   llama3     LlamaForCausalLM, llama3 rope scaling (small original context so it matters), tied, F32,
              Llama-3-style tokenizer (Split regex + ByteLevel, BOS by TemplateProcessing, ignore_merges)
-  llama2     LlamaForCausalLM, linear rope scaling, attention_bias (q/k/v/o biases), untied, F16
-  mistral    MistralForCausalLM, 5 heads / 1 KV head, untied, F32
+  llama2     LlamaForCausalLM, linear rope scaling, attention_bias (q/k/v/o biases), untied, F16,
+             Llama-2-style tokenizer (byte-fallback BPE, Prepend/Replace normalizer; make_metaspace_tokenizers.py)
+  mistral    MistralForCausalLM, 5 heads / 1 KV head, untied, F32, Mistral-style tokenizer (the same BPE with a
+             Metaspace pre-tokenizer, prepend_scheme "first")
   qwen2      Qwen2ForCausalLM, q/k/v biases, 6 heads / 3 KV heads, tied, BF16, Qwen2-style tokenizer (NFC
              normalizer, Qwen2 split regex, no BOS)
   qwen3      Qwen3ForCausalLM, q/k RMSNorm, head_dim 24 != hidden/heads, 3 heads / 1 KV head, untied, F32
@@ -18,7 +20,10 @@ llama3, qwen2 and qwen3 are also written as GGUF files (<name>.gguf) the way lla
 lays them out (llama: q/k rows permuted for adjacent-pair RoPE, rope scaling as a rope_freqs tensor; qwen: rows
 as in the checkpoint), so that the GGUF `llama`/`qwen2`/`qwen3` paths meet the same golden.
 
-The tokenizers are byte-level BPEs trained here with the `tokenizers` library on the project's sample prompts.
+The tokenizers are BPEs trained here with the `tokenizers` library on the project's sample prompts. Each folder's
+chat template is its family's (Llama 2 and Llama 3 as Meta ships them, Mistral Instruct, ChatML with Qwen2's
+default system prompt, plain ChatML for Qwen3); golden.json has transformers' apply_chat_template renderings
+of three conversations (system + user, user only, multi-turn) with their ids.
 Regenerate (byte-identical with the pinned versions of tools/requirements-golden.txt):
   /tmp/goldenv/bin/python tools/make_synthetic_checkpoints.py
 """
@@ -33,6 +38,8 @@ import transformers
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, MistralConfig, PreTrainedTokenizerFast,
                           Qwen2Config, Qwen3Config)
+
+from make_metaspace_tokenizers import SPACE, train_metaspace_bpe
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests/fixtures/hf_synthetic"
@@ -57,7 +64,22 @@ def corpus():
     return texts
 
 
-def train_tokenizer(pattern, specials, bos, nfc):
+def train_tokenizer(spec):
+    if spec["kind"] == "metaspace":
+        return train_metaspace_tokenizer(spec["prepend_scheme"])
+    return train_byte_level_tokenizer(spec["pattern"], spec["specials"], spec["bos"], spec["nfc"])
+
+
+def train_metaspace_tokenizer(prepend_scheme):
+    """Llama 2's layout (legacy Prepend/Replace normalizer), or Mistral's Metaspace pre-tokenizer instead."""
+    tok = train_metaspace_bpe(corpus(), vocab_size=META_VOCAB)
+    if prepend_scheme is not None:
+        tok.normalizer = None
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme=prepend_scheme, split=False)
+    return tok
+
+
+def train_byte_level_tokenizer(pattern, specials, bos, nfc):
     tok = Tokenizer(models.BPE(ignore_merges=bos is not None))
     if nfc:  # as Qwen2's tokenizer.json
         tok.normalizer = normalizers.NFC()
@@ -76,25 +98,66 @@ def train_tokenizer(pattern, specials, bos, nfc):
     return tok
 
 
-def save_tokenizer(tok, folder, bos, eos, chat_template):
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos)
+def save_tokenizer(tok, folder, bos, eos, unk, chat_template):
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=bos, eos_token=eos, unk_token=unk)
     fast.chat_template = chat_template
     fast.save_pretrained(folder)
 
 
-LLAMA3_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
-                   "{{ m['content'] | trim }}<|eot_id|>{% endfor %}{% if add_generation_prompt %}"
-                   "<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}")
+# Meta-Llama-3-8B-Instruct's template.
+LLAMA3_TEMPLATE = ("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+                   "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+                   "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+                   "{{ content }}{% endfor %}{% if add_generation_prompt %}"
+                   "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+# Llama-2-7b-chat-hf's template.
+LLAMA2_TEMPLATE = ("{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message "
+                   "= messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false "
+                   "%}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 "
+                   "== 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+                   "{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + "
+                   "system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = "
+                   "message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + "
+                   "content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() "
+                   "+ ' ' + eos_token }}{% endif %}{% endfor %}")
+# Mistral-7B-Instruct-v0.1's template, with an optional system message before the first user message.
+MISTRAL_TEMPLATE = ("{%- if messages[0]['role'] == 'system' %}{%- set system_message = messages[0]['content'] %}"
+                    "{%- set loop_messages = messages[1:] %}{%- else %}{%- set loop_messages = messages %}{%- endif %}"
+                    "{{- bos_token }}{%- for message in loop_messages %}{%- if (message['role'] == 'user') != "
+                    "(loop.index0 % 2 == 0) %}{{- raise_exception('Conversation roles must alternate') }}{%- endif %}"
+                    "{%- if message['role'] == 'user' %}{%- if loop.first and system_message is defined %}"
+                    "{{- '[INST] ' + system_message + '\\n\\n' + message['content'] + ' [/INST]' }}{%- else %}"
+                    "{{- '[INST] ' + message['content'] + ' [/INST]' }}{%- endif %}{%- elif message['role'] == "
+                    "'assistant' %}{{- message['content'] + eos_token }}{%- endif %}{%- endfor %}")
+# Qwen2-Instruct's ChatML: a default system prompt when the conversation has none.
+QWEN2_TEMPLATE = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+                  "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
+                  "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
+                  "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 CHATML_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
                    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
-LLAMA3_TOKENIZER = dict(nfc=False, pattern=LLAMA3_PATTERN, bos="<|begin_of_text|>", eos="<|eot_id|>", template=LLAMA3_TEMPLATE,
+LLAMA3_TOKENIZER = dict(kind="byte_level", nfc=False, pattern=LLAMA3_PATTERN, bos="<|begin_of_text|>",
+                        eos="<|eot_id|>", unk=None, template=LLAMA3_TEMPLATE,
                         specials=["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                                   "<|eot_id|>"])
-QWEN2_TOKENIZER = dict(nfc=True, pattern=QWEN2_PATTERN, bos=None, eos="<|im_end|>", template=CHATML_TEMPLATE,
-                       specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+QWEN2_TOKENIZER = dict(kind="byte_level", nfc=True, pattern=QWEN2_PATTERN, bos=None, eos="<|im_end|>", unk=None,
+                       template=QWEN2_TEMPLATE, specials=QWEN_SPECIALS)
+QWEN3_TOKENIZER = dict(QWEN2_TOKENIZER, template=CHATML_TEMPLATE)
+META_VOCAB = 512
+LLAMA2_TOKENIZER = dict(kind="metaspace", prepend_scheme=None, bos="<s>", eos="</s>", unk="<unk>",
+                        template=LLAMA2_TEMPLATE, specials=["<unk>", "<s>", "</s>"])
+MISTRAL_TOKENIZER = dict(LLAMA2_TOKENIZER, prepend_scheme="first", template=MISTRAL_TEMPLATE)
+CHATS = [
+    [{"role": "system", "content": "You answer in one short sentence."},
+     {"role": "user", "content": "Where is the lighthouse?"}],
+    [{"role": "user", "content": "  Hello there!\n"}],
+    [{"role": "user", "content": "Count to 3."}, {"role": "assistant", "content": " 1, 2, 3. "},
+     {"role": "user", "content": "And back, café 日本?"}],
+]
 
-COMMON = dict(vocab_size=VOCAB, max_position_embeddings=256, rms_norm_eps=1e-5, hidden_act="silu")
+COMMON = dict(max_position_embeddings=256, rms_norm_eps=1e-5, hidden_act="silu")
 CHECKPOINTS = [
     ("llama3", LlamaConfig, dict(hidden_size=70, intermediate_size=96, num_hidden_layers=2, num_attention_heads=5,
                                  num_key_value_heads=5, head_dim=14, tie_word_embeddings=True,
@@ -105,11 +168,11 @@ CHECKPOINTS = [
     ("llama2", LlamaConfig, dict(hidden_size=64, intermediate_size=80, num_hidden_layers=3, num_attention_heads=4,
                                  num_key_value_heads=2, attention_bias=True, tie_word_embeddings=False,
                                  rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=4.0)),
-     torch.float16, LLAMA3_TOKENIZER),
+     torch.float16, LLAMA2_TOKENIZER),
     ("mistral", MistralConfig, dict(hidden_size=80, intermediate_size=112, num_hidden_layers=2, num_attention_heads=5,
                                     num_key_value_heads=1, head_dim=16, sliding_window=200, tie_word_embeddings=False,
                                     rope_parameters=dict(rope_type="default", rope_theta=1e6)),
-     torch.float32, LLAMA3_TOKENIZER),
+     torch.float32, MISTRAL_TOKENIZER),
     ("qwen2", Qwen2Config, dict(hidden_size=72, intermediate_size=88, num_hidden_layers=2, num_attention_heads=6,
                                 num_key_value_heads=3, tie_word_embeddings=True, use_sliding_window=False,
                                 rope_parameters=dict(rope_type="default", rope_theta=1e6)),
@@ -117,7 +180,7 @@ CHECKPOINTS = [
     ("qwen3", Qwen3Config, dict(hidden_size=48, intermediate_size=64, num_hidden_layers=3, num_attention_heads=3,
                                 num_key_value_heads=1, head_dim=24, tie_word_embeddings=False, attention_bias=False,
                                 use_sliding_window=False, rope_parameters=dict(rope_type="default", rope_theta=1e6)),
-     torch.float32, QWEN2_TOKENIZER),
+     torch.float32, QWEN3_TOKENIZER),
 ]
 
 
@@ -152,9 +215,16 @@ def golden_for(folder, name):
             greedy.append(int(torch.argmax(step)))
             margins.append(float(top.values[0] - top.values[1]))
             sequence.append(greedy[-1])
-    chat = [{"role": "user", "content": "  Hello there!  "}, {"role": "assistant", "content": "Hi."},
-            {"role": "user", "content": "Count to 3."}]
-    chat_text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+    chats = []
+    for chat in CHATS:
+        text = tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+        chat_ids = tokenizer.apply_chat_template(chat, tokenize=True, add_generation_prompt=True,
+                                                 return_dict=True)["input_ids"]
+        assert chat_ids == tokenizer(text, add_special_tokens=False)["input_ids"]
+        chats.append({"messages": chat, "text": text, "ids": chat_ids})
+    raw = tokenizer.backend_tokenizer
+    for t in [PROMPT] + TOKENIZER_STRINGS:  # transformers' wrapper adds nothing to the tokenizer.json pipeline
+        assert tokenizer(t, add_special_tokens=False)["input_ids"] == raw.encode(t, add_special_tokens=False).ids
     return {
         "architecture": model.config.architectures[0],
         "prompt_ids": ids,
@@ -163,7 +233,7 @@ def golden_for(folder, name):
         "greedy": {"ids": greedy, "margin_top1_top2": shortest(margins)},
         "tokenizer": [{"text": t, "ids": tokenizer(t)["input_ids"], "decoded": tokenizer.decode(tokenizer(t)["input_ids"])}
                       for t in TOKENIZER_STRINGS],
-        "chat": {"messages": chat, "text": chat_text, "ids": tokenizer(chat_text, add_special_tokens=False)["input_ids"]},
+        "chats": chats,
     }
 
 
@@ -266,25 +336,26 @@ def main():
     for name, *_ in CHECKPOINTS:
         shutil.rmtree(OUT / name, ignore_errors=True)
         (OUT / f"{name}.gguf").unlink(missing_ok=True)
-    tokenizers_by_pattern = {}
+    tokenizers_by_kind = {}
     golden = {"schema_version": 1, "prompt": PROMPT,
               "reference": {"implementation": "transformers AutoModelForCausalLM, float32 compute, eager attention, CPU",
                             "versions": {"torch": torch.__version__, "transformers": transformers.__version__}},
               "checkpoints": {}}
     for seed, (name, config_class, fields, dtype, tok_spec) in enumerate(CHECKPOINTS):
         folder = OUT / name
-        key = tok_spec["pattern"]
-        if key not in tokenizers_by_pattern:
-            tokenizers_by_pattern[key] = train_tokenizer(key, tok_spec["specials"], tok_spec["bos"], tok_spec["nfc"])
-        tok = tokenizers_by_pattern[key]
+        key = tok_spec.get("pattern") or f"metaspace-{tok_spec['prepend_scheme']}"
+        if key not in tokenizers_by_kind:
+            tokenizers_by_kind[key] = train_tokenizer(tok_spec)
+        tok = tokenizers_by_kind[key]
         bos_id = tok.token_to_id(tok_spec["bos"]) if tok_spec["bos"] else None
-        config = config_class(**COMMON, **fields, bos_token_id=bos_id, eos_token_id=tok.token_to_id(tok_spec["eos"]))
+        config = config_class(**COMMON, **fields, vocab_size=tok.get_vocab_size(), bos_token_id=bos_id,
+                              eos_token_id=tok.token_to_id(tok_spec["eos"]))
         config.architectures = [config_class.__name__.replace("Config", "ForCausalLM")]
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config)
         randomize(model, 1000 + seed)
         model.to(dtype).save_pretrained(folder)
-        save_tokenizer(tok, folder, tok_spec["bos"], tok_spec["eos"], tok_spec["template"])
+        save_tokenizer(tok, folder, tok_spec["bos"], tok_spec["eos"], tok_spec["unk"], tok_spec["template"])
         golden["checkpoints"][name] = golden_for(folder, name)
         if name in GGUF_ARCH:
             write_gguf(folder, OUT / f"{name}.gguf", GGUF_ARCH[name], tok, tok_spec)

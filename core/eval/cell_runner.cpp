@@ -12,8 +12,8 @@ nlohmann::json EvalSettings::to_json(const std::string& eval_kind) const {
   return {};
 }
 
-std::vector<int> ppl_tokens(const Evaluator& evaluator, const std::string& text, int max_tokens) {
-  std::vector<int> tokens = evaluator.encode(text);
+std::vector<int> ppl_tokens(const Evaluator& evaluator, const std::string& text, int max_tokens, bool chat) {
+  std::vector<int> tokens = evaluator.encode(text, chat);
   if (max_tokens > 0 && static_cast<int>(tokens.size()) > max_tokens) tokens.resize(max_tokens);
   return tokens;
 }
@@ -32,11 +32,12 @@ void CellRunner::prepare(std::size_t prompt) {
   needle_.reset();
   const EvalPrompt& p = prompts_[prompt];
   if (grid_.eval_kind == "fidelity") {
-    fidelity_ = evaluator_.fidelity_reference(evaluator_.encode(p.text), settings_.new_tokens);
+    fidelity_ = evaluator_.fidelity_reference(evaluator_.encode(p.text, p.chat), settings_.new_tokens);
   } else if (grid_.eval_kind == "ppl") {
-    ppl_ = evaluator_.ppl_reference(ppl_tokens(evaluator_, p.text, settings_.max_tokens), settings_.prompt_tokens);
+    ppl_ =
+        evaluator_.ppl_reference(ppl_tokens(evaluator_, p.text, settings_.max_tokens, p.chat), settings_.prompt_tokens);
   } else {
-    needle_ = evaluator_.needle_reference(evaluator_.encode(p.text), p.value, settings_.answer_tokens);
+    needle_ = evaluator_.needle_reference(evaluator_.encode(p.text, p.chat), p.value, settings_.answer_tokens);
   }
   prepared_ = prompt;
 }

@@ -16,6 +16,7 @@ namespace kvscope::eval {
 struct EvalPrompt {
   std::string name, text;
   std::string value;  // needle cases: the answer
+  bool chat = false;  // text is the output of the model's chat template (see Evaluator::encode)
 };
 
 struct EvalSettings {
@@ -47,6 +48,6 @@ class CellRunner {
 };
 
 // Text to tokens for perplexity: BOS first when the model wants one, cut to max_tokens when > 0.
-std::vector<int> ppl_tokens(const Evaluator& evaluator, const std::string& text, int max_tokens);
+std::vector<int> ppl_tokens(const Evaluator& evaluator, const std::string& text, int max_tokens, bool chat = false);
 
 }  // namespace kvscope::eval

@@ -112,10 +112,11 @@ const std::vector<std::string>& metric_names(const std::string& eval_kind) {
 
 Evaluator::Evaluator(const model::Model& model) : model_(model), engine_(model) {}
 
-std::vector<int> Evaluator::encode(const std::string& text) const {
+std::vector<int> Evaluator::encode(const std::string& text, bool chat) const {
   std::vector<int> ids;
-  if (model_.tokenizer->add_bos() && model_.tokenizer->bos_id() >= 0) ids.push_back(model_.tokenizer->bos_id());
-  const auto body = model_.tokenizer->encode(text, false);
+  if (!chat && model_.tokenizer->add_bos() && model_.tokenizer->bos_id() >= 0)
+    ids.push_back(model_.tokenizer->bos_id());
+  const auto body = model_.tokenizer->encode(text, chat);
   ids.insert(ids.end(), body.begin(), body.end());
   return ids;
 }

@@ -100,8 +100,10 @@ class Evaluator {
   std::function<void(const engine::Progress&)> progress;
 
   const model::Model& model() const { return model_; }
-  // Prompt text to token ids, BOS first when the model wants one.
-  std::vector<int> encode(const std::string& text) const;
+  // Prompt text to token ids, BOS first when the model wants one. `chat`: the text is a chat template's output,
+  // so its special tokens are parsed and it carries its own BOS where the template writes one (as
+  // run::encode_prompt).
+  std::vector<int> encode(const std::string& text, bool chat = false) const;
 
  private:
   engine::RunResult run(const std::vector<int>& prompt, engine::GenerateOptions options, const CellPolicy* cell,

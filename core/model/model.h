@@ -7,6 +7,7 @@
 #include <string>
 #include <variant>
 
+#include "core/model/chat_template.h"
 #include "core/model/config.h"
 #include "core/model/gguf.h"
 #include "core/model/hf_folder.h"
@@ -27,6 +28,7 @@ struct Model {
   ModelWeights weights;
   std::unique_ptr<Tokenizer> tokenizer;
   std::string tokenizer_description;  // the tokenizer's kind, e.g. "gpt2 (pre-tokenizer smollm)"
+  ChatTemplateChoice chat_template;   // what --chat renders, from the model's template or its architecture
 
   ModelFormat format() const { return files.index() == 0 ? ModelFormat::Gguf : ModelFormat::HuggingFace; }
   const std::filesystem::path& path() const;  // the GGUF file or the folder

@@ -387,19 +387,7 @@ BpeTokenizer::BpeTokenizer(BpeVocab vocab, BpePreTokenizer pre)
     if ((added || !typed) && is_end_of_turn_text(tokens_[id])) end_of_generation_[id] = true;
   }
 
-  // A merge whose parts or result are not in the vocabulary can never fire, so it is skipped rather than
-  // refusing the file; the first of duplicate merges keeps its rank, as llama.cpp does.
-  merges_.reserve(vocab.merges.size());
-  for (size_t rank = 0; rank < vocab.merges.size(); ++rank) {
-    const std::string& m = vocab.merges[rank];
-    const size_t space = m.find(' ', 1);
-    if (space == std::string::npos) continue;
-    const std::string left = m.substr(0, space), right = m.substr(space + 1);
-    const auto l = ids.find(left), r = ids.find(right), merged = ids.find(left + right);
-    if (l == ids.end() || r == ids.end() || merged == ids.end()) continue;
-    const uint64_t key = (static_cast<uint64_t>(l->second) << 32) | static_cast<uint32_t>(r->second);
-    merges_.emplace(key, std::pair{static_cast<int>(rank), merged->second});
-  }
+  merges_ = BpeMerges(vocab.merges, ids);
 }
 
 std::vector<std::string> BpeTokenizer::pre_tokenize(std::string_view text) const {
@@ -442,43 +430,64 @@ std::vector<std::string> BpeTokenizer::pre_tokenize(std::string_view text) const
   return words;
 }
 
-void BpeTokenizer::bpe_word(std::string_view word, std::vector<int>& out) const {
+BpeMerges::BpeMerges(const std::vector<std::string>& merges, const std::unordered_map<std::string, int>& ids) {
+  table_.reserve(merges.size());
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const std::string& m = merges[rank];
+    const size_t space = m.find(' ', 1);
+    if (space == std::string::npos) continue;
+    const std::string left = m.substr(0, space), right = m.substr(space + 1);
+    const auto l = ids.find(left), r = ids.find(right), merged = ids.find(left + right);
+    if (l == ids.end() || r == ids.end() || merged == ids.end()) continue;
+    const uint64_t key = (static_cast<uint64_t>(l->second) << 32) | static_cast<uint32_t>(r->second);
+    table_.emplace(key, std::pair{static_cast<int>(rank), merged->second});
+  }
+}
+
+void BpeMerges::apply(std::vector<int>& id) const {
   // Symbols form a linked list over fixed slots; a heap orders candidate merges by (rank, left slot), which
   // is the reference's order (lowest rank first, leftmost on ties).
-  std::vector<int> id, prev, next;
-  id.reserve(word.size());
-  // A byte with no token is dropped, not mapped to unk: the reference's BPE (no unk_token) and llama.cpp
-  // both do so, and SmolLM2 lacks tokens for 21 bytes (04 06 13 14 16 1D C0 C1 F1 F2 F5..FF).
-  for (unsigned char b : word)
-    if (byte_token_[b] >= 0) id.push_back(byte_token_[b]);
   const int n = static_cast<int>(id.size());
-  prev.resize(n);
-  next.resize(n);
+  std::vector<int> prev(n), next(n);
   for (int i = 0; i < n; ++i) {
     prev[i] = i - 1;
     next[i] = i + 1 < n ? i + 1 : -1;
   }
+  auto key = [](int l, int r) { return (static_cast<uint64_t>(l) << 32) | static_cast<uint32_t>(r); };
   using Candidate = std::tuple<int, int, int, int, int>;  // rank, left slot, right slot, left id, right id
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
   auto push = [&](int l) {
     if (l < 0 || next[l] < 0) return;
     const int r = next[l];
-    const auto it = merges_.find((static_cast<uint64_t>(id[l]) << 32) | static_cast<uint32_t>(id[r]));
-    if (it != merges_.end()) heap.emplace(it->second.first, l, r, id[l], id[r]);
+    const auto it = table_.find(key(id[l], id[r]));
+    if (it != table_.end()) heap.emplace(it->second.first, l, r, id[l], id[r]);
   };
   for (int i = 0; i + 1 < n; ++i) push(i);
   while (!heap.empty()) {
     const auto [rank, l, r, lid, rid] = heap.top();
     heap.pop();
     if (id[l] != lid || next[l] != r || id[r] != rid) continue;  // stale: a neighbour merged first
-    id[l] = merges_.at((static_cast<uint64_t>(lid) << 32) | static_cast<uint32_t>(rid)).second;
+    id[l] = table_.at(key(lid, rid)).second;
     id[r] = -1;
     next[l] = next[r];
     if (next[r] >= 0) prev[next[r]] = l;
     push(prev[l]);
     push(l);
   }
-  for (int i = n > 0 ? 0 : -1; i >= 0; i = next[i]) out.push_back(id[i]);
+  int kept = 0;
+  for (int i = n > 0 ? 0 : -1; i >= 0; i = next[i]) id[kept++] = id[i];
+  id.resize(kept);
+}
+
+void BpeTokenizer::bpe_word(std::string_view word, std::vector<int>& out) const {
+  std::vector<int> symbols;
+  symbols.reserve(word.size());
+  // A byte with no token is dropped, not mapped to unk: the reference's BPE (no unk_token) and llama.cpp
+  // both do so, and SmolLM2 lacks tokens for 21 bytes (04 06 13 14 16 1D C0 C1 F1 F2 F5..FF).
+  for (unsigned char b : word)
+    if (byte_token_[b] >= 0) symbols.push_back(byte_token_[b]);
+  merges_.apply(symbols);
+  out.insert(out.end(), symbols.begin(), symbols.end());
 }
 
 void BpeTokenizer::encode_word(std::string_view word, std::vector<int>& out) const {

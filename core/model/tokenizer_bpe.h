@@ -72,6 +72,24 @@ class SpecialTokenMatcher {
   std::vector<int> by_first_byte_[256];  // entry indices, longest first
 };
 
+// The ranked merges of a BPE model, as the reference's BPE applies them to a word's symbols: the adjacent pair
+// with the lowest rank first, leftmost on ties, until no listed pair is left. Shared by the byte-level and the
+// SentencePiece-style (tokenizer.json byte-fallback) tokenizers.
+class BpeMerges {
+ public:
+  BpeMerges() = default;
+  // `merges` are "left right", best first; `ids` maps token text to id. A merge whose parts or result are not in
+  // `ids` can never fire, so it is skipped rather than refusing the file; the first of duplicate merges keeps
+  // its rank, as llama.cpp does.
+  BpeMerges(const std::vector<std::string>& merges, const std::unordered_map<std::string, int>& ids);
+  bool empty() const { return table_.empty(); }
+  // Merges `symbols` (token ids) in place.
+  void apply(std::vector<int>& symbols) const;
+
+ private:
+  std::unordered_map<uint64_t, std::pair<int, int>> table_;  // (left id << 32 | right id) -> (rank, merged id)
+};
+
 // How text is cut into words before BPE, named by tokenizer.ggml.pre.
 enum class BpePreTokenizer {
   Gpt2,    // "gpt2", "default": the GPT-2 regex
@@ -121,7 +139,7 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<std::string> tokens_;
   std::vector<std::string> bytes_;                            // per id: raw bytes the token stands for
   std::unordered_map<std::string, int> byte_ids_;             // raw bytes -> id of normal tokens, for ignore_merges
-  std::unordered_map<uint64_t, std::pair<int, int>> merges_;  // (left id << 32 | right id) -> (rank, merged id)
+  BpeMerges merges_;
   int byte_token_[256];                                       // id of the token for each single byte, -1 when missing
   SpecialTokenMatcher specials_;
   std::vector<bool> end_of_generation_;

@@ -57,7 +57,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const GgufFile& file) {
     vocab.unk_id = read_id(file, "tokenizer.ggml.unknown_token_id");
     // Older files lack both flags; llama.cpp and the reference then add BOS and the space prefix.
     vocab.add_bos = file.get_bool("tokenizer.ggml.add_bos_token", true);
-    vocab.add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix", true);
+    const bool add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix", true);
+    vocab.space_prefix = add_space_prefix ? SpacePrefix::EveryPiece : SpacePrefix::None;
+    vocab.strip_leading_space = add_space_prefix;
     try {
       return std::make_unique<SpmTokenizer>(std::move(vocab));
     } catch (const Error& e) {

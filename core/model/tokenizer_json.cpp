@@ -1,5 +1,6 @@
 #include "core/model/tokenizer_json.h"
 
+#include <cctype>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -9,6 +10,7 @@
 #include "core/model/hf_folder.h"
 #include "core/model/nfc_check.h"
 #include "core/model/tokenizer_bpe.h"
+#include "core/model/tokenizer_spm.h"
 
 namespace kvscope::model {
 namespace {
@@ -33,6 +35,10 @@ class TokenizerJsonReader {
  private:
   std::filesystem::path file_;
 };
+
+bool is_true(const nlohmann::json& node, const char* key) {
+  return node.is_object() && node.contains(key) && node[key].is_boolean() && node[key].get<bool>();
+}
 
 bool is_type(const nlohmann::json& node, const char* type) {
   return node.is_object() && node.value("type", std::string()) == type;
@@ -104,17 +110,208 @@ std::optional<std::string> template_bos(const nlohmann::json& post) {
   return std::nullopt;
 }
 
-void add_token(const TokenizerJsonReader& reader, BpeVocab& vocab, const std::string& text, int64_t id,
+// Token texts and TokenType values by id, from model.vocab and added_tokens.
+struct TokenList {
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+};
+
+void add_token(const TokenizerJsonReader& reader, TokenList& list, const std::string& text, int64_t id,
                TokenType type) {
   if (id < 0 || id >= kMaxVocab)
     reader.fail("model.vocab", "token \"" + text + "\" has id " + std::to_string(id) + " (expected 0.." +
                                    std::to_string(kMaxVocab - 1) + ")");
-  if (static_cast<std::size_t>(id) >= vocab.tokens.size()) {
-    vocab.tokens.resize(id + 1);
-    vocab.token_types.resize(id + 1, static_cast<int32_t>(TokenType::Unused));  // ids no entry names
+  if (static_cast<std::size_t>(id) >= list.tokens.size()) {
+    list.tokens.resize(id + 1);
+    list.types.resize(id + 1, static_cast<int32_t>(TokenType::Unused));  // ids no entry names
   }
-  vocab.tokens[id] = text;
-  vocab.token_types[id] = static_cast<int32_t>(type);
+  list.tokens[id] = text;
+  list.types[id] = static_cast<int32_t>(type);
+}
+
+// model.vocab (typed by `vocab_type`, e.g. <0xXX> byte tokens) and added_tokens (special ones Control, others
+// UserDefined). Added tokens that strip neighbouring spaces or match only whole words change how text is
+// split, which kvscope does not implement, so they are refused.
+TokenList read_token_list(const TokenizerJsonReader& reader, const nlohmann::json& json,
+                          TokenType (*vocab_type)(const std::string&)) {
+  const auto& model = json["model"];
+  TokenList list;
+  if (!model.contains("vocab") || !model["vocab"].is_object()) reader.fail("model.vocab", "missing or not an object");
+  for (const auto& [text, id] : model["vocab"].items()) {
+    if (!id.is_number_integer())
+      reader.fail("model.vocab", "token \"" + text + "\" has id " + id.dump() + " (expected an integer)");
+    add_token(reader, list, text, id.get<int64_t>(), vocab_type(text));
+  }
+  if (json.contains("added_tokens") && json["added_tokens"].is_array())
+    for (const auto& added : json["added_tokens"]) {
+      if (!added.is_object() || !added.contains("id") || !added["id"].is_number_integer() ||
+          !added.contains("content") || !added["content"].is_string())
+        reader.fail("added_tokens", added.dump() + " (expected an object with integer id and string content)");
+      for (const char* flag : {"lstrip", "rstrip", "single_word"})
+        if (is_true(added, flag))
+          reader.fail("added_tokens", added.dump() + ": " + flag + " true is not supported (expected false)");
+      add_token(reader, list, added["content"].get<std::string>(), added["id"].get<int64_t>(),
+                is_true(added, "special") ? TokenType::Control : TokenType::UserDefined);
+    }
+  return list;
+}
+
+std::vector<std::string> read_merges(const TokenizerJsonReader& reader, const nlohmann::json& model) {
+  std::vector<std::string> merges;
+  if (model.contains("merges") && model["merges"].is_array())
+    for (const auto& merge : model["merges"]) merges.push_back(merge_text(reader, merge));
+  return merges;
+}
+
+// BOS, EOS and unk named by tokenizer_config.json, and whether BOS is added: tokenizer_config's add_bos_token
+// wins; otherwise BOS is added when the post-processor adds it.
+struct SpecialTokens {
+  int bos_id = -1, eos_id = -1, unk_id = -1;
+  bool add_bos = false;
+};
+
+SpecialTokens read_special_tokens(const nlohmann::json& json, const nlohmann::json& config,
+                                  const std::vector<std::string>& tokens) {
+  SpecialTokens out;
+  out.bos_id = id_of(tokens, config_token(config, "bos_token"));
+  out.eos_id = id_of(tokens, config_token(config, "eos_token"));
+  out.unk_id = id_of(tokens, config_token(config, "unk_token"));
+  const auto post_bos = template_bos(json.value("post_processor", nlohmann::json()));
+  if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean()) {
+    out.add_bos = config["add_bos_token"].get<bool>();
+  } else if (post_bos) {
+    out.add_bos = true;
+    out.bos_id = id_of(tokens, post_bos);
+  }
+  return out;
+}
+
+TokenType normal_token(const std::string&) { return TokenType::Normal; }
+
+TokenType normal_or_byte_token(const std::string& text) {
+  const bool byte = text.size() == 6 && text.starts_with("<0x") && text[5] == '>' &&
+                    std::isxdigit(static_cast<unsigned char>(text[3])) &&
+                    std::isxdigit(static_cast<unsigned char>(text[4]));
+  return byte ? TokenType::Byte : TokenType::Normal;
+}
+
+constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581 '▁'
+
+bool is_string_pattern(const nlohmann::json& node, std::string_view text) {
+  return node.is_object() && node.contains("String") && node["String"].is_string() &&
+         node["String"].get<std::string>() == text;
+}
+
+// The decoder of SentencePiece-style files: Sequence[Replace("▁", " "), ByteFallback, Fuse, Strip(" ", 1, 0)],
+// Strip optional. Returns whether it strips one leading space, nullopt for any other decoder.
+std::optional<bool> metaspace_decoder_strips(const nlohmann::json& decoder) {
+  if (!is_type(decoder, "Sequence") || !decoder.contains("decoders") || !decoder["decoders"].is_array())
+    return std::nullopt;
+  const auto& steps = decoder["decoders"];
+  if (steps.size() != 3 && steps.size() != 4) return std::nullopt;
+  if (!is_type(steps[0], "Replace") || !is_string_pattern(steps[0].value("pattern", nlohmann::json()), kMetaspace) ||
+      steps[0].value("content", std::string()) != " " || !is_type(steps[1], "ByteFallback") ||
+      !is_type(steps[2], "Fuse"))
+    return std::nullopt;
+  if (steps.size() == 3) return false;
+  if (!is_type(steps[3], "Strip") || steps[3].value("content", std::string()) != " " ||
+      steps[3].value("start", 0) != 1 || steps[3].value("stop", 0) != 0)
+    return std::nullopt;
+  return true;
+}
+
+bool is_replace_space(const nlohmann::json& node) {
+  return is_type(node, "Replace") && is_string_pattern(node.value("pattern", nlohmann::json()), " ") &&
+         node.value("content", std::string()) == kMetaspace;
+}
+
+// How '▁' reaches the text: the legacy normalizer Sequence[Prepend("▁")?, Replace(" ", "▁")] with no
+// pre-tokenizer, or no normalizer and a Metaspace pre-tokenizer. Sets the vocabulary's prefix and split rules
+// and returns a description.
+std::string read_metaspace_rules(const TokenizerJsonReader& reader, const nlohmann::json& json, SpmVocab& vocab) {
+  const auto normalizer = json.value("normalizer", nlohmann::json());
+  const auto pre = json.value("pre_tokenizer", nlohmann::json());
+  if (!normalizer.is_null()) {
+    const auto steps = is_type(normalizer, "Sequence") ? normalizer.value("normalizers", nlohmann::json::array())
+                                                       : nlohmann::json::array({normalizer});
+    const bool prepend = steps.size() == 2 && is_type(steps[0], "Prepend") &&
+                         steps[0].value("prepend", std::string()) == kMetaspace && is_replace_space(steps[1]);
+    const bool replace_only = steps.size() == 1 && is_replace_space(steps[0]);
+    if (!prepend && !replace_only)
+      reader.fail("normalizer", normalizer.dump().substr(0, 200) +
+                                    " is not supported (expected Sequence[Prepend(\"▁\"), Replace(\" \", \"▁\")], "
+                                    "Replace(\" \", \"▁\") or null)");
+    if (!pre.is_null())
+      reader.fail("pre_tokenizer",
+                  pre.dump().substr(0, 200) + " is not supported after a Replace normalizer (expected null)");
+    vocab.space_prefix = prepend ? SpacePrefix::EveryPiece : SpacePrefix::None;
+    return prepend ? "Prepend/Replace normalizer" : "Replace normalizer";
+  }
+  if (!is_type(pre, "Metaspace") || pre.value("replacement", std::string()) != kMetaspace)
+    reader.fail("pre_tokenizer", pre.dump().substr(0, 200) +
+                                     " is not supported with this decoder (expected Metaspace with replacement "
+                                     "\"▁\", or a Prepend/Replace normalizer)");
+  // Older files spell prepend_scheme as add_prefix_space (true = "always").
+  const std::string scheme = pre.contains("prepend_scheme")
+                                 ? pre.value("prepend_scheme", std::string())
+                                 : (pre.value("add_prefix_space", true) ? "always" : "never");
+  if (scheme == "always") {
+    vocab.space_prefix = SpacePrefix::EveryPieceUnlessSpace;
+  } else if (scheme == "first") {
+    vocab.space_prefix = SpacePrefix::FirstPieceUnlessSpace;
+  } else if (scheme == "never") {
+    vocab.space_prefix = SpacePrefix::None;
+  } else {
+    reader.fail("pre_tokenizer.prepend_scheme", "\"" + scheme + "\" (expected \"first\", \"always\" or \"never\")");
+  }
+  vocab.split_at_spaces = !pre.contains("split") || is_true(pre, "split");
+  return "Metaspace prepend_scheme " + scheme + (vocab.split_at_spaces ? ", split" : "");
+}
+
+// Llama 2 / Mistral tokenizer.json: a BPE with ranked merges over characters, byte fallback and '▁' for spaces.
+LoadedTokenizer load_metaspace_bpe(const TokenizerJsonReader& reader, const nlohmann::json& json,
+                                   const nlohmann::json& config, bool strip_leading_space) {
+  const auto& model = json["model"];
+  for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (model.contains(affix) && !model[affix].is_null() && model[affix] != "")
+      reader.fail(std::string("model.") + affix, model[affix].dump() + " is not supported (expected null)");
+  if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"] != 0)
+    reader.fail("model.dropout", model["dropout"].dump() + " is not supported (expected null)");
+  if (is_true(model, "ignore_merges"))
+    reader.fail("model.ignore_merges", "true is not supported here (expected false)");
+  if (json.contains("added_tokens") && json["added_tokens"].is_array())
+    for (const auto& added : json["added_tokens"])
+      if (is_true(added, "normalized"))
+        reader.fail("added_tokens", added.dump() + ": normalized true is not supported (expected false)");
+
+  SpmVocab vocab;
+  const std::string rules = read_metaspace_rules(reader, json, vocab);
+  TokenList list = read_token_list(reader, json, normal_or_byte_token);
+  const SpecialTokens specials = read_special_tokens(json, config, list.tokens);
+  vocab.merges = read_merges(reader, model);
+  vocab.tokens = std::move(list.tokens);
+  vocab.token_types = std::move(list.types);
+  vocab.bos_id = specials.bos_id;
+  vocab.eos_id = specials.eos_id;
+  vocab.add_bos = specials.add_bos;
+  // The model's own unk_token is what the reference falls back to; tokenizer_config's only names it.
+  vocab.unk_id = model.contains("unk_token") && model["unk_token"].is_string()
+                     ? id_of(vocab.tokens, model["unk_token"].get<std::string>())
+                     : -1;
+  if (model.contains("unk_token") && model["unk_token"].is_string() && vocab.unk_id < 0)
+    reader.fail("model.unk_token", model["unk_token"].dump() + " is not in the vocabulary");
+  vocab.byte_fallback = is_true(model, "byte_fallback");
+  vocab.fuse_unk = is_true(model, "fuse_unk");
+  vocab.strip_leading_space = strip_leading_space;
+  LoadedTokenizer loaded;
+  try {
+    loaded.tokenizer = std::make_unique<SpmTokenizer>(std::move(vocab));
+  } catch (const Error& e) {
+    throw Error(reader.file().string() + ": " + e.what());
+  }
+  loaded.description =
+      "tokenizer.json SentencePiece-style BPE (" + rules + (is_true(model, "byte_fallback") ? ", byte fallback)" : ")");
+  return loaded;
 }
 
 // A tokenizer whose tokenizer.json normalizes to NFC: text that is certainly NFC already is passed through, any
@@ -160,48 +357,31 @@ LoadedTokenizer load_tokenizer_json(const std::filesystem::path& dir) {
   const auto& model = json["model"];
   if (model.value("type", std::string()) != "BPE")
     reader.fail("model.type", model.value("type", nlohmann::json()).dump() + " is not supported (expected \"BPE\")");
-  if (model.value("byte_fallback", false))
-    reader.fail("model.byte_fallback",
-                "true (SentencePiece-style byte fallback) is not supported yet (expected byte-level BPE)");
+  // The decoder tells the two families apart: byte-level BPE (GPT-2, Llama 3, Qwen2) or SentencePiece-style.
+  const auto decoder = json.value("decoder", nlohmann::json());
+  if (const auto strips = metaspace_decoder_strips(decoder)) return load_metaspace_bpe(reader, json, config, *strips);
+  if (!is_type(decoder, "ByteLevel"))
+    reader.fail("decoder", decoder.dump().substr(0, 200) +
+                               " is not supported (expected ByteLevel, or Sequence[Replace(\"▁\", \" \"), "
+                               "ByteFallback, Fuse, Strip])");
+  if (is_true(model, "byte_fallback"))
+    reader.fail("model.byte_fallback", "true with a ByteLevel decoder is not supported (expected false)");
   const bool nfc = json.contains("normalizer") && is_type(json["normalizer"], "NFC");
   if (json.contains("normalizer") && !json["normalizer"].is_null() && !nfc)
     reader.fail("normalizer", json["normalizer"].dump().substr(0, 200) + " is not supported (expected null or NFC)");
-  if (!json.contains("decoder") || !is_type(json["decoder"], "ByteLevel"))
-    reader.fail("decoder", json.value("decoder", nlohmann::json()).dump().substr(0, 200) +
-                               " is not supported (expected ByteLevel)");
   const auto [pre, pre_name] = read_pre_tokenizer(reader, json.value("pre_tokenizer", nlohmann::json()));
 
+  TokenList list = read_token_list(reader, json, normal_token);
+  const SpecialTokens specials = read_special_tokens(json, config, list.tokens);
   BpeVocab vocab;
-  if (!model.contains("vocab") || !model["vocab"].is_object()) reader.fail("model.vocab", "missing or not an object");
-  for (const auto& [text, id] : model["vocab"].items()) {
-    if (!id.is_number_integer())
-      reader.fail("model.vocab", "token \"" + text + "\" has id " + id.dump() + " (expected an integer)");
-    add_token(reader, vocab, text, id.get<int64_t>(), TokenType::Normal);
-  }
-  if (json.contains("added_tokens") && json["added_tokens"].is_array())
-    for (const auto& added : json["added_tokens"]) {
-      if (!added.is_object() || !added.contains("id") || !added["id"].is_number_integer() ||
-          !added.contains("content") || !added["content"].is_string())
-        reader.fail("added_tokens", added.dump() + " (expected an object with integer id and string content)");
-      add_token(reader, vocab, added["content"].get<std::string>(), added["id"].get<int64_t>(),
-                added.value("special", false) ? TokenType::Control : TokenType::UserDefined);
-    }
-  if (model.contains("merges") && model["merges"].is_array())
-    for (const auto& merge : model["merges"]) vocab.merges.push_back(merge_text(reader, merge));
-  vocab.ignore_merges = model.value("ignore_merges", false);
-
-  const auto bos_text = config_token(config, "bos_token");
-  vocab.bos_id = id_of(vocab.tokens, bos_text);
-  vocab.eos_id = id_of(vocab.tokens, config_token(config, "eos_token"));
-  vocab.unk_id = id_of(vocab.tokens, config_token(config, "unk_token"));
-  // tokenizer_config's add_bos_token wins; otherwise BOS is added when the post-processor adds it.
-  const auto post_bos = template_bos(json.value("post_processor", nlohmann::json()));
-  if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean()) {
-    vocab.add_bos = config["add_bos_token"].get<bool>();
-  } else if (post_bos) {
-    vocab.add_bos = true;
-    vocab.bos_id = id_of(vocab.tokens, post_bos);
-  }
+  vocab.merges = read_merges(reader, model);
+  vocab.tokens = std::move(list.tokens);
+  vocab.token_types = std::move(list.types);
+  vocab.ignore_merges = is_true(model, "ignore_merges");
+  vocab.bos_id = specials.bos_id;
+  vocab.eos_id = specials.eos_id;
+  vocab.unk_id = specials.unk_id;
+  vocab.add_bos = specials.add_bos;
   LoadedTokenizer loaded;
   try {
     loaded.tokenizer = std::make_unique<BpeTokenizer>(std::move(vocab), pre);

@@ -1,6 +1,7 @@
 #pragma once
 // The tokenizer of a Hugging Face folder: tokenizer.json (the `tokenizers` library's file) with the special
-// tokens of tokenizer_config.json. Byte-level BPE with the GPT-2, SmolLM, Llama-3 and Qwen2 split patterns.
+// tokens of tokenizer_config.json. Byte-level BPE with the GPT-2, SmolLM, Llama-3 and Qwen2 split patterns, and the
+// SentencePiece-style BPE (byte fallback, Prepend/Replace normalizer or Metaspace) of Llama 2 and Mistral.
 #include <filesystem>
 #include <memory>
 #include <string>

@@ -48,7 +48,11 @@ SpmTokenizer::SpmTokenizer(SpmVocab vocab)
       eos_id_(vocab.eos_id),
       unk_id_(vocab.unk_id),
       add_bos_(vocab.add_bos),
-      add_space_prefix_(vocab.add_space_prefix) {
+      space_prefix_(vocab.space_prefix),
+      split_at_spaces_(vocab.split_at_spaces),
+      byte_fallback_(vocab.byte_fallback),
+      fuse_unk_(vocab.fuse_unk),
+      strip_leading_space_(vocab.strip_leading_space) {
   const int n = static_cast<int>(tokens_.size());
   if (n == 0) throw Error("SentencePiece tokenizer: tokenizer.ggml.tokens is empty");
   if (scores_.empty()) scores_.assign(n, 0.0f);
@@ -84,9 +88,54 @@ SpmTokenizer::SpmTokenizer(SpmVocab vocab)
     if ((type == TokenType::Control || type == TokenType::UserDefined || !typed) && is_end_of_turn_text(piece))
       end_of_generation_[id] = true;
   }
+  merges_ = BpeMerges(vocab.merges, piece_ids_);
+}
+
+void SpmTokenizer::append_unknown(std::string_view character, std::vector<int>& out) const {
+  const bool all_bytes = std::all_of(character.begin(), character.end(),
+                                     [&](char c) { return byte_token_[static_cast<uint8_t>(c)] >= 0; });
+  if (byte_fallback_ && all_bytes) {
+    for (char c : character) out.push_back(byte_token_[static_cast<uint8_t>(c)]);
+  } else if (unk_id_ >= 0) {
+    out.push_back(unk_id_);
+  }
 }
 
 void SpmTokenizer::encode_text(std::string_view text, std::vector<int>& out) const {
+  if (merges_.empty()) {
+    encode_by_score(text, out);
+  } else {
+    encode_by_rank(text, out);
+  }
+}
+
+void SpmTokenizer::encode_by_rank(std::string_view text, std::vector<int>& out) const {
+  // The reference's BPE model (tokenizers models/bpe/model.rs merge_word): one symbol per character, a character
+  // outside the vocabulary as its byte tokens (byte_fallback) or unk (fused with a preceding unk when fuse_unk),
+  // then the ranked merges.
+  std::vector<int> symbols;
+  bool last_was_unknown = false;
+  for (size_t pos = 0; pos < text.size();) {
+    const auto ch = unicode::decode_utf8(text, pos);
+    const std::string_view character = text.substr(pos, ch.length);
+    pos += ch.length;
+    const auto it = piece_ids_.find(std::string(character));
+    if (it != piece_ids_.end()) {
+      symbols.push_back(it->second);
+      last_was_unknown = false;
+      continue;
+    }
+    const size_t before = symbols.size();
+    append_unknown(character, symbols);
+    const bool became_unk = symbols.size() == before + 1 && symbols.back() == unk_id_;
+    if (became_unk && fuse_unk_ && last_was_unknown) symbols.pop_back();
+    last_was_unknown = became_unk;
+  }
+  merges_.apply(symbols);
+  out.insert(out.end(), symbols.begin(), symbols.end());
+}
+
+void SpmTokenizer::encode_by_score(std::string_view text, std::vector<int>& out) const {
   // Symbols are spans of `text` in a linked list over fixed slots; the heap pops the best-scoring adjacent
   // pair whose concatenation is a piece, leftmost on ties, as sentencepiece's BPE does.
   struct Symbol {
@@ -136,33 +185,49 @@ void SpmTokenizer::encode_text(std::string_view text, std::vector<int>& out) con
       out.push_back(it->second);
       continue;
     }
-    // Only single characters can be missing (merges only form pieces). Byte fallback spells the character's
-    // bytes; without byte tokens it becomes the unknown token, or nothing when there is none.
-    const bool all_bytes =
-        std::all_of(piece.begin(), piece.end(), [&](char c) { return byte_token_[static_cast<uint8_t>(c)] >= 0; });
-    if (all_bytes) {
-      for (char c : piece) out.push_back(byte_token_[static_cast<uint8_t>(c)]);
-    } else if (unk_id_ >= 0) {
-      out.push_back(unk_id_);
-    }
+    // Only single characters can be missing (merges only form pieces).
+    append_unknown(piece, out);
   }
 }
 
 std::vector<int> SpmTokenizer::encode(std::string_view text, bool parse_special) const {
   std::vector<int> out;
-  // As llama.cpp and the reference's legacy Llama tokenizer: the space prefix goes before the text at the
-  // start and after every special token.
-  bool after_special = true;
+  // Special tokens are split off first, so the space prefix applies to each run of text between them, as in
+  // llama.cpp, the reference's legacy Llama tokenizer and tokenizer.json's Prepend normalizer.
   for (const TextPiece& piece : specials_.split(text, parse_special)) {
     if (piece.id >= 0) {
       out.push_back(piece.id);
-      after_special = true;
       continue;
     }
-    std::string escaped = (add_space_prefix_ && after_special) ? std::string(kSpace) : std::string();
-    escaped += replace_all(piece.text, " ", kSpace);
-    encode_text(escaped, out);
-    after_special = false;
+    const std::string spaced = replace_all(piece.text, " ", kSpace);
+    const bool starts_with_space = spaced.starts_with(kSpace);
+    bool prefix = false;
+    switch (space_prefix_) {
+      case SpacePrefix::None:
+        break;
+      case SpacePrefix::EveryPiece:
+        prefix = true;
+        break;
+      case SpacePrefix::EveryPieceUnlessSpace:
+        prefix = !starts_with_space;
+        break;
+      case SpacePrefix::FirstPieceUnlessSpace:  // tokenizers: only the split at original offset 0
+        prefix = !starts_with_space && piece.text.data() == text.data();
+        break;
+    }
+    const std::string escaped = prefix ? std::string(kSpace) + spaced : spaced;
+    if (!split_at_spaces_) {
+      encode_text(escaped, out);
+      continue;
+    }
+    // Metaspace split (SplitDelimiterBehavior::MergedWithNext): every '▁' starts a new word.
+    size_t begin = 0;
+    while (begin < escaped.size()) {
+      size_t end = escaped.find(kSpace, begin + 1);
+      if (end == std::string::npos) end = escaped.size();
+      encode_text(std::string_view(escaped).substr(begin, end - begin), out);
+      begin = end;
+    }
   }
   return out;
 }
@@ -191,7 +256,7 @@ std::string SpmTokenizer::decode(const std::vector<int>& ids) const {
     out += replace_all(tokens_[id], kSpace, " ");
   }
   flush();
-  if (add_space_prefix_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
+  if (strip_leading_space_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
   return out;
 }
 

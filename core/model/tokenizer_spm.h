@@ -1,6 +1,8 @@
 #pragma once
-// SentencePiece-style BPE as Llama-2 GGUF files describe it: merges chosen by piece score, spaces written
-// as U+2581 ('▁'), an optional leading space, and <0xXX> byte tokens for characters outside the vocabulary.
+// SentencePiece-style BPE: spaces written as U+2581 ('▁'), an optional leading '▁', and <0xXX> byte tokens for
+// characters outside the vocabulary. Two sources describe it: Llama-2 GGUF files (merges chosen by piece score,
+// as sentencepiece does) and the tokenizer.json of Llama 2 / Mistral folders (a BPE model with ranked `merges`,
+// `byte_fallback`, and a Prepend/Replace normalizer or a Metaspace pre-tokenizer).
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -11,6 +13,16 @@
 
 namespace kvscope::model {
 
+// Where the word-start marker '▁' is put before text, before spaces become '▁'.
+enum class SpacePrefix {
+  None,                   // Metaspace prepend_scheme "never"; GGUF add_space_prefix false
+  EveryPiece,             // GGUF add_space_prefix; tokenizer.json Prepend("▁") normalizer: before every run of
+                          // text between special tokens, even one that starts with a space
+  EveryPieceUnlessSpace,  // Metaspace "always": as EveryPiece, but not before text that starts with a space
+  FirstPieceUnlessSpace,  // Metaspace "first": only before text at the very start of the input (not after a
+                          // special token), and not when it starts with a space
+};
+
 struct SpmVocab {
   std::vector<std::string> tokens;   // pieces, with '▁' for spaces; byte tokens spelled "<0xXX>"
   std::vector<float> scores;         // higher merges first; empty means all 0
@@ -19,7 +31,14 @@ struct SpmVocab {
   int eos_id = -1;
   int unk_id = -1;
   bool add_bos = true;
-  bool add_space_prefix = true;
+  SpacePrefix space_prefix = SpacePrefix::EveryPiece;
+  // tokenizer.json's ranked merges ("left right", best first). When given they choose the merges, as the
+  // reference's BPE model does, instead of piece scores.
+  std::vector<std::string> merges;
+  bool split_at_spaces = false;     // Metaspace split: each '▁' starts a word that BPE sees on its own
+  bool byte_fallback = true;        // characters outside the vocabulary as <0xXX> tokens (else unk)
+  bool fuse_unk = false;            // consecutive unknown characters give one unk (tokenizer.json fuse_unk)
+  bool strip_leading_space = true;  // decode drops one leading space (tokenizer.json's Strip decoder)
 };
 
 class SpmTokenizer final : public Tokenizer {
@@ -28,8 +47,9 @@ class SpmTokenizer final : public Tokenizer {
   explicit SpmTokenizer(SpmVocab vocab);
 
   std::vector<int> encode(std::string_view text, bool parse_special = true) const override;
-  // As the reference's Llama decoder: '▁' -> ' ', runs of byte tokens joined (a run that is not valid
-  // UTF-8 gives one U+FFFD per byte), and the one leading space that add_space_prefix put there removed.
+  // As the reference's Llama decoder (Replace '▁' -> ' ', ByteFallback, Fuse, Strip): runs of byte tokens
+  // joined (a run that is not valid UTF-8 gives one U+FFFD per byte), and one leading space removed when
+  // strip_leading_space.
   std::string decode(const std::vector<int>& ids) const override;
   // The piece with '▁' as a space and its leading space kept, so labels show word starts; a byte token
   // that is not ASCII on its own shows as U+FFFD.
@@ -42,6 +62,10 @@ class SpmTokenizer final : public Tokenizer {
 
  private:
   void encode_text(std::string_view text, std::vector<int>& out) const;
+  void encode_by_score(std::string_view text, std::vector<int>& out) const;
+  void encode_by_rank(std::string_view text, std::vector<int>& out) const;
+  // Appends the tokens of one character outside the vocabulary: its bytes' tokens, else unk (or nothing).
+  void append_unknown(std::string_view character, std::vector<int>& out) const;
 
   std::vector<std::string> tokens_;
   std::vector<float> scores_;
@@ -49,11 +73,14 @@ class SpmTokenizer final : public Tokenizer {
   // Pieces merges may produce: normal and user-defined ones. As in sentencepiece, control, unknown, unused
   // and byte pieces are never formed from text.
   std::unordered_map<std::string, int> piece_ids_;
+  BpeMerges merges_;
   int byte_token_[256];
   SpecialTokenMatcher specials_;
   std::vector<bool> end_of_generation_;
   int bos_id_, eos_id_, unk_id_;
-  bool add_bos_, add_space_prefix_;
+  bool add_bos_;
+  SpacePrefix space_prefix_;
+  bool split_at_spaces_, byte_fallback_, fuse_unk_, strip_leading_space_;
 };
 
 }  // namespace kvscope::model

@@ -25,14 +25,19 @@ CheckedSpec check(const RunSpec& spec) {
   return out;
 }
 
-std::string prompt_text(const std::string& body, bool chat) {
-  return chat ? model::apply_chatml({{"user", body}}) : body;
+std::string prompt_text(const model::Model& model, const std::string& body, bool chat, const std::string& system) {
+  if (!chat) return body;
+  std::vector<model::ChatMessage> messages;
+  if (!system.empty()) messages.push_back({"system", system});
+  messages.push_back({"user", body});
+  return model::render_chat(model.chat_template.get(), messages);
 }
 
-std::vector<int> encode_prompt(const model::Model& model, const std::string& body, bool chat) {
+std::vector<int> encode_prompt(const model::Model& model, const std::string& body, bool chat,
+                               const std::string& system) {
   std::vector<int> ids;
-  if (model.tokenizer->add_bos() && model.tokenizer->bos_id() >= 0) ids.push_back(model.tokenizer->bos_id());
-  const auto tokens = model.tokenizer->encode(prompt_text(body, chat), chat);
+  if (!chat && model.tokenizer->add_bos() && model.tokenizer->bos_id() >= 0) ids.push_back(model.tokenizer->bos_id());
+  const auto tokens = model.tokenizer->encode(prompt_text(model, body, chat, system), chat);
   ids.insert(ids.end(), tokens.begin(), tokens.end());
   return ids;
 }

@@ -16,6 +16,7 @@ struct RunSpec {
   std::string budget;                 // "128" tokens per (layer, KV head) or "20%" of the prompt; empty: whole prompt
   std::string prompt;                 // text; with `chat`, the user message of the model's chat template
   bool chat = false;
+  std::string system;                 // with `chat`: a system message before it (empty: the template's default)
   std::vector<int> prompt_ids;        // when not empty: the tokens themselves (prompt is then only recorded)
   engine::GenerateOptions generation;  // new tokens, sampling, stopping (its budget is set from `budget`)
   std::string record;                 // trace::RecordOptions spec for recording sinks; empty: defaults
@@ -35,9 +36,13 @@ struct CheckedSpec {
 // needs a budget and has none, an empty prompt.
 CheckedSpec check(const RunSpec& spec);
 
-// The prompt as the model sees it: the chat template applied when asked.
-std::string prompt_text(const std::string& body, bool chat);
-// Its tokens: BOS first when the model asks for one.
-std::vector<int> encode_prompt(const model::Model& model, const std::string& body, bool chat);
+// The prompt as the model sees it: with `chat`, the body as the user message of the model's chat template, after
+// `system` as a system message when it is not empty (model.chat_template; throws Error when the model has none
+// kvscope renders).
+std::string prompt_text(const model::Model& model, const std::string& body, bool chat, const std::string& system = "");
+// Its tokens: BOS first when the model asks for one; with `chat` the template writes BOS itself where its family
+// does, and its special tokens are parsed (as transformers' apply_chat_template).
+std::vector<int> encode_prompt(const model::Model& model, const std::string& body, bool chat,
+                               const std::string& system = "");
 
 }  // namespace kvscope::run

@@ -145,6 +145,43 @@ TEST_CASE("generate runs with a half cache, and --device cuda without CUDA is a 
   CHECK((cuda.exit_code == 0 || (cuda.exit_code == 1 && cuda.output.find("cuda") != std::string::npos)));
 }
 
+TEST_CASE("generate --chat on the Llama 2 and Mistral folders sends transformers' chat-template ids") {
+  std::ifstream in(std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / "golden.json");
+  const auto golden = nlohmann::json::parse(in);
+  for (const std::string name : {"llama2", "mistral"}) {
+    const auto folder = std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / name;
+    // The golden's system + user and user-only conversations, as --system and --chat send them.
+    for (const int conversation : {0, 1}) {
+      INFO("checkpoint " << name << ", conversation " << conversation);
+      const auto& chat = golden["checkpoints"][name]["chats"][conversation];
+      const auto& messages = chat["messages"];
+      const bool has_system = messages.size() == 2;
+      REQUIRE(messages.back()["role"] == "user");
+      const auto prompt_file = temp_file(name + "_chat_prompt.txt");
+      std::ofstream(prompt_file) << messages.back()["content"].get<std::string>();
+      const std::string system =
+          has_system ? " --system '" + messages[0]["content"].get<std::string>() + "'" : std::string();
+      const auto o = run("generate --json --chat --ignore-eos --max-new-tokens 3 --model " + folder.string() +
+                         " --prompt-file " + prompt_file.string() + system);
+      std::filesystem::remove(prompt_file);
+      REQUIRE(o.exit_code == 0);
+      const auto j = nlohmann::json::parse(o.output);
+      CHECK(j["prompt"] == chat["text"]);
+      CHECK(j["prompt_tokens"] == chat["ids"]);
+      CHECK(j["generated_tokens"].size() == 3);
+    }
+    const auto info = nlohmann::json::parse(run("info --json --model " + folder.string()).output);
+    CHECK(info["chat_template"] == name + " (recognised in chat_template.jinja)");
+    CHECK_THAT(info["tokenizer"].get<std::string>(), Catch::Contains("SentencePiece-style BPE"));
+  }
+}
+
+TEST_CASE("a system message (--system) needs --chat") {
+  const auto o = run("generate --prompt hi --system 'Be brief.' --max-new-tokens 1");
+  CHECK(o.exit_code != 0);
+  CHECK_THAT(o.output, Catch::Contains("--system") && Catch::Contains("--chat"));
+}
+
 TEST_CASE("info describes a Hugging Face folder: format, architecture, storage types, tokenizer") {
   const auto folder = std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / "qwen3";
   auto o = run("info --json --model " + folder.string());

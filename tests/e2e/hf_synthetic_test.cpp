@@ -1,15 +1,19 @@
 // Tiny random checkpoints of each supported family, written by transformers (tools/make_synthetic_checkpoints.py),
 // against transformers' logits and tokenization: RoPE pairing and scaling, biases, q/k norms, GQA groups,
-// tied/untied heads, F32/F16/BF16 storage and the Llama 3 / Qwen2 tokenizer.json pre-tokenizers.
+// tied/untied heads, F32/F16/BF16 storage, the Llama 3 / Qwen2 byte-level and the Llama 2 / Mistral
+// SentencePiece-style tokenizer.json files, and each family's chat template.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/engine/engine.h"
+#include "core/eval/eval_run.h"
 #include "core/model/model.h"
+#include "core/run/run_spec.h"
 #include "tests/support/golden_compare.h"
 
 using namespace kvscope;
@@ -24,6 +28,27 @@ constexpr double kLogitTolerance = 2e-3;
 const nlohmann::json& golden() {
   static const nlohmann::json json = test::read_json_fixture(kDir / "golden.json");
   return json;
+}
+
+std::vector<model::ChatMessage> messages_of(const nlohmann::json& chat) {
+  std::vector<model::ChatMessage> out;
+  for (const auto& m : chat["messages"]) out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  return out;
+}
+
+// Every conversation of the golden rendered and tokenized as transformers' apply_chat_template does.
+void check_chats(const model::Model& m, const nlohmann::json& chats) {
+  for (const auto& chat : chats) {
+    INFO("conversation " << chat["messages"].dump());
+    const auto messages = messages_of(chat);
+    const std::string text = model::render_chat(m.chat_template.get(), messages);
+    CHECK(text == chat["text"].get<std::string>());
+    CHECK(m.tokenizer->encode(text, true) == chat["ids"].get<std::vector<int>>());
+    if (messages.size() == 1) {  // what --chat sends: the prompt as the one user message
+      CHECK(run::encode_prompt(m, messages[0].content, true) == chat["ids"].get<std::vector<int>>());
+      CHECK(eval::Evaluator(m).encode(text, true) == chat["ids"].get<std::vector<int>>());  // eval and sweep
+    }
+  }
 }
 
 double max_diff_to_golden(const model::Model& m, const nlohmann::json& g) {
@@ -82,7 +107,7 @@ TEST_CASE("the fixtures are sensitive to each convention they prove", "[hf][synt
   CHECK(max_diff_to_golden(llama2, checkpoints["llama2"]) > 100 * kLogitTolerance);
 }
 
-TEST_CASE("Llama 3 and Qwen2 tokenizer.json files tokenize as transformers does", "[hf][synthetic][tokenizer]") {
+TEST_CASE("every family's tokenizer.json tokenizes as transformers does", "[hf][synthetic][tokenizer]") {
   for (const auto& [name, g] : golden()["checkpoints"].items()) {
     INFO("checkpoint " << name);
     const model::Model m = model::load_model(kDir / name);
@@ -100,7 +125,29 @@ TEST_CASE("Llama 3 and Qwen2 tokenizer.json files tokenize as transformers does"
       CHECK(ids == entry["ids"].get<std::vector<int>>());
       CHECK(m.tokenizer->decode(ids) == entry["decoded"].get<std::string>());
     }
-    CHECK(m.tokenizer->encode(g["chat"]["text"].get<std::string>(), true) == g["chat"]["ids"].get<std::vector<int>>());
+  }
+}
+
+TEST_CASE("each family's chat template renders and tokenizes as transformers' apply_chat_template",
+          "[hf][synthetic][chat]") {
+  const std::map<std::string, std::string> expected_format = {
+      {"llama3", "llama3"}, {"llama2", "llama2"}, {"mistral", "mistral"}, {"qwen2", "chatml"}, {"qwen3", "chatml"}};
+  for (const auto& [name, g] : golden()["checkpoints"].items()) {
+    INFO("checkpoint " << name);
+    const model::Model m = model::load_model(kDir / name);
+    CHECK(m.chat_template.description == expected_format.at(name) + " (recognised in chat_template.jinja)");
+    check_chats(m, g["chats"]);
+  }
+}
+
+TEST_CASE("a model without a chat template falls back by architecture", "[hf][synthetic][chat]") {
+  // The GGUF files carry no tokenizer.chat_template. llama3.gguf has Llama 3's header tokens, so it gets the
+  // Llama 3 format; qwen3.gguf gets ChatML with no default system prompt, as the qwen3 folder's template.
+  for (const std::string name : {"llama3", "qwen3"}) {
+    INFO("checkpoint " << name);
+    const model::Model m = model::load_model(kDir / (name + ".gguf"));
+    CHECK_THAT(m.chat_template.description, Catch::Contains("the model has no chat template; chosen by architecture"));
+    check_chats(m, golden()["checkpoints"][name]["chats"]);
   }
 }
 

@@ -61,3 +61,17 @@ TEST_CASE("trace on a Hugging Face folder records the same maps as on the GGUF, 
       CHECK(hf.datasets[i].shape == gguf.datasets[i].shape);
   }
 }
+
+TEST_CASE("trace --chat runs through the SentencePiece-style Llama 2 and Mistral folders", "[hf][trace][chat]") {
+  for (const std::string name : {"llama2", "mistral"}) {
+    INFO("checkpoint " << name);
+    const auto folder = std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / name;
+    const auto out =
+        std::filesystem::temp_directory_path() / ("kvscope_hf_trace_" + name + std::to_string(::getpid()) + ".h5");
+    const trace::RunSummary run_summary = trace_of("--chat --model " + folder.string(), out);
+    std::filesystem::remove(out);
+    CHECK(run_summary.complete);
+    CHECK(run_summary.n_steps > 0);
+    CHECK_THAT(run_summary.attributes.at("tokenizer"), Catch::Contains("tokenizer.json SentencePiece-style BPE"));
+  }
+}

@@ -1,4 +1,6 @@
-// apply_chatml against jinja2 renderings of the template stored in SmolLM2's GGUF (in the fixture).
+// apply_chatml against jinja2 renderings of the template stored in SmolLM2's GGUF (in the fixture), and the
+// recognition of chat templates by their markers. Each family's rendering against transformers is in
+// tests/e2e/hf_synthetic_test.cpp.
 #include "core/model/chat_template.h"
 
 #include <catch2/catch.hpp>
@@ -27,4 +29,46 @@ TEST_CASE("apply_chatml edge cases", "[tokenizer][chat]") {
   CHECK(apply_chatml({{"user", "hi"}}, false) ==
         "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
         "<|im_start|>user\nhi<|im_end|>\n");
+}
+
+TEST_CASE("chat templates are recognised by their markers", "[tokenizer][chat]") {
+  CHECK(recognise_chat_template("{% for m in messages %}<|im_start|>{{ m.role }}") == ChatFormat::ChatML);
+  CHECK(recognise_chat_template("{{ '<|start_header_id|>' + m['role'] }}") == ChatFormat::Llama3);
+  CHECK(recognise_chat_template("[INST] {{ '<<SYS>>\\n' }}") == ChatFormat::Llama2);
+  CHECK(recognise_chat_template("{{ '[INST] ' + content + ' [/INST]' }}") == ChatFormat::Mistral);
+  // Llama 3.1's dated system block is not rendered, so its template is not taken for Llama 3's.
+  CHECK_FALSE(recognise_chat_template("<|start_header_id|>system\nCutting Knowledge Date: December 2023"));
+  CHECK_FALSE(recognise_chat_template("{{ '<start_of_turn>user\\n' }}"));  // Gemma
+}
+
+TEST_CASE("a ChatML template's default system prompt is the literal it writes", "[tokenizer][chat]") {
+  // SmolLM2's (from its GGUF) and Qwen2.5's spelling, with Jinja's \n escape; Qwen2.5 first writes a system
+  // header followed by Jinja code, which is not a literal prompt.
+  CHECK(chatml_default_system("{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by "
+                              "Hugging Face<|im_end|>\\n' }}") ==
+        "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  CHECK(chatml_default_system("{{- '<|im_start|>system\\n' }}{{- messages[0]['content'] }}<|im_end|>{{- "
+                              "'<|im_start|>system\\nYou are Qwen.\\nBe brief.<|im_end|>\\n' }}") ==
+        "You are Qwen.\nBe brief.");
+  CHECK(chatml_default_system("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>").empty());
+}
+
+TEST_CASE("Llama 2 and Mistral refuse conversations whose roles do not alternate", "[tokenizer][chat]") {
+  for (const ChatFormat format : {ChatFormat::Llama2, ChatFormat::Mistral}) {
+    ChatTemplate t;
+    t.format = format;
+    t.bos = "<s>";
+    t.eos = "</s>";
+    INFO(chat_format_name(format));
+    CHECK_THROWS_WITH(render_chat(t, {{"user", "a"}, {"user", "b"}}),
+                      Catch::Contains("message 1 has role 'user'") && Catch::Contains("alternating"));
+    CHECK_THROWS_WITH(render_chat(t, {{"user", "a"}, {"system", "b"}}), Catch::Contains("role 'system'"));
+    CHECK_NOTHROW(render_chat(t, {{"system", "s"}, {"user", "a"}, {"assistant", "b"}, {"user", "c"}}));
+  }
+}
+
+TEST_CASE("a model whose template kvscope does not render refuses --chat with the reason", "[tokenizer][chat]") {
+  ChatTemplateChoice none;
+  none.description = "the chat template in chat_template.jinja is not one kvscope renders";
+  CHECK_THROWS_WITH(none.get(), Catch::Contains("--chat: the chat template in chat_template.jinja"));
 }

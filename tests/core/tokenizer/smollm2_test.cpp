@@ -189,3 +189,13 @@ TEST_CASE("SmolLM2 encodes a 1000-token prompt quickly, also from several thread
   for (auto& t : threads) t.join();
   for (const auto& r : results) CHECK(r == ids);
 }
+
+TEST_CASE("SmolLM2's GGUF chat template is recognised as ChatML with its default system prompt",
+          "[tokenizer][smollm2][chat]") {
+  REQUIRE_MODEL();
+  const ChatTemplateSource source = read_chat_template(GgufFile::open(model_path()));
+  REQUIRE(source.jinja);
+  CHECK(source.origin == "GGUF tokenizer.chat_template");
+  CHECK(recognise_chat_template(*source.jinja) == ChatFormat::ChatML);
+  CHECK(chatml_default_system(*source.jinja) == "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+}

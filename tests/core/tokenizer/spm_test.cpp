@@ -116,7 +116,8 @@ TEST_CASE("SPM merges by score, worked by hand", "[tokenizer][spm]") {
   CHECK(tok.encode("").empty());
 
   SpmVocab no_prefix = v.vocab;
-  no_prefix.add_space_prefix = false;
+  no_prefix.space_prefix = SpacePrefix::None;
+  no_prefix.strip_leading_space = false;
   SpmTokenizer bare(no_prefix);
   CHECK(bare.encode("hello") == std::vector<int>{v.id("hello")});
   CHECK(bare.decode(bare.encode(" hello")) == " hello");
