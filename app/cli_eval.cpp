@@ -92,7 +92,8 @@ int run_fidelity(const EvalArgs& a) {
   std::printf("fidelity of %s at budget %s to the full cache: %d teacher-forced tokens after a %zu-token prompt\n",
               cell.policy.c_str(), cell.budget.empty() ? "(whole prompt)" : cell.budget.c_str(), result.score.steps,
               prompt.size());
-  std::printf("top-1 agreement   %.3f\n", result.score.top1_agreement);
+  std::printf("top-1 agreement   %.3f (the first %d tokens agree)\n", result.score.top1_agreement,
+              result.score.agreeing_prefix);
   std::printf("KL(full||policy)  mean %.4f  max %.4f nats\n", result.score.kl_mean, result.score.kl_max);
   std::printf("log-prob gap      %.4f nats/token (full minus policy, on the full cache's continuation)\n",
               result.score.logprob_gap);

@@ -8,12 +8,14 @@
 #include "app/sweep_workers.h"
 #include "core/common/build_version.h"
 #include "core/common/error.h"
+#include "core/eval/sweep_file.h"
 #include "core/trace/trace_probe.h"
 
 int main(int argc, char** argv) {
   using namespace kvscope;
-  // A probe child (core/trace/trace_probe.h) does nothing else.
+  // A probe child (core/trace/trace_probe.h, core/eval/sweep_file.h) does nothing else.
   if (const auto probe_exit = trace::run_trace_probe_if_asked(argc, argv)) return *probe_exit;
+  if (const auto probe_exit = eval::run_sweep_probe_if_asked(argc, argv)) return *probe_exit;
   CLI::App root{"kvscope: inspect KV-cache compression policies on a real language model"};
   root.require_subcommand(1);
   root.set_version_flag("--version", std::string(build_version()) + " (" + build_git_commit() + ")");

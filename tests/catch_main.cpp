@@ -3,9 +3,11 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include "core/eval/sweep_file.h"
 #include "core/trace/trace_probe.h"
 
 int main(int argc, char** argv) {
   if (const auto probe_exit = kvscope::trace::run_trace_probe_if_asked(argc, argv)) return *probe_exit;
+  if (const auto probe_exit = kvscope::eval::run_sweep_probe_if_asked(argc, argv)) return *probe_exit;
   return Catch::Session().run(argc, argv);
 }

@@ -20,6 +20,7 @@
 #include "core/common/error.h"
 #include "viewers/figure_export.h"
 #include "viewers/panel.h"
+#include "viewers/quality_panel.h"
 #include "viewers/script.h"
 #include "viewers/session.h"
 #include "viewers/setup_panel.h"
@@ -98,6 +99,9 @@ class App {
       : options_(options), window_(window), session_(options.threads), setup_(session_) {
     state_.textures = &textures_;
     panels_ = make_view_panels();
+    auto quality = std::make_unique<QualityPanel>(session_);
+    quality_ = quality.get();
+    panels_.push_back(std::move(quality));
   }
 
   int run();
@@ -127,6 +131,7 @@ class App {
   AppState state_;
   SetupPanel setup_;
   std::vector<std::unique_ptr<Panel>> panels_;
+  QualityPanel* quality_ = nullptr;  // one of panels_
   bool layout_built_ = false;
   std::string layout_focus_;  // non-empty: the layout with this panel large
   bool quit_ = false;
@@ -135,8 +140,8 @@ class App {
   bool log_open_ = true;
 
   // Dialog state.
-  bool open_dialog_ = false, save_dialog_ = false;
-  std::string open_path_ = "run.h5", save_path_ = "kvscope_run.h5";
+  bool open_dialog_ = false, save_dialog_ = false, sweep_dialog_ = false;
+  std::string open_path_ = "run.h5", save_path_ = "kvscope_run.h5", sweep_path_ = "sweep";
   std::string export_path_;
   int export_w_ = 1200, export_h_ = 800;
   float export_font_ = 0.0f;
@@ -208,6 +213,12 @@ void App::apply_updates() {
                  {{"slot", u.slot}, {"run", u.run->name}, {"steps", u.run->n_steps()}, {"decided", decided},
                   {"prefill", u.run->meta("prefill")}});
     }
+    if (u.fidelity) {
+      // The measurement belongs to the run it was made for; a newer run of the slot has none yet.
+      for (auto& r : state_.runs)
+        if (r.slot == u.slot && r.run == u.run) r.fidelity = u.fidelity;
+      continue;
+    }
     RunEntry e;
     e.run = u.run;
     e.slot = u.slot;
@@ -258,6 +269,7 @@ void App::build_layout(ImGuiID dockspace) {
   ImGui::DockBuilderDockWindow("Log", summary);
   ImGui::DockBuilderDockWindow("Summary", summary);
   ImGui::DockBuilderDockWindow("Similarity", top);
+  ImGui::DockBuilderDockWindow("Quality", top);
   ImGui::DockBuilderDockWindow("Compare", top);
   ImGui::DockBuilderDockWindow("Attention", top);
   ImGui::DockBuilderDockWindow("Layer stats", stats);
@@ -271,6 +283,7 @@ void App::draw_menu() {
   if (!ImGui::BeginMainMenuBar()) return;
   if (ImGui::BeginMenu("File")) {
     if (ImGui::MenuItem("Open trace...", "Ctrl+O")) open_dialog_ = true;
+    if (ImGui::MenuItem("Open sweep...")) sweep_dialog_ = true;
     if (ImGui::MenuItem("Save runs as HDF5...")) save_dialog_ = true;
     if (ImGui::BeginMenu("Export figure")) {
       for (auto& p : panels_)
@@ -381,6 +394,19 @@ void App::draw_dialogs() {
     ImGui::EndPopup();
   }
 
+  if (sweep_dialog_) ImGui::OpenPopup("Open sweep");
+  sweep_dialog_ = false;
+  if (ImGui::BeginPopupModal("Open sweep", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    ImGui::TextUnformatted("A folder written by `kvscope sweep --out DIR`, or its rows.csv or eval.h5.");
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 30);
+    input_text("path", sweep_path_);
+    modal_buttons("Open", state_.log, [&] {
+      quality_->open_file(sweep_path_);
+      state_.focus_panel = quality_->key();
+    });
+    ImGui::EndPopup();
+  }
+
   if (save_dialog_) ImGui::OpenPopup("Save runs");
   save_dialog_ = false;
   if (ImGui::BeginPopupModal("Save runs", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
@@ -445,8 +471,15 @@ void App::frame() {
     if (ImGui::Begin(p.title().c_str(), &p.open)) p.draw(state_);
     ImGui::End();
   };
+  quality_->poll(state_);  // rows land and files finish reading while the panel is hidden too
   window(setup_);
   for (auto& p : panels_) window(*p);
+  if (state_.run_choice) {
+    setup_.set_policy(state_.run_choice->policy);
+    if (!state_.run_choice->budget.empty()) setup_.set_budget(state_.run_choice->budget);
+    state_.run_choice.reset();
+    setup_.run();
+  }
   draw_log();
   // A dock node shows the focused window's tab, so the first tabs are chosen by focusing them in turn,
   // a few frames apart (a node applies focus when it updates, once it has its tab bar).
@@ -555,6 +588,23 @@ void App::step_script() {
         release_click_ = true;
         frames_left_ = 2;
         return;
+      } else if (c == "open-sweep") {
+        quality_->open_file(arg);
+      } else if (c == "sweep") {
+        apply_updates();
+        quality_->start_sweep(state_, s.args[0], s.args[1], s.args.size() == 3 ? std::stoi(s.args[2]) : 8);
+      } else if (c == "metric") {
+        quality_->poll(state_);
+        quality_->set_metric(arg);
+      } else if (c == "pick") {
+        quality_->poll(state_);
+        const QualityCurves& curves = quality_->curves();
+        const auto b = std::find(curves.budgets.begin(), curves.budgets.end(), s.args[1]);
+        const double y = b == curves.budgets.end() ? 0.0 : curves.mean(arg, *b, quality_->metric());
+        const auto point = quality_->pick(static_cast<double>(b - curves.budgets.begin()), y, 1.0, 1.0);
+        if (!point || point->policy != arg || point->budget != s.args[1])
+          throw UsageError("the Quality panel has no point for policy '" + arg + "' at budget '" + s.args[1] + "'");
+        state_.run_choice = RunChoice{point->policy, point->budget};
       } else if (c == "quit") {
         quit_ = true;
       }
@@ -575,7 +625,7 @@ int App::run() {
     if (!busy && !scripted) glfwWaitEventsTimeout(0.25);
     else glfwPollEvents();
     const auto t0 = Clock::now();
-    idle_at_frame_start_ = session_.idle();
+    idle_at_frame_start_ = session_.idle() && !quality_->busy();
     apply_updates();
     frame();
     const auto t_ui = Clock::now();

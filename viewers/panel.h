@@ -13,6 +13,14 @@
 #include "viewers/texture.h"
 #include "viewers/view_model.h"
 
+namespace kvscope::eval {
+struct FidelityResult;
+}
+
+namespace kvscope::eval {
+struct FidelityResult;
+}
+
 namespace kvscope::viewers {
 
 struct RunRequest;
@@ -23,6 +31,14 @@ struct RunEntry {
   std::string source;  // "live" or the trace file
   bool in_progress = false;
   std::shared_ptr<const RunRequest> request;  // what produced a live run, for saving it (null for files)
+  // The run's fidelity to the full cache on its prompt (teacher-forced, as `kvscope eval fidelity`),
+  // once the worker measured it after the run; null before, for files and for the full cache itself.
+  std::shared_ptr<const eval::FidelityResult> fidelity;
+};
+
+// A (policy, budget) some panel asks the set-up form to run as the live run (a click on a quality curve).
+struct RunChoice {
+  std::string policy, budget;
 };
 
 struct AppState {
@@ -39,6 +55,7 @@ struct AppState {
   std::vector<std::string> log;
   std::string export_panel;   // non-empty: open the export dialog for this panel's figure
   std::string focus_panel;    // non-empty: bring this panel's window to the front next frame
+  std::optional<RunChoice> run_choice;  // set by a panel; the window runs it and clears it
 
   const trace::RunTrace* active_run() const {
     return active >= 0 && active < static_cast<int>(runs.size()) ? runs[active].run.get() : nullptr;

@@ -17,12 +17,12 @@ struct Arity {
 
 const std::map<std::string, Arity>& commands() {
   static const std::map<std::string, Arity> c = {
-      {"load-default", {0, 0}}, {"prompt", {1, -1}},  {"sample", {1, 1}},     {"policy", {1, 1}},
-      {"budget", {1, 1}},       {"tokens", {1, 1}},   {"run", {0, 0}},        {"pin", {0, 0}},
-      {"open", {1, 1}},         {"save", {1, 1}},     {"layer", {1, 1}},      {"head", {1, 1}},
-      {"token", {1, 1}},        {"step", {1, 1}},     {"view", {1, 1}},       {"wait", {0, 1}},
-      {"frames", {1, 1}},       {"screenshot", {1, 1}}, {"export", {2, 3}},   {"quit", {0, 0}},
-      {"mouse", {2, 2}},        {"click", {0, 0}},      {"layout", {1, 1}},
+      {"load-default", {0, 0}}, {"prompt", {1, -1}}, {"sample", {1, 1}},     {"policy", {1, 1}},     {"budget", {1, 1}},
+      {"tokens", {1, 1}},       {"run", {0, 0}},     {"pin", {0, 0}},        {"open", {1, 1}},       {"save", {1, 1}},
+      {"layer", {1, 1}},        {"head", {1, 1}},    {"token", {1, 1}},      {"step", {1, 1}},       {"view", {1, 1}},
+      {"wait", {0, 1}},         {"frames", {1, 1}},  {"screenshot", {1, 1}}, {"export", {2, 3}},     {"quit", {0, 0}},
+      {"mouse", {2, 2}},        {"click", {0, 0}},   {"layout", {1, 1}},     {"open-sweep", {1, 1}}, {"sweep", {2, 3}},
+      {"metric", {1, 1}},       {"pick", {2, 2}},
   };
   return c;
 }
@@ -88,6 +88,8 @@ std::vector<ScriptStep> parse_script(const std::string& text, const std::string&
                                                : std::to_string(arity.min) + ".." + (arity.max < 0 ? "n" : std::to_string(arity.max))) +
                        " argument(s), got " + std::to_string(n));
     const std::string& c = step.command;
+    if (c == "sweep" && n == 3 && !is_integer(step.args[2]))
+      throw UsageError(where() + "'sweep' takes new tokens as an integer, got '" + step.args[2] + "'");
     if ((c == "tokens" || c == "frames" || c == "layer" || c == "head" || c == "token" || c == "step") && !is_integer(step.args[0]))
       throw UsageError(where() + "'" + c + "' needs an integer, got '" + step.args[0] + "'");
     if (c == "mouse" && (!is_integer(step.args[0]) || !is_integer(step.args[1])))

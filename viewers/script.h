@@ -11,12 +11,15 @@
 //   open PATH                 read an HDF5 trace             save PATH       the live runs, into one HDF5 file
 //   layer L | head H | token P | step S                      select, in every panel
 //   view NAME                 bring a panel to the front (attention, similarity, layer_stats, budget,
-//                             timeline, tokens, summary, compare, setup)
+//                             timeline, tokens, summary, compare, quality, setup)
 //   layout NAME | layout default  one panel large (set-up beside it) | the usual layout
 //   mouse X Y | click         move the pointer to window pixel (X, Y) | left click there (hover read-outs)
 //   wait [SECONDS]            until no run is queued or running (default 600 s; fails on timeout)
 //   frames N                  render N frames
 //   screenshot PATH           save the window as PNG         export VIEW PATH [WxH]   a panel's figure
+//   open-sweep PATH           read a sweep (folder, rows.csv or eval.h5) into the Quality panel
+//   sweep POLICIES BUDGETS [N]  a fidelity sweep on the live run's prompt, N new tokens (default 8)
+//   metric NAME               the Quality panel's metric     pick POLICY BUDGET  as a click on that point
 //   quit
 #include <string>
 #include <vector>
@@ -36,7 +39,7 @@ std::vector<ScriptStep> load_script(const std::string& path);
 // "1200x800" -> width, height; throws UsageError.
 void parse_size(const std::string& text, int& width, int& height);
 
-inline constexpr const char* kPanelNames[] = {"setup",  "attention", "similarity", "layer_stats", "budget",
-                                              "timeline", "tokens",  "summary",    "compare"};
+inline constexpr const char* kPanelNames[] = {"setup",    "attention", "similarity", "layer_stats", "budget",
+                                              "timeline", "tokens",    "summary",    "compare",     "quality"};
 
 }  // namespace kvscope::viewers

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -88,6 +89,7 @@ uint64_t Session::submit(RunRequest request) {
   Job job;
   job.slot = request.slot;
   job.request = std::move(request);
+  job.id = id;
   if (running_ && running_slot_ == job.slot) cancel_ = true;
   if (job.slot == kLiveSlot) {
     // The run the user is steering goes first: a background run in progress (the baseline) yields and
@@ -103,6 +105,44 @@ uint64_t Session::submit(RunRequest request) {
   }
   wake_.notify_all();
   return id;
+}
+
+uint64_t Session::submit_sweep(SweepRequest request) {
+  if (request.policies.empty() || request.budgets.empty())
+    throw UsageError("a sweep needs at least one policy and one budget");
+  if (request.new_tokens < 1) throw UsageError("a sweep needs at least 1 new token");
+  for (const auto& p : request.policies)
+    for (const auto& b : request.budgets) {
+      run::RunSpec spec;
+      spec.policy = p;
+      spec.budget = b;
+      spec.prompt = request.prompt;
+      run::check(spec);  // a typo fails here, not cells later on the worker
+    }
+  std::lock_guard<std::mutex> lock(mutex_);
+  const uint64_t id = next_id_++;
+  std::erase_if(queue_, [&](const Job& q) { return q.slot == kSweepSlot; });
+  if (running_ && running_slot_ == kSweepSlot) cancel_ = true;
+  Job job;
+  job.slot = kSweepSlot;
+  job.sweep = std::make_shared<const SweepRequest>(std::move(request));
+  job.id = id;
+  queue_.push_back(std::move(job));
+  wake_.notify_all();
+  return id;
+}
+
+void Session::cancel_sweep() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::erase_if(queue_, [&](const Job& q) { return q.slot == kSweepSlot; });
+  if (running_ && running_slot_ == kSweepSlot) cancel_ = true;
+}
+
+std::vector<SweepRowUpdate> Session::take_sweep_rows() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<SweepRowUpdate> out;
+  out.swap(sweep_rows_);
+  return out;
 }
 
 void Session::save(std::vector<SavedRun> runs, const std::string& path) {
@@ -163,7 +203,7 @@ std::vector<SessionUpdate> Session::poll() {
       last_live_ = snap;
       // A newer snapshot of the same run supersedes an unread older one.
       std::erase_if(updates_, [&](const SessionUpdate& u) { return !u.final && u.slot == running_slot_; });
-      updates_.push_back({running_slot_, snap, false, "live", nullptr});
+      updates_.push_back({running_slot_, snap, false, "live", nullptr, nullptr});
     }
   }
   std::vector<SessionUpdate> out;
@@ -216,7 +256,10 @@ void Session::worker_main() {
       yielded_ = false;
     }
     try {
-      execute(job.request);
+      if (job.sweep)
+        execute_sweep(job);
+      else
+        execute(job.request);
     } catch (const std::exception& e) {
       message(job.slot + ": " + e.what(), true);
     }
@@ -227,12 +270,26 @@ void Session::worker_main() {
   }
 }
 
-bool Session::execute(const RunRequest& request) {
-  auto set_task = [this](const std::string& task, float fraction) {
+void Session::set_task(const std::string& task, float fraction) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  status_.task = task;
+  status_.fraction = fraction;
+}
+
+const model::Model& Session::ensure_model(const std::string& model_path) {
+  const std::filesystem::path path = model::resolve_model_path(model_path);
+  if (!model_ || path.string() != model_path_) {
+    set_task("loading model " + path.filename().string(), 0.0f);
+    auto loaded = std::make_shared<model::Model>(model::load_model(path));
     std::lock_guard<std::mutex> lock(mutex_);
-    status_.task = task;
-    status_.fraction = fraction;
-  };
+    model_ = std::move(loaded);
+    model_path_ = path.string();
+    status_.model_name = model_->config.name.empty() ? path.filename().string() : model_->config.name;
+  }
+  return *model_;
+}
+
+bool Session::execute(const RunRequest& request) {
   const auto started = std::chrono::steady_clock::now();
   run::RunSpec spec;
   spec.policy = request.policy_spec;
@@ -244,18 +301,9 @@ bool Session::execute(const RunRequest& request) {
   spec.name = request.name;
   spec.source = "kvscope gui";
   spec.device = kernels::parse_device(request.device);
-  const std::string name = run::check(spec).run_name;  // a bad request fails before any model loads
-
-  const std::filesystem::path path = model::resolve_model_path(request.model_path);
-  if (!model_ || path.string() != model_path_) {
-    set_task("loading model " + path.filename().string(), 0.0f);
-    auto loaded = std::make_shared<model::Model>(model::load_model(path));
-    std::lock_guard<std::mutex> lock(mutex_);
-    model_ = std::move(loaded);
-    model_path_ = path.string();
-    status_.model_name = model_->config.name.empty() ? path.filename().string() : model_->config.name;
-  }
-  const model::Model& model = *model_;
+  const run::CheckedSpec checked = run::check(spec);  // a bad request fails before any model loads
+  const std::string& name = checked.run_name;
+  const model::Model& model = ensure_model(request.model_path);
 
   trace::LiveTrace live;
   {
@@ -294,7 +342,8 @@ bool Session::execute(const RunRequest& request) {
     std::lock_guard<std::mutex> lock(mutex_);
     running_live_ = nullptr;  // in the same lock as the final update, so no live snapshot follows it
     std::erase_if(updates_, [&](const SessionUpdate& u) { return !u.final && u.slot == request.slot; });
-    if (final_run) updates_.push_back({request.slot, final_run, true, "live", std::make_shared<const RunRequest>(request)});
+    if (final_run)
+      updates_.push_back({request.slot, final_run, true, "live", std::make_shared<const RunRequest>(request), nullptr});
     status_.completed++;
     status_.last_run_ms = ms;
     status_.last_prefill_reused = outcome.prefill_reused;
@@ -305,7 +354,84 @@ bool Session::execute(const RunRequest& request) {
     // What the policy departed from (also in the run's policy_warnings attribute), where the user looks.
     for (const auto& w : outcome.policy_warnings) messages_.push_back(name + ": warning: " + w);
   }
+  if (request.fidelity && checked.policy_name != "full" && final_run)
+    publish_fidelity(request, final_run, outcome.prompt_tokens);
   return true;
+}
+
+void Session::publish_fidelity(const RunRequest& request, const std::shared_ptr<const trace::RunTrace>& run,
+                               const std::vector<int>& prompt) {
+  const std::string name = run->name;
+  // The full-cache reference and the teacher-forced policy run both replay the prompt's prefill that the
+  // run just captured (when its policy prefills in one pass): two decodes, no prefill.
+  eval::Evaluator evaluator(*model_, prefills_.get());
+  evaluator.cancel = &cancel_;
+  evaluator.progress = [&](const engine::Progress& p) {
+    if (p.phase == observation::Phase::Decode)
+      set_task(name + ": fidelity to the full cache", static_cast<float>(p.done) / std::max(1, p.total));
+  };
+  try {
+    const auto reference = evaluator.fidelity_reference(prompt, request.max_new_tokens);
+    auto result = std::make_shared<const eval::FidelityResult>(
+        evaluator.fidelity(reference, {request.policy_spec, request.budget}));
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  ": fidelity to the full cache: top-1 agreement %.3f, KL mean %.4f, %d of %d tokens "
+                  "equal, peak cache saved %.1f%%",
+                  result->score.top1_agreement, result->score.kl_mean, result->score.agreeing_prefix,
+                  result->score.steps, 100.0 * result->memory.saved());
+    message(name + line);
+    SessionUpdate u;
+    u.slot = request.slot;
+    u.run = run;
+    u.final = true;
+    u.source = "live";
+    u.fidelity = std::move(result);
+    push_update(std::move(u));
+  } catch (const eval::EvalCancelled&) {
+    message(name + ": fidelity not measured (superseded)");
+  }
+}
+
+void Session::execute_sweep(const Job& job) {
+  const SweepRequest& request = *job.sweep;
+  const model::Model& model = ensure_model(request.model_path);
+  eval::Evaluator evaluator(model, prefills_.get());
+  evaluator.cancel = &cancel_;
+  const std::size_t cells = request.cells();
+  std::size_t cell = job.next_cell;
+  evaluator.progress = [&](const engine::Progress& p) {
+    const float within = p.phase == observation::Phase::Decode ? static_cast<float>(p.done) / std::max(1, p.total) : 0;
+    set_task("sweep: cell " + std::to_string(cell + 1) + "/" + std::to_string(cells),
+             (static_cast<float>(cell) + within) / cells);
+  };
+  try {
+    set_task("sweep: full-cache reference", static_cast<float>(cell) / cells);
+    const auto reference =
+        evaluator.fidelity_reference(run::encode_prompt(model, request.prompt, request.chat), request.new_tokens);
+    for (; cell < cells; ++cell) {
+      // Cells in the order of a sweep grid: policies, then budgets.
+      const eval::CellPolicy policy{request.policies[cell / request.budgets.size()],
+                                    request.budgets[cell % request.budgets.size()]};
+      SweepRowUpdate u;
+      u.sweep = job.id;
+      u.cells = cells;
+      u.row.cell = cell;
+      u.row.prompt = "window";
+      u.row.policy = policy.policy;
+      u.row.budget = policy.budget;
+      u.row.metrics = evaluator.fidelity(reference, policy).metrics();
+      std::lock_guard<std::mutex> lock(mutex_);
+      sweep_rows_.push_back(std::move(u));
+      running_job_.next_cell = cell + 1;  // where a pause for a live run resumes
+    }
+    message("sweep: " + std::to_string(cells) + " cells done");
+  } catch (const eval::EvalCancelled&) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    messages_.push_back(yielded_ ? "sweep: paused for the live run after " + std::to_string(cell) + " cells"
+                                 : "sweep: cancelled after " + std::to_string(cell) + " of " + std::to_string(cells) +
+                                       " cells");
+  }
 }
 
 }  // namespace kvscope::viewers

@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/eval/eval_run.h"
+#include "core/eval/sweep_store.h"
 #include "core/trace/trace_view.h"
 
 namespace kvscope::model {
@@ -29,6 +31,8 @@ namespace kvscope::viewers {
 
 // The slot the set-up form runs in: it goes ahead of every other queued run.
 inline constexpr const char* kLiveSlot = "live";
+// The slot of a sweep run from the window (Quality panel): in the background, behind live runs.
+inline constexpr const char* kSweepSlot = "sweep";
 
 struct RunRequest {
   std::string slot = kLiveSlot;     // results of one slot replace each other in the window
@@ -41,6 +45,26 @@ struct RunRequest {
   std::string record;               // trace::RecordOptions spec; empty: defaults
   std::string name;                 // run name; empty: "<policy spec>_b<budget>"
   std::string device = "cpu";       // compute backend: "cpu" or "cuda" (kvscope --device)
+  // After the run, measure its fidelity to the full cache on the same prompt and new tokens (what
+  // `kvscope eval fidelity` reports); it arrives as a SessionUpdate with `fidelity` set. Not for `full`.
+  bool fidelity = false;
+};
+
+// A small fidelity sweep on the worker thread: every (policy, budget) on one prompt against one full-cache
+// reference, as `kvscope sweep --eval fidelity` computes each cell.
+struct SweepRequest {
+  std::string model_path;  // empty: the default model
+  std::string prompt;
+  bool chat = false;
+  std::vector<std::string> policies, budgets;
+  int new_tokens = 16;
+  std::size_t cells() const { return policies.size() * budgets.size(); }
+};
+
+struct SweepRowUpdate {
+  uint64_t sweep = 0;     // the id submit_sweep returned
+  std::size_t cells = 0;  // of the whole grid
+  eval::SweepRow row;
 };
 
 struct SessionStatus {
@@ -60,6 +84,9 @@ struct SessionUpdate {
   bool final = false;                          // false: a live snapshot of a run still in progress
   std::string source;                          // "live" or the file it came from
   std::shared_ptr<const RunRequest> request;   // what produced a live run (null for files)
+  // Set on the update that follows a final one when RunRequest::fidelity asked: `run` is the run it
+  // measured (the same pointer), nothing else changes.
+  std::shared_ptr<const eval::FidelityResult> fidelity;
 };
 
 class Session {
@@ -75,6 +102,12 @@ class Session {
   // it is for the same slot. Live-slot requests go to the front; a background run in progress yields to
   // them and is queued again. Returns a request id.
   uint64_t submit(RunRequest request);
+  // Queues a sweep (slot kSweepSlot, replacing a queued or running one). Its rows arrive through
+  // take_sweep_rows() as cells finish; a live run pauses it and it resumes at the next cell. Throws
+  // UsageError for an empty policy or budget list, a bad policy spec or budget.
+  uint64_t submit_sweep(SweepRequest request);
+  void cancel_sweep();
+  std::vector<SweepRowUpdate> take_sweep_rows();
   // Writes runs that are in memory (live ones and ones read from files) into one HDF5 file on a background
   // thread, as `kvscope trace` would have written them; the model does not run. Names must be unique.
   struct SavedRun {
@@ -98,10 +131,20 @@ class Session {
   struct Job {
     std::string slot;
     RunRequest request;
+    std::shared_ptr<const SweepRequest> sweep;  // set for a sweep job
+    uint64_t id = 0;
+    std::size_t next_cell = 0;  // a sweep resumed after a pause starts here
   };
   void worker_main();
   // Runs one request and publishes its result. Returns false when cancelled.
   bool execute(const RunRequest& request);
+  // Runs a sweep job's cells from job.next_cell, publishing each row.
+  void execute_sweep(const Job& job);
+  // The model of `model_path`, loaded on first use (worker thread only).
+  const model::Model& ensure_model(const std::string& model_path);
+  void publish_fidelity(const RunRequest& request, const std::shared_ptr<const trace::RunTrace>& run,
+                        const std::vector<int>& prompt);
+  void set_task(const std::string& task, float fraction);
   void push_update(SessionUpdate update);
   void message(const std::string& text, bool error = false);
 
@@ -123,6 +166,7 @@ class Session {
   std::atomic<int> loads_in_flight_{0};
 
   std::vector<SessionUpdate> updates_;
+  std::vector<SweepRowUpdate> sweep_rows_;
   std::vector<std::string> messages_;
   SessionStatus status_;
 

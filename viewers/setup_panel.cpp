@@ -146,6 +146,7 @@ RunRequest SetupPanel::request() const {
   r.budget = budget_text();
   r.max_new_tokens = max_new_tokens_;
   r.device = use_cuda_ ? "cuda" : "cpu";
+  r.fidelity = true;  // the Summary shows what the policy cost against the full cache
   return r;
 }
 

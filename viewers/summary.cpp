@@ -3,7 +3,10 @@
 #include <imgui.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
+
+#include "viewers/session.h"
 
 namespace kvscope::viewers {
 
@@ -30,6 +33,20 @@ const trace::RunTrace* find_baseline(const std::vector<const trace::RunTrace*>& 
   for (const auto* r : runs)
     if (r != &run && r->complete && r->meta("policy") == "full" && r->prompt_ids == run.prompt_ids) return r;
   return nullptr;
+}
+
+std::vector<std::pair<std::string, std::string>> fidelity_lines(const eval::FidelityResult& fidelity) {
+  char buf[96];
+  std::vector<std::pair<std::string, std::string>> out;
+  std::snprintf(buf, sizeof buf, "%.3f", fidelity.score.top1_agreement);
+  out.emplace_back("top-1 agreement", buf);
+  std::snprintf(buf, sizeof buf, "%.4f nats", fidelity.score.kl_mean);
+  out.emplace_back("KL(full || policy) mean", buf);
+  std::snprintf(buf, sizeof buf, "%d of %d", fidelity.score.agreeing_prefix, fidelity.score.steps);
+  out.emplace_back("tokens equal before divergence", buf);
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * fidelity.memory.saved());
+  out.emplace_back("peak cache saved", buf);
+  return out;
 }
 
 RunNumbers run_numbers(const trace::RunTrace& run, const trace::RunTrace* baseline) {
@@ -129,6 +146,17 @@ void Summary::draw(AppState& state) {
     ImGui::EndTable();
   }
   if (const trace::RunTrace* r = state.active_run()) {
+    const RunEntry& entry = state.runs[state.active];
+    if (entry.fidelity) {
+      ImGui::SeparatorText(("fidelity of " + r->name + " to the full cache (teacher-forced)").c_str());
+      for (const auto& [label, value] : fidelity_lines(*entry.fidelity)) {
+        ImGui::TextDisabled("%s", label.c_str());
+        ImGui::SameLine(ImGui::GetFontSize() * 14);
+        ImGui::TextUnformatted(value.c_str());
+      }
+    } else if (entry.request && entry.request->fidelity && r->meta("policy") != "full" && r->complete) {
+      ImGui::TextDisabled("measuring fidelity to the full cache ...");
+    }
     ImGui::SeparatorText(("continuation of " + r->name).c_str());
     std::string text = r->meta("generated_text");
     if (text.empty())

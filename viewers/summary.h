@@ -1,7 +1,13 @@
 #pragma once
 // One row per run: what it cost (cache bytes kept against the full cache), what it changed (mean
 // log-prob of its continuation against a full-cache run of the same prompt, and where its greedy text
-// first differs) and how long it took.
+// first differs) and how long it took. Below, the active run's fidelity to the full cache as the worker
+// measured it after the run (Session: RunRequest::fidelity), the numbers `kvscope eval fidelity` prints.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/eval/eval_run.h"
 #include "viewers/panel.h"
 
 namespace kvscope::viewers {
@@ -15,6 +21,10 @@ struct RunNumbers {
   double prefill_ms = 0, decode_ms_per_token = 0;
   bool has_baseline = false;
 };
+
+// The Summary's lines for a run's fidelity to the full cache (label, value as shown): top-1 agreement, KL
+// mean, tokens equal before the first disagreement, peak cache saved.
+std::vector<std::pair<std::string, std::string>> fidelity_lines(const eval::FidelityResult& fidelity);
 
 // The baseline for `run`: a complete full-cache run of the same prompt ids, or nullptr.
 const trace::RunTrace* find_baseline(const std::vector<const trace::RunTrace*>& runs, const trace::RunTrace& run);

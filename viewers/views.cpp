@@ -111,7 +111,8 @@ Figure view_figure(AppState& state, const std::string& view, const ViewOptions& 
   } else {
     std::string valid;
     for (const char* v : kPanelNames)
-      if (std::string(v) != "setup" && std::string(v) != "tokens") valid += (valid.empty() ? "" : ", ") + std::string(v);
+      if (std::string(v) != "setup" && std::string(v) != "tokens" && std::string(v) != "quality")
+        valid += (valid.empty() ? "" : ", ") + std::string(v);
     throw UsageError("unknown view '" + view + "' (valid: " + valid + ")");
   }
   if (f.empty()) throw Error("view '" + view + "' has nothing to draw for run '" + run->name + "'");

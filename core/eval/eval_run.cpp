@@ -6,12 +6,14 @@
 #include "core/analysis/output_error.h"
 #include "core/common/error.h"
 #include "core/eval/needle.h"
-#include "core/policy/budget_spec.h"
-#include "core/policy/registry.h"
+#include "core/run/execute.h"
 
 namespace kvscope::eval {
 
 namespace {
+
+// The reference side of every comparison.
+const CellPolicy kFullCache{"full", ""};
 
 // Keeps the log-softmax of every step's next-token logits.
 class LogprobRecorder : public engine::RunObserver {
@@ -75,7 +77,8 @@ Metrics FidelityResult::metrics() const {
                {"kl_max", score.kl_max},
                {"logprob_gap", score.logprob_gap},
                {"output_nmse", mean(layer_nmse)},
-               {"steps", static_cast<double>(score.steps)}};
+               {"steps", static_cast<double>(score.steps)},
+               {"agreeing_prefix", static_cast<double>(score.agreeing_prefix)}};
   append_memory(m, memory, run_ms);
   return m;
 }
@@ -110,7 +113,8 @@ const std::vector<std::string>& metric_names(const std::string& eval_kind) {
   throw UsageError("unknown evaluation '" + eval_kind + "'; expected fidelity, ppl or needle");
 }
 
-Evaluator::Evaluator(const model::Model& model) : model_(model), engine_(model) {}
+Evaluator::Evaluator(const model::Model& model, run::PrefillStore* prefills)
+    : model_(model), prefills_(prefills ? prefills : &own_prefills_) {}
 
 std::vector<int> Evaluator::encode(const std::string& text, bool chat) const {
   std::vector<int> ids;
@@ -122,24 +126,25 @@ std::vector<int> Evaluator::encode(const std::string& text, bool chat) const {
 }
 
 engine::RunResult Evaluator::run(const std::vector<int>& prompt, engine::GenerateOptions options,
-                                 const CellPolicy* cell, const std::vector<engine::RunObserver*>& observers,
+                                 const CellPolicy& cell, const std::vector<engine::RunObserver*>& observers,
                                  double& run_ms) {
-  policy::PolicyInstance instance;
-  engine::RunHooks hooks;
-  if (cell) {
-    instance = policy::make_policy(cell->policy);
-    if (instance.name != "full" && cell->budget.empty())
-      throw UsageError("policy '" + instance.name + "' needs a budget (tokens per layer and KV head, or a percentage)");
-    if (!cell->budget.empty()) options.budget = policy::BudgetSpec::parse(cell->budget);
-    hooks.policy = instance.policy.get();
-  }
-  hooks.observers = observers;
-  hooks.progress = progress;
+  run::RunSpec spec;
+  spec.policy = cell.policy;
+  spec.budget = cell.budget;
+  spec.prompt_ids = prompt;
   options.stop_at_end_of_generation = false;  // every cell scores the same number of tokens
+  spec.generation = std::move(options);
+  spec.source = "kvscope eval";
+  run::RunSinks sinks;
+  sinks.observers = observers;
+  sinks.progress = progress;
+  sinks.prefills = prefills_;
+  sinks.cancel = cancel;
   const auto t0 = std::chrono::steady_clock::now();
-  engine::RunResult result = engine_.generate(prompt, options, hooks);
+  run::RunOutcome outcome = run::execute(spec, model_, sinks);
   run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return result;
+  if (outcome.result.cancelled) throw EvalCancelled("evaluation of " + cell.policy + " cancelled");
+  return std::move(outcome.result);
 }
 
 FidelityReference Evaluator::fidelity_reference(const std::vector<int>& prompt, int new_tokens) {
@@ -148,7 +153,7 @@ FidelityReference Evaluator::fidelity_reference(const std::vector<int>& prompt, 
   options.max_new_tokens = new_tokens;
   LogprobRecorder logprobs;
   FidelityReference ref;
-  const auto r = run(prompt, options, nullptr, {&logprobs}, ref.run_ms);
+  const auto r = run(prompt, options, kFullCache, {&logprobs}, ref.run_ms);
   ref.prompt = prompt;
   ref.continuation = r.generated_tokens;
   ref.logprobs = std::move(logprobs.steps);
@@ -163,7 +168,7 @@ FidelityResult Evaluator::fidelity(const FidelityReference& reference, const Cel
   LogprobRecorder logprobs;
   LayerNmse nmse(model_.config.n_layers);
   FidelityResult out;
-  const auto r = run(reference.prompt, options, &cell, {&logprobs, &nmse}, out.run_ms);
+  const auto r = run(reference.prompt, options, cell, {&logprobs, &nmse}, out.run_ms);
   out.score = score_fidelity(reference.logprobs, logprobs.steps, reference.continuation);
   out.layer_nmse = nmse.means();
   out.memory = memory_of(r, reference.peak_bytes);
@@ -181,7 +186,7 @@ PplReference Evaluator::ppl_reference(const std::vector<int>& tokens, int prompt
   engine::GenerateOptions options;
   options.forced_tokens.assign(tokens.begin() + prompt_tokens, tokens.end());
   options.max_new_tokens = static_cast<int>(options.forced_tokens.size());
-  const auto r = run({tokens.begin(), tokens.begin() + prompt_tokens}, options, nullptr, {}, ref.run_ms);
+  const auto r = run({tokens.begin(), tokens.begin() + prompt_tokens}, options, kFullCache, {}, ref.run_ms);
   ref.logprobs.assign(r.logprobs.begin(), r.logprobs.end());
   ref.peak_bytes = r.cache_peak_bytes;
   return ref;
@@ -192,7 +197,7 @@ PplResult Evaluator::ppl(const PplReference& reference, const CellPolicy& cell) 
   options.forced_tokens.assign(reference.tokens.begin() + reference.prompt_tokens, reference.tokens.end());
   options.max_new_tokens = static_cast<int>(options.forced_tokens.size());
   PplResult out;
-  const auto r = run({reference.tokens.begin(), reference.tokens.begin() + reference.prompt_tokens}, options, &cell, {},
+  const auto r = run({reference.tokens.begin(), reference.tokens.begin() + reference.prompt_tokens}, options, cell, {},
                      out.run_ms);
   out.ppl = perplexity({r.logprobs.begin(), r.logprobs.end()});
   out.ppl_full = perplexity(reference.logprobs);
@@ -206,7 +211,7 @@ NeedleReference Evaluator::needle_reference(const std::vector<int>& prompt, cons
   engine::GenerateOptions options;
   options.max_new_tokens = answer_tokens;
   NeedleReference ref;
-  const auto r = run(prompt, options, nullptr, {}, ref.run_ms);
+  const auto r = run(prompt, options, kFullCache, {}, ref.run_ms);
   ref.prompt = prompt;
   ref.value = value;
   ref.match = needle_answer_matches(r.text, value);
@@ -218,7 +223,7 @@ NeedleResult Evaluator::needle(const NeedleReference& reference, const CellPolic
   engine::GenerateOptions options;
   options.max_new_tokens = answer_tokens;
   NeedleResult out;
-  const auto r = run(reference.prompt, options, &cell, {}, out.run_ms);
+  const auto r = run(reference.prompt, options, cell, {}, out.run_ms);
   out.answer = r.text;
   out.match = needle_answer_matches(r.text, reference.value);
   out.full_match = reference.match;

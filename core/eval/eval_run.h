@@ -1,17 +1,21 @@
 #pragma once
 // Runs one evaluation cell: a prompt under one (policy, budget), compared with the full cache on the same
-// tokens. This is the only place evaluation sets up and runs the engine, so the CLI subcommands, sweeps
-// and their workers all measure the same thing. References (the full-cache side) are computed once per
-// prompt and passed to every cell of that prompt.
+// tokens. Every run goes through run::execute (the one run pipeline), so the CLI subcommands, sweeps and
+// their workers all measure the same thing as `kvscope generate`. References (the full-cache side) are
+// computed once per prompt and passed to every cell of that prompt; the reference run also captures the
+// prompt's prefill, which every cell whose policy prefills in one pass replays (run/prefill_store.h).
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/common/error.h"
 #include "core/engine/engine.h"
 #include "core/eval/metrics.h"
 #include "core/model/model.h"
+#include "core/run/prefill_store.h"
 
 namespace kvscope::eval {
 
@@ -82,9 +86,17 @@ struct NeedleResult {
 const std::vector<std::string>& metric_names(const std::string& eval_kind);
 const std::vector<std::string>& eval_kinds();  // fidelity, ppl, needle
 
+// Thrown when Evaluator::cancel was set while a run was in progress; the cell has no result.
+class EvalCancelled : public Error {
+ public:
+  using Error::Error;
+};
+
 class Evaluator {
  public:
-  explicit Evaluator(const model::Model& model);
+  // prefills: the store the runs capture into and replay from (the window shares its own, so a live run's
+  // prefill serves its fidelity); null: one of the evaluator's own that holds one prompt.
+  explicit Evaluator(const model::Model& model, run::PrefillStore* prefills = nullptr);
 
   FidelityReference fidelity_reference(const std::vector<int>& prompt, int new_tokens);
   FidelityResult fidelity(const FidelityReference& reference, const CellPolicy& cell);
@@ -98,19 +110,25 @@ class Evaluator {
 
   // Called with the engine's progress of every run (prefill blocks, decode steps).
   std::function<void(const engine::Progress&)> progress;
+  // Checked between layers; a run that sees it set throws EvalCancelled.
+  const std::atomic<bool>* cancel = nullptr;
 
   const model::Model& model() const { return model_; }
   // Prompt text to token ids, BOS first when the model wants one. `chat`: the text is a chat template's output,
   // so its special tokens are parsed and it carries its own BOS where the template writes one (as
   // run::encode_prompt).
   std::vector<int> encode(const std::string& text, bool chat = false) const;
+  // Cell runs that replayed their prompt's captured prefill instead of running it.
+  std::size_t prefills_reused() const { return prefills_->hits(); }
 
  private:
-  engine::RunResult run(const std::vector<int>& prompt, engine::GenerateOptions options, const CellPolicy* cell,
+  engine::RunResult run(const std::vector<int>& prompt, engine::GenerateOptions options, const CellPolicy& cell,
                         const std::vector<engine::RunObserver*>& observers, double& run_ms);
 
   const model::Model& model_;
-  engine::Engine engine_;
+  // One prompt at a time: grids run prompt by prompt, and a capture of a long prompt is large.
+  run::PrefillStore own_prefills_{1};
+  run::PrefillStore* prefills_;
 };
 
 }  // namespace kvscope::eval

@@ -45,6 +45,7 @@ FidelityScore score_fidelity(const std::vector<std::vector<float>>& reference,
   s.steps = static_cast<int>(tokens.size());
   if (s.steps == 0) return s;
   int agree = 0;
+  bool diverged = false;
   for (std::size_t t = 0; t < tokens.size(); ++t) {
     const auto& p = reference[t];
     const auto& q = policy[t];
@@ -52,7 +53,10 @@ FidelityScore score_fidelity(const std::vector<std::vector<float>>& reference,
     if (q.size() != p.size() || tokens[t] < 0 || tokens[t] >= n)
       throw Error("fidelity: step " + std::to_string(t) + " has vocabularies of " + std::to_string(p.size()) + " and " +
                   std::to_string(q.size()) + " for token " + std::to_string(tokens[t]));
-    agree += argmax(p.data(), n) == argmax(q.data(), n);
+    const bool same_top1 = argmax(p.data(), n) == argmax(q.data(), n);
+    agree += same_top1;
+    diverged = diverged || !same_top1;
+    s.agreeing_prefix += !diverged;
     const double kl = kl_divergence(p.data(), q.data(), n);
     s.kl_mean += kl;
     s.kl_max = std::max(s.kl_max, kl);

@@ -18,6 +18,7 @@ double perplexity(const std::vector<double>& token_logprobs);
 struct FidelityScore {
   int steps = 0;
   double top1_agreement = 0.0;  // share of steps whose most likely next token is the same
+  int agreeing_prefix = 0;      // steps before the first one whose most likely tokens differ (greedy texts equal)
   double kl_mean = 0.0, kl_max = 0.0;
   // mean over steps of log p_full(tokens[t]) - log p_policy(tokens[t]); > 0: the policy finds the text less likely
   double logprob_gap = 0.0;

@@ -4,7 +4,9 @@ namespace kvscope::run {
 
 const PrefillEntry* PrefillStore::find(const PrefillKey& key, bool need_products) {
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (!(it->key == key) || !it->capture.complete || (need_products && !it->products)) continue;
+    // A run that records nothing needs no maps, so the recording options that shaped them do not matter.
+    const bool same = key.record.empty() ? it->key.model == key.model && it->key.prompt == key.prompt : it->key == key;
+    if (!same || !it->capture.complete || (need_products && !it->products)) continue;
     entries_.splice(entries_.begin(), entries_, it);
     ++hits_;
     return &entries_.front();

@@ -35,7 +35,8 @@ class PrefillStore {
   explicit PrefillStore(std::size_t capacity = 2, bool keep_products = false)
       : capacity_(capacity), keep_products_(keep_products) {}
 
-  // The entry for `key`, or null. With `need_products`, an entry without a prefill trace does not count.
+  // The entry for `key`, or null. With `need_products`, an entry without a prefill trace does not count. A
+  // key without recording options (a run that records nothing) matches a capture recorded with any.
   const PrefillEntry* find(const PrefillKey& key, bool need_products);
   // A fresh entry for `key` to capture into (replacing an older one of the same key).
   PrefillEntry& start(const PrefillKey& key);

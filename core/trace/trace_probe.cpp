@@ -152,6 +152,7 @@ ChildResult collect(pid_t pid, int read_fd, double timeout_s) {
 
 void probe_trace(const std::filesystem::path& path, const ProbeOptions& options) {
   const std::string p = path.string();
+  const std::string& what = options.what;
   std::vector<std::string> argv = options.command;
   if (argv.empty()) argv = {"/proc/self/exe", kProbeArgument};
   argv.push_back(p);
@@ -160,7 +161,7 @@ void probe_trace(const std::filesystem::path& path, const ProbeOptions& options)
 
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0)
-    throw Error("cannot check trace file '" + p + "': pipe failed: " + std::strerror(errno));
+    throw Error("cannot check " + what + " '" + p + "': pipe failed: " + std::strerror(errno));
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
@@ -171,7 +172,7 @@ void probe_trace(const std::filesystem::path& path, const ProbeOptions& options)
   close(fds[1]);
   if (spawn_error != 0) {
     close(fds[0]);
-    throw Error("cannot check trace file '" + p + "': starting '" + argv[0] +
+    throw Error("cannot check " + what + " '" + p + "': starting '" + argv[0] +
                 "' failed: " + std::strerror(spawn_error));
   }
   const ChildResult r = collect(pid, fds[0], options.timeout_s);
@@ -182,17 +183,33 @@ void probe_trace(const std::filesystem::path& path, const ProbeOptions& options)
   if (r.timed_out) {
     char limit[32];
     std::snprintf(limit, sizeof limit, "%g", options.timeout_s);
-    throw Error("trace file '" + p + "' is damaged: reading its structure did not finish within " + limit +
+    throw Error(what + " '" + p + "' is damaged: reading its structure did not finish within " + limit +
                 " s (stuck at " + where + ")" + unsafe);
   }
   if (WIFSIGNALED(r.status))
-    throw Error("trace file '" + p + "' is damaged: the HDF5 library failed (" + signal_text(WTERMSIG(r.status)) +
+    throw Error(what + " '" + p + "' is damaged: the HDF5 library failed (" + signal_text(WTERMSIG(r.status)) +
                 ") while reading " + where + unsafe);
   const int code = WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1;
   if (code == 0 && r.ok) return;
   if (code == 1 && !r.error.empty()) throw Error(r.error);
-  throw Error("trace file '" + p + "' is damaged: the process checking it ended with exit status " +
-              std::to_string(code) + " while reading " + where + unsafe);
+  throw Error(what + " '" + p + "' is damaged: the process checking it ended with exit status " + std::to_string(code) +
+              " while reading " + where + unsafe);
+}
+
+int run_probe_child(const std::string& path, const std::string& what, const ProbeWalk& walk) {
+  limit_child_resources();
+  try {
+    walk(path, [](const std::string& object) { report_line(std::string(kAtPrefix) + object); });
+  } catch (const Error& e) {
+    report_line(std::string(kErrorPrefix) + e.what());
+    return 1;
+  } catch (const std::exception& e) {  // bad_alloc from a damaged size, length_error ...
+    report_line(std::string(kErrorPrefix) + what + " '" + path + "' is damaged: reading its structure failed (" +
+                e.what() + ")");
+    return 1;
+  }
+  report_line(kOkLine);
+  return 0;
 }
 
 std::optional<int> run_trace_probe_if_asked(int argc, char** argv) {
@@ -201,19 +218,7 @@ std::optional<int> run_trace_probe_if_asked(int argc, char** argv) {
     report_line(std::string(kErrorPrefix) + "usage: " + kProbeArgument + " TRACE_FILE");
     return 2;
   }
-  limit_child_resources();
-  try {
-    walk_trace_metadata(argv[2], [](const std::string& object) { report_line(std::string(kAtPrefix) + object); });
-  } catch (const Error& e) {
-    report_line(std::string(kErrorPrefix) + e.what());
-    return 1;
-  } catch (const std::exception& e) {  // bad_alloc from a damaged size, length_error ...
-    report_line(std::string(kErrorPrefix) + "trace file '" + argv[2] + "' is damaged: reading its structure failed (" +
-                e.what() + ")");
-    return 1;
-  }
-  report_line(kOkLine);
-  return 0;
+  return run_probe_child(argv[2], "trace file", walk_trace_metadata);
 }
 
 }  // namespace kvscope::trace

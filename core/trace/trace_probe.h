@@ -6,6 +6,7 @@
 // it was reading. Every executable that calls probe_trace must start main() with
 // run_trace_probe_if_asked (the child is this same executable, started afresh).
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@ struct ProbeOptions {
   // The child's command line, to which the trace path is appended; empty: this executable (through
   // /proc/self/exe, which survives a rebuild while the window is open) with kProbeArgument.
   std::vector<std::string> command;
+  std::string what = "trace file";  // how messages name the file ("sweep file" for a sweep's eval.h5)
 };
 
 // Returns when the child walked the whole file. Throws Error with the child's own message when the file
@@ -30,5 +32,11 @@ void probe_trace(const std::filesystem::path& path, const ProbeOptions& options 
 // In a probe child (argv[1] == kProbeArgument, argv[2] the trace): walks the file, reports and returns
 // the exit code; otherwise returns nothing and main() goes on.
 std::optional<int> run_trace_probe_if_asked(int argc, char** argv);
+
+// The child's side for any kind of file: caps its resources, runs `walk` (which calls `at` before each
+// object it touches), reports to the parent (naming the file as `what`) and returns the exit code. Other
+// probes (a sweep's eval.h5) use it with their own hidden argument and walk.
+using ProbeWalk = std::function<void(const std::filesystem::path&, const std::function<void(const std::string&)>& at)>;
+int run_probe_child(const std::string& path, const std::string& what, const ProbeWalk& walk);
 
 }  // namespace kvscope::trace

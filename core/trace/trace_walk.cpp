@@ -99,7 +99,7 @@ class MetadataWalker {
 
 }  // namespace
 
-void walk_trace_metadata(const std::filesystem::path& path, const std::function<void(const std::string&)>& at) {
+void walk_hdf5_structure(const std::filesystem::path& path, const std::function<void(const std::string&)>& at) {
   h5::silence_errors();
   at("the file's superblock");
   if (H5Fis_hdf5(path.string().c_str()) > 0) {
@@ -107,6 +107,10 @@ void walk_trace_metadata(const std::filesystem::path& path, const std::function<
     if (file.valid()) MetadataWalker(path.string(), at).group(file, "/", 0);
     H5Eclear2(H5E_DEFAULT);
   }
+}
+
+void walk_trace_metadata(const std::filesystem::path& path, const std::function<void(const std::string&)>& at) {
+  walk_hdf5_structure(path, at);
   // The reader's own pass: what it refuses here it refuses in the caller, with the same message.
   at("the reader's summary of every run");
   summarize_trace(path);

@@ -16,4 +16,9 @@ namespace kvscope::trace {
 // libhdf5 1.10 is itself unsafe in the caller's process).
 void walk_trace_metadata(const std::filesystem::path& path, const std::function<void(const std::string&)>& at);
 
+// The first half of walk_trace_metadata for any HDF5 file: every group's attributes and links, every
+// dataset's type, shape, filters, attributes and chunk index. Not an HDF5 file: returns (the reader that
+// follows refuses it with its own message).
+void walk_hdf5_structure(const std::filesystem::path& path, const std::function<void(const std::string&)>& at);
+
 }  // namespace kvscope::trace

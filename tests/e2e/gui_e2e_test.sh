@@ -23,6 +23,18 @@ check_png() {
   echo "ok: $1 ${w}x${h}, $k colours"
 }
 
+# A sweep's rows as \`kvscope sweep\` writes them, and a malformed one (a row short of a field).
+cat > "$work/sweep.csv" <<CSV
+cell,prompt,policy,budget,top1_agreement,kl_mean
+0,p,streaming_llm,25%,0.5,0.9
+1,p,streaming_llm,50%,0.75,0.4
+2,p,streaming_llm,75%,1,0.05
+3,p,h2o,25%,0.625,0.5
+4,p,h2o,50%,0.875,0.2
+5,p,h2o,75%,1,0.01
+CSV
+printf 'cell,prompt,policy,budget,kl_mean\n0,p,h2o,25%%\n' > "$work/bad_sweep.csv"
+
 cat > "$work/session.kvs" <<SCRIPT
 # A short prompt keeps the test quick; the policy evicts so every panel has something to show.
 prompt The keeper wrote the weather in his log every night: wind, swell and ships. The key was under the seventh step. Where was the key?
@@ -42,6 +54,15 @@ screenshot $work/shot.png
 view compare
 frames 3
 screenshot $work/compare.png
+open-sweep $work/sweep.csv
+wait 60
+view quality
+metric kl_mean
+frames 3
+screenshot $work/quality.png
+open-sweep $work/bad_sweep.csv
+wait 60
+frames 2
 quit
 SCRIPT
 
@@ -50,6 +71,10 @@ xvfb-run -a -s "-screen 0 1280x800x24" "$kvscope" gui --width 1280 --height 800 
 grep -q "during runs" "$work/gui.log" || fail "no frame statistics in the log"
 check_png "$work/shot.png" 1280 800 400
 check_png "$work/compare.png" 1280 800 200
+check_png "$work/quality.png" 1280 800 200
+grep -q "fidelity to the full cache: top-1 agreement" "$work/gui.log" || fail "no fidelity of the live run in the log"
+grep -q "opened sweep $work/sweep.csv (6 rows, 2 policies, 3 budgets)" "$work/gui.log" || fail "the sweep did not open"
+grep -q "error: '$work/bad_sweep.csv' line 2 has 4 fields" "$work/gui.log" || fail "the malformed sweep was not refused"
 check_png "$work/export_attention.png" 900 600 100
 grep -q "<path d=" "$work/export_stats.svg" || fail "layer stats SVG has no data path"
 [ -s "$work/saved.h5" ] || fail "saved.h5 was not written"

@@ -98,3 +98,25 @@ TEST_CASE("perplexity under the full cache equals per-token prefill log-probabil
   CHECK(full.scored_tokens == 6);
   CHECK_THROWS_AS(ev.ppl_reference(tokens, 16), UsageError);
 }
+
+TEST_CASE("cells replay the reference's prefill and score exactly as with a prefill of their own", "[model]") {
+  const auto* model = test::default_model();
+  eval::Evaluator ev(*model);
+  const auto ref = ev.fidelity_reference(short_prompt(ev), 4);
+  CHECK(ev.prefills_reused() == 0);
+  for (const eval::CellPolicy& cell : {eval::CellPolicy{"snapkv", "6"}, eval::CellPolicy{"h2o", "50%"}}) {
+    const auto reused = ev.fidelity(ref, cell);
+    eval::Evaluator fresh(*model);  // an empty prefill store: this cell runs the prompt itself
+    const auto own = fresh.fidelity(ref, cell);
+    CHECK(fresh.prefills_reused() == 0);
+    CHECK(reused.score.top1_agreement == own.score.top1_agreement);
+    CHECK(reused.score.kl_mean == own.score.kl_mean);
+    CHECK(reused.score.logprob_gap == own.score.logprob_gap);
+    CHECK(reused.layer_nmse == own.layer_nmse);
+    CHECK(reused.memory.peak_bytes == own.memory.peak_bytes);
+  }
+  CHECK(ev.prefills_reused() == 2);
+  // CAOTE trims each layer before its output, so its prefill depends on the budget and runs again.
+  ev.fidelity(ref, {"caote", "6"});
+  CHECK(ev.prefills_reused() == 2);
+}

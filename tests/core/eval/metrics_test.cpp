@@ -51,6 +51,9 @@ TEST_CASE("score_fidelity: agreement, KL mean/max and log-prob gap over steps") 
   const double kl0 = 0.5 * std::log(0.5 / 0.2) + 0.3 * std::log(0.3 / 0.5) + 0.2 * std::log(0.2 / 0.3);  // 0.2238
   CHECK(s.steps == 2);
   CHECK(s.top1_agreement == Approx(0.5));
+  CHECK(s.agreeing_prefix == 0);  // the first step already disagrees
+  CHECK(eval::score_fidelity({ref[1], ref[0]}, {pol[1], pol[0]}, {0, 0}).agreeing_prefix == 1);
+  CHECK(eval::score_fidelity(ref, ref, {0, 0}).agreeing_prefix == 2);
   CHECK(s.kl_max == Approx(kl0).margin(1e-6));
   CHECK(s.kl_mean == Approx(kl0 / 2).margin(1e-6));
   CHECK(s.logprob_gap == Approx(std::log(0.5 / 0.2) / 2).margin(1e-6));

@@ -1,0 +1,298 @@
+// The Quality panel's model: a sweep file (rows.csv, eval.h5, the folder) read into curves (points per
+// policy, budgets in axis order, means over prompts computed by hand here), malformed files refused with the
+// file named, the live budget's place on the axis, and the click -> (policy, budget) mapping. Then the
+// Summary's fidelity numbers for a live run against `kvscope eval fidelity` on the same run.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include <unistd.h>
+
+#include "core/common/error.h"
+#include "core/eval/sweep_file.h"
+#include "core/model/model.h"
+#include "core/trace/hdf5_util.h"
+#include "viewers/quality_model.h"
+#include "viewers/session.h"
+#include "viewers/summary.h"
+
+using namespace kvscope;
+using namespace kvscope::viewers;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("kvscope_quality_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir / name;
+}
+
+void write(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+// Two prompts, two policies, budgets written out of order and in both units. A quoted policy spec carries
+// commas, as `kvscope sweep` writes it.
+const char* const kCsv =
+    "cell,prompt,policy,budget,top1_agreement,kl_mean\n"
+    "0,a.txt,h2o,50%,1,0.01\n"
+    "1,a.txt,h2o,10%,0.5,0.4\n"
+    "2,a.txt,\"snapkv:window=8,kernel=3\",128,0.75,0.2\n"
+    "3,a.txt,h2o,128,0.25,0.3\n"
+    "4,b.txt,h2o,50%,0.8,0.03\n"
+    "5,b.txt,h2o,10%,0.7,0.6\n"
+    "6,b.txt,\"snapkv:window=8,kernel=3\",25%,0.9,0.05\n";
+
+std::string error_of(const fs::path& path) {
+  try {
+    eval::open_sweep_file(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a sweep CSV becomes one curve per policy over budgets in axis order") {
+  const fs::path csv = scratch("rows.csv");
+  write(csv, kCsv);
+  const QualityCurves c = quality_curves(eval::open_sweep_file(csv));
+  CHECK(c.eval_kind.empty());  // two metric columns: no kind's full set
+  CHECK(c.metrics == std::vector<std::string>{"top1_agreement", "kl_mean"});
+  CHECK(c.policies == std::vector<std::string>{"h2o", "snapkv:window=8,kernel=3"});
+  CHECK(c.budgets == std::vector<std::string>{"10%", "25%", "50%", "128"});  // shares by size, then tokens
+  CHECK(c.rows.size() == 7);
+  // Means over the prompts that have the cell, by hand: h2o at 50%: (1 + 0.8) / 2; at 10%: (0.5 + 0.7) / 2.
+  CHECK(c.mean("h2o", "50%", "top1_agreement") == Approx(0.9));
+  CHECK(c.mean("h2o", "10%", "kl_mean") == Approx(0.5));
+  CHECK(c.mean("h2o", "128", "top1_agreement") == Approx(0.25));
+  CHECK(std::isnan(c.mean("h2o", "25%", "top1_agreement")));  // no such cell: no point
+  CHECK(c.mean("snapkv:window=8,kernel=3", "25%", "kl_mean") == Approx(0.05));
+  CHECK(default_metric(c) == "top1_agreement");
+  // The folder stands for its rows.csv.
+  CHECK(quality_curves(eval::open_sweep_file(csv.parent_path())).rows.size() == 7);
+
+  // The panel's figure has one line per policy with a point per budget it covers.
+  const Figure f = quality_figure(c, "top1_agreement");
+  REQUIRE(f.parts.size() == 1);
+  const auto& plot = std::get<LinePlot>(f.parts.front());
+  REQUIRE(plot.series.size() == 2);
+  CHECK(plot.series[0].x == std::vector<double>{0, 2, 3});
+  CHECK(plot.series[1].x == std::vector<double>{1, 3});
+  CHECK(plot.x_tick_labels == c.budgets);
+}
+
+TEST_CASE("a sweep's eval.h5 reads back the rows its store wrote, in the store's column order") {
+  const fs::path dir = scratch("h5sweep");
+  fs::remove_all(dir);
+  eval::SweepGrid grid;
+  grid.eval_kind = "needle";
+  grid.prompts = {"case0"};
+  grid.prompt_digests = {"x"};
+  grid.policies = {"h2o", "tova"};
+  grid.budgets = {"50%", "5%"};
+  {
+    eval::SweepStore store(dir, grid);
+    for (std::size_t cell = 0; cell < grid.size(); ++cell) {
+      eval::SweepRow row;
+      row.cell = cell;
+      row.prompt = "case0";
+      row.policy = grid.cell(cell).policy.policy;
+      row.budget = grid.cell(cell).policy.budget;
+      for (const auto& name : eval::metric_names("needle")) row.metrics.emplace_back(name, cell == 1 ? 1.0 : 0.0);
+      store.append(row);
+    }
+  }
+  fs::remove(dir / "rows.csv");  // the folder now stands for its eval.h5
+  const eval::SweepTable t = eval::open_sweep_file(dir);
+  CHECK(t.path.filename() == "eval.h5");
+  CHECK(t.eval_kind == "needle");
+  CHECK(t.metrics == eval::metric_names("needle"));
+  const QualityCurves c = quality_curves(t);
+  CHECK(c.policies == std::vector<std::string>{"h2o", "tova"});
+  CHECK(c.budgets == std::vector<std::string>{"5%", "50%"});
+  CHECK(default_metric(c) == "exact_match");
+  CHECK(c.mean("h2o", "5%", "exact_match") == 1.0);  // cell 1 is h2o at 5%
+  CHECK(c.mean("tova", "50%", "exact_match") == 0.0);
+}
+
+TEST_CASE("malformed sweep files are refused with the file and what was expected") {
+  const fs::path bad = scratch("bad.csv");
+  write(bad, "run,policy,value\nx,h2o,1\n");
+  CHECK_THAT(error_of(bad),
+             Catch::Contains("bad.csv") && Catch::Contains("should start with cell,prompt,policy,budget"));
+  write(bad, "cell,prompt,policy,budget,kl_mean\n0,a,h2o,10%\n");
+  CHECK_THAT(error_of(bad), Catch::Contains("line 2 has 4 fields; the header names 5"));
+  write(bad, "cell,prompt,policy,budget,kl_mean\n0,a,h2o,10%,lots\n");
+  CHECK_THAT(error_of(bad), Catch::Contains("line 2, column kl_mean: 'lots' is not a number"));
+  write(bad, "cell,prompt,policy,budget,kl_mean\n0,a,,10%,0.1\n");
+  CHECK_THAT(error_of(bad), Catch::Contains("line 2 has an empty policy"));
+  write(bad, "");
+  CHECK_THAT(error_of(bad), Catch::Contains("is empty"));
+  // A header and no rows reads, but has nothing to plot.
+  write(bad, "cell,prompt,policy,budget,kl_mean\n");
+  CHECK_THROWS_WITH(quality_curves(eval::open_sweep_file(bad)), Catch::Contains("has no rows"));
+  // A line cut off by a killed sweep (no newline) is dropped, as the sweep store drops it.
+  write(bad, "cell,prompt,policy,budget,kl_mean\n0,a,h2o,10%,0.1\n1,a,h2o,2");
+  CHECK(eval::open_sweep_file(bad).rows.size() == 1);
+  CHECK_THAT(error_of(scratch("missing.csv")), Catch::Contains("does not exist"));
+  const fs::path empty_dir = scratch("empty_dir");
+  fs::create_directories(empty_dir);
+  CHECK_THAT(error_of(empty_dir), Catch::Contains("holds no rows.csv or eval.h5"));
+
+  // HDF5: a file that is not a sweep, and a sweep file cut short (checked in a child process first).
+  const fs::path dir = scratch("h5bad");
+  fs::remove_all(dir);
+  eval::SweepGrid grid;
+  grid.eval_kind = "fidelity";
+  grid.prompts = {"p"};
+  grid.prompt_digests = {"x"};
+  grid.policies = {"h2o"};
+  grid.budgets = {"10%"};
+  {
+    eval::SweepStore store(dir, grid);
+    eval::SweepRow row;
+    row.prompt = "p", row.policy = "h2o", row.budget = "10%";
+    for (const auto& name : eval::metric_names("fidelity")) row.metrics.emplace_back(name, 0.5);
+    store.append(row);
+  }
+  const fs::path h5 = dir / "eval.h5";
+  const auto size = fs::file_size(h5);
+  fs::resize_file(h5, size / 2);
+  const std::string cut = error_of(h5);
+  CHECK_THAT(cut, Catch::Contains("eval.h5"));
+  CHECK_FALSE(cut.empty());
+  const fs::path no_eval = scratch("no_eval.h5");
+  {
+    namespace h5 = trace::h5;
+    h5::Handle file(H5Fcreate(no_eval.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+    REQUIRE(file.valid());
+    h5::ensure_group(file, "runs");
+  }
+  CHECK_THAT(error_of(no_eval), Catch::Contains("no_eval.h5' has no /eval group; expected a sweep's eval.h5"));
+  const fs::path trace_like = scratch("other.h5");
+  write(trace_like, std::string("\x89HDF\r\n\x1a\n", 8) + std::string(64, '\0'));
+  CHECK_THAT(error_of(trace_like), Catch::Contains("sweep file") && Catch::Contains("other.h5"));
+}
+
+TEST_CASE("the live budget's place on the axis, and which point a click picks") {
+  const fs::path csv = scratch("rows_click.csv");
+  write(csv, kCsv);
+  const QualityCurves c = quality_curves(eval::open_sweep_file(csv));
+  CHECK(budget_position(c, "25%") == 1.0);
+  CHECK(budget_position(c, "128") == 3.0);
+  // 30% lies between 25% (index 1) and 50% (index 2): 1 + (0.30 - 0.25) / (0.50 - 0.25).
+  REQUIRE(budget_position(c, "30%").has_value());
+  CHECK(*budget_position(c, "30%") == Approx(1.2));
+  CHECK_FALSE(budget_position(c, "5%").has_value());  // left of every share
+  CHECK_FALSE(budget_position(c, "64").has_value());  // one token budget only: nothing brackets it
+  CHECK_FALSE(budget_position(c, "").has_value());    // the full cache has no budget
+
+  // A plot 100 px per budget step and 200 px per unit of the metric (0.005 units per px).
+  const double ux = 0.01, uy = 0.005;
+  // h2o at 50% (x 2, y 0.9): a click 3 px right and 4 px up is 5 px away.
+  auto p = point_near(c, "top1_agreement", 2.0 + 3 * ux, 0.9 + 4 * uy, ux, uy);
+  REQUIRE(p.has_value());
+  CHECK(p->policy == "h2o");
+  CHECK(p->budget == "50%");
+  // Between h2o at 128 (x 3, y 0.25) and snapkv at 128 (x 3, y 0.75): nearer to snapkv.
+  p = point_near(c, "top1_agreement", 3.0, 0.75 - 6 * uy, ux, uy);
+  REQUIRE(p.has_value());
+  CHECK(p->policy == "snapkv:window=8,kernel=3");
+  CHECK(p->budget == "128");
+  // 20 px from every point: no pick.
+  CHECK_FALSE(point_near(c, "top1_agreement", 2.0 + 20 * ux, 0.9, ux, uy).has_value());
+  // The other metric moves the points: h2o at 10% is at kl 0.5.
+  p = point_near(c, "kl_mean", 0.0, 0.5, ux, uy);
+  REQUIRE(p.has_value());
+  CHECK(p->budget == "10%");
+}
+
+namespace {
+
+bool have_model() {
+  try {
+    return fs::exists(model::default_model_path());
+  } catch (...) {
+    return false;
+  }
+}
+
+std::string run_command(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe);
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+  REQUIRE(pclose(pipe) == 0);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the Summary's fidelity of a live run equals kvscope eval fidelity on the same run", "[session][model]") {
+  if (!have_model()) {
+    WARN("default model not installed; skipped");
+    return;
+  }
+  const std::string prompt =
+      "The keeper hid the key under the seventh step of the lighthouse stairs. Where is the key?";
+  std::shared_ptr<const eval::FidelityResult> fidelity;
+  std::shared_ptr<const trace::RunTrace> run;
+  {
+    Session s(1);
+    RunRequest r;
+    r.prompt = prompt;
+    r.policy_spec = "h2o";
+    r.budget = "50%";
+    r.max_new_tokens = 6;
+    r.record = "similarity=off;decode=off";
+    r.fidelity = true;
+    s.submit(r);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+    while (!fidelity && std::chrono::steady_clock::now() < deadline) {
+      for (auto& u : s.poll()) {
+        if (u.fidelity) {
+          CHECK(u.run == run);  // measured for the run just published
+          fidelity = u.fidelity;
+        } else if (u.final) {
+          run = u.run;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  REQUIRE(fidelity);
+  REQUIRE(run);
+
+  const auto j = nlohmann::json::parse(run_command(std::string(KVSCOPE_BINARY) +
+                                                   " eval fidelity --threads 1 --policy h2o --budget 50% "
+                                                   "--max-new-tokens 6 --json --prompt '" +
+                                                   prompt + "' 2>/dev/null"));
+  const auto& m = j.at("metrics");
+  CHECK(fidelity->score.steps == 6);
+  CHECK(fidelity->score.top1_agreement == m.at("top1_agreement").get<double>());
+  CHECK(fidelity->score.kl_mean == m.at("kl_mean").get<double>());
+  CHECK(fidelity->score.agreeing_prefix == m.at("agreeing_prefix").get<double>());
+  CHECK(fidelity->memory.saved() == m.at("memory_saved").get<double>());
+  // What the Summary prints is those numbers.
+  const auto lines = fidelity_lines(*fidelity);
+  REQUIRE(lines.size() == 4);
+  char expected[64];
+  std::snprintf(expected, sizeof expected, "%.3f", m.at("top1_agreement").get<double>());
+  CHECK(lines[0].second == expected);
+  std::snprintf(expected, sizeof expected, "%.4f nats", m.at("kl_mean").get<double>());
+  CHECK(lines[1].second == expected);
+  std::snprintf(expected, sizeof expected, "%d of 6", static_cast<int>(m.at("agreeing_prefix").get<double>()));
+  CHECK(lines[2].second == expected);
+  std::snprintf(expected, sizeof expected, "%.1f%%", 100.0 * m.at("memory_saved").get<double>());
+  CHECK(lines[3].second == expected);
+}

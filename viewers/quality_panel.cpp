@@ -1,0 +1,173 @@
+#include "viewers/quality_panel.h"
+
+#include <imgui.h>
+#include <implot.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "core/common/error.h"
+#include "core/eval/sweep_store.h"
+
+namespace kvscope::viewers {
+
+namespace {
+
+// The live run's entry: its request carries the prompt a window sweep runs on.
+const RunEntry* live_entry(const AppState& state) {
+  for (const auto& e : state.runs)
+    if (e.slot == kLiveSlot && e.request) return &e;
+  return nullptr;
+}
+
+// Into the log panel, and on stderr like the session's messages, so scripted sessions keep a record.
+void note(AppState& state, std::string text) {
+  std::fprintf(stderr, "kvscope gui: %s\n", text.c_str());
+  state.log.push_back(std::move(text));
+}
+
+}  // namespace
+
+void QualityPanel::open_file(const std::string& path) {
+  loading_path_ = path;
+  loading_ = std::async(std::launch::async, [path] { return eval::open_sweep_file(path); });
+}
+
+void QualityPanel::set_metric(const std::string& metric) {
+  if (std::find(curves_.metrics.begin(), curves_.metrics.end(), metric) == curves_.metrics.end())
+    throw UsageError("the sweep on screen has no metric '" + metric + "'");
+  metric_ = metric;
+}
+
+void QualityPanel::start_sweep(const AppState& state, const std::string& policies, const std::string& budgets,
+                               int new_tokens) {
+  const RunEntry* live = live_entry(state);
+  if (!live) throw UsageError("a sweep runs on the live run's prompt: run something first");
+  SweepRequest r;
+  r.model_path = live->request->model_path;
+  r.prompt = live->request->prompt;
+  r.chat = live->request->chat;
+  r.policies = eval::split_policy_list(policies);
+  r.budgets = eval::split_list(budgets, "budget");
+  r.new_tokens = new_tokens;
+  const std::size_t cells = r.cells();
+  sweep_id_ = session_.submit_sweep(std::move(r));
+  sweep_running_ = true;
+  sweep_cells_ = cells;
+  curves_ = QualityCurves{};
+  curves_.source = "sweep in the window";
+  curves_.eval_kind = "fidelity";
+}
+
+void QualityPanel::poll(AppState& state) {
+  if (loading_ && loading_->wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    try {
+      QualityCurves loaded = quality_curves(loading_->get());
+      curves_ = std::move(loaded);
+      metric_ = default_metric(curves_);
+      sweep_id_ = 0;
+      note(state, "opened sweep " + curves_.source + " (" + std::to_string(curves_.rows.size()) + " rows, " +
+                      std::to_string(curves_.policies.size()) + " policies, " + std::to_string(curves_.budgets.size()) +
+                      " budgets)");
+    } catch (const std::exception& e) {
+      note(state, std::string("error: ") + e.what());
+    }
+    loading_.reset();
+  }
+  for (auto& u : session_.take_sweep_rows()) {
+    if (u.sweep != sweep_id_) continue;  // a superseded sweep's last row
+    curves_.add(std::move(u.row));
+    if (metric_.empty()) metric_ = default_metric(curves_);
+    if (curves_.rows.size() >= u.cells) sweep_running_ = false;
+  }
+  if (sweep_running_ && session_.idle()) sweep_running_ = false;  // cancelled or failed (the log says which)
+}
+
+std::optional<QualityPoint> QualityPanel::pick(double x, double y, double x_units_per_px, double y_units_per_px) const {
+  return point_near(curves_, metric_, x, y, x_units_per_px, y_units_per_px);
+}
+
+void QualityPanel::draw(AppState& state) {
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 18);
+  input_text("##path", path_);
+  ImGui::SameLine();
+  if (ImGui::Button(loading_ ? "Reading..." : "Open sweep") && !loading_) open_file(path_);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("a sweep folder, its rows.csv or its eval.h5 (kvscope sweep --out)");
+
+  if (ImGui::CollapsingHeader("Run a sweep here (fidelity on the live run's prompt)")) {
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 18);
+    input_text("policies", policies_);
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 18);
+    input_text("budgets", budgets_);
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 8);
+    ImGui::InputInt("new tokens", &new_tokens_);
+    new_tokens_ = std::clamp(new_tokens_, 1, 256);
+    if (!sweep_running_) {
+      if (ImGui::Button("Run sweep")) {
+        try {
+          start_sweep(state, policies_, budgets_, new_tokens_);
+        } catch (const std::exception& e) {
+          note(state, std::string("error: ") + e.what());
+        }
+      }
+    } else {
+      if (ImGui::Button("Cancel sweep")) session_.cancel_sweep();
+      ImGui::SameLine();
+      const float done = sweep_cells_ ? static_cast<float>(curves_.rows.size()) / sweep_cells_ : 0.0f;
+      const std::string label = std::to_string(curves_.rows.size()) + "/" + std::to_string(sweep_cells_) + " cells";
+      ImGui::ProgressBar(done, ImVec2(ImGui::GetFontSize() * 12, 0), label.c_str());
+    }
+  }
+
+  if (curves_.empty()) {
+    centered_hint(sweep_running_ ? "Waiting for the first cell..."
+                                 : "Open a sweep (kvscope sweep --out DIR) or run one here.");
+    return;
+  }
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 12);
+  if (ImGui::BeginCombo("metric", metric_.c_str())) {
+    for (const auto& m : curves_.metrics)
+      if (ImGui::Selectable(m.c_str(), m == metric_)) metric_ = m;
+    ImGui::EndCombo();
+  }
+  ImGui::SameLine();
+  ImGui::TextDisabled("%s", curves_.source.c_str());
+  ImGui::SameLine();
+  export_button(state, key());
+
+  const Figure f = figure(state);
+  if (f.empty()) return;
+  LinePlot plot = std::get<LinePlot>(f.parts.front());
+  const trace::RunTrace* live = state.active_run();
+  if (live)
+    if (auto x = budget_position(curves_, live->meta("budget"))) plot.marks_x.push_back(*x);
+  std::optional<QualityPoint> clicked;
+  draw_line_plot("quality", plot, ImGui::GetContentRegionAvail(), [&] {
+    if (!ImPlot::IsPlotHovered()) return;
+    const ImPlotRect limits = ImPlot::GetPlotLimits();
+    const ImVec2 size = ImPlot::GetPlotSize();
+    const ImPlotPoint mouse = ImPlot::GetPlotMousePos();
+    const double ux = limits.X.Size() / std::max(1.0f, size.x), uy = limits.Y.Size() / std::max(1.0f, size.y);
+    const auto near = pick(mouse.x, mouse.y, ux, uy);
+    if (near)
+      ImGui::SetTooltip("%s at %s: %s = %.4g\nclick: run it live", near->policy.c_str(), near->budget.c_str(),
+                        metric_.c_str(), near->y);
+    if (near && plot_clicked()) clicked = near;
+  });
+  if (clicked) {
+    state.run_choice = RunChoice{clicked->policy, clicked->budget};
+    note(state, "quality: running " + clicked->policy + " at " + clicked->budget + " live");
+  }
+}
+
+Figure QualityPanel::figure(const AppState&) {
+  if (curves_.empty() || metric_.empty()) return {};
+  try {
+    return quality_figure(curves_, metric_);
+  } catch (const Error&) {
+    return {};  // no row has the metric yet
+  }
+}
+
+}  // namespace kvscope::viewers

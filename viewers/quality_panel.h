@@ -1,0 +1,52 @@
+#pragma once
+// Quality against budget, one curve per policy (the papers' budget plots), from a sweep's rows.csv or
+// eval.h5 or from a small fidelity sweep run on the Session's worker (policies x budgets on the live run's
+// prompt, cancellable, plotted as rows land). The live run's budget is marked; clicking a point asks for
+// that (policy, budget) as the live run (AppState::run_choice, which the window hands to the set-up form).
+#include <future>
+#include <optional>
+#include <string>
+
+#include "viewers/panel.h"
+#include "viewers/quality_model.h"
+#include "viewers/session.h"
+
+namespace kvscope::viewers {
+
+class QualityPanel final : public Panel {
+ public:
+  explicit QualityPanel(Session& session) : Panel("quality", "Quality"), session_(session) {}
+  void draw(AppState& state) override;
+  Figure figure(const AppState& state) override;
+
+  // Reads a sweep file (csv, eval.h5 or a sweep folder) on a background thread; an HDF5 file is checked in a
+  // child process first. A bad file goes to the log as an error and the curves on screen stay.
+  void open_file(const std::string& path);
+  // Starts a fidelity sweep on the live run's prompt (or the set-up's request when given) on the worker.
+  void start_sweep(const AppState& state, const std::string& policies, const std::string& budgets, int new_tokens);
+  // Takes a finished file read or sweep rows into the curves, and their errors into the log.
+  void poll(AppState& state);
+
+  const QualityCurves& curves() const { return curves_; }
+  bool busy() const { return loading_.has_value() || sweep_running_; }
+  const std::string& metric() const { return metric_; }
+  void set_metric(const std::string& metric);
+  // What a click at plot coordinates (x, y) picks, with the plot's scale in units per pixel.
+  std::optional<QualityPoint> pick(double x, double y, double x_units_per_px, double y_units_per_px) const;
+
+ private:
+  Session& session_;
+  QualityCurves curves_;
+  std::string metric_;
+  std::optional<std::future<eval::SweepTable>> loading_;
+  std::string loading_path_;
+  uint64_t sweep_id_ = 0;  // of the sweep whose rows are on screen (0: a file)
+  bool sweep_running_ = false;
+  std::size_t sweep_cells_ = 0;
+  std::string path_ = "sweep/rows.csv";
+  std::string policies_ = "streaming_llm,h2o,snapkv,tova";
+  std::string budgets_ = "10%,25%,50%";
+  int new_tokens_ = 8;
+};
+
+}  // namespace kvscope::viewers
