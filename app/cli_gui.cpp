@@ -2,6 +2,7 @@
 // model and a sample prompt and starts a run, so the first screen is real data.
 #include <cstdio>
 
+#include "app/openmp_wait_policy.h"
 #include "app/subcommands.h"
 #include "core/common/error.h"
 #ifdef KVSCOPE_HAVE_GUI
@@ -31,7 +32,10 @@ Command register_gui(CLI::App& root) {
   cmd->add_flag("--no-run", opts->no_run, "do not start the default run");
   cmd->add_option("--timing-log", opts->timing_log,
                   "write one JSON line per script step, result shown and frame, with seconds since start (benchmarks)");
-  return {cmd, [opts]() { return viewers::run_gui(*opts); }};
+  return {cmd, [opts]() {
+            prefer_passive_openmp_wait();
+            return viewers::run_gui(*opts);
+          }};
 #else
   cmd->allow_extras();
   return {cmd, []() -> int {

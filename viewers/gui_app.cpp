@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <functional>
@@ -179,6 +180,14 @@ void App::start() {
   if (!options_.timing_log.empty()) {
     timing_ = std::fopen(options_.timing_log.c_str(), "w");
     if (!timing_) throw Error("cannot write the timing log '" + options_.timing_log + "'");
+  }
+  {
+    // How the model shares the CPU with drawing decides how fast a live run finishes (app/openmp_wait_policy.h).
+    const char* wait = std::getenv("OMP_WAIT_POLICY");
+    const std::string line = "engine: " + std::to_string(session_.threads()) + " thread(s), OpenMP waits " +
+                             (wait ? std::string(wait) : std::string("by spinning (libgomp default)"));
+    state_.log.push_back(line);
+    std::fprintf(stderr, "kvscope gui: %s\n", line.c_str());
   }
   if (!options_.model.empty()) setup_.set_model(options_.model);
   for (const auto& f : options_.trace_files) session_.open_trace(f);

@@ -126,6 +126,7 @@ class Session {
   SessionStatus status() const;
   // No request queued or running and no file being read.
   bool idle() const;
+  int threads() const { return threads_; }  // the engine's threads for this window's runs
 
  private:
   struct Job {

@@ -225,11 +225,12 @@ void read_run_body(hid_t g, RunTrace& r, const ReadOptions& options, const std::
     part("events", [&] {
       Handle d = open_dataset(g, "events");
       const hsize_t n = h5::dataset_dims(d).at(0);
-      r.events.resize(n);
+      std::vector<Event> events(n);
       if (n > 0) {
         Handle mem = event_memory_type();
-        h5::check_status(H5Dread(d, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, r.events.data()), "cannot read '" + h5::name_of(d) + "'");
+        h5::check_status(H5Dread(d, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, events.data()), "cannot read '" + h5::name_of(d) + "'");
       }
+      r.events = events;
     });
   }
   if (have("steps")) {
@@ -245,9 +246,9 @@ void read_run_body(hid_t g, RunTrace& r, const ReadOptions& options, const std::
       std::size_t n = phase.size();
       for (const auto* f : {&step, &seq_len, &bytes, &entries, &ms, &token}) n = std::min(n, f->size());
       const auto raw_bytes = h5::exists(sg, "cache_bytes") ? h5::read_int64s(open_dataset(sg, "cache_bytes")) : std::vector<int64_t>{};
-      r.steps.resize(n);
+      std::vector<StepStats> steps(n);
       for (std::size_t i = 0; i < n; ++i) {
-        StepStats& s = r.steps[i];
+        StepStats& s = steps[i];
         s.phase = static_cast<uint8_t>(phase[i]);
         s.step = static_cast<int32_t>(step[i]);
         s.seq_len = static_cast<int32_t>(seq_len[i]);
@@ -256,6 +257,7 @@ void read_run_body(hid_t g, RunTrace& r, const ReadOptions& options, const std::
         s.ms = ms[i];
         s.token = static_cast<int32_t>(token[i]);
       }
+      r.steps = steps;
     });
   }
   if (options.kept_mask && have("kept_mask")) {
@@ -282,7 +284,8 @@ void read_run_body(hid_t g, RunTrace& r, const ReadOptions& options, const std::
       const std::vector<float> v = h5::read_floats(d);
       if (dims.size() == 2)
         for (hsize_t s = 0; s < dims[0]; ++s)
-          r.nmse.emplace_back(v.begin() + static_cast<std::ptrdiff_t>(s * dims[1]), v.begin() + static_cast<std::ptrdiff_t>((s + 1) * dims[1]));
+          r.nmse.push_back(std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(s * dims[1]),
+                                              v.begin() + static_cast<std::ptrdiff_t>((s + 1) * dims[1])));
     });
   }
 }

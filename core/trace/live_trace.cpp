@@ -97,7 +97,9 @@ void LiveTrace::write_layer_budgets(int run, const std::vector<int>& budgets) {
 void LiveTrace::append_step(int run, StepRecord rec) {
   check_run(run);
   trace_.steps.push_back(rec.stats);
-  trace_.events.insert(trace_.events.end(), rec.events.begin(), rec.events.end());
+  bytes_since_publish_ += trace_.steps.moved_by_last_append() * sizeof(StepStats);
+  trace_.events.append(rec.events.begin(), rec.events.end());
+  bytes_since_publish_ += trace_.events.moved_by_last_append() * sizeof(Event);
   for (std::size_t l = 0; l < kept_.size(); ++l) {
     uint8_t* row = kept_[l].append();
     if (l < rec.kept.size()) std::copy_n(rec.kept[l].begin(), std::min(rec.kept[l].size(), kept_[l].row_size()), row);
@@ -113,7 +115,10 @@ void LiveTrace::append_step(int run, StepRecord rec) {
     trace_.generated_strings.push_back(std::move(rec.token_string));
     trace_.logprobs.push_back(rec.logprob);
   }
-  if (!rec.nmse.empty()) trace_.nmse.push_back(std::move(rec.nmse));
+  if (!rec.nmse.empty()) {
+    trace_.nmse.push_back(std::move(rec.nmse));
+    bytes_since_publish_ += trace_.nmse.moved_by_last_append() * sizeof(std::vector<float>);
+  }
   if (std::chrono::steady_clock::now() - last_publish_ >= min_interval_) publish();
 }
 

@@ -1,8 +1,10 @@
 #pragma once
 // The sink a window draws from: it builds one run's RunTrace in memory as the Recorder produces it and
 // publishes immutable snapshots (Tracy's worker/view split). Publishing is cheap by construction: maps are
-// shared pointers, and the kept mask and decode attention are append-only rows that every snapshot shares
-// (append_only_rows.h), so a snapshot after step s copies what step s added, never the history before it.
+// shared pointers, the kept mask and decode attention are append-only rows that every snapshot shares
+// (append_only_rows.h), and events, step rows and NMSE rows are append-only logs (append_only_log.h), so a
+// snapshot after step s copies what step s added, never the history before it. (The generated tokens'
+// ids, strings and log-probs are still plain vectors: one entry per decode step, copied per publish.)
 #include <chrono>
 #include <map>
 #include <memory>
@@ -21,8 +23,8 @@ class LiveTrace final : public TraceSink {
 
   // The latest published state (thread-safe); null before begin_run.
   std::shared_ptr<const RunTrace> snapshot() const;
-  // Bytes of kept-mask and decode-attention history that the latest publish copied (storage moves
-  // included): bounded by what was appended since the previous publish, plus amortised growth.
+  // Bytes of kept-mask, decode-attention, event, step and NMSE history that the latest publish copied
+  // (storage moves included): bounded by what was appended since the previous publish, plus amortised growth.
   std::size_t history_bytes_copied_by_last_publish() const { return last_publish_bytes_; }
 
   int begin_run(RunLayout layout) override;

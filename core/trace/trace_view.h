@@ -12,6 +12,7 @@
 
 #include "core/analysis/map2d.h"
 #include "core/policy/diagnostics.h"
+#include "core/trace/append_only_log.h"
 #include "core/trace/append_only_rows.h"
 
 namespace kvscope::trace {
@@ -118,11 +119,12 @@ struct RunTrace {
   std::vector<int> layer_budgets;                     // final, per layer
   std::map<std::string, policy::Series> policy_series;  // the policy's diagnostics
 
-  std::vector<Event> events;
+  // Growing histories are shared between a live run's snapshots (append_only_log.h), not copied.
+  AppendOnlyLog<Event> events;
   std::vector<KeptMask> kept_mask;                    // per layer
-  std::vector<StepStats> steps;
+  AppendOnlyLog<StepStats> steps;
   // CAOTE Fig. 3 output error per decode step and layer; empty when not recorded.
-  std::vector<std::vector<float>> nmse;               // [decode steps][layers]
+  AppendOnlyLog<std::vector<float>> nmse;             // [decode steps][layers]
 
   bool complete = false;
 

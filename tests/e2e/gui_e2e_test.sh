@@ -66,9 +66,11 @@ frames 2
 quit
 SCRIPT
 
-xvfb-run -a -s "-screen 0 1280x800x24" "$kvscope" gui --width 1280 --height 800 --script "$work/session.kvs" \
+env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT xvfb-run -a -s "-screen 0 1280x800x24" "$kvscope" gui --width 1280 --height 800 --script "$work/session.kvs" \
   2> "$work/gui.log" || { cat "$work/gui.log" >&2; fail "gui exited with an error"; }
 grep -q "during runs" "$work/gui.log" || fail "no frame statistics in the log"
+# The window restarts itself so its model threads wait passively (app/openmp_wait_policy.h).
+grep -q "OpenMP waits passive" "$work/gui.log" || fail "the window's OpenMP threads do not wait passively"
 check_png "$work/shot.png" 1280 800 400
 check_png "$work/compare.png" 1280 800 200
 check_png "$work/quality.png" 1280 800 200

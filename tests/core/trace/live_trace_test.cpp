@@ -1,6 +1,7 @@
 // The live trace a window draws from: snapshots are immutable and publishing copies only what is new
-// (the kept mask and decode attention are shared, append-only rows), checked by counting the bytes a
-// publish copies and by comparing every snapshot with an independent record of what was appended.
+// (the kept mask and decode attention are shared, append-only rows; events, step rows and NMSE rows are
+// append-only logs), checked by counting the bytes a publish copies and by comparing every snapshot with an
+// independent record of what was appended.
 #include <catch2/catch.hpp>
 
 #include <random>
@@ -36,6 +37,10 @@ TEST_CASE("publishing a live run copies what the step added, not the history", "
   // Independent record: what each step appended.
   std::vector<std::vector<std::vector<uint8_t>>> kept_record;  // [step][layer][kv * positions]
   std::vector<std::vector<float>> decode_record;               // [decode step][layers * heads * cols]
+  std::vector<Event> event_record;                             // every event, in order
+  std::vector<int> seq_len_record;                             // [step]
+  std::vector<std::vector<float>> nmse_record;                 // [decode step][layers]
+  std::uniform_int_distribution<int> events_per_step(0, 20);
   std::vector<std::shared_ptr<const RunTrace>> snapshots;
   std::size_t copied = 0, appended = 0, largest = 0;
   int publishes_that_copied = 0;
@@ -53,7 +58,22 @@ TEST_CASE("publishing a live run copies what the step added, not the history", "
       rec.decode_attention.resize(static_cast<std::size_t>(layers) * heads * cols);
       for (auto& v : rec.decode_attention) v = prob(rng);
       decode_record.push_back(rec.decode_attention);
+      rec.nmse.resize(layers);
+      for (auto& v : rec.nmse) v = prob(rng);
+      nmse_record.push_back(rec.nmse);
     }
+    const int n_events = events_per_step(rng);
+    for (int e = 0; e < n_events; ++e) {
+      Event ev;
+      ev.phase = rec.stats.phase;
+      ev.step = rec.stats.step;
+      ev.layer = e % layers;
+      ev.position = static_cast<int32_t>(positions / 4 + e);
+      rec.events.push_back(ev);
+      event_record.push_back(ev);
+    }
+    seq_len_record.push_back(rec.stats.seq_len);
+    appended += n_events * sizeof(Event) + sizeof(StepStats) + (s > 0 ? sizeof(std::vector<float>) : 0);
     live.append_step(id, std::move(rec));
     copied += live.history_bytes_copied_by_last_publish();
     largest = std::max(largest, live.history_bytes_copied_by_last_publish());
@@ -67,7 +87,11 @@ TEST_CASE("publishing a live run copies what the step added, not the history", "
   // Most publishes copy nothing of the history at all: only the steps where storage grows do.
   int growths = 0;  // storage starts at 16 rows and doubles
   for (int capacity = 16; capacity < steps; capacity *= 2) ++growths;
-  CHECK(publishes_that_copied <= 2 * growths);  // kept-mask and decode storage grow at different steps
+  int event_growths = 0;
+  for (std::size_t capacity = 16; capacity < event_record.size(); capacity *= 2) ++event_growths;
+  // Kept-mask rows, step rows and NMSE rows grow at nearly the same steps, decode rows one step later,
+  // events on their own schedule.
+  CHECK(publishes_that_copied <= 4 * growths + event_growths);
   INFO("bytes copied by publishing " << copied << ", appended " << appended << ", largest single copy " << largest);
   CHECK(largest <= static_cast<std::size_t>(steps) * step_bytes);
 
@@ -78,6 +102,15 @@ TEST_CASE("publishing a live run copies what the step added, not the history", "
     const int n = snap->kept_mask[0].n_steps;
     REQUIRE(n == snap->n_steps());
     int bad = 0;
+    for (int s = 0; s < n; ++s) bad += snap->steps[s].seq_len != seq_len_record[s];
+    REQUIRE(snap->nmse.size() == static_cast<std::size_t>(std::max(0, n - 1)));
+    for (std::size_t s = 0; s < snap->nmse.size(); ++s) bad += snap->nmse[s] != nmse_record[s];
+    std::size_t events_seen = 0;  // events of the snapshot's steps: a prefix of the record
+    while (events_seen < event_record.size() && snap->step_row(event_record[events_seen]) < n) ++events_seen;
+    REQUIRE(snap->events.size() == events_seen);
+    for (std::size_t e = 0; e < events_seen; ++e)
+      bad += snap->events[e].step != event_record[e].step || snap->events[e].position != event_record[e].position ||
+             snap->events[e].layer != event_record[e].layer;
     for (int l = 0; l < layers; ++l)
       for (int s = 0; s < n; ++s)
         for (int g = 0; g < kv; ++g)
@@ -120,4 +153,21 @@ TEST_CASE("a live trace shows a map once all its rows are in", "[trace][live]") 
   CHECK(m->at(3, 3) == 0.25f);
   CHECK_THROWS(live.write_map_rows(id, {MapKind::Attention, 0, 1}, 0, 1, rows));  // never created
   CHECK_THROWS(live.begin_run(layout(1, 1, 1, 8, 0)));                           // one run per live trace
+}
+
+TEST_CASE("consecutive snapshots of a live run share its events and step rows", "[trace][live]") {
+  LiveTrace live(std::chrono::milliseconds(0));
+  const int id = live.begin_run(layout(1, 1, 1, 8, 0));
+  StepRecord first;
+  first.events.resize(3);
+  live.append_step(id, first);
+  const auto before = live.snapshot();
+  live.append_step(id, StepRecord{});  // one more step row, no events; both logs have room left
+  const auto after = live.snapshot();
+  REQUIRE(before->n_steps() == 1);
+  REQUIRE(after->n_steps() == 2);
+  // Same storage, not a copy of it: the newer snapshot only sees one more row.
+  CHECK(after->steps.data() == before->steps.data());
+  CHECK(after->events.data() == before->events.data());
+  CHECK(after->events.size() == 3);
 }

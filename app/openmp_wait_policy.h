@@ -1,0 +1,15 @@
+#pragma once
+// The window shares the CPU with its own rendering (and, under software GL, with llvmpipe's threads). An
+// OpenMP team that busy-waits at its ~150 barriers per decoded token then spins against a preempted
+// teammate: on a loaded 2-core machine a 32-token run took 117 s with libgomp's default spinning and 4.8 s
+// with passive waiting (docs/benchmarks.md). libgomp reads its wait policy once, when it is loaded, so
+// the only way to change it for this process is to start it again with the variable set.
+
+namespace kvscope::app {
+
+// Unless the user chose a policy (OMP_WAIT_POLICY or GOMP_SPINCOUNT is set), re-executes this program with
+// OMP_WAIT_POLICY=passive and the same arguments; returns only when nothing had to change or when the
+// re-exec failed (the run then goes on with the default policy, and says so on stderr).
+void prefer_passive_openmp_wait();
+
+}  // namespace kvscope::app
