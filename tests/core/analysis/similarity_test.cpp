@@ -85,7 +85,7 @@ TEST_CASE("cache similarity map records positions of a compressed cache", "[simi
   CHECK(full.source_positions.empty());
   CHECK(full.at(0, 2) == Approx(1.0 / std::sqrt(2.0)));
   kvscope::cache::CacheEdit edit;
-  edit.heads.push_back({0, 0, {0, 2}, {}, {}, {}});
+  edit.heads.push_back({0, 0, {0, 2}, {}, {}, {}, {}});
   cache.apply(edit);
   const Map2D part = cache_similarity_map(cache, 0, 0, CachedVectors::Values, 0, Pooling::Max);
   CHECK(part.source_positions == std::vector<int32_t>{0, 2});
