@@ -51,6 +51,10 @@ class AppendOnlyLog {
     storage_.reset();
     n_ = 0;
   }
+  friend bool operator==(const AppendOnlyLog& a, const AppendOnlyLog& b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
+  }
+
   // Elements copied because storage moved during the last push_back/append (tests bound publishing).
   std::size_t moved_by_last_append() const { return moved_; }
 
