@@ -61,7 +61,8 @@ Command register_figure(CLI::App& root) {
             for (const auto& w : view.warnings) std::fprintf(stderr, "kvscope figure: warning: %s\n", w.c_str());
             if (view.runs.empty()) throw Error("trace '" + a->trace + "' has no runs");
             viewers::AppState state;
-            for (const auto& r : view.runs) state.runs.push_back({r, a->trace + "#" + r->name, a->trace, false, nullptr, nullptr});
+            for (const auto& r : view.runs)
+              state.runs.push_back({r, a->trace + "#" + r->name, a->trace, false, nullptr, nullptr});
             state.active = 0;
             if (!a->run.empty()) {
               state.active = -1;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -145,14 +146,9 @@ void print_summary(const eval::SweepGrid& grid, const std::vector<eval::SweepRow
   for (const auto& policy : grid.policies) {
     std::printf("%-32s", policy.c_str());
     for (const auto& budget : grid.budgets) {
-      double sum = 0.0;
-      int n = 0;
-      for (const auto& r : rows)
-        if (r.policy == policy && r.budget == budget)
-          for (const auto& [name, value] : r.metrics)
-            if (name == metric) sum += value, ++n;
-      if (n)
-        std::printf(" %10.4g", sum / n);
+      const double mean = eval::cell_mean(rows, policy, budget, metric);
+      if (!std::isnan(mean))
+        std::printf(" %10.4g", mean);
       else
         std::printf(" %10s", "-");
     }

@@ -118,6 +118,8 @@ class App {
   void draw_log();
   Panel* panel(const std::string& key);
   void step_script();
+  // Runs the (policy, budget) a panel asked for (AppState::run_choice) as the live run.
+  void run_choice();
   void fail(const std::string& message);
   // One JSON object per line in the --timing-log file: {"t": seconds since start, "event": ..., fields}.
   void log_timing(const std::string& event, const nlohmann::json& fields = {});
@@ -483,12 +485,7 @@ void App::frame() {
   quality_->poll(state_);  // rows land and files finish reading while the panel is hidden too
   window(setup_);
   for (auto& p : panels_) window(*p);
-  if (state_.run_choice) {
-    setup_.set_policy(state_.run_choice->policy);
-    if (!state_.run_choice->budget.empty()) setup_.set_budget(state_.run_choice->budget);
-    state_.run_choice.reset();
-    setup_.run();
-  }
+  run_choice();
   draw_log();
   // A dock node shows the focused window's tab, so the first tabs are chosen by focusing them in turn,
   // a few frames apart (a node applies focus when it updates, once it has its tab bar).
@@ -497,6 +494,14 @@ void App::frame() {
   if (frame_count_ == 6) ImGui::SetWindowFocus("Attention");
   draw_dialogs();
   ImGui::Render();
+}
+
+void App::run_choice() {
+  if (!state_.run_choice) return;
+  setup_.set_policy(state_.run_choice->policy);
+  if (!state_.run_choice->budget.empty()) setup_.set_budget(state_.run_choice->budget);
+  state_.run_choice.reset();
+  setup_.run();
 }
 
 void App::step_script() {
@@ -614,6 +619,7 @@ void App::step_script() {
         if (!point || point->policy != arg || point->budget != s.args[1])
           throw UsageError("the Quality panel has no point for policy '" + arg + "' at budget '" + s.args[1] + "'");
         state_.run_choice = RunChoice{point->policy, point->budget};
+        run_choice();  // now, so a following `wait` waits for it
       } else if (c == "quit") {
         quit_ = true;
       }

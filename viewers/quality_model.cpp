@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <tuple>
 
 #include "core/common/error.h"
@@ -41,13 +40,7 @@ void QualityCurves::add(eval::SweepRow row) {
 }
 
 double QualityCurves::mean(const std::string& policy, const std::string& budget, const std::string& metric) const {
-  double sum = 0.0;
-  int n = 0;
-  for (const auto& r : rows)
-    if (r.policy == policy && r.budget == budget)
-      for (const auto& [name, value] : r.metrics)
-        if (name == metric) sum += value, ++n;
-  return n ? sum / n : std::numeric_limits<double>::quiet_NaN();
+  return eval::cell_mean(rows, policy, budget, metric);
 }
 
 QualityCurves quality_curves(const eval::SweepTable& table) {

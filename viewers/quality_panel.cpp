@@ -30,7 +30,7 @@ void note(AppState& state, std::string text) {
 }  // namespace
 
 void QualityPanel::open_file(const std::string& path) {
-  loading_path_ = path;
+  path_ = path;
   loading_ = std::async(std::launch::async, [path] { return eval::open_sweep_file(path); });
 }
 
@@ -140,10 +140,13 @@ void QualityPanel::draw(AppState& state) {
   if (f.empty()) return;
   LinePlot plot = std::get<LinePlot>(f.parts.front());
   const trace::RunTrace* live = state.active_run();
-  if (live)
-    if (auto x = budget_position(curves_, live->meta("budget"))) plot.marks_x.push_back(*x);
+  const std::optional<double> live_x = live ? budget_position(curves_, live->meta("budget")) : std::nullopt;
+  if (live_x) plot.marks_x.push_back(*live_x);
   std::optional<QualityPoint> clicked;
   draw_line_plot("quality", plot, ImGui::GetContentRegionAvail(), [&] {
+    if (live_x)
+      ImPlot::Annotation(*live_x, ImPlot::GetPlotLimits().Y.Max, ImVec4(1, 1, 1, 0.9f), ImVec2(4, 4), true, "%s (%s)",
+                         live->name.c_str(), live->meta("budget").c_str());
     if (!ImPlot::IsPlotHovered()) return;
     const ImPlotRect limits = ImPlot::GetPlotLimits();
     const ImVec2 size = ImPlot::GetPlotSize();

@@ -39,7 +39,6 @@ class QualityPanel final : public Panel {
   QualityCurves curves_;
   std::string metric_;
   std::optional<std::future<eval::SweepTable>> loading_;
-  std::string loading_path_;
   uint64_t sweep_id_ = 0;  // of the sweep whose rows are on screen (0: a file)
   bool sweep_running_ = false;
   std::size_t sweep_cells_ = 0;

@@ -1,5 +1,6 @@
 #include "viewers/quality_plot.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "core/common/error.h"
@@ -18,15 +19,10 @@ Figure quality_vs_budget(const std::vector<eval::SweepRow>& rows, const std::vec
     LineSeries s;
     s.name = policy;
     for (std::size_t b = 0; b < budgets.size(); ++b) {
-      double sum = 0.0;
-      int n = 0;
-      for (const auto& r : rows)
-        if (r.policy == policy && r.budget == budgets[b])
-          for (const auto& [name, value] : r.metrics)
-            if (name == metric) sum += value, ++n;
-      if (n == 0) continue;
+      const double mean = eval::cell_mean(rows, policy, budgets[b], metric);
+      if (std::isnan(mean)) continue;
       s.x.push_back(static_cast<double>(b));
-      s.y.push_back(sum / n);
+      s.y.push_back(mean);
       any = true;
     }
     plot.series.push_back(std::move(s));

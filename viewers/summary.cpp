@@ -148,11 +148,15 @@ void Summary::draw(AppState& state) {
   if (const trace::RunTrace* r = state.active_run()) {
     const RunEntry& entry = state.runs[state.active];
     if (entry.fidelity) {
-      ImGui::SeparatorText(("fidelity of " + r->name + " to the full cache (teacher-forced)").c_str());
-      for (const auto& [label, value] : fidelity_lines(*entry.fidelity)) {
-        ImGui::TextDisabled("%s", label.c_str());
-        ImGui::SameLine(ImGui::GetFontSize() * 14);
-        ImGui::TextUnformatted(value.c_str());
+      ImGui::SeparatorText(("fidelity to the full cache, " + r->name).c_str());
+      if (ImGui::BeginTable("##fidelity", 2, ImGuiTableFlags_SizingFixedFit)) {
+        for (const auto& [label, value] : fidelity_lines(*entry.fidelity)) {
+          ImGui::TableNextColumn();
+          ImGui::TextDisabled("%s", label.c_str());
+          ImGui::TableNextColumn();
+          ImGui::TextUnformatted(value.c_str());
+        }
+        ImGui::EndTable();
       }
     } else if (entry.request && entry.request->fidelity && r->meta("policy") != "full" && r->complete) {
       ImGui::TextDisabled("measuring fidelity to the full cache ...");

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "core/common/error.h"
@@ -123,6 +124,17 @@ SweepRow SweepRow::from_json(const nlohmann::json& j) {
   } catch (const nlohmann::json::exception& e) {
     throw Error("a sweep row needs cell, prompt, policy, budget and metrics: " + std::string(e.what()));
   }
+}
+
+double cell_mean(const std::vector<SweepRow>& rows, const std::string& policy, const std::string& budget,
+                 const std::string& metric) {
+  double sum = 0.0;
+  int n = 0;
+  for (const auto& r : rows)
+    if (r.policy == policy && r.budget == budget)
+      for (const auto& [name, value] : r.metrics)
+        if (name == metric) sum += value, ++n;
+  return n ? sum / n : std::numeric_limits<double>::quiet_NaN();
 }
 
 SweepStore::SweepStore(const fs::path& dir, const SweepGrid& grid) : dir_(dir), grid_(grid) {

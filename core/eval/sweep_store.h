@@ -44,6 +44,11 @@ struct SweepRow {
   static SweepRow from_json(const nlohmann::json& j);  // throws Error naming the missing field
 };
 
+// Mean of `metric` over the rows of (policy, budget), i.e. over the prompts that have that cell; NaN when
+// no such row has the metric. The number every summary and figure of a sweep shows.
+double cell_mean(const std::vector<SweepRow>& rows, const std::string& policy, const std::string& budget,
+                 const std::string& metric);
+
 class SweepStore {
  public:
   // Creates the directory and its grid.json, or opens an existing sweep: throws UsageError when its grid

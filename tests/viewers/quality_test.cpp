@@ -50,6 +50,29 @@ const char* const kCsv =
     "5,b.txt,h2o,10%,0.7,0.6\n"
     "6,b.txt,\"snapkv:window=8,kernel=3\",25%,0.9,0.05\n";
 
+// A sweep folder written by the sweep store: one prompt, every (policy, budget) cell, each metric of the
+// kind set to value(cell).
+void write_sweep(const fs::path& dir, const std::string& kind, const std::vector<std::string>& policies,
+                 const std::vector<std::string>& budgets, double (*value)(std::size_t cell)) {
+  fs::remove_all(dir);
+  eval::SweepGrid grid;
+  grid.eval_kind = kind;
+  grid.prompts = {"case0"};
+  grid.prompt_digests = {"x"};
+  grid.policies = policies;
+  grid.budgets = budgets;
+  eval::SweepStore store(dir, grid);
+  for (std::size_t cell = 0; cell < grid.size(); ++cell) {
+    eval::SweepRow row;
+    row.cell = cell;
+    row.prompt = "case0";
+    row.policy = grid.cell(cell).policy.policy;
+    row.budget = grid.cell(cell).policy.budget;
+    for (const auto& name : eval::metric_names(kind)) row.metrics.emplace_back(name, value(cell));
+    store.append(row);
+  }
+}
+
 std::string error_of(const fs::path& path) {
   try {
     eval::open_sweep_file(path);
@@ -92,25 +115,7 @@ TEST_CASE("a sweep CSV becomes one curve per policy over budgets in axis order")
 
 TEST_CASE("a sweep's eval.h5 reads back the rows its store wrote, in the store's column order") {
   const fs::path dir = scratch("h5sweep");
-  fs::remove_all(dir);
-  eval::SweepGrid grid;
-  grid.eval_kind = "needle";
-  grid.prompts = {"case0"};
-  grid.prompt_digests = {"x"};
-  grid.policies = {"h2o", "tova"};
-  grid.budgets = {"50%", "5%"};
-  {
-    eval::SweepStore store(dir, grid);
-    for (std::size_t cell = 0; cell < grid.size(); ++cell) {
-      eval::SweepRow row;
-      row.cell = cell;
-      row.prompt = "case0";
-      row.policy = grid.cell(cell).policy.policy;
-      row.budget = grid.cell(cell).policy.budget;
-      for (const auto& name : eval::metric_names("needle")) row.metrics.emplace_back(name, cell == 1 ? 1.0 : 0.0);
-      store.append(row);
-    }
-  }
+  write_sweep(dir, "needle", {"h2o", "tova"}, {"50%", "5%"}, [](std::size_t cell) { return cell == 1 ? 1.0 : 0.0; });
   fs::remove(dir / "rows.csv");  // the folder now stands for its eval.h5
   const eval::SweepTable t = eval::open_sweep_file(dir);
   CHECK(t.path.filename() == "eval.h5");
@@ -150,20 +155,7 @@ TEST_CASE("malformed sweep files are refused with the file and what was expected
 
   // HDF5: a file that is not a sweep, and a sweep file cut short (checked in a child process first).
   const fs::path dir = scratch("h5bad");
-  fs::remove_all(dir);
-  eval::SweepGrid grid;
-  grid.eval_kind = "fidelity";
-  grid.prompts = {"p"};
-  grid.prompt_digests = {"x"};
-  grid.policies = {"h2o"};
-  grid.budgets = {"10%"};
-  {
-    eval::SweepStore store(dir, grid);
-    eval::SweepRow row;
-    row.prompt = "p", row.policy = "h2o", row.budget = "10%";
-    for (const auto& name : eval::metric_names("fidelity")) row.metrics.emplace_back(name, 0.5);
-    store.append(row);
-  }
+  write_sweep(dir, "fidelity", {"h2o"}, {"10%"}, [](std::size_t) { return 0.5; });
   const fs::path h5 = dir / "eval.h5";
   const auto size = fs::file_size(h5);
   fs::resize_file(h5, size / 2);
@@ -218,14 +210,6 @@ TEST_CASE("the live budget's place on the axis, and which point a click picks") 
 
 namespace {
 
-bool have_model() {
-  try {
-    return fs::exists(model::default_model_path());
-  } catch (...) {
-    return false;
-  }
-}
-
 std::string run_command(const std::string& command) {
   std::string out;
   FILE* pipe = popen(command.c_str(), "r");
@@ -239,10 +223,8 @@ std::string run_command(const std::string& command) {
 }  // namespace
 
 TEST_CASE("the Summary's fidelity of a live run equals kvscope eval fidelity on the same run", "[session][model]") {
-  if (!have_model()) {
-    WARN("default model not installed; skipped");
-    return;
-  }
+  // `make test` fetches the default model, so its absence fails here rather than skipping.
+  REQUIRE(fs::exists(model::default_model_path()));
   const std::string prompt =
       "The keeper hid the key under the seventh step of the lighthouse stairs. Where is the key?";
   std::shared_ptr<const eval::FidelityResult> fidelity;
