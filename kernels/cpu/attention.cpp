@@ -252,11 +252,10 @@ void prefill(const CpuKVStorage& kv, const AttentionCall& call, Reductions& redu
         delivery.deliver(h, i0, rows, m_block, scores.data());
         float* o_block = out + static_cast<std::size_t>(i0) * q_stride + static_cast<std::size_t>(h) * d;
         if (m_block > 0)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, m_block, 1.0f, scores.data(), m_block,
-                      values, d, 0.0f, o_block, q_stride);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, m_block, 1.0f, scores.data(), m_block, values,
+                      d, 0.0f, o_block, q_stride);
         else
-          for (int r = 0; r < rows; ++r)
-            std::fill_n(o_block + static_cast<std::size_t>(r) * q_stride, d, 0.0f);
+          for (int r = 0; r < rows; ++r) std::fill_n(o_block + static_cast<std::size_t>(r) * q_stride, d, 0.0f);
       }
     }
   }
