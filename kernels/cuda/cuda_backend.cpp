@@ -183,6 +183,9 @@ class CudaBackend final : public Backend {
     if (request.window_rows) o.window_rows = room(window_rows_, heads * std::max(window, 1) * cap);
     if (request.last_row) o.last_row = room(last_row_, heads * cap);
     if (request.rows) o.rows = room(rows_, heads * static_cast<std::size_t>(n) * cap);
+    o.key_splits = attention_key_splits(n, cache.max_length);
+    if (o.key_splits > 1)
+      o.split_partials = room(split_partials_, static_cast<std::size_t>(o.key_splits) * heads * n * (kv.head_dim() + 2));
     cuda::attention(call.q, upload_ints(row_positions_, call.query_positions, n), cache, shape, o, stream_);
 
     side.n_keys.assign(n_kv, 0);
@@ -287,7 +290,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer<int32_t> row_positions_, row_ids_;
   DeviceBuffer<float> rope_divisors_;
   std::vector<float> rope_divisors_host_;
-  DeviceBuffer<float> lse_, column_sums_, window_sums_, window_rows_, last_row_, rows_;
+  DeviceBuffer<float> split_partials_, lse_, column_sums_, window_sums_, window_rows_, last_row_, rows_;
 };
 
 }  // namespace
