@@ -10,13 +10,13 @@ namespace kvscope::kernels {
 // Reductions of the probability matrix P[query][key] of one attention call. Requests of several readers are
 // merged (max window, any flag).
 struct AttentionRequest {
-  int window = 0;             // w: how many of the call's last queries form the observation window
-  bool column_sums = false;   // per key, the sum of its probability over all of the call's queries
-  bool window_sums = false;   // per key, the sum over the window's queries
-  bool window_rows = false;   // the window's probability rows themselves
-  bool last_row = false;      // the last query's probability row
-  bool rows = false;          // every probability row, streamed to the AttentionRowSink
-  bool log_sum_exp = false;   // per query, log sum_j exp(s_j) over its visible keys (s = q.k / sqrt(d))
+  int window = 0;            // w: how many of the call's last queries form the observation window
+  bool column_sums = false;  // per key, the sum of its probability over all of the call's queries
+  bool window_sums = false;  // per key, the sum over the window's queries
+  bool window_rows = false;  // the window's probability rows themselves
+  bool last_row = false;     // the last query's probability row
+  bool rows = false;         // every probability row, streamed to the AttentionRowSink
+  bool log_sum_exp = false;  // per query, log sum_j exp(s_j) over its visible keys (s = q.k / sqrt(d))
 
   bool any() const { return column_sums || window_sums || window_rows || last_row || rows || log_sum_exp; }
   void merge(const AttentionRequest& other);

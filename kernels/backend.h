@@ -42,7 +42,7 @@ Device parse_device(std::string_view name);
 const char* device_name(Device device);
 
 struct BackendOptions {
-  int threads = 0;  // CPU: OpenMP threads for the kernels (0 = all cores, or OMP_NUM_THREADS)
+  int threads = 0;       // CPU: OpenMP threads for the kernels (0 = all cores, or OMP_NUM_THREADS)
   int device_index = 0;  // CUDA: which GPU
 };
 

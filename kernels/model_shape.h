@@ -11,13 +11,13 @@ enum class RopeStyle { AdjacentPairs, HalfSplit };
 
 struct ModelShape {
   int n_layers = 0;
-  int n_heads = 0;       // query heads
-  int n_kv_heads = 0;    // key/value heads (GQA when fewer than n_heads)
-  int dim = 0;           // embedding size
+  int n_heads = 0;     // query heads
+  int n_kv_heads = 0;  // key/value heads (GQA when fewer than n_heads)
+  int dim = 0;         // embedding size
   int ffn_dim = 0;
-  int head_dim = 0;      // dim / n_heads
+  int head_dim = 0;  // dim / n_heads
   int vocab_size = 0;
-  int rope_dim = 0;      // dimensions rotated per head
+  int rope_dim = 0;  // dimensions rotated per head
   float rope_base = 10000.0f;
   float rms_eps = 1e-5f;
   RopeStyle rope_style = RopeStyle::AdjacentPairs;

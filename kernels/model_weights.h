@@ -28,21 +28,21 @@ struct QuantMatrix {
 struct LayerWeights {
   std::vector<float> attn_norm;  // [dim]
   std::vector<float> ffn_norm;   // [dim]
-  QuantMatrix wq;      // [n_heads*head_dim][dim]
-  QuantMatrix wk;      // [n_kv_heads*head_dim][dim]
-  QuantMatrix wv;      // [n_kv_heads*head_dim][dim]
-  QuantMatrix wo;      // [dim][n_heads*head_dim]
-  QuantMatrix w_gate;  // [ffn_dim][dim]
-  QuantMatrix w_up;    // [ffn_dim][dim]
-  QuantMatrix w_down;  // [dim][ffn_dim]
+  QuantMatrix wq;                // [n_heads*head_dim][dim]
+  QuantMatrix wk;                // [n_kv_heads*head_dim][dim]
+  QuantMatrix wv;                // [n_kv_heads*head_dim][dim]
+  QuantMatrix wo;                // [dim][n_heads*head_dim]
+  QuantMatrix w_gate;            // [ffn_dim][dim]
+  QuantMatrix w_up;              // [ffn_dim][dim]
+  QuantMatrix w_down;            // [dim][ffn_dim]
   // Present only when the config asks for them (ModelConfig::qkv_bias, o_bias, qk_norm); empty otherwise.
-  std::vector<float> bq, bk, bv;  // [n_heads*head_dim], [n_kv_heads*head_dim] x2
-  std::vector<float> bo;          // [dim]
+  std::vector<float> bq, bk, bv;      // [n_heads*head_dim], [n_kv_heads*head_dim] x2
+  std::vector<float> bo;              // [dim]
   std::vector<float> q_norm, k_norm;  // [head_dim], shared by all heads
 };
 
 struct ModelWeights {
-  QuantMatrix token_embedding;    // [vocab][dim]
+  QuantMatrix token_embedding;     // [vocab][dim]
   std::vector<float> output_norm;  // [dim]
   QuantMatrix output;              // [vocab][dim]; the embedding itself when tied
   std::vector<LayerWeights> layers;

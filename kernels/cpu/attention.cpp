@@ -8,6 +8,7 @@
 #include <cmath>
 #include <exception>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/common/float16.h"
@@ -85,39 +86,101 @@ class RowDelivery {
   std::atomic<bool> failed_{false};
 };
 
-// q . k for a float32 or half key row; float32 accumulation either way.
-float dot_row(const float* q, const float* k, int d) { return dot(q, k, d); }
-float dot_row(const float* q, const uint16_t* k, int d) {
-  int t = 0;
-  __m256 acc = _mm256_setzero_ps();
-  for (; t + 8 <= d; t += 8)
-    acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + t),
-                          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k + t))), acc);
-  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-  float sum = _mm_cvtss_f32(lo);
-  for (; t < d; ++t) sum += q[t] * half_to_float(k[t]);
-  return sum;
+// Eight values of a float32 or half row, as floats.
+inline __m256 load8(const float* row) { return _mm256_loadu_ps(row); }
+inline __m256 load8(const uint16_t* row) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
+}
+inline float widen(float x) { return x; }
+inline float widen(uint16_t x) { return half_to_float(x); }
+
+// scores[j] = scale * q . k_j for the m rows of k. Decode reads every cached key once per query head, so this
+// and weighted_sum are what a long context costs: four keys at a time keep four independent FMA chains in
+// flight (one chain per key would wait on the FMA latency at every step). float32 accumulation for either row
+// type; head_dim a multiple of 8 (the scalar loop below takes any other).
+template <typename Row>
+void scores(const float* q, const Row* k, int m, int d, float scale, float* out) {
+  if (d % 8 != 0) {
+    for (int j = 0; j < m; ++j) {
+      float sum = 0.0f;
+      for (int t = 0; t < d; ++t) sum += q[t] * widen(k[static_cast<std::size_t>(j) * d + t]);
+      out[j] = sum * scale;
+    }
+    return;
+  }
+  const std::size_t stride = d;
+  int j = 0;
+  for (; j + 4 <= m; j += 4) {
+    const Row* k0 = k + j * stride;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int t = 0; t < d; t += 8) {
+      const __m256 qt = _mm256_loadu_ps(q + t);
+      a0 = _mm256_fmadd_ps(qt, load8(k0 + t), a0);
+      a1 = _mm256_fmadd_ps(qt, load8(k0 + stride + t), a1);
+      a2 = _mm256_fmadd_ps(qt, load8(k0 + 2 * stride + t), a2);
+      a3 = _mm256_fmadd_ps(qt, load8(k0 + 3 * stride + t), a3);
+    }
+    // Horizontal sums of the four accumulators at once: lanes [a0, a1, a2, a3].
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    const __m128 sums = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    _mm_storeu_ps(out + j, _mm_mul_ps(sums, _mm_set1_ps(scale)));
+  }
+  for (; j < m; ++j) {
+    __m256 a = _mm256_setzero_ps();
+    for (int t = 0; t < d; t += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + t), load8(k + j * stride + t), a);
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+    out[j] = _mm_cvtss_f32(lo) * scale;
+  }
 }
 
-// o += p * v for a float32 or half value row.
-void add_scaled_row(float p, const float* v, float* o, int d) {
-  for (int t = 0; t < d; ++t) o[t] += p * v[t];
-}
-void add_scaled_row(float p, const uint16_t* v, float* o, int d) {
-  int t = 0;
-  const __m256 scale = _mm256_set1_ps(p);
-  for (; t + 8 <= d; t += 8)
-    _mm256_storeu_ps(o + t, _mm256_fmadd_ps(scale, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + t))),
-                                            _mm256_loadu_ps(o + t)));
-  for (; t < d; ++t) o[t] += p * half_to_float(v[t]);
+// out = sum_j p[j] v_j over the m rows of v, 32 output dimensions at a time held in registers across all rows.
+template <typename Row>
+void weighted_sum(const float* p, const Row* v, int m, int d, float* out) {
+  if (d % 8 != 0) {
+    std::fill(out, out + d, 0.0f);
+    for (int j = 0; j < m; ++j)
+      for (int t = 0; t < d; ++t) out[t] += p[j] * widen(v[static_cast<std::size_t>(j) * d + t]);
+    return;
+  }
+  const std::size_t stride = d;
+  int t0 = 0;
+  for (; t0 + 32 <= d; t0 += 32) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int j = 0; j < m; ++j) {
+      const __m256 pj = _mm256_set1_ps(p[j]);
+      const Row* row = v + j * stride + t0;
+      a0 = _mm256_fmadd_ps(pj, load8(row), a0);
+      a1 = _mm256_fmadd_ps(pj, load8(row + 8), a1);
+      a2 = _mm256_fmadd_ps(pj, load8(row + 16), a2);
+      a3 = _mm256_fmadd_ps(pj, load8(row + 24), a3);
+    }
+    _mm256_storeu_ps(out + t0, a0);
+    _mm256_storeu_ps(out + t0 + 8, a1);
+    _mm256_storeu_ps(out + t0 + 16, a2);
+    _mm256_storeu_ps(out + t0 + 24, a3);
+  }
+  for (; t0 < d; t0 += 8) {
+    __m256 a = _mm256_setzero_ps();
+    for (int j = 0; j < m; ++j) a = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), load8(v + j * stride + t0), a);
+    _mm256_storeu_ps(out + t0, a);
+  }
 }
 
 // Decode: one query per head; heads run in parallel over the rows as stored.
+// The rows of a (layer, KV head) as stored: float32 or half.
 template <typename Row>
-void decode(const Row* const* keys, const Row* const* values, const CpuKVStorage& kv, const AttentionCall& call,
-            Reductions& reductions, RowDelivery& delivery, float* out) {
+const Row* stored_rows(const CpuKVStorage& kv, int layer, int kv_head, KVPart part) {
+  if constexpr (std::is_same_v<Row, float>)
+    return kv.f32(layer, kv_head, part);
+  else
+    return kv.f16(layer, kv_head, part);
+}
+
+template <typename Row>
+void decode(const CpuKVStorage& kv, const AttentionCall& call, Reductions& reductions, RowDelivery& delivery,
+            float* out) {
   const int d = kv.head_dim();
   const int group = call.n_heads / kv.n_kv_heads();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -125,15 +188,13 @@ void decode(const Row* const* keys, const Row* const* values, const CpuKVStorage
   for (int h = 0; h < call.n_heads; ++h) {
     const int g = h / group;
     const int m = reductions.side.n_keys[g];
-    const Row* k = keys[g];
-    const Row* v = values[g];
+    const Row* k = stored_rows<Row>(kv, call.layer, g, KVPart::Keys);
+    const Row* v = stored_rows<Row>(kv, call.layer, g, KVPart::Values);
     const float* qh = call.q + static_cast<std::size_t>(h) * d;
     std::vector<float> p(m);
-    for (int j = 0; j < m; ++j) p[j] = dot_row(qh, k + static_cast<std::size_t>(j) * d, d) * scale;
+    scores(qh, k, m, d, scale, p.data());
     const float lse = softmax_lse(p.data(), m);
-    float* oh = out + static_cast<std::size_t>(h) * d;
-    std::fill(oh, oh + d, 0.0f);
-    for (int j = 0; j < m; ++j) add_scaled_row(p[j], v + static_cast<std::size_t>(j) * d, oh, d);
+    weighted_sum(p.data(), v, m, d, out + static_cast<std::size_t>(h) * d);
     reductions.allocate(h, m);
     reductions.add_row(h, 0, p.data(), m, m, lse);
     delivery.deliver(h, 0, 1, m, p.data());
@@ -191,11 +252,10 @@ void prefill(const CpuKVStorage& kv, const AttentionCall& call, Reductions& redu
         delivery.deliver(h, i0, rows, m_block, scores.data());
         float* o_block = out + static_cast<std::size_t>(i0) * q_stride + static_cast<std::size_t>(h) * d;
         if (m_block > 0)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, m_block, 1.0f, scores.data(), m_block,
-                      values, d, 0.0f, o_block, q_stride);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, m_block, 1.0f, scores.data(), m_block, values,
+                      d, 0.0f, o_block, q_stride);
         else
-          for (int r = 0; r < rows; ++r)
-            std::fill_n(o_block + static_cast<std::size_t>(r) * q_stride, d, 0.0f);
+          for (int r = 0; r < rows; ++r) std::fill_n(o_block + static_cast<std::size_t>(r) * q_stride, d, 0.0f);
       }
     }
   }
@@ -219,21 +279,10 @@ void attention(const CpuKVStorage& kv, const AttentionCall& call, const Attentio
   RowDelivery delivery(request.rows ? rows : nullptr);
 
   if (call.n == 1) {
-    if (kv.type() == CacheType::F32) {
-      std::vector<const float*> keys(n_kv), values(n_kv);
-      for (int g = 0; g < n_kv; ++g) {
-        keys[g] = kv.f32(call.layer, g, KVPart::Keys);
-        values[g] = kv.f32(call.layer, g, KVPart::Values);
-      }
-      decode(keys.data(), values.data(), kv, call, reductions, delivery, out);
-    } else {
-      std::vector<const uint16_t*> keys(n_kv), values(n_kv);
-      for (int g = 0; g < n_kv; ++g) {
-        keys[g] = kv.f16(call.layer, g, KVPart::Keys);
-        values[g] = kv.f16(call.layer, g, KVPart::Values);
-      }
-      decode(keys.data(), values.data(), kv, call, reductions, delivery, out);
-    }
+    if (kv.type() == CacheType::F32)
+      decode<float>(kv, call, reductions, delivery, out);
+    else
+      decode<uint16_t>(kv, call, reductions, delivery, out);
   } else {
     prefill(kv, call, reductions, delivery, out);
   }

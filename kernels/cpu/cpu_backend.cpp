@@ -34,16 +34,24 @@ std::string CpuBackend::description() const {
 std::unique_ptr<RunState> CpuBackend::make_run_state(const ModelShape& shape, int max_rows) {
   auto state = std::make_unique<CpuRunState>();
   const std::size_t rows = static_cast<std::size_t>(std::max(max_rows, 1));
-  const std::size_t sizes[] = {rows * shape.dim,      rows * shape.dim,       rows * shape.q_width(),
-                               rows * shape.kv_width(), rows * shape.kv_width(), rows * shape.q_width(),
-                               rows * shape.q_width(),  rows * shape.ffn_dim,   rows * shape.ffn_dim,
-                               rows * shape.dim,      static_cast<std::size_t>(shape.vocab_size)};
+  const std::size_t sizes[] = {rows * shape.dim,
+                               rows * shape.dim,
+                               rows * shape.q_width(),
+                               rows * shape.kv_width(),
+                               rows * shape.kv_width(),
+                               rows * shape.q_width(),
+                               rows * shape.q_width(),
+                               rows * shape.ffn_dim,
+                               rows * shape.ffn_dim,
+                               rows * shape.dim,
+                               static_cast<std::size_t>(shape.vocab_size)};
   std::size_t total = 0;
   for (std::size_t s : sizes) total += s;
   state->memory.assign(total, 0.0f);
   float* next = state->memory.data();
-  float** buffers[] = {&state->x,    &state->xb,   &state->q,    &state->k,    &state->v,     &state->attn_out,
-                       &state->attn_scratch, &state->gate, &state->up, &state->proj, &state->logits};
+  float** buffers[] = {&state->x,        &state->xb,           &state->q,    &state->k,  &state->v,
+                       &state->attn_out, &state->attn_scratch, &state->gate, &state->up, &state->proj,
+                       &state->logits};
   for (std::size_t i = 0; i < std::size(buffers); ++i) {
     *buffers[i] = next;
     next += sizes[i];

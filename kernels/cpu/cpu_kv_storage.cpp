@@ -115,8 +115,7 @@ void CpuKVStorage::edit(int layer, int kv_head, std::span<const int32_t> keep, s
   auto compact = [&](auto& rows, std::size_t width) {
     std::size_t out = 0;
     for (int32_t i : keep) {
-      if (static_cast<std::size_t>(i) != out)
-        std::copy_n(rows.begin() + i * width, width, rows.begin() + out * width);
+      if (static_cast<std::size_t>(i) != out) std::copy_n(rows.begin() + i * width, width, rows.begin() + out * width);
       ++out;
     }
     rows.resize(out * width);

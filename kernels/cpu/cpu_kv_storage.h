@@ -25,8 +25,8 @@ class CpuKVStorage final : public KVStorage {
 
  private:
   struct HeadRows {
-    std::vector<float> keys, values;           // CacheType::F32
-    std::vector<uint16_t> keys16, values16;    // CacheType::F16
+    std::vector<float> keys, values;         // CacheType::F32
+    std::vector<uint16_t> keys16, values16;  // CacheType::F16
     std::vector<int32_t> positions;
   };
   HeadRows& at(int layer, int kv_head) { return heads_[static_cast<std::size_t>(layer) * n_kv_heads() + kv_head]; }

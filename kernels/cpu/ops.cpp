@@ -5,10 +5,10 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/cpu/cpu_ops.h"
 #include "kernels/common/dequantize.h"
 #include "kernels/common/rope_math.h"
 #include "kernels/common/softmax_math.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/vector_exp.h"
 
 namespace kvscope::kernels {

@@ -114,8 +114,8 @@ observation::AttentionObservation attend(const Setup& s, int n, const observatio
   return obs;
 }
 
-void check(int n_heads, int n_kv_heads, int n, kernels::CacheType type = kernels::CacheType::F32) {
-  const int d = 16, window = 3;
+void check(int n_heads, int n_kv_heads, int n, kernels::CacheType type = kernels::CacheType::F32, int d = 16) {
+  const int window = 3;
   Setup s = make_setup(n_heads, n_kv_heads, d, n, 11 + n, type);
   observation::ObservationRequest req;
   req.window = window;
@@ -166,6 +166,15 @@ TEST_CASE("attention over a half-precision cache matches the direct loop over th
   check(6, 2, 1, kernels::CacheType::F16);
   check(3, 3, 1, kernels::CacheType::F16);
 }
+TEST_CASE("decode attention for head sizes beyond one register block and not a multiple of 8") {
+  for (auto type : {kernels::CacheType::F32, kernels::CacheType::F16})
+    for (int d : {72, 128, 12}) {
+      INFO("head_dim " << d);
+      check(6, 2, 1, type, d);
+      check(4, 4, 9, type, d);
+    }
+}
+
 TEST_CASE("side outputs are only computed when asked for") {
   Setup s = make_setup(6, 2, 16, 9, 3);
   std::vector<float> out;
