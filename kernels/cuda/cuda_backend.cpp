@@ -84,23 +84,10 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<RunState> make_run_state(const ModelShape& shape, int max_rows) override {
     auto state = std::make_unique<CudaRunState>();
-    state->max_rows = max_rows;
+    state->max_rows = std::max(max_rows, 1);
+    const auto buffers = run_state_buffers(*state, shape, max_rows);
+    for (std::size_t i = 0; i < buffers.size(); ++i) *buffers[i].field = room(state->buffers[i], buffers[i].floats);
     const std::size_t rows = std::max(max_rows, 1);
-    const std::size_t sizes[11] = {rows * shape.dim,
-                                   rows * shape.dim,
-                                   rows * shape.q_width(),
-                                   rows * shape.kv_width(),
-                                   rows * shape.kv_width(),
-                                   rows * shape.q_width(),
-                                   rows * shape.q_width(),
-                                   rows * shape.ffn_dim,
-                                   rows * shape.ffn_dim,
-                                   rows * shape.dim,
-                                   static_cast<std::size_t>(shape.vocab_size)};
-    float** fields[11] = {&state->x,        &state->xb,           &state->q,    &state->k,  &state->v,
-                          &state->attn_out, &state->attn_scratch, &state->gate, &state->up, &state->proj,
-                          &state->logits};
-    for (int i = 0; i < 11; ++i) *fields[i] = room(state->buffers[i], sizes[i]);
     // Scratch the ops need, sized once per run here rather than on a forward call.
     const std::size_t widest = std::max({shape.dim, shape.ffn_dim, shape.q_width()});
     room(activation_scratch_, rows * widest * 2);  // two uint16 per value: room for f32 as well
