@@ -172,7 +172,8 @@ class CudaBackend final : public Backend {
     if (request.rows) o.rows = room(rows_, heads * static_cast<std::size_t>(n) * cap);
     o.key_splits = attention_key_splits(n, cache.max_length);
     if (o.key_splits > 1)
-      o.split_partials = room(split_partials_, static_cast<std::size_t>(o.key_splits) * heads * n * (kv.head_dim() + 2));
+      o.split_partials =
+          room(split_partials_, static_cast<std::size_t>(o.key_splits) * heads * n * (kv.head_dim() + 2));
     cuda::attention(call.q, upload_ints(row_positions_, call.query_positions, n), cache, shape, o, stream_);
 
     side.n_keys.assign(n_kv, 0);
