@@ -3,7 +3,11 @@
 // Backend::make_run_state for the largest number of rows a forward call of that run will take (the prefill
 // block), never per call. All buffers are backend memory (device memory on CUDA): the engine passes them to
 // the backend's ops and copies out only through Backend::to_host.
+#include <algorithm>
+#include <array>
 #include <cstddef>
+
+#include "kernels/model_shape.h"
 
 namespace kvscope::kernels {
 
@@ -24,5 +28,26 @@ struct RunState {
   float* proj = nullptr;          // [max_rows][dim] output of wo / w_down
   float* logits = nullptr;        // [vocab] of the last row
 };
+
+// Every buffer of a RunState with the floats it needs for max_rows rows (at least one row), so that each
+// backend allocates the same set however it allocates memory.
+struct RunStateBuffer {
+  float** field;
+  std::size_t floats;
+};
+inline std::array<RunStateBuffer, 11> run_state_buffers(RunState& s, const ModelShape& shape, int max_rows) {
+  const std::size_t rows = static_cast<std::size_t>(std::max(max_rows, 1));
+  return {{{&s.x, rows * shape.dim},
+           {&s.xb, rows * shape.dim},
+           {&s.q, rows * shape.q_width()},
+           {&s.k, rows * shape.kv_width()},
+           {&s.v, rows * shape.kv_width()},
+           {&s.attn_out, rows * shape.q_width()},
+           {&s.attn_scratch, rows * shape.q_width()},
+           {&s.gate, rows * shape.ffn_dim},
+           {&s.up, rows * shape.ffn_dim},
+           {&s.proj, rows * shape.dim},
+           {&s.logits, static_cast<std::size_t>(shape.vocab_size)}}};
+}
 
 }  // namespace kvscope::kernels

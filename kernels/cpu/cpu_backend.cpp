@@ -33,30 +33,16 @@ std::string CpuBackend::description() const {
 
 std::unique_ptr<RunState> CpuBackend::make_run_state(const ModelShape& shape, int max_rows) {
   auto state = std::make_unique<CpuRunState>();
-  const std::size_t rows = static_cast<std::size_t>(std::max(max_rows, 1));
-  const std::size_t sizes[] = {rows * shape.dim,
-                               rows * shape.dim,
-                               rows * shape.q_width(),
-                               rows * shape.kv_width(),
-                               rows * shape.kv_width(),
-                               rows * shape.q_width(),
-                               rows * shape.q_width(),
-                               rows * shape.ffn_dim,
-                               rows * shape.ffn_dim,
-                               rows * shape.dim,
-                               static_cast<std::size_t>(shape.vocab_size)};
+  const auto buffers = run_state_buffers(*state, shape, max_rows);
   std::size_t total = 0;
-  for (std::size_t s : sizes) total += s;
+  for (const RunStateBuffer& b : buffers) total += b.floats;
   state->memory.assign(total, 0.0f);
   float* next = state->memory.data();
-  float** buffers[] = {&state->x,        &state->xb,           &state->q,    &state->k,  &state->v,
-                       &state->attn_out, &state->attn_scratch, &state->gate, &state->up, &state->proj,
-                       &state->logits};
-  for (std::size_t i = 0; i < std::size(buffers); ++i) {
-    *buffers[i] = next;
-    next += sizes[i];
+  for (const RunStateBuffer& b : buffers) {
+    *b.field = next;
+    next += b.floats;
   }
-  state->max_rows = static_cast<int>(rows);
+  state->max_rows = std::max(max_rows, 1);
   return state;
 }
 

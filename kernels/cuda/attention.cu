@@ -6,6 +6,7 @@
 // sums are summed in query order (deterministic, no atomics) and window rows are written coalesced.
 #include "kernels/cuda/attention.h"
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/common/softmax_math.h"
@@ -33,8 +34,11 @@ __device__ inline float warp_sum(float v) {
   return v;
 }
 
+// blockIdx.z picks a slice of the keys when key_splits > 1 (decode: one query per head leaves most of the GPU
+// idle otherwise); each slice then leaves its unnormalised partial state for attention_combine_kernel.
 __global__ void attention_output_kernel(const float* q, const int32_t* query_positions, DeviceLayerCache cache,
-                                        AttentionShape shape, float* out, float* log_sum_exp) {
+                                        AttentionShape shape, float* out, float* log_sum_exp, int key_splits,
+                                        float* partials) {
   __shared__ float q_tile[kRowWarps][kMaxAttentionHeadDim];
   __shared__ float k_tile[kKeyTile][kPadded];
   __shared__ float v_tile[kKeyTile][kMaxAttentionHeadDim];
@@ -52,6 +56,10 @@ __global__ void attention_output_kernel(const float* q, const int32_t* query_pos
   const float* values = cache.values + static_cast<int64_t>(g) * cache.capacity * d;
   const int32_t* positions = cache.positions + static_cast<int64_t>(g) * cache.capacity;
   const int q_stride = shape.n_heads * d;
+  const int tiles = (length + kKeyTile - 1) / kKeyTile;
+  const int tiles_per_split = (tiles + key_splits - 1) / key_splits;
+  const int key_begin = static_cast<int>(blockIdx.z) * tiles_per_split * kKeyTile;
+  const int key_end = min(length, key_begin + tiles_per_split * kKeyTile);
 
   if (active)
     for (int t = lane; t < d; t += kWarp) q_tile[warp][t] = q[static_cast<int64_t>(row) * q_stride + h * d + t];
@@ -64,16 +72,16 @@ __global__ void attention_output_kernel(const float* q, const int32_t* query_pos
   float acc[kValuesPerLane] = {};
   __syncthreads();
 
-  for (int t0 = 0; t0 < length; t0 += kKeyTile) {
+  for (int t0 = key_begin; t0 < key_end; t0 += kKeyTile) {
     if (positions[t0] > block_last_position) break;  // later keys are in every row's future
     for (int i = threadIdx.x; i < kKeyTile * d; i += blockDim.x) {
       const int j = i / d, t = i % d;
-      const bool in = t0 + j < length;
+      const bool in = t0 + j < key_end;
       k_tile[j][t] = in ? keys[static_cast<int64_t>(t0 + j) * d + t] : 0.0f;
       v_tile[j][t] = in ? values[static_cast<int64_t>(t0 + j) * d + t] : 0.0f;
     }
     for (int j = threadIdx.x; j < kKeyTile; j += blockDim.x)
-      pos_tile[j] = t0 + j < length ? positions[t0 + j] : INT32_MAX;
+      pos_tile[j] = t0 + j < key_end ? positions[t0 + j] : INT32_MAX;
     __syncthreads();
 
     if (active) {
@@ -104,6 +112,16 @@ __global__ void attention_output_kernel(const float* q, const int32_t* query_pos
   }
 
   if (!active) return;
+  if (key_splits > 1) {
+    // [split][head][row][max, sum, acc...]
+    float* partial = partials + ((static_cast<int64_t>(blockIdx.z) * shape.n_heads + h) * shape.n_queries + row) * (d + 2);
+    for (int r = 0; r < kValuesPerLane; ++r) {
+      const int t = lane + r * kWarp;
+      if (t < d) partial[2 + t] = acc[r];
+    }
+    if (lane == 0) partial[0] = state.max, partial[1] = state.sum;
+    return;
+  }
   const float inv = state.sum > 0.0f ? 1.0f / state.sum : 0.0f;
   float* o = out + static_cast<int64_t>(row) * q_stride + h * d;
   for (int r = 0; r < kValuesPerLane; ++r) {
@@ -111,6 +129,25 @@ __global__ void attention_output_kernel(const float* q, const int32_t* query_pos
     if (t < d) o[t] = acc[r] * inv;
   }
   if (lane == 0) log_sum_exp[static_cast<int64_t>(h) * shape.n_queries + row] = state.log_sum_exp();
+}
+
+// A warp per (row, head): the key slices' partial states combined (kernels/common/softmax_math.h).
+__global__ void attention_combine_kernel(AttentionShape shape, int key_splits, const float* partials, float* out,
+                                         float* log_sum_exp) {
+  const int row = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, d = shape.head_dim;
+  const int64_t slice = static_cast<int64_t>(shape.n_heads) * shape.n_queries * (d + 2);
+  const float* first = partials + (static_cast<int64_t>(h) * shape.n_queries + row) * (d + 2);
+  OnlineSoftmax total;
+  for (int z = 0; z < key_splits; ++z) total = online_softmax_combine(total, {first[z * slice], first[z * slice + 1]});
+  const float inv = total.sum > 0.0f ? 1.0f / total.sum : 0.0f;
+  float* o = out + static_cast<int64_t>(row) * shape.n_heads * d + h * d;
+  for (int t = lane; t < d; t += kWarp) {
+    float acc = 0.0f;
+    for (int z = 0; z < key_splits; ++z)
+      acc += first[z * slice + 2 + t] * online_softmax_rescale(first[z * slice], total.max);
+    o[t] = acc * inv;
+  }
+  if (lane == 0) log_sum_exp[static_cast<int64_t>(h) * shape.n_queries + row] = total.log_sum_exp();
 }
 
 __global__ void attention_side_outputs_kernel(const float* q, const int32_t* query_positions, DeviceLayerCache cache,
@@ -186,16 +223,28 @@ void attention(const float* q, const int32_t* query_positions, const DeviceLayer
                 std::to_string(shape.n_kv_heads) + " KV heads evenly");
   if (!outputs.out || !outputs.log_sum_exp) throw Error("CUDA attention: out and log_sum_exp are required");
   if (shape.n_queries <= 0) return;
-  const dim3 output_grid((shape.n_queries + kRowWarps - 1) / kRowWarps, shape.n_heads);
-  attention_output_kernel<<<output_grid, kRowWarps * kWarp, 0, stream>>>(q, query_positions, cache, shape, outputs.out,
-                                                                         outputs.log_sum_exp);
+  const int splits = outputs.key_splits > 1 && outputs.split_partials ? outputs.key_splits : 1;
+  const dim3 output_grid((shape.n_queries + kRowWarps - 1) / kRowWarps, shape.n_heads, splits);
+  attention_output_kernel<<<output_grid, kRowWarps * kWarp, 0, stream>>>(
+      q, query_positions, cache, shape, outputs.out, outputs.log_sum_exp, splits, outputs.split_partials);
   check_launch("attention (output pass)");
+  if (splits > 1) {
+    attention_combine_kernel<<<dim3(shape.n_queries, shape.n_heads), kWarp, 0, stream>>>(
+        shape, splits, outputs.split_partials, outputs.out, outputs.log_sum_exp);
+    check_launch("attention (combining key slices)");
+  }
   const bool side =
       outputs.column_sums || outputs.window_sums || outputs.window_rows || outputs.last_row || outputs.rows;
   if (!side || cache.max_length <= 0) return;
   const dim3 side_grid((cache.max_length + kKeysPerBlock - 1) / kKeysPerBlock, shape.n_heads);
   attention_side_outputs_kernel<<<side_grid, kKeysPerBlock, 0, stream>>>(q, query_positions, cache, shape, outputs);
   check_launch("attention (side outputs)");
+}
+
+int attention_key_splits(int n_queries, int max_length) {
+  // One block of rows per head is all a decode step has; slices of ~256 keys give the GPU enough blocks.
+  if (n_queries > kRowWarps || max_length < 512) return 1;
+  return std::min(kMaxKeySplits, (max_length + 255) / 256);
 }
 
 }  // namespace kvscope::kernels::cuda

@@ -42,7 +42,16 @@ struct AttentionOutputs {
   float* window_rows = nullptr;  // [n_heads][window][capacity]
   float* last_row = nullptr;     // [n_heads][capacity]
   float* rows = nullptr;         // [n_heads][n_queries][capacity]: the full map, only when recorded
+  // Split-K: the keys in key_splits slices, each block leaving a partial softmax state that a second kernel
+  // combines. split_partials: [key_splits][n_heads][n_queries][head_dim + 2] floats.
+  int key_splits = 1;
+  float* split_partials = nullptr;
 };
+
+constexpr int kMaxKeySplits = 64;
+
+// How many key slices suit a call: more than 1 only for decode-sized calls over long caches.
+int attention_key_splits(int n_queries, int max_length);
 
 // Throws Error for a head_dim above kMaxAttentionHeadDim or heads that do not divide into groups.
 void attention(const float* q, const int32_t* query_positions, const DeviceLayerCache& cache,

@@ -84,23 +84,10 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<RunState> make_run_state(const ModelShape& shape, int max_rows) override {
     auto state = std::make_unique<CudaRunState>();
-    state->max_rows = max_rows;
+    state->max_rows = std::max(max_rows, 1);
+    const auto buffers = run_state_buffers(*state, shape, max_rows);
+    for (std::size_t i = 0; i < buffers.size(); ++i) *buffers[i].field = room(state->buffers[i], buffers[i].floats);
     const std::size_t rows = std::max(max_rows, 1);
-    const std::size_t sizes[11] = {rows * shape.dim,
-                                   rows * shape.dim,
-                                   rows * shape.q_width(),
-                                   rows * shape.kv_width(),
-                                   rows * shape.kv_width(),
-                                   rows * shape.q_width(),
-                                   rows * shape.q_width(),
-                                   rows * shape.ffn_dim,
-                                   rows * shape.ffn_dim,
-                                   rows * shape.dim,
-                                   static_cast<std::size_t>(shape.vocab_size)};
-    float** fields[11] = {&state->x,        &state->xb,           &state->q,    &state->k,  &state->v,
-                          &state->attn_out, &state->attn_scratch, &state->gate, &state->up, &state->proj,
-                          &state->logits};
-    for (int i = 0; i < 11; ++i) *fields[i] = room(state->buffers[i], sizes[i]);
     // Scratch the ops need, sized once per run here rather than on a forward call.
     const std::size_t widest = std::max({shape.dim, shape.ffn_dim, shape.q_width()});
     room(activation_scratch_, rows * widest * 2);  // two uint16 per value: room for f32 as well
@@ -183,6 +170,10 @@ class CudaBackend final : public Backend {
     if (request.window_rows) o.window_rows = room(window_rows_, heads * std::max(window, 1) * cap);
     if (request.last_row) o.last_row = room(last_row_, heads * cap);
     if (request.rows) o.rows = room(rows_, heads * static_cast<std::size_t>(n) * cap);
+    o.key_splits = attention_key_splits(n, cache.max_length);
+    if (o.key_splits > 1)
+      o.split_partials =
+          room(split_partials_, static_cast<std::size_t>(o.key_splits) * heads * n * (kv.head_dim() + 2));
     cuda::attention(call.q, upload_ints(row_positions_, call.query_positions, n), cache, shape, o, stream_);
 
     side.n_keys.assign(n_kv, 0);
@@ -287,7 +278,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer<int32_t> row_positions_, row_ids_;
   DeviceBuffer<float> rope_divisors_;
   std::vector<float> rope_divisors_host_;
-  DeviceBuffer<float> lse_, column_sums_, window_sums_, window_rows_, last_row_, rows_;
+  DeviceBuffer<float> split_partials_, lse_, column_sums_, window_sums_, window_rows_, last_row_, rows_;
 };
 
 }  // namespace

@@ -74,56 +74,80 @@ TEST_CASE("dequantize_rows equals the CPU dequantizer for every block type") {
   }
 }
 
-TEST_CASE("attention with side outputs matches the direct O(n^2) reference (prefill and decode, GQA)") {
-  for (int n : {70, 1}) {
-    const int heads = 6, kv_heads = 2, d = 64, capacity = 96, window = 8;
-    HostLayerCache host;
-    host.capacity = capacity;
-    host.keys = test::random_normal_floats(static_cast<std::size_t>(kv_heads) * capacity * d, 1);
-    host.values = test::random_normal_floats(host.keys.size(), 2);
-    host.positions.assign(static_cast<std::size_t>(kv_heads) * capacity, 0);
-    host.lengths = {80, 75};  // ragged heads: an evicted-looking history with gaps, then this step's keys
-    for (int g = 0; g < kv_heads; ++g)
-      for (int j = 0; j < capacity; ++j) host.positions[static_cast<std::size_t>(g) * capacity + j] = 3 * j + g;
-    std::vector<int32_t> query_positions;
-    for (int i = 0; i < n; ++i) query_positions.push_back(3 * (80 - n) + 3 * i + 1);
-    const auto q = test::random_normal_floats(static_cast<std::size_t>(n) * heads * d, 3);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-    const HostAttentionResult want = attention_reference(q, query_positions, host, heads, kv_heads, d, scale, window);
+namespace {
 
-    DeviceBuffer<float> keys, values, dq, out(want.out.size()), lse(want.log_sum_exp.size());
-    DeviceBuffer<float> columns(want.column_sums.size()), window_sums(want.column_sums.size()),
-        last(want.column_sums.size()), window_rows(want.window_rows.size()), rows(want.rows.size());
-    DeviceBuffer<int32_t> positions, lengths, qpos;
-    keys.upload(host.keys);
-    values.upload(host.values);
-    positions.upload(host.positions);
-    lengths.upload(host.lengths);
-    qpos.upload(query_positions);
-    dq.upload(q);
-    for (auto* b : {&columns, &window_sums, &last, &window_rows, &rows})
-      check_cuda(cudaMemset(b->data(), 0, b->size() * sizeof(float)), "memset");
-    const DeviceLayerCache cache{keys.data(), values.data(), positions.data(), lengths.data(), capacity, 80};
-    AttentionOutputs o;
-    o.out = out.data();
-    o.log_sum_exp = lse.data();
-    o.window = window;
-    o.column_sums = columns.data();
-    o.window_sums = window_sums.data();
-    o.window_rows = window_rows.data();
-    o.last_row = last.data();
-    o.rows = rows.data();
-    attention(dq.data(), qpos.data(), cache, AttentionShape{n, heads, kv_heads, d, scale}, o, nullptr);
-    check_cuda(cudaDeviceSynchronize(), "attention");
-    INFO("n = " << n);
-    test::require_all_close(out.download(), want.out, 1e-4);
-    test::require_all_close(lse.download(), want.log_sum_exp, 1e-4);
-    test::require_all_close(columns.download(), want.column_sums, 1e-4);
-    test::require_all_close(window_sums.download(), want.window_sums, 1e-4);
-    test::require_all_close(window_rows.download(), want.window_rows, 1e-5);
-    test::require_all_close(last.download(), want.last_row, 1e-5);
-    test::require_all_close(rows.download(), want.rows, 1e-5);
-  }
+struct AttentionCase {
+  int n;            // queries
+  int longest;      // entries of KV head 0; head 1 holds 5 fewer (ragged heads)
+  int key_splits;   // 1, or split-K slices (decode over a long cache)
+};
+
+void check_attention(const AttentionCase& c) {
+  const int heads = 6, kv_heads = 2, d = 64, capacity = c.longest + 16, window = 8;
+  HostLayerCache host;
+  host.capacity = capacity;
+  host.keys = test::random_normal_floats(static_cast<std::size_t>(kv_heads) * capacity * d, 1);
+  host.values = test::random_normal_floats(host.keys.size(), 2);
+  host.positions.assign(static_cast<std::size_t>(kv_heads) * capacity, 0);
+  host.lengths = {c.longest, c.longest - 5};  // an evicted-looking history with gaps, then this step's keys
+  for (int g = 0; g < kv_heads; ++g)
+    for (int j = 0; j < capacity; ++j) host.positions[static_cast<std::size_t>(g) * capacity + j] = 3 * j + g;
+  std::vector<int32_t> query_positions;
+  for (int i = 0; i < c.n; ++i) query_positions.push_back(3 * (c.longest - c.n) + 3 * i + 1);
+  const auto q = test::random_normal_floats(static_cast<std::size_t>(c.n) * heads * d, 3);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const HostAttentionResult want = attention_reference(q, query_positions, host, heads, kv_heads, d, scale, window);
+
+  DeviceBuffer<float> keys, values, dq, out(want.out.size()), lse(want.log_sum_exp.size());
+  DeviceBuffer<float> columns(want.column_sums.size()), window_sums(want.column_sums.size()),
+      last(want.column_sums.size()), window_rows(want.window_rows.size()), rows(want.rows.size()),
+      partials(static_cast<std::size_t>(c.key_splits) * heads * c.n * (d + 2));
+  DeviceBuffer<int32_t> positions, lengths, qpos;
+  keys.upload(host.keys);
+  values.upload(host.values);
+  positions.upload(host.positions);
+  lengths.upload(host.lengths);
+  qpos.upload(query_positions);
+  dq.upload(q);
+  for (auto* b : {&columns, &window_sums, &last, &window_rows, &rows})
+    check_cuda(cudaMemset(b->data(), 0, b->size() * sizeof(float)), "memset");
+  const DeviceLayerCache cache{keys.data(), values.data(), positions.data(), lengths.data(), capacity, c.longest};
+  AttentionOutputs o;
+  o.out = out.data();
+  o.log_sum_exp = lse.data();
+  o.window = window;
+  o.column_sums = columns.data();
+  o.window_sums = window_sums.data();
+  o.window_rows = window_rows.data();
+  o.last_row = last.data();
+  o.rows = rows.data();
+  o.key_splits = c.key_splits;
+  o.split_partials = partials.data();
+  attention(dq.data(), qpos.data(), cache, AttentionShape{c.n, heads, kv_heads, d, scale}, o, nullptr);
+  check_cuda(cudaDeviceSynchronize(), "attention");
+  INFO("n = " << c.n << ", longest head " << c.longest << ", key splits " << c.key_splits);
+  test::require_all_close(out.download(), want.out, 1e-4);
+  test::require_all_close(lse.download(), want.log_sum_exp, 1e-4);
+  test::require_all_close(columns.download(), want.column_sums, 1e-4);
+  test::require_all_close(window_sums.download(), want.window_sums, 1e-4);
+  test::require_all_close(window_rows.download(), want.window_rows, 1e-5);
+  test::require_all_close(last.download(), want.last_row, 1e-5);
+  test::require_all_close(rows.download(), want.rows, 1e-5);
+}
+
+}  // namespace
+
+TEST_CASE("attention with side outputs matches the direct O(n^2) reference (prefill and decode, GQA)") {
+  check_attention({70, 80, 1});
+  check_attention({1, 80, 1});
+}
+
+TEST_CASE("split-K decode attention over a long cache matches the reference") {
+  REQUIRE(attention_key_splits(1, 1500) > 1);
+  REQUIRE(attention_key_splits(70, 1500) == 1);  // prefill-sized calls have blocks enough
+  check_attention({1, 1500, attention_key_splits(1, 1500)});
+  check_attention({3, 1500, 7});   // several rows, and slices that leave the shorter head's last one empty-ish
+  check_attention({1, 100, 64});   // more slices than key tiles: most slices see no key
 }
 
 TEST_CASE("merge_rows then gather_rows equals the reference edit") {

@@ -3,6 +3,7 @@
 // Skipped when the default model is not installed.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -10,6 +11,7 @@
 #include "core/common/error.h"
 #include "core/model/model.h"
 #include "core/trace/hdf5_reader.h"
+#include "kernels/cuda/cuda_device.h"
 #include "viewers/session.h"
 
 using namespace kvscope;
@@ -142,4 +144,32 @@ TEST_CASE("saving writes the runs on screen from memory into one trace file", "[
   // Nothing to save is a usage error, not a silent empty file.
   CHECK_THROWS_AS(session.save({}, path.string()), UsageError);
   CHECK_FALSE(std::filesystem::exists(path));
+}
+
+TEST_CASE("the window's device choice reaches the run: cuda without a device is a logged error, cpu still runs",
+          "[session][model]") {
+  if (!have_model()) {
+    WARN("default model not installed; skipped");
+    return;
+  }
+  const auto cuda = kernels::cuda::list_cuda_devices();
+  if (!cuda.devices.empty()) {
+    WARN("a CUDA device is present; the no-device path is not exercised here");
+    return;
+  }
+  Session session(1);
+  RunRequest on_cuda = request("50%");
+  on_cuda.device = "cuda";
+  session.submit(on_cuda);
+  std::vector<SessionUpdate> updates;
+  std::vector<std::string> messages;
+  drain(session, updates, messages);
+  CHECK(session.status().last_error.find("no CUDA device") != std::string::npos);
+  for (const auto& u : updates) CHECK_FALSE(u.final);
+
+  session.submit(request("50%"));  // the default device, cpu
+  updates.clear();
+  drain(session, updates, messages);
+  CHECK(session.status().last_error.empty());
+  CHECK(std::any_of(updates.begin(), updates.end(), [](const SessionUpdate& u) { return u.final && u.run->complete; }));
 }
