@@ -30,6 +30,8 @@ Command register_gui(CLI::App& root) {
   cmd->add_option("--budget", opts->budget, "budget of the first run (tokens or a percentage, default 25%)");
   cmd->add_option("--max-new-tokens", opts->max_new_tokens, "tokens the first run generates")->check(CLI::PositiveNumber);
   cmd->add_flag("--no-run", opts->no_run, "do not start the default run");
+  cmd->add_flag("--redraw-every-frame", opts->redraw_every_frame,
+                "draw every frame even when nothing on screen changed (compare the redraw gate's cost)");
   cmd->add_option("--timing-log", opts->timing_log,
                   "write one JSON line per script step, result shown and frame, with seconds since start (benchmarks)");
   return {cmd, [opts]() {

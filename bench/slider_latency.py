@@ -4,7 +4,10 @@ session (`kvscope gui --script ... --timing-log ...`), changes the budget of a ~
 new tokens several times, and the window's own timing log gives, per change:
   - decision: from the budget change to the first frame showing what the policy kept (end of prefill),
   - result:   from the budget change to the frame showing the finished run,
-  - fps while a run is in progress (frames per second of wall time, from frame intervals).
+  - fps while a run is in progress (frames per second of wall time, from frame intervals), the lowest
+    (from the longest frame interval), and how many frames per second were drawn: the window draws a frame
+    only when it differs from the one on screen (viewers/redraw_gate.h); a second session with
+    --redraw-every-frame, the window as it was before the gate, is measured in the same run for comparison.
 The peer, measured in the same run: a bare `kvscope generate` of the same job (model load included, as a
 user would run it), best of 3. Ratios below 1 mean the window answers faster than a fresh command line run.
 
@@ -47,7 +50,7 @@ def bare_generate(kvscope, prompt, policy, budget, threads):
     return best
 
 
-def gui_session(kvscope, prompt, changes, threads):
+def gui_session(kvscope, prompt, changes, threads, extra=()):
     """changes: [(policy, budget)], the first one warms up (model load, capture). Returns per-change timings."""
     work = pathlib.Path(tempfile.mkdtemp())
     lines = [f"prompt {prompt}", "tokens 32"]
@@ -58,7 +61,7 @@ def gui_session(kvscope, prompt, changes, threads):
     log = work / "timing.jsonl"
     env = dict(os.environ, KVSCOPE_SOURCE_DIR=str(ROOT))
     done = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1600x1000x24", kvscope, "gui", "--no-run", "--script",
-                           str(work / "s.kvs"), "--timing-log", str(log), "--threads", str(threads)],
+                           str(work / "s.kvs"), "--timing-log", str(log), "--threads", str(threads), *extra],
                           capture_output=True, text=True, env=env)
     if done.returncode != 0:
         sys.exit(f"the scripted window failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -72,6 +75,7 @@ def gui_session(kvscope, prompt, changes, threads):
         decided = result = None
         prefill = ""
         busy_frames = []
+        drawn = 0
         for e in events[i:end]:
             if e["event"] in ("snapshot", "result") and e["slot"] == "live":
                 if decided is None and e["decided"]:
@@ -81,6 +85,7 @@ def gui_session(kvscope, prompt, changes, threads):
                     prefill = e.get("prefill", "")
             if e["event"] == "frame" and e["busy"]:
                 busy_frames.append(e["interval_ms"])
+                drawn += bool(e.get("drawn", True))
         def shown(t):  # the first frame that ends after the update arrived
             if t is None:
                 return None
@@ -91,6 +96,7 @@ def gui_session(kvscope, prompt, changes, threads):
         fps = 1000.0 * len(busy_frames) / sum(busy_frames) if busy_frames else float("nan")
         out.append({"policy": changes[n][0], "budget": changes[n][1], "decision_s": shown(decided),
                     "result_s": shown(result), "busy_fps": fps, "min_fps": 1000.0 / max(busy_frames) if busy_frames else float("nan"),
+                    "drawn_per_s": 1000.0 * drawn / sum(busy_frames) if busy_frames else float("nan"),
                     "prefill": prefill})
     return out
 
@@ -109,24 +115,33 @@ def main():
                ("cake", "15%"), ("kvmerger", "50%"),
                ("caote", "20%"), ("caote", "10%"), ("h2o:block=64", "20%")]
     timings = gui_session(args.kvscope, prompt, changes, args.threads)
-    if len(timings) != len(changes) or any(t["result_s"] is None for t in timings):
-        sys.exit(f"the timing log misses results: {timings}")
+    every = gui_session(args.kvscope, prompt, changes, args.threads, ["--redraw-every-frame"])
+    for t in (timings, every):
+        if len(t) != len(changes) or any(x["result_s"] is None for x in t):
+            sys.exit(f"the timing log misses results: {t}")
     peers = {}
-    print(f"{'change':<24}{'prefill':<12}{'decision s':>11}{'result s':>10}{'generate s':>12}{'ratio':>7}{'fps':>6}{'min fps':>8}")
-    for t in timings[1:]:
+    print(f"{'change':<20}{'prefill':<10}{'decision s':>11}{'result s':>9}{'generate s':>11}{'ratio':>6}{'fps':>6}"
+          f"{'min fps':>8}{'drawn/s':>8} | every frame drawn: {'result s':>8}{'fps':>6}{'min fps':>8}")
+    for t, e in zip(timings[1:], every[1:]):
         key = (t["policy"], t["budget"])
         if key not in peers:
             peers[key] = bare_generate(args.kvscope, prompt, t["policy"], t["budget"], args.threads)
         ratio = t["result_s"] / peers[key] if t["result_s"] else float("nan")
         kind = "replayed" if t["prefill"].startswith("replayed") else "computed"
-        print(f"{t['policy'] + ' ' + t['budget']:<24}{kind:<12}{t['decision_s']:>11.2f}{t['result_s']:>10.2f}"
-              f"{peers[key]:>12.2f}{ratio:>7.2f}{t['busy_fps']:>6.1f}{t['min_fps']:>8.1f}")
-    post = [t["result_s"] for t in timings[1:] if t["prefill"].startswith("replayed")]
-    other = [t["result_s"] for t in timings[1:] if not t["prefill"].startswith("replayed")]
-    if post:
-        print(f"post-prefill policies: result median {statistics.median(post):.2f} s, max {max(post):.2f} s (target < 1 s)")
-    if other:
-        print(f"block-wise policies:   result median {statistics.median(other):.2f} s, max {max(other):.2f} s (target < 2 s)")
+        print(f"{t['policy'] + ' ' + t['budget']:<20}{kind:<10}{t['decision_s']:>11.2f}{t['result_s']:>9.2f}"
+              f"{peers[key]:>11.2f}{ratio:>6.2f}{t['busy_fps']:>6.1f}{t['min_fps']:>8.1f}{t['drawn_per_s']:>8.1f} | "
+              f"{'':>19}{e['result_s']:>8.2f}{e['busy_fps']:>6.1f}{e['min_fps']:>8.1f}")
+    for label, runs in (("gated", timings), ("every frame drawn", every)):
+        post = [t["result_s"] for t in runs[1:] if t["prefill"].startswith("replayed")]
+        other = [t["result_s"] for t in runs[1:] if not t["prefill"].startswith("replayed")]
+        lowest = min(t["min_fps"] for t in runs[1:])
+        if post:
+            print(f"{label}: post-prefill policies: result median {statistics.median(post):.2f} s, max {max(post):.2f} s "
+                  f"(target < 1 s)")
+        if other:
+            print(f"{label}: block-wise policies:   result median {statistics.median(other):.2f} s, max {max(other):.2f} s "
+                  f"(target < 2 s)")
+        print(f"{label}: lowest fps during runs {lowest:.1f} (target >= 20)")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@
 #include <implot.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -22,6 +24,7 @@
 #include "viewers/figure_export.h"
 #include "viewers/panel.h"
 #include "viewers/quality_panel.h"
+#include "viewers/redraw_gate.h"
 #include "viewers/script.h"
 #include "viewers/session.h"
 #include "viewers/setup_panel.h"
@@ -36,35 +39,62 @@ using Clock = std::chrono::steady_clock;
 // Frame times, split by whether a run was in progress: the number that matters is how smooth the
 // window stays while the worker computes.
 struct FrameStats {
-  int frames = 0, busy_frames = 0;
-  double busy_work_ms = 0, busy_interval_ms = 0, busy_max_work_ms = 0;
+  int frames = 0, busy_frames = 0, busy_drawn = 0, drawn = 0;
+  double busy_work_ms = 0, busy_interval_ms = 0, busy_max_work_ms = 0, busy_max_interval_ms = 0;
   double idle_work_ms = 0;
-  double last_work_ms = 0, fps = 0;
   double ui_ms = 0;  // building the frame (panels, ImGui, ImPlot), without OpenGL rendering and swap
-  void add(bool busy, double work_ms, double interval_ms, double frame_ui_ms) {
+  // What the status bar shows, refreshed once a second: a number that changed every frame would make
+  // every frame differ from the one on screen and defeat the redraw gate.
+  double shown_drawn_per_s = 0, shown_frames_per_s = 0;
+  double second_ms = 0;
+  int second_frames = 0, second_drawn = 0;
+  void add(bool busy, bool frame_drawn, double work_ms, double interval_ms, double frame_ui_ms) {
     ++frames;
+    second_ms += interval_ms;
+    ++second_frames;
+    second_drawn += frame_drawn;
+    if (second_ms >= 1000.0) {
+      shown_frames_per_s = 1000.0 * second_frames / second_ms;
+      shown_drawn_per_s = 1000.0 * second_drawn / second_ms;
+      second_ms = 0;
+      second_frames = second_drawn = 0;
+    }
+    drawn += frame_drawn;
     ui_ms += frame_ui_ms;
-    last_work_ms = work_ms;
-    fps = fps == 0 ? 1000.0 / std::max(1.0, interval_ms) : 0.9 * fps + 0.1 * 1000.0 / std::max(1.0, interval_ms);
     if (busy) {
       ++busy_frames;
+      busy_drawn += frame_drawn;
       busy_work_ms += work_ms;
       busy_interval_ms += interval_ms;
       busy_max_work_ms = std::max(busy_max_work_ms, work_ms);
+      busy_max_interval_ms = std::max(busy_max_interval_ms, interval_ms);
     } else {
       idle_work_ms += work_ms;
     }
   }
   void report() const {
     const int idle = frames - busy_frames;
-    std::fprintf(stderr, "kvscope gui: %d frames; during runs %d frames, %.1f fps (mean frame interval %.1f ms), "
-                         "frame work mean %.1f ms, max %.1f ms; idle frames %d, work mean %.1f ms; "
-                         "building the UI %.1f ms of each frame on average (the rest is OpenGL)\n",
-                 frames, busy_frames, busy_frames ? 1000.0 * busy_frames / busy_interval_ms : 0.0,
-                 busy_frames ? busy_interval_ms / busy_frames : 0.0, busy_frames ? busy_work_ms / busy_frames : 0.0, busy_max_work_ms,
-                 idle, idle ? idle_work_ms / idle : 0.0, frames ? ui_ms / frames : 0.0);
+    std::fprintf(stderr, "kvscope gui: %d frames, %d drawn (the others equalled the frame on screen); during runs %d "
+                         "frames, %d drawn, %.1f fps (mean frame interval %.1f ms, longest %.1f ms), frame work mean "
+                         "%.1f ms, max %.1f ms; idle frames %d, work mean %.1f ms; building the UI %.1f ms of each "
+                         "frame on average (the rest is OpenGL)\n",
+                 frames, drawn, busy_frames, busy_drawn, busy_frames ? 1000.0 * busy_frames / busy_interval_ms : 0.0,
+                 busy_frames ? busy_interval_ms / busy_frames : 0.0, busy_max_interval_ms,
+                 busy_frames ? busy_work_ms / busy_frames : 0.0, busy_max_work_ms, idle,
+                 idle ? idle_work_ms / idle : 0.0, frames ? ui_ms / frames : 0.0);
   }
 };
+
+// What a window's background looks like on screen (ImGuiCol_WindowBg blended over the old clear colour):
+// the frame is cleared to it, so docked windows need not paint their background.
+ImVec4 clear_color() {
+  const ImVec4 bg = ImGui::GetStyle().Colors[ImGuiCol_WindowBg];
+  const ImVec4 under(0.08f, 0.08f, 0.09f, 1.0f);
+  return ImVec4(bg.x * bg.w + under.x * (1 - bg.w), bg.y * bg.w + under.y * (1 - bg.w), bg.z * bg.w + under.z * (1 - bg.w), 1.0f);
+}
+
+// Set by GLFW when the window was uncovered or resized and its pixels must be drawn again.
+std::atomic<bool> g_window_exposed{false};
 
 Image read_framebuffer(int w, int h) {
   Image img(w, h);
@@ -131,6 +161,7 @@ class App {
   GLFWwindow* window_;
   Session session_;
   GlTextureStore textures_;
+  RedrawGate redraw_;
   AppState state_;
   SetupPanel setup_;
   std::vector<std::unique_ptr<Panel>> panels_;
@@ -341,7 +372,8 @@ void App::draw_status_bar() {
       ImGui::Text("%s", st.model_name.empty() ? "no model loaded" : st.model_name.c_str());
       ImGui::Separator();
       if (st.busy) {
-        ImGui::ProgressBar(st.fraction, ImVec2(ImGui::GetFontSize() * 16, 0), st.task.empty() ? "working" : st.task.c_str());
+        // In 1% steps: finer moves are invisible at this width but would make each frame a new one to draw.
+        ImGui::ProgressBar(std::floor(st.fraction * 100.0f) / 100.0f, ImVec2(ImGui::GetFontSize() * 16, 0), st.task.empty() ? "working" : st.task.c_str());
       } else {
         ImGui::TextDisabled("idle");
       }
@@ -354,7 +386,7 @@ void App::draw_status_bar() {
       }
       const float right = ImGui::GetWindowWidth() - ImGui::GetFontSize() * 11;
       if (ImGui::GetCursorPosX() < right) ImGui::SetCursorPosX(right);
-      ImGui::TextDisabled("%.0f fps  %.1f ms", stats_.fps, stats_.last_work_ms);
+      ImGui::TextDisabled("%.0f fps, %.0f drawn/s", stats_.shown_frames_per_s, stats_.shown_drawn_per_s);
       ImGui::EndMenuBar();
     }
   }
@@ -471,7 +503,12 @@ void App::frame() {
     build_layout(dockspace);
     layout_built_ = true;
   }
+  // The dock space's host window paints nothing: its nodes hold windows, and empty space shows the clear
+  // colour, which is the windows' own background.
+  ImGui::PushStyleColor(ImGuiCol_WindowBg, IM_COL32(0, 0, 0, 0));
+  ImGui::PushStyleColor(ImGuiCol_DockingEmptyBg, IM_COL32(0, 0, 0, 0));
   ImGui::DockSpaceOverViewport(dockspace, ImGui::GetMainViewport());
+  ImGui::PopStyleColor(2);
 
   auto window = [&](Panel& p) {
     if (!p.open) return;
@@ -479,8 +516,14 @@ void App::frame() {
       ImGui::SetNextWindowFocus();
       state_.focus_panel.clear();
     }
+    // A docked window fills its node with the colour the frame is cleared to (clear_color()), so its
+    // background is not painted a second time: software OpenGL pays for every pixel painted.
+    const ImGuiWindow* previous = ImGui::FindWindowByName(p.title().c_str());
+    const bool docked = previous && previous->DockNode;
+    if (docked) ImGui::PushStyleColor(ImGuiCol_WindowBg, IM_COL32(0, 0, 0, 0));
     if (ImGui::Begin(p.title().c_str(), &p.open)) p.draw(state_);
     ImGui::End();
+    if (docked) ImGui::PopStyleColor();
   };
   quality_->poll(state_);  // rows land and files finish reading while the panel is hidden too
   window(setup_);
@@ -644,12 +687,20 @@ int App::run() {
     apply_updates();
     frame();
     const auto t_ui = Clock::now();
+    const bool exposed = g_window_exposed.exchange(false);
+    const bool input = GImGui->InputEventsTrail.Size > 0;  // events NewFrame() handled this frame
+    const bool draw = redraw_.should_draw(*ImGui::GetDrawData(), textures_.generation(), input,
+                                          exposed || !screenshot_path_.empty() || options_.redraw_every_frame,
+                                          std::chrono::duration<double, std::milli>(t_ui - started_).count());
     int w = 0, h = 0;
     glfwGetFramebufferSize(window_, &w, &h);
-    glViewport(0, 0, w, h);
-    glClearColor(0.08f, 0.08f, 0.09f, 1.0f);
-    glClear(GL_COLOR_BUFFER_BIT);
-    ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+    if (draw) {
+      glViewport(0, 0, w, h);
+      const ImVec4 clear = clear_color();
+      glClearColor(clear.x, clear.y, clear.z, 1.0f);
+      glClear(GL_COLOR_BUFFER_BIT);
+      ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+    }
     if (!screenshot_path_.empty()) {
       try {
         write_png(read_framebuffer(w, h), screenshot_path_);
@@ -660,7 +711,7 @@ int App::run() {
       }
       screenshot_path_.clear();
     }
-    glfwSwapBuffers(window_);
+    if (draw) glfwSwapBuffers(window_);
     const auto t1 = Clock::now();
     const double work = std::chrono::duration<double, std::milli>(t1 - t0).count();
     step_script();
@@ -668,9 +719,13 @@ int App::run() {
     const auto target = t0 + std::chrono::microseconds(16667);
     if (Clock::now() < target) std::this_thread::sleep_until(target);
     const auto now = Clock::now();
-    stats_.add(busy, work, std::chrono::duration<double, std::milli>(now - last).count(),
+    stats_.add(busy, draw, work, std::chrono::duration<double, std::milli>(now - last).count(),
                std::chrono::duration<double, std::milli>(t_ui - t0).count());
-    log_timing("frame", {{"interval_ms", std::chrono::duration<double, std::milli>(now - last).count()}, {"busy", busy}});
+    log_timing("frame", {{"interval_ms", std::chrono::duration<double, std::milli>(now - last).count()},
+                         {"busy", busy},
+                         {"drawn", draw},
+                         {"work_ms", work},
+                         {"ui_ms", std::chrono::duration<double, std::milli>(t_ui - t0).count()}});
     last = now;
   }
   stats_.report();
@@ -699,6 +754,8 @@ int run_gui(const GuiOptions& options) {
   }
   glfwMakeContextCurrent(window);
   glfwSwapInterval(1);
+  // The redraw gate skips unchanged frames, so a window uncovered by another one must be drawn again.
+  glfwSetWindowRefreshCallback(window, [](GLFWwindow*) { g_window_exposed = true; });
 
   IMGUI_CHECKVERSION();
   ImGui::CreateContext();

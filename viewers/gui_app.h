@@ -19,6 +19,7 @@ struct GuiOptions {
   int max_new_tokens = 0;                // 0: automatic
   bool no_run = false;                   // open the window without starting the default run
   std::string timing_log;                // --timing-log FILE: JSON lines of script steps, results shown, frames
+  bool redraw_every_frame = false;       // draw frames identical to the one on screen too (redraw_gate.h)
 };
 
 // Runs until the window closes or a script quits. Returns the process exit code (0 ok, 1 a script step

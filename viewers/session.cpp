@@ -19,6 +19,7 @@
 #include "core/trace/hdf5_writer.h"
 #include "core/trace/live_trace.h"
 #include "core/trace/trace_probe.h"
+#include "viewers/background_priority.h"
 
 namespace kvscope::viewers {
 
@@ -30,6 +31,10 @@ const char* const kFallbackPrompt =
     "step. Question: where was the key to the lamp room hidden? Answer:";
 
 namespace {
+
+// Nice 10: the window's thread gets about nine times the worker's CPU share when both want a core, so it
+// draws a frame promptly, and the worker has the machine whenever the window is idle (redraw_gate.h).
+constexpr int kWorkerNiceIncrement = 10;
 
 std::filesystem::path prompts_dir() {
   if (const char* env = std::getenv("KVSCOPE_SOURCE_DIR")) return std::filesystem::path(env) / "sample_data" / "prompts";
@@ -240,6 +245,8 @@ void Session::message(const std::string& text, bool error) {
 }
 
 void Session::worker_main() {
+  // Before the first parallel region, so the OpenMP threads this thread starts inherit the priority.
+  message(lower_this_thread_priority(kWorkerNiceIncrement));
   engine::set_threads(threads_);
   for (;;) {
     Job job;

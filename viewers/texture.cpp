@@ -9,6 +9,7 @@ ImTextureID TextureStore::get(const std::string& slot, const std::string& signat
   auto it = entries_.find(slot);
   if (it != entries_.end() && it->second.signature == signature) return it->second.id;
   const Image image = make();
+  ++generation_;
   if (it != entries_.end() && it->second.id != ImTextureID_Invalid) destroy(it->second.id);
   Entry e;
   e.signature = signature;
@@ -18,6 +19,7 @@ ImTextureID TextureStore::get(const std::string& slot, const std::string& signat
 }
 
 void TextureStore::clear() {
+  ++generation_;
   for (auto& [slot, e] : entries_)
     if (e.id != ImTextureID_Invalid) destroy(e.id);
   entries_.clear();

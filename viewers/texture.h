@@ -2,6 +2,7 @@
 // Pictures that ImGui can draw (heatmaps, timelines), cached by a content signature so a map is
 // colourised and uploaded once, not every frame. Two stores: OpenGL textures for the window, and CPU
 // images that the software rasteriser samples when a figure is rendered without a display.
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -19,6 +20,9 @@ class TextureStore {
   // with, so callers can ask every frame. The id stays valid until the slot is rebuilt or the store dies.
   ImTextureID get(const std::string& slot, const std::string& signature, const std::function<Image()>& make);
   void clear();
+  // Changes whenever a texture is made or dropped: texture ids are recycled, so the window's redraw gate
+  // cannot tell new pixels from an id alone.
+  uint64_t generation() const { return generation_; }
 
  protected:
   virtual ImTextureID create(const Image& image) = 0;
@@ -30,6 +34,7 @@ class TextureStore {
     ImTextureID id = ImTextureID_Invalid;
   };
   std::map<std::string, Entry> entries_;
+  uint64_t generation_ = 0;
 };
 
 // Needs a current OpenGL context for its whole life; nearest-neighbour sampling so map cells stay sharp.
