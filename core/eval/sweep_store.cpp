@@ -180,9 +180,19 @@ void SweepStore::read_csv() {
     ++line_no;
     const auto fields = parse_csv_line(line);
     if (line_no == 1) {
-      if (fields != columns_)
+      if (fields != columns_) {
+        std::string missing;
+        for (const auto& c : columns_)
+          if (std::find(fields.begin(), fields.end(), c) == fields.end()) missing += (missing.empty() ? "" : ", ") + c;
+        const bool older = !missing.empty() && std::all_of(fields.begin(), fields.end(), [&](const std::string& f) {
+          return std::find(columns_.begin(), columns_.end(), f) != columns_.end();
+        });
         throw UsageError("'" + csv_path().string() + "' has columns '" + line + "', not the ones of a " +
-                         grid_.eval_kind + " sweep");
+                         grid_.eval_kind + " sweep" +
+                         (older ? " (it lacks " + missing +
+                                      ": an earlier kvscope wrote it; give this sweep a new --out folder)"
+                                : ""));
+      }
       continue;
     }
     if (fields.size() != columns_.size())

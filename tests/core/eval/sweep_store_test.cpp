@@ -164,3 +164,30 @@ TEST_CASE("a torn last CSV line is dropped and its cell runs again") {
   eval::SweepStore again(dir, g);
   CHECK(again.done_count() == 2);
 }
+
+TEST_CASE("a folder written with fewer metric columns is refused with the missing ones named, untouched") {
+  const fs::path dir = fresh_dir("sweep_older_columns");
+  const auto g = small_grid();
+  {
+    eval::SweepStore store(dir, g);
+    store.append(row_for(g, 0, 1.0));
+  }
+  // What an earlier kvscope wrote: the same grid with one metric column fewer.
+  std::string csv = slurp(dir / "rows.csv");
+  const std::string last_metric = eval::metric_names("needle").back();
+  const std::string header = csv.substr(0, csv.find('\n'));
+  const std::string older_header = header.substr(0, header.rfind(',' + last_metric));
+  std::string older_row = csv.substr(csv.find('\n') + 1);
+  older_row = older_row.substr(0, older_row.rfind(',')) + "\n";
+  std::ofstream(dir / "rows.csv", std::ios::trunc) << older_header << "\n" << older_row;
+  const std::string csv_before = slurp(dir / "rows.csv");
+  try {
+    eval::SweepStore store(dir, g);
+    FAIL("a folder with fewer columns was resumed");
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("lacks " + last_metric) != std::string::npos);
+    CHECK(what.find("new --out folder") != std::string::npos);
+  }
+  CHECK(slurp(dir / "rows.csv") == csv_before);
+}
