@@ -378,9 +378,18 @@ void Session::publish_fidelity(const RunRequest& request, const std::shared_ptr<
       set_task(name + ": fidelity to the full cache", static_cast<float>(p.done) / std::max(1, p.total));
   };
   try {
-    const auto reference = evaluator.fidelity_reference(prompt, request.max_new_tokens);
+    // The full cache's continuation does not depend on the policy or budget: computed once per model,
+    // prompt and length, so a budget change costs one teacher-forced decode, not two.
+    if (!fidelity_reference_ || fidelity_reference_model_ != model_path_ || fidelity_reference_->prompt != prompt ||
+        fidelity_reference_tokens_ != request.max_new_tokens) {
+      fidelity_reference_.reset();
+      fidelity_reference_ = std::make_shared<const eval::FidelityReference>(
+          evaluator.fidelity_reference(prompt, request.max_new_tokens));
+      fidelity_reference_model_ = model_path_;
+      fidelity_reference_tokens_ = request.max_new_tokens;
+    }
     auto result = std::make_shared<const eval::FidelityResult>(
-        evaluator.fidelity(reference, {request.policy_spec, request.budget}));
+        evaluator.fidelity(*fidelity_reference_, {request.policy_spec, request.budget}));
     char line[160];
     std::snprintf(line, sizeof line,
                   ": fidelity to the full cache: top-1 agreement %.3f, KL mean %.4f, %d of %d tokens "

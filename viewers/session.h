@@ -174,6 +174,10 @@ class Session {
   // Owned by the worker thread.
   std::shared_ptr<model::Model> model_;
   std::string model_path_;
+  // The last full-cache reference of the live runs' fidelity (worker thread only), with what it is of.
+  std::shared_ptr<const eval::FidelityReference> fidelity_reference_;
+  std::string fidelity_reference_model_;
+  int fidelity_reference_tokens_ = 0;
   std::unique_ptr<run::PrefillStore> prefills_;  // prompts whose prefill a budget change can replay
 
   std::vector<std::thread> loaders_;  // file reads and saves

@@ -227,44 +227,53 @@ TEST_CASE("the Summary's fidelity of a live run equals kvscope eval fidelity on 
   REQUIRE(fs::exists(model::default_model_path()));
   const std::string prompt =
       "The keeper hid the key under the seventh step of the lighthouse stairs. Where is the key?";
-  std::shared_ptr<const eval::FidelityResult> fidelity;
-  std::shared_ptr<const trace::RunTrace> run;
-  {
-    Session s(1);
+  const std::string other_prompt = "The baker lit the first oven at four and the rye went in at five. When?";
+  Session s(1);
+  // The live run's fidelity, waited for; the run it was measured for is checked to be the one published.
+  auto live_fidelity = [&](const std::string& text, const std::string& budget) {
     RunRequest r;
-    r.prompt = prompt;
+    r.prompt = text;
     r.policy_spec = "h2o";
-    r.budget = "50%";
+    r.budget = budget;
     r.max_new_tokens = 6;
     r.record = "similarity=off;decode=off";
     r.fidelity = true;
     s.submit(r);
+    std::shared_ptr<const eval::FidelityResult> fidelity;
+    std::shared_ptr<const trace::RunTrace> run;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
     while (!fidelity && std::chrono::steady_clock::now() < deadline) {
       for (auto& u : s.poll()) {
         if (u.fidelity) {
-          CHECK(u.run == run);  // measured for the run just published
+          CHECK(u.run == run);
           fidelity = u.fidelity;
-        } else if (u.final) {
+        } else if (u.final && u.slot == r.slot) {
           run = u.run;
         }
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-  }
-  REQUIRE(fidelity);
-  REQUIRE(run);
+    REQUIRE(fidelity);
+    REQUIRE(run);
+    return fidelity;
+  };
+  auto cli_metrics = [](const std::string& text, const std::string& budget) {
+    return nlohmann::json::parse(run_command(std::string(KVSCOPE_BINARY) +
+                                             " eval fidelity --threads 1 --policy h2o --budget " + budget +
+                                             " --max-new-tokens 6 --json --prompt '" + text + "' 2>/dev/null"))
+        .at("metrics");
+  };
+  auto same = [](const eval::FidelityResult& f, const nlohmann::json& m) {
+    CHECK(f.score.steps == 6);
+    CHECK(f.score.top1_agreement == m.at("top1_agreement").get<double>());
+    CHECK(f.score.kl_mean == m.at("kl_mean").get<double>());
+    CHECK(f.score.agreeing_prefix == m.at("agreeing_prefix").get<double>());
+    CHECK(f.memory.saved() == m.at("memory_saved").get<double>());
+  };
 
-  const auto j = nlohmann::json::parse(run_command(std::string(KVSCOPE_BINARY) +
-                                                   " eval fidelity --threads 1 --policy h2o --budget 50% "
-                                                   "--max-new-tokens 6 --json --prompt '" +
-                                                   prompt + "' 2>/dev/null"));
-  const auto& m = j.at("metrics");
-  CHECK(fidelity->score.steps == 6);
-  CHECK(fidelity->score.top1_agreement == m.at("top1_agreement").get<double>());
-  CHECK(fidelity->score.kl_mean == m.at("kl_mean").get<double>());
-  CHECK(fidelity->score.agreeing_prefix == m.at("agreeing_prefix").get<double>());
-  CHECK(fidelity->memory.saved() == m.at("memory_saved").get<double>());
+  const auto fidelity = live_fidelity(prompt, "50%");
+  const auto m = cli_metrics(prompt, "50%");
+  same(*fidelity, m);
   // What the Summary prints is those numbers.
   const auto lines = fidelity_lines(*fidelity);
   REQUIRE(lines.size() == 4);
@@ -277,4 +286,8 @@ TEST_CASE("the Summary's fidelity of a live run equals kvscope eval fidelity on 
   CHECK(lines[2].second == expected);
   std::snprintf(expected, sizeof expected, "%.1f%%", 100.0 * m.at("memory_saved").get<double>());
   CHECK(lines[3].second == expected);
+
+  // A budget change reuses the full-cache reference of the prompt; another prompt must not.
+  same(*live_fidelity(prompt, "25%"), cli_metrics(prompt, "25%"));
+  same(*live_fidelity(other_prompt, "25%"), cli_metrics(other_prompt, "25%"));
 }
