@@ -32,6 +32,9 @@ Command register_gui(CLI::App& root) {
   cmd->add_flag("--no-run", opts->no_run, "do not start the default run");
   cmd->add_flag("--redraw-every-frame", opts->redraw_every_frame,
                 "draw every frame even when nothing on screen changed (compare the redraw gate's cost)");
+  cmd->add_option("--worker-nice", opts->worker_nice,
+                  "how far below the window's CPU priority the model worker runs (0-19; 0: the same)")
+      ->check(CLI::Range(0, 19));
   cmd->add_option("--timing-log", opts->timing_log,
                   "write one JSON line per script step, result shown and frame, with seconds since start (benchmarks)");
   return {cmd, [opts]() {

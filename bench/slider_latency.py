@@ -105,6 +105,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kvscope", default=str(ROOT / "build" / "app" / "kvscope"))
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--worker-nice", type=int, default=None, help="kvscope gui --worker-nice (default: the window's)")
     args = ap.parse_args()
     prompt = long_prompt()
     n_tokens = json.loads(subprocess.run([args.kvscope, "generate", "--prompt", prompt, "--max-new-tokens", "0", "--json"],
@@ -114,8 +115,9 @@ def main():
                ("snapkv", "10%"), ("snapkv", "30%"), ("h2o", "20%"), ("tova", "10%"), ("pyramidkv", "25%"),
                ("cake", "15%"), ("kvmerger", "50%"),
                ("caote", "20%"), ("caote", "10%"), ("h2o:block=64", "20%")]
-    timings = gui_session(args.kvscope, prompt, changes, args.threads)
-    every = gui_session(args.kvscope, prompt, changes, args.threads, ["--redraw-every-frame"])
+    nice = [] if args.worker_nice is None else ["--worker-nice", str(args.worker_nice)]
+    timings = gui_session(args.kvscope, prompt, changes, args.threads, nice)
+    every = gui_session(args.kvscope, prompt, changes, args.threads, nice + ["--redraw-every-frame"])
     for t in (timings, every):
         if len(t) != len(changes) or any(x["result_s"] is None for x in t):
             sys.exit(f"the timing log misses results: {t}")

@@ -127,7 +127,7 @@ void modal_buttons(const char* confirm_label, std::vector<std::string>& log, con
 class App {
  public:
   App(const GuiOptions& options, GLFWwindow* window)
-      : options_(options), window_(window), session_(options.threads), setup_(session_) {
+      : options_(options), window_(window), session_(options.threads, options.worker_nice), setup_(session_) {
     state_.textures = &textures_;
     panels_ = make_view_panels();
     auto quality = std::make_unique<QualityPanel>(session_);

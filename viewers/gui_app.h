@@ -6,6 +6,9 @@
 
 namespace kvscope::viewers {
 
+// The worker runs this far below the window's CPU priority (background_priority.h).
+inline constexpr int kDefaultWorkerNice = 10;
+
 struct GuiOptions {
   std::vector<std::string> trace_files;  // opened at start; without any, the default run starts
   std::string script;                    // --script FILE
@@ -20,6 +23,7 @@ struct GuiOptions {
   bool no_run = false;                   // open the window without starting the default run
   std::string timing_log;                // --timing-log FILE: JSON lines of script steps, results shown, frames
   bool redraw_every_frame = false;       // draw frames identical to the one on screen too (redraw_gate.h)
+  int worker_nice = kDefaultWorkerNice;  // the model worker's CPU priority below the window's
 };
 
 // Runs until the window closes or a script quits. Returns the process exit code (0 ok, 1 a script step

@@ -32,10 +32,6 @@ const char* const kFallbackPrompt =
 
 namespace {
 
-// Nice 10: the window's thread gets about nine times the worker's CPU share when both want a core, so it
-// draws a frame promptly, and the worker has the machine whenever the window is idle (redraw_gate.h).
-constexpr int kWorkerNiceIncrement = 10;
-
 std::filesystem::path prompts_dir() {
   if (const char* env = std::getenv("KVSCOPE_SOURCE_DIR")) return std::filesystem::path(env) / "sample_data" / "prompts";
   return std::filesystem::path(KVSCOPE_SOURCE_DIR) / "sample_data" / "prompts";
@@ -67,7 +63,8 @@ std::string sample_prompt(const std::string& name) {
   return kFallbackPrompt;
 }
 
-Session::Session(int threads) : threads_(threads), prefills_(std::make_unique<run::PrefillStore>(2)) {
+Session::Session(int threads, int worker_nice)
+    : threads_(threads), worker_nice_(worker_nice), prefills_(std::make_unique<run::PrefillStore>(2)) {
   if (threads_ <= 0) {
     const int hw = static_cast<int>(std::thread::hardware_concurrency());
     threads_ = hw >= 4 ? hw - 1 : std::max(1, hw);
@@ -246,7 +243,7 @@ void Session::message(const std::string& text, bool error) {
 
 void Session::worker_main() {
   // Before the first parallel region, so the OpenMP threads this thread starts inherit the priority.
-  message(lower_this_thread_priority(kWorkerNiceIncrement));
+  if (worker_nice_ > 0) message(lower_this_thread_priority(worker_nice_));
   engine::set_threads(threads_);
   for (;;) {
     Job job;

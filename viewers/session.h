@@ -93,7 +93,8 @@ class Session {
  public:
   // threads: kernel threads for the engine (0: all cores but one when there are four or more, so the
   // window keeps a core to draw with).
-  explicit Session(int threads = 0);
+  // worker_nice: how far below the calling thread's CPU priority the worker runs (0: the same).
+  explicit Session(int threads = 0, int worker_nice = 0);
   ~Session();  // cancels and joins
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -150,6 +151,7 @@ class Session {
   void message(const std::string& text, bool error = false);
 
   int threads_ = 0;
+  int worker_nice_ = 0;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Job> queue_;
