@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "kernels/cuda/cublas_library.h"
 #include "kernels/error.h"
 
 namespace kvscope::kernels::cuda {
@@ -18,7 +19,7 @@ inline void check_cuda(cudaError_t status, const char* what) {
 
 inline void check_cublas(cublasStatus_t status, const char* what) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  throw Error(std::string("cuBLAS: ") + what + ": " + cublasGetStatusString(status));
+  throw Error(std::string("cuBLAS: ") + what + ": " + cublas().status_string(status));
 }
 
 // After a kernel launch: a bad configuration shows up here, not as a later crash.

@@ -20,12 +20,12 @@ cudaDataType_t cuda_type(DeviceFloat t) {
 }  // namespace
 
 CublasHandle::CublasHandle(cudaStream_t stream) {
-  check_cublas(cublasCreate(&handle_), "cublasCreate");
-  check_cublas(cublasSetStream(handle_, stream), "cublasSetStream");
+  check_cublas(cublas().create(&handle_), "cublasCreate");
+  check_cublas(cublas().set_stream(handle_, stream), "cublasSetStream");
 }
 
 CublasHandle::~CublasHandle() {
-  if (handle_) cublasDestroy(handle_);
+  if (handle_) cublas().destroy(handle_);
 }
 
 void matmul(const CublasHandle& cublas, const DeviceMatrix& w, const float* x, int n, void* x_scratch, float* y,
@@ -39,7 +39,7 @@ void matmul(const CublasHandle& cublas, const DeviceMatrix& w, const float* x, i
   // cuBLAS is column-major: row-major W [rows][cols] is W^T column-major with leading dimension cols, and
   // row-major Y [n][rows] is column-major [rows][n] = W X^T: the first operand is transposed, the second not.
   const float alpha = 1.0f, beta = 0.0f;
-  check_cublas(cublasGemmEx(cublas.get(), CUBLAS_OP_T, CUBLAS_OP_N, w.rows, n, w.cols, &alpha, w.data,
+  check_cublas(cuda::cublas().gemm_ex(cublas.get(), CUBLAS_OP_T, CUBLAS_OP_N, w.rows, n, w.cols, &alpha, w.data,
                             cuda_type(w.type), w.cols, x_typed, cuda_type(w.type), w.cols, &beta, y, CUDA_R_32F, w.rows,
                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "cublasGemmEx");
