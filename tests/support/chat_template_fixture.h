@@ -2,6 +2,8 @@
 // The chat-template goldens of tools/make_chat_template_goldens.py (tests/fixtures/chat_templates): per template,
 // the synthetic checkpoint whose tokenizer transformers rendered it with, and its cases (messages, keywords, text,
 // ids).
+#include <unistd.h>
+
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -9,7 +11,6 @@
 
 #include "core/model/chat_template.h"
 #include "tests/support/golden_compare.h"
-#include "tests/support/temp_file.h"
 
 namespace kvscope::test {
 
@@ -25,8 +26,11 @@ inline std::filesystem::path folder_with_chat_template(const std::string& name) 
   namespace fs = std::filesystem;
   const nlohmann::json& entry = chat_template_golden()["templates"][name];
   const fs::path fixtures(KVSCOPE_FIXTURES_DIR);
-  const fs::path folder = temp_file("chat_" + name, "");
+  // temp_file's path, emptied as a folder (temp_file removes only files).
+  const fs::path folder =
+      fs::temp_directory_path() / "kvscope_tests" / ("chat_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(folder);
+  fs::create_directories(folder.parent_path());
   fs::copy(fixtures / "hf_synthetic" / entry["checkpoint"].get<std::string>(), folder);
   fs::copy_file(fixtures / "chat_templates" / entry["template"].get<std::string>(), folder / "chat_template.jinja",
                 fs::copy_options::overwrite_existing);
