@@ -293,7 +293,7 @@ void SetupPanel::draw(AppState& state) {
     if (samples_.empty()) ImGui::TextDisabled("no sample_data/prompts installed");
     ImGui::EndCombo();
   }
-  ImGui::SameLine();
+  // The chat switches on a line of their own: beside the sample list they do not fit the panel's usual width.
   if (ImGui::Checkbox("chat", &chat_)) rerun = true;
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Wrap the prompt in the model's chat template as a user message");
   ImGui::SameLine();
