@@ -9,6 +9,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tests/support/chat_template_fixture.h"
 
@@ -240,36 +241,38 @@ TEST_CASE("--messages sends a three-turn conversation as transformers' apply_cha
   for (const auto& path : {dated_file, qwen_file, trace}) std::filesystem::remove(path);
 }
 
+namespace {
+
+// Runs kvscope with `args` and checks its exit code and that its output holds every one of `phrases`.
+void check_refused(const std::string& args, int exit_code, const std::vector<std::string>& phrases) {
+  const auto o = run(args);
+  INFO("kvscope " << args << "\n" << o.output);
+  CHECK(o.exit_code == exit_code);
+  for (const auto& phrase : phrases) CHECK_THAT(o.output, Catch::Contains(phrase));
+}
+
+}  // namespace
+
 TEST_CASE("--messages, --chat-date and --no-think refuse what they cannot do") {
   const auto llama31 = kvscope::test::folder_with_chat_template("llama3.1").string();
   const auto conversation = messages_file("usage", nlohmann::json::parse(R"([{"role": "user", "content": "hi"}])"));
-  auto o = run("generate --messages " + conversation.string() + " --prompt hi");
-  CHECK(o.exit_code == 2);
-  CHECK_THAT(o.output, Catch::Contains("--messages") && Catch::Contains("--prompt"));
-  o = run("generate --prompt hi --chat-date '05 Mar 2025'");
-  CHECK(o.exit_code == 2);
-  CHECK_THAT(o.output, Catch::Contains("--chat-date needs --chat or --messages"));
-  o = run("generate --prompt hi --no-think");
-  CHECK(o.exit_code == 2);
-  CHECK_THAT(o.output, Catch::Contains("--no-think needs --chat or --messages"));
-  o = run("generate --chat --prompt hi --chat-date 'March 5' --model " + llama31);
-  CHECK(o.exit_code == 2);
-  CHECK_THAT(o.output, Catch::Contains("--chat-date 'March 5'") && Catch::Contains("DD Mon YYYY"));
-  o = run("generate --chat --prompt hi --no-think --max-new-tokens 1 --model " + llama31);
-  CHECK(o.exit_code == 2);
-  CHECK_THAT(o.output, Catch::Contains("--no-think") && Catch::Contains("llama3.1"));
+  check_refused("generate --messages " + conversation.string() + " --prompt hi", 2, {"--messages", "--prompt"});
+  check_refused("generate --prompt hi --chat-date '05 Mar 2025'", 2, {"--chat-date needs --chat or --messages"});
+  check_refused("generate --prompt hi --no-think", 2, {"--no-think needs --chat or --messages"});
+  check_refused("generate --chat --prompt hi --chat-date 'March 5' --model " + llama31, 2,
+                {"--chat-date 'March 5'", "DD Mon YYYY"});
+  check_refused("generate --chat --prompt hi --no-think --max-new-tokens 1 --model " + llama31, 2,
+                {"--no-think", "llama3.1"});
   const auto tool = messages_file("tool", nlohmann::json::parse(R"([{"role": "user", "content": "hi"},
                                                                    {"role": "ipython", "content": "42"}])"));
-  o = run("generate --max-new-tokens 1 --messages " + tool.string() + " --model " + llama31);
-  CHECK(o.exit_code == 2);
-  CHECK_THAT(o.output, Catch::Contains("message 1 has role 'ipython': tool calling is not supported"));
+  check_refused("generate --max-new-tokens 1 --messages " + tool.string() + " --model " + llama31, 2,
+                {"message 1 has role 'ipython': tool calling is not supported"});
   // Llama 2 refuses turns that do not alternate, as its template does.
   const auto twice = messages_file("twice", nlohmann::json::parse(R"([{"role": "user", "content": "a"},
                                                                     {"role": "user", "content": "b"}])"));
-  o = run("generate --max-new-tokens 1 --messages " + twice.string() + " --model " +
-          (std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / "llama2").string());
-  CHECK(o.exit_code == 1);
-  CHECK_THAT(o.output, Catch::Contains("message 1 has role 'user'") && Catch::Contains("alternating"));
+  check_refused("generate --max-new-tokens 1 --messages " + twice.string() + " --model " +
+                    (std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / "llama2").string(),
+                1, {"message 1 has role 'user'", "alternating"});
   for (const auto& path : {conversation, tool, twice}) std::filesystem::remove(path);
 }
 
