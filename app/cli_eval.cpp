@@ -65,12 +65,14 @@ nlohmann::json metrics_json(const eval::Metrics& metrics) {
 
 int run_fidelity(const EvalArgs& a) {
   const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget};
-  policy::make_policy(cell.policy);  // a bad spec fails before the model loads
+  policy::make_policy(cell.policy);  // a bad spec or prompt fails before the model loads
+  const std::string body = a.prompt.body();
+  const run::ChatSpec chat = a.prompt.chat_spec();
   const model::Model model = a.model.load();
   eval::Evaluator evaluator(model);
   StageProgress progress;
   evaluator.progress = [&](const engine::Progress& p) { progress(p); };
-  const auto prompt = run::encode_prompt(model, a.prompt.body(), a.prompt.chat, a.prompt.system);
+  const auto prompt = run::encode_prompt(model, body, chat);
   progress.start("full cache", a.settings.new_tokens);
   const auto reference = evaluator.fidelity_reference(prompt, a.settings.new_tokens);
   progress.start(cell.policy, a.settings.new_tokens);
@@ -107,13 +109,14 @@ int run_fidelity(const EvalArgs& a) {
 int run_ppl(const EvalArgs& a) {
   const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget};
   policy::make_policy(cell.policy);
+  const std::string body = a.prompt.body();
+  const run::ChatSpec chat = a.prompt.chat_spec();
   const model::Model model = a.model.load();
   eval::Evaluator evaluator(model);
   StageProgress progress;
   evaluator.progress = [&](const engine::Progress& p) { progress(p); };
   const auto tokens =
-      eval::ppl_tokens(evaluator, run::prompt_text(model, a.prompt.body(), a.prompt.chat, a.prompt.system),
-                       a.settings.max_tokens, a.prompt.chat);
+      eval::ppl_tokens(evaluator, run::prompt_text(model, body, chat), a.settings.max_tokens, chat.enabled);
   const long scored = static_cast<long>(tokens.size()) - a.settings.prompt_tokens;
   progress.start("full cache", scored);
   const auto reference = evaluator.ppl_reference(tokens, a.settings.prompt_tokens);

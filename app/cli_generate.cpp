@@ -31,7 +31,7 @@ nlohmann::json result_json(const model::Model& model, const run::RunSpec& spec, 
   const engine::RunResult& r = outcome.result;
   nlohmann::json j;
   j["model"] = model.path().string();
-  j["prompt"] = run::prompt_text(model, spec.prompt, spec.chat, spec.system);
+  j["prompt"] = run::prompt_text(model, spec.prompt, spec.chat);
   j["prompt_tokens"] = r.prompt_tokens;
   j["generated_tokens"] = r.generated_tokens;
   j["text"] = r.text;

@@ -63,9 +63,11 @@ Prepared prepare(const SweepArgs& a, const model::Model* model) {
   for (const auto& b : p.grid.budgets) policy::BudgetSpec::parse(b);
   p.grid.settings = a.settings.to_json(a.eval_kind);
   if (a.eval_kind == "needle") {
-    if (!a.prompt.prompt.empty() || !a.prompt.prompt_file.empty() || !a.prompts_dir.empty())
+    if (!a.prompt.prompt.empty() || !a.prompt.prompt_file.empty() || !a.prompt.messages_file.empty() ||
+        !a.prompts_dir.empty())
       throw UsageError(
-          "a needle sweep generates its prompts (--lengths, --depths, --seed); drop --prompt/--prompt-file/--prompts");
+          "a needle sweep generates its prompts (--lengths, --depths, --seed); drop "
+          "--prompt/--prompt-file/--messages/--prompts");
     NeedleGrid needle{a.lengths, parse_depths(a.depths), a.seed, a.settings.answer_tokens};
     p.grid.settings["lengths"] = needle.lengths;
     p.grid.settings["depths"] = needle.depths;

@@ -15,16 +15,19 @@ namespace fs = std::filesystem;
 
 std::vector<eval::EvalPrompt> load_prompts(const PromptOptions& options, const std::string& prompts_dir,
                                            const model::Model* model) {
-  // Without a model (flags checked before loading it) the chat template is not applied.
-  const bool chat = options.chat && model;
-  auto text = [&](const PromptOptions& one) {
-    return chat ? run::prompt_text(*model, one.body(), true, one.system) : one.body();
-  };
-  const int sources = !options.prompt.empty() + !options.prompt_file.empty() + !prompts_dir.empty();
-  if (sources != 1) throw UsageError("give exactly one of --prompt TEXT, --prompt-file FILE or --prompts DIR");
+  const int sources =
+      !options.prompt.empty() + !options.prompt_file.empty() + !options.messages_file.empty() + !prompts_dir.empty();
+  if (sources != 1)
+    throw UsageError("give exactly one of --prompt TEXT, --prompt-file FILE, --messages FILE or --prompts DIR");
+  // The chat flags and the messages file are checked with or without a model; without one (flags checked
+  // before loading it) the chat template is not applied.
+  const run::ChatSpec chat_spec = options.chat_spec();
+  const bool chat = chat_spec.enabled && model;
+  auto text = [&](const std::string& body) { return chat ? run::prompt_text(*model, body, chat_spec) : body; };
   if (prompts_dir.empty()) {
-    const std::string name = options.prompt_file.empty() ? "prompt" : fs::path(options.prompt_file).filename().string();
-    return {{name, text(options), "", chat}};
+    const std::string& file = options.messages_file.empty() ? options.prompt_file : options.messages_file;
+    const std::string name = file.empty() ? "prompt" : fs::path(file).filename().string();
+    return {{name, text(options.body()), "", chat}};
   }
   std::error_code ec;
   fs::directory_iterator it(prompts_dir, ec);
@@ -40,10 +43,7 @@ std::vector<eval::EvalPrompt> load_prompts(const PromptOptions& options, const s
     std::ostringstream ss;
     if (!in || !(ss << in.rdbuf())) throw UsageError("cannot read prompt file '" + path.string() + "'");
     if (ss.str().empty()) throw UsageError("prompt file '" + path.string() + "' is empty");
-    PromptOptions one = options;
-    one.prompt = ss.str();
-    one.prompt_file.clear();
-    prompts.push_back({path.filename().string(), text(one), "", chat});
+    prompts.push_back({path.filename().string(), text(ss.str()), "", chat});
   }
   return prompts;
 }

@@ -10,8 +10,8 @@
 namespace kvscope::app {
 
 // Throws UsageError when none or more than one source is given, or when the folder cannot be read or holds
-// no readable files (naming the folder or file). With --chat the model's chat template is applied when `model`
-// is given.
+// no readable files (naming the folder or file), and for bad chat flags (PromptOptions::chat_spec). With --chat
+// or --messages the model's chat template is applied when `model` is given.
 std::vector<eval::EvalPrompt> load_prompts(const PromptOptions& options, const std::string& prompts_dir,
                                            const model::Model* model);
 

@@ -5,6 +5,8 @@
 #include <sstream>
 
 #include "core/common/error.h"
+#include "core/model/chat_date.h"
+#include "core/model/chat_messages_file.h"
 
 namespace kvscope::app {
 
@@ -22,16 +24,41 @@ void PromptOptions::add_to(CLI::App* cmd) {
   auto* text_opt = cmd->add_option("--prompt", prompt, "prompt text");
   auto* file_opt = cmd->add_option("--prompt-file", prompt_file, "read the prompt from a file");
   text_opt->excludes(file_opt);
-  auto* chat_opt = cmd->add_flag(
-      "--chat", chat,
-      "wrap the prompt as a user message in the model's chat template (ChatML, Llama 2, Llama 3 or Mistral; "
-      "see `kvscope info`)");
-  cmd->add_option("--system", system,
-                  "with --chat: a system message before the prompt (default: the template's own, if it has one)")
-      ->needs(chat_opt);
+  auto* chat_opt = cmd->add_flag("--chat", chat,
+                                 "wrap the prompt as a user message in the model's chat template (ChatML, Qwen3, "
+                                 "Llama 2, Llama 3, Llama 3.1 or Mistral; see `kvscope info`)");
+  auto* system_opt =
+      cmd->add_option("--system", system,
+                      "with --chat: a system message before the prompt (default: the template's own, if it has one)")
+          ->needs(chat_opt);
+  cmd->add_option("--messages", messages_file,
+                  "a whole conversation as a JSON list of {\"role\", \"content\"} (system, user, assistant) in the "
+                  "model's chat template; implies --chat")
+      ->excludes(text_opt)
+      ->excludes(file_opt)
+      ->excludes(system_opt);
+  cmd->add_option("--chat-date", chat_date,
+                  "with --chat or --messages on a Llama 3.1/3.2/3.3 template: the \"Today Date\" of its system block, "
+                  "DD Mon YYYY (default: the template's own, 26 Jul 2024 for Llama 3.1 and 3.3, today for 3.2)");
+  cmd->add_flag("--no-think", no_think,
+                "with --chat or --messages on a Qwen3 template: thinking off (enable_thinking=False: an empty "
+                "<think></think> block after the generation prompt)");
+}
+
+run::ChatSpec PromptOptions::chat_spec() const {
+  run::ChatSpec spec;
+  spec.enabled = chat_enabled();
+  if (!spec.enabled && !chat_date.empty()) throw UsageError("--chat-date needs --chat or --messages");
+  if (!spec.enabled && no_think) throw UsageError("--no-think needs --chat or --messages");
+  spec.system = system;
+  if (!messages_file.empty()) spec.messages = model::read_chat_messages(messages_file);
+  if (!chat_date.empty()) spec.settings.date = model::checked_chat_date(chat_date);
+  spec.settings.enable_thinking = !no_think;
+  return spec;
 }
 
 std::string PromptOptions::body() const {
+  if (!messages_file.empty()) return "";
   std::string text = prompt;
   if (!prompt_file.empty()) {
     std::ifstream in(prompt_file, std::ios::binary);
@@ -40,7 +67,7 @@ std::string PromptOptions::body() const {
     ss << in.rdbuf();
     text = ss.str();
   }
-  if (text.empty()) throw UsageError("no prompt: pass --prompt TEXT or --prompt-file FILE");
+  if (text.empty()) throw UsageError("no prompt: pass --prompt TEXT, --prompt-file FILE or --messages FILE");
   return text;
 }
 
@@ -73,8 +100,7 @@ run::RunSpec GenerationFlags::spec(const PromptOptions& prompt, const std::strin
   s.policy = policy;
   s.budget = budget;
   s.prompt = prompt.body();
-  s.chat = prompt.chat;
-  s.system = prompt.system;
+  s.chat = prompt.chat_spec();
   s.generation = options();
   s.source = source;
   return s;

@@ -21,11 +21,18 @@ struct PromptOptions {
   std::string prompt;
   std::string prompt_file;
   bool chat = false;
-  std::string system;  // --system: a system message before the prompt (needs --chat)
+  std::string system;         // --system: a system message before the prompt (needs --chat)
+  std::string messages_file;  // --messages: the whole conversation as JSON (implies --chat)
+  std::string chat_date;      // --chat-date: the Llama 3.1+ template's date
+  bool no_think = false;      // --no-think: Qwen3's enable_thinking=False
   void add_to(CLI::App* cmd);
-  // The prompt as given (--prompt, or the file's text), before any chat template; throws UsageError
-  // without a prompt or for an unreadable file.
+  // The prompt as given (--prompt, or the file's text), before any chat template; empty with --messages. Throws
+  // UsageError without a prompt or for an unreadable file.
   std::string body() const;
+  bool chat_enabled() const { return chat || !messages_file.empty(); }
+  // The chat flags as a run::ChatSpec, with the --messages file read. Throws UsageError for --chat-date or
+  // --no-think without --chat or --messages, a date not of the form DD Mon YYYY, and a bad messages file.
+  run::ChatSpec chat_spec() const;
 };
 
 struct GenerationFlags {

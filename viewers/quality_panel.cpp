@@ -48,6 +48,7 @@ void QualityPanel::start_sweep(const AppState& state, const std::string& policie
   r.model_path = live->request->model_path;
   r.prompt = live->request->prompt;
   r.chat = live->request->chat;
+  r.no_think = live->request->no_think;
   r.policies = eval::split_policy_list(policies);
   r.budgets = eval::split_list(budgets, "budget");
   r.new_tokens = new_tokens;

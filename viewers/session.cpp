@@ -37,6 +37,14 @@ std::filesystem::path prompts_dir() {
   return std::filesystem::path(KVSCOPE_SOURCE_DIR) / "sample_data" / "prompts";
 }
 
+// The window's chat: the prompt as the one user message, with Qwen3's thinking switch.
+run::ChatSpec window_chat(bool chat, bool no_think) {
+  run::ChatSpec spec;
+  spec.enabled = chat;
+  spec.settings.enable_thinking = !no_think;
+  return spec;
+}
+
 }  // namespace
 
 std::vector<std::string> sample_prompt_names() {
@@ -299,7 +307,7 @@ bool Session::execute(const RunRequest& request) {
   spec.policy = request.policy_spec;
   spec.budget = request.budget;
   spec.prompt = request.prompt;
-  spec.chat = request.chat;
+  spec.chat = window_chat(request.chat, request.no_think);
   spec.generation.max_new_tokens = request.max_new_tokens;
   spec.record = request.record;
   spec.name = request.name;
@@ -420,8 +428,8 @@ void Session::execute_sweep(const Job& job) {
   };
   try {
     set_task("sweep: full-cache reference", static_cast<float>(cell) / cells);
-    const auto reference =
-        evaluator.fidelity_reference(run::encode_prompt(model, request.prompt, request.chat), request.new_tokens);
+    const auto reference = evaluator.fidelity_reference(
+        run::encode_prompt(model, request.prompt, window_chat(request.chat, request.no_think)), request.new_tokens);
     for (; cell < cells; ++cell) {
       // Cells in the order of a sweep grid: policies, then budgets.
       const eval::CellPolicy policy{request.policies[cell / request.budgets.size()],

@@ -39,6 +39,7 @@ struct RunRequest {
   std::string model_path;           // empty: the default model
   std::string prompt;
   bool chat = false;                // wrap the prompt in the model's chat template
+  bool no_think = false;            // with chat: Qwen3's thinking off (kvscope --no-think)
   std::string policy_spec = "full"; // "snapkv:window=32,kernel=7"
   std::string budget;               // "128" or "20%"; empty: the whole prompt (full cache)
   int max_new_tokens = 32;
@@ -56,6 +57,7 @@ struct SweepRequest {
   std::string model_path;  // empty: the default model
   std::string prompt;
   bool chat = false;
+  bool no_think = false;
   std::vector<std::string> policies, budgets;
   int new_tokens = 16;
   std::size_t cells() const { return policies.size() * budgets.size(); }

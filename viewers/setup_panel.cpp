@@ -142,6 +142,7 @@ RunRequest SetupPanel::request() const {
   r.model_path = model_path_;
   r.prompt = prompt_;
   r.chat = chat_;
+  r.no_think = chat_ && no_think_;
   r.policy_spec = policy_spec();
   r.budget = budget_text();
   r.max_new_tokens = max_new_tokens_;
@@ -170,7 +171,8 @@ void SetupPanel::load_defaults() {
 void SetupPanel::run(bool with_baseline) {
   const RunRequest r = request();
   session_.submit(r);
-  const std::string key = r.model_path + "\n" + r.prompt + (r.chat ? "\nchat" : "") + "\n" + std::to_string(r.max_new_tokens);
+  const std::string key = r.model_path + "\n" + r.prompt + (r.chat ? "\nchat" : "") + (r.no_think ? "\nno_think" : "") +
+                          "\n" + std::to_string(r.max_new_tokens);
   if (with_baseline && r.policy_spec != "full" && key != baseline_key_) {
     baseline_key_ = key;
     RunRequest b = r;
@@ -291,9 +293,16 @@ void SetupPanel::draw(AppState& state) {
     if (samples_.empty()) ImGui::TextDisabled("no sample_data/prompts installed");
     ImGui::EndCombo();
   }
-  ImGui::SameLine();
+  // The chat switches on a line of their own: beside the sample list they do not fit the panel's usual width.
   if (ImGui::Checkbox("chat", &chat_)) rerun = true;
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Wrap the prompt in the model's chat template as a user message");
+  ImGui::SameLine();
+  ImGui::BeginDisabled(!chat_);
+  if (ImGui::Checkbox("no think", &no_think_)) rerun = true;
+  ImGui::EndDisabled();
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip(
+        "Qwen3 templates: thinking off (enable_thinking=False, kvscope --no-think); other templates refuse it");
   input_multiline("##prompt", prompt_, -1, ImGui::GetTextLineHeight() * 7);
   if (ImGui::IsItemDeactivatedAfterEdit()) rerun = true;
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x - ImGui::CalcTextSize("Load file").x - ImGui::GetStyle().FramePadding.x * 4);

@@ -61,6 +61,7 @@ class SetupPanel final : public Panel {
   std::vector<std::string> sample_texts_;  // read once, to tell whether the prompt still is a sample
   std::string prompt_file_;
   bool chat_ = false;
+  bool no_think_ = false;  // with chat_: Qwen3's thinking off
   int policy_ = 0;
   std::map<std::string, double> numbers_;
   std::map<std::string, std::string> choices_;

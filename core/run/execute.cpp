@@ -51,8 +51,7 @@ RunOutcome execute(const RunSpec& spec, const model::Model& model, const RunSink
   RunOutcome out;
   out.name = checked.run_name;
   out.policy_name = checked.policy_name;
-  out.prompt_tokens =
-      spec.prompt_ids.empty() ? encode_prompt(model, spec.prompt, spec.chat, spec.system) : spec.prompt_ids;
+  out.prompt_tokens = spec.prompt_ids.empty() ? encode_prompt(model, spec.prompt, spec.chat) : spec.prompt_ids;
   const std::vector<int>& tokens = out.prompt_tokens;
 
   auto policy = policy::make_policy(spec.policy);
@@ -96,8 +95,9 @@ RunOutcome execute(const RunSpec& spec, const model::Model& model, const RunSink
     description.policy_spec = spec.policy;
     description.policy_params = policy.params.as_text();
     description.budget = checked.uses_budget ? spec.budget : "";
-    description.prompt = spec.prompt.empty() ? "" : prompt_text(model, spec.prompt, spec.chat, spec.system);
-    description.chat = spec.chat;
+    const bool has_text = !spec.prompt.empty() || (spec.chat.enabled && !spec.chat.messages.empty());
+    description.prompt = has_text ? prompt_text(model, spec.prompt, spec.chat) : "";
+    description.chat = spec.chat.enabled;
     description.prompt_tokens = static_cast<int>(tokens.size());
     description.options = options;
     description.source = spec.source;

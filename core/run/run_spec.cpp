@@ -9,7 +9,7 @@
 namespace kvscope::run {
 
 CheckedSpec check(const RunSpec& spec) {
-  if (spec.prompt.empty() && spec.prompt_ids.empty())
+  if (spec.prompt.empty() && spec.chat.messages.empty() && spec.prompt_ids.empty())
     throw UsageError("the prompt is empty");
   const auto policy = policy::make_policy(spec.policy);
   CheckedSpec out;
@@ -25,19 +25,21 @@ CheckedSpec check(const RunSpec& spec) {
   return out;
 }
 
-std::string prompt_text(const model::Model& model, const std::string& body, bool chat, const std::string& system) {
-  if (!chat) return body;
-  std::vector<model::ChatMessage> messages;
-  if (!system.empty()) messages.push_back({"system", system});
-  messages.push_back({"user", body});
-  return model::render_chat(model.chat_template.get(), messages);
+std::string prompt_text(const model::Model& model, const std::string& body, const ChatSpec& chat) {
+  if (!chat.enabled) return body;
+  std::vector<model::ChatMessage> messages = chat.messages;
+  if (messages.empty()) {
+    if (!chat.system.empty()) messages.push_back({"system", chat.system});
+    messages.push_back({"user", body});
+  }
+  return model::render_chat(model.chat_template.get(), messages, true, chat.settings);
 }
 
-std::vector<int> encode_prompt(const model::Model& model, const std::string& body, bool chat,
-                               const std::string& system) {
+std::vector<int> encode_prompt(const model::Model& model, const std::string& body, const ChatSpec& chat) {
   std::vector<int> ids;
-  if (!chat && model.tokenizer->add_bos() && model.tokenizer->bos_id() >= 0) ids.push_back(model.tokenizer->bos_id());
-  const auto tokens = model.tokenizer->encode(prompt_text(model, body, chat, system), chat);
+  if (!chat.enabled && model.tokenizer->add_bos() && model.tokenizer->bos_id() >= 0)
+    ids.push_back(model.tokenizer->bos_id());
+  const auto tokens = model.tokenizer->encode(prompt_text(model, body, chat), chat.enabled);
   ids.insert(ids.end(), tokens.begin(), tokens.end());
   return ids;
 }

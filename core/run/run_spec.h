@@ -11,12 +11,20 @@
 
 namespace kvscope::run {
 
+// How the prompt becomes a conversation in the model's chat template (kvscope --chat, --system, --messages,
+// --chat-date, --no-think).
+struct ChatSpec {
+  bool enabled = false;
+  std::string system;                        // a system message before the prompt (empty: the template's default)
+  std::vector<model::ChatMessage> messages;  // not empty: the whole conversation, instead of system + prompt
+  model::ChatSettings settings;              // the Llama 3.1 date, Qwen3's thinking switch
+};
+
 struct RunSpec {
   std::string policy = "full";        // "snapkv:window=32,kernel=7" (see `kvscope policies`)
   std::string budget;                 // "128" tokens per (layer, KV head) or "20%" of the prompt; empty: whole prompt
   std::string prompt;                 // text; with `chat`, the user message of the model's chat template
-  bool chat = false;
-  std::string system;                 // with `chat`: a system message before it (empty: the template's default)
+  ChatSpec chat;
   std::vector<int> prompt_ids;        // when not empty: the tokens themselves (prompt is then only recorded)
   engine::GenerateOptions generation;  // new tokens, sampling, stopping (its budget is set from `budget`)
   std::string record;                 // trace::RecordOptions spec for recording sinks; empty: defaults
@@ -33,16 +41,16 @@ struct CheckedSpec {
 };
 
 // Throws UsageError naming what is wrong: an unknown policy or parameter, a malformed budget, a policy that
-// needs a budget and has none, an empty prompt.
+// needs a budget and has none, an empty prompt (no text, conversation or ids).
 CheckedSpec check(const RunSpec& spec);
 
-// The prompt as the model sees it: with `chat`, the body as the user message of the model's chat template, after
-// `system` as a system message when it is not empty (model.chat_template; throws Error when the model has none
-// kvscope renders).
-std::string prompt_text(const model::Model& model, const std::string& body, bool chat, const std::string& system = "");
-// Its tokens: BOS first when the model asks for one; with `chat` the template writes BOS itself where its family
+// The prompt as the model sees it: with chat enabled, chat.messages, or else the body as the user message after
+// chat.system as a system message when it is not empty, rendered by the model's chat template with the chat's
+// settings (model.chat_template; throws Error when the model has none kvscope renders or refuses the
+// conversation).
+std::string prompt_text(const model::Model& model, const std::string& body, const ChatSpec& chat);
+// Its tokens: BOS first when the model asks for one; with chat the template writes BOS itself where its family
 // does, and its special tokens are parsed (as transformers' apply_chat_template).
-std::vector<int> encode_prompt(const model::Model& model, const std::string& body, bool chat,
-                               const std::string& system = "");
+std::vector<int> encode_prompt(const model::Model& model, const std::string& body, const ChatSpec& chat);
 
 }  // namespace kvscope::run

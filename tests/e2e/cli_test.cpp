@@ -1,13 +1,17 @@
 // The kvscope binary as a user runs it: exit codes, error messages, --help, --json.
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <sys/wait.h>
+#include <vector>
+
+#include "tests/support/chat_template_fixture.h"
 
 namespace {
 
@@ -174,6 +178,102 @@ TEST_CASE("generate --chat on the Llama 2 and Mistral folders sends transformers
     CHECK(info["chat_template"] == name + " (recognised in chat_template.jinja)");
     CHECK_THAT(info["tokenizer"].get<std::string>(), Catch::Contains("SentencePiece-style BPE"));
   }
+}
+
+namespace {
+
+// The golden case of `template_name` whose conversation has `turns` messages and that satisfies `match`.
+const nlohmann::json& chat_case(const std::string& template_name, std::size_t turns,
+                                const std::function<bool(const nlohmann::json&)>& match) {
+  for (const auto& c : kvscope::test::chat_template_golden()["templates"][template_name]["cases"])
+    if (c["messages"].size() == turns && c["add_generation_prompt"].get<bool>() && match(c)) return c;
+  FAIL("no such golden case in " << template_name);
+  throw std::logic_error("unreachable");
+}
+
+std::filesystem::path messages_file(const std::string& name, const nlohmann::json& messages) {
+  const auto path = temp_file(name + "_messages.json");
+  std::ofstream(path) << messages.dump();
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("--messages sends a three-turn conversation as transformers' apply_chat_template does") {
+  // Llama 3.1's dated system block with --chat-date, and Qwen3 with thinking off (--no-think).
+  const auto llama31 = kvscope::test::folder_with_chat_template("llama3.1");
+  const auto& dated =
+      chat_case("llama3.1", 3, [](const auto& c) { return c.value("date_string", "") == "05 Mar 2025"; });
+  const auto dated_file = messages_file("llama31", dated["messages"]);
+  auto o = run("generate --json --ignore-eos --max-new-tokens 2 --model " + llama31.string() + " --messages " +
+               dated_file.string() + " --chat-date '05 Mar 2025'");
+  REQUIRE(o.exit_code == 0);
+  auto j = nlohmann::json::parse(o.output);
+  CHECK(j["prompt"] == dated["text"]);
+  CHECK(j["prompt_tokens"] == dated["ids"]);
+  CHECK(j["generated_tokens"].size() == 2);
+
+  const auto qwen3 = kvscope::test::folder_with_chat_template("qwen3");
+  const auto& no_think = chat_case("qwen3", 3, [](const auto& c) { return !c.value("enable_thinking", true); });
+  const auto qwen_file = messages_file("qwen3", no_think["messages"]);
+  o = run("generate --json --max-new-tokens 1 --model " + qwen3.string() + " --messages " + qwen_file.string() +
+          " --no-think");
+  REQUIRE(o.exit_code == 0);
+  CHECK(nlohmann::json::parse(o.output)["prompt_tokens"] == no_think["ids"]);
+
+  // eval and trace take the same conversation.
+  o = run("eval fidelity --json --max-new-tokens 2 --model " + llama31.string() + " --messages " + dated_file.string() +
+          " --chat-date '05 Mar 2025'");
+  REQUIRE(o.exit_code == 0);
+  // stderr (merged here) carries eval's progress lines before the record.
+  CHECK(nlohmann::json::parse(o.output.substr(o.output.find("{\n"))).at("prompt_tokens") == dated["ids"].size());
+  const auto trace = temp_file("messages_trace.h5");
+  std::filesystem::remove(trace);
+  o = run("trace --quiet --max-new-tokens 1 --model " + qwen3.string() + " --messages " + qwen_file.string() +
+          " --no-think --out " + trace.string());
+  REQUIRE(o.exit_code == 0);
+  CHECK_THAT(run("inspect " + trace.string()).output,
+             Catch::Contains("prompt " + std::to_string(no_think["ids"].size()) + " tokens"));
+
+  const auto info = nlohmann::json::parse(run("info --json --model " + llama31.string()).output);
+  CHECK(info["chat_template"] ==
+        "llama3.1 (recognised in chat_template.jinja; dated system block, date 26 Jul 2024 unless --chat-date)");
+  for (const auto& path : {dated_file, qwen_file, trace}) std::filesystem::remove(path);
+}
+
+namespace {
+
+// Runs kvscope with `args` and checks its exit code and that its output holds every one of `phrases`.
+void check_refused(const std::string& args, int exit_code, const std::vector<std::string>& phrases) {
+  const auto o = run(args);
+  INFO("kvscope " << args << "\n" << o.output);
+  CHECK(o.exit_code == exit_code);
+  for (const auto& phrase : phrases) CHECK_THAT(o.output, Catch::Contains(phrase));
+}
+
+}  // namespace
+
+TEST_CASE("--messages, --chat-date and --no-think refuse what they cannot do") {
+  const auto llama31 = kvscope::test::folder_with_chat_template("llama3.1").string();
+  const auto conversation = messages_file("usage", nlohmann::json::parse(R"([{"role": "user", "content": "hi"}])"));
+  check_refused("generate --messages " + conversation.string() + " --prompt hi", 2, {"--messages", "--prompt"});
+  check_refused("generate --prompt hi --chat-date '05 Mar 2025'", 2, {"--chat-date needs --chat or --messages"});
+  check_refused("generate --prompt hi --no-think", 2, {"--no-think needs --chat or --messages"});
+  check_refused("generate --chat --prompt hi --chat-date 'March 5' --model " + llama31, 2,
+                {"--chat-date 'March 5'", "DD Mon YYYY"});
+  check_refused("generate --chat --prompt hi --no-think --max-new-tokens 1 --model " + llama31, 2,
+                {"--no-think", "llama3.1"});
+  const auto tool = messages_file("tool", nlohmann::json::parse(R"([{"role": "user", "content": "hi"},
+                                                                   {"role": "ipython", "content": "42"}])"));
+  check_refused("generate --max-new-tokens 1 --messages " + tool.string() + " --model " + llama31, 2,
+                {"message 1 has role 'ipython': tool calling is not supported"});
+  // Llama 2 refuses turns that do not alternate, as its template does.
+  const auto twice = messages_file("twice", nlohmann::json::parse(R"([{"role": "user", "content": "a"},
+                                                                    {"role": "user", "content": "b"}])"));
+  check_refused("generate --max-new-tokens 1 --messages " + twice.string() + " --model " +
+                    (std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / "llama2").string(),
+                1, {"message 1 has role 'user'", "alternating"});
+  for (const auto& path : {conversation, tool, twice}) std::filesystem::remove(path);
 }
 
 TEST_CASE("a system message (--system) needs --chat") {

@@ -14,6 +14,7 @@
 #include "core/eval/eval_run.h"
 #include "core/model/model.h"
 #include "core/run/run_spec.h"
+#include "tests/support/chat_template_fixture.h"
 #include "tests/support/golden_compare.h"
 
 using namespace kvscope;
@@ -30,22 +31,18 @@ const nlohmann::json& golden() {
   return json;
 }
 
-std::vector<model::ChatMessage> messages_of(const nlohmann::json& chat) {
-  std::vector<model::ChatMessage> out;
-  for (const auto& m : chat["messages"]) out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
-  return out;
-}
-
 // Every conversation of the golden rendered and tokenized as transformers' apply_chat_template does.
 void check_chats(const model::Model& m, const nlohmann::json& chats) {
   for (const auto& chat : chats) {
     INFO("conversation " << chat["messages"].dump());
-    const auto messages = messages_of(chat);
+    const auto messages = test::chat_messages_of(chat["messages"]);
     const std::string text = model::render_chat(m.chat_template.get(), messages);
     CHECK(text == chat["text"].get<std::string>());
     CHECK(m.tokenizer->encode(text, true) == chat["ids"].get<std::vector<int>>());
     if (messages.size() == 1) {  // what --chat sends: the prompt as the one user message
-      CHECK(run::encode_prompt(m, messages[0].content, true) == chat["ids"].get<std::vector<int>>());
+      run::ChatSpec as_chat;
+      as_chat.enabled = true;
+      CHECK(run::encode_prompt(m, messages[0].content, as_chat) == chat["ids"].get<std::vector<int>>());
       CHECK(eval::Evaluator(m).encode(text, true) == chat["ids"].get<std::vector<int>>());  // eval and sweep
     }
   }

@@ -139,13 +139,13 @@ TEST_CASE("a captured prefill never serves a run whose upstream inputs differ", 
   other_prompt.prompt += " Answer:";
   check_fresh(other_prompt, model, "prompt text");
   run::RunSpec chat = spec("snapkv");
-  chat.chat = true;
+  chat.chat.enabled = true;
   check_fresh(chat, model, "chat template");
   run::RunSpec record = spec("snapkv");
   record.record = "decode=off;pooling=mean";
   check_fresh(record, model, "recording options");
   run::RunSpec ids = spec("snapkv");
-  ids.prompt_ids = run::encode_prompt(model, kPrompt, false);
+  ids.prompt_ids = run::encode_prompt(model, kPrompt, {});
   ids.prompt_ids.pop_back();
   check_fresh(ids, model, "prompt tokens");
 

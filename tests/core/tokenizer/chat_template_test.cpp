@@ -36,9 +36,55 @@ TEST_CASE("chat templates are recognised by their markers", "[tokenizer][chat]")
   CHECK(recognise_chat_template("{{ '<|start_header_id|>' + m['role'] }}") == ChatFormat::Llama3);
   CHECK(recognise_chat_template("[INST] {{ '<<SYS>>\\n' }}") == ChatFormat::Llama2);
   CHECK(recognise_chat_template("{{ '[INST] ' + content + ' [/INST]' }}") == ChatFormat::Mistral);
-  // Llama 3.1's dated system block is not rendered, so its template is not taken for Llama 3's.
-  CHECK_FALSE(recognise_chat_template("<|start_header_id|>system\nCutting Knowledge Date: December 2023"));
+  // Llama 3.1's dated system block makes it a format of its own, Qwen3's enable_thinking another.
+  CHECK(recognise_chat_template("<|start_header_id|>system\nCutting Knowledge Date: December 2023") ==
+        ChatFormat::Llama31);
+  CHECK(recognise_chat_template("<|im_start|>assistant\n{% if enable_thinking is false %}<think>\n\n</think>") ==
+        ChatFormat::Qwen3);
+  // ChatML with reasoning rules other than Qwen3's switch (Qwen3-2507 Thinking, QwQ) is not taken for either.
+  CHECK_FALSE(recognise_chat_template("<|im_start|>assistant\n<think>\n"));
   CHECK_FALSE(recognise_chat_template("{{ '<start_of_turn>user\\n' }}"));  // Gemma
+}
+
+TEST_CASE("a Llama 3.1 template's default date is its literal or today's", "[tokenizer][chat]") {
+  auto literal = llama31_date_default("{%- if not date_string is defined %}{%- set date_string = \"26 Jul 2024\" %}");
+  REQUIRE(literal);
+  CHECK(literal->date == "26 Jul 2024");
+  CHECK_FALSE(literal->date_is_today);
+  literal = llama31_date_default("{% set date_string = '01 Jan 2025' %}");
+  REQUIRE(literal);
+  CHECK(literal->date == "01 Jan 2025");
+  // Llama 3.2's calls strftime_now first and keeps the literal for environments without it.
+  const auto today = llama31_date_default(
+      "{%- if strftime_now is defined %}{%- set date_string = strftime_now(\"%d %b %Y\") %}{%- else %}"
+      "{%- set date_string = \"26 Jul 2024\" %}");
+  REQUIRE(today);
+  CHECK(today->date_is_today);
+  CHECK_FALSE(llama31_date_default("Today Date: {{ date_string }}"));
+}
+
+TEST_CASE("settings a family has no use for, and tool roles, are refused", "[tokenizer][chat]") {
+  ChatTemplate chatml;
+  ChatSettings dated;
+  dated.date = "26 Jul 2024";
+  CHECK_THROWS_WITH(render_chat(chatml, {{"user", "a"}}, true, dated),
+                    Catch::Contains("--chat-date") && Catch::Contains("chatml") && Catch::Contains("writes no date"));
+  ChatSettings no_think;
+  no_think.enable_thinking = false;
+  ChatTemplate llama31;
+  llama31.format = ChatFormat::Llama31;
+  llama31.date_default.date = "26 Jul 2024";
+  CHECK_THROWS_WITH(render_chat(llama31, {{"user", "a"}}, true, no_think),
+                    Catch::Contains("--no-think") && Catch::Contains("llama3.1"));
+  dated.date = "26 July 2024";
+  CHECK_THROWS_WITH(render_chat(llama31, {{"user", "a"}}, true, dated), Catch::Contains("DD Mon YYYY"));
+  CHECK_THROWS_WITH(render_chat(llama31, {}), Catch::Contains("empty"));
+  for (const char* role : {"tool", "ipython"})
+    CHECK_THROWS_WITH(render_chat(chatml, {{"user", "a"}, {role, "42"}}),
+                      Catch::Contains(std::string("message 1 has role '") + role) &&
+                          Catch::Contains("tool calling is not supported"));
+  CHECK_THROWS_WITH(render_chat(chatml, {{"narrator", "a"}}),
+                    Catch::Contains("role 'narrator'") && Catch::Contains("expected system, user or assistant"));
 }
 
 TEST_CASE("a ChatML template's default system prompt is the literal it writes", "[tokenizer][chat]") {
