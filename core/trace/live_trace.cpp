@@ -74,6 +74,12 @@ void LiveTrace::write_map(int run, const MapSlot& slot, const Map2D& map, const 
   table(slot.kind)[{slot.layer, slot.index}] = std::make_shared<const Map2D>(map);
 }
 
+void LiveTrace::share_map(int run, const MapSlot& slot, const std::shared_ptr<const Map2D>& map, const std::string&,
+                          const std::string&, bool) {
+  check_run(run);
+  table(slot.kind)[{slot.layer, slot.index}] = map;
+}
+
 void LiveTrace::write_stat(int run, const std::string& name, const LayerHeadStat& stat) {
   check_run(run);
   trace_.stats[name] = stat;

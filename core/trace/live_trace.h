@@ -33,6 +33,8 @@ class LiveTrace final : public TraceSink {
   void write_map_rows(int run, const MapSlot& slot, int first_row, int n_rows, std::span<const float> values) override;
   void write_map(int run, const MapSlot& slot, const Map2D& map, const std::string& units, const std::string& definition,
                  bool lower_triangle) override;
+  void share_map(int run, const MapSlot& slot, const std::shared_ptr<const Map2D>& map, const std::string& units,
+                 const std::string& definition, bool lower_triangle) override;
   void write_stat(int run, const std::string& name, const LayerHeadStat& stat) override;
   void write_layer_stat(int run, const std::string& name, const LayerStat& stat) override;
   void write_series(int run, const std::string& name, const policy::Series& series) override;

@@ -196,11 +196,11 @@ void Recorder::adopt_prefill(const RunTrace& source) {
   prefill_adopted_ = true;
   std::fill(layer_done_.begin(), layer_done_.end(), true);
   std::fill(similarity_done_.begin(), similarity_done_.end(), true);
-  // The maps are shared, immutable Map2Ds: a live sink keeps the pointers' data, a writer packs it.
+  // The maps are shared, immutable Map2Ds: a live sink keeps the pointers (no copy), a writer packs them.
   auto send = [&](MapKind kind, const RunTrace::MapTable& table, bool triangle) {
     for (const auto& [key, map] : table)
       for (std::size_t i = 0; i < sinks_.size(); ++i)
-        sinks_[i]->write_map(run_ids_[i], {kind, key.first, key.second}, *map, map_units(kind), map_definition(kind), triangle);
+        sinks_[i]->share_map(run_ids_[i], {kind, key.first, key.second}, map, map_units(kind), map_definition(kind), triangle);
   };
   if (options_.attention) send(MapKind::Attention, source.attention, false);
   if (options_.similarity) {

@@ -6,6 +6,7 @@
 // screen writes what is in memory, through the same calls a live run makes.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <tuple>
@@ -68,6 +69,12 @@ class TraceSink {
   // A map computed whole. A symmetric map may be stored as its lower triangle (upper cells 0).
   virtual void write_map(int run, const MapSlot& slot, const Map2D& map, const std::string& units,
                          const std::string& definition, bool lower_triangle = false) = 0;
+  // A map that already lives in memory as an immutable, shared one (a captured prefill's, adopted by a
+  // later run): a sink that keeps maps in memory keeps the pointer instead of a copy; others write it.
+  virtual void share_map(int run, const MapSlot& slot, const std::shared_ptr<const Map2D>& map,
+                         const std::string& units, const std::string& definition, bool lower_triangle = false) {
+    write_map(run, slot, *map, units, definition, lower_triangle);
+  }
   virtual void write_stat(int run, const std::string& name, const LayerHeadStat& stat) = 0;
   virtual void write_layer_stat(int run, const std::string& name, const LayerStat& stat) = 0;
   virtual void write_series(int run, const std::string& name, const policy::Series& series) = 0;

@@ -171,3 +171,18 @@ TEST_CASE("consecutive snapshots of a live run share its events and step rows", 
   CHECK(after->events.data() == before->events.data());
   CHECK(after->events.size() == 3);
 }
+
+TEST_CASE("a map adopted from a captured prefill is shared by the live trace, not copied", "[trace][live]") {
+  LiveTrace live(std::chrono::milliseconds(0));
+  const int id = live.begin_run(layout(1, 1, 1, 8, 0));
+  auto map = std::make_shared<Map2D>();
+  map->rows = map->source_rows = 512;
+  map->cols = map->source_cols = 512;
+  map->values.assign(512 * 512, 0.5f);
+  const std::shared_ptr<const Map2D> shared = map;
+  live.share_map(id, {MapKind::KeySimilarity, 0, 0}, shared, "cosine", "", true);
+  live.flush();
+  // The snapshot holds the very map (no 1 MB copy per map and run), and it reads as the map given.
+  CHECK(live.snapshot()->key_similarity.at({0, 0}).get() == shared.get());
+  CHECK(live.snapshot()->key_similarity.at({0, 0})->at(511, 511) == 0.5f);
+}
