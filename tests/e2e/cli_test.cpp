@@ -12,25 +12,13 @@
 #include <vector>
 
 #include "tests/support/chat_template_fixture.h"
+#include "tests/support/command_output.h"
 
 namespace {
 
-struct Outcome {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using Outcome = kvscope::test::CommandOutcome;  // output: stdout and stderr together
 
-Outcome run(const std::string& args) {
-  const std::string command = std::string(KVSCOPE_BINARY) + " " + args + " 2>&1";
-  Outcome o;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe);
-  std::array<char, 4096> buffer{};
-  while (std::fgets(buffer.data(), buffer.size(), pipe)) o.output += buffer.data();
-  const int status = pclose(pipe);
-  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return o;
-}
+Outcome run(const std::string& args) { return kvscope::test::run_command(std::string(KVSCOPE_BINARY) + " " + args + " 2>&1"); }
 
 bool model_available() {
   const auto root = std::filesystem::path(KVSCOPE_FIXTURES_DIR).parent_path().parent_path();

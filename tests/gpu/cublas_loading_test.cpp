@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/cublas_library.h"
 #include "kernels/error.h"
+#include "tests/support/command_output.h"
 
 using namespace kvscope::kernels;
 
@@ -21,20 +22,11 @@ bool mapped(const std::string& name) {
   return text.str().find(name) != std::string::npos;
 }
 
-std::string command_output(const std::string& command) {
-  std::string out;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe);
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
-  pclose(pipe);
-  return out;
-}
 
 }  // namespace
 
 TEST_CASE("the kvscope binary does not link cuBLAS", "[cuda]") {
-  const std::string libraries = command_output(std::string("ldd ") + KVSCOPE_BINARY);
+  const std::string libraries = kvscope::test::run_command(std::string("ldd ") + KVSCOPE_BINARY).output;
   REQUIRE(libraries.find("libc.so") != std::string::npos);  // ldd answered
   CHECK(libraries.find("libcublas") == std::string::npos);
 }

@@ -17,6 +17,7 @@
 #include "core/eval/sweep_file.h"
 #include "core/model/model.h"
 #include "core/trace/hdf5_util.h"
+#include "tests/support/command_output.h"
 #include "viewers/quality_model.h"
 #include "viewers/session.h"
 #include "viewers/summary.h"
@@ -211,13 +212,9 @@ TEST_CASE("the live budget's place on the axis, and which point a click picks") 
 namespace {
 
 std::string run_command(const std::string& command) {
-  std::string out;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe);
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
-  REQUIRE(pclose(pipe) == 0);
-  return out;
+  const test::CommandOutcome outcome = test::run_command(command);
+  REQUIRE(outcome.exit_code == 0);
+  return outcome.output;
 }
 
 }  // namespace
