@@ -516,10 +516,12 @@ void App::frame() {
       ImGui::SetNextWindowFocus();
       state_.focus_panel.clear();
     }
-    // A docked window fills its node with the colour the frame is cleared to (clear_color()), so its
-    // background is not painted a second time: software OpenGL pays for every pixel painted.
+    // A window docked in the main dock space fills its node with the colour the frame is cleared to
+    // (clear_color()), so its background is not painted a second time: software OpenGL pays for every
+    // pixel painted. A floating dock node keeps its background: it lies over other windows.
     const ImGuiWindow* previous = ImGui::FindWindowByName(p.title().c_str());
-    const bool docked = previous && previous->DockNode;
+    const bool docked =
+        previous && previous->DockNode && ImGui::DockNodeGetRootNode(previous->DockNode)->ID == dockspace;
     if (docked) ImGui::PushStyleColor(ImGuiCol_WindowBg, IM_COL32(0, 0, 0, 0));
     if (ImGui::Begin(p.title().c_str(), &p.open)) p.draw(state_);
     ImGui::End();
