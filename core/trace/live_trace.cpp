@@ -69,9 +69,9 @@ void LiveTrace::write_map_rows(int run, const MapSlot& slot, int first_row, int 
   }
 }
 
-void LiveTrace::write_map(int run, const MapSlot& slot, const Map2D& map, const std::string&, const std::string&, bool) {
-  check_run(run);
-  table(slot.kind)[{slot.layer, slot.index}] = std::make_shared<const Map2D>(map);
+void LiveTrace::write_map(int run, const MapSlot& slot, const Map2D& map, const std::string& units,
+                          const std::string& definition, bool lower_triangle) {
+  share_map(run, slot, std::make_shared<const Map2D>(map), units, definition, lower_triangle);
 }
 
 void LiveTrace::share_map(int run, const MapSlot& slot, const std::shared_ptr<const Map2D>& map, const std::string&,

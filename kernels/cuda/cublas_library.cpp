@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
-#include <mutex>
 
 #include "kernels/error.h"
 
@@ -44,15 +43,11 @@ CublasLibrary load_cublas(const std::string& path) {
 std::string cublas_soname() { return "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR); }
 
 const CublasLibrary& cublas() {
-  static std::mutex mutex;
-  static CublasLibrary loaded;
-  static bool ready = false;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!ready) {
+  // A static initialised once, thread-safely; an initialiser that throws is tried again on the next call.
+  static const CublasLibrary loaded = [] {
     const char* chosen = std::getenv("KVSCOPE_CUBLAS_LIBRARY");
-    loaded = load_cublas(chosen && *chosen ? chosen : cublas_soname());
-    ready = true;
-  }
+    return load_cublas(chosen && *chosen ? chosen : cublas_soname());
+  }();
   return loaded;
 }
 

@@ -1,9 +1,6 @@
 // The kvscope binary as a user runs it: exit codes, error messages, --help, --json.
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>

@@ -2,7 +2,6 @@
 // without a GPU (loading and resolving symbols needs no device), so it has no `gpu` label.
 #include <catch2/catch.hpp>
 
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
