@@ -693,7 +693,8 @@ int App::run() {
     const bool input = GImGui->InputEventsTrail.Size > 0;  // events NewFrame() handled this frame
     const bool draw = redraw_.should_draw(*ImGui::GetDrawData(), textures_.generation(), input,
                                           exposed || !screenshot_path_.empty() || options_.redraw_every_frame,
-                                          std::chrono::duration<double, std::milli>(t_ui - started_).count());
+                                          std::chrono::duration<double, std::milli>(t_ui - started_).count(),
+                                          std::chrono::duration<double, std::milli>(t_ui - t0).count());
     int w = 0, h = 0;
     glfwGetFramebufferSize(window_, &w, &h);
     if (draw) {
@@ -768,6 +769,9 @@ int run_gui(const GuiOptions& options) {
   io.Fonts->AddFontDefaultVector();
   ImGui::StyleColorsDark();
   ImPlot::StyleColorsDark();
+  // A plot's frame is not filled: it would paint every plot's area a second time under its plot background
+  // (software OpenGL pays per pixel painted), for a 7 % lighter margin around the axes.
+  ImPlot::GetStyle().Colors[ImPlotCol_FrameBg] = ImVec4(0, 0, 0, 0);
   ImGuiStyle& style = ImGui::GetStyle();
   style.FontSizeBase = 15.0f;
   style.WindowRounding = 3.0f;

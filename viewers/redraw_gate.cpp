@@ -75,11 +75,13 @@ bool textures_pending(const ImDrawData& draw_data) {
 }
 
 bool RedrawGate::should_draw(const ImDrawData& draw_data, uint64_t textures_generation, bool input, bool forced,
-                             double now_ms) {
+                             double now_ms, double build_ms) {
   const uint64_t digest = draw_data_digest(draw_data, textures_generation);
   const bool changed = !have_last_ || digest != last_;
-  const bool due = input || now_ms - last_drawn_ms_ >= kBackgroundIntervalMs;
+  const bool heavy = build_ms > kHeavyBuildMs && !deferred_heavy_;
+  const bool due = input || (now_ms - last_drawn_ms_ >= kBackgroundIntervalMs && !heavy);
   const bool draw = forced || textures_pending(draw_data) || (changed && due);
+  deferred_heavy_ = !draw && changed && heavy && !input;
   if (draw) {
     last_ = digest;
     have_last_ = true;

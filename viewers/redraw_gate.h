@@ -24,12 +24,18 @@ class RedrawGate {
   // A frame that changed without input (the worker's progress and snapshots) is drawn at most this often;
   // a frame that answers input is drawn at once.
   static constexpr double kBackgroundIntervalMs = 100.0;
+  // A frame that took longer than this to build (a snapshot arrived: panels recoloured their maps) does not
+  // also draw a background change: the next frame, built from the panels' caches in a few ms, draws it. One
+  // frame paying for both stalled the window for 45-65 ms while a run was in progress (below 20 fps).
+  static constexpr double kHeavyBuildMs = 8.0;
 
   // True when this frame must be drawn: it differs from the last one drawn and either answers `input`
-  // or the last frame drawn is kBackgroundIntervalMs old (a deferred change is drawn by a later frame);
-  // or textures are pending; or `forced` (a screenshot, an exposed window). `now_ms`: any steady clock.
+  // or the last frame drawn is kBackgroundIntervalMs old and this frame was built in under kHeavyBuildMs
+  // (or the frame before was deferred for its build time already); a deferred change is drawn by a later
+  // frame. Also when textures are pending, or `forced` (a screenshot, an exposed window).
+  // `now_ms`: any steady clock; `build_ms`: how long building this frame took.
   bool should_draw(const ImDrawData& draw_data, uint64_t textures_generation, bool input, bool forced,
-                   double now_ms);
+                   double now_ms, double build_ms = 0.0);
   uint64_t drawn() const { return drawn_; }
   uint64_t skipped() const { return skipped_; }
 
@@ -37,6 +43,7 @@ class RedrawGate {
   bool have_last_ = false;
   uint64_t last_ = 0;
   double last_drawn_ms_ = 0.0;
+  bool deferred_heavy_ = false;  // the last frame's change waited because that frame was heavy to build
   uint64_t drawn_ = 0, skipped_ = 0;
 };
 

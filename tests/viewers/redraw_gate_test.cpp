@@ -139,3 +139,28 @@ TEST_CASE("the gate draws changes at once on input and at most every interval ot
   CHECK(gate.drawn() == 4);
   CHECK(gate.skipped() == 3);
 }
+
+TEST_CASE("a background change whose frame was heavy to build is drawn by the next frame", "[redraw]") {
+  OffscreenFrames frames;
+  const Content a;
+  Content b = a;
+  b.text = "decode 3/32";
+  acknowledge_texture_requests(frames.build(a));
+  acknowledge_texture_requests(frames.build(b));
+  RedrawGate gate;
+  const double heavy = RedrawGate::kHeavyBuildMs + 1.0, light = 1.0;
+  double t = 1000.0;
+  CHECK(gate.should_draw(frames.build(a), 0, false, false, t, light));
+  // A snapshot arrived: the frame that recoloured the maps does not draw as well ...
+  t += RedrawGate::kBackgroundIntervalMs;
+  CHECK_FALSE(gate.should_draw(frames.build(b), 0, false, false, t, heavy));
+  // ... the next frame draws it, even if it too was slow to build (a change is never held back twice).
+  CHECK(gate.should_draw(frames.build(b), 0, false, false, t += 1.0, heavy));
+  // Input is answered at once however long the frame took to build.
+  CHECK(gate.should_draw(frames.build(a), 0, true, false, t += 1.0, heavy));
+  // An unchanged heavy frame is neither drawn nor leaves a deferral behind.
+  t += RedrawGate::kBackgroundIntervalMs;
+  CHECK_FALSE(gate.should_draw(frames.build(a), 0, false, false, t, heavy));
+  CHECK_FALSE(gate.should_draw(frames.build(b), 0, false, false, t += 1.0, heavy));
+  CHECK(gate.should_draw(frames.build(b), 0, false, false, t += 1.0, light));
+}
