@@ -11,8 +11,10 @@ new tokens several times, and the window's own timing log gives, per change:
 The peer, measured in the same run: a bare `kvscope generate` of the same job (model load included, as a
 user would run it), best of 3. Ratios below 1 mean the window answers faster than a fresh command line run.
 
-Post-prefill policies (snapkv, h2o, tova, ...) replay the prompt's captured prefill; block-wise policies
-(caote, h2o:block=N) run their prefill again.
+Post-prefill policies (snapkv, h2o, tova, ...) replay the prompt's captured prefill ("replayed"); block-wise
+policies (caote, h2o:block=N) run their prefill again, taking the blocks computed before their first eviction
+from the previous run of the same prompt and block size ("blocks"; engine/block_prefix.h), or all of it
+("computed").
 
 Usage: bench/slider_latency.py --kvscope build/app/kvscope [--threads 2] [--repeats 3]
 """
@@ -114,7 +116,7 @@ def main():
     changes = [("snapkv", "20%"),  # warm-up: model load and the prefill capture
                ("snapkv", "10%"), ("snapkv", "30%"), ("h2o", "20%"), ("tova", "10%"), ("pyramidkv", "25%"),
                ("cake", "15%"), ("kvmerger", "50%"),
-               ("caote", "20%"), ("caote", "10%"), ("h2o:block=64", "20%")]
+               ("caote", "20%"), ("caote", "30%"), ("caote", "10%"), ("h2o:block=64", "20%"), ("h2o:block=64", "30%")]
     nice = [] if args.worker_nice is None else ["--worker-nice", str(args.worker_nice)]
     timings = gui_session(args.kvscope, prompt, changes, args.threads, nice)
     every = gui_session(args.kvscope, prompt, changes, args.threads, nice + ["--redraw-every-frame"])
@@ -129,7 +131,8 @@ def main():
         if key not in peers:
             peers[key] = bare_generate(args.kvscope, prompt, t["policy"], t["budget"], args.threads)
         ratio = t["result_s"] / peers[key] if t["result_s"] else float("nan")
-        kind = "replayed" if t["prefill"].startswith("replayed") else "computed"
+        kind = ("replayed" if t["prefill"].startswith("replayed") else
+                "blocks" if "from a capture" in t["prefill"] else "computed")
         print(f"{t['policy'] + ' ' + t['budget']:<20}{kind:<10}{t['decision_s']:>11.2f}{t['result_s']:>9.2f}"
               f"{peers[key]:>11.2f}{ratio:>6.2f}{t['busy_fps']:>6.1f}{t['min_fps']:>8.1f}{t['drawn_per_s']:>8.1f} | "
               f"{'':>19}{e['result_s']:>8.2f}{e['busy_fps']:>6.1f}{e['min_fps']:>8.1f}")

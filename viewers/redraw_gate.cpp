@@ -78,10 +78,12 @@ bool RedrawGate::should_draw(const ImDrawData& draw_data, uint64_t textures_gene
                              double now_ms, double build_ms) {
   const uint64_t digest = draw_data_digest(draw_data, textures_generation);
   const bool changed = !have_last_ || digest != last_;
-  const bool heavy = build_ms > kHeavyBuildMs && !deferred_heavy_;
+  const bool pending = textures_pending(draw_data);
+  const bool heavy = build_ms > kHeavyBuildMs && !deferred_heavy_ && !input;
   const bool due = input || (now_ms - last_drawn_ms_ >= kBackgroundIntervalMs && !heavy);
-  const bool draw = forced || textures_pending(draw_data) || (changed && due);
-  deferred_heavy_ = !draw && changed && heavy && !input;
+  // Pending texture requests keep until a frame is drawn (as while a window is minimised).
+  const bool draw = forced || (pending && !heavy) || (changed && due);
+  deferred_heavy_ = !draw && (changed || pending) && heavy;
   if (draw) {
     last_ = digest;
     have_last_ = true;

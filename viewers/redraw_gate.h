@@ -32,7 +32,8 @@ class RedrawGate {
   // True when this frame must be drawn: it differs from the last one drawn and either answers `input`
   // or the last frame drawn is kBackgroundIntervalMs old and this frame was built in under kHeavyBuildMs
   // (or the frame before was deferred for its build time already); a deferred change is drawn by a later
-  // frame. Also when textures are pending, or `forced` (a screenshot, an exposed window).
+  // frame. Also when textures are pending (after a heavy frame's deferral too), or `forced` (a screenshot,
+  // an exposed window).
   // `now_ms`: any steady clock; `build_ms`: how long building this frame took.
   bool should_draw(const ImDrawData& draw_data, uint64_t textures_generation, bool input, bool forced,
                    double now_ms, double build_ms = 0.0);

@@ -32,6 +32,13 @@ const char* const kFallbackPrompt =
 
 namespace {
 
+// ", N % of prefill layers from a block capture" when a block-wise run took some (engine/block_prefix.h).
+std::string blocks_reused(const engine::RunResult& result) {
+  if (result.prefill_share_from_blocks <= 0.0) return "";
+  return ", " + std::to_string(static_cast<int>(100.0 * result.prefill_share_from_blocks + 0.5)) +
+         " % of prefill layers from a block capture";
+}
+
 std::filesystem::path prompts_dir() {
   if (const char* env = std::getenv("KVSCOPE_SOURCE_DIR")) return std::filesystem::path(env) / "sample_data" / "prompts";
   return std::filesystem::path(KVSCOPE_SOURCE_DIR) / "sample_data" / "prompts";
@@ -362,7 +369,7 @@ bool Session::execute(const RunRequest& request) {
     status_.last_error.clear();
     messages_.push_back(name + ": done in " + std::to_string(static_cast<int>(ms)) + " ms (" +
                         std::to_string(result.generated_tokens.size()) + " tokens, " + result.stop_reason +
-                        (outcome.prefill_reused ? ", prefill reused" : "") + ")");
+                        (outcome.prefill_reused ? ", prefill reused" : "") + blocks_reused(result) + ")");
     // What the policy departed from (also in the run's policy_warnings attribute), where the user looks.
     for (const auto& w : outcome.policy_warnings) messages_.push_back(name + ": warning: " + w);
   }

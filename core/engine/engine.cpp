@@ -78,6 +78,9 @@ struct Engine::Run {
   std::vector<float> host_output, host_full_output;  // the shadow comparison's host copies
   const RunHooks* hooks = nullptr;
   PrefillCapture* capture = nullptr;  // being filled by this run's one-pass prefill
+  BlockPrefixCapture* block_prefix = nullptr;  // read and extended by this run's block-wise prefill
+  bool cache_edited = false;                   // a policy edit has changed the cache since the run began
+  long long layer_rows_from_blocks = 0;        // rows x layers whose input came from block_prefix
   bool cancelled() const { return hooks && hooks->cancel && hooks->cancel->load(std::memory_order_relaxed); }
 };
 
@@ -87,6 +90,7 @@ Engine::Engine(const model::Model& model, kernels::Backend& backend) : model_(mo
 
 void Engine::apply_edit(Run& run, cache::CacheEdit&& edit, const StepInfo& step) {
   if (edit.empty()) return;
+  run.cache_edited = true;
   for (RunObserver* o : run.hooks->observers) o->on_edit(edit, run.cache, step);
   run.cache.apply(edit);
 }
@@ -225,9 +229,27 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
   }
   b.embedding_rows(w.token_embedding, ids.data(), n, s.x);
 
+  // A block-wise prefill block that a capture holds is taken from it while the cache stays unedited; one
+  // computed while the cache is unedited extends the capture (block_prefix.h).
+  BlockPrefixCapture* prefix = step.phase == Phase::Prefill ? run.block_prefix : nullptr;
+  const bool prefix_holds = prefix && step.step < prefix->blocks();
+  const std::size_t layer_input_size = rows * c.dim;
+  std::vector<std::vector<float>> extension;
+  bool extending = prefix && !prefix_holds && step.step == prefix->blocks() && !run.cache_edited &&
+                   prefix->bytes() + (c.n_layers + 1) * layer_input_size * sizeof(float) <= BlockPrefixCapture::kMaxBytes;
+  auto record_input = [&] {
+    extending = extending && !run.cache_edited;
+    if (!extending) return;
+    extension.emplace_back(layer_input_size);
+    b.to_host(s.x, extension.back().data(), layer_input_size);
+  };
+
   for (int l = 0; l < c.n_layers; ++l) {
     if (run.cancelled()) return;
     const model::LayerWeights& lw = w.layers[l];
+    const bool from_prefix = prefix_holds && !run.cache_edited;
+    if (from_prefix) b.from_host(prefix->inputs[step.step][l].data(), s.x, layer_input_size);
+    record_input();
     b.rmsnorm(s.x, lw.attn_norm.data(), n, c.dim, c.rms_eps, s.xb);
     const kernels::MatmulTarget qkv[] = {{&lw.wq, s.q}, {&lw.wk, s.k}, {&lw.wv, s.v}};
     b.matmul_shared_input(qkv, s.xb, n);
@@ -242,6 +264,12 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
     }
     if (run.shadow) run.shadow->append(l, s.k, s.v, n, positions.data());
     attention(run, l, n, positions.data(), step);
+    // Still unedited: the next layer's input is in the capture. Edited in this layer: s.x holds this
+    // layer's captured input, and the layer is finished from it.
+    if (from_prefix && !run.cache_edited) {
+      run.layer_rows_from_blocks += n;
+      continue;
+    }
 
     b.matmul(lw.wo, s.attn_out, n, s.proj);
     if (c.o_bias) b.add_bias(s.proj, lw.bo.data(), n, c.dim);
@@ -253,6 +281,10 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
     b.matmul(lw.w_down, s.gate, n, s.proj);
     b.add(s.x, s.proj, rows * c.dim);
   }
+  if (logits && prefix_holds && !run.cache_edited)
+    b.from_host(prefix->inputs[step.step][c.n_layers].data(), s.x, layer_input_size);
+  record_input();
+  if (extending && !run.cache_edited) prefix->inputs.push_back(std::move(extension));
   if (logits) {
     b.rmsnorm(s.x + (rows - 1) * c.dim, w.output_norm.data(), 1, c.dim, c.rms_eps, s.xb);
     b.matmul(w.output, s.xb, 1, s.logits);
@@ -334,6 +366,10 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
       throw Error("policy '" + hooks.policy->name() + "' evicts between prefill blocks or before a layer's output; "
                   "a one-pass prefill capture cannot stand in for its prefill");
   }
+  if (hooks.block_prefix && !one_pass) {
+    hooks.block_prefix->adopt(prompt, block, options.cache_type);
+    run.block_prefix = hooks.block_prefix;
+  }
   if (hooks.capture && one_pass && !hooks.replay) {
     PrefillCapture& cap = *hooks.capture;
     cap = PrefillCapture{};
@@ -366,6 +402,7 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
     if (hooks.progress) hooks.progress({Phase::Prefill, start + n, n_prompt});
   }
   result.prefill_ms = elapsed_ms(t0);
+  result.prefill_share_from_blocks = static_cast<double>(run.layer_rows_from_blocks) / (static_cast<double>(n_prompt) * c.n_layers);
 
   auto t1 = std::chrono::steady_clock::now();
   int position = n_prompt;

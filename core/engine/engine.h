@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/cache/kv_cache.h"
+#include "core/engine/block_prefix.h"
 #include "core/observation/attention_observation.h"
 #include "core/engine/prefill_capture.h"
 #include "core/engine/run_observer.h"
@@ -52,6 +53,10 @@ struct RunHooks {
   // Replay this capture of the same prompt instead of running the prefill. The policy must prefill in one
   // pass, and no observer may ask for streamed prefill rows (the recorder adopts a run's maps instead).
   const PrefillCapture* replay = nullptr;
+  // For a block-wise prefill: take layer inputs from this capture while the run's cache is unedited, and
+  // extend it with the unedited blocks this run computes (block_prefix.h). A capture of another prompt or
+  // block size is emptied and refilled. Ignored for a one-pass prefill.
+  BlockPrefixCapture* block_prefix = nullptr;
 };
 
 struct RunResult {
@@ -68,6 +73,9 @@ struct RunResult {
   std::vector<int> layer_budgets;      // the policy's budgets at the end (empty without a policy)
   bool cancelled = false;
   bool prefill_replayed = false;       // the prefill came from a capture (RunHooks::replay)
+  // Share of the prefill's layer work (rows x layers) whose projections and MLP came from a block capture
+  // (RunHooks::block_prefix) instead of being computed.
+  double prefill_share_from_blocks = 0.0;
   std::string stop_reason;             // "max_new_tokens", "end_of_generation", "context_full", "cancelled"
 
   double decode_ms_per_token() const { return generated_tokens.size() > 1 ? decode_ms / (generated_tokens.size() - 1) : 0.0; }

@@ -25,7 +25,8 @@ PrefillKey prefill_key(const model::Model& model, const std::vector<int>& prompt
     size = std::filesystem::file_size(path, ec);
   }
   PrefillKey key;
-  key.model = path.string() + "#" + std::to_string(ec ? 0 : size);
+  // The backend too: another device's kernels need not give the same bits.
+  key.model = path.string() + "#" + std::to_string(ec ? 0 : size) + "@" + kernels::device_name(spec.device);
   key.prompt = prompt;
   if (recording) key.record = trace::RecordOptions::parse(spec.record).to_json();
   return key;
@@ -89,6 +90,12 @@ RunOutcome execute(const RunSpec& spec, const model::Model& model, const RunSink
     }
   }
 
+  // A block-wise prefill takes the blocks computed before any policy edited the cache from the store.
+  engine::BlockPrefixCapture* block_prefix = nullptr;
+  if (sinks.prefills && !engine::prefill_is_policy_independent(policy.policy.get(), static_cast<int>(tokens.size())))
+    block_prefix = &sinks.prefills->block_prefix(prefill_key(model, tokens, spec, false).model, tokens,
+                                                 policy.policy->prefill_block_size());
+
   if (recording) {
     trace::RunDescription description;
     description.policy_name = policy.name;
@@ -109,6 +116,7 @@ RunOutcome execute(const RunSpec& spec, const model::Model& model, const RunSink
     run.max_new_tokens = options.max_new_tokens;
     run.policy = policy.policy.get();
     run.metadata = trace::run_metadata(model, description);
+    // The recorder says at the end how much a block-wise run took from its block capture.
     run.metadata["prefill"] = reuse ? "replayed from a capture of the same prompt's one-pass prefill" : "computed";
     recorder = std::make_unique<trace::Recorder>(trace::RecordOptions::parse(spec.record), trace_sinks, std::move(run));
   }
@@ -125,6 +133,7 @@ RunOutcome execute(const RunSpec& spec, const model::Model& model, const RunSink
   } else if (capture) {
     hooks.capture = &capture->capture;
   }
+  hooks.block_prefix = block_prefix;
 
   engine::Engine engine(model, backend_for(spec.device));
   out.result = engine.generate(tokens, options, hooks);

@@ -26,4 +26,15 @@ void PrefillStore::discard(const PrefillEntry& entry) {
   entries_.remove_if([&](const PrefillEntry& e) { return &e == &entry; });
 }
 
+engine::BlockPrefixCapture& PrefillStore::block_prefix(const std::string& model, const std::vector<int>& prompt, int block) {
+  for (auto it = block_prefixes_.begin(); it != block_prefixes_.end(); ++it)
+    if (it->first == model && it->second.prompt == prompt && it->second.block == block) {
+      block_prefixes_.splice(block_prefixes_.begin(), block_prefixes_, it);
+      return block_prefixes_.front().second;
+    }
+  while (!block_prefixes_.empty() && block_prefixes_.size() >= capacity_) block_prefixes_.pop_back();
+  block_prefixes_.emplace_front(model, engine::BlockPrefixCapture{});
+  return block_prefixes_.front().second;
+}
+
 }  // namespace kvscope::run

@@ -8,15 +8,17 @@
 #include <list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/engine/block_prefix.h"
 #include "core/engine/prefill_capture.h"
 #include "core/trace/trace_view.h"
 
 namespace kvscope::run {
 
 struct PrefillKey {
-  std::string model;           // path and size of the model file
+  std::string model;           // path and size of the model file, and the compute device
   std::vector<int> prompt;
   std::string record;          // RecordOptions as JSON; empty for runs that record nothing
   bool operator==(const PrefillKey& o) const { return model == o.model && prompt == o.prompt && record == o.record; }
@@ -42,6 +44,10 @@ class PrefillStore {
   PrefillEntry& start(const PrefillKey& key);
   // Drops an entry whose capture did not complete (a cancelled or block-wise run).
   void discard(const PrefillEntry& entry);
+  // The unedited blocks of `prompt` prefilled in blocks of `block` on `model` (a PrefillKey's model),
+  // for a block-wise run to read and extend (engine/block_prefix.h); empty the first time. The same
+  // number of prompts is kept as for one-pass captures.
+  engine::BlockPrefixCapture& block_prefix(const std::string& model, const std::vector<int>& prompt, int block);
   bool keep_products() const { return keep_products_; }
   std::size_t size() const { return entries_.size(); }
   std::size_t hits() const { return hits_; }
@@ -50,6 +56,7 @@ class PrefillStore {
   std::size_t capacity_;
   bool keep_products_;
   std::list<PrefillEntry> entries_;  // most recent first
+  std::list<std::pair<std::string, engine::BlockPrefixCapture>> block_prefixes_;  // by model; most recent first
   std::size_t hits_ = 0;
 };
 

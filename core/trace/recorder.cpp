@@ -582,6 +582,10 @@ void Recorder::finish(const engine::RunResult& result) {
       {"cache_peak_bytes", std::to_string(result.cache_peak_bytes)},
       {"full_cache_bytes", std::to_string(result.full_cache_bytes)},
   };
+  if (result.prefill_share_from_blocks > 0.0)
+    final_meta["prefill"] = "computed, " + std::to_string(static_cast<int>(100.0 * result.prefill_share_from_blocks + 0.5)) +
+                            " % of its layers (rows x layers) finished from a capture of the same prompt's blocks "
+                            "before any edit";
   if (run_.policy)
     for (auto& [k, v] : policy_outcome_metadata(run_.metadata, run_.policy->diagnostics())) final_meta[k] = std::move(v);
   for (std::size_t i = 0; i < sinks_.size(); ++i) sinks_[i]->end_run(run_ids_[i], final_meta);

@@ -163,4 +163,11 @@ TEST_CASE("a background change whose frame was heavy to build is drawn by the ne
   CHECK_FALSE(gate.should_draw(frames.build(a), 0, false, false, t, heavy));
   CHECK_FALSE(gate.should_draw(frames.build(b), 0, false, false, t += 1.0, heavy));
   CHECK(gate.should_draw(frames.build(b), 0, false, false, t += 1.0, light));
+  // New glyphs ask for a texture update; a heavy frame leaves it to the next one, which must draw.
+  Content c = a;
+  c.text = "zebra quartz";
+  ImDrawData& glyphs = frames.build(c);
+  REQUIRE(textures_pending(glyphs));
+  CHECK_FALSE(gate.should_draw(glyphs, 0, false, false, t += RedrawGate::kBackgroundIntervalMs, heavy));
+  CHECK(gate.should_draw(glyphs, 0, false, false, t += 1.0, heavy));
 }

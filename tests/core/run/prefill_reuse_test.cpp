@@ -156,3 +156,50 @@ TEST_CASE("a captured prefill never serves a run whose upstream inputs differ", 
   check_fresh(spec("snapkv"), other, "model file");
   std::filesystem::remove(link);
 }
+
+TEST_CASE("a block-wise run that takes unedited blocks from a capture is the run a fresh prefill gives", "[run][model]") {
+  const model::Model& model = *test::default_model();
+  const int prompt_length = static_cast<int>(run::encode_prompt(model, kPrompt, {}).size());
+  run::PrefillStore store(2);
+  // Captures the blocks of 16 rows computed before caote's first edit: 80 % of the prompt fits four of them.
+  const Recorded first = recorded(spec("caote:block=16", "80%"), model, &store);
+  CHECK(first.outcome.result.prefill_share_from_blocks == 0.0);
+  const std::string model_key = run::prefill_key(model, first.outcome.prompt_tokens, spec("full"), false).model;
+  const int captured = store.block_prefix(model_key, first.outcome.prompt_tokens, 16).blocks();
+  CHECK(captured == static_cast<int>(0.8 * prompt_length) / 16);
+
+  struct Case {
+    const char* policy;
+    const char* budget;
+    bool reuses;
+  };
+  // Another budget, another block-wise policy with the same block size, trimming before or after a layer's
+  // output; a budget below one block edits in the first block and takes nothing.
+  for (const Case& c : {Case{"caote:block=16", "40%", true}, Case{"caote:block=16", "80%", true},
+                        Case{"h2o:block=16", "50%", true}, Case{"caote:block=16,trim=after_output", "30%", true},
+                        Case{"caote:block=16", "10%", false}, Case{"h2o:block=32", "50%", false}}) {
+    INFO("policy " << c.policy << " at " << c.budget);
+    const Recorded fresh = recorded(spec(c.policy, c.budget), model, nullptr);
+    const Recorded reused = recorded(spec(c.policy, c.budget), model, &store);
+    CHECK((reused.outcome.result.prefill_share_from_blocks > 0.0) == c.reuses);
+    CHECK_FALSE(reused.outcome.prefill_reused);
+    check_same_run(reused.outcome.result, fresh.outcome.result);
+    check_same_trace(*reused.trace, *fresh.trace);
+  }
+  // A run that stays unedited longer than the capture extends it; the whole prompt fits in a full budget.
+  const Recorded whole = recorded(spec("h2o:block=16", "100%"), model, &store);
+  check_same_run(whole.outcome.result, recorded(spec("h2o:block=16", "100%"), model, nullptr).outcome.result);
+  CHECK(store.block_prefix(model_key, first.outcome.prompt_tokens, 16).blocks() == (prompt_length + 15) / 16);
+  const Recorded again = recorded(spec("h2o:block=16", "100%"), model, &store);
+  CHECK(again.outcome.result.prefill_share_from_blocks == 1.0);
+  CHECK(again.outcome.result.logprobs == whole.outcome.result.logprobs);
+  CHECK(again.trace->meta("prefill").find("computed, 100 % of its layers") == 0);
+  CHECK(whole.trace->meta("prefill").find("computed, ") == 0);  // it took the four captured blocks
+
+  // Another prompt never takes this prompt's blocks.
+  run::RunSpec other = spec("caote:block=16", "80%");
+  other.prompt = std::string("Notes: ") + kPrompt;
+  const Recorded other_run = recorded(other, model, &store);
+  CHECK(other_run.outcome.result.prefill_share_from_blocks == 0.0);
+  check_same_run(other_run.outcome.result, run::execute(other, model, {}).result);
+}
