@@ -2,8 +2,8 @@
 """The live budget slider, measured as a user sees it: the real window under Xvfb runs a scripted
 session (`kvscope gui --script ... --timing-log ...`), changes the budget of a ~1K-token prompt with 32
 new tokens several times, and the window's own timing log gives, per change:
-  - decision: from the budget change to the first frame showing what the policy kept (end of prefill),
-  - result:   from the budget change to the frame showing the finished run,
+  - decision: from the budget change to the first frame drawn showing what the policy kept (end of prefill),
+  - result:   from the budget change to the first frame drawn showing the finished run,
   - fps while a run is in progress (frames per second of wall time, from frame intervals), the lowest
     (from the longest frame interval), and how many frames per second were drawn: the window draws a frame
     only when it differs from the one on screen (viewers/redraw_gate.h); a second session with
@@ -88,11 +88,11 @@ def gui_session(kvscope, prompt, changes, threads, extra=()):
             if e["event"] == "frame" and e["busy"]:
                 busy_frames.append(e["interval_ms"])
                 drawn += bool(e.get("drawn", True))
-        def shown(t):  # the first frame that ends after the update arrived
+        def shown(t):  # the first frame drawn after the update arrived: until then the screen shows the old one
             if t is None:
                 return None
-            for e in events[i:end]:
-                if e["event"] == "frame" and e["t"] >= t:
+            for e in events[i:]:
+                if e["event"] == "frame" and e["t"] >= t and e.get("drawn", True):
                     return e["t"] - t0
             return t - t0
         fps = 1000.0 * len(busy_frames) / sum(busy_frames) if busy_frames else float("nan")

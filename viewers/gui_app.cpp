@@ -24,6 +24,7 @@
 #include "viewers/figure_export.h"
 #include "viewers/panel.h"
 #include "viewers/quality_panel.h"
+#include "viewers/rasteriser_threads.h"
 #include "viewers/redraw_gate.h"
 #include "viewers/script.h"
 #include "viewers/session.h"
@@ -743,6 +744,8 @@ void glfw_error(int code, const char* text) { std::fprintf(stderr, "kvscope gui:
 int run_gui(const GuiOptions& options) {
   // Scripts are parsed before a window opens, so a typo fails fast with a usage error.
   if (!options.script.empty()) (void)load_script(options.script);
+  const std::string rasteriser = share_cpu_with_rasteriser(Session::engine_threads(options.threads));
+  if (!rasteriser.empty()) std::fprintf(stderr, "kvscope gui: %s\n", rasteriser.c_str());
   glfwSetErrorCallback(glfw_error);
   if (!glfwInit())
     throw Error("cannot open a window: GLFW failed to initialise (no display? set DISPLAY, or run under "

@@ -78,12 +78,14 @@ std::string sample_prompt(const std::string& name) {
   return kFallbackPrompt;
 }
 
+int Session::engine_threads(int asked) {
+  if (asked > 0) return asked;
+  const int hw = static_cast<int>(std::thread::hardware_concurrency());
+  return hw >= 4 ? hw - 1 : std::max(1, hw);
+}
+
 Session::Session(int threads, int worker_nice)
-    : threads_(threads), worker_nice_(worker_nice), prefills_(std::make_unique<run::PrefillStore>(2)) {
-  if (threads_ <= 0) {
-    const int hw = static_cast<int>(std::thread::hardware_concurrency());
-    threads_ = hw >= 4 ? hw - 1 : std::max(1, hw);
-  }
+    : threads_(engine_threads(threads)), worker_nice_(worker_nice), prefills_(std::make_unique<run::PrefillStore>(2)) {
   worker_ = std::thread([this] { worker_main(); });
 }
 

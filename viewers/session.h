@@ -97,6 +97,8 @@ class Session {
   // window keeps a core to draw with).
   // worker_nice: how far below the calling thread's CPU priority the worker runs (0: the same).
   explicit Session(int threads = 0, int worker_nice = 0);
+  // The engine threads a Session made with `threads` uses.
+  static int engine_threads(int threads);
   ~Session();  // cancels and joins
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
