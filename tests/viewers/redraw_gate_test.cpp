@@ -113,14 +113,22 @@ TEST_CASE("texture requests force a frame to be drawn", "[redraw]") {
   CHECK_FALSE(gate.should_draw(first, 0, false, false, 2.0));
 }
 
+namespace {
+// Two frames' contents that differ in one text, both texts' glyphs baked: a new glyph is a texture update,
+// which the gate treats apart.
+struct TwoContents {
+  Content a, b;
+  explicit TwoContents(OffscreenFrames& frames) {
+    b.text = "decode 3/32";
+    acknowledge_texture_requests(frames.build(a));
+    acknowledge_texture_requests(frames.build(b));
+  }
+};
+}  // namespace
+
 TEST_CASE("the gate draws changes at once on input and at most every interval otherwise", "[redraw]") {
   OffscreenFrames frames;
-  const Content a;
-  Content b = a;
-  b.text = "decode 3/32";
-  // Both texts' glyphs baked first: a new glyph is a texture update, which is always drawn.
-  acknowledge_texture_requests(frames.build(a));
-  acknowledge_texture_requests(frames.build(b));
+  const auto [a, b] = TwoContents(frames);
   RedrawGate gate;
   const double step = RedrawGate::kBackgroundIntervalMs / 4;
   double t = 1000.0;
@@ -142,11 +150,7 @@ TEST_CASE("the gate draws changes at once on input and at most every interval ot
 
 TEST_CASE("a background change whose frame was heavy to build is drawn by the next frame", "[redraw]") {
   OffscreenFrames frames;
-  const Content a;
-  Content b = a;
-  b.text = "decode 3/32";
-  acknowledge_texture_requests(frames.build(a));
-  acknowledge_texture_requests(frames.build(b));
+  const auto [a, b] = TwoContents(frames);
   RedrawGate gate;
   const double heavy = RedrawGate::kHeavyBuildMs + 1.0, light = 1.0;
   double t = 1000.0;
