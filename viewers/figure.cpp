@@ -167,7 +167,12 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
   const bool marks = !plot.column_marks.empty();
   const double strip = marks ? std::max(1.0, 0.035 * m.source_rows) : 0.0;
   const std::string title = plot.title + "##" + id;
-  if (ImPlot::BeginPlot(title.c_str(), plot_size, legend || (marks && plot.mark_legend) ? 0 : ImPlotFlags_NoLegend)) {
+  // The map covers its plot area: a plot background under it would be painted for nothing (software OpenGL
+  // pays per pixel painted). Only the key-mark strip below the map shows through, now in the frame's colour.
+  ImPlot::PushStyleColor(ImPlotCol_PlotBg, ImVec4(0, 0, 0, 0));
+  const bool open = ImPlot::BeginPlot(title.c_str(), plot_size, legend || (marks && plot.mark_legend) ? 0 : ImPlotFlags_NoLegend);
+  if (!open) ImPlot::PopStyleColor();
+  if (open) {
     ImPlot::SetupAxis(ImAxis_X1, plot.x_label.empty() ? nullptr : plot.x_label.c_str());
     ImPlot::SetupAxis(ImAxis_Y1, plot.y_label.empty() ? nullptr : plot.y_label.c_str(), ImPlotAxisFlags_Invert);
     use_spaced_ticks(ImAxis_X1);
@@ -177,6 +182,8 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
     // Category legends sit outside (they describe every cell); the key-mark legend fits in the empty
     // upper-right triangle of a causal map and so costs no width in narrow compare columns.
     ImPlot::SetupLegend(ImPlotLocation_NorthEast, legend ? ImPlotLegendFlags_Outside : 0);
+    ImPlot::SetupFinish();  // the plot background is painted here, with the colour pushed above
+    ImPlot::PopStyleColor();
     if (tex != ImTextureID_Invalid) {
       // The axis is inverted (row 0 on top) while PlotImage assumes y up, so the v coordinates flip.
       ImPlot::PlotImage("##map", ImTextureRef(tex), ImPlotPoint(0, 0),
