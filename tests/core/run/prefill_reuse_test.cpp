@@ -196,7 +196,12 @@ TEST_CASE("a block-wise run that takes unedited blocks from a capture is the run
   CHECK(again.trace->meta("prefill").find("computed, 100 % of its layers") == 0);
   CHECK(whole.trace->meta("prefill").find("computed, ") == 0);  // it took the four captured blocks
 
-  // Another prompt never takes this prompt's blocks.
+  // Neither does a cache of another storage type (its rows round differently), nor another prompt.
+  run::RunSpec half = spec("caote:block=16", "80%");
+  half.generation.cache_type = kernels::CacheType::F16;
+  const Recorded half_run = recorded(half, model, &store);
+  CHECK(half_run.outcome.result.prefill_share_from_blocks == 0.0);
+  check_same_run(half_run.outcome.result, run::execute(half, model, {}).result);
   run::RunSpec other = spec("caote:block=16", "80%");
   other.prompt = std::string("Notes: ") + kPrompt;
   const Recorded other_run = recorded(other, model, &store);
