@@ -107,11 +107,15 @@ Command register_trace(CLI::App& root) {
               const run::RunOutcome outcome = run::execute(specs[i], model, sinks);
               const engine::RunResult& result = outcome.result;
               print_policy_warnings(outcome.policy_warnings);
+              const std::string reused = outcome.prefill_reused ? " (reused)"
+                                         : result.prefill_share_from_blocks > 0.0
+                                             ? " (" + std::to_string(result.prefill_percent_from_blocks()) +
+                                                   " % of layers from the previous runs' blocks)"
+                                             : "";
               if (!args->quiet)
                 std::fprintf(stderr, "kvscope trace: %s done: %zu prompt tokens, %zu generated (%s), prefill %.0f ms%s, decode %.1f ms/token\n",
                              names[i].c_str(), result.prompt_tokens.size(), result.generated_tokens.size(),
-                             result.stop_reason.c_str(), result.prefill_ms, outcome.prefill_reused ? " (reused)" : "",
-                             result.decode_ms_per_token());
+                             result.stop_reason.c_str(), result.prefill_ms, reused.c_str(), result.decode_ms_per_token());
             }
             writer.close();
             std::printf("%s\n", args->out.c_str());

@@ -35,8 +35,7 @@ namespace {
 // ", N % of prefill layers from a block capture" when a block-wise run took some (engine/block_prefix.h).
 std::string blocks_reused(const engine::RunResult& result) {
   if (result.prefill_share_from_blocks <= 0.0) return "";
-  return ", " + std::to_string(static_cast<int>(100.0 * result.prefill_share_from_blocks + 0.5)) +
-         " % of prefill layers from a block capture";
+  return ", " + std::to_string(result.prefill_percent_from_blocks()) + " % of prefill layers from a block capture";
 }
 
 std::filesystem::path prompts_dir() {

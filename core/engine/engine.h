@@ -79,6 +79,7 @@ struct RunResult {
   std::string stop_reason;             // "max_new_tokens", "end_of_generation", "context_full", "cancelled"
 
   double decode_ms_per_token() const { return generated_tokens.size() > 1 ? decode_ms / (generated_tokens.size() - 1) : 0.0; }
+  int prefill_percent_from_blocks() const { return static_cast<int>(100.0 * prefill_share_from_blocks + 0.5); }
 };
 
 class Engine {
