@@ -125,7 +125,10 @@ void LiveTrace::append_step(int run, StepRecord rec) {
     trace_.nmse.push_back(std::move(rec.nmse));
     bytes_since_publish_ += trace_.nmse.moved_by_last_append() * sizeof(std::vector<float>);
   }
-  if (std::chrono::steady_clock::now() - last_publish_ >= min_interval_) publish();
+  // The step that ends the prompt holds the policy's decision, which the window shows before decode
+  // follows: it is published at once, not up to an interval later.
+  const bool prefill_done = rec.stats.phase == 0 && rec.stats.seq_len >= layout_.prompt_length;
+  if (prefill_done || std::chrono::steady_clock::now() - last_publish_ >= min_interval_) publish();
 }
 
 void LiveTrace::end_run(int run, const std::map<std::string, std::string>& final_metadata) {

@@ -186,3 +186,20 @@ TEST_CASE("a map adopted from a captured prefill is shared by the live trace, no
   CHECK(live.snapshot()->key_similarity.at({0, 0}).get() == shared.get());
   CHECK(live.snapshot()->key_similarity.at({0, 0})->at(511, 511) == 0.5f);
 }
+
+TEST_CASE("the step that ends the prompt is published at once, other steps at most every interval", "[trace][live]") {
+  LiveTrace live(std::chrono::hours(1));
+  const int id = live.begin_run(layout(1, 1, 1, 8, 0));  // a prompt of 4 tokens
+  auto step = [&](int phase, int seq_len) {
+    StepRecord rec;
+    rec.stats.phase = static_cast<uint8_t>(phase);
+    rec.stats.seq_len = seq_len;
+    live.append_step(id, rec);
+    return live.snapshot()->n_steps();
+  };
+  CHECK(step(0, 2) == 0);  // a first prefill block: within the interval, not yet shown
+  CHECK(step(0, 4) == 2);  // the prompt's last block: shown with everything before it
+  CHECK(step(1, 5) == 2);  // decode steps wait for the interval again
+  live.flush();
+  CHECK(live.snapshot()->n_steps() == 3);
+}
