@@ -690,12 +690,12 @@ int App::run() {
     apply_updates();
     frame();
     const auto t_ui = Clock::now();
+    const double ui_ms = std::chrono::duration<double, std::milli>(t_ui - t0).count();
     const bool exposed = g_window_exposed.exchange(false);
     const bool input = GImGui->InputEventsTrail.Size > 0;  // events NewFrame() handled this frame
     const bool draw = redraw_.should_draw(*ImGui::GetDrawData(), textures_.generation(), input,
                                           exposed || !screenshot_path_.empty() || options_.redraw_every_frame,
-                                          std::chrono::duration<double, std::milli>(t_ui - started_).count(),
-                                          std::chrono::duration<double, std::milli>(t_ui - t0).count());
+                                          std::chrono::duration<double, std::milli>(t_ui - started_).count(), ui_ms);
     int w = 0, h = 0;
     glfwGetFramebufferSize(window_, &w, &h);
     if (draw) {
@@ -723,13 +723,9 @@ int App::run() {
     const auto target = t0 + std::chrono::microseconds(16667);
     if (Clock::now() < target) std::this_thread::sleep_until(target);
     const auto now = Clock::now();
-    stats_.add(busy, draw, work, std::chrono::duration<double, std::milli>(now - last).count(),
-               std::chrono::duration<double, std::milli>(t_ui - t0).count());
-    log_timing("frame", {{"interval_ms", std::chrono::duration<double, std::milli>(now - last).count()},
-                         {"busy", busy},
-                         {"drawn", draw},
-                         {"work_ms", work},
-                         {"ui_ms", std::chrono::duration<double, std::milli>(t_ui - t0).count()}});
+    const double interval_ms = std::chrono::duration<double, std::milli>(now - last).count();
+    stats_.add(busy, draw, work, interval_ms, ui_ms);
+    log_timing("frame", {{"interval_ms", interval_ms}, {"busy", busy}, {"drawn", draw}, {"work_ms", work}, {"ui_ms", ui_ms}});
     last = now;
   }
   stats_.report();

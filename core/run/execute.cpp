@@ -72,7 +72,8 @@ RunOutcome execute(const RunSpec& spec, const model::Model& model, const RunSink
   // for; otherwise capture this run's prefill for the next one.
   const PrefillEntry* reuse = nullptr;
   PrefillEntry* capture = nullptr;
-  if (sinks.prefills && engine::prefill_is_policy_independent(policy.policy.get(), static_cast<int>(tokens.size()))) {
+  const bool one_pass = engine::prefill_is_policy_independent(policy.policy.get(), static_cast<int>(tokens.size()));
+  if (sinks.prefills && one_pass) {
     const PrefillKey key = prefill_key(model, tokens, spec, recording);
     reuse = sinks.prefills->find(key, recording);
     // The recorder adopts the stored maps, so only the policy's and the other observers' requests count.
@@ -92,7 +93,7 @@ RunOutcome execute(const RunSpec& spec, const model::Model& model, const RunSink
 
   // A block-wise prefill takes the blocks computed before any policy edited the cache from the store.
   engine::BlockPrefixCapture* block_prefix = nullptr;
-  if (sinks.prefills && !engine::prefill_is_policy_independent(policy.policy.get(), static_cast<int>(tokens.size())))
+  if (sinks.prefills && !one_pass)
     block_prefix = &sinks.prefills->block_prefix(prefill_key(model, tokens, spec, false).model, tokens,
                                                  policy.policy->prefill_block_size());
 

@@ -583,8 +583,9 @@ void Recorder::finish(const engine::RunResult& result) {
       {"full_cache_bytes", std::to_string(result.full_cache_bytes)},
   };
   if (result.prefill_share_from_blocks > 0.0)
-    final_meta["prefill"] = "computed, " + std::to_string(result.prefill_percent_from_blocks()) + " % of its layers (rows x layers) finished from a capture of the same prompt's blocks "
-                            "before any edit";
+    final_meta["prefill"] = "computed, " + std::to_string(result.prefill_percent_from_blocks()) +
+                            " % of its layers (rows x layers) finished from a capture of the same prompt's "
+                            "blocks before any edit";
   if (run_.policy)
     for (auto& [k, v] : policy_outcome_metadata(run_.metadata, run_.policy->diagnostics())) final_meta[k] = std::move(v);
   for (std::size_t i = 0; i < sinks_.size(); ++i) sinks_[i]->end_run(run_ids_[i], final_meta);
