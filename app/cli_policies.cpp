@@ -7,6 +7,7 @@
 
 #include "app/subcommands.h"
 #include "core/policy/allocation_catalog.h"
+#include "core/policy/policy_file.h"
 #include "core/policy/protocol.h"
 #include "core/policy/registry.h"
 
@@ -75,7 +76,30 @@ Command register_policies(CLI::App& root) {
   cmd->add_flag("--protocols", *protocols,
                 "print the table of which policy supports which protocol switch (as in docs/policies.md)");
 
-  return {cmd, [json, protocols]() {
+  auto file = std::make_shared<std::string>();
+  cmd->add_option("--file", *file,
+                  "describe a policy of your own: a Python file (python:PATH.py) or a plugin (plugin:PATH.so; a path "
+                  "ending in .py is taken as Python, anything else as a plugin). Loading it runs its code");
+
+  return {cmd, [json, protocols, file]() {
+            if (!file->empty()) {
+              const bool python = file->size() > 3 && file->substr(file->size() - 3) == ".py";
+              const std::string spec =
+                  file->rfind("python:", 0) == 0 || file->rfind("plugin:", 0) == 0 ? *file
+                                                                                  : (python ? "python:" : "plugin:") + *file;
+              const policy::PolicyInfo p = policy::describe_policy(spec);
+              if (*json) {
+                nlohmann::json out{{"name", p.name}, {"summary", p.summary}, {"reference", p.reference},
+                                   {"params", params_json(p.params)}, {"provenance", p.provenance}};
+                std::cout << out.dump(2) << "\n";
+                return 0;
+              }
+              std::printf("%s — %s\n  %s (sha256 %s)\n", p.name.c_str(), p.summary.c_str(), p.reference.c_str(),
+                          p.provenance.at("policy_file_sha256").c_str());
+              print_params(p.params, true);
+              std::printf("\n  and the allocation parameters of `kvscope policies` where it takes `allocation`\n");
+              return 0;
+            }
             if (*protocols) {
               std::cout << policy::protocol_table_markdown();
               return 0;

@@ -12,6 +12,7 @@ void AttentionRequest::merge(const AttentionRequest& other) {
   last_row = last_row || other.last_row;
   rows = rows || other.rows;
   log_sum_exp = log_sum_exp || other.log_sum_exp;
+  queries = queries || other.queries;
 }
 
 }  // namespace kvscope::kernels

@@ -17,8 +17,9 @@ struct AttentionRequest {
   bool last_row = false;     // the last query's probability row
   bool rows = false;         // every probability row, streamed to the AttentionRowSink
   bool log_sum_exp = false;  // per query, log sum_j exp(s_j) over its visible keys (s = q.k / sqrt(d))
+  bool queries = false;      // the call's post-RoPE queries themselves (copied by the engine, not the kernel)
 
-  bool any() const { return column_sums || window_sums || window_rows || last_row || rows || log_sum_exp; }
+  bool any() const { return column_sums || window_sums || window_rows || last_row || rows || log_sum_exp || queries; }
   void merge(const AttentionRequest& other);
 };
 

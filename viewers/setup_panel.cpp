@@ -11,6 +11,7 @@
 #include "core/common/error.h"
 #include "core/policy/allocation_catalog.h"
 #include "core/policy/budget_spec.h"
+#include "core/policy/policy_file.h"
 #include "core/policy/registry.h"
 #include "kernels/cuda/cuda_device.h"
 
@@ -58,7 +59,7 @@ bool SetupPanel::in_effect(const policy::ParamSpec& p) const {
 
 std::vector<std::string> SetupPanel::shown_params() const {
   std::vector<std::string> names;
-  for (const auto& p : policy::all_policies().at(policy_).params)
+  for (const auto& p : policy_info().params)
     if (in_effect(p)) names.push_back(p.name);
   return names;
 }
@@ -76,20 +77,71 @@ void SetupPanel::set_sample(const std::string& name) {
 void SetupPanel::reset_params() {
   numbers_.clear();
   choices_.clear();
-  const auto& info = policy::all_policies().at(policy_);
+  const auto& info = policy_info();
   for (const auto& p : info.params) {
     if (p.kind == policy::ParamSpec::Kind::Choice) choices_[p.name] = p.default_choice;
     else numbers_[p.name] = p.default_number;
   }
 }
 
-void SetupPanel::set_policy(const std::string& spec) {
-  const auto parsed = policy::split_policy_spec(spec);
+const policy::PolicyInfo& SetupPanel::policy_info() const {
   const auto& all = policy::all_policies();
-  const auto& info = policy::find_policy(parsed.name);  // throws with the list of valid names
+  return policy_ < static_cast<int>(all.size()) ? all[policy_] : user_policies_.at(policy_ - all.size()).info;
+}
+
+int SetupPanel::load_policy_file(const std::string& path) {
+  const std::string spec = (path.size() > 3 && path.substr(path.size() - 3) == ".py" ? "python:" : "plugin:") + path;
+  UserPolicy entry{spec, path, policy::describe_policy(spec), {}};
+  std::error_code ec;
+  entry.modified = std::filesystem::last_write_time(path, ec);
+  const auto& all = policy::all_policies();
+  for (std::size_t i = 0; i < user_policies_.size(); ++i)
+    if (user_policies_[i].path == path) {
+      user_policies_[i] = std::move(entry);
+      return static_cast<int>(all.size() + i);
+    }
+  user_policies_.push_back(std::move(entry));
+  return static_cast<int>(all.size() + user_policies_.size() - 1);
+}
+
+bool SetupPanel::reload_changed_policy_file(AppState& state) {
+  const auto& all = policy::all_policies();
+  if (policy_ < static_cast<int>(all.size())) return false;
+  UserPolicy& u = user_policies_.at(policy_ - all.size());
+  std::error_code ec;
+  const auto modified = std::filesystem::last_write_time(u.path, ec);
+  if (ec || modified == u.modified) return false;
+  u.modified = modified;
+  // A file saved with a mistake keeps the form as it was; the error says what to fix.
+  try {
+    const auto numbers = numbers_;
+    const auto choices = choices_;
+    u.info = policy::describe_policy(u.spec_prefix);
+    reset_params();
+    for (const auto& [k, v] : numbers) if (numbers_.count(k)) numbers_[k] = v;
+    for (const auto& [k, v] : choices) if (choices_.count(k)) choices_[k] = v;
+    state.log.push_back("reloaded " + u.path + " (sha256 " + u.info.provenance.at("policy_file_sha256").substr(0, 12) + ")");
+    policy_error_.clear();
+    return true;
+  } catch (const std::exception& e) {
+    policy_error_ = e.what();
+    state.log.push_back("error: " + policy_error_);
+    return false;
+  }
+}
+
+void SetupPanel::set_policy(const std::string& spec) {
+  const auto file = policy::parse_policy_file_spec(spec);
+  const auto parsed = file ? policy::PolicySpecText{"", file->assignments} : policy::split_policy_spec(spec);
+  const auto& all = policy::all_policies();
+  const int index = file ? load_policy_file(file->path.string())
+                         : static_cast<int>(std::find_if(all.begin(), all.end(), [&](const auto& p) {
+                             return p.name == policy::find_policy(parsed.name).name;  // throws with the valid names
+                           }) - all.begin());
+  policy_ = index;
+  const auto& info = policy_info();
   // Validates every assignment against the ParamSpecs before touching the form.
   const policy::PolicyParams checked(info.name, info.params, parsed.assignments);
-  policy_ = static_cast<int>(std::find_if(all.begin(), all.end(), [&](const auto& p) { return p.name == info.name; }) - all.begin());
   reset_params();
   const auto text = checked.as_text();
   for (const auto& p : info.params) {
@@ -109,8 +161,10 @@ void SetupPanel::set_budget(const std::string& text) {
 }
 
 std::string SetupPanel::policy_spec() const {
-  const auto& info = policy::all_policies().at(policy_);
-  std::string spec = info.name, sep = ":";
+  const auto& info = policy_info();
+  const auto& all = policy::all_policies();
+  const bool file = policy_ >= static_cast<int>(all.size());
+  std::string spec = file ? user_policies_.at(policy_ - all.size()).spec_prefix : info.name, sep = file ? "," : ":";
   for (const auto& p : info.params) {
     if (!in_effect(p)) continue;  // kept in the form for when its allocation is chosen again, but inert now
     std::string value;
@@ -131,7 +185,7 @@ std::string SetupPanel::policy_spec() const {
 }
 
 std::string SetupPanel::budget_text() const {
-  if (policy::all_policies().at(policy_).name == "full") return "";
+  if (policy_info().name == "full") return "";
   if (budget_percent_) return format_number(std::round(budget_share_ * 10.0) / 10.0, false) + "%";
   return std::to_string(budget_tokens_);
 }
@@ -215,7 +269,7 @@ int SetupPanel::save(const AppState& state, const std::string& path) {
 
 bool SetupPanel::param_widgets() {
   bool changed = false;
-  const auto& info = policy::all_policies().at(policy_);
+  const auto& info = policy_info();
   for (const auto& p : info.params) {
     if (!in_effect(p)) continue;
     ImGui::PushID(p.name.c_str());
@@ -322,27 +376,63 @@ void SetupPanel::draw(AppState& state) {
 
   ImGui::SeparatorText("Policy");
   const auto& all = policy::all_policies();
+  const int builtins = static_cast<int>(all.size()), choices = builtins + static_cast<int>(user_policies_.size());
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-  if (ImGui::BeginCombo("policy", all[policy_].name.c_str())) {
-    for (int i = 0; i < static_cast<int>(all.size()); ++i) {
-      if (ImGui::Selectable(all[i].name.c_str(), i == policy_) && i != policy_) {
+  if (ImGui::BeginCombo("policy", policy_info().name.c_str())) {
+    for (int i = 0; i < choices; ++i) {
+      const policy::PolicyInfo& info = i < builtins ? all[i] : user_policies_[i - builtins].info;
+      if (i == builtins) ImGui::SeparatorText("your files");
+      if (ImGui::Selectable(info.name.c_str(), i == policy_) && i != policy_) {
         policy_ = i;
         reset_params();
         rerun = true;
       }
-      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s\n%s", all[i].summary.c_str(), all[i].reference.c_str());
+      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s\n%s", info.summary.c_str(), info.reference.c_str());
     }
     ImGui::EndCombo();
   }
   ImGui::SameLine();
   if (ImGui::SmallButton("defaults")) reset_params(), rerun = true;
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-  ImGui::TextWrapped("%s", all[policy_].summary.c_str());
+  ImGui::TextWrapped("%s", policy_info().summary.c_str());
   ImGui::PopStyleColor();
+  // A policy of the user's own: a Python file (reloaded whenever it is saved) or a compiled plugin.
+  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x - ImGui::CalcTextSize("Load policy").x -
+                          ImGui::GetStyle().FramePadding.x * 4);
+  input_text("##policyfile", policy_file_);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("A policy file of your own: PATH.py (score(obs); docs/policies.md, Writing a policy) or a plugin .so.\n"
+                      "Loading it runs its code. A Python file is reloaded and re-run whenever it is saved.");
+  ImGui::SameLine();
+  if (ImGui::Button("Load policy")) {
+    try {
+      policy_ = load_policy_file(policy_file_);
+      reset_params();
+      policy_error_.clear();
+      state.log.push_back("loaded policy " + policy_info().name + " from " + policy_file_);
+      rerun = true;
+    } catch (const std::exception& e) {
+      policy_error_ = e.what();
+      state.log.push_back(std::string("error: ") + e.what());
+    }
+  }
+  if (ImGui::GetTime() - last_file_check_ > 0.25) {
+    last_file_check_ = ImGui::GetTime();
+    rerun |= reload_changed_policy_file(state);
+  }
+  if (policy_ >= builtins) {
+    const auto& sha = policy_info().provenance.at("policy_file_sha256");
+    ImGui::TextDisabled("%s  sha256 %s", user_policies_[policy_ - builtins].path.c_str(), sha.substr(0, 12).c_str());
+  }
+  if (!policy_error_.empty()) {
+    ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1.0f, 0.45f, 0.4f, 1.0f));
+    ImGui::TextWrapped("%s", policy_error_.c_str());
+    ImGui::PopStyleColor();
+  }
   rerun |= param_widgets();
 
   ImGui::SeparatorText("Budget");
-  const bool full = all[policy_].name == "full";
+  const bool full = policy_info().name == "full";
   ImGui::BeginDisabled(full);
   int mode = budget_percent_ ? 0 : 1;
   if (ImGui::RadioButton("% of prompt", &mode, 0)) rerun = true;

@@ -3,10 +3,13 @@
 // parameter (ranges and paper defaults from its ParamSpec list), budget and new tokens. With "live" on,
 // every change re-runs on the Session's worker; the previous run of the slot is cancelled, so dragging
 // the budget slider keeps the window responsive and shows the latest value as soon as it is computed.
+#include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/policy/params.h"
+#include "core/policy/registry.h"
 #include "viewers/panel.h"
 #include "viewers/session.h"
 
@@ -26,7 +29,7 @@ class SetupPanel final : public Panel {
   void set_model(const std::string& path) { model_path_ = path; }
   void set_prompt(const std::string& text) { prompt_ = text; }
   void set_sample(const std::string& name);
-  void set_policy(const std::string& spec);  // "name:k=v,...", checked against the ParamSpecs
+  void set_policy(const std::string& spec);  // "name:k=v,..." or "python:PATH,k=v", checked against the ParamSpecs
   void set_budget(const std::string& text);  // "64" or "25%"
   void set_tokens(int n) { max_new_tokens_ = n; }
   // The default first screen: default model, the first sample prompt, a policy that evicts.
@@ -49,6 +52,17 @@ class SetupPanel final : public Panel {
   std::vector<std::string> shown_params() const;
 
  private:
+  // A policy file the user loaded; `spec_prefix` is "python:PATH" or "plugin:PATH".
+  struct UserPolicy {
+    std::string spec_prefix, path;
+    policy::PolicyInfo info;
+    std::filesystem::file_time_type modified;
+  };
+  const policy::PolicyInfo& policy_info() const;
+  // Loads (or reloads) a policy file into the chooser; returns its index. Throws for a file that cannot be used.
+  int load_policy_file(const std::string& path);
+  // When the chosen policy is a file that changed on disk: reloads it and returns true (re-run it).
+  bool reload_changed_policy_file(AppState& state);
   void reset_params();
   bool in_effect(const policy::ParamSpec& p) const;
   bool param_widgets();
@@ -62,7 +76,11 @@ class SetupPanel final : public Panel {
   std::string prompt_file_;
   bool chat_ = false;
   bool no_think_ = false;  // with chat_: Qwen3's thinking off
-  int policy_ = 0;
+  int policy_ = 0;  // an index into all_policies(), then into user_policies_
+  std::vector<UserPolicy> user_policies_;
+  std::string policy_file_;
+  std::string policy_error_;  // why the last load or reload of a policy file failed
+  double last_file_check_ = 0.0;
   std::map<std::string, double> numbers_;
   std::map<std::string, std::string> choices_;
   bool budget_percent_ = true;

@@ -144,12 +144,20 @@ AttentionObservation empty_observation(const model::ModelConfig& c, int layer, c
 }
 }  // namespace
 
+void Engine::copy_queries(Run& run, int n, AttentionObservation& obs) {
+  const std::size_t count = static_cast<std::size_t>(n) * model_.config.q_width();
+  obs.queries.resize(count);
+  backend_.to_host(run.state->q, obs.queries.data(), count);
+}
+
 void Engine::trim_before_output(Run& run, int layer, int n, const int32_t* positions, const StepInfo& step) {
   const auto& c = model_.config;
   policy::Policy* policy = run.hooks->policy;
   AttentionObservation obs = empty_observation(c, layer, positions, n, step);
-  backend_.attention(run.cache.storage(), {layer, c.n_heads, run.state->q, n, positions},
-                     policy->request(layer, step.phase), nullptr, obs, run.state->attn_scratch);
+  const ObservationRequest request = policy->request(layer, step.phase);
+  backend_.attention(run.cache.storage(), {layer, c.n_heads, run.state->q, n, positions}, request, nullptr, obs,
+                     run.state->attn_scratch);
+  if (request.queries) copy_queries(run, n, obs);
   apply_edit(run, policy->after_layer(obs, run.cache), step);
 }
 
@@ -173,6 +181,7 @@ void Engine::attention(Run& run, int layer, int n, const int32_t* positions, con
     run.capture->layers[layer].observation = obs;
     obs = restricted(obs, requests.merged);
   }
+  if (requests.merged.queries) copy_queries(run, n, obs);
   if (run.shadow && step.phase == Phase::Decode) {
     AttentionObservation unused;
     backend_.attention(run.shadow->storage(), call, {}, nullptr, unused, s.attn_scratch);

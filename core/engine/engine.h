@@ -107,6 +107,8 @@ class Engine {
   void forward(Run& run, const int* tokens, int n, int first_position, const StepInfo& step, float* logits);
   void attention(Run& run, int layer, int n, const int32_t* positions, const StepInfo& step);
   void trim_before_output(Run& run, int layer, int n, const int32_t* positions, const StepInfo& step);
+  // The step's post-RoPE queries into obs.queries, for a reader that asked for them.
+  void copy_queries(Run& run, int n, AttentionObservation& obs);
   void finish_step(Run& run, const StepInfo& step, int token, float logprob);
   void apply_edit(Run& run, cache::CacheEdit&& edit, const StepInfo& step);
 

@@ -14,7 +14,9 @@ ObservationRequest PrefillCapture::superset(const ObservationRequest& asked) {
 }
 
 bool PrefillCapture::covers(int layer, const ObservationRequest& request) const {
-  if (!complete || layer < 0 || layer >= static_cast<int>(layers.size()) || request.rows) return false;
+  // Queries are never captured (a whole prompt's would outweigh the rest): a reader of them prefills afresh.
+  if (!complete || layer < 0 || layer >= static_cast<int>(layers.size()) || request.rows || request.queries)
+    return false;
   const AttentionObservation& obs = layers[layer].observation;
   return request.window <= obs.window || obs.window == obs.n_queries();
 }

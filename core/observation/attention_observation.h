@@ -24,6 +24,8 @@ struct AttentionObservation : kernels::AttentionSideOutputs {
   bool prefill_done = false;          // the last prefill block, or a decode step
   int n_heads = 0, n_kv_heads = 0;    // query heads, KV heads
   std::vector<int32_t> query_positions;
+  std::vector<float> queries;  // [n_queries][n_heads][head_dim] after RoPE, when the request asked for them
+
 
   int n_queries() const { return static_cast<int>(query_positions.size()); }
   int kv_head_of(int head) const { return head / (n_heads / n_kv_heads); }

@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/policy/catalog.h"
+#include "core/policy/policy_file.h"
 
 namespace kvscope::policy {
 
@@ -20,15 +21,22 @@ const PolicyInfo& find_policy(const std::string& name) {
     if (info.name == name) return info;
   std::string names;
   for (const auto& info : all_policies()) names += (names.empty() ? "" : ", ") + info.name;
-  throw UsageError("unknown policy '" + name + "'; valid policies: " + names);
+  throw UsageError("unknown policy '" + name + "'; valid policies: " + names +
+                   " (or python:FILE.py and plugin:FILE.so for a policy of your own)");
+}
+
+PolicyInfo describe_policy(const std::string& spec_text) {
+  if (const auto file = parse_policy_file_spec(spec_text)) return load_policy_file(*file);
+  return find_policy(split_policy_spec(spec_text).name);
 }
 
 PolicyInstance make_policy(const std::string& spec_text) {
-  const PolicySpecText spec = split_policy_spec(spec_text);
-  const PolicyInfo& info = find_policy(spec.name);
+  const auto file = parse_policy_file_spec(spec_text);
+  const PolicyInfo info = describe_policy(spec_text);
   PolicyInstance instance;
   instance.name = info.name;
-  instance.params = PolicyParams(info.name, info.params, spec.assignments);
+  instance.params = PolicyParams(info.name, info.params, file ? file->assignments : split_policy_spec(spec_text).assignments);
+  instance.provenance = info.provenance;
   instance.policy = info.make(instance.params);
   return instance;
 }

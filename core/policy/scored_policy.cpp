@@ -35,6 +35,10 @@ ScoredPolicy::ScoredPolicy(std::string name, const PolicyParams& params)
   allocation_ = make_allocation(allocation_name_, params_);
 }
 
+std::unique_ptr<LayerAllocation> ScoredPolicy::make_layer_allocation() const {
+  return make_allocation(params_.get_choice("allocation"), params_);
+}
+
 ObservationRequest ScoredPolicy::request(int layer, Phase phase) const {
   // Without decode eviction nothing reads decode attention (an accumulated score no longer matters).
   ObservationRequest r =
@@ -46,7 +50,8 @@ ObservationRequest ScoredPolicy::request(int layer, Phase phase) const {
 void ScoredPolicy::begin(const RunInfo& info) {
   run_ = info;
   const int layers = info.config.n_layers, heads = info.config.n_kv_heads;
-  allocation_ = make_allocation(allocation_name_, params_);  // a fresh one: adaptive allocations keep state
+  allocation_ = make_layer_allocation();  // a fresh one: adaptive allocations keep state
+  allocation_name_ = allocation_->name();
   budgets_.assign(layers, info.budget);
   budgets_final_ = false;
   pending_.assign(layers, std::vector<std::vector<float>>(heads));

@@ -52,6 +52,9 @@ class ScoredPolicy : public Policy {
   // what it evicts adds the merges here (CaM).
   virtual void complete_edit(cache::HeadEdit& /*edit*/, const cache::KVCache& /*cache*/) {}
 
+  // The run's allocation: by default the `allocation` parameter's; a user's policy file may bring its own.
+  virtual std::unique_ptr<LayerAllocation> make_layer_allocation() const;
+
   const RunInfo& run_info() const { return run_; }
   const PolicyParams& params() const { return params_; }
 

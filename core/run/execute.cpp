@@ -102,6 +102,7 @@ RunOutcome execute(const RunSpec& spec, const model::Model& model, const RunSink
     description.policy_name = policy.name;
     description.policy_spec = spec.policy;
     description.policy_params = policy.params.as_text();
+    description.policy_provenance = policy.provenance;
     description.budget = checked.uses_budget ? spec.budget : "";
     const bool has_text = !spec.prompt.empty() || (spec.chat.enabled && !spec.chat.messages.empty());
     description.prompt = has_text ? prompt_text(model, spec.prompt, spec.chat) : "";

@@ -3,6 +3,7 @@
 #include "core/common/error.h"
 #include "core/model/chat_template.h"
 #include "core/policy/budget_spec.h"
+#include "core/policy/policy_file.h"
 #include "core/policy/registry.h"
 #include "core/trace/recorder.h"
 
@@ -20,7 +21,8 @@ CheckedSpec check(const RunSpec& spec) {
   if (out.uses_budget) policy::BudgetSpec::parse(spec.budget);
   if (!spec.record.empty()) trace::RecordOptions::parse(spec.record);
   out.run_name = !spec.name.empty() ? spec.name
-                                    : trace::run_name(policy.name == "full" ? std::string("full") : spec.policy,
+                                    : trace::run_name(policy.name == "full" ? std::string("full")
+                                                                            : policy::display_policy_spec(spec.policy),
                                                       out.uses_budget ? spec.budget : "");
   return out;
 }

@@ -47,7 +47,7 @@ std::map<std::string, std::string> run_metadata(const model::Model& model, const
   const bool uses_budget = !run.budget.empty();
   const auto allocation = run.policy_params.find("allocation");
   const auto& s = run.options.sampling;
-  return {
+  std::map<std::string, std::string> out = {
       {"model", model.path().string()},
       {"model_format", model::format_name(model.format())},
       {"model_name", model.config.name},
@@ -73,6 +73,9 @@ std::map<std::string, std::string> run_metadata(const model::Model& model, const
       {"host", host_name()},
       {"source", run.source},
   };
+  // A user's policy file, so that a figure leads back to the exact scorer (the bytes that were run).
+  for (const auto& [key, value] : run.policy_provenance) out[key] = value;
+  return out;
 }
 
 std::map<std::string, std::string> policy_outcome_metadata(const std::map<std::string, std::string>& metadata,

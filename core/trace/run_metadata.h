@@ -14,6 +14,7 @@ namespace kvscope::trace {
 struct RunDescription {
   std::string policy_name, policy_spec;
   std::map<std::string, std::string> policy_params;  // every parameter, as text
+  std::map<std::string, std::string> policy_provenance;  // a user's policy file: path, kind, SHA-256
   std::string budget;                                // as the user gave it; empty: the whole prompt
   std::string prompt;                                // after the chat template when `chat`
   bool chat = false;

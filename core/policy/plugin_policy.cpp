@@ -1,0 +1,179 @@
+#include "core/policy/plugin_policy.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+
+#include "core/common/error.h"
+#include "core/common/sha256.h"
+#include "core/policy/user_scorer.h"
+#include "include/kvscope/policy_plugin.h"
+
+namespace kvscope::policy {
+
+namespace {
+
+// The opened library; closed when the last policy made from it is gone.
+struct Library {
+  std::filesystem::path file;
+  void* handle = nullptr;
+  const kvscope_policy_plugin* plugin = nullptr;
+  ~Library() {
+    if (handle) dlclose(handle);
+  }
+};
+
+std::vector<std::string> needs_names(uint32_t needs) {
+  static const std::pair<uint32_t, const char*> flags[] = {
+      {KVSCOPE_NEEDS_COLUMN_SUMS, "column_sums"}, {KVSCOPE_NEEDS_WINDOW_SUMS, "window_sums"},
+      {KVSCOPE_NEEDS_WINDOW_ROWS, "window_rows"}, {KVSCOPE_NEEDS_LAST_ROW, "last_row"},
+      {KVSCOPE_NEEDS_LOG_SUM_EXP, "log_sum_exp"}, {KVSCOPE_NEEDS_QUERIES, "queries"}};
+  std::vector<std::string> out;
+  for (const auto& [flag, name] : flags)
+    if (needs & flag) out.push_back(name);
+  return out;
+}
+
+class PluginPolicy final : public UserScorer {
+ public:
+  PluginPolicy(std::string name, const PolicyParams& params, ObservationRequest needs, std::shared_ptr<Library> library,
+               std::vector<std::string> param_names)
+      : UserScorer(std::move(name), params, needs, library->file), library_(std::move(library)) {
+    for (const auto& n : param_names)
+      values_.push_back(n == "window" || n == "recent" || n == "sinks" ? params.get_int(n) : params.get_float(n));
+  }
+
+ protected:
+  std::string what() const override { return "plugin '" + file().string() + "'"; }
+  int recent(int budget) const override {
+    if (!library_->plugin->recent) return UserScorer::recent(budget);
+    return std::max(checked(library_->plugin->recent(budget, values_.data()), "recent"), reserved());
+  }
+  int sinks(int budget) const override {
+    if (!library_->plugin->sinks) return UserScorer::sinks(budget);
+    return checked(library_->plugin->sinks(budget, values_.data()), "sinks");
+  }
+
+  std::vector<float> score(const AttentionObservation& obs, int kv_head, cache::KVCache& cache) override {
+    const int group = obs.n_heads / obs.n_kv_heads, n = cache.size(obs.layer, kv_head);
+    kvscope_observation o{};
+    o.layer = obs.layer;
+    o.kv_head = kv_head;
+    o.n_layers = cache.n_layers();
+    o.n_kv_heads = obs.n_kv_heads;
+    o.n_heads = obs.n_heads;
+    o.group = group;
+    o.head_dim = cache.head_dim();
+    o.phase = obs.phase == observation::Phase::Prefill ? KVSCOPE_PHASE_PREFILL : KVSCOPE_PHASE_DECODE;
+    o.step = obs.step;
+    o.n_entries = n;
+    o.budget = layer_budgets().at(obs.layer);
+    o.prompt_length = run_info().prompt_length;
+    o.keys = cache.keys(obs.layer, kv_head).data();
+    o.values = cache.values(obs.layer, kv_head).data();
+    o.positions = cache.positions(obs.layer, kv_head).data();
+    o.state = cache.mutable_scores(obs.layer, kv_head).data();
+    o.n_queries = obs.n_queries();
+    o.window = obs.window;
+    o.query_positions = obs.query_positions.data();
+    // Per-part pointer tables for this KV head's query heads.
+    auto table = [&](const std::vector<std::vector<float>>& part, std::vector<const float*>& out) -> const float* const* {
+      if (part.empty()) return nullptr;
+      out.clear();
+      for (int i = 0; i < group; ++i) out.push_back(part.at(kv_head * group + i).data());
+      return out.data();
+    };
+    o.column_sums = table(obs.column_sums, tables_[0]);
+    o.window_sums = table(obs.window_sums, tables_[1]);
+    o.window_rows = table(obs.window_rows, tables_[2]);
+    o.last_row = table(obs.last_row, tables_[3]);
+    o.log_sum_exp = table(obs.log_sum_exp, tables_[4]);
+    o.queries = obs.queries.empty() ? nullptr : obs.queries.data();
+    o.params = values_.data();
+    std::vector<float> scores(n, 0.0f);
+    char error[1024] = {0};
+    const std::string where = what() + " score() for layer " + std::to_string(obs.layer) + " KV head " + std::to_string(kv_head);
+    if (library_->plugin->score(&o, scores.data(), error, sizeof error) != 0) {
+      error[sizeof error - 1] = '\0';
+      throw Error(where + " failed: " + (error[0] ? error : "(no message)"));
+    }
+    if (const std::string bad = non_finite_scores(scores.data(), scores.size()); !bad.empty())
+      throw Error(where + ": " + bad + "; scores must be finite");
+    return scores;
+  }
+
+ private:
+  int checked(int value, const char* function) const {
+    if (value < 0) throw Error(what() + " " + function + "() returned " + std::to_string(value) + ", below 0");
+    return value;
+  }
+
+  std::shared_ptr<Library> library_;
+  std::vector<double> values_;
+  std::vector<const float*> tables_[5];
+};
+
+}  // namespace
+
+PolicyInfo load_plugin_policy(const std::filesystem::path& file) {
+  auto library = std::make_shared<Library>();
+  library->file = file;
+  const std::string where = "plugin '" + file.string() + "'";
+  // dlopen searches the library path for a bare name; a user's file is meant as a path.
+  const std::string path = file.has_parent_path() ? file.string() : "./" + file.string();
+  library->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!library->handle) throw UsageError(where + " cannot be loaded: " + dlerror());
+  auto entry = reinterpret_cast<kvscope_policy_plugin_entry>(dlsym(library->handle, KVSCOPE_POLICY_PLUGIN_ENTRY_NAME));
+  if (!entry)
+    throw UsageError(where + " has no entry point " KVSCOPE_POLICY_PLUGIN_ENTRY_NAME "() (include/kvscope/policy_plugin.h)");
+  library->plugin = entry();
+  const kvscope_policy_plugin* p = library->plugin;
+  if (!p) throw UsageError(where + ": " KVSCOPE_POLICY_PLUGIN_ENTRY_NAME "() returned NULL");
+  if (p->abi_version != KVSCOPE_POLICY_ABI_VERSION)
+    throw UsageError(where + " was built for policy ABI version " + std::to_string(p->abi_version) +
+                     "; this kvscope speaks version " + std::to_string(KVSCOPE_POLICY_ABI_VERSION) + " (rebuild it against "
+                     "include/kvscope/policy_plugin.h)");
+  if (!p->score) throw UsageError(where + " has no score function");
+  if (p->n_params < 0 || (p->n_params > 0 && !p->params)) throw UsageError(where + " declares parameters without a table");
+
+  std::vector<ParamSpec> own;
+  std::vector<std::string> declared;
+  std::map<std::string, int> framework_defaults;
+  for (int i = 0; i < p->n_params; ++i) {
+    const kvscope_param_spec& s = p->params[i];
+    if (!s.name || !*s.name) throw UsageError(where + ": parameter " + std::to_string(i) + " has no name");
+    const std::string name = s.name, doc = s.doc ? s.doc : "declared by " + file.filename().string();
+    declared.push_back(name);
+    if (name == "window" || name == "recent" || name == "sinks") {
+      framework_defaults[name] = static_cast<int>(s.default_value);
+      continue;
+    }
+    switch (s.kind) {
+      case KVSCOPE_PARAM_INT:
+        own.push_back(ParamSpec::integer(name, static_cast<int>(s.default_value), static_cast<int>(s.min_value),
+                                         static_cast<int>(s.max_value), doc));
+        break;
+      case KVSCOPE_PARAM_FLOAT: own.push_back(ParamSpec::real(name, s.default_value, s.min_value, s.max_value, doc)); break;
+      case KVSCOPE_PARAM_BOOL: own.push_back(ParamSpec::flag(name, s.default_value != 0.0, doc)); break;
+      default: throw UsageError(where + ": parameter '" + name + "' has unknown kind " + std::to_string(s.kind));
+    }
+  }
+  for (auto& s : scorer_framework_params(framework_defaults)) own.push_back(std::move(s));
+  const Protocol protocol{.block = p->block, .decode_evict = p->decode_evict != 0, .trim_before_output = p->trim_before_output != 0};
+  const ObservationRequest request = request_for_needs(needs_names(p->needs), file);
+
+  PolicyInfo info;
+  info.name = "plugin:" + std::string(p->name && *p->name ? p->name : file.stem().string());
+  info.summary = p->summary ? p->summary : "a compiled scorer (" + file.filename().string() + ")";
+  info.reference = std::filesystem::absolute(file).string();
+  info.params = scored_policy_params(own, protocol);
+  info.provenance = {{"policy_file", std::filesystem::absolute(file).string()},
+                     {"policy_file_kind", "plugin"},
+                     {"policy_file_sha256", file_sha256(file)}};
+  info.make = [library, request, declared, name = info.name](const PolicyParams& params) -> std::unique_ptr<Policy> {
+    return std::make_unique<PluginPolicy>(name, params, request, library, declared);
+  };
+  return info;
+}
+
+}  // namespace kvscope::policy

@@ -1,0 +1,71 @@
+#include "core/policy/user_scorer.h"
+
+#include <cmath>
+
+#include "core/common/error.h"
+
+namespace kvscope::policy {
+
+const std::vector<std::string>& scorer_need_names() {
+  static const std::vector<std::string> names = {"column_sums", "window_sums", "window_rows",
+                                                 "last_row",    "log_sum_exp", "queries"};
+  return names;
+}
+
+ObservationRequest request_for_needs(const std::vector<std::string>& needs, const std::filesystem::path& file) {
+  ObservationRequest r;
+  for (const auto& n : needs) {
+    if (n == "column_sums") r.column_sums = true;
+    else if (n == "window_sums") r.window_sums = true;
+    else if (n == "window_rows") r.window_rows = true;
+    else if (n == "last_row" || n == "last_rows") r.last_row = true;
+    else if (n == "log_sum_exp") r.log_sum_exp = true;
+    else if (n == "queries") r.queries = true;
+    else {
+      std::string valid;
+      for (const auto& v : scorer_need_names()) valid += (valid.empty() ? "" : ", ") + v;
+      throw UsageError("policy file '" + file.string() + "' needs '" + n + "', which kvscope does not provide; valid: " + valid);
+    }
+  }
+  return r;
+}
+
+std::vector<ParamSpec> scorer_framework_params(const std::map<std::string, int>& defaults) {
+  auto def = [&](const char* name) {
+    const auto it = defaults.find(name);
+    return it == defaults.end() ? 0 : it->second;
+  };
+  return {ParamSpec::integer("window", def("window"), 0, 4096,
+                             "observation window: the last w queries of a step that window_sums and window_rows "
+                             "cover; the last w entries are always kept (SnapKV's convention)"),
+          ParamSpec::integer("recent", def("recent"), 0, 1 << 20, "the most recent entries, always kept"),
+          ParamSpec::integer("sinks", def("sinks"), 0, 1 << 20, "the first entries (attention sinks), always kept")};
+}
+
+void check_window(const ObservationRequest& needs, const PolicyParams& params, const std::filesystem::path& file) {
+  if ((needs.window_sums || needs.window_rows) && params.get_int("window") == 0)
+    throw UsageError("policy file '" + file.string() + "' needs window_sums or window_rows, which cover the last " +
+                     "`window` queries, but window is 0: give window=N (or a default in the file's params)");
+}
+
+std::string non_finite_scores(const float* scores, std::size_t n) {
+  std::size_t count = 0, first = 0;
+  for (std::size_t j = 0; j < n; ++j)
+    if (!std::isfinite(scores[j]) && count++ == 0) first = j;
+  if (count == 0) return "";
+  return std::to_string(count) + " score" + (count == 1 ? " is" : "s are") + " not finite, the first at entry " +
+         std::to_string(first) + ": " + (std::isnan(scores[first]) ? "nan" : scores[first] > 0 ? "inf" : "-inf");
+}
+
+UserScorer::UserScorer(std::string name, const PolicyParams& params, ObservationRequest needs, std::filesystem::path file)
+    : ScoredPolicy(std::move(name), params),
+      needs_(needs),
+      file_(std::move(file)),
+      window_(params.get_int("window")),
+      recent_(params.get_int("recent")),
+      sinks_(params.get_int("sinks")) {
+  needs_.window = (needs_.window_sums || needs_.window_rows) ? window_ : 0;
+  check_window(needs_, params, file_);
+}
+
+}  // namespace kvscope::policy

@@ -1,0 +1,45 @@
+#pragma once
+// The process's one embedded CPython interpreter (Debian's libpython, with the numpy of the system or of
+// the venv named by VIRTUAL_ENV). It starts on first use, from whichever thread asks first, and then lets go
+// of the GIL: every call into Python code takes it with `Gil` for the length of the call only, so the
+// engine's threads never wait on an idle interpreter. User policies run here; nothing else in kvscope does.
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <pybind11/pybind11.h>
+
+namespace kvscope::python {
+
+// Starts the interpreter once (thread-safe). Throws Error when it cannot start or numpy is missing.
+void ensure_started();
+
+// Holds the GIL for its lifetime (starting the interpreter when needed).
+class Gil {
+ public:
+  Gil() = default;
+  Gil(const Gil&) = delete;
+  Gil& operator=(const Gil&) = delete;
+
+ private:
+  struct Started {
+    Started() { ensure_started(); }
+  } started_;  // before acquire_: the interpreter must exist to take its lock
+  pybind11::gil_scoped_acquire acquire_;
+};
+
+// Where an exception raised by a user's file comes from, and what it says: the innermost traceback frame
+// in `file` (or the line of a SyntaxError in it), the function there, and "Type: message".
+struct ExceptionReport {
+  std::optional<int> line;
+  std::string function;
+  std::string text;
+};
+// Call with the GIL held, from the catch block of `error`.
+ExceptionReport describe(pybind11::error_already_set& error, const std::filesystem::path& file);
+
+// Runs `source` as a fresh module named after `file` (not registered in sys.modules, so two files of one
+// name never meet) and returns it. Python errors propagate as error_already_set. GIL held.
+pybind11::module_ load_module(const std::filesystem::path& file, const std::string& source);
+
+}  // namespace kvscope::python

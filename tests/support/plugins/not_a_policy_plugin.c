@@ -1,0 +1,2 @@
+/* A shared library without kvscope's entry point. */
+int not_a_policy(void) { return 0; }
