@@ -57,7 +57,10 @@ def gui_session(kvscope, prompt, changes, threads, extra=()):
     work = pathlib.Path(tempfile.mkdtemp())
     lines = [f"prompt {prompt}", "tokens 32"]
     for policy, budget in changes:
-        lines += [f"policy {policy}", f"budget {budget}", "run", "wait 600"]
+        if policy.startswith("save-file "):  # an editor saves a Python policy file; the window reloads it
+            lines += [policy, "frames 3", "wait 600"]
+        else:
+            lines += [f"policy {policy}", f"budget {budget}", "run", "wait 600"]
     lines.append("quit")
     (work / "s.kvs").write_text("\n".join(lines) + "\n")
     log = work / "timing.jsonl"
@@ -69,8 +72,10 @@ def gui_session(kvscope, prompt, changes, threads, extra=()):
         sys.exit(f"the scripted window failed ({done.returncode}):\n{done.stderr[-3000:]}")
     events = [json.loads(line) for line in log.read_text().splitlines()]
     out = []
-    # Each change: the 'budget' command starts it (policy and budget are set together, then 'run').
-    starts = [i for i, e in enumerate(events) if e["event"] == "command" and e["text"].startswith("budget ")]
+    # Each change: the 'budget' command starts it (policy and budget are set together, then 'run'), or the
+    # 'save-file' of a policy file.
+    starts = [i for i, e in enumerate(events)
+              if e["event"] == "command" and e["text"].startswith(("budget ", "save-file "))]
     for n, i in enumerate(starts):
         t0 = events[i]["t"]
         end = starts[n + 1] if n + 1 < len(starts) else len(events)
@@ -117,6 +122,14 @@ def main():
                ("snapkv", "10%"), ("snapkv", "30%"), ("h2o", "20%"), ("tova", "10%"), ("pyramidkv", "25%"),
                ("cake", "15%"), ("kvmerger", "50%"),
                ("caote", "20%"), ("caote", "30%"), ("caote", "10%"), ("h2o:block=64", "20%"), ("h2o:block=64", "30%")]
+    # A Python policy file edited while the window shows it (issue 22): key norms, then the numpy H2O saved
+    # over it. The saved file's run replays the prefill like any post-prefill policy.
+    work = pathlib.Path(tempfile.mkdtemp())
+    examples = ROOT / "examples" / "policies"
+    mine = work / "mine.py"
+    mine.write_text((examples / "key_norm.py").read_text())
+    changes += [(f"python:{mine}", "20%"), (f"save-file {examples / 'h2o_numpy.py'} {mine}", "20%"),
+                (f"save-file {examples / 'snapkv_numpy.py'} {mine}", "20%")]
     nice = [] if args.worker_nice is None else ["--worker-nice", str(args.worker_nice)]
     timings = gui_session(args.kvscope, prompt, changes, args.threads, nice)
     every = gui_session(args.kvscope, prompt, changes, args.threads, nice + ["--redraw-every-frame"])
@@ -127,13 +140,16 @@ def main():
     print(f"{'change':<20}{'prefill':<10}{'decision s':>11}{'result s':>9}{'generate s':>11}{'ratio':>6}{'fps':>6}"
           f"{'min fps':>8}{'drawn/s':>8} | every frame drawn: {'result s':>8}{'fps':>6}{'min fps':>8}")
     for t, e in zip(timings[1:], every[1:]):
+        if t["policy"].startswith("save-file "):  # the peer: the saved file, run from the command line
+            t["policy"] = e["policy"] = "python:" + t["policy"].split()[1]
         key = (t["policy"], t["budget"])
         if key not in peers:
             peers[key] = bare_generate(args.kvscope, prompt, t["policy"], t["budget"], args.threads)
         ratio = t["result_s"] / peers[key] if t["result_s"] else float("nan")
         kind = ("replayed" if t["prefill"].startswith("replayed") else
                 "blocks" if "from a capture" in t["prefill"] else "computed")
-        print(f"{t['policy'] + ' ' + t['budget']:<20}{kind:<10}{t['decision_s']:>11.2f}{t['result_s']:>9.2f}"
+        label = ("python:" + pathlib.Path(t["policy"][7:]).stem) if t["policy"].startswith("python:") else t["policy"]
+        print(f"{label + ' ' + t['budget']:<20}{kind:<10}{t['decision_s']:>11.2f}{t['result_s']:>9.2f}"
               f"{peers[key]:>11.2f}{ratio:>6.2f}{t['busy_fps']:>6.1f}{t['min_fps']:>8.1f}{t['drawn_per_s']:>8.1f} | "
               f"{'':>19}{e['result_s']:>8.2f}{e['busy_fps']:>6.1f}{e['min_fps']:>8.1f}")
     for label, runs in (("gated", timings), ("every frame drawn", every)):

@@ -656,6 +656,11 @@ void App::step_script() {
       } else if (c == "metric") {
         quality_->poll(state_);
         quality_->set_metric(arg);
+      } else if (c == "save-file") {
+        // An editor saving a file (a policy the window reloads): SRC's bytes over DST, stamped now.
+        std::filesystem::copy_file(s.args[0], s.args[1], std::filesystem::copy_options::overwrite_existing);
+        std::filesystem::last_write_time(s.args[1], std::filesystem::file_time_type::clock::now());
+        setup_.check_policy_file_soon();
       } else if (c == "pick") {
         quality_->poll(state_);
         const QualityCurves& curves = quality_->curves();

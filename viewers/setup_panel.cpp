@@ -19,6 +19,12 @@ namespace kvscope::viewers {
 
 namespace {
 
+// What happened to a policy file, in the log and on stderr: scripted sessions leave a record of reloads.
+void note(AppState& state, const std::string& line) {
+  std::fprintf(stderr, "kvscope gui: %s\n", line.c_str());
+  state.log.push_back(line);
+}
+
 std::string format_number(double v, bool integer) {
   char buf[32];
   if (integer) std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(std::llround(v)));
@@ -120,12 +126,12 @@ bool SetupPanel::reload_changed_policy_file(AppState& state) {
     reset_params();
     for (const auto& [k, v] : numbers) if (numbers_.count(k)) numbers_[k] = v;
     for (const auto& [k, v] : choices) if (choices_.count(k)) choices_[k] = v;
-    state.log.push_back("reloaded " + u.path + " (sha256 " + u.info.provenance.at("policy_file_sha256").substr(0, 12) + ")");
+    note(state, "reloaded " + u.path + " (sha256 " + u.info.provenance.at("policy_file_sha256").substr(0, 12) + ")");
     policy_error_.clear();
     return true;
   } catch (const std::exception& e) {
     policy_error_ = e.what();
-    state.log.push_back("error: " + policy_error_);
+    note(state, "error: " + policy_error_);
     return false;
   }
 }
@@ -409,11 +415,11 @@ void SetupPanel::draw(AppState& state) {
       policy_ = load_policy_file(policy_file_);
       reset_params();
       policy_error_.clear();
-      state.log.push_back("loaded policy " + policy_info().name + " from " + policy_file_);
+      note(state, "loaded policy " + policy_info().name + " from " + policy_file_);
       rerun = true;
     } catch (const std::exception& e) {
       policy_error_ = e.what();
-      state.log.push_back(std::string("error: ") + e.what());
+      note(state, std::string("error: ") + e.what());
     }
   }
   if (ImGui::GetTime() - last_file_check_ > 0.25) {

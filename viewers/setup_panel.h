@@ -42,6 +42,9 @@ class SetupPanel final : public Panel {
   // one HDF5 file; the model does not run. Returns how many runs are being saved.
   int save(const AppState& state, const std::string& path);
 
+  // Looks at the chosen policy file's time stamp on the next frame instead of within 250 ms.
+  void check_policy_file_soon() { last_file_check_ = -1e9; }
+
   RunRequest request() const;
   std::string policy_spec() const;  // the parameters in effect that differ from their defaults
   std::string budget_text() const;

@@ -42,7 +42,12 @@ def describe(exc, tb, path):
     for frame, lineno in traceback.walk_tb(tb if tb is not None else exc.__traceback__):
         if frame.f_code.co_filename == path:
             line, function = lineno, frame.f_code.co_name
-    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    if isinstance(exc, SyntaxError):
+        # One line: Python's own rendering spreads over three (the source line and a caret).
+        source = (exc.text or "").strip()
+        text = "%s: %s" % (type(exc).__name__, exc.msg) + (" (in: %s)" % source if source else "")
+    else:
+        text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     return line, function, text
 )PY";
 
