@@ -90,6 +90,8 @@ Command register_trace(CLI::App& root) {
             if (std::filesystem::exists(args->out, ec) && !args->force)
               throw Error("trace file '" + args->out + "' already exists (pass --force to overwrite it)");
             const model::Model model = args->model.load();
+            // Everything that can be refused is refused before the file is touched.
+            for (const auto& spec : specs) run::check_fits(spec, model);
 
             trace::WriterOptions wopts;
             wopts.force = args->force;

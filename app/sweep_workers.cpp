@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <set>
 
+#include "core/common/child_process.h"
 #include "core/common/error.h"
 
 namespace kvscope::app {
@@ -39,9 +40,11 @@ Worker start(const WorkerCommand& command, int index) {
   std::vector<char*> argv;
   for (const auto& a : command.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw Error("cannot fork a sweep worker: " + std::string(std::strerror(errno)));
   if (pid == 0) {
+    die_with_parent(parent);  // a killed sweep takes its workers (and the Ray driver) with it
     dup2(in_pipe[0], STDIN_FILENO);
     dup2(out_pipe[1], STDOUT_FILENO);
     execvp(argv[0], argv.data());

@@ -43,7 +43,7 @@ def main():
     prompts = [("default (lighthouse_story)", os.path.join(ROOT, "sample_data", "prompts", "lighthouse_story.txt")),
                ("bench (lathe_manual)", os.path.join(ROOT, "sample_data", "prompts_long", "lathe_manual.txt"))]
     print(f"best of {a.repeats} whole runs (prefill + {a.new_tokens} new tokens), budget {a.budget}, OMP_WAIT_POLICY=passive")
-    print(f"{'prompt':28} {'policy':10} {'built-in ms':>11} {'user file':12} {'user ms':>9} {'ratio':>6}")
+    print(f"{'prompt':28} {'policy':10} {'built-in ms':>11} {'user file':22} {'user ms':>9} {'ratio':>6}")
     for label, prompt in prompts:
         for builtin, user in pairs:
             best_b, best_u = float("inf"), float("inf")
@@ -51,7 +51,7 @@ def main():
                 best_b = min(best_b, run_ms(a.kvscope, prompt, builtin, a.budget, a.new_tokens))
                 best_u = min(best_u, run_ms(a.kvscope, prompt, user, a.budget, a.new_tokens))
             kind = user.split(":")[0] + ":" + os.path.splitext(os.path.basename(user))[0]
-            print(f"{label:28} {builtin:10} {best_b:11.1f} {kind:12} {best_u:9.1f} {best_u / best_b:6.2f}")
+            print(f"{label:28} {builtin:10} {best_b:11.1f} {kind:22} {best_u:9.1f} {best_u / best_b:6.2f}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "core/common/atomic_file.h"
 #include "core/common/error.h"
 #include "viewers/soft_render.h"
 
@@ -162,10 +163,7 @@ void export_figure(const Figure& figure, const std::string& path, const ExportOp
   if (ext == "svg") {
     const float font = options.font_px > 0 ? options.font_px : std::max(12.0f, std::round(options.height / 50.0f));
     const std::string svg = figure_svg(figure, options.width, options.height, font);
-    std::ofstream out(path, std::ios::binary);
-    if (!out) throw Error("cannot write SVG '" + path + "' (check that the folder exists and is writable)");
-    out << svg;
-    if (!out) throw Error("failed writing SVG '" + path + "'");
+    write_file_atomically(path, svg, "SVG");
     return;
   }
   if (ext != "png") throw UsageError("cannot export to '" + path + "': use a .png or .svg file name");

@@ -2,6 +2,7 @@
 
 #include <unordered_set>
 
+#include "core/common/atomic_file.h"
 #include "core/common/error.h"
 
 #if defined(__GNUC__)
@@ -38,8 +39,11 @@ void write_png(const Image& image, const std::string& path) {
   for (std::size_t i = 0, j = 0; i < image.rgba.size(); i += 4, j += 3) {
     rgb[j] = image.rgba[i], rgb[j + 1] = image.rgba[i + 1], rgb[j + 2] = image.rgba[i + 2];
   }
-  if (!stbi_write_png(path.c_str(), image.width, image.height, 3, rgb.data(), image.width * 3))
-    throw Error("cannot write PNG '" + path + "' (check that the folder exists and is writable)");
+  std::string png;
+  auto append = [](void* out, void* data, int size) { static_cast<std::string*>(out)->append(static_cast<const char*>(data), size); };
+  if (!stbi_write_png_to_func(append, &png, image.width, image.height, 3, rgb.data(), image.width * 3))
+    throw Error("cannot write PNG '" + path + "': encoding failed");
+  write_file_atomically(path, png, "PNG");
 }
 
 }  // namespace kvscope::viewers

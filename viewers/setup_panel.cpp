@@ -120,8 +120,16 @@ bool SetupPanel::reload_changed_policy_file(AppState& state) {
   u.modified = modified;
   // A file saved with a mistake keeps the form as it was; the error says what to fix.
   try {
-    const auto numbers = numbers_;
-    const auto choices = choices_;
+    // What the user changed in the form stays; everything else takes the new file's defaults.
+    std::map<std::string, double> numbers;
+    std::map<std::string, std::string> choices;
+    for (const auto& p : u.info.params) {
+      if (p.kind == policy::ParamSpec::Kind::Choice) {
+        if (choices_[p.name] != p.default_choice) choices[p.name] = choices_[p.name];
+      } else if (numbers_[p.name] != p.default_number) {
+        numbers[p.name] = numbers_[p.name];
+      }
+    }
     u.info = policy::describe_policy(u.spec_prefix);
     reset_params();
     for (const auto& [k, v] : numbers) if (numbers_.count(k)) numbers_[k] = v;

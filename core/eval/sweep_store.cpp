@@ -9,6 +9,7 @@
 #include <limits>
 #include <sstream>
 
+#include "core/common/atomic_file.h"
 #include "core/common/error.h"
 #include "core/eval/csv.h"
 #include "core/trace/hdf5_util.h"
@@ -41,15 +42,6 @@ void append_durably(const fs::path& path, const std::string& text) {
   const bool ok = written == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
   ::close(fd);
   if (!ok) throw Error("cannot append to '" + path.string() + "' (disk full?)");
-}
-
-void write_file_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!(out << text)) throw Error("cannot write '" + tmp.string() + "'");
-  }
-  fs::rename(tmp, path);
 }
 
 }  // namespace

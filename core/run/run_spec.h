@@ -44,6 +44,10 @@ struct CheckedSpec {
 // needs a budget and has none, an empty prompt (no text, conversation or ids).
 CheckedSpec check(const RunSpec& spec);
 
+// The spec against a loaded model, before anything is written: the prompt (encoded) and its new tokens fit
+// the context, and the budget resolves. Throws UsageError with the engine's words; returns the prompt tokens.
+std::vector<int> check_fits(const RunSpec& spec, const model::Model& model);
+
 // The prompt as the model sees it: with chat enabled, chat.messages, or else the body as the user message after
 // chat.system as a system message when it is not empty, rendered by the model's chat template with the chat's
 // settings (model.chat_template; throws Error when the model has none kvscope renders or refuses the

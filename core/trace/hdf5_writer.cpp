@@ -78,7 +78,7 @@ Hdf5Writer::Hdf5Writer(const std::filesystem::path& path, const WriterOptions& o
   if (!std::filesystem::is_directory(parent, ec))
     throw Error("cannot create trace file '" + path.string() + "': folder '" + parent.string() + "' does not exist");
 
-  state_->path = path.string();
+  state_->path = partial_path(path).string();
   thread_ = std::thread([this] { thread_main(); });
   auto created = std::make_shared<std::promise<void>>();
   auto done = created->get_future();
@@ -122,12 +122,20 @@ Hdf5Writer::Hdf5Writer(const std::filesystem::path& path, const WriterOptions& o
   }
 }
 
+std::filesystem::path Hdf5Writer::partial_path(const std::filesystem::path& path) {
+  return path.string() + ".partial";
+}
+
 Hdf5Writer::~Hdf5Writer() {
-  try {
-    close();
-  } catch (...) {
-    // A destructor must not throw; callers who care about the error call close() themselves.
+  if (closed_) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
   }
+  not_empty_.notify_one();
+  if (thread_.joinable()) thread_.join();
+  std::error_code ec;
+  std::filesystem::remove(partial_path(path_), ec);
 }
 
 void Hdf5Writer::thread_main() {
@@ -230,7 +238,20 @@ void Hdf5Writer::close() {
   not_empty_.notify_one();
   if (thread_.joinable()) thread_.join();
   closed_ = true;
-  rethrow_if_failed();
+  std::error_code ec;
+  const auto partial = partial_path(path_);
+  try {
+    rethrow_if_failed();
+  } catch (...) {
+    std::filesystem::remove(partial, ec);
+    throw;
+  }
+  std::filesystem::rename(partial, path_, ec);
+  if (ec) {
+    std::filesystem::remove(partial, ec);
+    throw Error("trace file '" + path_.string() + "' could not be put in place (renaming '" + partial.string() +
+                "' failed: " + ec.message() + ")");
+  }
 }
 
 int Hdf5Writer::begin_run(RunLayout layout) {

@@ -31,16 +31,23 @@ struct WriterOptions {
   std::size_t queue_bytes = 64u << 20;      // queued payload beyond which the caller waits
 };
 
+// The file is written under a partial name beside the target (`PATH.partial`) and renamed to PATH by a
+// successful close(): until then an existing PATH is untouched, and a writer destroyed without close() (a
+// run that failed) removes its partial file. A process killed mid-write leaves `PATH.partial`, which reads
+// as a trace with its last run incomplete.
 class Hdf5Writer final : public TraceSink {
  public:
-  // Creates the file before returning; throws Error naming the path when it exists (without force) or
-  // cannot be created.
+  // Creates the partial file before returning; throws Error naming the path when PATH exists (without
+  // force) or the file cannot be created.
   explicit Hdf5Writer(const std::filesystem::path& path, const WriterOptions& options = {});
-  ~Hdf5Writer();  // closes like close(), but swallows errors
+  ~Hdf5Writer();  // without close(): abandons the file (the partial one is removed, PATH untouched)
+  static std::filesystem::path partial_path(const std::filesystem::path& path);
   Hdf5Writer(const Hdf5Writer&) = delete;
   Hdf5Writer& operator=(const Hdf5Writer&) = delete;
 
   const std::filesystem::path& path() const { return path_; }
+  // Finishes the file and puts it in place at PATH; throws Error (and removes the partial file) when any
+  // write failed.
   // Milliseconds callers spent waiting for room in the queue (the writer thread fell behind).
   double blocked_ms() const {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -15,10 +15,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <string_view>
 
+#include "core/common/child_process.h"
 #include "core/common/error.h"
 #include "core/trace/trace_walk.h"
 
@@ -82,11 +84,14 @@ std::vector<std::string> child_environment() {
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
     const std::string_view entry(*e);
-    if (entry.rfind("OMP_NUM_THREADS=", 0) == 0 || entry.rfind("OPENBLAS_NUM_THREADS=", 0) == 0) continue;
+    if (entry.rfind("OMP_NUM_THREADS=", 0) == 0 || entry.rfind("OPENBLAS_NUM_THREADS=", 0) == 0 ||
+        entry.rfind(std::string(kParentPidVariable) + "=", 0) == 0)
+      continue;
     env.emplace_back(entry);
   }
   // The walk computes nothing; thread pools would only cost start-up time.
   env.emplace_back("OMP_NUM_THREADS=1");
+  env.emplace_back(std::string(kParentPidVariable) + "=" + std::to_string(getpid()));
   env.emplace_back("OPENBLAS_NUM_THREADS=1");
   return env;
 }
@@ -150,8 +155,23 @@ ChildResult collect(pid_t pid, int read_fd, double timeout_s) {
 
 }  // namespace
 
+double probe_stall_limit_s(std::uintmax_t bytes) {
+  if (const char* fixed = std::getenv("KVSCOPE_PROBE_TIMEOUT"); fixed && *fixed) {
+    char* end = nullptr;
+    const double s = std::strtod(fixed, &end);
+    if (end && *end == '\0' && s > 0) return s;
+  }
+  // Good traces: 1.1 ms of CPU per MB (96 MB walked in 108 ms), 24 ms per MB of wall time on a 2-core machine
+  // at load 20 (docs/benchmarks.md); 8 s covers starting the child on such a machine.
+  constexpr double kStartS = 8.0, kPerMbS = 0.25;
+  return kStartS + kPerMbS * static_cast<double>(bytes) / (1 << 20);
+}
+
 void probe_trace(const std::filesystem::path& path, const ProbeOptions& options) {
   const std::string p = path.string();
+  std::error_code size_error;
+  const std::uintmax_t bytes = std::filesystem::is_regular_file(path, size_error) ? std::filesystem::file_size(path, size_error) : 0;
+  const double timeout_s = options.timeout_s > 0 ? options.timeout_s : probe_stall_limit_s(size_error ? 0 : bytes);
   const std::string& what = options.what;
   std::vector<std::string> argv = options.command;
   if (argv.empty()) argv = {"/proc/self/exe", kProbeArgument};
@@ -175,16 +195,17 @@ void probe_trace(const std::filesystem::path& path, const ProbeOptions& options)
     throw Error("cannot check " + what + " '" + p + "': starting '" + argv[0] +
                 "' failed: " + std::strerror(spawn_error));
   }
-  const ChildResult r = collect(pid, fds[0], options.timeout_s);
+  const ChildResult r = collect(pid, fds[0], timeout_s);
   close(fds[0]);
 
   const std::string where = r.last_at.empty() ? "its header" : r.last_at;
   const std::string unsafe = "; the file cannot be opened safely";
   if (r.timed_out) {
-    char limit[32];
-    std::snprintf(limit, sizeof limit, "%g", options.timeout_s);
+    char limit[96];
+    std::snprintf(limit, sizeof limit, "%.1f s (the limit for %.1f MB; KVSCOPE_PROBE_TIMEOUT sets another)", timeout_s,
+                  static_cast<double>(bytes) / (1 << 20));
     throw Error(what + " '" + p + "' is damaged: reading its structure did not finish within " + limit +
-                " s (stuck at " + where + ")" + unsafe);
+                " (stuck at " + where + ")" + unsafe);
   }
   if (WIFSIGNALED(r.status))
     throw Error(what + " '" + p + "' is damaged: the HDF5 library failed (" + signal_text(WTERMSIG(r.status)) +
@@ -197,6 +218,7 @@ void probe_trace(const std::filesystem::path& path, const ProbeOptions& options)
 }
 
 int run_probe_child(const std::string& path, const std::string& what, const ProbeWalk& walk) {
+  die_with_parent_from_environment();  // a parent killed while libhdf5 loops here must not leave us spinning
   limit_child_resources();
   try {
     walk(path, [](const std::string& object) { report_line(std::string(kAtPrefix) + object); });

@@ -5,6 +5,7 @@
 // killed by a signal, or still running at the time limit, becomes an Error naming the file and the object
 // it was reading. Every executable that calls probe_trace must start main() with
 // run_trace_probe_if_asked (the child is this same executable, started afresh).
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -17,12 +18,18 @@ namespace kvscope::trace {
 inline constexpr const char* kProbeArgument = "__probe-trace";
 
 struct ProbeOptions {
-  double timeout_s = 60.0;  // a metadata walk takes well under a second; a stuck library is killed
+  // A stuck library is killed after this many seconds; 0: probe_stall_limit_s of the file.
+  double timeout_s = 0.0;
   // The child's command line, to which the trace path is appended; empty: this executable (through
   // /proc/self/exe, which survives a rebuild while the window is open) with kProbeArgument.
   std::vector<std::string> command;
   std::string what = "trace file";  // how messages name the file ("sweep file" for a sweep's eval.h5)
 };
+
+// How long a child may take on a file of `bytes` before it counts as stuck: a few seconds to start plus a
+// budget per MB, both far above what good traces take (docs/architecture.md, Opening traces safely).
+// KVSCOPE_PROBE_TIMEOUT (seconds) replaces it.
+double probe_stall_limit_s(std::uintmax_t bytes);
 
 // Returns when the child walked the whole file. Throws Error with the child's own message when the file
 // is refused cleanly (not HDF5, not a trace, a missing attribute ...), and Error("trace file ... is

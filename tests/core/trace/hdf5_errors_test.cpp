@@ -61,9 +61,38 @@ TEST_CASE("writer refuses an existing file unless forced", "[trace][errors]") {
   CHECK(fs::file_size(path) == 7);  // untouched
   WriterOptions force;
   force.force = true;
-  { Hdf5Writer w(path, force); }
+  {
+    Hdf5Writer w(path, force);
+    CHECK(fs::file_size(path) == 7);  // the old file stays until the new one is complete
+    w.close();
+  }
   CHECK(read_trace(path).runs.empty());
+  CHECK_FALSE(fs::exists(Hdf5Writer::partial_path(path)));
   fs::remove(path);
+}
+
+TEST_CASE("a writer that fails or is abandoned leaves the previous file untouched and nothing partial", "[trace][errors]") {
+  const fs::path path = temp_file("abandoned");
+  { std::ofstream(path) << "the previous trace"; }
+  WriterOptions force;
+  force.force = true;
+  {
+    // A run that fails half-way (an exception unwinds past the writer without close()).
+    Hdf5Writer writer(path, force);
+    test::FakeRun fake;
+    RecordOptions options;
+    Recorder rec(options, {&writer}, fake.recorded_run("half"));
+    fake.prefill_step(rec);
+    writer.sync();
+    CHECK(fs::exists(Hdf5Writer::partial_path(path)));
+  }
+  CHECK(fs::file_size(path) == 18);
+  CHECK_FALSE(fs::exists(Hdf5Writer::partial_path(path)));
+  // Without a previous file, an abandoned one leaves no file at all.
+  fs::remove(path);
+  { Hdf5Writer writer(path); }
+  CHECK_FALSE(fs::exists(path));
+  CHECK_FALSE(fs::exists(Hdf5Writer::partial_path(path)));
 }
 
 TEST_CASE("writer names the path it cannot create", "[trace][errors]") {
@@ -171,8 +200,10 @@ TEST_CASE("truncated traces give an Error at every size, never a crash", "[trace
   fs::remove(good);
 }
 
-TEST_CASE("a writer killed mid-run leaves a file that reads with a warning", "[trace][errors]") {
-  const fs::path path = temp_file("killed");
+TEST_CASE("a writer killed mid-run leaves its partial file, which reads with a warning", "[trace][errors]") {
+  const fs::path target = temp_file("killed");
+  { std::ofstream(target) << "the previous trace"; }
+  const fs::path path = Hdf5Writer::partial_path(target);
   const pid_t child = fork();
   REQUIRE(child >= 0);
   if (child == 0) {
@@ -181,7 +212,9 @@ TEST_CASE("a writer killed mid-run leaves a file that reads with a warning", "[t
     // exist there), so it records single-threaded.
     omp_set_num_threads(1);
     try {
-      Hdf5Writer writer(path);
+      WriterOptions force;
+      force.force = true;
+      Hdf5Writer writer(target, force);
       test::FakeRun fake;
       RecordOptions options;
       Recorder rec(options, {&writer}, fake.recorded_run("killed_run"));
@@ -213,12 +246,15 @@ TEST_CASE("a writer killed mid-run leaves a file that reads with a warning", "[t
   CHECK(r.attention.size() == 8);
   const TraceSummary s = summarize_trace(path);
   CHECK_FALSE(s.runs.at(0).complete);
+  CHECK(fs::file_size(target) == 18);  // kill -9 mid-write: the previous file is untouched
   fs::remove(path);
+  fs::remove(target);
 }
 
 TEST_CASE("a writer killed at an arbitrary moment never crashes the reader", "[trace][errors]") {
   for (int delay_ms : {5, 30, 120}) {
-    const fs::path path = temp_file("killed_any_" + std::to_string(delay_ms));
+    const fs::path target = temp_file("killed_any_" + std::to_string(delay_ms));
+    const fs::path path = Hdf5Writer::partial_path(target);
     int ready[2];
     REQUIRE(pipe(ready) == 0);
     const pid_t child = fork();
@@ -227,7 +263,7 @@ TEST_CASE("a writer killed at an arbitrary moment never crashes the reader", "[t
       close(ready[0]);
       omp_set_num_threads(1);  // the parent's OpenMP pool does not exist in a forked child
       try {
-        Hdf5Writer writer(path);
+        Hdf5Writer writer(target);
         const char go = 1;
         if (write(ready[1], &go, 1) != 1) _exit(4);
         for (int run = 0;; ++run) {
@@ -249,6 +285,7 @@ TEST_CASE("a writer killed at an arbitrary moment never crashes the reader", "[t
     kill(child, SIGKILL);
     int status = 0;
     waitpid(child, &status, 0);
+    CHECK_FALSE(fs::exists(target));  // never closed: never put in place
     // Either a readable file (the last run incomplete) or an Error naming the file: both are fine, a
     // crash or another exception type is not.
     try {
