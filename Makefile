@@ -8,17 +8,25 @@ ifeq ($(SANITIZE),1)
   CMAKE_FLAGS += -DKVSCOPE_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 endif
 
-.PHONY: all deps build run test bench clean
+.PHONY: all deps deps-run configure build run test bench clean
 all: build
 
 deps:
 	@scripts/setup_deps.sh
 
-build: deps
+# What `make run` needs and nothing more: no test venvs, no Ray.
+deps-run:
+	@KVSCOPE_SETUP=run scripts/setup_deps.sh
+
+configure:
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) > $(BUILD).configure.log 2>&1 || (cat $(BUILD).configure.log; exit 1)
+
+build: deps configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-run: build
+# Only the kvscope executable (tests, plugins and test fixtures are built by `make test`).
+run: deps-run configure
+	@cmake --build $(BUILD) -j $(JOBS) --target kvscope
 	@scripts/run_default.sh $(BUILD)
 
 test: build

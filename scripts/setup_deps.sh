@@ -8,7 +8,7 @@ mkdir -p "$deps"
 
 apt_packages=(cmake g++ make pkg-config libopenblas-dev libhdf5-dev catch2 nlohmann-json3-dev
               libcli11-dev libssl-dev libdeflate-dev zlib1g-dev libglfw3-dev libgl-dev libstb-dev xvfb xauth imagemagick python3-venv
-              python3-dev pybind11-dev python3-numpy)
+              python3-dev pybind11-dev python3-numpy ccache)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -18,6 +18,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
   $sudo_cmd apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# `make run` (KVSCOPE_SETUP=run) needs the model and the GUI sources only: the venvs below serve tests and tools.
+if [ "${KVSCOPE_SETUP:-all}" = "run" ]; then
+  "$root/scripts/fetch_model.sh"
+  "$root/scripts/fetch_imgui.sh"
+  exit 0
 fi
 
 # Pinned PyPI packages for tests and tools, in a venv that never touches the system Python.
