@@ -21,8 +21,9 @@ if ! { [ -f "$archive" ] && echo "$sha  $archive" | sha256sum -c --status; }; th
   echo "setup: downloading $package (Dear ImGui + ImPlot sources)"
   pip=(python3 -m pip)
   [ -x "$root/.deps/venv/bin/pip" ] && pip=("$root/.deps/venv/bin/pip")
-  # --no-binary: the wheels carry only compiled Python modules; the sources are in the sdist.
-  "${pip[@]}" download -q --disable-pip-version-check --no-deps --no-binary :all: -d "$cache" "$package"
+  # The sdist (its wheels carry only compiled Python modules). --no-binary for this package alone: its
+  # build tools then come as wheels (with :all: pip built them from source, minutes on a fresh machine).
+  "${pip[@]}" download -q --disable-pip-version-check --no-deps --no-binary imgui-bundle -d "$cache" "$package"
 fi
 if ! echo "$sha  $archive" | sha256sum -c --status; then
   echo "setup: checksum mismatch for $file (expected sha256 $sha)" >&2

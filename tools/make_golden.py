@@ -33,7 +33,6 @@ single full (no-cache) forward over the generated sequence. Results go into "che
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import platform
 import sys
@@ -43,10 +42,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_MODEL = REPO_ROOT / ".deps" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+from reference_model import DEFAULT_MODEL, REPO_ROOT, load_reference, sha256_file
+
 DEFAULT_OUT = REPO_ROOT / "tests" / "fixtures" / "golden"
-MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 N_NEW_TOKENS = 64
 TOPK = 10
 SCHEMA_VERSION = 1
@@ -124,14 +122,6 @@ def f32_list(values) -> list[float]:
     arr = np.asarray(values, dtype=np.float32).reshape(-1)
     return [float(np.format_float_positional(v, unique=True, trim="-")) if np.isfinite(v)
             else float(v) for v in arr]
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def pkg_version(name: str) -> str | None:
@@ -289,21 +279,9 @@ def main() -> int:
     args = ap.parse_args()
 
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    torch.use_deterministic_algorithms(True)
-
+    tok, model = load_reference(args.model, args.threads)
     model_sha = sha256_file(args.model)
-    if model_sha != MODEL_SHA256:
-        sys.exit(f"model sha256 {model_sha} != expected {MODEL_SHA256}")
-
-    mdir, mfile = str(args.model.parent), args.model.name
-    tok = AutoTokenizer.from_pretrained(mdir, gguf_file=mfile)
-    model = AutoModelForCausalLM.from_pretrained(
-        mdir, gguf_file=mfile, dtype=torch.float32, attn_implementation="eager")
-    model.eval()
     cfg = model.config
     n_head, n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
     head_dim = cfg.hidden_size // n_head

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
 import json
 import os
 import platform
@@ -61,10 +60,9 @@ os.environ.setdefault("TQDM_DISABLE", "1")  # gguf-py's load progress bar; set b
 import numpy as np
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_MODEL = REPO_ROOT / ".deps" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+from reference_model import DEFAULT_MODEL, REPO_ROOT, load_reference, sha256_file
+
 DEFAULT_OUT = REPO_ROOT / "tests" / "fixtures" / "kvpress_knorm" / "knorm_golden.json"
-MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 PROMPT_FILES = [
     "sample_data/prompts/lighthouse_story.txt",
     "sample_data/prompts/heat_pump.txt",
@@ -114,14 +112,6 @@ def f32(v) -> float:
     """A float32 as the Python float whose repr is the shortest that round-trips to it."""
     x = np.float32(v)
     return float(np.format_float_positional(x, unique=True, trim="-"))
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def pkg_version(name: str) -> str | None:
@@ -304,22 +294,10 @@ def main() -> int:
     t0 = time.perf_counter()
     import transformers
     transformers.utils.logging.disable_progress_bar()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     import kvpress  # noqa: F401  (fail early when the venv lacks it)
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    torch.use_deterministic_algorithms(True)
-
+    tok, model = load_reference(args.model, args.threads)
     model_sha = sha256_file(args.model)
-    if model_sha != MODEL_SHA256:
-        sys.exit(f"model sha256 {model_sha} != expected {MODEL_SHA256}")
-
-    mdir, mfile = str(args.model.parent), args.model.name
-    tok = AutoTokenizer.from_pretrained(mdir, gguf_file=mfile)
-    model = AutoModelForCausalLM.from_pretrained(
-        mdir, gguf_file=mfile, dtype=torch.float32, attn_implementation="eager")
-    model.eval()
     cfg = model.config
     assert type(model).__name__ == "LlamaForCausalLM"
     assert gguf_add_bos(args.model) is False

@@ -175,8 +175,8 @@ class App {
   bool log_open_ = true;
 
   // Dialog state.
-  bool open_dialog_ = false, save_dialog_ = false, sweep_dialog_ = false;
-  std::string open_path_ = "run.h5", save_path_ = "kvscope_run.h5", sweep_path_ = "sweep";
+  bool open_dialog_ = false, save_dialog_ = false, sweep_dialog_ = false, policy_dialog_ = false;
+  std::string open_path_ = "run.h5", save_path_ = "kvscope_run.h5", sweep_path_ = "sweep", policy_path_;
   std::string export_path_;
   int export_w_ = 1200, export_h_ = 800;
   float export_font_ = 0.0f;
@@ -327,6 +327,7 @@ void App::draw_menu() {
   if (ImGui::BeginMenu("File")) {
     if (ImGui::MenuItem("Open trace...", "Ctrl+O")) open_dialog_ = true;
     if (ImGui::MenuItem("Open sweep...")) sweep_dialog_ = true;
+    if (ImGui::MenuItem("Load policy file...")) policy_dialog_ = true;
     if (ImGui::MenuItem("Save runs as HDF5...")) save_dialog_ = true;
     if (ImGui::BeginMenu("Export figure")) {
       for (auto& p : panels_)
@@ -448,6 +449,31 @@ void App::draw_dialogs() {
       quality_->open_file(sweep_path_);
       state_.focus_panel = quality_->key();
     });
+    ImGui::EndPopup();
+  }
+
+  if (policy_dialog_) ImGui::OpenPopup("Load policy file");
+  policy_dialog_ = false;
+  if (ImGui::BeginPopupModal("Load policy file", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    ImGui::TextUnformatted("A Python scorer (PATH.py with score(obs); docs/policies.md, \"Writing a policy\") or a plugin (.so).\n"
+                           "Loading it runs its code. A Python file is reloaded and re-run whenever it is saved.");
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 30);
+    input_text("path", policy_path_);
+    // Policy files in the working directory and the shipped examples.
+    std::vector<std::string> found;
+    for (const std::filesystem::path& dir : {std::filesystem::path("."), std::filesystem::path(KVSCOPE_SOURCE_DIR) / "examples" / "policies"}) {
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+        if (e.is_regular_file() && (e.path().extension() == ".py" || e.path().extension() == ".so"))
+          found.push_back(dir == "." ? e.path().filename().string() : e.path().string());
+    }
+    std::sort(found.begin(), found.end());
+    if (!found.empty() && ImGui::BeginListBox("##policies", ImVec2(-1, ImGui::GetTextLineHeightWithSpacing() * 6))) {
+      for (const auto& f : found)
+        if (ImGui::Selectable(f.c_str(), f == policy_path_)) policy_path_ = f;
+      ImGui::EndListBox();
+    }
+    modal_buttons("Load", state_.log, [&] { setup_.choose_policy_file(policy_path_, state_); });
     ImGui::EndPopup();
   }
 

@@ -144,6 +144,20 @@ bool SetupPanel::reload_changed_policy_file(AppState& state) {
   }
 }
 
+void SetupPanel::choose_policy_file(const std::string& path, AppState& state) {
+  try {
+    policy_ = load_policy_file(path);
+    policy_file_ = path;
+    reset_params();
+    policy_error_.clear();
+    note(state, "loaded policy " + policy_info().name + " from " + path);
+    if (live_) run();
+  } catch (const std::exception& e) {
+    policy_error_ = e.what();
+    note(state, std::string("error: ") + e.what());
+  }
+}
+
 void SetupPanel::set_policy(const std::string& spec) {
   const auto file = policy::parse_policy_file_spec(spec);
   const auto parsed = file ? policy::PolicySpecText{"", file->assignments} : policy::split_policy_spec(spec);
@@ -418,18 +432,7 @@ void SetupPanel::draw(AppState& state) {
     ImGui::SetTooltip("A policy file of your own: PATH.py (score(obs); docs/policies.md, Writing a policy) or a plugin .so.\n"
                       "Loading it runs its code. A Python file is reloaded and re-run whenever it is saved.");
   ImGui::SameLine();
-  if (ImGui::Button("Load policy")) {
-    try {
-      policy_ = load_policy_file(policy_file_);
-      reset_params();
-      policy_error_.clear();
-      note(state, "loaded policy " + policy_info().name + " from " + policy_file_);
-      rerun = true;
-    } catch (const std::exception& e) {
-      policy_error_ = e.what();
-      note(state, std::string("error: ") + e.what());
-    }
-  }
+  if (ImGui::Button("Load policy")) choose_policy_file(policy_file_, state);
   if (ImGui::GetTime() - last_file_check_ > 0.25) {
     last_file_check_ = ImGui::GetTime();
     rerun |= reload_changed_policy_file(state);

@@ -42,6 +42,9 @@ class SetupPanel final : public Panel {
   // one HDF5 file; the model does not run. Returns how many runs are being saved.
   int save(const AppState& state, const std::string& path);
 
+  // Loads a policy file of the user's (PATH.py or a plugin .so) into the chooser and runs it when live; a
+  // file that cannot be used leaves the form as it was and shows why.
+  void choose_policy_file(const std::string& path, AppState& state);
   // Looks at the chosen policy file's time stamp on the next frame instead of within 250 ms.
   void check_policy_file_soon() { last_file_check_ = -1e9; }
 

@@ -367,8 +367,13 @@ PolicyInfo load_python_policy(const std::filesystem::path& file) {
     module->recent = optional_callable(m, "recent", file);
     module->sinks = optional_callable(m, "sinks", file);
     try {
-      if (py::hasattr(m, "needs"))
-        for (auto n : m.attr("needs")) needs.push_back(py::str(n).cast<std::string>());
+      if (py::hasattr(m, "needs")) {
+        py::object declared = m.attr("needs");
+        if (py::isinstance<py::str>(declared))  // needs = "column_sums": one name, not its letters
+          needs.push_back(declared.cast<std::string>());
+        else
+          for (auto n : declared) needs.push_back(py::str(n).cast<std::string>());
+      }
       if (py::hasattr(m, "params")) {
         py::object p = m.attr("params");
         if (!py::isinstance<py::dict>(p)) throw UsageError("policy file '" + file.string() + "': params must be a dict");

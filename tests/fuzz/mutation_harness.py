@@ -6,6 +6,15 @@
 --format gguf: damaged copies of a tiny Llama GGUF (tiny_gguf.py: the default model's tokenizer, one small
   layer) go to `kvscope generate --max-new-tokens 2`, so an accepted mutant must also generate. Most
   edits land in the header, metadata and tensor table (before the tensor data).
+--format safetensors: a tiny Hugging Face folder (tests/fixtures/hf_synthetic/llama3, or --base FOLDER) whose
+  model.safetensors has a damaged 8-byte header length or JSON header (the tensor data is left alone, apart
+  from truncation), into `kvscope generate --model FOLDER --max-new-tokens 2`. Half the edits are byte-level,
+  the rest rewrite the header: a tensor's dtype, shape or data_offsets, deleted or renamed entries, values of
+  the wrong type, deep nesting (the header is padded back to its length, so the data stays where it was).
+--format tokenizer: the same folder with a damaged tokenizer.json, into the same command: byte-level edits
+  as above, and structure-aware ones (a key deleted, a value of another type, huge or negative numbers, the
+  text cut after a JSON token, deeply nested arrays, broken merges, vocabulary ids out of range or
+  duplicated, added tokens, the split regex, ...).
 
 Every exit is classified:
     clean    exit 1 or 2 with a "kvscope...: error:" message and no sanitizer report
@@ -13,11 +22,19 @@ Every exit is classified:
     crash    killed by a signal, a sanitizer report, or any other exit
     hang     still running at the time limit
 
-Exits 1 when any crash or hang was seen (their mutants are kept in --keep), 0 otherwise.
+Every command runs with its own copy of the mutant (a hard link) and a tag in its environment. Two seconds after
+it returned or was killed at the time limit, any process still alive that names that copy on its command line
+(e.g. a `__probe-trace` child) or is the kvscope executable carrying the tag is a leftover: it is counted,
+reported with its command line, and killed. The processes are listed in batches (one pass over /proc for
+every command due), so the check does not slow the mutants down. The window's Xvfb must be gone at the end.
+
+Exits 1 when any crash, hang or leftover process was seen (their mutants are kept in --keep), 0 otherwise.
 
     tests/fuzz/mutation_harness.py --kvscope build/app/kvscope --format trace --mode quick  # in make test
     tests/fuzz/mutation_harness.py --kvscope build/app/kvscope --format trace --mode long   # >= 10 000
     tests/fuzz/mutation_harness.py --kvscope build/app/kvscope --format gguf --mode long
+    tests/fuzz/mutation_harness.py --kvscope build/app/kvscope --format safetensors --mode quick   # by hand only
+    tests/fuzz/mutation_harness.py --kvscope build/app/kvscope --format tokenizer --mode long      # bench/fuzz_long.sh
 
 Mutations follow issue 15's reproduction: random bytes anywhere, 8-byte runs of 0x00 or 0xff, truncation,
 4 random bytes in the first 8 KiB (the HDF5 superblock and root group, the GGUF header), plus boundary

@@ -162,6 +162,19 @@ def refused_writes_keep_the_old_file(tmp):
     res = subprocess.run([BINARY, "figure", good, "--view", "no_such_view", "--out", fig], capture_output=True, text=True)
     check(res.returncode != 0 and not os.path.exists(fig) and not os.path.exists(fig + ".partial"),
           "a refused figure writes nothing")
+    res = subprocess.run([BINARY, "figure", good, "--view", "attention", "--out", fig], capture_output=True, text=True)
+    check(res.returncode == 0 and os.path.getsize(fig) > 1000, f"a figure is written ({res.stderr.strip()})")
+    with open(fig, "rb") as f:
+        previous = f.read()
+    damaged = os.path.join(tmp, "damaged.h5")
+    with open(damaged, "wb") as f:
+        f.write(before[: len(before) // 3])
+    res = subprocess.run([BINARY, "figure", damaged, "--view", "attention", "--out", fig],
+                         capture_output=True, text=True)
+    with open(fig, "rb") as f:
+        check(res.returncode != 0 and f.read() == previous and not os.path.exists(fig + ".partial"),
+              f"a figure of a damaged trace fails and leaves the previous figure ({res.returncode}: {res.stderr.strip()[-200:]})")
+    check("damaged" in res.stderr or "is not" in res.stderr or "truncated" in res.stderr, "... with an error about the file")
 
 
 def main():

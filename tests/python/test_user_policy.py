@@ -27,6 +27,10 @@ def sha256(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def trace(out, policy, *extra):
+    return kvscope("trace", "--prompt", PROMPT, "--policy", policy, "--budget", "50%", "--quiet", "--out", out, *extra)
+
+
 def run_attrs(path):
     with h5py.File(path, "r") as f:
         runs = list(f["runs"].keys())
@@ -41,8 +45,7 @@ def main():
     plugin = os.path.join(os.path.dirname(BINARY), "..", "plugins", "h2o_plugin.so")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "kn.h5")
-        res = kvscope("trace", "--prompt", PROMPT, "--policy", f"python:{key_norm}", "--budget", "50%",
-                      "--max-new-tokens", "4", "--quiet", "--out", out)
+        res = trace(out, f"python:{key_norm}", "--max-new-tokens", "4")
         check(res.returncode == 0, f"trace of a Python policy succeeds ({res.stderr.strip()})")
         if res.returncode == 0:
             a = run_attrs(out)
@@ -53,8 +56,7 @@ def main():
             check(int(a.get("complete", 0)) == 1, "the run is complete")
 
         out = os.path.join(tmp, "plugin.h5")
-        res = kvscope("trace", "--prompt", PROMPT, "--policy", f"plugin:{plugin},recent_ratio=0.25", "--budget", "50%",
-                      "--max-new-tokens", "4", "--quiet", "--out", out)
+        res = trace(out, f"plugin:{plugin},recent_ratio=0.25", "--max-new-tokens", "4")
         check(res.returncode == 0, f"trace of a plugin succeeds ({res.stderr.strip()})")
         if res.returncode == 0:
             a = run_attrs(out)
@@ -77,7 +79,7 @@ def main():
         with open(syntax, "w") as f:
             f.write("def score(obs)\n    return obs.keys\n")
         out = os.path.join(tmp, "syntax.h5")
-        res = kvscope("trace", "--prompt", PROMPT, "--policy", f"python:{syntax}", "--budget", "50%", "--quiet", "--out", out)
+        res = trace(out, f"python:{syntax}")
         check(res.returncode == 2 and syntax in res.stderr and "line 1" in res.stderr and "SyntaxError" in res.stderr,
               f"a syntax error exits 2 naming file and line ({res.returncode}: {res.stderr.strip()})")
         check(not os.path.exists(out), "a file that does not load writes no trace")
@@ -86,7 +88,7 @@ def main():
         with open(raising, "w") as f:
             f.write("def score(obs):\n    raise ValueError('bad idea')\n")
         out = os.path.join(tmp, "raising.h5")
-        res = kvscope("trace", "--prompt", PROMPT, "--policy", f"python:{raising}", "--budget", "50%", "--quiet", "--out", out)
+        res = trace(out, f"python:{raising}")
         check(res.returncode == 1 and raising in res.stderr and "line 2 (in score): ValueError: bad idea" in res.stderr,
               f"an exception in score() exits 1 naming file, line and function ({res.returncode}: {res.stderr.strip()})")
         if os.path.exists(out):
