@@ -41,6 +41,20 @@ struct ModelSummary {
   std::string chat_template;
 };
 
+// "Jinja2 template in chat_template.jinja; it reads date_string, enable_thinking": the variables are what
+// --template-arg, --chat-date and --no-think can set.
+std::string chat_template_line(const model::ChatTemplateChoice& choice) {
+  if (!choice.chat_template) return choice.description;
+  try {
+    const auto vars = model::chat_template_variables(*choice.chat_template);
+    std::string list;
+    for (const auto& v : vars) list += (list.empty() ? "" : ", ") + v;
+    return choice.description + "; it reads " + (list.empty() ? "no variables of its own" : list);
+  } catch (const std::exception& e) {
+    return choice.description + " (" + e.what() + ")";
+  }
+}
+
 ModelSummary summarize_gguf(const std::filesystem::path& path) {
   const model::GgufFile file = model::GgufFile::open(path);
   ModelSummary s;
@@ -57,8 +71,7 @@ ModelSummary summarize_gguf(const std::filesystem::path& path) {
   const std::string pre = file.get_string("tokenizer.ggml.pre", "");
   s.tokenizer = file.get_string("tokenizer.ggml.model", "none") + (pre.empty() ? "" : " (pre-tokenizer " + pre + ")");
   const auto tokenizer = model::load_tokenizer(file);
-  s.chat_template =
-      model::choose_chat_template(model::read_chat_template(file), s.config.architecture, *tokenizer).description;
+  s.chat_template = chat_template_line(model::choose_chat_template(model::read_chat_template(file), *tokenizer));
   return s;
 }
 
@@ -79,9 +92,7 @@ ModelSummary summarize_hf(const std::filesystem::path& path) {
     }
   const model::LoadedTokenizer tokenizer = model::load_tokenizer_json(path);
   s.tokenizer = tokenizer.description;
-  s.chat_template =
-      model::choose_chat_template(model::read_chat_template(path), s.config.architecture, *tokenizer.tokenizer)
-          .description;
+  s.chat_template = chat_template_line(model::choose_chat_template(model::read_chat_template(path), *tokenizer.tokenizer));
   return s;
 }
 

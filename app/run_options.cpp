@@ -25,8 +25,8 @@ void PromptOptions::add_to(CLI::App* cmd) {
   auto* file_opt = cmd->add_option("--prompt-file", prompt_file, "read the prompt from a file");
   text_opt->excludes(file_opt);
   auto* chat_opt = cmd->add_flag("--chat", chat,
-                                 "wrap the prompt as a user message in the model's chat template (ChatML, Qwen3, "
-                                 "Llama 2, Llama 3, Llama 3.1 or Mistral; see `kvscope info`)");
+                                 "wrap the prompt as a user message in the model's chat template, rendered by "
+                                 "Jinja2 as transformers renders it (see `kvscope info`)");
   auto* system_opt =
       cmd->add_option("--system", system,
                       "with --chat: a system message before the prompt (default: the template's own, if it has one)")
@@ -38,11 +38,17 @@ void PromptOptions::add_to(CLI::App* cmd) {
       ->excludes(file_opt)
       ->excludes(system_opt);
   cmd->add_option("--chat-date", chat_date,
-                  "with --chat or --messages on a Llama 3.1/3.2/3.3 template: the \"Today Date\" of its system block, "
+                  "with --chat or --messages on a template that reads date_string (Llama 3.1/3.2/3.3): its date, "
                   "DD Mon YYYY (default: the template's own, 26 Jul 2024 for Llama 3.1 and 3.3, today for 3.2)");
   cmd->add_flag("--no-think", no_think,
-                "with --chat or --messages on a Qwen3 template: thinking off (enable_thinking=False: an empty "
-                "<think></think> block after the generation prompt)");
+                "with --chat or --messages on a template that reads enable_thinking (Qwen3): thinking off "
+                "(enable_thinking=False)");
+  cmd->add_option("--template-arg", template_args,
+                  "with --chat or --messages: a variable for the chat template, name=value (value as JSON: true, 3, "
+                  "\"text\"; anything else as text), as apply_chat_template's keyword arguments; repeatable");
+  cmd->add_option("--chat-template", chat_template_file,
+                  "with --chat or --messages: render with this Jinja template file instead of the model's (a model "
+                  "without a template needs one)");
 }
 
 run::ChatSpec PromptOptions::chat_spec() const {
@@ -54,6 +60,15 @@ run::ChatSpec PromptOptions::chat_spec() const {
   if (!messages_file.empty()) spec.messages = model::read_chat_messages(messages_file);
   if (!chat_date.empty()) spec.settings.date = model::checked_chat_date(chat_date);
   spec.settings.enable_thinking = !no_think;
+  if (!spec.enabled && !template_args.empty()) throw UsageError("--template-arg needs --chat or --messages");
+  if (!spec.enabled && !chat_template_file.empty()) throw UsageError("--chat-template needs --chat or --messages");
+  for (const auto& arg : template_args) {
+    const auto eq = arg.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UsageError("--template-arg '" + arg + "' is not of the form name=value");
+    spec.settings.variables[arg.substr(0, eq)] = arg.substr(eq + 1);
+  }
+  if (!chat_template_file.empty()) spec.template_source = model::read_chat_template_file(chat_template_file);
   return spec;
 }
 

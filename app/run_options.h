@@ -25,6 +25,8 @@ struct PromptOptions {
   std::string messages_file;  // --messages: the whole conversation as JSON (implies --chat)
   std::string chat_date;      // --chat-date: the Llama 3.1+ template's date
   bool no_think = false;      // --no-think: Qwen3's enable_thinking=False
+  std::vector<std::string> template_args;  // --template-arg name=value, passed to the chat template
+  std::string chat_template_file;          // --chat-template FILE: instead of the model's template
   void add_to(CLI::App* cmd);
   // The prompt as given (--prompt, or the file's text), before any chat template; empty with --messages. Throws
   // UsageError without a prompt or for an unreadable file.

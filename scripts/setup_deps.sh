@@ -8,7 +8,7 @@ mkdir -p "$deps"
 
 apt_packages=(cmake g++ make pkg-config libopenblas-dev libhdf5-dev catch2 nlohmann-json3-dev
               libcli11-dev libssl-dev libdeflate-dev zlib1g-dev libglfw3-dev libgl-dev libstb-dev xvfb xauth imagemagick python3-venv
-              python3-dev pybind11-dev python3-numpy ccache)
+              python3-dev pybind11-dev python3-numpy python3-jinja2 ccache)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

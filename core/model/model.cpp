@@ -58,7 +58,7 @@ Model load_model(const std::filesystem::path& path) {
     ModelConfig config = read_config(folder);
     ModelWeights weights = bind_weights(folder, config);
     LoadedTokenizer loaded = load_tokenizer_json(path);
-    ChatTemplateChoice chat = choose_chat_template(read_chat_template(path), config.architecture, *loaded.tokenizer);
+    ChatTemplateChoice chat = choose_chat_template(read_chat_template(path), *loaded.tokenizer);
     Model model(std::move(folder), std::move(config), std::move(weights), std::move(loaded.tokenizer),
                 std::move(loaded.description));
     model.chat_template = std::move(chat);
@@ -74,7 +74,7 @@ Model load_model(const std::filesystem::path& path) {
   const std::string kind = file.get_string("tokenizer.ggml.model", "unknown");
   const std::string pre = file.get_string("tokenizer.ggml.pre", "");
   std::string description = kind + (pre.empty() ? "" : " (pre-tokenizer " + pre + ")");
-  ChatTemplateChoice chat = choose_chat_template(read_chat_template(file), config.architecture, *tokenizer);
+  ChatTemplateChoice chat = choose_chat_template(read_chat_template(file), *tokenizer);
   Model model(std::move(file), std::move(config), std::move(weights), std::move(tokenizer), std::move(description));
   model.chat_template = std::move(chat);
   return model;

@@ -3,6 +3,8 @@
 #include <Python.h>
 
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <mutex>
 
 #include <pybind11/embed.h>
@@ -96,6 +98,18 @@ ExceptionReport describe(py::error_already_set& error, const std::filesystem::pa
     report.text = error.what();
   }
   return report;
+}
+
+py::dict helper_namespace(const std::string& name, const char* source) {
+  static std::map<std::string, py::dict*> namespaces;  // under the GIL; never freed, like the interpreter
+  auto& ns = namespaces[name];
+  if (!ns) {
+    auto fresh = std::make_unique<py::dict>();
+    (*fresh)["__builtins__"] = py::module_::import("builtins");
+    py::exec(source, *fresh);
+    ns = fresh.release();
+  }
+  return *ns;
 }
 
 py::module_ load_module(const std::filesystem::path& file, const std::string& source) {

@@ -38,6 +38,10 @@ struct ExceptionReport {
 // Call with the GIL held, from the catch block of `error`.
 ExceptionReport describe(pybind11::error_already_set& error, const std::filesystem::path& file);
 
+// A namespace of kvscope's own Python helpers (`source`, run once on first use and kept for the process),
+// e.g. the Jinja2 environment of chat templates. GIL held.
+pybind11::dict helper_namespace(const std::string& name, const char* source);
+
 // Runs `source` as a fresh module named after `file` (not registered in sys.modules, so two files of one
 // name never meet) and returns it. Python errors propagate as error_already_set. GIL held.
 pybind11::module_ load_module(const std::filesystem::path& file, const std::string& source);

@@ -47,6 +47,10 @@ std::string prompt_text(const model::Model& model, const std::string& body, cons
     if (!chat.system.empty()) messages.push_back({"system", chat.system});
     messages.push_back({"user", body});
   }
+  if (chat.template_source.jinja) {
+    const auto own = model::choose_chat_template(chat.template_source, *model.tokenizer);
+    return model::render_chat(own.get(), messages, true, chat.settings);
+  }
   return model::render_chat(model.chat_template.get(), messages, true, chat.settings);
 }
 

@@ -17,7 +17,8 @@ struct ChatSpec {
   bool enabled = false;
   std::string system;                        // a system message before the prompt (empty: the template's default)
   std::vector<model::ChatMessage> messages;  // not empty: the whole conversation, instead of system + prompt
-  model::ChatSettings settings;              // the Llama 3.1 date, Qwen3's thinking switch
+  model::ChatSettings settings;              // the template's keyword arguments (date, thinking switch, ...)
+  model::ChatTemplateSource template_source;  // --chat-template: instead of the model's (jinja empty: the model's)
 };
 
 struct RunSpec {

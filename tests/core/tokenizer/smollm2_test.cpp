@@ -19,6 +19,11 @@
 using namespace kvscope::model;
 
 namespace {
+// One conversation in SmolLM2's own chat template (from its GGUF), as --chat sends it.
+std::string smollm2_chat(const std::vector<ChatMessage>& messages);
+}  // namespace
+
+namespace {
 
 const nlohmann::json& fixture() {
   static const nlohmann::json j = [] {
@@ -139,7 +144,7 @@ TEST_CASE("SmolLM2 round-trips arbitrary valid UTF-8", "[tokenizer][smollm2]") {
     CHECK(tok->decode(tok->encode(text)) == text);
     CHECK(tok->decode(tok->encode(text, false)) == text);
   }
-  const std::string chat = apply_chatml({{"user", "Write code:\n\tint x = 12345;  // 👨‍👩‍👧 é\n"}});
+  const std::string chat = smollm2_chat({{"user", "Write code:\n\tint x = 12345;  // 👨‍👩‍👧 é\n"}});
   CHECK(tok->decode(tok->encode(chat)) == chat);
 }
 
@@ -150,7 +155,7 @@ TEST_CASE("SmolLM2 encodes a 1000-token prompt quickly, also from several thread
                                           "policy", "evicts", "tokens",    "while", "keeping",
                                           "recent", "heavy",  "hitters",   "and",   "of"};
   std::mt19937 rng(7);
-  std::string prompt = apply_chatml({{"user", "Summarise the following notes."}});
+  std::string prompt = smollm2_chat({{"user", "Summarise the following notes."}});
   for (int line = 0; prompt.size() < 4800; ++line) {
     if (line % 4 == 3) {
       prompt += "    for (int i = 0; i < n_" + std::to_string(line) + "; ++i) { sum += x[i] * " +
@@ -190,12 +195,20 @@ TEST_CASE("SmolLM2 encodes a 1000-token prompt quickly, also from several thread
   for (const auto& r : results) CHECK(r == ids);
 }
 
-TEST_CASE("SmolLM2's GGUF chat template is recognised as ChatML with its default system prompt",
-          "[tokenizer][smollm2][chat]") {
+TEST_CASE("SmolLM2's GGUF chat template writes its default system prompt", "[tokenizer][smollm2][chat]") {
   REQUIRE_MODEL();
   const ChatTemplateSource source = read_chat_template(GgufFile::open(model_path()));
   REQUIRE(source.jinja);
   CHECK(source.origin == "GGUF tokenizer.chat_template");
-  CHECK(recognise_chat_template(*source.jinja) == ChatFormat::ChatML);
-  CHECK(chatml_default_system(*source.jinja) == "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  CHECK(smollm2_chat({{"user", "hi"}}) ==
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
 }
+
+namespace {
+std::string smollm2_chat(const std::vector<ChatMessage>& messages) {
+  const auto gguf = GgufFile::open(model_path());
+  const auto tokenizer = load_tokenizer(gguf);
+  return render_chat(choose_chat_template(read_chat_template(gguf), *tokenizer).get(), messages);
+}
+}  // namespace
