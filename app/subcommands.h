@@ -20,5 +20,6 @@ Command register_gui(CLI::App& root);
 Command register_figure(CLI::App& root);
 Command register_eval(CLI::App& root);
 Command register_sweep(CLI::App& root);
+Command register_tokenize(CLI::App& root);
 
 }  // namespace kvscope::app

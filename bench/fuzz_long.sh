@@ -8,7 +8,8 @@
 #   tokenizer    the same folder's tokenizer.json (byte-level and structure-aware edits) into generate
 # Prints each format's counts as it finishes, then one table: crashes, hangs, clean errors, successes and
 # leftover processes (still alive 2 s after their command returned or was killed: must be 0) per command.
-# Exits 1 when any crash, hang or leftover was seen; those mutants are kept in $KEEP.
+# Exits 1 when any crash, hang or leftover was seen (those mutants are kept in $KEEP), or when the executable
+# changed during a format's run (a rebuild: its counts mix builds). Nothing may rebuild build/ meanwhile.
 #
 # Takes about 80 minutes with 2 jobs on a 2-core machine (2026-11-25: trace 52 min, gguf 9, safetensors 8,
 # tokenizer 9; docs/benchmarks.md, "Damaged files at scale"). The trace format needs Xvfb for the window.
@@ -52,11 +53,14 @@ for fmt in ["trace", "gguf", "safetensors", "tokenizer"]:
         bad += 1
         continue
     result = json.load(open(path))
+    if result.get("binary_changed"):
+        print(f"| {fmt} | (not valid: the executable changed during the run) | | | | | | | {wall} s |")
+        bad += 1
     for target, c in result["targets"].items():
         print(f"| {fmt} | {target} | {c['mutants']} | {c['crash']} | {c['hang']} | {c['clean']} | {c['success']} | "
               f"{c['leftover']} | {wall} s |")
         bad += c["crash"] + c["hang"] + c["leftover"]
-print(f"\nfuzz_long: {'FAILED: ' + str(bad) + ' crashes, hangs or leftovers' if bad else 'no crash, hang or leftover'}")
+print(f"\nfuzz_long: {'FAILED: ' + str(bad) + ' crashes, hangs, leftovers or invalid runs' if bad else 'no crash, hang or leftover'}")
 sys.exit(1 if bad else 0)
 EOF
 exit $status

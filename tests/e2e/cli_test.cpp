@@ -266,6 +266,36 @@ TEST_CASE("--messages, --chat-date and --no-think refuse what they cannot do") {
   for (const auto& path : {conversation, tool, twice}) std::filesystem::remove(path);
 }
 
+TEST_CASE("tokenize prints the ids generate would run, with and without a chat template") {
+  std::ifstream in(std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / "golden.json");
+  const auto golden = nlohmann::json::parse(in);
+  for (const std::string name : {"qwen3", "llama2"}) {
+    INFO("checkpoint " << name);
+    const auto folder = std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / name;
+    const auto& g = golden["checkpoints"][name];
+    // The plain prompt (BOS where the model wants one) and a one-message chat, as transformers made them.
+    const auto plain_file = temp_file(name + "_tokenize.txt");
+    std::ofstream(plain_file) << golden["prompt"].get<std::string>();
+    auto o = run("tokenize --json --model " + folder.string() + " --prompt-file " + plain_file.string());
+    REQUIRE(o.exit_code == 0);
+    CHECK(nlohmann::json::parse(o.output)["ids"] == g["prompt_ids"]);
+    for (const auto& chat : g["chats"]) {
+      if (chat["messages"].size() != 1) continue;
+      std::ofstream(plain_file) << chat["messages"][0]["content"].get<std::string>();
+      o = run("tokenize --json --chat --model " + folder.string() + " --prompt-file " + plain_file.string());
+      REQUIRE(o.exit_code == 0);
+      const auto j = nlohmann::json::parse(o.output);
+      CHECK(j["ids"] == chat["ids"]);
+      CHECK(j["text"] == chat["text"]);
+      CHECK(j["pieces"].size() == chat["ids"].size());
+    }
+    std::filesystem::remove(plain_file);
+  }
+  const auto o = run("tokenize 'Hello world!'");
+  CHECK(o.exit_code == 0);
+  CHECK_THAT(o.output, Catch::Contains("3 tokens") && Catch::Contains("19556  Hello"));
+}
+
 TEST_CASE("a system message (--system) needs --chat") {
   const auto o = run("generate --prompt hi --system 'Be brief.' --max-new-tokens 1");
   CHECK(o.exit_code != 0);

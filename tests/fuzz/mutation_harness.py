@@ -28,7 +28,8 @@ it returned or was killed at the time limit, any process still alive that names 
 reported with its command line, and killed. The processes are listed in batches (one pass over /proc for
 every command due), so the check does not slow the mutants down. The window's Xvfb must be gone at the end.
 
-Exits 1 when any crash, hang or leftover process was seen (their mutants are kept in --keep), 0 otherwise.
+Exits 1 when any crash, hang or leftover process was seen (their mutants are kept in --keep) or the executable
+changed during the run (a rebuild: the counts would mix builds), 0 otherwise.
 
     tests/fuzz/mutation_harness.py --kvscope build/app/kvscope --format trace --mode quick  # in make test
     tests/fuzz/mutation_harness.py --kvscope build/app/kvscope --format trace --mode long   # >= 10 000
@@ -783,18 +784,29 @@ def main():
             return outcomes
 
         t0 = time.time()
+        binary = os.stat(args.kvscope)
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            for done, outcomes in enumerate(pool.map(one, range(n_mutants)), 1):
-                for target, verdict in outcomes.items():
-                    c = counts.setdefault(target, {"mutants": 0, "clean": 0, "success": 0, "crash": 0, "hang": 0,
-                                                   "leftover": 0})
-                    c["mutants"] += 1
-                    c[verdict] += 1
-                if done % 500 == 0:  # long runs: the counts so far survive an interrupted run
-                    print(f"{args.format} mutation: {done}/{n_mutants} after {time.time() - t0:.0f} s: {all_counts()}",
-                          flush=True)
+            try:
+                for done, outcomes in enumerate(pool.map(one, range(n_mutants)), 1):
+                    for target, verdict in outcomes.items():
+                        c = counts.setdefault(target, {"mutants": 0, "clean": 0, "success": 0, "crash": 0, "hang": 0,
+                                                       "leftover": 0})
+                        c["mutants"] += 1
+                        c[verdict] += 1
+                    if done % 500 == 0:  # long runs: the counts so far survive an interrupted run
+                        print(f"{args.format} mutation: {done}/{n_mutants} after {time.time() - t0:.0f} s: "
+                              f"{all_counts()}", flush=True)
+            except OSError as e:  # e.g. the executable being relinked by a build during the run
+                pool.shutdown(cancel_futures=True)
+                raise SystemExit(f"{args.format} mutation: stopped, cannot go on ({e}); counts so far: {all_counts()}")
         leftovers.close()
         elapsed = time.time() - t0
+        try:
+            now = os.stat(args.kvscope)
+            binary_changed = (now.st_ino, now.st_size, now.st_mtime_ns) != (binary.st_ino, binary.st_size,
+                                                                             binary.st_mtime_ns)
+        except OSError:
+            binary_changed = True
     finally:
         if targets:
             targets.close()
@@ -807,13 +819,16 @@ def main():
         print(f"{args.format} mutation [{target}]: {c['mutants']} mutants: {c['clean']} clean errors, "
               f"{c['success']} succeeded, {c['crash']} crashes, {c['hang']} hangs, {c['leftover']} leftover processes")
     print(f"{args.format} mutation: seed {args.seed}, {elapsed:.0f} s")
+    if binary_changed:
+        print(f"{args.format} mutation: {args.kvscope} changed during the run (rebuilt?): the counts mix builds and "
+              "do not count", flush=True)
     leftover = sum(c["leftover"] for c in counts.values())
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"format": args.format, "seed": args.seed, "seconds": elapsed, "targets": counts,
-                       "leftover": leftover}, f, indent=2)
+                       "leftover": leftover, "binary_changed": binary_changed}, f, indent=2)
     bad = sum(c["crash"] + c["hang"] for c in counts.values()) + leftover
-    return 1 if bad else 0
+    return 1 if bad or binary_changed else 0
 
 
 if __name__ == "__main__":
