@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/common/error.h"
+#include "core/common/json_text.h"
 
 namespace kvscope::model {
 
@@ -40,9 +41,9 @@ std::vector<ChatMessage> read_chat_messages(const std::filesystem::path& file) {
   text << in.rdbuf();
   nlohmann::json json;
   try {
-    json = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(file.string() + ": not valid JSON (" + e.what() + ")");
+    json = parse_json_text(text.str(), file.string());
+  } catch (const Error& e) {
+    throw UsageError(e.what());  // a messages file is the user's input: a usage error
   }
   return parse_chat_messages(json, file.string());
 }

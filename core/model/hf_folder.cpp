@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/common/error.h"
+#include "core/common/json_text.h"
 
 namespace kvscope::model {
 namespace {
@@ -43,11 +44,7 @@ nlohmann::json read_json_file(const std::filesystem::path& path) {
   if (!in) throw Error(path.string() + ": cannot open (expected a JSON file)");
   std::ostringstream text;
   text << in.rdbuf();
-  try {
-    return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path.string() + ": not valid JSON (" + e.what() + ")");
-  }
+  return parse_json_text(text.str(), path.string());
 }
 
 bool is_hf_folder(const std::filesystem::path& path) {

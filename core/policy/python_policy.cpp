@@ -361,7 +361,9 @@ PolicyInfo load_python_policy(const std::filesystem::path& file) {
     if (!module->score)
       throw UsageError("policy file '" + file.string() + "' defines no score(obs) function (it must return a "
                        "(n_kv_heads, n_entries) array of scores, higher kept)");
-    module->score_line = module->score.attr("__code__").attr("co_firstlineno").cast<int>();
+    // A plain function has its line; a callable object or a builtin does not, and messages then name none.
+    const py::object code = py::getattr(module->score, "__code__", py::none());
+    if (!code.is_none()) module->score_line = code.attr("co_firstlineno").cast<int>();
     module->allocate = optional_callable(m, "allocate", file);
     module->merge = optional_callable(m, "merge", file);
     module->recent = optional_callable(m, "recent", file);

@@ -163,6 +163,34 @@ def allocate(info):
   for (const auto& head : merged.kept.steps.back()) CHECK(static_cast<int>(head.size()) == budget + 3);
 }
 
+TEST_CASE("a Python scorer's queries, keys and log-sum-exp give back the engine's attention rows", "[e2e][user_policy]") {
+  const model::Model* model = test::default_model();
+  const auto prompt = test::sample_prompt_tokens(*model, "heat_pump.txt");
+  // Inside score(): the last query's probabilities recomputed from obs.queries (after RoPE), obs.keys (the
+  // cache's, after RoPE) and obs.log_sum_exp must equal obs.last_row, in the prompt's last step and in every
+  // decode step (decode_evict), for every query head; positions must be the cache's. Any mismatch raises.
+  const auto path = write_policy("queries", R"PY(
+import numpy as np
+needs = ["queries", "last_row", "log_sum_exp"]
+protocol = {"decode_evict": True}
+def score(obs):
+    group = obs.n_heads // obs.n_kv_heads
+    q = obs.queries[-1].astype(np.float64)                  # (n_heads, head_dim), the step's last query
+    k = obs.keys.astype(np.float64)                         # (n_kv_heads, n, head_dim)
+    for h in range(obs.n_heads):
+        logits = k[h // group] @ q[h] / np.sqrt(obs.head_dim)
+        p = np.exp(logits - obs.log_sum_exp[h, -1])
+        err = np.abs(p - obs.last_row[h]).max()
+        if err > 2e-5:
+            raise AssertionError("layer %d head %d: recomputed row differs by %g" % (obs.layer, h, err))
+    if obs.query_positions[-1] != obs.positions.max():
+        raise AssertionError("the last query is not the newest cache entry")
+    return obs.last_row.reshape(obs.n_kv_heads, group, -1).sum(axis=1)
+)PY");
+  const Outcome out = run(*model, prompt, "python:" + path, "50%", 4);
+  CHECK(out.tokens.size() == 4);
+}
+
 TEST_CASE("mistakes in a policy file are errors naming the file and line", "[e2e][user_policy]") {
   const model::Model* model = test::default_model();
   const auto prompt = test::sample_prompt_tokens(*model, "heat_pump.txt");

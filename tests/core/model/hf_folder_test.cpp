@@ -2,6 +2,7 @@
 // naming the file and the field or tensor.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <fstream>
 
 #include "core/engine/engine.h"
 #include "core/model/model.h"
@@ -80,6 +81,14 @@ TEST_CASE("bad Hugging Face folders are clear errors", "[hf]") {
   nlohmann::json config = tiny.config();
   auto rewrite_config = [&] { t::write_json(dir.path() / "config.json", config); };
 
+  SECTION("JSON nested too deep to quote safely (the tokenizer fuzz harness's 76 crashes)") {
+    // 100 000 nested arrays: nlohmann's dump recurses per level, so quoting it in an error overflowed the stack.
+    for (const char* file : {"tokenizer.json", "config.json"}) {
+      std::ofstream(dir.path() / file) << std::string(100000, '[') << std::string(100000, ']');
+      CHECK_THAT(load_error(dir.path()), Contains(file) && Contains("JSON nested deeper than 64 levels"));
+      tiny.write(dir.path());
+    }
+  }
   SECTION("no config.json") {
     std::filesystem::remove(dir.path() / "config.json");
     CHECK_THAT(load_error(dir.path()), Contains(dir.path().string()) && Contains("no config.json"));
