@@ -11,8 +11,8 @@
 # Exits 1 when any crash, hang or leftover was seen (those mutants are kept in $KEEP), or when the executable
 # changed during a format's run (a rebuild: its counts mix builds). Nothing may rebuild build/ meanwhile.
 #
-# Takes about 80 minutes with 2 jobs on a 2-core machine (2026-11-25: trace 52 min, gguf 9, safetensors 8,
-# tokenizer 9; docs/benchmarks.md, "Damaged files at scale"). The trace format needs Xvfb for the window.
+# Takes about 28 minutes with 2 jobs on an otherwise idle 2-core machine (2026-11-25: trace 21.5 min, gguf 3,
+# safetensors 1.5, tokenizer 2; docs/benchmarks.md, "Damaged files at scale"). The window's runs need Xvfb.
 #
 # Usage: bench/fuzz_long.sh [build] [out]   (default build/, out: a new folder under /tmp with one JSON per format)
 #   MUTANTS=2000 fewer mutants per format; GUI_MUTANTS=N window runs; JOBS=2 commands at a time; SEED=15;
