@@ -344,7 +344,22 @@ class NfcCheckedTokenizer final : public Tokenizer {
 
 }  // namespace
 
+namespace {
+LoadedTokenizer read_tokenizer_json(const std::filesystem::path& dir);
+}  // namespace
+
 LoadedTokenizer load_tokenizer_json(const std::filesystem::path& dir) {
+  try {
+    return read_tokenizer_json(dir);
+  } catch (const nlohmann::json::exception& e) {
+    // A field of another type than the reader expects (a damaged or hand-edited file): name the files.
+    throw Error((dir / "tokenizer.json").string() + " (or tokenizer_config.json): a field has an unexpected type or "
+                "value (" + e.what() + ")");
+  }
+}
+
+namespace {
+LoadedTokenizer read_tokenizer_json(const std::filesystem::path& dir) {
   const TokenizerJsonReader reader(dir / "tokenizer.json");
   std::error_code ec;
   if (!std::filesystem::is_regular_file(reader.file(), ec))
@@ -395,5 +410,7 @@ LoadedTokenizer load_tokenizer_json(const std::filesystem::path& dir) {
   }
   return loaded;
 }
+
+}  // namespace
 
 }  // namespace kvscope::model
