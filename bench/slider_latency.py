@@ -137,7 +137,7 @@ def main():
         if len(t) != len(changes) or any(x["result_s"] is None for x in t):
             sys.exit(f"the timing log misses results: {t}")
     peers = {}
-    print(f"{'change':<20}{'prefill':<10}{'decision s':>11}{'result s':>9}{'generate s':>11}{'ratio':>6}{'fps':>6}"
+    print(f"{'change':<26}{'prefill':<10}{'decision s':>11}{'result s':>9}{'generate s':>11}{'ratio':>6}{'fps':>6}"
           f"{'min fps':>8}{'drawn/s':>8} | every frame drawn: {'result s':>8}{'fps':>6}{'min fps':>8}")
     for t, e in zip(timings[1:], every[1:]):
         if t["policy"].startswith("save-file "):  # the peer: the saved file, run from the command line
@@ -149,7 +149,7 @@ def main():
         kind = ("replayed" if t["prefill"].startswith("replayed") else
                 "blocks" if "from a capture" in t["prefill"] else "computed")
         label = ("python:" + pathlib.Path(t["policy"][7:]).stem) if t["policy"].startswith("python:") else t["policy"]
-        print(f"{label + ' ' + t['budget']:<20}{kind:<10}{t['decision_s']:>11.2f}{t['result_s']:>9.2f}"
+        print(f"{label + ' ' + t['budget']:<26}{kind:<10}{t['decision_s']:>11.2f}{t['result_s']:>9.2f}"
               f"{peers[key]:>11.2f}{ratio:>6.2f}{t['busy_fps']:>6.1f}{t['min_fps']:>8.1f}{t['drawn_per_s']:>8.1f} | "
               f"{'':>19}{e['result_s']:>8.2f}{e['busy_fps']:>6.1f}{e['min_fps']:>8.1f}")
     for label, runs in (("gated", timings), ("every frame drawn", every)):
