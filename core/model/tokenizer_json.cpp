@@ -99,8 +99,14 @@ int id_of(const std::vector<std::string>& tokens, const std::optional<std::strin
   return -1;
 }
 
-// The BOS a TemplateProcessing post-processor puts before a single sequence, if any.
+// The BOS a TemplateProcessing post-processor puts before a single sequence, if any; also inside a Sequence of
+// processors (Llama 3.1/3.2 write Sequence[ByteLevel, TemplateProcessing]).
 std::optional<std::string> template_bos(const nlohmann::json& post) {
+  if (is_type(post, "Sequence") && post.contains("processors") && post["processors"].is_array()) {
+    for (const auto& inner : post["processors"])
+      if (auto bos = template_bos(inner)) return bos;
+    return std::nullopt;
+  }
   if (!is_type(post, "TemplateProcessing") || !post.contains("single") || !post["single"].is_array() ||
       post["single"].empty())
     return std::nullopt;

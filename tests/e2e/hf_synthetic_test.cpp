@@ -4,6 +4,8 @@
 // SentencePiece-style tokenizer.json files, and each family's chat template.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -151,6 +153,28 @@ TEST_CASE("a model without a chat template refuses --chat unless given one, as t
     CHECK_THROWS_WITH(run::encode_prompt(m, "hi", chat), Catch::Contains("--chat-template FILE"));
     check_chats(m, golden()["checkpoints"][name]["chats"], model::read_chat_template_file(kDir / name / "chat_template.jinja"));
   }
+}
+
+TEST_CASE("a BOS added by a post-processor inside a Sequence is added, as tokenizers adds it", "[hf][synthetic]") {
+  // Llama 3.1/3.2 write Sequence[ByteLevel, TemplateProcessing] and no add_bos_token
+  // (tools/make_post_processor_golden.py: the llama3 checkpoint's tokenizer so wrapped, ids from `tokenizers`).
+  namespace fs = std::filesystem;
+  const fs::path fixture = fs::path(KVSCOPE_FIXTURES_DIR) / "hf_post_processor";
+  const fs::path folder = fs::temp_directory_path() / "kvscope_tests" / ("post_processor_" + std::to_string(::getpid()));
+  fs::remove_all(folder);
+  fs::create_directories(folder.parent_path());
+  fs::copy(kDir / "llama3", folder);
+  fs::copy_file(fixture / "tokenizer.json", folder / "tokenizer.json", fs::copy_options::overwrite_existing);
+  const model::Model m = model::load_model(folder);
+  CHECK(m.tokenizer->add_bos());
+  std::ifstream in(fixture / "golden.json");
+  const auto golden = nlohmann::json::parse(in);
+  REQUIRE(golden["cases"].size() >= 5);
+  for (const auto& c : golden["cases"]) {
+    INFO("text " << c["text"].dump());
+    CHECK(run::encode_prompt(m, c["text"].get<std::string>(), {}) == c["ids"].get<std::vector<int>>());
+  }
+  fs::remove_all(folder);
 }
 
 TEST_CASE("GGUF llama (permuted q/k, rope_freqs), qwen2 and qwen3 files match the same golden", "[gguf][synthetic]") {
