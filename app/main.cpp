@@ -2,8 +2,10 @@
 // Exit codes: 0 success, 1 runtime error, 2 bad usage.
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <vector>
 
+#include "app/openmp_wait_policy.h"
 #include "app/subcommands.h"
 #include "app/sweep_workers.h"
 #include "core/common/build_version.h"
@@ -42,7 +44,11 @@ int main(int argc, char** argv) {
   }
   try {
     for (const auto& command : commands)
-      if (command.parser->parsed()) return command.run();
+      if (command.parser->parsed()) {
+        const std::string name = command.parser->get_name();
+        if (name == "generate" || name == "trace" || name == "eval" || name == "sweep") app::prefer_bounded_openmp_spin();
+        return command.run();
+      }
   } catch (const UsageError& e) {
     std::fprintf(stderr, "kvscope: error: %s\n", e.what());
     return 2;
