@@ -83,11 +83,7 @@ Command register_policies(CLI::App& root) {
 
   return {cmd, [json, protocols, file]() {
             if (!file->empty()) {
-              const bool python = file->size() > 3 && file->substr(file->size() - 3) == ".py";
-              const std::string spec =
-                  file->rfind("python:", 0) == 0 || file->rfind("plugin:", 0) == 0 ? *file
-                                                                                  : (python ? "python:" : "plugin:") + *file;
-              const policy::PolicyInfo p = policy::describe_policy(spec);
+              const policy::PolicyInfo p = policy::describe_policy(policy::policy_file_spec_for(*file));
               if (*json) {
                 nlohmann::json out{{"name", p.name}, {"summary", p.summary}, {"reference", p.reference},
                                    {"params", params_json(p.params)}, {"provenance", p.provenance}};

@@ -96,7 +96,7 @@ const policy::PolicyInfo& SetupPanel::policy_info() const {
 }
 
 int SetupPanel::load_policy_file(const std::string& path) {
-  const std::string spec = (path.size() > 3 && path.substr(path.size() - 3) == ".py" ? "python:" : "plugin:") + path;
+  const std::string spec = policy::policy_file_spec_for(path);
   UserPolicy entry{spec, path, policy::describe_policy(spec), {}};
   std::error_code ec;
   entry.modified = std::filesystem::last_write_time(path, ec);
@@ -162,11 +162,12 @@ void SetupPanel::set_policy(const std::string& spec) {
   const auto file = policy::parse_policy_file_spec(spec);
   const auto parsed = file ? policy::PolicySpecText{"", file->assignments} : policy::split_policy_spec(spec);
   const auto& all = policy::all_policies();
-  const int index = file ? load_policy_file(file->path.string())
-                         : static_cast<int>(std::find_if(all.begin(), all.end(), [&](const auto& p) {
-                             return p.name == policy::find_policy(parsed.name).name;  // throws with the valid names
-                           }) - all.begin());
-  policy_ = index;
+  if (file) {
+    policy_ = load_policy_file(file->path.string());
+  } else {
+    const std::string& name = policy::find_policy(parsed.name).name;  // throws with the valid names
+    policy_ = static_cast<int>(std::find_if(all.begin(), all.end(), [&](const auto& p) { return p.name == name; }) - all.begin());
+  }
   const auto& info = policy_info();
   // Validates every assignment against the ParamSpecs before touching the form.
   const policy::PolicyParams checked(info.name, info.params, parsed.assignments);

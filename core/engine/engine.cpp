@@ -325,6 +325,13 @@ bool prefill_is_policy_independent(const policy::Policy* policy, int prompt_leng
   return (block <= 0 || block >= prompt_length) && !policy->trims_before_output(Phase::Prefill);
 }
 
+void check_fits_context(std::size_t prompt_tokens, int max_new_tokens, int context_length) {
+  if (prompt_tokens == 0) throw UsageError("the prompt is empty");
+  if (static_cast<long>(prompt_tokens) + max_new_tokens > context_length)
+    throw UsageError("prompt of " + std::to_string(prompt_tokens) + " tokens plus " + std::to_string(max_new_tokens) +
+                     " new tokens exceeds the model's context of " + std::to_string(context_length) + " tokens");
+}
+
 RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions& options, const RunHooks& hooks) {
   const auto& c = model_.config;
   if (prompt.empty()) throw UsageError("the prompt is empty");
@@ -335,9 +342,7 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   for (int id : options.forced_tokens)
     if (id < 0 || id >= c.vocab_size)
       throw UsageError("forced token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(c.vocab_size));
-  if (static_cast<long>(prompt.size()) + options.max_new_tokens > c.context_length)
-    throw UsageError("prompt of " + std::to_string(prompt.size()) + " tokens plus " + std::to_string(options.max_new_tokens) +
-                     " new tokens exceeds the model's context of " + std::to_string(c.context_length) + " tokens");
+  check_fits_context(prompt.size(), options.max_new_tokens, c.context_length);
   if (hooks.policy) {
     policy::RunInfo info;
     info.config = c;

@@ -121,6 +121,10 @@ class Engine {
 // captured prefill be replayed for it (prefill_capture.h).
 bool prefill_is_policy_independent(const policy::Policy* policy, int prompt_length);
 
+// Throws UsageError when an empty prompt, or a prompt and its new tokens, do not fit a context of
+// `context_length` tokens: what generate refuses, for callers that check before they write anything.
+void check_fits_context(std::size_t prompt_tokens, int max_new_tokens, int context_length);
+
 // Sets the number of threads the kernels and BLAS use (0 = all cores).
 void set_threads(int threads);
 

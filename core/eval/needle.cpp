@@ -3,23 +3,20 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 
 #include "core/common/error.h"
+#include "core/common/file_text.h"
 
 namespace kvscope::eval {
 
 namespace {
 
 std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read '" + path.string() + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  auto text = read_file_text(path);
+  if (!text) throw Error("cannot read '" + path.string() + "'");
+  return std::move(*text);
 }
 
 // Sentences end at '.', '!' or '?' followed by whitespace; runs of whitespace become one space.

@@ -1,11 +1,10 @@
 #include "core/model/chat_template.h"
 
 #include <algorithm>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/common/error.h"
+#include "core/common/file_text.h"
 #include "core/model/chat_date.h"
 #include "core/model/gguf.h"
 #include "core/model/hf_folder.h"
@@ -126,11 +125,9 @@ ChatTemplateSource read_chat_template(const std::filesystem::path& folder) {
   std::error_code ec;
   const auto jinja_file = folder / "chat_template.jinja";
   if (std::filesystem::is_regular_file(jinja_file, ec)) {
-    std::ifstream in(jinja_file, std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (!in) throw Error(jinja_file.string() + ": cannot be read");
-    return {text.str(), "chat_template.jinja"};
+    auto text = read_file_text(jinja_file);
+    if (!text) throw Error(jinja_file.string() + ": cannot be read");
+    return {std::move(*text), "chat_template.jinja"};
   }
   const auto config_file = folder / "tokenizer_config.json";
   if (!std::filesystem::is_regular_file(config_file, ec)) return {std::nullopt, ""};
@@ -155,11 +152,9 @@ ChatTemplateSource read_chat_template(const GgufFile& file) {
 }
 
 ChatTemplateSource read_chat_template_file(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw UsageError("--chat-template '" + file.string() + "' cannot be read");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return {text.str(), file.string()};
+  auto text = read_file_text(file);
+  if (!text) throw UsageError("--chat-template '" + file.string() + "' cannot be read");
+  return {std::move(*text), file.string()};
 }
 
 const ChatTemplate& ChatTemplateChoice::get() const {

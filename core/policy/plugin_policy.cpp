@@ -39,8 +39,7 @@ class PluginPolicy final : public UserScorer {
   PluginPolicy(std::string name, const PolicyParams& params, ObservationRequest needs, std::shared_ptr<Library> library,
                std::vector<std::string> param_names)
       : UserScorer(std::move(name), params, needs, library->file), library_(std::move(library)) {
-    for (const auto& n : param_names)
-      values_.push_back(n == "window" || n == "recent" || n == "sinks" ? params.get_int(n) : params.get_float(n));
+    for (const auto& n : param_names) values_.push_back(params.get_float(n));
   }
 
  protected:
@@ -144,7 +143,7 @@ PolicyInfo load_plugin_policy(const std::filesystem::path& file) {
     if (!s.name || !*s.name) throw UsageError(where + ": parameter " + std::to_string(i) + " has no name");
     const std::string name = s.name, doc = s.doc ? s.doc : "declared by " + file.filename().string();
     declared.push_back(name);
-    if (name == "window" || name == "recent" || name == "sinks") {
+    if (is_framework_param(name)) {
       framework_defaults[name] = static_cast<int>(s.default_value);
       continue;
     }

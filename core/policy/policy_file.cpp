@@ -27,6 +27,12 @@ std::optional<PolicyFileSpec> parse_policy_file_spec(const std::string& text) {
   return spec;
 }
 
+std::string policy_file_spec_for(const std::string& path) {
+  if (path.rfind("python:", 0) == 0 || path.rfind("plugin:", 0) == 0) return path;
+  const bool python = path.size() > 3 && path.compare(path.size() - 3, 3, ".py") == 0;
+  return (python ? "python:" : "plugin:") + path;
+}
+
 std::string display_policy_spec(const std::string& text) {
   const auto spec = parse_policy_file_spec(text);
   if (!spec) return text;

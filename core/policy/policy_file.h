@@ -23,6 +23,10 @@ struct PolicyFileSpec {
 // malformed one (no path, an assignment without '=').
 std::optional<PolicyFileSpec> parse_policy_file_spec(const std::string& text);
 
+// A policy spec for a file path as a user names it: kept when it already says python: or plugin:, else
+// python: for a path ending in .py and plugin: for anything else.
+std::string policy_file_spec_for(const std::string& path);
+
 // `text` with a file's path shortened to its stem ("python:/x/key_norm.py,k=3" -> "python:key_norm,k=3"), for
 // run names and labels.
 std::string display_policy_spec(const std::string& text);

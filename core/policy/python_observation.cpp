@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include <pybind11/numpy.h>
 
@@ -43,15 +44,17 @@ py::array_t<float> cache_rows(const Observation& o, bool keys) {
   return out;
 }
 
-// [n_heads][rows * width] per query head (rows 1 for sums), columns padded to the width.
-py::object per_query_head(const Observation& o, const std::vector<std::vector<float>>& part, int rows,
-                          const char* name) {
+// Per query head, columns padded to the width: [n_heads][width] for a sum, [n_heads][rows][width] when the part
+// holds `rows` rows (window_rows).
+py::object per_query_head(const Observation& o, const std::vector<std::vector<float>>& part, const char* name,
+                          std::optional<int> rows_axis = std::nullopt) {
   const auto& obs = o.obs();
   if (part.empty())
     throw py::attribute_error(std::string("obs.") + name + " was not asked for: add '" + name +
                               "' to the module's `needs`");
+  const int rows = rows_axis.value_or(1);
   std::vector<py::ssize_t> shape = {obs.n_heads, o.width};
-  if (rows > 1 || std::string(name) == "window_rows") shape = {obs.n_heads, rows, o.width};
+  if (rows_axis) shape = {obs.n_heads, rows, o.width};
   py::array_t<float> out(shape);
   float* dst = out.mutable_data();
   std::fill(dst, dst + out.size(), 0.0f);
@@ -122,15 +125,15 @@ void register_class(py::module_& scope) {
                                return py::array_t<int32_t>(static_cast<py::ssize_t>(q.size()), q.data());
                              })
       .def_property_readonly("column_sums",
-                             [](const Observation& o) { return per_query_head(o, o.obs().column_sums, 1, "column_sums"); })
+                             [](const Observation& o) { return per_query_head(o, o.obs().column_sums, "column_sums"); })
       .def_property_readonly("window_sums",
-                             [](const Observation& o) { return per_query_head(o, o.obs().window_sums, 1, "window_sums"); })
+                             [](const Observation& o) { return per_query_head(o, o.obs().window_sums, "window_sums"); })
       .def_property_readonly("window_rows",
                              [](const Observation& o) {
-                               return per_query_head(o, o.obs().window_rows, o.obs().window, "window_rows");
+                               return per_query_head(o, o.obs().window_rows, "window_rows", o.obs().window);
                              })
       .def_property_readonly("last_row",
-                             [](const Observation& o) { return per_query_head(o, o.obs().last_row, 1, "last_row"); })
+                             [](const Observation& o) { return per_query_head(o, o.obs().last_row, "last_row"); })
       .def_property_readonly("log_sum_exp",
                              [](const Observation& o) {
                                const auto& obs = o.obs();

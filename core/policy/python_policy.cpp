@@ -2,15 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <map>
-#include <sstream>
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include "core/common/error.h"
+#include "core/common/file_text.h"
 #include "core/common/sha256.h"
 #include "core/policy/allocation.h"
 #include "core/policy/python_observation.h"
@@ -103,8 +102,6 @@ ParamSpec param_from_python(const std::string& name, const py::handle& value, co
   if (py::isinstance<py::float_>(def)) return ParamSpec::real(name, def.cast<double>(), number(lo, -1e300), number(hi, 1e300), doc);
   throw UsageError(where + ": the default must be an int, float or bool (or give choices)");
 }
-
-bool is_framework_param(const std::string& name) { return name == "window" || name == "recent" || name == "sinks"; }
 
 Protocol protocol_from_python(const py::module_& m, const std::filesystem::path& file) {
   Protocol p{.block = 0, .decode_evict = false, .trim_before_output = false};
@@ -325,18 +322,12 @@ class PythonPolicy final : public UserScorer {
   mutable std::map<std::pair<std::string, int>, int> protect_memo_;
 };
 
-std::string read_file(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw UsageError("policy file '" + file.string() + "' cannot be read");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 PolicyInfo load_python_policy(const std::filesystem::path& file) {
-  const std::string source = read_file(file);
+  const auto text = read_file_text(file);
+  if (!text) throw UsageError("policy file '" + file.string() + "' cannot be read");
+  const std::string& source = *text;
   auto module = std::make_shared<Module>();
   module->file = file;
   PolicyInfo info;

@@ -30,6 +30,8 @@ ObservationRequest request_for_needs(const std::vector<std::string>& needs, cons
   return r;
 }
 
+bool is_framework_param(const std::string& name) { return name == "window" || name == "recent" || name == "sinks"; }
+
 std::vector<ParamSpec> scorer_framework_params(const std::map<std::string, int>& defaults) {
   auto def = [&](const char* name) {
     const auto it = defaults.find(name);

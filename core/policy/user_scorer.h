@@ -17,6 +17,8 @@ const std::vector<std::string>& scorer_need_names();
 // The request for `needs`; throws UsageError naming `file` for an unknown name.
 ObservationRequest request_for_needs(const std::vector<std::string>& needs, const std::filesystem::path& file);
 
+// Whether `name` is one of the framework parameters below (a file may set their defaults, not declare them).
+bool is_framework_param(const std::string& name);
 // window, recent and sinks with defaults from `defaults` (a name absent there defaults to 0).
 std::vector<ParamSpec> scorer_framework_params(const std::map<std::string, int>& defaults);
 // Throws UsageError naming `file` when a window part is needed but `window` is 0.

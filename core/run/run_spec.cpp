@@ -31,11 +31,7 @@ std::vector<int> check_fits(const RunSpec& spec, const model::Model& model) {
   const CheckedSpec checked = check(spec);
   std::vector<int> tokens = spec.prompt_ids.empty() ? encode_prompt(model, spec.prompt, spec.chat) : spec.prompt_ids;
   const int context = model.config.context_length;
-  if (tokens.empty()) throw UsageError("the prompt is empty");
-  if (static_cast<long>(tokens.size()) + spec.generation.max_new_tokens > context)
-    throw UsageError("prompt of " + std::to_string(tokens.size()) + " tokens plus " +
-                     std::to_string(spec.generation.max_new_tokens) + " new tokens exceeds the model's context of " +
-                     std::to_string(context) + " tokens");
+  engine::check_fits_context(tokens.size(), spec.generation.max_new_tokens, context);
   if (checked.uses_budget) policy::BudgetSpec::parse(spec.budget).resolve(static_cast<int>(tokens.size()), context);
   return tokens;
 }

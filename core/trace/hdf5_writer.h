@@ -46,8 +46,6 @@ class Hdf5Writer final : public TraceSink {
   Hdf5Writer& operator=(const Hdf5Writer&) = delete;
 
   const std::filesystem::path& path() const { return path_; }
-  // Finishes the file and puts it in place at PATH; throws Error (and removes the partial file) when any
-  // write failed.
   // Milliseconds callers spent waiting for room in the queue (the writer thread fell behind).
   double blocked_ms() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -75,7 +73,8 @@ class Hdf5Writer final : public TraceSink {
   void flush() override;
   // Waits until everything queued so far is written and flushed; re-throws the writer thread's first error.
   void sync();
-  // Waits for the queue, closes the file and re-throws the writer thread's first error.
+  // Waits for the queue, closes the file and puts it in place at PATH; re-throws the writer thread's first
+  // error (and removes the partial file) when any write failed.
   void close();
 
  private:
