@@ -13,7 +13,7 @@
 #include "core/model/gguf.h"
 #include "core/model/hf_folder.h"
 #include "core/model/model.h"
-#include "core/model/tokenizer_json.h"
+#include "core/model/tokenizer_transformers.h"
 #include "kernels/cuda/cuda_device.h"
 
 namespace kvscope::app {
@@ -90,7 +90,7 @@ ModelSummary summarize_hf(const std::filesystem::path& path) {
       entry.bytes += tensor.n_bytes;
       ++s.tensor_count;
     }
-  const model::LoadedTokenizer tokenizer = model::load_tokenizer_json(path);
+  const model::LoadedTokenizer tokenizer = model::load_transformers_tokenizer(path);
   s.tokenizer = tokenizer.description;
   s.chat_template = chat_template_line(model::choose_chat_template(model::read_chat_template(path), *tokenizer.tokenizer));
   return s;

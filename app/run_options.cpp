@@ -46,6 +46,9 @@ void PromptOptions::add_to(CLI::App* cmd) {
   cmd->add_option("--template-arg", template_args,
                   "with --chat or --messages: a variable for the chat template, name=value (value as JSON: true, 3, "
                   "\"text\"; anything else as text), as apply_chat_template's keyword arguments; repeatable");
+  cmd->add_flag("--no-parse-special", no_parse_special,
+                "read special-token text in a plain prompt (\"<|im_start|>\", \"<s>\") as plain text instead of "
+                "those tokens (transformers' split_special_tokens=True); a rendered chat is always parsed");
   cmd->add_option("--chat-template", chat_template_file,
                   "with --chat or --messages: render with this Jinja template file instead of the model's (a model "
                   "without a template needs one)");
@@ -60,6 +63,7 @@ run::ChatSpec PromptOptions::chat_spec() const {
   if (!messages_file.empty()) spec.messages = model::read_chat_messages(messages_file);
   if (!chat_date.empty()) spec.settings.date = model::checked_chat_date(chat_date);
   spec.settings.enable_thinking = !no_think;
+  spec.parse_special = !no_parse_special;
   if (!spec.enabled && !template_args.empty()) throw UsageError("--template-arg needs --chat or --messages");
   if (!spec.enabled && !chat_template_file.empty()) throw UsageError("--chat-template needs --chat or --messages");
   for (const auto& arg : template_args) {

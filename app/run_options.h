@@ -27,6 +27,7 @@ struct PromptOptions {
   bool no_think = false;      // --no-think: Qwen3's enable_thinking=False
   std::vector<std::string> template_args;  // --template-arg name=value, passed to the chat template
   std::string chat_template_file;          // --chat-template FILE: instead of the model's template
+  bool no_parse_special = false;           // --no-parse-special: special-token text in a plain prompt stays text
   void add_to(CLI::App* cmd);
   // The prompt as given (--prompt, or the file's text), before any chat template; empty with --messages. Throws
   // UsageError without a prompt or for an unreadable file.

@@ -20,6 +20,19 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# The embedded Python's own packages (transformers, which tokenizes Hugging Face folders), in a venv of
+# Debian's python3 that sees its numpy and jinja2. kvscope finds it beside its sources (core/python).
+embedded_venv="$deps/embedded-venv"
+embedded_req="$root/scripts/requirements-embedded.txt"
+embedded_want="$(sha256sum "$embedded_req" | cut -d' ' -f1)"
+if [ ! -x "$embedded_venv/bin/python" ] || [ "$(cat "$embedded_venv/.requirements.sha256" 2>/dev/null)" != "$embedded_want" ]; then
+  echo "setup: creating $embedded_venv (transformers for the embedded Python)"
+  rm -rf "$embedded_venv"
+  /usr/bin/python3 -m venv --system-site-packages "$embedded_venv"
+  "$embedded_venv/bin/pip" install -q --disable-pip-version-check -r "$embedded_req"
+  echo "$embedded_want" > "$embedded_venv/.requirements.sha256"
+fi
+
 # `make run` (KVSCOPE_SETUP=run) needs the model and the GUI sources only: the venvs below serve tests and tools.
 if [ "${KVSCOPE_SETUP:-all}" = "run" ]; then
   "$root/scripts/fetch_model.sh"

@@ -49,6 +49,7 @@ void QualityPanel::start_sweep(const AppState& state, const std::string& policie
   r.prompt = live->request->prompt;
   r.chat = live->request->chat;
   r.no_think = live->request->no_think;
+  r.parse_special = live->request->parse_special;
   r.policies = eval::split_policy_list(policies);
   r.budgets = eval::split_list(budgets, "budget");
   r.new_tokens = new_tokens;

@@ -44,10 +44,11 @@ std::filesystem::path prompts_dir() {
 }
 
 // The window's chat: the prompt as the one user message, with Qwen3's thinking switch.
-run::ChatSpec window_chat(bool chat, bool no_think) {
+run::ChatSpec window_chat(bool chat, bool no_think, bool parse_special) {
   run::ChatSpec spec;
   spec.enabled = chat;
   spec.settings.enable_thinking = !no_think;
+  spec.parse_special = parse_special;
   return spec;
 }
 
@@ -315,7 +316,7 @@ bool Session::execute(const RunRequest& request) {
   spec.policy = request.policy_spec;
   spec.budget = request.budget;
   spec.prompt = request.prompt;
-  spec.chat = window_chat(request.chat, request.no_think);
+  spec.chat = window_chat(request.chat, request.no_think, request.parse_special);
   spec.generation.max_new_tokens = request.max_new_tokens;
   spec.record = request.record;
   spec.name = request.name;
@@ -437,7 +438,7 @@ void Session::execute_sweep(const Job& job) {
   try {
     set_task("sweep: full-cache reference", static_cast<float>(cell) / cells);
     const auto reference = evaluator.fidelity_reference(
-        run::encode_prompt(model, request.prompt, window_chat(request.chat, request.no_think)), request.new_tokens);
+        run::encode_prompt(model, request.prompt, window_chat(request.chat, request.no_think, request.parse_special)), request.new_tokens);
     for (; cell < cells; ++cell) {
       // Cells in the order of a sweep grid: policies, then budgets.
       const eval::CellPolicy policy{request.policies[cell / request.budgets.size()],

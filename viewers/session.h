@@ -40,6 +40,7 @@ struct RunRequest {
   std::string prompt;
   bool chat = false;                // wrap the prompt in the model's chat template
   bool no_think = false;            // with chat: Qwen3's thinking off (kvscope --no-think)
+  bool parse_special = true;        // special-token text in the prompt is tokens (false: --no-parse-special)
   std::string policy_spec = "full"; // "snapkv:window=32,kernel=7"
   std::string budget;               // "128" or "20%"; empty: the whole prompt (full cache)
   int max_new_tokens = 32;
@@ -58,6 +59,7 @@ struct SweepRequest {
   std::string prompt;
   bool chat = false;
   bool no_think = false;
+  bool parse_special = true;
   std::vector<std::string> policies, budgets;
   int new_tokens = 16;
   std::size_t cells() const { return policies.size() * budgets.size(); }

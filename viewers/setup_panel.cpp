@@ -226,6 +226,7 @@ RunRequest SetupPanel::request() const {
   r.prompt = prompt_;
   r.chat = chat_;
   r.no_think = chat_ && no_think_;
+  r.parse_special = parse_special_;
   r.policy_spec = policy_spec();
   r.budget = budget_text();
   r.max_new_tokens = max_new_tokens_;
@@ -255,6 +256,7 @@ void SetupPanel::run(bool with_baseline) {
   const RunRequest r = request();
   session_.submit(r);
   const std::string key = r.model_path + "\n" + r.prompt + (r.chat ? "\nchat" : "") + (r.no_think ? "\nno_think" : "") +
+                          (r.parse_special ? "" : "\nno_parse_special") +
                           "\n" + std::to_string(r.max_new_tokens);
   if (with_baseline && r.policy_spec != "full" && key != baseline_key_) {
     baseline_key_ = key;
@@ -386,6 +388,13 @@ void SetupPanel::draw(AppState& state) {
   if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
     ImGui::SetTooltip(
         "Qwen3 templates: thinking off (enable_thinking=False, kvscope --no-think); other templates refuse it");
+  ImGui::SameLine();
+  ImGui::BeginDisabled(chat_);
+  if (ImGui::Checkbox("special tokens", &parse_special_)) rerun = true;
+  ImGui::EndDisabled();
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip("Special-token text in the prompt (\"<|im_start|>\", \"<s>\") becomes those tokens, as in "
+                      "transformers; off: plain text (kvscope --no-parse-special). A chat is always parsed.");
   input_multiline("##prompt", prompt_, -1, ImGui::GetTextLineHeight() * 7);
   if (ImGui::IsItemDeactivatedAfterEdit()) rerun = true;
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x - ImGui::CalcTextSize("Load file").x - ImGui::GetStyle().FramePadding.x * 4);

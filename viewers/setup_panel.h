@@ -82,6 +82,7 @@ class SetupPanel final : public Panel {
   std::string prompt_file_;
   bool chat_ = false;
   bool no_think_ = false;  // with chat_: Qwen3's thinking off
+  bool parse_special_ = true;  // special-token text in a plain prompt is tokens (kvscope --no-parse-special)
   int policy_ = 0;  // an index into all_policies(), then into user_policies_
   std::vector<UserPolicy> user_policies_;
   std::string policy_file_;

@@ -12,5 +12,7 @@ inline constexpr int kMaxJsonNesting = 64;
 
 // Throws Error "<what>: not valid JSON (...)" or "<what>: JSON nested deeper than 64 levels".
 nlohmann::json parse_json_text(std::string_view text, const std::string& what);
+// The same checks without keeping the document (for a file another library reads next).
+void check_json_text(std::string_view text, const std::string& what);
 
 }  // namespace kvscope

@@ -117,12 +117,7 @@ Evaluator::Evaluator(const model::Model& model, run::PrefillStore* prefills)
     : model_(model), prefills_(prefills ? prefills : &own_prefills_) {}
 
 std::vector<int> Evaluator::encode(const std::string& text, bool chat) const {
-  std::vector<int> ids;
-  if (!chat && model_.tokenizer->add_bos() && model_.tokenizer->bos_id() >= 0)
-    ids.push_back(model_.tokenizer->bos_id());
-  const auto body = model_.tokenizer->encode(text, chat);
-  ids.insert(ids.end(), body.begin(), body.end());
-  return ids;
+  return chat ? model_.tokenizer->encode(text) : model_.tokenizer->encode_prompt(text);
 }
 
 engine::RunResult Evaluator::run(const std::vector<int>& prompt, engine::GenerateOptions options,

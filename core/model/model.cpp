@@ -5,8 +5,9 @@
 #include <vector>
 
 #include "core/common/error.h"
+#include "core/common/project_paths.h"
 #include "core/common/sha256.h"
-#include "core/model/tokenizer_json.h"
+#include "core/model/tokenizer_transformers.h"
 
 namespace kvscope::model {
 namespace {
@@ -17,12 +18,6 @@ bool is_file(const std::filesystem::path& path) {
 }
 
 bool is_model(const std::filesystem::path& path) { return is_file(path) || is_hf_folder(path); }
-
-std::filesystem::path executable_dir() {
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::filesystem::path() : exe.parent_path();
-}
 
 }  // namespace
 
@@ -57,7 +52,7 @@ Model load_model(const std::filesystem::path& path) {
     HfFolder folder = HfFolder::open(path);
     ModelConfig config = read_config(folder);
     ModelWeights weights = bind_weights(folder, config);
-    LoadedTokenizer loaded = load_tokenizer_json(path);
+    LoadedTokenizer loaded = load_transformers_tokenizer(path);
     ChatTemplateChoice chat = choose_chat_template(read_chat_template(path), *loaded.tokenizer);
     Model model(std::move(folder), std::move(config), std::move(weights), std::move(loaded.tokenizer),
                 std::move(loaded.description));
@@ -86,12 +81,7 @@ std::filesystem::path default_model_path() {
       throw Error(std::string(env) + ": KVSCOPE_MODEL names no model (expected a GGUF file or a Hugging Face folder)");
     return env;
   }
-  const std::filesystem::path relative = std::filesystem::path(".deps") / "models" / kDefaultModelFile;
-  std::vector<std::filesystem::path> candidates = {std::filesystem::path(KVSCOPE_SOURCE_DIR) / relative};
-  if (const auto dir = executable_dir(); !dir.empty()) {
-    candidates.push_back(dir.parent_path() / relative);                // <prefix>/bin/kvscope
-    candidates.push_back(dir.parent_path().parent_path() / relative);  // <source>/build/app/kvscope
-  }
+  const auto candidates = project_path_candidates(std::filesystem::path(".deps") / "models" / kDefaultModelFile);
   for (const auto& candidate : candidates)
     if (is_file(candidate)) return candidate;
   throw Error(candidates.front().string() +

@@ -6,10 +6,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include <pybind11/embed.h>
+#include <pybind11/stl.h>
 
 #include "core/common/error.h"
+#include "core/common/project_paths.h"
 
 namespace py = pybind11;
 
@@ -22,14 +26,16 @@ namespace {
 constexpr const char* kHostSource = R"PY(
 import os, site, sys, traceback, types
 
-def add_virtual_env():
-    # A user's venv (VIRTUAL_ENV) of this interpreter's Python version lends its packages (torch, ...).
-    root = os.environ.get("VIRTUAL_ENV")
-    if not root:
-        return
-    lib = os.path.join(root, "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
-    if os.path.isdir(lib):
-        site.addsitedir(lib)
+def add_virtual_env(project_venvs):
+    # A user's venv (VIRTUAL_ENV) of this interpreter's Python version lends its packages (torch, ...) first;
+    # then the project's own (.deps/embedded-venv: transformers for Hugging Face tokenizers).
+    roots = [os.environ.get("VIRTUAL_ENV")] + list(project_venvs)
+    for root in roots:
+        if not root:
+            continue
+        lib = os.path.join(root, "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
+        if os.path.isdir(lib):
+            site.addsitedir(lib)
 
 def load_module(path, source):
     module = types.ModuleType(os.path.splitext(os.path.basename(path))[0])
@@ -53,6 +59,14 @@ def describe(exc, tb, path):
     return line, function, text
 )PY";
 
+// The project's venv for the embedded Python (scripts/setup_deps.sh), found like the default model.
+std::vector<std::string> project_venvs() {
+  std::vector<std::string> out;
+  for (const auto& path : project_path_candidates(std::filesystem::path(".deps") / "embedded-venv"))
+    out.push_back(path.string());
+  return out;
+}
+
 std::once_flag started;
 std::string start_failure;
 py::dict* host = nullptr;  // never freed: the interpreter lives until the process ends
@@ -65,7 +79,7 @@ void start() {
       host = new py::dict();
       (*host)["__builtins__"] = py::module_::import("builtins");
       py::exec(kHostSource, *host);
-      (*host)["add_virtual_env"]();
+      (*host)["add_virtual_env"](project_venvs());
       try {
         py::module_::import("numpy");
       } catch (py::error_already_set& e) {

@@ -51,12 +51,9 @@ std::string prompt_text(const model::Model& model, const std::string& body, cons
 }
 
 std::vector<int> encode_prompt(const model::Model& model, const std::string& body, const ChatSpec& chat) {
-  std::vector<int> ids;
-  if (!chat.enabled && model.tokenizer->add_bos() && model.tokenizer->bos_id() >= 0)
-    ids.push_back(model.tokenizer->bos_id());
-  const auto tokens = model.tokenizer->encode(prompt_text(model, body, chat), chat.enabled);
-  ids.insert(ids.end(), tokens.begin(), tokens.end());
-  return ids;
+  const std::string text = prompt_text(model, body, chat);
+  // A rendered chat's markers are tokens whatever parse_special says, or the conversation would not be one.
+  return chat.enabled ? model.tokenizer->encode(text, true) : model.tokenizer->encode_prompt(text, chat.parse_special);
 }
 
 }  // namespace kvscope::run

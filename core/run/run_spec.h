@@ -19,6 +19,9 @@ struct ChatSpec {
   std::vector<model::ChatMessage> messages;  // not empty: the whole conversation, instead of system + prompt
   model::ChatSettings settings;              // the template's keyword arguments (date, thinking switch, ...)
   model::ChatTemplateSource template_source;  // --chat-template: instead of the model's (jinja empty: the model's)
+  // Special-token text ("<|im_start|>", "<s>") in a plain prompt becomes those tokens, as in transformers and
+  // llama.cpp; --no-parse-special (false) keeps it as plain text. A rendered chat is always parsed.
+  bool parse_special = true;
 };
 
 struct RunSpec {
@@ -54,8 +57,9 @@ std::vector<int> check_fits(const RunSpec& spec, const model::Model& model);
 // settings (model.chat_template; throws Error when the model has none kvscope renders or refuses the
 // conversation).
 std::string prompt_text(const model::Model& model, const std::string& body, const ChatSpec& chat);
-// Its tokens: BOS first when the model asks for one; with chat the template writes BOS itself where its family
-// does, and its special tokens are parsed (as transformers' apply_chat_template).
+// Its tokens: a plain prompt with what the tokenizer adds around a sequence (BOS for most models); with chat,
+// the rendered text alone (the template writes BOS itself where its family does), as transformers'
+// apply_chat_template tokenizes it.
 std::vector<int> encode_prompt(const model::Model& model, const std::string& body, const ChatSpec& chat);
 
 }  // namespace kvscope::run

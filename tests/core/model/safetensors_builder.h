@@ -101,13 +101,16 @@ struct TinyHfLlama {
     out.push_back({"model.norm.weight", "F32", {d}, random({d})});
     return out;
   }
+  static nlohmann::json added_token(int id, const char* content) {
+    return {{"id", id},         {"content", content}, {"single_word", false}, {"lstrip", false},
+            {"rstrip", false},  {"normalized", false}, {"special", true}};
+  }
   nlohmann::json tokenizer() const {
     const nlohmann::json byte_level = {
         {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
     return {{"version", "1.0"},
             {"added_tokens",
-             {{{"id", 6}, {"content", "<|im_start|>"}, {"special", true}},
-              {{"id", 7}, {"content", "<|im_end|>"}, {"special", true}}}},
+             {added_token(6, "<|im_start|>"), added_token(7, "<|im_end|>")}},
             {"normalizer", nullptr},
             {"pre_tokenizer", byte_level},
             {"post_processor", byte_level},
@@ -133,7 +136,11 @@ struct TinyHfLlama {
     write_json(dir / "config.json", config());
     write_bytes(dir / "model.safetensors", safetensors_image(tensors()));
     write_json(dir / "tokenizer.json", tokenizer());
-    write_json(dir / "tokenizer_config.json", {{"bos_token", "<|im_start|>"}, {"eos_token", "<|im_end|>"}});
+    // The class a byte-level BPE folder names (a Llama architecture alone would make transformers rebuild
+    // it as a SentencePiece-style LlamaTokenizer).
+    write_json(dir / "tokenizer_config.json", {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                                               {"bos_token", "<|im_start|>"},
+                                               {"eos_token", "<|im_end|>"}});
   }
 };
 
