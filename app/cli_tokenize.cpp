@@ -19,6 +19,7 @@ struct TokenizeArgs {
   PromptOptions prompt;
   std::string text;
   bool json = false;
+  bool bare = false;  // the text alone, nothing added around it (transformers' add_special_tokens=False)
 };
 
 // A piece as one printable line: control characters and the line break shown escaped.
@@ -49,6 +50,9 @@ Command register_tokenize(CLI::App& root) {
   args->prompt.add_to(cmd);
   cmd->add_option("text", args->text, "the prompt text (or --prompt, --prompt-file, --messages)");
   cmd->add_flag("--json", args->json, "print {\"text\", \"ids\", \"pieces\"} as JSON");
+  cmd->add_flag("--bare", args->bare,
+                "without what the tokenizer adds around a plain prompt (BOS, ...): transformers' "
+                "add_special_tokens=False, llama.cpp's add_special=false");
 
   return {cmd, [args]() {
             PromptOptions prompt = args->prompt;
@@ -59,9 +63,12 @@ Command register_tokenize(CLI::App& root) {
             }
             const run::ChatSpec chat = prompt.chat_spec();
             const std::string body = prompt.body();  // empty with --messages
-            const model::Model model = args->model.load();
-            const std::string text = run::prompt_text(model, body, chat);
-            const std::vector<int> ids = run::encode_prompt(model, body, chat);
+            // The tokenizer and template only: no weights to map or check (a vocabulary-only GGUF works too).
+            const model::ModelText model = model::load_model_text(args->model.path());
+            const std::string text = run::prompt_text(*model.tokenizer, model.chat_template, body, chat);
+            if (args->bare && chat.enabled) throw UsageError("--bare is for plain prompts (a chat is tokenized bare already)");
+            const std::vector<int> ids = args->bare ? model.tokenizer->encode(text, chat.parse_special)
+                                                    : run::encode_prompt(*model.tokenizer, model.chat_template, body, chat);
             std::vector<std::string> pieces;
             for (const int id : ids) pieces.push_back(model.tokenizer->token_text(id));
             if (args->json) {

@@ -15,9 +15,11 @@ void ModelOptions::add_to(CLI::App* cmd) {
   cmd->add_option("--threads", threads, "threads for the kernels and BLAS (0 = all cores, or $OMP_NUM_THREADS)")->check(CLI::NonNegativeNumber);
 }
 
+std::filesystem::path ModelOptions::path() const { return model::resolve_model_path(model_path); }
+
 model::Model ModelOptions::load() const {
   engine::set_threads(threads);
-  return model::load_model(model_path.empty() ? model::default_model_path() : std::filesystem::path(model_path));
+  return model::load_model(path());
 }
 
 void PromptOptions::add_to(CLI::App* cmd) {

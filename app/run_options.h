@@ -15,6 +15,7 @@ struct ModelOptions {
   int threads = 0;
   void add_to(CLI::App* cmd);
   model::Model load() const;
+  std::filesystem::path path() const;  // --model, else KVSCOPE_MODEL, else the default model
 };
 
 struct PromptOptions {

@@ -47,31 +47,57 @@ const std::string& Model::sha256() const {
 
 const char* format_name(ModelFormat format) { return format == ModelFormat::Gguf ? "gguf" : "huggingface"; }
 
+namespace {
+
+ModelText text_of_folder(const std::filesystem::path& dir) {
+  LoadedTokenizer loaded = load_transformers_tokenizer(dir);
+  ChatTemplateChoice chat = choose_chat_template(read_chat_template(dir), *loaded.tokenizer);
+  return {std::move(loaded.tokenizer), std::move(loaded.description), std::move(chat)};
+}
+
+ModelText text_of(const GgufFile& file) {
+  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(file);
+  const std::string kind = file.get_string("tokenizer.ggml.model", "unknown");
+  const std::string pre = file.get_string("tokenizer.ggml.pre", "");
+  ChatTemplateChoice chat = choose_chat_template(read_chat_template(file), *tokenizer);
+  return {std::move(tokenizer), kind + (pre.empty() ? "" : " (pre-tokenizer " + pre + ")"), std::move(chat)};
+}
+
+void check_is_model_path(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(path.string() + ": folder has no config.json (expected a GGUF file or a Hugging Face model folder)");
+}
+
+}  // namespace
+
+ModelText load_model_text(const std::filesystem::path& path) {
+  // A folder with a tokenizer and no weights (config.json) is enough here.
+  std::error_code ec;
+  if (is_hf_folder(path) || std::filesystem::is_regular_file(path / "tokenizer.json", ec)) return text_of_folder(path);
+  check_is_model_path(path);
+  return text_of(GgufFile::open(path));
+}
+
 Model load_model(const std::filesystem::path& path) {
   if (is_hf_folder(path)) {
     HfFolder folder = HfFolder::open(path);
     ModelConfig config = read_config(folder);
     ModelWeights weights = bind_weights(folder, config);
-    LoadedTokenizer loaded = load_transformers_tokenizer(path);
-    ChatTemplateChoice chat = choose_chat_template(read_chat_template(path), *loaded.tokenizer);
-    Model model(std::move(folder), std::move(config), std::move(weights), std::move(loaded.tokenizer),
-                std::move(loaded.description));
-    model.chat_template = std::move(chat);
+    ModelText text = text_of_folder(path);
+    Model model(std::move(folder), std::move(config), std::move(weights), std::move(text.tokenizer),
+                std::move(text.tokenizer_description));
+    model.chat_template = std::move(text.chat_template);
     return model;
   }
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw Error(path.string() + ": folder has no config.json (expected a GGUF file or a Hugging Face model folder)");
+  check_is_model_path(path);
   GgufFile file = GgufFile::open(path);
   ModelConfig config = read_config(file);
   ModelWeights weights = bind_weights(file, config);
-  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(file);
-  const std::string kind = file.get_string("tokenizer.ggml.model", "unknown");
-  const std::string pre = file.get_string("tokenizer.ggml.pre", "");
-  std::string description = kind + (pre.empty() ? "" : " (pre-tokenizer " + pre + ")");
-  ChatTemplateChoice chat = choose_chat_template(read_chat_template(file), *tokenizer);
-  Model model(std::move(file), std::move(config), std::move(weights), std::move(tokenizer), std::move(description));
-  model.chat_template = std::move(chat);
+  ModelText text = text_of(file);
+  Model model(std::move(file), std::move(config), std::move(weights), std::move(text.tokenizer),
+              std::move(text.tokenizer_description));
+  model.chat_template = std::move(text.chat_template);
   return model;
 }
 

@@ -48,7 +48,17 @@ struct Model {
   std::unique_ptr<HashCache> hash_cache_ = std::make_unique<HashCache>();
 };
 
-const char* format_name(ModelFormat format);  // "gguf", "huggingface"
+const char* format_name(ModelFormat format);
+
+// What turns text into a model's tokens, without its weights: the tokenizer and the chat template. For
+// `kvscope tokenize`, which also reads GGUF files that hold a vocabulary and no tensors (llama.cpp's vocab
+// files) and folders with a tokenizer.json and no config.json.
+struct ModelText {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string tokenizer_description;
+  ChatTemplateChoice chat_template;
+};
+ModelText load_model_text(const std::filesystem::path& path);  // "gguf", "huggingface"
 
 // Opens a GGUF file or a Hugging Face folder and builds config, weights and tokenizer; throws Error naming the
 // file and field.

@@ -36,7 +36,8 @@ std::vector<int> check_fits(const RunSpec& spec, const model::Model& model) {
   return tokens;
 }
 
-std::string prompt_text(const model::Model& model, const std::string& body, const ChatSpec& chat) {
+std::string prompt_text(const model::Tokenizer& tokenizer, const model::ChatTemplateChoice& model_template,
+                        const std::string& body, const ChatSpec& chat) {
   if (!chat.enabled) return body;
   std::vector<model::ChatMessage> messages = chat.messages;
   if (messages.empty()) {
@@ -44,16 +45,25 @@ std::string prompt_text(const model::Model& model, const std::string& body, cons
     messages.push_back({"user", body});
   }
   if (chat.template_source.jinja) {
-    const auto own = model::choose_chat_template(chat.template_source, *model.tokenizer);
+    const auto own = model::choose_chat_template(chat.template_source, tokenizer);
     return model::render_chat(own.get(), messages, true, chat.settings);
   }
-  return model::render_chat(model.chat_template.get(), messages, true, chat.settings);
+  return model::render_chat(model_template.get(), messages, true, chat.settings);
+}
+
+std::vector<int> encode_prompt(const model::Tokenizer& tokenizer, const model::ChatTemplateChoice& model_template,
+                               const std::string& body, const ChatSpec& chat) {
+  const std::string text = prompt_text(tokenizer, model_template, body, chat);
+  // A rendered chat's markers are tokens whatever parse_special says, or the conversation would not be one.
+  return chat.enabled ? tokenizer.encode(text, true) : tokenizer.encode_prompt(text, chat.parse_special);
+}
+
+std::string prompt_text(const model::Model& model, const std::string& body, const ChatSpec& chat) {
+  return prompt_text(*model.tokenizer, model.chat_template, body, chat);
 }
 
 std::vector<int> encode_prompt(const model::Model& model, const std::string& body, const ChatSpec& chat) {
-  const std::string text = prompt_text(model, body, chat);
-  // A rendered chat's markers are tokens whatever parse_special says, or the conversation would not be one.
-  return chat.enabled ? model.tokenizer->encode(text, true) : model.tokenizer->encode_prompt(text, chat.parse_special);
+  return encode_prompt(*model.tokenizer, model.chat_template, body, chat);
 }
 
 }  // namespace kvscope::run

@@ -61,5 +61,10 @@ std::string prompt_text(const model::Model& model, const std::string& body, cons
 // the rendered text alone (the template writes BOS itself where its family does), as transformers'
 // apply_chat_template tokenizes it.
 std::vector<int> encode_prompt(const model::Model& model, const std::string& body, const ChatSpec& chat);
+// The same from a tokenizer and chat template alone (kvscope tokenize, which loads no weights).
+std::string prompt_text(const model::Tokenizer& tokenizer, const model::ChatTemplateChoice& model_template,
+                        const std::string& body, const ChatSpec& chat);
+std::vector<int> encode_prompt(const model::Tokenizer& tokenizer, const model::ChatTemplateChoice& model_template,
+                               const std::string& body, const ChatSpec& chat);
 
 }  // namespace kvscope::run
