@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "app/eval_prompts.h"
+#include "app/eval_subcommands.h"
 #include "app/progress_line.h"
 #include "app/run_options.h"
 #include "app/subcommands.h"
@@ -248,9 +249,13 @@ Command register_eval(CLI::App& root) {
   needle->add_option("--seed", a->seed, "seed of the generated cases");
   needle->add_option("--answer-tokens", a->settings.answer_tokens, "greedy answer length")->check(CLI::PositiveNumber);
   needle->add_option("--figure", a->figure, "write the grid as a heatmap PNG");
-  return {cmd, [a, fidelity, ppl]() {
+  const EvalSubcommand longbench = add_eval_longbench(*cmd);
+  const EvalSubcommand ruler = add_eval_ruler(*cmd);
+  return {cmd, [a, fidelity, ppl, longbench, ruler]() {
             if (fidelity->parsed()) return run_fidelity(*a);
             if (ppl->parsed()) return run_ppl(*a);
+            if (longbench.parser->parsed()) return longbench.run();
+            if (ruler.parser->parsed()) return ruler.run();
             return run_needle(*a);
           }};
 }

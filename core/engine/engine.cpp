@@ -336,7 +336,8 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   const auto& c = model_.config;
   if (prompt.empty()) throw UsageError("the prompt is empty");
   if (options.max_new_tokens < 0) throw UsageError("max new tokens must be >= 0");
-  if (!options.forced_tokens.empty() && static_cast<int>(options.forced_tokens.size()) < options.max_new_tokens)
+  if (!options.forced_tokens.empty() && !options.sample_after_forced &&
+      static_cast<int>(options.forced_tokens.size()) < options.max_new_tokens)
     throw UsageError(std::to_string(options.forced_tokens.size()) + " forced tokens cannot cover " +
                      std::to_string(options.max_new_tokens) + " new tokens");
   for (int id : options.forced_tokens)
@@ -425,7 +426,8 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
     result.generated_tokens.push_back(next.id);
     result.logprobs.push_back(next.logprob);
     if (hooks.progress) hooks.progress({Phase::Decode, i + 1, options.max_new_tokens});
-    if (options.stop_at_end_of_generation && model_.tokenizer->is_end_of_generation(next.id)) {
+    if (options.stop_at_end_of_generation && i >= static_cast<int>(options.forced_tokens.size()) &&
+        model_.tokenizer->is_end_of_generation(next.id)) {
       result.stop_reason = "end_of_generation";
       break;
     }

@@ -30,8 +30,11 @@ struct GenerateOptions {
   bool stop_at_end_of_generation = true;  // stop at EOS / <|im_end|>
   policy::BudgetSpec budget;              // resolved against the prompt when a policy runs
   // Teacher forcing: when non-empty, decode feeds these tokens instead of sampled ones (the i-th
-  // generated token is forced_tokens[i]); max_new_tokens must not exceed its size.
+  // generated token is forced_tokens[i]); max_new_tokens must not exceed its size unless
+  // sample_after_forced, which samples the tokens after them (a question appended after the context's
+  // compression, then the answer). A forced token never ends the run as an end-of-generation token.
   std::vector<int> forced_tokens;
+  bool sample_after_forced = false;
   // How the cache stores keys and values (attention accumulates in float32 either way).
   kernels::CacheType cache_type = kernels::CacheType::F32;
 };

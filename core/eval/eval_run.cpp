@@ -122,12 +122,12 @@ std::vector<int> Evaluator::encode(const std::string& text, bool chat) const {
 
 engine::RunResult Evaluator::run(const std::vector<int>& prompt, engine::GenerateOptions options,
                                  const CellPolicy& cell, const std::vector<engine::RunObserver*>& observers,
-                                 double& run_ms) {
+                                 double& run_ms, bool stop_at_end) {
   run::RunSpec spec;
   spec.policy = cell.policy;
   spec.budget = cell.budget;
   spec.prompt_ids = prompt;
-  options.stop_at_end_of_generation = false;  // every cell scores the same number of tokens
+  options.stop_at_end_of_generation = stop_at_end;
   spec.generation = std::move(options);
   spec.source = "kvscope eval";
   run::RunSinks sinks;
@@ -223,6 +223,23 @@ NeedleResult Evaluator::needle(const NeedleReference& reference, const CellPolic
   out.match = needle_answer_matches(r.text, reference.value);
   out.full_match = reference.match;
   out.memory = memory_of(r, reference.peak_bytes);
+  return out;
+}
+
+AnswerResult Evaluator::answer(const AnswerRequest& request, const CellPolicy& cell, std::size_t full_peak_bytes) {
+  if (request.max_new_tokens < 1) throw UsageError("an answer needs at least 1 new token");
+  engine::GenerateOptions options;
+  options.forced_tokens = request.appended;
+  options.sample_after_forced = true;
+  options.max_new_tokens = static_cast<int>(request.appended.size()) + request.max_new_tokens;
+  AnswerResult out;
+  const auto r = run(request.prompt, options, cell, {}, out.run_ms, /*stop_at_end=*/true);
+  out.tokens.assign(r.generated_tokens.begin() + std::min(request.appended.size(), r.generated_tokens.size()),
+                    r.generated_tokens.end());
+  out.stop_reason = r.stop_reason;
+  if (r.stop_reason == "end_of_generation" && !out.tokens.empty()) out.tokens.pop_back();
+  out.text = model_.tokenizer->decode(out.tokens);
+  out.memory = memory_of(r, full_peak_bytes ? full_peak_bytes : r.cache_peak_bytes);
   return out;
 }
 

@@ -82,6 +82,22 @@ struct NeedleResult {
   Metrics metrics() const;
 };
 
+// --- answers (LongBench, RULER): a greedy answer after a prompt, scored by the caller ---
+struct AnswerRequest {
+  std::vector<int> prompt;    // run as the prompt: the policy compresses it
+  // Fed token by token after the prompt's compression, before the answer (the query-agnostic protocol: the
+  // question is not seen when the context is compressed); empty: the question is in the prompt.
+  std::vector<int> appended;
+  int max_new_tokens = 32;
+};
+struct AnswerResult {
+  std::vector<int> tokens;  // the answer, without a final end-of-generation token
+  std::string text;         // its decoded text
+  std::string stop_reason;  // "end_of_generation" or "max_new_tokens"
+  CacheMemory memory;
+  double run_ms = 0.0;
+};
+
 // Column names of each kind's metrics, in order; throws UsageError for an unknown kind.
 const std::vector<std::string>& metric_names(const std::string& eval_kind);
 const std::vector<std::string>& eval_kinds();  // fidelity, ppl, needle
@@ -107,6 +123,9 @@ class Evaluator {
 
   NeedleReference needle_reference(const std::vector<int>& prompt, const std::string& value, int answer_tokens);
   NeedleResult needle(const NeedleReference& reference, const CellPolicy& cell, int answer_tokens);
+  // Greedy, stopping at the model's end of generation (as transformers' generate does). full_peak_bytes: the
+  // full cache's peak on the same request, for memory.saved() (0: unknown).
+  AnswerResult answer(const AnswerRequest& request, const CellPolicy& cell, std::size_t full_peak_bytes = 0);
 
   // Called with the engine's progress of every run (prefill blocks, decode steps).
   std::function<void(const engine::Progress&)> progress;
@@ -122,8 +141,9 @@ class Evaluator {
   std::size_t prefills_reused() const { return prefills_->hits(); }
 
  private:
+  // Every cell scores the same number of tokens unless stop_at_end (answers end where the model ends them).
   engine::RunResult run(const std::vector<int>& prompt, engine::GenerateOptions options, const CellPolicy& cell,
-                        const std::vector<engine::RunObserver*>& observers, double& run_ms);
+                        const std::vector<engine::RunObserver*>& observers, double& run_ms, bool stop_at_end = false);
 
   const model::Model& model_;
   // One prompt at a time: grids run prompt by prompt, and a capture of a long prompt is large.

@@ -1,0 +1,239 @@
+// kvscope eval longbench: LongBench (v1) records run under a policy and scored as LongBench scores them, with
+// bootstrap intervals; or, with --score-only, its metrics on given (prediction, reference) pairs.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "app/eval_subcommands.h"
+#include "app/progress_line.h"
+#include "app/run_options.h"
+#include "core/common/error.h"
+#include "core/common/json_text.h"
+#include "core/eval/bootstrap.h"
+#include "core/eval/eval_run.h"
+#include "core/eval/eval_protocol.h"
+#include "core/eval/longbench.h"
+#include "core/policy/registry.h"
+
+namespace kvscope::app {
+namespace {
+
+struct LongBenchArgs {
+  ModelOptions model;
+  std::string policy = "full", allocation, budget;
+  std::string data, dataset, prompts_file, predictions;
+  std::string protocol = "query-aware";
+  int limit = 0, max_length = 0;
+  bool no_chat = false, vs_full = false, json = false;
+  // --score-only
+  bool score_only = false;
+  std::string metric, pairs, classes;
+  eval::BootstrapSettings bootstrap;
+};
+
+std::vector<eval::MetricPair> parse_pairs(const std::string& pairs_json, const std::string& classes_json) {
+  const nlohmann::json pairs = parse_json_text(pairs_json, "--pairs");
+  if (!pairs.is_array()) throw UsageError("--pairs is not a JSON list of [prediction, reference] pairs");
+  std::vector<std::string> shared;
+  if (!classes_json.empty()) {
+    const nlohmann::json c = parse_json_text(classes_json, "--classes");
+    if (!c.is_array()) throw UsageError("--classes is not a JSON list of strings");
+    for (const auto& x : c) {
+      if (!x.is_string()) throw UsageError("--classes holds a " + std::string(x.type_name()) + " (expected strings)");
+      shared.push_back(x.get<std::string>());
+    }
+  }
+  std::vector<eval::MetricPair> out;
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    const auto& p = pairs[i];
+    const std::string where = "--pairs item " + std::to_string(i);
+    if (!p.is_array() || p.size() < 2 || p.size() > 3 || !p[0].is_string() || !p[1].is_string())
+      throw UsageError(where + " is not [prediction, reference] (two strings, and optionally a list of classes)");
+    eval::MetricPair pair{p[0].get<std::string>(), p[1].get<std::string>(), shared};
+    if (p.size() == 3) {
+      if (!p[2].is_array()) throw UsageError(where + ": its third element is not a list of classes");
+      pair.classes.clear();
+      for (const auto& x : p[2]) {
+        if (!x.is_string()) throw UsageError(where + ": a class is not a string");
+        pair.classes.push_back(x.get<std::string>());
+      }
+    }
+    out.push_back(std::move(pair));
+  }
+  return out;
+}
+
+int run_score_only(const LongBenchArgs& a) {
+  if (a.metric.empty()) throw UsageError("--score-only needs --metric (qa_f1, rouge_l, classification, retrieval, count, code_sim)");
+  if (a.pairs.empty()) throw UsageError("--score-only needs --pairs '[[prediction, reference], ...]'");
+  const auto scores = eval::longbench_metric_scores(a.metric, parse_pairs(a.pairs, a.classes));
+  if (a.json) {
+    // Shortest round-trip floats: the scores are compared with other implementations to 1e-9.
+    std::cout << nlohmann::json{{"metric", a.metric}, {"scores", scores}}.dump() << "\n";
+    return 0;
+  }
+  for (std::size_t i = 0; i < scores.size(); ++i) std::printf("%zu  %.6f\n", i, scores[i]);
+  return 0;
+}
+
+nlohmann::json interval_json(const eval::Interval& ci, double scale) {
+  return {{"score", ci.mean * scale}, {"ci_low", ci.low * scale}, {"ci_high", ci.high * scale}, {"n", ci.n}};
+}
+
+int run_records(const LongBenchArgs& a) {
+  if (a.data.empty()) throw UsageError("eval longbench needs --data FILE.jsonl (or --score-only)");
+  const eval::Protocol protocol = eval::parse_protocol(a.protocol);
+  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget};
+  policy::make_policy(cell.policy);  // a bad spec fails before anything loads
+  std::string prompts_json;
+  if (!a.prompts_file.empty()) {
+    std::ifstream in(a.prompts_file);
+    if (!in) throw UsageError("cannot read --prompts file '" + a.prompts_file + "'");
+    prompts_json = std::string(std::istreambuf_iterator<char>(in), {});
+    if (!parse_json_text(prompts_json, a.prompts_file).is_object())
+      throw UsageError(a.prompts_file + ": expected a JSON object of task -> prompt format");
+  }
+  std::vector<eval::LongBenchRecord> records = eval::read_longbench_jsonl(a.data);
+  for (auto& r : records) {
+    if (!a.dataset.empty()) r.dataset = a.dataset;
+    if (r.dataset.empty())
+      throw UsageError(a.data + ": a record has no 'dataset' field; give the task with --dataset NAME");
+    eval::longbench_task(r.dataset, prompts_json);  // unknown tasks fail before the model loads
+  }
+  if (a.limit > 0 && static_cast<int>(records.size()) > a.limit) records.resize(a.limit);
+  const model::Model model = a.model.load();
+  eval::Evaluator evaluator(model);
+  std::ofstream predictions;
+  if (!a.predictions.empty()) {
+    predictions.open(a.predictions);
+    if (!predictions) throw Error("cannot write --predictions '" + a.predictions + "'");
+  }
+
+  std::map<std::string, std::vector<double>> by_task, full_by_task;
+  std::vector<double> all, full_all;
+  nlohmann::json rows = nlohmann::json::array();
+  ProgressLine line("longbench " + cell.policy + " " + cell.budget, static_cast<long>(records.size()));
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const auto& record = records[i];
+    const eval::LongBenchTask task = eval::longbench_task(record.dataset, prompts_json);
+    eval::PromptParts parts;
+    parts.text = eval::longbench_prompt(task, record);
+    parts.question = eval::longbench_question(task, record);
+    const eval::PreparedPrompt prepared =
+        eval::prepare_prompt(model, parts, task.chat && !a.no_chat, protocol, task.max_new_tokens, a.max_length);
+    eval::AnswerRequest request{prepared.prompt, prepared.appended, task.max_new_tokens};
+    std::size_t full_peak = 0;
+    double full_score = -1.0;
+    std::string full_text;
+    if (a.vs_full && cell.policy != "full") {
+      const auto full = evaluator.answer(request, {"full", ""});
+      full_peak = full.memory.peak_bytes;
+      full_text = eval::first_line_if(task.stop_at_newline, full.text);
+      full_score = eval::longbench_record_score(task, full_text, record);
+      full_by_task[task.name].push_back(full_score);
+      full_all.push_back(full_score);
+    }
+    const auto answer = evaluator.answer(request, cell, full_peak);
+    const std::string text = eval::first_line_if(task.stop_at_newline, answer.text);
+    const double score = eval::longbench_record_score(task, text, record);
+    by_task[task.name].push_back(score);
+    all.push_back(score);
+    nlohmann::json row = {{"index", i},
+                          {"id", record.id},
+                          {"dataset", task.name},
+                          {"prompt_tokens", prepared.prompt.size()},
+                          {"appended_tokens", prepared.appended.size()},
+                          {"truncated", prepared.truncated},
+                          {"prediction", text},
+                          {"score", score}};
+    if (full_score >= 0) row["full_score"] = full_score, row["full_prediction"] = full_text;
+    rows.push_back(std::move(row));
+    if (predictions)  // LongBench's own pred/*.jsonl layout, so its eval.py can score the same predictions
+      predictions << nlohmann::json{{"pred", text}, {"answers", record.answers}, {"all_classes", record.all_classes},
+                                    {"length", record.length}}
+                         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                  << "\n";
+    line.update(static_cast<long>(i + 1));
+  }
+  line.finish();
+
+  // LongBench reports 100 x the mean score per task.
+  nlohmann::json tasks = nlohmann::json::object();
+  for (const auto& [name, scores] : by_task) {
+    nlohmann::json t = interval_json(eval::bootstrap_mean(scores, a.bootstrap), 100.0);
+    if (full_by_task.count(name)) {
+      t["full"] = interval_json(eval::bootstrap_mean(full_by_task[name], a.bootstrap), 100.0);
+      t["difference"] = interval_json(eval::bootstrap_paired_difference(scores, full_by_task[name], a.bootstrap), 100.0);
+    }
+    tasks[name] = std::move(t);
+  }
+  nlohmann::json out = {{"eval", "longbench"},
+                        {"policy", cell.policy},
+                        {"budget", cell.budget},
+                        {"protocol", eval::protocol_name(protocol)},
+                        {"data", a.data},
+                        {"bootstrap", {{"resamples", a.bootstrap.resamples}, {"level", a.bootstrap.level},
+                                       {"seed", a.bootstrap.seed}}},
+                        {"tasks", tasks},
+                        {"overall", interval_json(eval::bootstrap_mean(all, a.bootstrap), 100.0)},
+                        {"records", rows}};
+  if (!full_all.empty()) {
+    out["full"] = interval_json(eval::bootstrap_mean(full_all, a.bootstrap), 100.0);
+    out["difference"] = interval_json(eval::bootstrap_paired_difference(all, full_all, a.bootstrap), 100.0);
+  }
+  if (a.json) {
+    std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    return 0;
+  }
+  std::printf("LongBench, %s at budget %s, %s (scores x100, %d%% bootstrap intervals, %d resamples)\n",
+              cell.policy.c_str(), cell.budget.empty() ? "(whole prompt)" : cell.budget.c_str(),
+              eval::protocol_name(protocol).c_str(), static_cast<int>(a.bootstrap.level * 100), a.bootstrap.resamples);
+  for (const auto& [name, t] : tasks.items()) {
+    std::printf("  %-22s %6.2f  [%6.2f, %6.2f]  n=%d", name.c_str(), t["score"].get<double>(),
+                t["ci_low"].get<double>(), t["ci_high"].get<double>(), t["n"].get<int>());
+    if (t.contains("difference"))
+      std::printf("   full %6.2f, difference %+6.2f [%+.2f, %+.2f]", t["full"]["score"].get<double>(),
+                  t["difference"]["score"].get<double>(), t["difference"]["ci_low"].get<double>(),
+                  t["difference"]["ci_high"].get<double>());
+    std::printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+EvalSubcommand add_eval_longbench(CLI::App& eval) {
+  auto a = std::make_shared<LongBenchArgs>();
+  CLI::App* cmd = eval.add_subcommand(
+      "longbench", "LongBench (v1) records under a policy, scored as LongBench scores them, with bootstrap intervals");
+  a->model.add_to(cmd);
+  cmd->add_option("--data", a->data, "LongBench JSONL (fields context, input, answers, all_classes, length, dataset)");
+  cmd->add_option("--dataset", a->dataset, "the task of every record (default: each record's 'dataset' field)");
+  cmd->add_option("--limit", a->limit, "score the first N records only")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--policy", a->policy, "policy spec (see `kvscope policies`)");
+  cmd->add_option("--allocation", a->allocation, "layer budget allocation for the policy");
+  cmd->add_option("--budget", a->budget, "KV tokens per layer and KV head or share of the prompt");
+  cmd->add_option("--protocol", a->protocol,
+                  "query-aware (the whole prompt compressed at once, LongBench's and the papers' setting) or "
+                  "query-agnostic (the context compressed alone, the question appended after: kvpress's)");
+  cmd->add_option("--max-length", a->max_length,
+                  "truncate prompts longer than this many tokens in the middle, as LongBench does (default: the "
+                  "model's context minus the task's new tokens minus 64 for the chat template)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--no-chat", a->no_chat, "never wrap prompts in the model's chat template");
+  cmd->add_option("--prompts", a->prompts_file, "JSON object of task -> prompt format, replacing LongBench's");
+  cmd->add_flag("--vs-full", a->vs_full, "also run the full cache on every record and report the paired difference");
+  cmd->add_option("--predictions", a->predictions, "write the predictions as LongBench's pred JSONL");
+  cmd->add_option("--bootstrap-resamples", a->bootstrap.resamples, "bootstrap resamples")->check(CLI::PositiveNumber);
+  cmd->add_option("--bootstrap-seed", a->bootstrap.seed, "bootstrap seed");
+  cmd->add_flag("--json", a->json, "print a machine-readable record");
+  cmd->add_flag("--score-only", a->score_only, "score --pairs with --metric; no model runs");
+  cmd->add_option("--metric", a->metric, "with --score-only: qa_f1, rouge_l, classification, retrieval, count, code_sim");
+  cmd->add_option("--pairs", a->pairs, "with --score-only: JSON list of [prediction, reference(, classes)]");
+  cmd->add_option("--classes", a->classes, "with --score-only: JSON list of class names for every pair");
+  return {cmd, [a]() { return a->score_only ? run_score_only(*a) : run_records(*a); }};
+}
+
+}  // namespace kvscope::app
