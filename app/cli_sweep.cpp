@@ -19,6 +19,7 @@
 #include "core/common/error.h"
 #include "core/common/sha256.h"
 #include "core/eval/cell_runner.h"
+#include "core/eval/sweep_summary.h"
 #include "core/policy/registry.h"
 #ifdef KVSCOPE_HAVE_GUI
 #include "viewers/figure_export.h"
@@ -141,21 +142,23 @@ std::vector<WorkerCommand> worker_commands(const SweepArgs& a) {
   return std::vector<WorkerCommand>(a.workers, WorkerCommand{args, false});
 }
 
-void print_summary(const eval::SweepGrid& grid, const std::vector<eval::SweepRow>& rows, const std::string& metric) {
-  std::printf("%s, mean over %zu prompt(s)\n%-32s", metric.c_str(), grid.prompts.size(), "policy \\ budget");
-  for (const auto& b : grid.budgets) std::printf(" %10s", b.c_str());
-  std::printf("\n");
-  for (const auto& policy : grid.policies) {
-    std::printf("%-32s", policy.c_str());
-    for (const auto& budget : grid.budgets) {
-      const double mean = eval::cell_mean(rows, policy, budget, metric);
-      if (!std::isnan(mean))
-        std::printf(" %10.4g", mean);
-      else
-        std::printf(" %10s", "-");
-    }
-    std::printf("\n");
+// The metric per (policy, budget): mean over prompts, its 95 % bootstrap interval, and where the grid has the
+// full cache, the paired difference to it (* when its interval excludes zero).
+void print_summary(const std::vector<eval::CellSummary>& summary, const eval::SweepGrid& grid, const std::string& metric) {
+  std::printf("%s, mean over %zu prompt(s) [95%% bootstrap interval]; vs full: paired difference (* its interval "
+              "excludes 0)\n",
+              metric.c_str(), grid.prompts.size());
+  for (const auto& s : summary) {
+    if (s.metric != metric) continue;
+    std::printf("  %-28s %-8s %10.4g [%.4g, %.4g]", s.policy.c_str(), s.budget.c_str(), s.value.mean, s.value.low,
+                s.value.high);
+    if (s.difference)
+      std::printf("   vs full %+.4g [%+.4g, %+.4g]%s", s.difference->mean, s.difference->low, s.difference->high,
+                  s.difference->excludes_zero() ? " *" : "");
+    std::printf("  n=%d\n", s.value.n);
   }
+  const bool few = std::any_of(summary.begin(), summary.end(), [](const eval::CellSummary& s) { return s.value.n < 10; });
+  if (few) std::printf("(fewer than 10 prompts per cell: a bootstrap interval that small says little)\n");
 }
 
 int run_sweep(const SweepArgs& a) {
@@ -220,7 +223,11 @@ int run_sweep(const SweepArgs& a) {
     }
   }
 #endif
-  print_summary(p.grid, store.rows(), metric);
+  if (!store.rows().empty()) {
+    store.write_summary(eval::BootstrapSettings{});
+    print_summary(eval::summarize(p.grid, store.rows(), {metric}), p.grid, metric);
+    std::fprintf(stderr, "kvscope sweep: intervals in %s\n", store.summary_path().c_str());
+  }
   std::fprintf(stderr, "kvscope sweep: rows in %s and %s\n", store.csv_path().c_str(), store.hdf5_path().c_str());
   if (failures) {
     std::fprintf(stderr, "kvscope sweep: %d cell(s) failed (see above); run again to retry them\n", failures);

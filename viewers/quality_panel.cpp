@@ -1,5 +1,7 @@
 #include "viewers/quality_panel.h"
 
+#include "core/eval/sweep_summary.h"
+
 #include <imgui.h>
 #include <implot.h>
 
@@ -155,9 +157,12 @@ void QualityPanel::draw(AppState& state) {
     const ImPlotPoint mouse = ImPlot::GetPlotMousePos();
     const double ux = limits.X.Size() / std::max(1.0f, size.x), uy = limits.Y.Size() / std::max(1.0f, size.y);
     const auto near = pick(mouse.x, mouse.y, ux, uy);
-    if (near)
-      ImGui::SetTooltip("%s at %s: %s = %.4g\nclick: run it live", near->policy.c_str(), near->budget.c_str(),
-                        metric_.c_str(), near->y);
+    if (near) {
+      const auto ci = eval::cell_interval(curves_.rows, near->policy, near->budget, metric_);
+      ImGui::SetTooltip("%s at %s: %s = %.4g\n95%% bootstrap interval [%.4g, %.4g] over %d prompt(s)\nclick: run it live",
+                        near->policy.c_str(), near->budget.c_str(), metric_.c_str(), near->y, ci ? ci->low : near->y,
+                        ci ? ci->high : near->y, ci ? ci->n : 0);
+    }
     if (near && plot_clicked()) clicked = near;
   });
   if (clicked) {

@@ -4,13 +4,14 @@
 #include <cstdio>
 
 #include "core/common/error.h"
+#include "core/eval/sweep_summary.h"
 
 namespace kvscope::viewers {
 
 Figure quality_vs_budget(const std::vector<eval::SweepRow>& rows, const std::vector<std::string>& policies,
                          const std::vector<std::string>& budgets, const std::string& metric, const std::string& title) {
   LinePlot plot;
-  plot.title = title;
+  plot.title = title + " (bands: 95% bootstrap intervals over prompts)";
   plot.x_label = "budget";
   plot.y_label = metric;
   plot.x_tick_labels = budgets;
@@ -19,10 +20,12 @@ Figure quality_vs_budget(const std::vector<eval::SweepRow>& rows, const std::vec
     LineSeries s;
     s.name = policy;
     for (std::size_t b = 0; b < budgets.size(); ++b) {
-      const double mean = eval::cell_mean(rows, policy, budgets[b], metric);
-      if (std::isnan(mean)) continue;
+      const auto ci = eval::cell_interval(rows, policy, budgets[b], metric);
+      if (!ci) continue;
       s.x.push_back(static_cast<double>(b));
-      s.y.push_back(mean);
+      s.y.push_back(ci->mean);
+      s.y_low.push_back(ci->low);  // the shaded band: a 95 % bootstrap interval over the prompts
+      s.y_high.push_back(ci->high);
       any = true;
     }
     plot.series.push_back(std::move(s));

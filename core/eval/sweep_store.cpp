@@ -1,5 +1,7 @@
 #include "core/eval/sweep_store.h"
 
+#include "core/eval/sweep_summary.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -238,7 +240,52 @@ void SweepStore::append(const SweepRow& row) {
   write_hdf5();
 }
 
-void SweepStore::write_hdf5() const {
+namespace {
+
+// /eval/summary: one entry per (policy, budget, metric), as summary.csv; NaN differences without a full row.
+void write_summary_group(hid_t eval_group, const std::vector<CellSummary>& summary, const BootstrapSettings& settings) {
+  namespace h5 = trace::h5;
+  h5::Handle group = h5::ensure_group(eval_group, "summary");
+  h5::set_attr(group, "bootstrap_resamples", static_cast<int64_t>(settings.resamples));
+  h5::set_attr(group, "bootstrap_level", settings.level);
+  h5::set_attr(group, "bootstrap_seed", static_cast<int64_t>(settings.seed));
+  const hsize_t n = summary.size();
+  auto strings = [&](const std::string& name, auto field) {
+    std::vector<std::string> values;
+    std::size_t widest = 1;
+    for (const auto& s : summary) widest = std::max(widest, values.emplace_back(field(s)).size());
+    h5::Handle type = h5::fixed_string_type(widest);
+    h5::Handle d = h5::create_dataset(group, name, {type, {n}, {}, {}, 0, {}});
+    if (n) h5::write_strings(d, values, 0);
+  };
+  strings("policy", [](const CellSummary& s) { return s.policy; });
+  strings("budget", [](const CellSummary& s) { return s.budget; });
+  strings("metric", [](const CellSummary& s) { return s.metric; });
+  auto numbers = [&](const std::string& name, auto field) {
+    std::vector<double> values;
+    for (const auto& s : summary) values.push_back(field(s));
+    h5::Handle d = h5::create_dataset(group, name, {H5T_IEEE_F64LE, {n}, {}, {}, 0, {}});
+    if (n) h5::write_slab(d, H5T_NATIVE_DOUBLE, {0}, {n}, values.data());
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  numbers("n", [](const CellSummary& s) { return static_cast<double>(s.value.n); });
+  numbers("mean", [](const CellSummary& s) { return s.value.mean; });
+  numbers("ci_low", [](const CellSummary& s) { return s.value.low; });
+  numbers("ci_high", [](const CellSummary& s) { return s.value.high; });
+  numbers("diff_vs_full", [&](const CellSummary& s) { return s.difference ? s.difference->mean : nan; });
+  numbers("diff_ci_low", [&](const CellSummary& s) { return s.difference ? s.difference->low : nan; });
+  numbers("diff_ci_high", [&](const CellSummary& s) { return s.difference ? s.difference->high : nan; });
+}
+
+}  // namespace
+
+void SweepStore::write_summary(const BootstrapSettings& settings) {
+  const auto summary = summarize(grid_, rows_, {columns_.begin() + 4, columns_.end()}, settings);
+  write_summary_csv(summary_path(), summary, settings);
+  write_hdf5(&summary, &settings);
+}
+
+void SweepStore::write_hdf5(const std::vector<CellSummary>* summary, const BootstrapSettings* settings) const {
   namespace h5 = trace::h5;
   h5::silence_errors();
   const fs::path tmp = hdf5_path().string() + ".tmp";
@@ -273,6 +320,7 @@ void SweepStore::write_hdf5() const {
       h5::Handle d = h5::create_dataset(group, columns_[i], {H5T_IEEE_F64LE, {n}, {}, {}, 0, {}});
       if (n) h5::write_slab(d, H5T_NATIVE_DOUBLE, {0}, {n}, values.data());
     }
+    if (summary) write_summary_group(group, *summary, *settings);
   }
   fs::rename(tmp, hdf5_path());
 }

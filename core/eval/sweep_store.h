@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/eval/bootstrap.h"
 #include "core/eval/eval_run.h"
 
 namespace kvscope::eval {
@@ -49,6 +50,8 @@ struct SweepRow {
 double cell_mean(const std::vector<SweepRow>& rows, const std::string& policy, const std::string& budget,
                  const std::string& metric);
 
+struct CellSummary;
+
 class SweepStore {
  public:
   // Creates the directory and its grid.json, or opens an existing sweep: throws UsageError when its grid
@@ -61,6 +64,10 @@ class SweepStore {
   const std::vector<SweepRow>& rows() const { return rows_; }
   // Persists one finished cell (CSV line, then the HDF5 file). A cell already stored is an Error.
   void append(const SweepRow& row);
+  // The intervals of every cell (sweep_summary.h) into summary.csv and eval.h5's /eval/summary; a sweep calls
+  // it when it ends. The next append rewrites eval.h5 without the summary until the next call.
+  void write_summary(const BootstrapSettings& settings);
+  std::filesystem::path summary_path() const { return dir_ / "summary.csv"; }
 
   const std::filesystem::path& dir() const { return dir_; }
   std::filesystem::path csv_path() const { return dir_ / "rows.csv"; }
@@ -68,7 +75,7 @@ class SweepStore {
 
  private:
   void read_csv();
-  void write_hdf5() const;
+  void write_hdf5(const std::vector<CellSummary>* summary = nullptr, const BootstrapSettings* settings = nullptr) const;
 
   std::filesystem::path dir_;
   SweepGrid grid_;

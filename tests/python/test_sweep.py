@@ -43,6 +43,34 @@ def comparable(rows):
     return {int(r["cell"]): {k: v for k, v in r.items() if k not in TIMING} for r in rows}
 
 
+def check_summary(out, rows):
+    """summary.csv and /eval/summary: per (policy, budget, metric) the mean over prompts (recomputed here from
+    rows.csv), an interval around it within the values' range, and the paired difference to the full cache."""
+    with open(os.path.join(out, "summary.csv"), newline="") as f:
+        summary = list(csv.DictReader(f))
+    cells = {(r["policy"], r["budget"]) for r in rows}
+    metrics = [c for c in rows[0] if c not in ("cell", "prompt", "policy", "budget")]
+    check(len(summary) == len(cells) * len(metrics), f"one summary line per cell and metric ({len(summary)})")
+    for s in summary:
+        values = [float(r[s["metric"]]) for r in rows if (r["policy"], r["budget"]) == (s["policy"], s["budget"])]
+        mean = sum(values) / len(values)
+        check(abs(float(s["mean"]) - mean) <= 1e-9 * max(1.0, abs(mean)), f"summary mean of {s['policy']} {s['budget']} "
+              f"{s['metric']} is the rows' mean")
+        check(min(values) - 1e-12 <= float(s["ci_low"]) <= float(s["mean"]) + 1e-12 <= float(s["ci_high"]) + 2e-12
+              <= max(values) + 3e-12, f"interval of {s['policy']} {s['budget']} {s['metric']} inside the values' range")
+        if s["policy"] == "full":
+            check(s["diff_vs_full"] == "", "no difference of the full cache to itself")
+        else:
+            full = {r["prompt"]: float(r[s["metric"]]) for r in rows if (r["policy"], r["budget"]) == ("full", s["budget"])}
+            mine = {r["prompt"]: float(r[s["metric"]]) for r in rows if (r["policy"], r["budget"]) == (s["policy"], s["budget"])}
+            diff = sum(mine[p] - full[p] for p in mine) / len(mine)
+            check(abs(float(s["diff_vs_full"]) - diff) <= 1e-9 * max(1.0, abs(diff)), "paired difference = mean of differences")
+    with h5py.File(os.path.join(out, "eval.h5"), "r") as f:
+        g = f["eval/summary"]
+        check(len(g["mean"]) == len(summary) and g.attrs["bootstrap_resamples"] == 2000,
+              "/eval/summary holds the same entries, with the bootstrap settings")
+
+
 def test_small_sweep(root):
     out = os.path.join(root, "one")
     res = sweep(out)
@@ -70,6 +98,7 @@ def test_small_sweep(root):
                   f"h5 row {i} names the CSV's cell {c}")
             for name in ("top1_agreement", "kl_mean", "logprob_gap", "cache_peak_bytes", "memory_saved"):
                 check(float(g[name][i]) == float(r[name]), f"h5 {name} of cell {c} equals the CSV")
+    check_summary(out, rows)
     if os.path.exists(os.path.join(out, "quality_kl_mean.png")):
         check(os.path.getsize(os.path.join(out, "quality_kl_mean.svg")) > 0, "quality figure written as SVG too")
     check("streaming_llm" in res.stdout and "25%" in res.stdout, "summary table printed")

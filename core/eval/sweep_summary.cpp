@@ -1,0 +1,90 @@
+#include "core/eval/sweep_summary.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "core/common/atomic_file.h"
+
+namespace kvscope::eval {
+
+std::vector<std::pair<std::string, double>> cell_values(const std::vector<SweepRow>& rows, const std::string& policy,
+                                                        const std::string& budget, const std::string& metric) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& r : rows)
+    if (r.policy == policy && r.budget == budget)
+      for (const auto& [name, value] : r.metrics)
+        if (name == metric) out.emplace_back(r.prompt, value);
+  return out;
+}
+
+std::optional<Interval> cell_interval(const std::vector<SweepRow>& rows, const std::string& policy,
+                                      const std::string& budget, const std::string& metric,
+                                      const BootstrapSettings& settings) {
+  std::vector<double> values;
+  for (const auto& [prompt, value] : cell_values(rows, policy, budget, metric)) values.push_back(value);
+  if (values.empty()) return std::nullopt;
+  return bootstrap_mean(values, settings);
+}
+
+std::vector<CellSummary> summarize(const SweepGrid& grid, const std::vector<SweepRow>& rows,
+                                   const std::vector<std::string>& metrics, const BootstrapSettings& settings) {
+  const bool has_full = std::find(grid.policies.begin(), grid.policies.end(), "full") != grid.policies.end();
+  std::vector<CellSummary> out;
+  for (const auto& policy : grid.policies)
+    for (const auto& budget : grid.budgets)
+      for (const auto& metric : metrics) {
+        const auto values = cell_values(rows, policy, budget, metric);
+        if (values.empty()) continue;
+        CellSummary s{policy, budget, metric, {}, std::nullopt};
+        std::vector<double> v;
+        for (const auto& [prompt, value] : values) v.push_back(value);
+        s.value = bootstrap_mean(v, settings);
+        if (has_full && policy != "full") {
+          std::map<std::string, double> full;
+          for (const auto& [prompt, value] : cell_values(rows, "full", budget, metric)) full[prompt] = value;
+          std::vector<double> a, b;
+          for (const auto& [prompt, value] : values)
+            if (auto it = full.find(prompt); it != full.end()) a.push_back(value), b.push_back(it->second);
+          if (!a.empty()) s.difference = bootstrap_paired_difference(a, b, settings);
+        }
+        out.push_back(std::move(s));
+      }
+  return out;
+}
+
+namespace {
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+}  // namespace
+
+void write_summary_csv(const std::filesystem::path& path, const std::vector<CellSummary>& summaries,
+                       const BootstrapSettings& settings) {
+  (void)settings;  // recorded in eval.h5's /eval/summary attributes; a CSV has no place for them
+  std::string text = "policy,budget,metric,n,mean,ci_low,ci_high,diff_vs_full,diff_ci_low,diff_ci_high,diff_excludes_zero\n";
+  for (const auto& s : summaries) {
+    text += field(s.policy) + "," + field(s.budget) + "," + field(s.metric) + "," + std::to_string(s.value.n) + "," +
+            number(s.value.mean) + "," + number(s.value.low) + "," + number(s.value.high) + ",";
+    if (s.difference)
+      text += number(s.difference->mean) + "," + number(s.difference->low) + "," + number(s.difference->high) + "," +
+              (s.difference->excludes_zero() ? "1" : "0");
+    else
+      text += ",,,";
+    text += "\n";
+  }
+  write_file_atomically(path, text);
+}
+
+}  // namespace kvscope::eval
