@@ -32,21 +32,6 @@ struct RulerArgs {
   eval::BootstrapSettings bootstrap;
 };
 
-// The project's own prose (sample_data/texts), RULER's "essay" haystack unless --haystack names another.
-std::string default_essay() {
-  const std::filesystem::path dir = std::filesystem::path(KVSCOPE_SOURCE_DIR) / "sample_data" / "texts";
-  std::string text;
-  std::error_code ec;
-  std::vector<std::filesystem::path> files;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
-    if (entry.path().extension() == ".txt") files.push_back(entry.path());
-  std::sort(files.begin(), files.end());
-  for (const auto& f : files)
-    if (const auto t = read_file_text(f)) text += *t + "\n";
-  if (text.empty()) throw Error(dir.string() + ": no .txt files for the essay haystack; pass --haystack FILE");
-  return text;
-}
-
 nlohmann::json interval_json(const eval::Interval& ci) {
   return {{"score", 100.0 * ci.mean}, {"ci_low", 100.0 * ci.low}, {"ci_high", 100.0 * ci.high}, {"n", ci.n}};
 }
@@ -58,7 +43,7 @@ int run_ruler(const RulerArgs& a) {
   eval::RulerSettings settings = a.settings;
   settings.tasks = a.tasks;
   if (a.haystack.empty()) {
-    settings.essay = default_essay();
+    settings.essay = eval::default_ruler_essay();
   } else {
     const auto text = read_file_text(a.haystack);
     if (!text) throw UsageError("cannot read --haystack '" + a.haystack + "'");

@@ -17,8 +17,10 @@
 #include "app/subcommands.h"
 #include "app/sweep_workers.h"
 #include "core/common/error.h"
+#include "core/common/file_text.h"
 #include "core/common/sha256.h"
 #include "core/eval/cell_runner.h"
+#include "core/eval/eval_protocol.h"
 #include "core/eval/sweep_summary.h"
 #include "core/policy/registry.h"
 #ifdef KVSCOPE_HAVE_GUI
@@ -41,11 +43,15 @@ struct SweepArgs {
   std::vector<int> lengths = NeedleGrid{}.lengths;
   std::vector<std::string> depths = {"0", "25", "50", "75", "100"};
   uint64_t seed = 1;
+  eval::RulerSettings ruler;  // --length, --samples, --tasks, --haystack (seed from --seed)
+  std::string haystack;
+  bool no_chat = false;
 };
 
 std::string default_metric(const std::string& kind) {
   if (kind == "fidelity") return "kl_mean";
   if (kind == "ppl") return "ppl";
+  if (kind == "ruler") return "score";
   return "exact_match";
 }
 
@@ -74,6 +80,29 @@ Prepared prepare(const SweepArgs& a, const model::Model* model) {
     p.grid.settings["depths"] = needle.depths;
     p.grid.settings["seed"] = needle.seed;
     if (model) p.prompts = needle_prompts(*model, needle);
+  } else if (a.eval_kind == "ruler") {
+    if (!a.prompt.prompt.empty() || !a.prompt.prompt_file.empty() || !a.prompt.messages_file.empty() ||
+        !a.prompts_dir.empty())
+      throw UsageError("a RULER sweep generates its prompts (--length, --samples, --tasks, --seed); drop "
+                       "--prompt/--prompt-file/--messages/--prompts");
+    eval::parse_protocol(a.settings.protocol);
+    eval::RulerSettings ruler = a.ruler;
+    ruler.seed = a.seed;
+    p.grid.settings["length"] = ruler.length;
+    p.grid.settings["samples"] = ruler.samples;
+    p.grid.settings["seed"] = ruler.seed;
+    p.grid.settings["tasks"] = ruler.tasks;
+    p.grid.settings["haystack"] = a.haystack.empty() ? "sample_data/texts" : a.haystack;
+    if (model) {
+      if (a.haystack.empty()) {
+        ruler.essay = eval::default_ruler_essay();
+      } else {
+        const auto text = read_file_text(a.haystack);
+        if (!text) throw UsageError("cannot read --haystack '" + a.haystack + "'");
+        ruler.essay = *text;
+      }
+      p.prompts = ruler_prompts(*model, ruler);
+    }
   } else {
     p.prompts = load_prompts(a.prompt, a.prompts_dir, model);
   }
@@ -161,7 +190,8 @@ void print_summary(const std::vector<eval::CellSummary>& summary, const eval::Sw
   if (few) std::printf("(fewer than 10 prompts per cell: a bootstrap interval that small says little)\n");
 }
 
-int run_sweep(const SweepArgs& a) {
+int run_sweep(SweepArgs a) {
+  a.settings.chat = !a.no_chat;
   eval::metric_names(a.eval_kind);  // an unknown kind fails before anything loads
   if (a.out.empty()) throw UsageError("sweep needs --out DIR");
   if (a.workers < 1) throw UsageError("--workers must be at least 1");
@@ -249,7 +279,7 @@ Command register_sweep(CLI::App& root) {
                   "policy specs, comma-separated (parameters continue a spec: snapkv:window=32,kernel=7,h2o)")
       ->required();
   cmd->add_option("--budgets", a->budgets, "budgets, comma-separated: 5%,10%,25% or token counts")->required();
-  cmd->add_option("--eval", a->eval_kind, "fidelity, ppl or needle")->required();
+  cmd->add_option("--eval", a->eval_kind, "fidelity, ppl, needle or ruler")->required();
   cmd->add_option("--out", a->out, "sweep folder (created; an existing sweep is resumed)");
   cmd->add_option("--metric", a->metric, "metric of the figure and summary (default: kl_mean, ppl or exact_match)");
   cmd->add_option("--max-new-tokens", a->settings.new_tokens, "fidelity: continuation tokens to score")
@@ -262,9 +292,17 @@ Command register_sweep(CLI::App& root) {
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
   cmd->add_option("--depths", a->depths, "needle: depths in percent")->delimiter(',');
-  cmd->add_option("--seed", a->seed, "needle: seed of the generated cases");
+  cmd->add_option("--seed", a->seed, "needle, ruler: seed of the generated cases");
   cmd->add_option("--answer-tokens", a->settings.answer_tokens, "needle: greedy answer length")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--length", a->ruler.length, "ruler: context length in the model's tokens")
+      ->check(CLI::Range(256, 1 << 20));
+  cmd->add_option("--samples", a->ruler.samples, "ruler: samples per task")->check(CLI::PositiveNumber);
+  cmd->add_option("--tasks", a->ruler.tasks, "ruler: tasks (default all; see `kvscope eval ruler --help`)")
+      ->delimiter(',');
+  cmd->add_option("--haystack", a->haystack, "ruler: text file for the essay haystacks (default sample_data/texts)");
+  cmd->add_option("--protocol", a->settings.protocol, "ruler: query-aware or query-agnostic (see `kvscope eval ruler`)");
+  cmd->add_flag("--no-chat", a->no_chat, "ruler: do not wrap prompts in the model's chat template");
   cmd->add_option("--workers", a->workers, "local worker processes (each loads the model once)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--ray", a->ray_address, "run each cell as a task on this Ray cluster (tools/ray_sweep.py)");

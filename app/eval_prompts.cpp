@@ -85,4 +85,24 @@ std::vector<eval::EvalPrompt> needle_prompts(const model::Model& model, const Ne
   return prompts;
 }
 
+std::vector<eval::EvalPrompt> ruler_prompts(const model::Model& model, const eval::RulerSettings& settings) {
+  if (settings.length > model.config.context_length)
+    throw UsageError("RULER length " + std::to_string(settings.length) + " exceeds the model's context of " +
+                     std::to_string(model.config.context_length) + " tokens");
+  const auto samples = eval::generate_ruler(
+      settings, [&](const std::string& text) { return static_cast<int>(model.tokenizer->encode(text, true).size()); });
+  std::vector<eval::EvalPrompt> out;
+  for (const auto& s : samples) {
+    eval::EvalPrompt p;
+    p.name = s.task + "#" + std::to_string(s.index);
+    p.text = s.input;
+    p.question = s.question;
+    p.answer_prefix = s.answer_prefix;
+    p.outputs = s.outputs;
+    p.max_new_tokens = s.max_new_tokens;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 }  // namespace kvscope::app

@@ -6,6 +6,7 @@
 
 #include "app/run_options.h"
 #include "core/eval/cell_runner.h"
+#include "core/eval/ruler.h"
 
 namespace kvscope::app {
 
@@ -26,5 +27,8 @@ std::vector<double> parse_depths(const std::vector<std::string>& percents);
 // One prompt per (length, depth), lengths outer; the case's seed mixes the grid seed with both, so adding
 // a length leaves the other cases unchanged.
 std::vector<eval::EvalPrompt> needle_prompts(const model::Model& model, const NeedleGrid& grid);
+
+// RULER samples as prompts named "<task>#<index>", lengths counted in the model's tokens (core/eval/ruler.h).
+std::vector<eval::EvalPrompt> ruler_prompts(const model::Model& model, const eval::RulerSettings& settings);
 
 }  // namespace kvscope::app

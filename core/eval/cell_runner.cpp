@@ -1,6 +1,8 @@
 #include "core/eval/cell_runner.h"
 
 #include "core/common/error.h"
+#include "core/eval/eval_protocol.h"
+#include "core/eval/ruler.h"
 
 namespace kvscope::eval {
 
@@ -8,6 +10,7 @@ nlohmann::json EvalSettings::to_json(const std::string& eval_kind) const {
   if (eval_kind == "fidelity") return {{"new_tokens", new_tokens}};
   if (eval_kind == "ppl") return {{"prompt_tokens", prompt_tokens}, {"max_tokens", max_tokens}};
   if (eval_kind == "needle") return {{"answer_tokens", answer_tokens}};
+  if (eval_kind == "ruler") return {{"protocol", protocol}, {"chat", chat}};
   metric_names(eval_kind);  // throws UsageError naming the kinds
   return {};
 }
@@ -30,12 +33,24 @@ void CellRunner::prepare(std::size_t prompt) {
   fidelity_.reset();
   ppl_.reset();
   needle_.reset();
+  answer_.reset();
   const EvalPrompt& p = prompts_[prompt];
   if (grid_.eval_kind == "fidelity") {
     fidelity_ = evaluator_.fidelity_reference(evaluator_.encode(p.text, p.chat), settings_.new_tokens);
   } else if (grid_.eval_kind == "ppl") {
     ppl_ =
         evaluator_.ppl_reference(ppl_tokens(evaluator_, p.text, settings_.max_tokens, p.chat), settings_.prompt_tokens);
+  } else if (grid_.eval_kind == "ruler") {
+    const auto& model = evaluator_.model();
+    const PreparedPrompt prepared = prepare_prompt(model, {p.text, p.question, p.answer_prefix}, settings_.chat,
+                                                   parse_protocol(settings_.protocol), p.max_new_tokens,
+                                                   model.config.context_length - p.max_new_tokens);
+    AnswerReference ref;
+    ref.request = {prepared.prompt, prepared.appended, p.max_new_tokens};
+    const AnswerResult full = evaluator_.answer(ref.request, {"full", ""});
+    ref.score = ruler_score(full.text, p.outputs);
+    ref.peak_bytes = full.memory.peak_bytes;
+    answer_ = std::move(ref);
   } else {
     needle_ = evaluator_.needle_reference(evaluator_.encode(p.text, p.chat), p.value, settings_.answer_tokens);
   }
@@ -54,6 +69,10 @@ SweepRow CellRunner::run(std::size_t index) {
     row.metrics = evaluator_.fidelity(*fidelity_, cell.policy).metrics();
   else if (ppl_)
     row.metrics = evaluator_.ppl(*ppl_, cell.policy).metrics();
+  else if (answer_) {
+    const AnswerResult r = evaluator_.answer(answer_->request, cell.policy, answer_->peak_bytes);
+    row.metrics = AnswerScore{ruler_score(r.text, prompts_[cell.prompt].outputs), answer_->score, r.memory, r.run_ms}.metrics();
+  }
   else
     row.metrics = evaluator_.needle(*needle_, cell.policy, settings_.answer_tokens).metrics();
   return row;

@@ -17,6 +17,11 @@ struct EvalPrompt {
   std::string name, text;
   std::string value;  // needle cases: the answer
   bool chat = false;  // text is the output of the model's chat template (see Evaluator::encode)
+  // Answered prompts (RULER): the question that ends `text`, the answer prefix, the expected answers, the
+  // answer's length.
+  std::string question{}, answer_prefix{};
+  std::vector<std::string> outputs{};
+  int max_new_tokens = 0;
 };
 
 struct EvalSettings {
@@ -24,6 +29,8 @@ struct EvalSettings {
   int prompt_tokens = 512;  // ppl: tokens of the text run as the prompt (compressed), the rest decoded
   int max_tokens = 0;       // ppl: cut the text to this many tokens (0 = whole text)
   int answer_tokens = 12;   // needle: greedy answer length
+  std::string protocol = "query-aware";  // ruler: query-aware or query-agnostic (eval_protocol.h)
+  bool chat = true;                      // ruler: wrap prompts in the model's chat template
   // The settings that matter for `eval_kind` (they go into grid.json, so changing one is another grid).
   nlohmann::json to_json(const std::string& eval_kind) const;
 };
@@ -45,6 +52,12 @@ class CellRunner {
   std::optional<FidelityReference> fidelity_;
   std::optional<PplReference> ppl_;
   std::optional<NeedleReference> needle_;
+  struct AnswerReference {
+    AnswerRequest request;
+    double score = 0.0;
+    std::size_t peak_bytes = 0;
+  };
+  std::optional<AnswerReference> answer_;
 };
 
 // Text to tokens for perplexity: BOS first when the model wants one, cut to max_tokens when > 0.

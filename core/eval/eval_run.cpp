@@ -98,8 +98,14 @@ Metrics NeedleResult::metrics() const {
   return m;
 }
 
+Metrics AnswerScore::metrics() const {
+  Metrics m = {{"score", score}, {"full_score", full_score}};
+  append_memory(m, memory, run_ms);
+  return m;
+}
+
 const std::vector<std::string>& eval_kinds() {
-  static const std::vector<std::string> kinds = {"fidelity", "ppl", "needle"};
+  static const std::vector<std::string> kinds = {"fidelity", "ppl", "needle", "ruler"};
   return kinds;
 }
 
@@ -107,10 +113,12 @@ const std::vector<std::string>& metric_names(const std::string& eval_kind) {
   static const std::vector<std::string> fidelity = names_of(FidelityResult{}.metrics());
   static const std::vector<std::string> ppl = names_of(PplResult{}.metrics());
   static const std::vector<std::string> needle = names_of(NeedleResult{}.metrics());
+  static const std::vector<std::string> answer = names_of(AnswerScore{}.metrics());
   if (eval_kind == "fidelity") return fidelity;
   if (eval_kind == "ppl") return ppl;
   if (eval_kind == "needle") return needle;
-  throw UsageError("unknown evaluation '" + eval_kind + "'; expected fidelity, ppl or needle");
+  if (eval_kind == "ruler") return answer;
+  throw UsageError("unknown evaluation '" + eval_kind + "'; expected fidelity, ppl, needle or ruler");
 }
 
 Evaluator::Evaluator(const model::Model& model, run::PrefillStore* prefills)

@@ -98,6 +98,14 @@ struct AnswerResult {
   double run_ms = 0.0;
 };
 
+// A scored answer in a sweep cell (RULER): the policy's score and the full cache's on the same sample (0-1).
+struct AnswerScore {
+  double score = 0.0, full_score = 0.0;
+  CacheMemory memory;
+  double run_ms = 0.0;
+  Metrics metrics() const;
+};
+
 // Column names of each kind's metrics, in order; throws UsageError for an unknown kind.
 const std::vector<std::string>& metric_names(const std::string& eval_kind);
 const std::vector<std::string>& eval_kinds();  // fidelity, ppl, needle

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <numbers>
 #include <random>
 #include <set>
 
 #include "core/common/error.h"
+#include "core/common/file_text.h"
 
 namespace kvscope::eval {
 namespace {
@@ -461,6 +463,20 @@ std::vector<RulerSample> generate_ruler(const RulerSettings& settings, const Tok
     }
   }
   return out;
+}
+
+std::string default_ruler_essay() {
+  const std::filesystem::path dir = std::filesystem::path(KVSCOPE_SOURCE_DIR) / "sample_data" / "texts";
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
+    if (entry.path().extension() == ".txt") files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  std::string text;
+  for (const auto& f : files)
+    if (const auto t = read_file_text(f)) text += *t + "\n";
+  if (text.empty()) throw Error(dir.string() + ": no .txt files for the essay haystack; pass --haystack FILE");
+  return text;
 }
 
 double ruler_score(const std::string& prediction, const std::vector<std::string>& outputs) {

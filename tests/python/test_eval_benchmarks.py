@@ -117,6 +117,25 @@ def test_ruler(tmp):
     check(res.returncode != 0 and "exceeds the model's context" in res.stderr, "a length beyond the context is refused")
 
 
+def test_ruler_sweep(tmp):
+    out = os.path.join(tmp, "ruler_sweep")
+    res = kvscope("sweep", "--eval", "ruler", "--length", "512", "--samples", "2", "--tasks", "niah_single_1",
+                  "--policies", "full,streaming_llm", "--budgets", "50%", "--out", out)
+    check(res.returncode == 0, f"a RULER sweep runs ({res.stderr[-300:]})")
+    if res.returncode != 0:
+        return
+    import csv
+    rows = list(csv.DictReader(open(os.path.join(out, "rows.csv"))))
+    check(len(rows) == 4 and {r["prompt"] for r in rows} == {"niah_single_1#0", "niah_single_1#1"},
+          "one row per (sample, policy)")
+    for r in rows:
+        if r["policy"] == "full":
+            check(r["score"] == r["full_score"], "the full cache's cell scores what its reference scores")
+    summary = list(csv.DictReader(open(os.path.join(out, "summary.csv"))))
+    check(any(s["metric"] == "score" and s["policy"] == "streaming_llm" and s["diff_vs_full"] != "" for s in summary),
+          "the summary has the policy's paired difference to the full cache")
+
+
 def main():
     if not BINARY or not os.path.exists(BINARY):
         print("SKIP: KVSCOPE_BINARY not set")
@@ -125,6 +144,7 @@ def main():
         test_longbench(tmp)
         test_longbench_errors(tmp)
         test_ruler(tmp)
+        test_ruler_sweep(tmp)
     print(f"{passed()} checks passed, {len(FAILURES)} failed")
     return 1 if FAILURES else 0
 
