@@ -46,6 +46,7 @@ struct SweepArgs {
   eval::RulerSettings ruler;  // --length, --samples, --tasks, --haystack (seed from --seed)
   std::string haystack;
   bool no_chat = false;
+  std::string baseline;  // the summary's paired differences are to this policy (default: full, if in the grid)
 };
 
 std::string default_metric(const std::string& kind) {
@@ -173,16 +174,17 @@ std::vector<WorkerCommand> worker_commands(const SweepArgs& a) {
 
 // The metric per (policy, budget): mean over prompts, its 95 % bootstrap interval, and where the grid has the
 // full cache, the paired difference to it (* when its interval excludes zero).
-void print_summary(const std::vector<eval::CellSummary>& summary, const eval::SweepGrid& grid, const std::string& metric) {
-  std::printf("%s, mean over %zu prompt(s) [95%% bootstrap interval]; vs full: paired difference (* its interval "
-              "excludes 0)\n",
-              metric.c_str(), grid.prompts.size());
+void print_summary(const std::vector<eval::CellSummary>& summary, const eval::SweepGrid& grid, const std::string& metric,
+                   const std::string& baseline) {
+  std::printf("%s, mean over %zu prompt(s) [95%% bootstrap interval]", metric.c_str(), grid.prompts.size());
+  if (!baseline.empty()) std::printf("; vs %s: paired difference (* its interval excludes 0)", baseline.c_str());
+  std::printf("\n");
   for (const auto& s : summary) {
     if (s.metric != metric) continue;
     std::printf("  %-28s %-8s %10.4g [%.4g, %.4g]", s.policy.c_str(), s.budget.c_str(), s.value.mean, s.value.low,
                 s.value.high);
     if (s.difference)
-      std::printf("   vs full %+.4g [%+.4g, %+.4g]%s", s.difference->mean, s.difference->low, s.difference->high,
+      std::printf("   vs %s %+.4g [%+.4g, %+.4g]%s", baseline.c_str(), s.difference->mean, s.difference->low, s.difference->high,
                   s.difference->excludes_zero() ? " *" : "");
     std::printf("  n=%d\n", s.value.n);
   }
@@ -195,7 +197,8 @@ int run_sweep(SweepArgs a) {
   eval::metric_names(a.eval_kind);  // an unknown kind fails before anything loads
   if (a.out.empty()) throw UsageError("sweep needs --out DIR");
   if (a.workers < 1) throw UsageError("--workers must be at least 1");
-  prepare(a, nullptr);  // flags, policy names, budgets and the prompt folder, checked without the model
+  // Flags, policy names, budgets, the prompt folder and --baseline, checked without the model.
+  eval::baseline_policy(prepare(a, nullptr).grid, a.baseline);
   const std::string metric = a.metric.empty() ? default_metric(a.eval_kind) : a.metric;
   const auto& names = eval::metric_names(a.eval_kind);
   if (std::find(names.begin(), names.end(), metric) == names.end())
@@ -254,8 +257,9 @@ int run_sweep(SweepArgs a) {
   }
 #endif
   if (!store.rows().empty()) {
-    store.write_summary(eval::BootstrapSettings{});
-    print_summary(eval::summarize(p.grid, store.rows(), {metric}), p.grid, metric);
+    store.write_summary(a.baseline, eval::BootstrapSettings{});
+    print_summary(eval::summarize(p.grid, store.rows(), {metric}, a.baseline), p.grid, metric,
+                  eval::baseline_policy(p.grid, a.baseline));
     std::fprintf(stderr, "kvscope sweep: intervals in %s\n", store.summary_path().c_str());
   }
   std::fprintf(stderr, "kvscope sweep: rows in %s and %s\n", store.csv_path().c_str(), store.hdf5_path().c_str());
@@ -303,6 +307,8 @@ Command register_sweep(CLI::App& root) {
   cmd->add_option("--haystack", a->haystack, "ruler: text file for the essay haystacks (default sample_data/texts)");
   cmd->add_option("--protocol", a->settings.protocol, "ruler: query-aware or query-agnostic (see `kvscope eval ruler`)");
   cmd->add_flag("--no-chat", a->no_chat, "ruler: do not wrap prompts in the model's chat template");
+  cmd->add_option("--baseline", a->baseline,
+                  "policy of the grid the summary's paired differences are taken to (default: full, when in the grid)");
   cmd->add_option("--workers", a->workers, "local worker processes (each loads the model once)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--ray", a->ray_address, "run each cell as a task on this Ray cluster (tools/ray_sweep.py)");

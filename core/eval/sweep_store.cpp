@@ -243,9 +243,11 @@ void SweepStore::append(const SweepRow& row) {
 namespace {
 
 // /eval/summary: one entry per (policy, budget, metric), as summary.csv; NaN differences without a full row.
-void write_summary_group(hid_t eval_group, const std::vector<CellSummary>& summary, const BootstrapSettings& settings) {
+void write_summary_group(hid_t eval_group, const std::vector<CellSummary>& summary, const BootstrapSettings& settings,
+                         const std::string& baseline) {
   namespace h5 = trace::h5;
   h5::Handle group = h5::ensure_group(eval_group, "summary");
+  h5::set_attr(group, "baseline", baseline);
   h5::set_attr(group, "bootstrap_resamples", static_cast<int64_t>(settings.resamples));
   h5::set_attr(group, "bootstrap_level", settings.level);
   h5::set_attr(group, "bootstrap_seed", static_cast<int64_t>(settings.seed));
@@ -272,20 +274,22 @@ void write_summary_group(hid_t eval_group, const std::vector<CellSummary>& summa
   numbers("mean", [](const CellSummary& s) { return s.value.mean; });
   numbers("ci_low", [](const CellSummary& s) { return s.value.low; });
   numbers("ci_high", [](const CellSummary& s) { return s.value.high; });
-  numbers("diff_vs_full", [&](const CellSummary& s) { return s.difference ? s.difference->mean : nan; });
+  numbers("diff", [&](const CellSummary& s) { return s.difference ? s.difference->mean : nan; });
   numbers("diff_ci_low", [&](const CellSummary& s) { return s.difference ? s.difference->low : nan; });
   numbers("diff_ci_high", [&](const CellSummary& s) { return s.difference ? s.difference->high : nan; });
 }
 
 }  // namespace
 
-void SweepStore::write_summary(const BootstrapSettings& settings) {
-  const auto summary = summarize(grid_, rows_, {columns_.begin() + 4, columns_.end()}, settings);
-  write_summary_csv(summary_path(), summary, settings);
-  write_hdf5(&summary, &settings);
+void SweepStore::write_summary(const std::string& baseline, const BootstrapSettings& settings) {
+  const auto summary = summarize(grid_, rows_, {columns_.begin() + 4, columns_.end()}, baseline, settings);
+  const std::string base = baseline_policy(grid_, baseline);
+  write_summary_csv(summary_path(), summary, base);
+  write_hdf5(&summary, &settings, &base);
 }
 
-void SweepStore::write_hdf5(const std::vector<CellSummary>* summary, const BootstrapSettings* settings) const {
+void SweepStore::write_hdf5(const std::vector<CellSummary>* summary, const BootstrapSettings* settings,
+                            const std::string* baseline) const {
   namespace h5 = trace::h5;
   h5::silence_errors();
   const fs::path tmp = hdf5_path().string() + ".tmp";
@@ -320,7 +324,7 @@ void SweepStore::write_hdf5(const std::vector<CellSummary>* summary, const Boots
       h5::Handle d = h5::create_dataset(group, columns_[i], {H5T_IEEE_F64LE, {n}, {}, {}, 0, {}});
       if (n) h5::write_slab(d, H5T_NATIVE_DOUBLE, {0}, {n}, values.data());
     }
-    if (summary) write_summary_group(group, *summary, *settings);
+    if (summary) write_summary_group(group, *summary, *settings, *baseline);
   }
   fs::rename(tmp, hdf5_path());
 }

@@ -66,7 +66,7 @@ class SweepStore {
   void append(const SweepRow& row);
   // The intervals of every cell (sweep_summary.h) into summary.csv and eval.h5's /eval/summary; a sweep calls
   // it when it ends. The next append rewrites eval.h5 without the summary until the next call.
-  void write_summary(const BootstrapSettings& settings);
+  void write_summary(const std::string& baseline, const BootstrapSettings& settings);
   std::filesystem::path summary_path() const { return dir_ / "summary.csv"; }
 
   const std::filesystem::path& dir() const { return dir_; }
@@ -75,7 +75,8 @@ class SweepStore {
 
  private:
   void read_csv();
-  void write_hdf5(const std::vector<CellSummary>* summary = nullptr, const BootstrapSettings* settings = nullptr) const;
+  void write_hdf5(const std::vector<CellSummary>* summary = nullptr, const BootstrapSettings* settings = nullptr,
+                  const std::string* baseline = nullptr) const;
 
   std::filesystem::path dir_;
   SweepGrid grid_;

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/common/atomic_file.h"
+#include "core/common/error.h"
 
 namespace kvscope::eval {
 
@@ -27,9 +28,18 @@ std::optional<Interval> cell_interval(const std::vector<SweepRow>& rows, const s
   return bootstrap_mean(values, settings);
 }
 
+std::string baseline_policy(const SweepGrid& grid, const std::string& requested) {
+  const bool in_grid = std::find(grid.policies.begin(), grid.policies.end(),
+                                 requested.empty() ? "full" : requested) != grid.policies.end();
+  if (!requested.empty() && !in_grid)
+    throw UsageError("--baseline '" + requested + "' is not one of the sweep's policies");
+  return in_grid ? (requested.empty() ? "full" : requested) : "";
+}
+
 std::vector<CellSummary> summarize(const SweepGrid& grid, const std::vector<SweepRow>& rows,
-                                   const std::vector<std::string>& metrics, const BootstrapSettings& settings) {
-  const bool has_full = std::find(grid.policies.begin(), grid.policies.end(), "full") != grid.policies.end();
+                                   const std::vector<std::string>& metrics, const std::string& baseline,
+                                   const BootstrapSettings& settings) {
+  const std::string base = baseline_policy(grid, baseline);
   std::vector<CellSummary> out;
   for (const auto& policy : grid.policies)
     for (const auto& budget : grid.budgets)
@@ -40,9 +50,9 @@ std::vector<CellSummary> summarize(const SweepGrid& grid, const std::vector<Swee
         std::vector<double> v;
         for (const auto& [prompt, value] : values) v.push_back(value);
         s.value = bootstrap_mean(v, settings);
-        if (has_full && policy != "full") {
+        if (!base.empty() && policy != base) {
           std::map<std::string, double> full;
-          for (const auto& [prompt, value] : cell_values(rows, "full", budget, metric)) full[prompt] = value;
+          for (const auto& [prompt, value] : cell_values(rows, base, budget, metric)) full[prompt] = value;
           std::vector<double> a, b;
           for (const auto& [prompt, value] : values)
             if (auto it = full.find(prompt); it != full.end()) a.push_back(value), b.push_back(it->second);
@@ -71,12 +81,12 @@ std::string field(const std::string& s) {
 }  // namespace
 
 void write_summary_csv(const std::filesystem::path& path, const std::vector<CellSummary>& summaries,
-                       const BootstrapSettings& settings) {
-  (void)settings;  // recorded in eval.h5's /eval/summary attributes; a CSV has no place for them
-  std::string text = "policy,budget,metric,n,mean,ci_low,ci_high,diff_vs_full,diff_ci_low,diff_ci_high,diff_excludes_zero\n";
+                       const std::string& baseline) {
+  std::string text = "policy,budget,metric,n,mean,ci_low,ci_high,baseline,diff,diff_ci_low,diff_ci_high,diff_excludes_zero\n";
   for (const auto& s : summaries) {
     text += field(s.policy) + "," + field(s.budget) + "," + field(s.metric) + "," + std::to_string(s.value.n) + "," +
             number(s.value.mean) + "," + number(s.value.low) + "," + number(s.value.high) + ",";
+    text += (s.difference ? field(baseline) : std::string()) + ",";
     if (s.difference)
       text += number(s.difference->mean) + "," + number(s.difference->low) + "," + number(s.difference->high) + "," +
               (s.difference->excludes_zero() ? "1" : "0");

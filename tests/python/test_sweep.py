@@ -59,12 +59,12 @@ def check_summary(out, rows):
         check(min(values) - 1e-12 <= float(s["ci_low"]) <= float(s["mean"]) + 1e-12 <= float(s["ci_high"]) + 2e-12
               <= max(values) + 3e-12, f"interval of {s['policy']} {s['budget']} {s['metric']} inside the values' range")
         if s["policy"] == "full":
-            check(s["diff_vs_full"] == "", "no difference of the full cache to itself")
+            check(s["diff"] == "", "no difference of the full cache to itself")
         else:
             full = {r["prompt"]: float(r[s["metric"]]) for r in rows if (r["policy"], r["budget"]) == ("full", s["budget"])}
             mine = {r["prompt"]: float(r[s["metric"]]) for r in rows if (r["policy"], r["budget"]) == (s["policy"], s["budget"])}
             diff = sum(mine[p] - full[p] for p in mine) / len(mine)
-            check(abs(float(s["diff_vs_full"]) - diff) <= 1e-9 * max(1.0, abs(diff)), "paired difference = mean of differences")
+            check(abs(float(s["diff"]) - diff) <= 1e-9 * max(1.0, abs(diff)), "paired difference = mean of differences")
     with h5py.File(os.path.join(out, "eval.h5"), "r") as f:
         g = f["eval/summary"]
         check(len(g["mean"]) == len(summary) and g.attrs["bootstrap_resamples"] == 2000,
