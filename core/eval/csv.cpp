@@ -1,6 +1,14 @@
 #include "core/eval/csv.h"
 
+#include <cstdio>
+
 namespace kvscope::eval {
+
+std::string csv_number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
 
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n") == std::string::npos) return s;

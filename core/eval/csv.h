@@ -8,6 +8,8 @@ namespace kvscope::eval {
 
 // The field as written: quoted only when it must be.
 std::string csv_field(const std::string& s);
+// A number as written: shortest form that reads back to the same double (%.17g).
+std::string csv_number(double v);
 // The fields of one line; "" quotes inside a quoted field are one quote.
 std::vector<std::string> parse_csv_line(const std::string& line);
 

@@ -22,12 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string format_number(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot read '" + path.string() + "'");
@@ -232,7 +226,7 @@ void SweepStore::append(const SweepRow& row) {
         std::find_if(row.metrics.begin(), row.metrics.end(), [&](const auto& m) { return m.first == columns_[i]; });
     if (it == row.metrics.end())
       throw Error("row for cell " + std::to_string(row.cell) + " lacks metric '" + columns_[i] + "'");
-    line += "," + format_number(it->second);
+    line += "," + csv_number(it->second);
   }
   append_durably(csv_path(), line + "\n");
   done_.insert(row.cell);
@@ -242,7 +236,31 @@ void SweepStore::append(const SweepRow& row) {
 
 namespace {
 
-// /eval/summary: one entry per (policy, budget, metric), as summary.csv; NaN differences without a full row.
+// One dataset of a column of `items`: fixed-length strings, as in traces (no global heap for a damaged file to
+// point anywhere), or float64.
+template <class Item, class Field>
+void write_string_column(hid_t group, const std::string& name, const std::vector<Item>& items, Field field) {
+  namespace h5 = trace::h5;
+  std::vector<std::string> values;
+  std::size_t widest = 1;
+  for (const auto& item : items) widest = std::max(widest, values.emplace_back(field(item)).size());
+  h5::Handle type = h5::fixed_string_type(widest);
+  const hsize_t n = items.size();
+  h5::Handle d = h5::create_dataset(group, name, {type, {n}, {}, {}, 0, {}});
+  if (n) h5::write_strings(d, values, 0);
+}
+
+template <class Item, class Field>
+void write_number_column(hid_t group, const std::string& name, const std::vector<Item>& items, Field field) {
+  namespace h5 = trace::h5;
+  std::vector<double> values;
+  for (const auto& item : items) values.push_back(field(item));
+  const hsize_t n = items.size();
+  h5::Handle d = h5::create_dataset(group, name, {H5T_IEEE_F64LE, {n}, {}, {}, 0, {}});
+  if (n) h5::write_slab(d, H5T_NATIVE_DOUBLE, {0}, {n}, values.data());
+}
+
+// /eval/summary: one entry per (policy, budget, metric), as summary.csv; NaN differences without a baseline row.
 void write_summary_group(hid_t eval_group, const std::vector<CellSummary>& summary, const BootstrapSettings& settings,
                          const std::string& baseline) {
   namespace h5 = trace::h5;
@@ -251,24 +269,11 @@ void write_summary_group(hid_t eval_group, const std::vector<CellSummary>& summa
   h5::set_attr(group, "bootstrap_resamples", static_cast<int64_t>(settings.resamples));
   h5::set_attr(group, "bootstrap_level", settings.level);
   h5::set_attr(group, "bootstrap_seed", static_cast<int64_t>(settings.seed));
-  const hsize_t n = summary.size();
-  auto strings = [&](const std::string& name, auto field) {
-    std::vector<std::string> values;
-    std::size_t widest = 1;
-    for (const auto& s : summary) widest = std::max(widest, values.emplace_back(field(s)).size());
-    h5::Handle type = h5::fixed_string_type(widest);
-    h5::Handle d = h5::create_dataset(group, name, {type, {n}, {}, {}, 0, {}});
-    if (n) h5::write_strings(d, values, 0);
-  };
+  auto strings = [&](const std::string& name, auto field) { write_string_column(group, name, summary, field); };
+  auto numbers = [&](const std::string& name, auto field) { write_number_column(group, name, summary, field); };
   strings("policy", [](const CellSummary& s) { return s.policy; });
   strings("budget", [](const CellSummary& s) { return s.budget; });
   strings("metric", [](const CellSummary& s) { return s.metric; });
-  auto numbers = [&](const std::string& name, auto field) {
-    std::vector<double> values;
-    for (const auto& s : summary) values.push_back(field(s));
-    h5::Handle d = h5::create_dataset(group, name, {H5T_IEEE_F64LE, {n}, {}, {}, 0, {}});
-    if (n) h5::write_slab(d, H5T_NATIVE_DOUBLE, {0}, {n}, values.data());
-  };
   const double nan = std::numeric_limits<double>::quiet_NaN();
   numbers("n", [](const CellSummary& s) { return static_cast<double>(s.value.n); });
   numbers("mean", [](const CellSummary& s) { return s.value.mean; });
@@ -300,15 +305,7 @@ void SweepStore::write_hdf5(const std::vector<CellSummary>* summary, const Boots
     h5::set_attr(group, "eval", grid_.eval_kind);
     h5::set_attr(group, "grid", grid_.to_json().dump());
     const hsize_t n = rows_.size();
-    auto strings = [&](const std::string& name, auto field) {
-      // Fixed-length strings, as in traces: no global heap for a damaged file to point anywhere.
-      std::vector<std::string> values;
-      std::size_t widest = 1;
-      for (const auto& r : rows_) widest = std::max(widest, values.emplace_back(field(r)).size());
-      h5::Handle type = h5::fixed_string_type(widest);
-      h5::Handle d = h5::create_dataset(group, name, {type, {n}, {}, {}, 0, {}});
-      if (n) h5::write_strings(d, values, 0);
-    };
+    auto strings = [&](const std::string& name, auto field) { write_string_column(group, name, rows_, field); };
     strings("prompt", [](const SweepRow& r) { return r.prompt; });
     strings("policy", [](const SweepRow& r) { return r.policy; });
     strings("budget", [](const SweepRow& r) { return r.budget; });
@@ -316,14 +313,12 @@ void SweepStore::write_hdf5(const std::vector<CellSummary>* summary, const Boots
     for (const auto& r : rows_) cells.push_back(static_cast<int64_t>(r.cell));
     h5::Handle cell_set = h5::create_dataset(group, "cell", {H5T_STD_I64LE, {n}, {}, {}, 0, {}});
     if (n) h5::write_slab(cell_set, H5T_NATIVE_INT64, {0}, {n}, cells.data());
-    for (std::size_t i = 4; i < columns_.size(); ++i) {
-      std::vector<double> values;
-      for (const auto& r : rows_)
+    for (std::size_t i = 4; i < columns_.size(); ++i)
+      write_number_column(group, columns_[i], rows_, [&](const SweepRow& r) {
         for (const auto& [name, value] : r.metrics)
-          if (name == columns_[i]) values.push_back(value);
-      h5::Handle d = h5::create_dataset(group, columns_[i], {H5T_IEEE_F64LE, {n}, {}, {}, 0, {}});
-      if (n) h5::write_slab(d, H5T_NATIVE_DOUBLE, {0}, {n}, values.data());
-    }
+          if (name == columns_[i]) return value;
+        return std::numeric_limits<double>::quiet_NaN();  // append() refuses rows without every metric
+      });
     if (summary) write_summary_group(group, *summary, *settings, *baseline);
   }
   fs::rename(tmp, hdf5_path());

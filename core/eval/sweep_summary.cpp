@@ -6,6 +6,7 @@
 
 #include "core/common/atomic_file.h"
 #include "core/common/error.h"
+#include "core/eval/csv.h"
 
 namespace kvscope::eval {
 
@@ -63,32 +64,15 @@ std::vector<CellSummary> summarize(const SweepGrid& grid, const std::vector<Swee
   return out;
 }
 
-namespace {
-
-std::string number(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
-std::string field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
-}  // namespace
-
 void write_summary_csv(const std::filesystem::path& path, const std::vector<CellSummary>& summaries,
                        const std::string& baseline) {
   std::string text = "policy,budget,metric,n,mean,ci_low,ci_high,baseline,diff,diff_ci_low,diff_ci_high,diff_excludes_zero\n";
   for (const auto& s : summaries) {
-    text += field(s.policy) + "," + field(s.budget) + "," + field(s.metric) + "," + std::to_string(s.value.n) + "," +
-            number(s.value.mean) + "," + number(s.value.low) + "," + number(s.value.high) + ",";
-    text += (s.difference ? field(baseline) : std::string()) + ",";
+    text += csv_field(s.policy) + "," + csv_field(s.budget) + "," + csv_field(s.metric) + "," + std::to_string(s.value.n) + "," +
+            csv_number(s.value.mean) + "," + csv_number(s.value.low) + "," + csv_number(s.value.high) + ",";
+    text += (s.difference ? csv_field(baseline) : std::string()) + ",";
     if (s.difference)
-      text += number(s.difference->mean) + "," + number(s.difference->low) + "," + number(s.difference->high) + "," +
+      text += csv_number(s.difference->mean) + "," + csv_number(s.difference->low) + "," + csv_number(s.difference->high) + "," +
               (s.difference->excludes_zero() ? "1" : "0");
     else
       text += ",,,";
