@@ -42,13 +42,7 @@ int run_ruler(const RulerArgs& a) {
   policy::make_policy(cell.policy);
   eval::RulerSettings settings = a.settings;
   settings.tasks = a.tasks;
-  if (a.haystack.empty()) {
-    settings.essay = eval::default_ruler_essay();
-  } else {
-    const auto text = read_file_text(a.haystack);
-    if (!text) throw UsageError("cannot read --haystack '" + a.haystack + "'");
-    settings.essay = *text;
-  }
+  settings.essay = eval::ruler_essay(a.haystack);
   for (const auto& t : settings.tasks)  // an unknown task fails before the model loads
     if (std::find(eval::ruler_task_names().begin(), eval::ruler_task_names().end(), t) == eval::ruler_task_names().end())
       throw UsageError("unknown RULER task '" + t + "'; see `kvscope eval ruler --help`");
@@ -57,8 +51,10 @@ int run_ruler(const RulerArgs& a) {
     throw UsageError("--length " + std::to_string(settings.length) + " exceeds the model's context of " +
                      std::to_string(model.config.context_length) + " tokens");
   std::fprintf(stderr, "generating RULER samples at %d tokens...\n", settings.length);
+  eval::RulerSettings fitted = settings;
+  fitted.length -= eval::wrapping_tokens(model, !a.no_chat);  // the chat template's tokens count too
   const auto samples = eval::generate_ruler(
-      settings, [&](const std::string& text) { return static_cast<int>(model.tokenizer->encode(text, true).size()); });
+      fitted, [&](const std::string& text) { return static_cast<int>(model.tokenizer->encode(text, true).size()); });
   eval::Evaluator evaluator(model);
   std::ofstream written;
   if (!a.write_samples.empty()) {

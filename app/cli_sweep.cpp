@@ -95,14 +95,8 @@ Prepared prepare(const SweepArgs& a, const model::Model* model) {
     p.grid.settings["tasks"] = ruler.tasks;
     p.grid.settings["haystack"] = a.haystack.empty() ? "sample_data/texts" : a.haystack;
     if (model) {
-      if (a.haystack.empty()) {
-        ruler.essay = eval::default_ruler_essay();
-      } else {
-        const auto text = read_file_text(a.haystack);
-        if (!text) throw UsageError("cannot read --haystack '" + a.haystack + "'");
-        ruler.essay = *text;
-      }
-      p.prompts = ruler_prompts(*model, ruler);
+      ruler.essay = eval::ruler_essay(a.haystack);
+      p.prompts = ruler_prompts(*model, ruler, !a.no_chat);
     }
   } else {
     p.prompts = load_prompts(a.prompt, a.prompts_dir, model);

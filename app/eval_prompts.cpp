@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/common/error.h"
+#include "core/eval/eval_protocol.h"
 #include "core/eval/needle.h"
 
 namespace kvscope::app {
@@ -85,10 +86,12 @@ std::vector<eval::EvalPrompt> needle_prompts(const model::Model& model, const Ne
   return prompts;
 }
 
-std::vector<eval::EvalPrompt> ruler_prompts(const model::Model& model, const eval::RulerSettings& settings) {
+std::vector<eval::EvalPrompt> ruler_prompts(const model::Model& model, const eval::RulerSettings& requested, bool chat) {
+  eval::RulerSettings settings = requested;
   if (settings.length > model.config.context_length)
     throw UsageError("RULER length " + std::to_string(settings.length) + " exceeds the model's context of " +
                      std::to_string(model.config.context_length) + " tokens");
+  settings.length -= eval::wrapping_tokens(model, chat);
   const auto samples = eval::generate_ruler(
       settings, [&](const std::string& text) { return static_cast<int>(model.tokenizer->encode(text, true).size()); });
   std::vector<eval::EvalPrompt> out;

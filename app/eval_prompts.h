@@ -29,6 +29,7 @@ std::vector<double> parse_depths(const std::vector<std::string>& percents);
 std::vector<eval::EvalPrompt> needle_prompts(const model::Model& model, const NeedleGrid& grid);
 
 // RULER samples as prompts named "<task>#<index>", lengths counted in the model's tokens (core/eval/ruler.h).
-std::vector<eval::EvalPrompt> ruler_prompts(const model::Model& model, const eval::RulerSettings& settings);
+// chat: the prompts go through the model's chat template, whose tokens count toward the length.
+std::vector<eval::EvalPrompt> ruler_prompts(const model::Model& model, const eval::RulerSettings& settings, bool chat);
 
 }  // namespace kvscope::app

@@ -34,6 +34,18 @@ std::string first_line_if(bool cut, const std::string& text) {
   return text.substr(0, end == std::string::npos ? std::string::npos : end);
 }
 
+int wrapping_tokens(const model::Model& model, bool chat) {
+  const model::Tokenizer& tokenizer = *model.tokenizer;
+  const std::string text = "x";
+  const auto bare = tokenizer.encode(text, true).size();
+  if (chat && model.chat_template.chat_template.has_value()) {
+    run::ChatSpec spec;
+    spec.enabled = true;
+    return static_cast<int>(tokenizer.encode(run::prompt_text(model, text, spec), true).size() - bare);
+  }
+  return static_cast<int>(tokenizer.encode_prompt(text).size() - bare);
+}
+
 PreparedPrompt prepare_prompt(const model::Model& model, const PromptParts& parts, bool chat, Protocol protocol,
                               int max_new_tokens, int max_length) {
   const model::Tokenizer& tokenizer = *model.tokenizer;

@@ -36,6 +36,11 @@ struct PreparedPrompt {
 PreparedPrompt prepare_prompt(const model::Model& model, const PromptParts& parts, bool chat, Protocol protocol,
                               int max_new_tokens, int max_length);
 
+// Tokens the prompt's wrapping adds to a text: the chat template's markers (and BOS) with `chat` on a model
+// that has a template, else what the tokenizer adds around a plain prompt. RULER subtracts them from the
+// length before fitting its haystacks (its model_template_token).
+int wrapping_tokens(const model::Model& model, bool chat);
+
 // The text up to its first line break when `cut` (generation LongBench stops at a newline), else the text.
 std::string first_line_if(bool cut, const std::string& text);
 

@@ -34,8 +34,9 @@ class Choices {
   void shuffle(std::vector<T>& v) {  // Fisher-Yates
     for (std::size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[below(i)]);
   }
-  // k distinct indices of [0, n), in the order drawn.
+  // k distinct indices of [0, n), in the order drawn; k <= n (callers size their haystacks for it).
   std::vector<int> sample(int n, int k) {
+    if (k > n) throw Error("internal: drawing " + std::to_string(k) + " of " + std::to_string(n) + " items");
     std::vector<int> all(n);
     for (int i = 0; i < n; ++i) all[i] = i;
     for (int i = 0; i < k; ++i) std::swap(all[i], all[i + below(static_cast<uint64_t>(n - i))]);
@@ -296,13 +297,14 @@ Draft niah(const TaskEntry& t, int units, Choices& rng, const Context& c) {
   return d;
 }
 
-Draft variable_tracking(int units, Choices& rng) {
+// One chain of `hops` assignments hidden among `units` noise sentences, the template and answer prefix filled.
+Draft variable_chain(int units, int name_letters, Choices& rng) {
   const int hops = 4;
   std::set<std::string> seen;
   std::vector<std::string> vars;
   while (static_cast<int>(vars.size()) < hops + 1) {
     std::string name;
-    for (int i = 0; i < 5; ++i) name += static_cast<char>('A' + rng.below(26));
+    for (int i = 0; i < name_letters; ++i) name += static_cast<char>('A' + rng.below(26));
     if (seen.insert(name).second) vars.push_back(name);
   }
   const std::string value = std::to_string(rng.between(10000, 99999));
@@ -321,6 +323,16 @@ Draft variable_tracking(int units, Choices& rng) {
   d.question = fill(templ.substr(templ.find("{context}") + 9), fields);
   d.answer_prefix = fill(kVtAnswerPrefix, fields);
   d.outputs = vars;
+  return d;
+}
+
+// variable_tracking.py puts one solved example (3-letter names, its own noise, about 500 tokens) before the
+// task: the example's text, answer prefix and answer, then a blank line.
+Draft variable_tracking(int units, int example_units, Choices& rng) {
+  if (example_units == 0) return variable_chain(units, 5, rng);  // a context too short for the example
+  const Draft example = variable_chain(example_units, 3, rng);
+  Draft d = variable_chain(units, 5, rng);
+  d.input = example.input + example.answer_prefix + " " + join(example.outputs, " ") + "\n\n" + d.input;
   return d;
 }
 
@@ -351,8 +363,10 @@ Draft common_words(int units, bool short_context, Choices& rng, const Context& c
   const auto example = draw(example_words);
   std::vector<std::string> example_answer;
   for (int i = 0; i < 10; ++i) example_answer.push_back(std::to_string(i + 1) + ". " + example[i]);
-  const std::string shot = fill(templ, {{"context", numbered_list(example, example_common, example_rare, rng)}, {"query", ""}}) +
-                           " " + join(example_answer, " ");
+  // The worked example carries the answer prefix before its answer, as RULER's template does.
+  const std::string shot =
+      fill(templ, {{"context", numbered_list(example, example_common, example_rare, rng)}, {"query", ""}}) +
+      kCweAnswerPrefix + " " + join(example_answer, " ");
   const auto words = draw(std::max(units, 10));
   const std::string context = numbered_list(words, common, rare, rng);
   Draft d;
@@ -420,10 +434,26 @@ std::vector<RulerSample> generate_ruler(const RulerSettings& settings, const Tok
     const auto table_index = static_cast<uint64_t>(entry - tasks().data());  // a task's draws never depend on the others chosen
     const int budget = settings.length - t.max_new_tokens;
     const int fwe_vocab = std::max(10, budget / 50);
+    // Every draw needs at least this many haystack units (a sentence per needle or assignment).
+    const int min_units = t.family == "niah" ? t.niah.num_k * t.niah.num_v + 1 : t.family == "vt" ? 6 : t.family == "cwe" ? 10 : 1;
+    // The VT example's noise: the most that keeps the example within 500 tokens, as RULER sizes it (within
+    // a third of the budget on shorter contexts, and none where even that is too long: below about 900
+    // tokens, where RULER has no answer).
+    int example_units = 0;
+    if (t.family == "vt") {
+      const int example_budget = std::min(500, budget / 3);
+      for (int lo = min_units, hi = 200; lo <= hi;) {
+        const int mid = lo + (hi - lo) / 2;
+        Choices probe(mix(settings.seed ^ mix(table_index + 1)));
+        const Draft e = variable_chain(mid, 3, probe);
+        if (count_tokens(e.input + e.answer_prefix) <= example_budget) example_units = mid, lo = mid + 1;
+        else hi = mid - 1;
+      }
+    }
     auto draft = [&](int units, uint64_t stream) {
       Choices rng(mix(settings.seed ^ mix(table_index + 1) ^ mix(stream * 0x1000193ULL)));
       if (t.family == "niah") return niah(t, units, rng, c);
-      if (t.family == "vt") return variable_tracking(units, rng);
+      if (t.family == "vt") return variable_tracking(units, example_units, rng);
       if (t.family == "cwe") return common_words(units, settings.length < 4096, rng, c);
       return frequent_words(units, fwe_vocab, rng);
     };
@@ -432,7 +462,7 @@ std::vector<RulerSample> generate_ruler(const RulerSettings& settings, const Tok
     // down per sample where a sample's own draws come out longer).
     const bool essay = t.family == "niah" && t.niah.haystack == Haystack::Essay;
     const int step = t.family == "fwe" ? std::max(1, budget / 32) : essay ? 50 : 5;
-    int lo = 1, hi = std::max(64, budget * 4), best = 0;
+    int lo = min_units, hi = std::max(64, budget * 4), best = 0;
     while (lo <= hi) {
       const int mid = lo + (hi - lo) / 2;
       if (tokens(draft(mid, 0)) <= budget) best = mid, lo = mid + 1;
@@ -445,7 +475,7 @@ std::vector<RulerSample> generate_ruler(const RulerSettings& settings, const Tok
       int units = best;
       Draft d = draft(units, static_cast<uint64_t>(s) + 1);
       int n = tokens(d);
-      while (n > budget && units > step) {
+      while (n > budget && units - step >= min_units) {
         units -= step;
         d = draft(units, static_cast<uint64_t>(s) + 1);
         n = tokens(d);
@@ -465,7 +495,12 @@ std::vector<RulerSample> generate_ruler(const RulerSettings& settings, const Tok
   return out;
 }
 
-std::string default_ruler_essay() {
+std::string ruler_essay(const std::string& path) {
+  if (!path.empty()) {
+    const auto text = read_file_text(path);
+    if (!text) throw UsageError("cannot read --haystack '" + path + "'");
+    return *text;
+  }
   const std::filesystem::path dir = std::filesystem::path(KVSCOPE_SOURCE_DIR) / "sample_data" / "texts";
   std::vector<std::filesystem::path> files;
   std::error_code ec;

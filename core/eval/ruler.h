@@ -50,9 +50,9 @@ const std::vector<std::string>& ruler_task_names();
 // distributions).
 std::vector<RulerSample> generate_ruler(const RulerSettings& settings, const TokenCounter& count_tokens);
 
-// The project's own prose (sample_data/texts, sorted by name), the essay haystack when the user gives none.
-// Throws Error when the folder holds no text.
-std::string default_ruler_essay();
+// The essay haystack: the text of `path`, or with an empty path the project's own prose (sample_data/texts,
+// sorted by name). Throws UsageError for an unreadable file, Error when the folder holds no text.
+std::string ruler_essay(const std::string& path);
 
 // RULER's evaluation: the prediction with control characters turned to newlines and stripped, then the share of
 // expected answers found in it, case-insensitively (string_match_all, 0-1 scale).
