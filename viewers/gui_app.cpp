@@ -682,6 +682,8 @@ void App::step_script() {
       } else if (c == "metric") {
         quality_->poll(state_);
         quality_->set_metric(arg);
+      } else if (c == "minus") {
+        quality_->set_baseline(arg == "-" ? "" : arg);
       } else if (c == "save-file") {
         // An editor saving a file (a policy the window reloads): SRC's bytes over DST, stamped now.
         std::filesystem::copy_file(s.args[0], s.args[1], std::filesystem::copy_options::overwrite_existing);

@@ -92,9 +92,12 @@ std::optional<QualityPoint> point_near(const QualityCurves& curves, const std::s
   return best;
 }
 
-Figure quality_figure(const QualityCurves& curves, const std::string& metric) {
-  return quality_vs_budget(curves.rows, curves.policies, curves.budgets, metric,
-                           metric + " vs budget (" + (curves.eval_kind.empty() ? "sweep" : curves.eval_kind) + ")");
+Figure quality_figure(const QualityCurves& curves, const std::string& metric, const std::string& baseline) {
+  const std::string kind = curves.eval_kind.empty() ? "sweep" : curves.eval_kind;
+  if (!baseline.empty())
+    return quality_difference_vs_budget(curves.rows, curves.policies, curves.budgets, metric, baseline,
+                                        metric + " minus " + baseline + " vs budget (" + kind + ")");
+  return quality_vs_budget(curves.rows, curves.policies, curves.budgets, metric, metric + " vs budget (" + kind + ")");
 }
 
 }  // namespace kvscope::viewers

@@ -51,6 +51,7 @@ std::optional<QualityPoint> point_near(const QualityCurves& curves, const std::s
                                        double x_units_per_px, double y_units_per_px, double radius_px = 10.0);
 
 // The panel's figure for export: the same curves through the shared figure builder.
-Figure quality_figure(const QualityCurves& curves, const std::string& metric);
+// The curves of `metric`; with a baseline policy, each other policy's paired difference to it (the "A - B" view).
+Figure quality_figure(const QualityCurves& curves, const std::string& metric, const std::string& baseline = "");
 
 }  // namespace kvscope::viewers

@@ -136,6 +136,16 @@ void QualityPanel::draw(AppState& state) {
     ImGui::EndCombo();
   }
   ImGui::SameLine();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 12);
+  if (ImGui::BeginCombo("minus", baseline_.empty() ? "(nothing)" : baseline_.c_str())) {
+    if (ImGui::Selectable("(nothing)", baseline_.empty())) baseline_.clear();
+    for (const auto& p : curves_.policies)
+      if (ImGui::Selectable(p.c_str(), p == baseline_)) baseline_ = p;
+    ImGui::EndCombo();
+  }
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Show each policy minus this one, paired by prompt, with 95%% bootstrap intervals (A - B)");
+  ImGui::SameLine();
   ImGui::TextDisabled("%s", curves_.source.c_str());
   ImGui::SameLine();
   export_button(state, key());
@@ -151,7 +161,7 @@ void QualityPanel::draw(AppState& state) {
     if (live_x)
       ImPlot::Annotation(*live_x, ImPlot::GetPlotLimits().Y.Max, ImVec4(1, 1, 1, 0.9f), ImVec2(4, 4), true, "%s (%s)",
                          live->name.c_str(), live->meta("budget").c_str());
-    if (!ImPlot::IsPlotHovered()) return;
+    if (!ImPlot::IsPlotHovered() || !baseline_.empty()) return;  // points are differences there, not cells
     const ImPlotRect limits = ImPlot::GetPlotLimits();
     const ImVec2 size = ImPlot::GetPlotSize();
     const ImPlotPoint mouse = ImPlot::GetPlotMousePos();
@@ -174,7 +184,7 @@ void QualityPanel::draw(AppState& state) {
 Figure QualityPanel::figure(const AppState&) {
   if (curves_.empty() || metric_.empty()) return {};
   try {
-    return quality_figure(curves_, metric_);
+    return quality_figure(curves_, metric_, baseline_);
   } catch (const Error&) {
     return {};  // no row has the metric yet
   }

@@ -31,6 +31,8 @@ class QualityPanel final : public Panel {
   bool busy() const { return loading_.has_value() || sweep_running_; }
   const std::string& metric() const { return metric_; }
   void set_metric(const std::string& metric);
+  // Shows each policy minus `policy` (paired by prompt, with intervals); empty: the curves themselves.
+  void set_baseline(const std::string& policy) { baseline_ = policy; }
   // What a click at plot coordinates (x, y) picks, with the plot's scale in units per pixel.
   std::optional<QualityPoint> pick(double x, double y, double x_units_per_px, double y_units_per_px) const;
 
@@ -38,6 +40,7 @@ class QualityPanel final : public Panel {
   Session& session_;
   QualityCurves curves_;
   std::string metric_;
+  std::string baseline_;  // the "A - B" view's B; empty: the curves themselves
   std::optional<std::future<eval::SweepTable>> loading_;
   uint64_t sweep_id_ = 0;  // of the sweep whose rows are on screen (0: a file)
   bool sweep_running_ = false;

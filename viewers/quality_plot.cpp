@@ -38,6 +38,39 @@ Figure quality_vs_budget(const std::vector<eval::SweepRow>& rows, const std::vec
   return fig;
 }
 
+Figure quality_difference_vs_budget(const std::vector<eval::SweepRow>& rows, const std::vector<std::string>& policies,
+                                    const std::vector<std::string>& budgets, const std::string& metric,
+                                    const std::string& baseline, const std::string& title) {
+  LinePlot plot;
+  plot.title = title + " (bands: 95% intervals)";
+  plot.x_label = "budget";
+  plot.y_label = metric + " minus " + baseline;
+  plot.x_tick_labels = budgets;
+  bool any = false;
+  for (std::size_t p = 0; p < policies.size(); ++p) {
+    if (policies[p] == baseline) continue;
+    LineSeries s;
+    s.name = policies[p] + " - " + baseline;
+    s.color = static_cast<int>(p);  // the policy keeps its colour from the plain view
+    for (std::size_t b = 0; b < budgets.size(); ++b) {
+      const auto d = eval::paired_interval(rows, policies[p], baseline, budgets[b], metric);
+      if (!d) continue;
+      s.x.push_back(static_cast<double>(b));
+      s.y.push_back(d->mean);
+      s.y_low.push_back(d->low);
+      s.y_high.push_back(d->high);
+      any = true;
+    }
+    plot.series.push_back(std::move(s));
+  }
+  if (!any) throw Error("no prompt has both a " + baseline + " row and another policy's row for '" + metric + "'");
+  plot.legend_outside = policies.size() > 4;
+  Figure fig;
+  fig.title = title;
+  fig.parts.push_back(std::move(plot));
+  return fig;
+}
+
 Figure needle_grid(const std::vector<std::vector<double>>& scores, const std::vector<int>& lengths,
                    const std::vector<double>& depths, const std::string& title) {
   HeatmapPlot p;

@@ -11,6 +11,12 @@ namespace kvscope::viewers {
 
 // One curve per policy over the budgets in the order given, each point the mean of `metric` over the
 // prompts that have that (policy, budget). Throws Error when no row has the metric.
+// Each policy's paired difference to `baseline` (policy - baseline over the prompts both have) per budget,
+// with its 95 % bootstrap band: the "A - B" view of a sweep. Throws Error when no pair exists.
+Figure quality_difference_vs_budget(const std::vector<eval::SweepRow>& rows, const std::vector<std::string>& policies,
+                                    const std::vector<std::string>& budgets, const std::string& metric,
+                                    const std::string& baseline, const std::string& title);
+
 Figure quality_vs_budget(const std::vector<eval::SweepRow>& rows, const std::vector<std::string>& policies,
                          const std::vector<std::string>& budgets, const std::string& metric, const std::string& title);
 

@@ -29,6 +29,18 @@ std::optional<Interval> cell_interval(const std::vector<SweepRow>& rows, const s
   return bootstrap_mean(values, settings);
 }
 
+std::optional<Interval> paired_interval(const std::vector<SweepRow>& rows, const std::string& policy,
+                                        const std::string& baseline, const std::string& budget,
+                                        const std::string& metric, const BootstrapSettings& settings) {
+  std::map<std::string, double> base;
+  for (const auto& [prompt, value] : cell_values(rows, baseline, budget, metric)) base[prompt] = value;
+  std::vector<double> a, b;
+  for (const auto& [prompt, value] : cell_values(rows, policy, budget, metric))
+    if (auto it = base.find(prompt); it != base.end()) a.push_back(value), b.push_back(it->second);
+  if (a.empty()) return std::nullopt;
+  return bootstrap_paired_difference(a, b, settings);
+}
+
 std::string baseline_policy(const SweepGrid& grid, const std::string& requested) {
   const bool in_grid = std::find(grid.policies.begin(), grid.policies.end(),
                                  requested.empty() ? "full" : requested) != grid.policies.end();
@@ -51,14 +63,7 @@ std::vector<CellSummary> summarize(const SweepGrid& grid, const std::vector<Swee
         std::vector<double> v;
         for (const auto& [prompt, value] : values) v.push_back(value);
         s.value = bootstrap_mean(v, settings);
-        if (!base.empty() && policy != base) {
-          std::map<std::string, double> full;
-          for (const auto& [prompt, value] : cell_values(rows, base, budget, metric)) full[prompt] = value;
-          std::vector<double> a, b;
-          for (const auto& [prompt, value] : values)
-            if (auto it = full.find(prompt); it != full.end()) a.push_back(value), b.push_back(it->second);
-          if (!a.empty()) s.difference = bootstrap_paired_difference(a, b, settings);
-        }
+        if (!base.empty() && policy != base) s.difference = paired_interval(rows, policy, base, budget, metric, settings);
         out.push_back(std::move(s));
       }
   return out;

@@ -25,6 +25,11 @@ std::vector<std::pair<std::string, double>> cell_values(const std::vector<SweepR
 std::optional<Interval> cell_interval(const std::vector<SweepRow>& rows, const std::string& policy,
                                       const std::string& budget, const std::string& metric,
                                       const BootstrapSettings& settings = {});
+// The paired difference policy - baseline at one budget over the prompts both have; nullopt when none.
+std::optional<Interval> paired_interval(const std::vector<SweepRow>& rows, const std::string& policy,
+                                        const std::string& baseline, const std::string& budget,
+                                        const std::string& metric, const BootstrapSettings& settings = {});
+
 // Every cell and metric of the grid that has rows, in grid order. The difference uses the prompts both cells
 // have, so a sweep still running is summarised on what it has. baseline: a policy of the grid (empty: "full"
 // when the grid has it, else no differences); throws UsageError for a policy not in the grid.

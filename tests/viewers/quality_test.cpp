@@ -19,6 +19,7 @@
 #include "core/trace/hdf5_util.h"
 #include "tests/support/command_output.h"
 #include "viewers/quality_model.h"
+#include "viewers/quality_plot.h"
 #include "viewers/session.h"
 #include "viewers/summary.h"
 
@@ -112,6 +113,30 @@ TEST_CASE("a sweep CSV becomes one curve per policy over budgets in axis order")
   CHECK(plot.series[0].x == std::vector<double>{0, 2, 3});
   CHECK(plot.series[1].x == std::vector<double>{1, 3});
   CHECK(plot.x_tick_labels == c.budgets);
+}
+
+TEST_CASE("the A - B view plots each policy's paired difference to the baseline with its interval") {
+  // Two prompts: h2o beats snapkv by 0.1 on one and 0.3 on the other; the paired mean is 0.2 and the interval
+  // lies between the two differences.
+  std::vector<eval::SweepRow> rows;
+  auto add = [&](std::size_t cell, const char* prompt, const char* policy, double kl) {
+    eval::SweepRow r;
+    r.cell = cell, r.prompt = prompt, r.policy = policy, r.budget = "10%";
+    r.metrics = {{"kl_mean", kl}};
+    rows.push_back(r);
+  };
+  add(0, "a", "snapkv", 0.5), add(1, "a", "h2o", 0.6), add(2, "b", "snapkv", 0.2), add(3, "b", "h2o", 0.5);
+  const Figure f = quality_difference_vs_budget(rows, {"snapkv", "h2o"}, {"10%"}, "kl_mean", "snapkv", "t");
+  const auto& plot = std::get<LinePlot>(f.parts.front());
+  REQUIRE(plot.series.size() == 1);  // the baseline has no curve of its own
+  const LineSeries& s = plot.series.front();
+  CHECK(s.name == "h2o - snapkv");
+  REQUIRE(s.y.size() == 1);
+  CHECK(s.y[0] == Approx(0.2));
+  CHECK(s.y_low[0] >= 0.1 - 1e-12);
+  CHECK(s.y_high[0] <= 0.3 + 1e-12);
+  CHECK(s.y_low[0] <= 0.2);
+  CHECK_THROWS(quality_difference_vs_budget(rows, {"snapkv", "h2o"}, {"10%"}, "kl_mean", "tova", "t"));
 }
 
 TEST_CASE("a sweep's eval.h5 reads back the rows its store wrote, in the store's column order") {
