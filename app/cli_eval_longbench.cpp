@@ -6,6 +6,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "app/eval_report.h"
 #include "app/eval_subcommands.h"
 #include "app/progress_line.h"
 #include "app/run_options.h"
@@ -78,10 +79,6 @@ int run_score_only(const LongBenchArgs& a) {
   return 0;
 }
 
-nlohmann::json interval_json(const eval::Interval& ci, double scale) {
-  return {{"score", ci.mean * scale}, {"ci_low", ci.low * scale}, {"ci_high", ci.high * scale}, {"n", ci.n}};
-}
-
 int run_records(const LongBenchArgs& a) {
   if (a.data.empty()) throw UsageError("eval longbench needs --data FILE.jsonl (or --score-only)");
   const eval::Protocol protocol = eval::parse_protocol(a.protocol);
@@ -96,11 +93,12 @@ int run_records(const LongBenchArgs& a) {
       throw UsageError(a.prompts_file + ": expected a JSON object of task -> prompt format");
   }
   std::vector<eval::LongBenchRecord> records = eval::read_longbench_jsonl(a.data);
+  std::map<std::string, eval::LongBenchTask> tasks_by_name;  // looked up once: unknown tasks fail before the model loads
   for (auto& r : records) {
     if (!a.dataset.empty()) r.dataset = a.dataset;
     if (r.dataset.empty())
       throw UsageError(a.data + ": a record has no 'dataset' field; give the task with --dataset NAME");
-    eval::longbench_task(r.dataset, prompts_json);  // unknown tasks fail before the model loads
+    if (!tasks_by_name.count(r.dataset)) tasks_by_name.emplace(r.dataset, eval::longbench_task(r.dataset, prompts_json));
   }
   if (a.limit > 0 && static_cast<int>(records.size()) > a.limit) records.resize(a.limit);
   const model::Model model = a.model.load();
@@ -117,7 +115,7 @@ int run_records(const LongBenchArgs& a) {
   ProgressLine line("longbench " + cell.policy + " " + cell.budget, static_cast<long>(records.size()));
   for (std::size_t i = 0; i < records.size(); ++i) {
     const auto& record = records[i];
-    const eval::LongBenchTask task = eval::longbench_task(record.dataset, prompts_json);
+    const eval::LongBenchTask& task = tasks_by_name.at(record.dataset);
     eval::PromptParts parts;
     parts.text = eval::longbench_prompt(task, record);
     parts.question = eval::longbench_question(task, record);
@@ -161,28 +159,20 @@ int run_records(const LongBenchArgs& a) {
 
   // LongBench reports 100 x the mean score per task.
   nlohmann::json tasks = nlohmann::json::object();
-  for (const auto& [name, scores] : by_task) {
-    nlohmann::json t = interval_json(eval::bootstrap_mean(scores, a.bootstrap), 100.0);
-    if (full_by_task.count(name)) {
-      t["full"] = interval_json(eval::bootstrap_mean(full_by_task[name], a.bootstrap), 100.0);
-      t["difference"] = interval_json(eval::bootstrap_paired_difference(scores, full_by_task[name], a.bootstrap), 100.0);
-    }
-    tasks[name] = std::move(t);
-  }
+  for (const auto& [name, scores] : by_task) tasks[name] = scored_group_json(scores, full_by_task[name], a.bootstrap);
   nlohmann::json out = {{"eval", "longbench"},
                         {"policy", cell.policy},
                         {"budget", cell.budget},
                         {"protocol", eval::protocol_name(protocol)},
                         {"data", a.data},
-                        {"bootstrap", {{"resamples", a.bootstrap.resamples}, {"level", a.bootstrap.level},
-                                       {"seed", a.bootstrap.seed}}},
+                        {"bootstrap", bootstrap_json(a.bootstrap)},
                         {"tasks", tasks},
-                        {"overall", interval_json(eval::bootstrap_mean(all, a.bootstrap), 100.0)},
                         {"records", rows}};
-  if (!full_all.empty()) {
-    out["full"] = interval_json(eval::bootstrap_mean(full_all, a.bootstrap), 100.0);
-    out["difference"] = interval_json(eval::bootstrap_paired_difference(all, full_all, a.bootstrap), 100.0);
-  }
+  nlohmann::json overall = scored_group_json(all, full_all, a.bootstrap);
+  if (overall.contains("full")) out["full"] = overall["full"], out["difference"] = overall["difference"];
+  overall.erase("full");
+  overall.erase("difference");
+  out["overall"] = std::move(overall);
   if (a.json) {
     std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
@@ -190,21 +180,13 @@ int run_records(const LongBenchArgs& a) {
   std::printf("LongBench, %s at budget %s, %s (scores x100, %d%% bootstrap intervals, %d resamples)\n",
               cell.policy.c_str(), cell.budget.empty() ? "(whole prompt)" : cell.budget.c_str(),
               eval::protocol_name(protocol).c_str(), static_cast<int>(a.bootstrap.level * 100), a.bootstrap.resamples);
-  for (const auto& [name, t] : tasks.items()) {
-    std::printf("  %-22s %6.2f  [%6.2f, %6.2f]  n=%d", name.c_str(), t["score"].get<double>(),
-                t["ci_low"].get<double>(), t["ci_high"].get<double>(), t["n"].get<int>());
-    if (t.contains("difference"))
-      std::printf("   full %6.2f, difference %+6.2f [%+.2f, %+.2f]", t["full"]["score"].get<double>(),
-                  t["difference"]["score"].get<double>(), t["difference"]["ci_low"].get<double>(),
-                  t["difference"]["ci_high"].get<double>());
-    std::printf("\n");
-  }
+  for (const auto& [name, t] : tasks.items()) print_scored_group(name, t, 22, /*show_n=*/true);
   return 0;
 }
 
 }  // namespace
 
-EvalSubcommand add_eval_longbench(CLI::App& eval) {
+Command add_eval_longbench(CLI::App& eval) {
   auto a = std::make_shared<LongBenchArgs>();
   CLI::App* cmd = eval.add_subcommand(
       "longbench", "LongBench (v1) records under a policy, scored as LongBench scores them, with bootstrap intervals");

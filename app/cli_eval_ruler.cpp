@@ -7,6 +7,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "app/eval_prompts.h"
+#include "app/eval_report.h"
 #include "app/eval_subcommands.h"
 #include "app/progress_line.h"
 #include "app/run_options.h"
@@ -32,10 +34,6 @@ struct RulerArgs {
   eval::BootstrapSettings bootstrap;
 };
 
-nlohmann::json interval_json(const eval::Interval& ci) {
-  return {{"score", 100.0 * ci.mean}, {"ci_low", 100.0 * ci.low}, {"ci_high", 100.0 * ci.high}, {"n", ci.n}};
-}
-
 int run_ruler(const RulerArgs& a) {
   const eval::Protocol protocol = eval::parse_protocol(a.protocol);
   const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget};
@@ -47,14 +45,8 @@ int run_ruler(const RulerArgs& a) {
     if (std::find(eval::ruler_task_names().begin(), eval::ruler_task_names().end(), t) == eval::ruler_task_names().end())
       throw UsageError("unknown RULER task '" + t + "'; see `kvscope eval ruler --help`");
   const model::Model model = a.model.load();
-  if (settings.length > model.config.context_length)
-    throw UsageError("--length " + std::to_string(settings.length) + " exceeds the model's context of " +
-                     std::to_string(model.config.context_length) + " tokens");
   std::fprintf(stderr, "generating RULER samples at %d tokens...\n", settings.length);
-  eval::RulerSettings fitted = settings;
-  fitted.length -= eval::wrapping_tokens(model, !a.no_chat);  // the chat template's tokens count too
-  const auto samples = eval::generate_ruler(
-      fitted, [&](const std::string& text) { return static_cast<int>(model.tokenizer->encode(text, true).size()); });
+  const auto samples = ruler_samples(model, settings, !a.no_chat);
   eval::Evaluator evaluator(model);
   std::ofstream written;
   if (!a.write_samples.empty()) {
@@ -102,25 +94,20 @@ int run_ruler(const RulerArgs& a) {
   }
   line.finish();
   nlohmann::json tasks = nlohmann::json::object();
-  std::vector<double> average_per_sample, full_average_per_sample;
-  for (const auto& name : order) {
-    const auto& scores = by_task[name];
-    nlohmann::json t = interval_json(eval::bootstrap_mean(scores, a.bootstrap));
-    if (full_by_task.count(name)) {
-      t["full"] = interval_json(eval::bootstrap_mean(full_by_task[name], a.bootstrap));
-      t["difference"] = interval_json(eval::bootstrap_paired_difference(scores, full_by_task[name], a.bootstrap));
-    }
-    tasks[name] = std::move(t);
-  }
+  for (const auto& name : order) tasks[name] = scored_group_json(by_task[name], full_by_task[name], a.bootstrap);
   // Per sample index, the mean over tasks: samples of one index share nothing but their seed stream, so the
   // tasks' means are averaged sample by sample and the average's interval is a mean's interval.
   auto per_index_average = [&](const std::map<std::string, std::vector<double>>& table) {
-    std::vector<double> out(settings.samples, 0.0);
-    for (const auto& [name, scores] : table)
+    std::vector<double> out;
+    for (const auto& [name, scores] : table) {
+      if (scores.empty()) continue;  // no full-cache runs (no --vs-full)
+      out.resize(settings.samples, 0.0);
       for (std::size_t i = 0; i < scores.size(); ++i) out[i] += scores[i] / static_cast<double>(table.size());
+    }
     return out;
   };
-  average_per_sample = per_index_average(by_task);
+  const nlohmann::json average =
+      scored_group_json(per_index_average(by_task), per_index_average(full_by_task), a.bootstrap);
   nlohmann::json out = {{"eval", "ruler"},
                         {"policy", cell.policy},
                         {"budget", cell.budget},
@@ -129,17 +116,13 @@ int run_ruler(const RulerArgs& a) {
                         {"samples", settings.samples},
                         {"seed", settings.seed},
                         {"chat", !a.no_chat && model.chat_template.chat_template.has_value()},
-                        {"bootstrap", {{"resamples", a.bootstrap.resamples}, {"level", a.bootstrap.level},
-                                       {"seed", a.bootstrap.seed}}},
+                        {"bootstrap", bootstrap_json(a.bootstrap)},
                         {"tasks", tasks},
-                        {"average", interval_json(eval::bootstrap_mean(average_per_sample, a.bootstrap))},
                         {"records", rows}};
-  if (!full_by_task.empty()) {
-    full_average_per_sample = per_index_average(full_by_task);
-    out["full_average"] = interval_json(eval::bootstrap_mean(full_average_per_sample, a.bootstrap));
-    out["difference"] =
-        interval_json(eval::bootstrap_paired_difference(average_per_sample, full_average_per_sample, a.bootstrap));
-  }
+  out["average"] = average;
+  out["average"].erase("full");
+  out["average"].erase("difference");
+  if (average.contains("full")) out["full_average"] = average["full"], out["difference"] = average["difference"];
   if (a.json) {
     std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
@@ -147,25 +130,14 @@ int run_ruler(const RulerArgs& a) {
   std::printf("RULER at %d tokens, %s at budget %s, %s, %d samples per task (scores x100, %d%% bootstrap intervals)\n",
               settings.length, cell.policy.c_str(), cell.budget.empty() ? "(whole prompt)" : cell.budget.c_str(),
               eval::protocol_name(protocol).c_str(), settings.samples, static_cast<int>(a.bootstrap.level * 100));
-  auto print = [](const std::string& name, const nlohmann::json& t) {
-    std::printf("  %-18s %6.2f  [%6.2f, %6.2f]", name.c_str(), t["score"].get<double>(), t["ci_low"].get<double>(),
-                t["ci_high"].get<double>());
-    if (t.contains("difference"))
-      std::printf("   full %6.2f, difference %+6.2f [%+.2f, %+.2f]", t["full"]["score"].get<double>(),
-                  t["difference"]["score"].get<double>(), t["difference"]["ci_low"].get<double>(),
-                  t["difference"]["ci_high"].get<double>());
-    std::printf("\n");
-  };
-  for (const auto& name : order) print(name, tasks[name]);
-  nlohmann::json average = out["average"];
-  if (out.contains("difference")) average["full"] = out["full_average"], average["difference"] = out["difference"];
-  print("average", average);
+  for (const auto& name : order) print_scored_group(name, tasks[name], 18, /*show_n=*/false);
+  print_scored_group("average", average, 18, /*show_n=*/false);
   return 0;
 }
 
 }  // namespace
 
-EvalSubcommand add_eval_ruler(CLI::App& eval) {
+Command add_eval_ruler(CLI::App& eval) {
   auto a = std::make_shared<RulerArgs>();
   CLI::App* cmd = eval.add_subcommand(
       "ruler", "RULER's synthetic tasks (needles, variable tracking, common/frequent words) at a context length, "

@@ -86,16 +86,20 @@ std::vector<eval::EvalPrompt> needle_prompts(const model::Model& model, const Ne
   return prompts;
 }
 
-std::vector<eval::EvalPrompt> ruler_prompts(const model::Model& model, const eval::RulerSettings& requested, bool chat) {
+std::vector<eval::RulerSample> ruler_samples(const model::Model& model, const eval::RulerSettings& requested,
+                                             bool chat) {
   eval::RulerSettings settings = requested;
   if (settings.length > model.config.context_length)
     throw UsageError("RULER length " + std::to_string(settings.length) + " exceeds the model's context of " +
                      std::to_string(model.config.context_length) + " tokens");
-  settings.length -= eval::wrapping_tokens(model, chat);
-  const auto samples = eval::generate_ruler(
+  settings.length -= eval::wrapping_tokens(model, chat);  // the chat template's tokens count too
+  return eval::generate_ruler(
       settings, [&](const std::string& text) { return static_cast<int>(model.tokenizer->encode(text, true).size()); });
+}
+
+std::vector<eval::EvalPrompt> ruler_prompts(const model::Model& model, const eval::RulerSettings& settings, bool chat) {
   std::vector<eval::EvalPrompt> out;
-  for (const auto& s : samples) {
+  for (const auto& s : ruler_samples(model, settings, chat)) {
     eval::EvalPrompt p;
     p.name = s.task + "#" + std::to_string(s.index);
     p.text = s.input;

@@ -28,8 +28,10 @@ std::vector<double> parse_depths(const std::vector<std::string>& percents);
 // a length leaves the other cases unchanged.
 std::vector<eval::EvalPrompt> needle_prompts(const model::Model& model, const NeedleGrid& grid);
 
-// RULER samples as prompts named "<task>#<index>", lengths counted in the model's tokens (core/eval/ruler.h).
-// chat: the prompts go through the model's chat template, whose tokens count toward the length.
+// RULER samples for the model, lengths counted in its tokens (core/eval/ruler.h); chat: the prompts go through
+// its chat template, whose tokens count toward the length. UsageError for a length beyond its context.
+std::vector<eval::RulerSample> ruler_samples(const model::Model& model, const eval::RulerSettings& settings, bool chat);
+// The same as prompts named "<task>#<index>".
 std::vector<eval::EvalPrompt> ruler_prompts(const model::Model& model, const eval::RulerSettings& settings, bool chat);
 
 }  // namespace kvscope::app

@@ -14,6 +14,15 @@ std::vector<int> without_bos_eos(const model::Tokenizer& tokenizer, std::vector<
   return ids;
 }
 
+// The text as the user's turn of the model's chat template (its own template, rendered as `--chat` does).
+std::string as_user_turn(const model::Model& model, const std::string& text) {
+  run::ChatSpec spec;
+  spec.enabled = true;
+  return run::prompt_text(model, text, spec);
+}
+
+bool has_chat_template(const model::Model& model) { return model.chat_template.chat_template.has_value(); }
+
 }  // namespace
 
 Protocol parse_protocol(const std::string& name) {
@@ -38,11 +47,8 @@ int wrapping_tokens(const model::Model& model, bool chat) {
   const model::Tokenizer& tokenizer = *model.tokenizer;
   const std::string text = "x";
   const auto bare = tokenizer.encode(text, true).size();
-  if (chat && model.chat_template.chat_template.has_value()) {
-    run::ChatSpec spec;
-    spec.enabled = true;
-    return static_cast<int>(tokenizer.encode(run::prompt_text(model, text, spec), true).size() - bare);
-  }
+  if (chat && has_chat_template(model))
+    return static_cast<int>(tokenizer.encode(as_user_turn(model, text), true).size() - bare);
   return static_cast<int>(tokenizer.encode_prompt(text).size() - bare);
 }
 
@@ -64,14 +70,8 @@ PreparedPrompt prepare_prompt(const model::Model& model, const PromptParts& part
            tokenizer.decode(without_bos_eos(tokenizer, {ids.end() - half, ids.end()}));
     out.truncated = true;
   }
-  std::string rendered = text;
-  out.chat = chat && model.chat_template.chat_template.has_value();
-  if (out.chat) {
-    run::ChatSpec spec;
-    spec.enabled = true;
-    rendered = run::prompt_text(model, text, spec);
-  }
-  rendered += parts.answer_prefix;
+  out.chat = chat && has_chat_template(model);
+  std::string rendered = (out.chat ? as_user_turn(model, text) : text) + parts.answer_prefix;
   auto encode_head = [&](const std::string& head) {
     return out.chat ? tokenizer.encode(head, true) : tokenizer.encode_prompt(head);
   };

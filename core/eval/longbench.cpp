@@ -86,22 +86,26 @@ std::vector<LongBenchRecord> read_longbench_jsonl(const std::filesystem::path& p
   return out;
 }
 
-std::string longbench_prompt(const LongBenchTask& task, const LongBenchRecord& record) {
+namespace {
+
+// The record's fields through one of the helpers that fill a prompt format (format_prompt, question).
+std::string filled(const char* helper, const LongBenchTask& task, const LongBenchRecord& record) {
   python::Gil gil;
   try {
-    return helpers()["format_prompt"](task.prompt_template, record.json).cast<std::string>();
+    return helpers()[helper](task.prompt_template, record.json).cast<std::string>();
   } catch (py::error_already_set& e) {
     throw Error("LongBench task " + task.name + ": the prompt format cannot be filled: " + python_error(e));
   }
 }
 
+}  // namespace
+
+std::string longbench_prompt(const LongBenchTask& task, const LongBenchRecord& record) {
+  return filled("format_prompt", task, record);
+}
+
 std::string longbench_question(const LongBenchTask& task, const LongBenchRecord& record) {
-  python::Gil gil;
-  try {
-    return helpers()["question"](task.prompt_template, record.json).cast<std::string>();
-  } catch (py::error_already_set& e) {
-    throw Error("LongBench task " + task.name + ": the prompt format cannot be filled: " + python_error(e));
-  }
+  return filled("question", task, record);
 }
 
 std::vector<double> longbench_metric_scores(const std::string& metric, const std::vector<MetricPair>& pairs) {

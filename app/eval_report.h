@@ -1,0 +1,24 @@
+#pragma once
+// How `kvscope eval ruler` and `kvscope eval longbench` report scores: x100, with their bootstrap interval, and
+// beside the full cache's on the same samples, the paired difference.
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/eval/bootstrap.h"
+
+namespace kvscope::app {
+
+// {"score", "ci_low", "ci_high", "n"}, the values x100.
+nlohmann::json interval_json(const eval::Interval& ci);
+// The scores' interval; with the full cache's scores on the same samples (non-empty), also "full" and
+// "difference" (scores - full, paired).
+nlohmann::json scored_group_json(const std::vector<double>& scores, const std::vector<double>& full,
+                                 const eval::BootstrapSettings& settings);
+// {"resamples", "level", "seed"}: what the intervals were drawn with.
+nlohmann::json bootstrap_json(const eval::BootstrapSettings& settings);
+// One table line of a group: name, score [low, high], n= when show_n, and the full cache and difference when
+// the group has them.
+void print_scored_group(const std::string& name, const nlohmann::json& group, int name_width, bool show_n);
+
+}  // namespace kvscope::app
