@@ -1,46 +1,42 @@
 // Weight-times-activation products. Prefill dequantizes the weight into a per-thread scratch buffer once
-// and hands the product to BLAS; decode walks the rows directly, split across threads.
+// and hands the product to BLAS; decode reads the quantized rows directly, split across threads.
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/common/dequantize.h"
 #include "kernels/cpu/quant_dot.h"
+#include "kernels/cpu/row_groups.h"
 
 namespace kvscope::kernels {
 
 namespace {
 
-bool has_block_dot(const QuantMatrix& w) {
-  return w.cols % 32 == 0 &&
-         (w.type == GgmlType::Q4_1 || w.type == GgmlType::Q4_0 || w.type == GgmlType::Q8_0);
-}
-
-// y_i[r] for row r of w and input row i; `sums` holds x's 32-element block sums for the block dot products.
-void matvec_row(const QuantMatrix& w, int r, const float* x, const float* sums, int n, float* y,
-                std::vector<float>& row) {
-  const bool block_dot = has_block_dot(w);
-  if (!block_dot) {
-    row.resize(w.cols);
+// Rows r0..r1 of w times each of the n inputs. Block formats are read in place (quant_dot.h); any other
+// type is dequantized a row at a time.
+void matvec_rows_of(const QuantMatrix& w, int r0, int r1, const float* x, const float* sums, int n, float* y,
+                    std::vector<float>& row) {
+  if (has_quant_dot(w)) {
+    // One input after the other over the same rows: the second input finds the rows in cache.
+    for (int i = 0; i < n; ++i)
+      quant_dot_rows(w, r0, r1, x + static_cast<long>(i) * w.cols, sums + static_cast<long>(i) * (w.cols / 32),
+                     y + static_cast<long>(i) * w.rows + r0);
+    return;
+  }
+  row.resize(w.cols);
+  for (int r = r0; r < r1; ++r) {
     dequantize_row(w.type, w.row(r), row.data(), w.cols);
-  }
-  for (int i = 0; i < n; ++i) {
-    const float* xi = x + static_cast<long>(i) * w.cols;
-    const float* si = sums + static_cast<long>(i) * (w.cols / 32);
-    float value;
-    switch (block_dot ? w.type : GgmlType::F32) {
-      case GgmlType::Q4_1: value = dot_q4_1(w.row(r), xi, si, w.cols); break;
-      case GgmlType::Q4_0: value = dot_q4_0(w.row(r), xi, si, w.cols); break;
-      case GgmlType::Q8_0: value = dot_q8_0(w.row(r), xi, w.cols); break;
-      default: value = dot(row.data(), xi, w.cols);
-    }
-    y[static_cast<long>(i) * w.rows + r] = value;
+    for (int i = 0; i < n; ++i)
+      y[static_cast<long>(i) * w.rows + r] = dot(row.data(), x + static_cast<long>(i) * w.cols, w.cols);
   }
 }
 
-// Decode: all matrices' rows in one parallel loop, so a layer pays one barrier for q, k and v together.
+// Decode: all matrices' rows in one parallel region, so a layer pays one join for q, k and v together. Each
+// thread takes one contiguous share of the matrices' rows laid end to end, in whole row groups, so its
+// prefetches run ahead along the rows it will read next.
 void matvec_rows(std::span<const MatmulTarget> targets, const float* x, int n) {
   const int cols = targets.front().w->cols;
   std::vector<float> sums(static_cast<std::size_t>(n) * (cols / 32));
@@ -48,14 +44,18 @@ void matvec_rows(std::span<const MatmulTarget> targets, const float* x, int n) {
     for (int i = 0; i < n; ++i) block_sums32(x + static_cast<long>(i) * cols, cols, sums.data() + static_cast<long>(i) * (cols / 32));
   std::vector<int> starts{0};
   for (const auto& t : targets) starts.push_back(starts.back() + t.w->rows);
+  const int total = starts.back();
 #pragma omp parallel
   {
+    const int threads = omp_get_num_threads(), t = omp_get_thread_num();
+    auto share_start = [&](int thread) {
+      return thread == threads ? total : static_cast<int>(static_cast<long>(total) * thread / threads) / kRowGroup * kRowGroup;
+    };
+    const int g0 = share_start(t), g1 = share_start(t + 1);
     std::vector<float> row;
-#pragma omp for schedule(static)
-    for (int global = 0; global < starts.back(); ++global) {
-      std::size_t m = 0;
-      while (global >= starts[m + 1]) ++m;
-      matvec_row(*targets[m].w, global - starts[m], x, sums.data(), n, targets[m].y, row);
+    for (std::size_t m = 0; m < targets.size(); ++m) {
+      const int r0 = std::max(g0, starts[m]) - starts[m], r1 = std::min(g1, starts[m + 1]) - starts[m];
+      if (r0 < r1) matvec_rows_of(*targets[m].w, r0, r1, x, sums.data(), n, targets[m].y, row);
     }
   }
 }

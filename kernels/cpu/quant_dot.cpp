@@ -3,6 +3,8 @@
 #include <immintrin.h>
 
 #include "kernels/common/quant_blocks.h"
+#include "kernels/cpu/row_groups.h"
+#include "kernels/error.h"
 
 namespace kvscope::kernels {
 
@@ -20,6 +22,11 @@ inline float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
+// The next group's copy of this block, fetched while this group computes (row_groups.h).
+inline void prefetch_next_group(const uint8_t* block, std::size_t stride, int rows) {
+  _mm_prefetch(reinterpret_cast<const char*>(block + rows * stride), _MM_HINT_T0);
+}
+
 // Sum over a block's 32 elements of q_j * x_j, with q the unsigned nibbles of qs[16]: elements 0..15 are
 // the low nibbles, 16..31 the high nibbles (ggml's layout).
 inline __m256 nibble_dot(const uint8_t* qs, const float* x) {
@@ -34,7 +41,86 @@ inline __m256 nibble_dot(const uint8_t* qs, const float* x) {
   return acc;
 }
 
+// w = d*q + m per element (Q4_1), so a row times x is sum over blocks of d * (q . x) + m * sum(x).
+struct Q4_1Rows {
+  template <int R>
+  static void run(const uint8_t* row0, std::size_t stride, const float* x, const float* sums, int n_blocks, float* y) {
+    __m256 acc[R];
+    float offset[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), offset[r] = 0.0f;
+    for (int b = 0; b < n_blocks; ++b)
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* block = row0 + r * stride + b * blocks::kQ4_1Bytes;
+        prefetch_next_group(block, stride, R);
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(half_at(block)), nibble_dot(block + 4, x + 32 * b), acc[r]);
+        offset[r] += half_at(block + 2) * sums[b];
+      }
+    for (int r = 0; r < R; ++r) y[r] = horizontal_sum(acc[r]) + offset[r];
+  }
+};
+
+// w = d*(q - 8) per element (Q4_0).
+struct Q4_0Rows {
+  template <int R>
+  static void run(const uint8_t* row0, std::size_t stride, const float* x, const float* sums, int n_blocks, float* y) {
+    __m256 acc[R];
+    float offset[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), offset[r] = 0.0f;
+    for (int b = 0; b < n_blocks; ++b)
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* block = row0 + r * stride + b * blocks::kQ4_0Bytes;
+        prefetch_next_group(block, stride, R);
+        const float d = half_at(block);
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), nibble_dot(block + 2, x + 32 * b), acc[r]);
+        offset[r] += d * sums[b];
+      }
+    for (int r = 0; r < R; ++r) y[r] = horizontal_sum(acc[r]) - 8.0f * offset[r];
+  }
+};
+
+// w = d*q per element, q a signed byte (Q8_0).
+struct Q8_0Rows {
+  template <int R>
+  static void run(const uint8_t* row0, std::size_t stride, const float* x, const float*, int n_blocks, float* y) {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < n_blocks; ++b) {
+      const float* xb = x + 32 * b;
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* block = row0 + r * stride + b * blocks::kQ8_0Bytes;
+        prefetch_next_group(block, stride, R);
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+        const __m128i q_lo = _mm256_castsi256_si128(q), q_hi = _mm256_extracti128_si256(q, 1);
+        __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q_lo)), _mm256_loadu_ps(xb));
+        s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q_lo, 8))), _mm256_loadu_ps(xb + 8), s);
+        s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q_hi)), _mm256_loadu_ps(xb + 16), s);
+        s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q_hi, 8))), _mm256_loadu_ps(xb + 24), s);
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(half_at(block)), s, acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) y[r] = horizontal_sum(acc[r]);
+  }
+};
+
+bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+}
+
 }  // namespace
+
+DotIsa quant_dot_isa() {
+  static const DotIsa isa = cpu_has_avx512() ? DotIsa::Avx512 : DotIsa::Avx2;
+  return isa;
+}
+
+const char* dot_isa_name(DotIsa isa) { return isa == DotIsa::Avx512 ? "AVX-512" : "AVX2"; }
+
+bool has_quant_dot(const QuantMatrix& w) {
+  return w.cols % 32 == 0 &&
+         (w.type == GgmlType::Q4_1 || w.type == GgmlType::Q4_0 || w.type == GgmlType::Q8_0);
+}
 
 void block_sums32(const float* x, int n, float* sums) {
   for (int b = 0; b < n / 32; ++b) {
@@ -46,46 +132,27 @@ void block_sums32(const float* x, int n, float* sums) {
   }
 }
 
-// x = d*q + m per element (Q4_1), so the dot is d * sum(q x) + m * sum(x).
-float dot_q4_1(const uint8_t* row, const float* x, const float* x_block_sums, int n) {
-  __m256 acc = _mm256_setzero_ps();
-  float offset = 0.0f;
-  for (int b = 0; b < n / 32; ++b) {
-    const uint8_t* block = row + b * blocks::kQ4_1Bytes;
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(block)), nibble_dot(block + 4, x + 32 * b), acc);
-    offset += half_at(block + 2) * x_block_sums[b];
+namespace avx2 {
+void quant_dot_rows(const QuantMatrix& w, int r0, int r1, const float* x, const float* x_block_sums, float* y) {
+  switch (w.type) {
+    case GgmlType::Q4_1: dot_rows_in_groups<Q4_1Rows>(w, r0, r1, x, x_block_sums, y); break;
+    case GgmlType::Q4_0: dot_rows_in_groups<Q4_0Rows>(w, r0, r1, x, x_block_sums, y); break;
+    case GgmlType::Q8_0: dot_rows_in_groups<Q8_0Rows>(w, r0, r1, x, x_block_sums, y); break;
+    default: throw Error("quant_dot_rows: no block dot product for this weight type");
   }
-  return horizontal_sum(acc) + offset;
+}
+}  // namespace avx2
+
+void quant_dot_rows(DotIsa isa, const QuantMatrix& w, int r0, int r1, const float* x, const float* x_block_sums,
+                    float* y) {
+  if (isa == DotIsa::Avx512)
+    avx512::quant_dot_rows(w, r0, r1, x, x_block_sums, y);
+  else
+    avx2::quant_dot_rows(w, r0, r1, x, x_block_sums, y);
 }
 
-// x = d*(q - 8) per element (Q4_0).
-float dot_q4_0(const uint8_t* row, const float* x, const float* x_block_sums, int n) {
-  __m256 acc = _mm256_setzero_ps();
-  float offset = 0.0f;
-  for (int b = 0; b < n / 32; ++b) {
-    const uint8_t* block = row + b * blocks::kQ4_0Bytes;
-    const float d = half_at(block);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), nibble_dot(block + 2, x + 32 * b), acc);
-    offset -= 8.0f * d * x_block_sums[b];
-  }
-  return horizontal_sum(acc) + offset;
-}
-
-// x = d*q per element, q a signed byte (Q8_0).
-float dot_q8_0(const uint8_t* row, const float* x, int n) {
-  __m256 acc = _mm256_setzero_ps();
-  for (int b = 0; b < n / 32; ++b) {
-    const uint8_t* block = row + b * blocks::kQ8_0Bytes;
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
-    const __m128i q_lo = _mm256_castsi256_si128(q), q_hi = _mm256_extracti128_si256(q, 1);
-    const float* xb = x + 32 * b;
-    __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q_lo)), _mm256_loadu_ps(xb));
-    s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q_lo, 8))), _mm256_loadu_ps(xb + 8), s);
-    s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q_hi)), _mm256_loadu_ps(xb + 16), s);
-    s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q_hi, 8))), _mm256_loadu_ps(xb + 24), s);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(half_at(block)), s, acc);
-  }
-  return horizontal_sum(acc);
+void quant_dot_rows(const QuantMatrix& w, int r0, int r1, const float* x, const float* x_block_sums, float* y) {
+  quant_dot_rows(quant_dot_isa(), w, r0, r1, x, x_block_sums, y);
 }
 
 }  // namespace kvscope::kernels
