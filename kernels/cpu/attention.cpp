@@ -91,6 +91,14 @@ inline __m256 load8(const float* row) { return _mm256_loadu_ps(row); }
 inline __m256 load8(const uint16_t* row) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
 }
+// Decode streams the cache from memory once per step; the hardware prefetcher alone leaves the loads waiting
+// (the same holds for the weights, quant_dot.h), so each loop asks for the rows it reaches kRowsAhead rows
+// later.
+constexpr int kRowsAhead = 8;
+template <typename Row>
+inline void prefetch(const Row* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+}
 inline float widen(float x) { return x; }
 inline float widen(uint16_t x) { return half_to_float(x); }
 
@@ -115,6 +123,8 @@ void scores(const float* q, const Row* k, int m, int d, float scale, float* out)
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (int t = 0; t < d; t += 8) {
       const __m256 qt = _mm256_loadu_ps(q + t);
+      prefetch(k0 + kRowsAhead * stride + t);
+      prefetch(k0 + (kRowsAhead + 2) * stride + t);
       a0 = _mm256_fmadd_ps(qt, load8(k0 + t), a0);
       a1 = _mm256_fmadd_ps(qt, load8(k0 + stride + t), a1);
       a2 = _mm256_fmadd_ps(qt, load8(k0 + 2 * stride + t), a2);
@@ -135,7 +145,8 @@ void scores(const float* q, const Row* k, int m, int d, float scale, float* out)
   }
 }
 
-// out = sum_j p[j] v_j over the m rows of v, 32 output dimensions at a time held in registers across all rows.
+// out = sum_j p[j] v_j over the m rows of v, 64 output dimensions at a time held in registers across all rows
+// (a 64-wide head reads each row of v in one pass, in order).
 template <typename Row>
 void weighted_sum(const float* p, const Row* v, int m, int d, float* out) {
   if (d % 8 != 0) {
@@ -146,20 +157,17 @@ void weighted_sum(const float* p, const Row* v, int m, int d, float* out) {
   }
   const std::size_t stride = d;
   int t0 = 0;
-  for (; t0 + 32 <= d; t0 += 32) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (; t0 + 64 <= d; t0 += 64) {
+    __m256 a[8];
+    for (__m256& x : a) x = _mm256_setzero_ps();
     for (int j = 0; j < m; ++j) {
       const __m256 pj = _mm256_set1_ps(p[j]);
       const Row* row = v + j * stride + t0;
-      a0 = _mm256_fmadd_ps(pj, load8(row), a0);
-      a1 = _mm256_fmadd_ps(pj, load8(row + 8), a1);
-      a2 = _mm256_fmadd_ps(pj, load8(row + 16), a2);
-      a3 = _mm256_fmadd_ps(pj, load8(row + 24), a3);
+      prefetch(row + kRowsAhead * stride);
+      prefetch(row + kRowsAhead * stride + 32);
+      for (int c = 0; c < 8; ++c) a[c] = _mm256_fmadd_ps(pj, load8(row + 8 * c), a[c]);
     }
-    _mm256_storeu_ps(out + t0, a0);
-    _mm256_storeu_ps(out + t0 + 8, a1);
-    _mm256_storeu_ps(out + t0 + 16, a2);
-    _mm256_storeu_ps(out + t0 + 24, a3);
+    for (int c = 0; c < 8; ++c) _mm256_storeu_ps(out + t0 + 8 * c, a[c]);
   }
   for (; t0 < d; t0 += 8) {
     __m256 a = _mm256_setzero_ps();
