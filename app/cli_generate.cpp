@@ -44,10 +44,13 @@ nlohmann::json result_json(const model::Model& model, const run::RunSpec& spec, 
                  {"budget", spec.budget},
                  {"derived_settings", settings},
                  {"warnings", outcome.policy_warnings}};
+  nlohmann::json steps_by_threads = nlohmann::json::object();
+  for (const auto& [threads, steps] : r.decode_steps_by_threads) steps_by_threads[std::to_string(threads)] = steps;
   j["timings"] = {{"prefill_ms", r.prefill_ms},
                   {"prefill_tokens_per_s", r.prefill_ms > 0 ? 1000.0 * r.prompt_tokens.size() / r.prefill_ms : 0.0},
                   {"decode_ms", r.decode_ms},
-                  {"decode_ms_per_token", r.decode_ms_per_token()}};
+                  {"decode_ms_per_token", r.decode_ms_per_token()},
+                  {"decode_steps_by_threads", steps_by_threads}};
   j["device"] = kernels::device_name(spec.device);
   j["cache"] = {{"type", kernels::cache_type_name(spec.generation.cache_type)},
                 {"bytes", r.cache_bytes},

@@ -13,12 +13,15 @@ namespace kvscope::app {
 void ModelOptions::add_to(CLI::App* cmd) {
   cmd->add_option("--model", model_path, "GGUF file or Hugging Face folder (default: $KVSCOPE_MODEL, then SmolLM2-135M-Instruct)");
   cmd->add_option("--threads", threads, "threads for the kernels and BLAS (0 = all cores, or $OMP_NUM_THREADS)")->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--fixed-threads", fixed_threads,
+                "every decode step uses all --threads (by default a step uses fewer when that is faster, as when "
+                "other processes share the cores)");
 }
 
 std::filesystem::path ModelOptions::path() const { return model::resolve_model_path(model_path); }
 
 model::Model ModelOptions::load() const {
-  engine::set_threads(threads);
+  engine::set_threads(threads, !fixed_threads);
   return model::load_model(path());
 }
 

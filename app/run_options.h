@@ -13,6 +13,7 @@ namespace kvscope::app {
 struct ModelOptions {
   std::string model_path;  // empty: KVSCOPE_MODEL, then the default model
   int threads = 0;
+  bool fixed_threads = false;
   void add_to(CLI::App* cmd);
   model::Model load() const;
   std::filesystem::path path() const;  // --model, else KVSCOPE_MODEL, else the default model

@@ -6,13 +6,18 @@ kvscope / llama.cpp.
 Each engine runs in its own child process so its peak RSS is its own (os.wait4 rusage).
 --cache-types runs kvscope once per KV cache type (llama.cpp's default cache is f16); --baseline adds another
 kvscope binary (say, main's build before a change) measured in the same run, at its default settings.
+--busy N measures every engine a second time with N CPU hogs (processes that spin) beside it, at the same
+thread count, and prints each engine's slowdown: quiet tok/s (best) over busy tok/s (median and worst of the
+repeats, since a shared machine's bad runs are what a user waits through).
 
 usage: bench/engine_vs_llamacpp.py --kvscope build/app/kvscope --model M.gguf [--threads 2] [--repeats 3]
-                                   [--cache-types f32,f16] [--baseline /path/to/other/kvscope]
+                                   [--cache-types f32,f16] [--baseline /path/to/other/kvscope] [--busy 1]
 """
 import argparse
+import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -62,6 +67,18 @@ def measure(argv):
     return out, usage.ru_maxrss / 1024.0, usage.ru_utime + usage.ru_stime
 
 
+@contextlib.contextmanager
+def cpu_hogs(count):
+    """`count` processes that each keep one core busy until the block ends."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+
+
 def make_prompt(tokens, path):
     base = open(os.path.join(ROOT, "sample_data", "prompts", "lighthouse_story.txt"), encoding="utf-8").read()
     # About 1.25 tokens per word for English prose with this vocabulary; trimmed by words to the target.
@@ -83,6 +100,7 @@ def main():
     ap.add_argument("--lengths", default="128,1024")
     ap.add_argument("--cache-types", default="f32,f16", help="kvscope --cache-type values to run")
     ap.add_argument("--baseline", default="", help="another kvscope binary to measure in the same run")
+    ap.add_argument("--busy", type=int, default=0, help="also measure with this many CPU hogs beside each engine")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="kvscope-bench-")
@@ -147,6 +165,25 @@ def main():
             print(f"{length:>7} {'ratio ' + engine.replace('kvscope-', ''):>12} {'':>6} "
                   f"{k['prefill_tps'] / l['prefill_tps']:>14.2f} {k['decode_tps'] / l['decode_tps']:>13.2f} "
                   f"{cpu_ratio:>15.2f} {k['rss'] / l['rss']:>13.2f}")
+        if args.busy:
+            # Busy runs after the quiet ones, engines interleaved again; the hogs start before each engine
+            # so that its whole run (start-up, prefill, decode) shares the cores.
+            busy = {engine: [] for engine, _, _ in engines}
+            for _ in range(args.repeats):
+                for engine, binary, extra in engines:
+                    with cpu_hogs(args.busy):
+                        rec = run(binary, extra, args.new_tokens)
+                    busy[engine].append((1000.0 * rec["prompt_tokens"] / rec["prefill_ms"], 1000.0 / rec["decode_ms_per_token"]))
+            print(f"{length:>7} {'with ' + str(args.busy) + ' CPU hog(s)':>20}  prefill tok/s median / worst (slowdown)"
+                  f"   decode tok/s median / worst (slowdown)")
+            for engine, _, _ in engines:
+                prefill = [p for p, _ in busy[engine]]
+                decode = [d for _, d in busy[engine]]
+                q = results[engine]
+                print(f"{length:>7} {engine:>20}  {statistics.median(prefill):>8.1f} / {min(prefill):>6.1f} "
+                      f"({q['prefill_tps'] / statistics.median(prefill):>5.2f}x)"
+                      f"   {statistics.median(decode):>8.1f} / {min(decode):>6.1f} "
+                      f"({q['decode_tps'] / statistics.median(decode):>5.2f}x)")
     print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

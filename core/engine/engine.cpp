@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -9,6 +10,7 @@
 #include <optional>
 
 #include "core/common/error.h"
+#include "core/engine/decode_threads.h"
 #include "core/policy/policy.h"
 #include "kernels/backend.h"
 
@@ -60,9 +62,14 @@ class ObserverRows final : public kernels::AttentionRowSink {
 };
 }  // namespace
 
-void set_threads(int threads) {
+namespace {
+std::atomic<bool> adapt_decode_threads{true};
+}
+
+void set_threads(int threads, bool adapt_decode) {
   if (threads <= 0) threads = omp_get_max_threads();  // all cores, unless OMP_NUM_THREADS says otherwise
   omp_set_num_threads(threads);
+  adapt_decode_threads = adapt_decode;
   // BLAS is called from inside OpenMP regions (one slice per thread); its own threads would compete.
   openblas_set_num_threads(1);
 }
@@ -420,6 +427,13 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   result.prefill_share_from_blocks = static_cast<double>(run.layer_rows_from_blocks) / (static_cast<double>(n_prompt) * c.n_layers);
 
   auto t1 = std::chrono::steady_clock::now();
+  // Each step's team size comes from the steps before it; the caller's is restored however decode ends.
+  struct TeamSize {
+    int threads = omp_get_max_threads();
+    ~TeamSize() { omp_set_num_threads(threads); }
+  } team;
+  const bool adapt = adapt_decode_threads.load();
+  DecodeThreads decode_threads(team.threads);
   int position = n_prompt;
   result.stop_reason = "max_new_tokens";
   for (int i = 0; i < options.max_new_tokens && !run.cancelled(); ++i) {
@@ -433,7 +447,12 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
     }
     if (i + 1 == options.max_new_tokens) break;
     StepInfo step{Phase::Decode, i, position + 1, true};
+    const int threads = adapt ? decode_threads.next() : team.threads;
+    omp_set_num_threads(threads);
+    const auto step_start = std::chrono::steady_clock::now();
     forward(run, &next.id, 1, position, step, logits.data());
+    decode_threads.record(threads, elapsed_ms(step_start));
+    ++result.decode_steps_by_threads[threads];
     if (run.cancelled()) break;
     ++position;
     next = pick(step, i + 1);

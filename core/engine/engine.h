@@ -80,6 +80,7 @@ struct RunResult {
   // (RunHooks::block_prefix) instead of being computed.
   double prefill_share_from_blocks = 0.0;
   std::string stop_reason;             // "max_new_tokens", "end_of_generation", "context_full", "cancelled"
+  std::map<int, int> decode_steps_by_threads;  // threads -> decode steps that ran with that many (decode_threads.h)
 
   double decode_ms_per_token() const { return generated_tokens.size() > 1 ? decode_ms / (generated_tokens.size() - 1) : 0.0; }
   int prefill_percent_from_blocks() const { return static_cast<int>(100.0 * prefill_share_from_blocks + 0.5); }
@@ -128,7 +129,9 @@ bool prefill_is_policy_independent(const policy::Policy* policy, int prompt_leng
 // `context_length` tokens: what generate refuses, for callers that check before they write anything.
 void check_fits_context(std::size_t prompt_tokens, int max_new_tokens, int context_length);
 
-// Sets the number of threads the kernels and BLAS use (0 = all cores).
-void set_threads(int threads);
+// Sets the number of threads the kernels and BLAS use (0 = all cores). With adapt_decode, a decode step may
+// run with fewer when that is faster (another process sharing the cores: decode_threads.h); without it
+// every step uses them all.
+void set_threads(int threads, bool adapt_decode = true);
 
 }  // namespace kvscope::engine
