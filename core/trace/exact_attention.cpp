@@ -82,8 +82,10 @@ AttentionRegion ExactAttention::region(int q0, int q1, int k0, int k1, int max_r
   auto range = [&](const char* what, int a, int b) {
     if (a >= b) throw UsageError(std::string(what) + " " + std::to_string(a) + ":" + std::to_string(b) + " is empty or reversed");
     if (a < 0 || b > n_positions_)
-      throw UsageError(std::string(what) + " " + std::to_string(a) + ":" + std::to_string(b) + " is outside the run's " +
-                       std::to_string(n_positions_) + " recorded positions (0:" + std::to_string(n_positions_) + ")");
+      throw UsageError(std::string(what) + " " + std::to_string(a) + ":" + std::to_string(b) + " is outside run '" + run_.name +
+                       "': it has q/k for positions 0:" + std::to_string(n_positions_) + " (the prompt's " +
+                       std::to_string(run_.prompt_length) + " and " + std::to_string(n_positions_ - run_.prompt_length) +
+                       " decoded)");
   };
   range("queries", q0, q1);
   range("keys", k0, k1);
@@ -103,42 +105,47 @@ AttentionRegion ExactAttention::region(int q0, int q1, int k0, int k1, int max_r
   m.values.assign(static_cast<std::size_t>(m.rows) * m.cols, 0.0f);
 
   const int d = head_dim_;
-  std::vector<float> keys(static_cast<std::size_t>(n_cols) * d), q(d), row(n_cols);
+  std::vector<float> keys(static_cast<std::size_t>(n_cols) * d);
   for (int j = 0; j < n_cols; ++j) halves_to_float(key(k0 + j), d, keys.data() + static_cast<std::size_t>(j) * d);
   const KeptMask* kept = layer_ < static_cast<int>(run_.kept_mask.size()) ? &run_.kept_mask[layer_] : nullptr;
 
-  for (int r = 0; r < n_rows; ++r) {
-    const int i = q0 + r;
-    const int step = step_of(i);
-    const int step_first = step == 0 ? 0 : step_end_[step - 1];
-    const float row_lse = lse(i);
-    halves_to_float(query(i), d, q.data());
-    // Keys before the step: those the cache held at the end of the previous step. Unknown without a kept mask.
-    const bool membership_known = step == 0 || (kept && step - 1 < kept->n_steps);
-    for (int c = 0; c < n_cols; ++c) {
-      const int j = k0 + c;
-      float p;
-      if (j > i) {
-        p = 0.0f;  // causal
-      } else if (j < step_first && membership_known && step > 0 &&
-                 (j >= kept->n_positions || kept->at(kv_head_, j, step - 1) != kKept)) {
-        p = 0.0f;  // not in the cache this row attended to
-      } else if (!membership_known || std::isnan(row_lse) || key_changed_[j] <= i) {
-        p = kNaN;
-      } else {
-        const float* k = keys.data() + static_cast<std::size_t>(c) * d;
-        float dot = 0.0f;
-        for (int t = 0; t < d; ++t) dot += q[t] * k[t];
-        p = std::exp(dot * scale_ - row_lse);
+  // Output rows are independent (a window zoomed into a long prompt asks for up to a million cells per frame).
+#pragma omp parallel for schedule(dynamic, 1) if (static_cast<long>(n_rows) * n_cols > 65536)
+  for (int R = 0; R < m.rows; ++R) {
+    std::vector<float> q(d), row(n_cols);
+    float* out_row = m.values.data() + static_cast<std::size_t>(R) * m.cols;
+    for (int r = R * row_block; r < std::min(n_rows, (R + 1) * row_block); ++r) {
+      const int i = q0 + r;
+      const int step = step_of(i);
+      const int step_first = step == 0 ? 0 : step_end_[step - 1];
+      const float row_lse = lse(i);
+      halves_to_float(query(i), d, q.data());
+      // Keys before the step: those the cache held at the end of the previous step. Unknown without a kept mask.
+      const bool membership_known = step == 0 || (kept && step - 1 < kept->n_steps);
+      for (int c = 0; c < n_cols; ++c) {
+        const int j = k0 + c;
+        float p;
+        if (j > i) {
+          p = 0.0f;  // causal
+        } else if (j < step_first && membership_known && step > 0 &&
+                   (j >= kept->n_positions || kept->at(kv_head_, j, step - 1) != kKept)) {
+          p = 0.0f;  // not in the cache this row attended to
+        } else if (!membership_known || std::isnan(row_lse) || key_changed_[j] <= i) {
+          p = kNaN;
+        } else {
+          const float* k = keys.data() + static_cast<std::size_t>(c) * d;
+          float dot = 0.0f;
+          for (int t = 0; t < d; ++t) dot += q[t] * k[t];
+          p = std::exp(dot * scale_ - row_lse);
+        }
+        row[c] = p;
       }
-      row[c] = p;
-    }
-    float* out_row = m.values.data() + static_cast<std::size_t>(r / row_block) * m.cols;
-    for (int c = 0; c < n_cols; ++c) {
-      float& cell = out_row[c / col_block];
-      if (std::isnan(cell)) continue;
-      if (std::isnan(row[c])) cell = kNaN;
-      else cell = pooling == Pooling::Max ? std::max(cell, row[c]) : cell + row[c];
+      for (int c = 0; c < n_cols; ++c) {
+        float& cell = out_row[c / col_block];
+        if (std::isnan(cell)) continue;
+        if (std::isnan(row[c])) cell = kNaN;
+        else cell = pooling == Pooling::Max ? std::max(cell, row[c]) : cell + row[c];
+      }
     }
   }
   if (pooling == Pooling::Mean)
