@@ -11,8 +11,6 @@
 #include <memory>
 
 #include "core/common/error.h"
-#include "core/engine/engine.h"
-#include "core/policy/registry.h"
 #include "core/trace/exact_attention.h"
 #include "core/trace/float16.h"
 #include "core/trace/hdf5_reader.h"
@@ -20,6 +18,7 @@
 #include "core/trace/live_trace.h"
 #include "core/trace/recorder.h"
 #include "tests/support/default_model.h"
+#include "tests/support/recorder_run.h"
 #include "tests/support/temp_file.h"
 
 using namespace kvscope;
@@ -70,31 +69,14 @@ struct Recorded {
 
 Recorded record(const model::Model& model, const std::vector<int>& prompt, const std::string& policy,
                 const std::string& budget, const std::filesystem::path& file = {}) {
-  auto p = policy::make_policy(policy);
-  engine::Engine engine(model);
-  engine::GenerateOptions options;
-  options.max_new_tokens = kNewTokens;
-  options.stop_at_end_of_generation = false;
-  if (!budget.empty()) options.budget = policy::BudgetSpec::parse(budget);
-  trace::RecordOptions ro = trace::RecordOptions::parse("qk=on");
-  trace::RecordedRun rr;
-  rr.name = trace::run_name(policy, budget);
-  rr.config = model.config;
-  rr.tokenizer = model.tokenizer.get();
-  rr.prompt = prompt;
-  rr.max_new_tokens = kNewTokens;
-  rr.policy = p.policy.get();
+  const trace::RecordOptions options = trace::RecordOptions::parse("qk=on");
   trace::LiveTrace live(std::chrono::milliseconds(0));
   std::unique_ptr<trace::Hdf5Writer> writer;
   std::vector<trace::TraceSink*> sinks{&live};
   if (!file.empty()) sinks.push_back((writer = std::make_unique<trace::Hdf5Writer>(file)).get());
-  trace::Recorder recorder(ro, sinks, rr);
   Recorded out;
   out.tap = std::make_unique<QueryKeyTap>(model.config);
-  engine::RunHooks hooks;
-  hooks.policy = p.policy.get();
-  hooks.observers = {&recorder, out.tap.get()};
-  recorder.finish(engine.generate(prompt, options, hooks));
+  test::run_with_recorder(model, prompt, policy, budget, kNewTokens, &options, sinks, {out.tap.get()});
   if (writer) writer->close();
   out.trace = live.snapshot();
   return out;
