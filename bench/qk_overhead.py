@@ -19,7 +19,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trace_overhead import ROOT, prompt_text, timed  # noqa: E402
+from trace_overhead import ROOT, timed, write_prompt_of  # noqa: E402
 
 
 def qk_bytes(trace_file):
@@ -58,15 +58,7 @@ def main():
         for tokens in (int(t) for t in args.tokens.split(",")):
             common = ["--prompt-file", prompt_file, "--max-new-tokens", str(args.new_tokens), "--ignore-eos",
                       "--policy", args.policy]
-            chars = int(tokens * 4.4)  # English prose here runs about 4.4 characters per token; rescale once measured
-            for _ in range(3):
-                with open(prompt_file, "w", encoding="utf-8") as f:
-                    f.write(prompt_text(chars))
-                out, off_wall, _, off_cpu = timed([binary, "generate", "--json", *common])
-                n_prompt = len(json.loads(out)["prompt_tokens"])
-                if abs(n_prompt - tokens) <= tokens // 100:
-                    break
-                chars = int(chars * tokens / n_prompt)
+            n_prompt, off_wall, _, off_cpu = write_prompt_of(binary, prompt_file, tokens, common)
             row = {"tokens": n_prompt, "off_wall": off_wall, "off_cpu": off_cpu}
             for label, record in (("default", []), ("qk", ["--record", "qk=on"])):
                 trace_file = os.path.join(tmp, f"{label}.h5")
