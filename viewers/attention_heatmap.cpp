@@ -202,10 +202,12 @@ const HeatmapPlot* AttentionHeatmap::plot(const AppState& state) {
     exact_.reset();
     exact_run_ = state.runs[state.active].run;
     region_signature_.clear();
-    if (have_plot_ && trace::ExactAttention::available(*run)) {
+    if (have_plot_ && trace::ExactAttention::available(*run))
       exact_ = std::make_unique<trace::ExactAttention>(*exact_run_, state.sel.layer, state.sel.head);
-      // Names for the map's own cells only (not the key-mark strip under it). Decode rows are decode steps: row s
-      // is the token at prompt_length + s.
+    // Token names on the axes wherever a zoom shows single tokens: a full-resolution map, or any map with q/k. (A
+    // pooled map without them would put one token's name under a block of several.) Names for the map's own
+    // cells only, not the key-mark strip under it; decode rows are decode steps: row s is position prompt_length + s.
+    if (have_plot_ && (exact_ || cached_.map.full_resolution())) {
       const std::vector<std::string> tokens = position_tokens(*run);
       auto names = [&](std::size_t first, std::size_t count) {
         first = std::min(first, tokens.size());
