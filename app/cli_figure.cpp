@@ -19,7 +19,7 @@ namespace kvscope::app {
 namespace {
 
 struct FigureArgs {
-  std::string trace, view = "attention", out, run, size, scale = "log", cmap = "viridis", stat, series;
+  std::string trace, view = "attention", out, run, size, scale = "log", cmap = "viridis", stat, series, queries, keys;
   std::vector<std::string> runs;
   int layer = 0, head = 0, kv_head = 0, step = -1, token = -1, width = 1200, height = 800;
   float font = 0.0f;
@@ -43,6 +43,10 @@ Command register_figure(CLI::App& root) {
   cmd->add_option("--kv-head", a->kv_head, "KV head (similarity, timeline)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--step", a->step, "step whose kept set marks the keys (-1: last)");
   cmd->add_option("--token", a->token, "position to mark with guides (-1: none)");
+  cmd->add_option("--queries", a->queries,
+                  "attention: query positions A:B (B excluded) rebuilt exactly from the run's q/k (--record qk=on); "
+                  "pooled only where a pixel covers several tokens");
+  cmd->add_option("--keys", a->keys, "attention: key positions C:D (D excluded), as --queries");
   cmd->add_flag("--decode", a->decode, "attention/compare: decode rows instead of the prefill map");
   cmd->add_flag("--values", a->values, "similarity: value vectors instead of keys");
   cmd->add_flag("--all-caches", a->aggregate, "timeline: share of all (layer, KV head) caches holding each position");
@@ -77,6 +81,11 @@ Command register_figure(CLI::App& root) {
             o.layer = a->layer, o.head = a->head, o.kv_head = a->kv_head, o.step = a->step, o.token = a->token;
             o.decode = a->decode, o.values = a->values, o.aggregate = a->aggregate;
             o.stat = a->stat, o.series = a->series, o.runs = a->runs;
+            if (!a->queries.empty()) o.queries = viewers::parse_position_range("--queries", a->queries);
+            if (!a->keys.empty()) o.keys = viewers::parse_position_range("--keys", a->keys);
+            if ((o.queries || o.keys) && a->view != "attention")
+              throw UsageError("--queries/--keys belong to --view attention, not '" + a->view + "'");
+            o.max_rows = a->height, o.max_cols = a->width;
             o.scale = a->scale == "log" ? viewers::ScaleKind::Log : viewers::ScaleKind::Linear;
             for (viewers::Colormap c : viewers::kAllColormaps)
               if (a->cmap == viewers::colormap_name(c)) o.cmap = c;

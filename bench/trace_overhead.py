@@ -43,6 +43,22 @@ def prompt_text(chars):
     return "\n\n".join(out)[:chars]
 
 
+def write_prompt_of(binary, prompt_file, tokens, common):
+    """Writes sample prose of about `tokens` tokens (within 1 %) to prompt_file, measured by `kvscope generate
+    --json <common>` with it (up to three tries, rescaling). Returns (prompt tokens, wall s, peak RSS MiB, CPU s) of
+    the last generate run, which is the recording-off timing."""
+    chars = int(tokens * 4.4)  # English prose here runs about 4.4 characters per token
+    for _ in range(3):
+        with open(prompt_file, "w", encoding="utf-8") as f:
+            f.write(prompt_text(chars))
+        out, wall, rss, cpu = timed([binary, "generate", "--json", *common])
+        n_prompt = len(json.loads(out)["prompt_tokens"])
+        if abs(n_prompt - tokens) <= tokens // 100:
+            break
+        chars = int(chars * tokens / n_prompt)
+    return n_prompt, wall, rss, cpu
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -70,16 +86,7 @@ def main():
                   "--threads", str(args.threads)]
         if args.budget:
             common += ["--budget", args.budget]
-        # English prose here runs about 4.4 characters per token; measure once and rescale.
-        chars = int(args.tokens * 4.4)
-        for _ in range(3):
-            with open(prompt_file, "w", encoding="utf-8") as f:
-                f.write(prompt_text(chars))
-            out, off_wall, off_rss, off_cpu = timed([binary, "generate", "--json", *common])
-            n_prompt = len(json.loads(out)["prompt_tokens"])
-            if abs(n_prompt - args.tokens) <= args.tokens // 100:
-                break
-            chars = int(chars * args.tokens / n_prompt)
+        n_prompt, off_wall, off_rss, off_cpu = write_prompt_of(binary, prompt_file, args.tokens, common)
         off = [(off_wall, off_rss, off_cpu)]
         on = []
         record = (["--record", args.record] if args.record else []) + ["--gzip", str(args.gzip)]

@@ -3,7 +3,10 @@
 #include <imgui.h>
 #include <implot.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+
 
 namespace kvscope::viewers {
 
@@ -31,7 +34,49 @@ std::vector<uint8_t> key_marks(const trace::RunTrace& run, int layer, int kv_hea
   return marks;
 }
 
+// Token text of every position (prompt, then generated), as an axis names the cells.
+std::vector<std::string> position_tokens(const trace::RunTrace& run) {
+  std::vector<std::string> out;
+  for (const auto& piece : run.prompt_strings) out.push_back(display_token(piece));
+  for (const auto& piece : run.generated_strings) out.push_back(display_token(piece));
+  return out;
+}
+
+// "queries 12..40" or "query 12".
+std::string span_text(const char* one, const char* many, int first, int end) {
+  return end - first == 1 ? std::string(one) + " " + std::to_string(first)
+                          : std::string(many) + " " + std::to_string(first) + ".." + std::to_string(end - 1);
+}
+
 }  // namespace
+
+HeatmapPlot exact_attention_plot(const trace::RunTrace& run, const Selection& sel, int q0, int q1, int k0, int k1,
+                                 int max_rows, int max_cols, ScaleKind scale, Colormap cmap) {
+  const trace::ExactAttention exact(run, sel.layer, sel.head);
+  trace::AttentionRegion region = exact.region(q0, q1, k0, k1, max_rows, max_cols, trace::Pooling::Max);
+  HeatmapPlot out;
+  out.map = std::move(region.map);
+  out.x_origin = k0;
+  out.y_origin = q0;
+  out.scale = ColorScale::fit(out.map.values.data(), out.map.values.size(), scale);
+  out.cmap = cmap;
+  const bool pooled = !out.map.full_resolution();
+  out.title = run.name + "  layer " + std::to_string(sel.layer) + ", head " + std::to_string(sel.head) + "  " +
+              span_text("query", "queries", q0, q1) + " x " + span_text("key", "keys", k0, k1) +
+              (pooled ? "  (exact, max over " + std::to_string(out.map.row_block) + "x" + std::to_string(out.map.col_block) +
+                            " tokens a cell)"
+                      : "  (exact, every token)");
+  out.x_label = "key position";
+  out.y_label = "query position";
+  out.colorbar_label = scale == ScaleKind::Log ? "log10 attention" : "attention";
+  out.x_tokens = position_tokens(run);
+  out.y_tokens.assign(out.x_tokens.begin(), out.x_tokens.begin() + std::min<std::size_t>(q1, out.x_tokens.size()));
+  const auto all_marks = key_marks(run, sel.layer, kv_head_of(sel.head, shape_of(run)), sel.step, k1);
+  out.column_marks.assign(all_marks.begin() + k0, all_marks.end());
+  out.signature = run_signature(run) + "|exact|" + std::to_string(sel.layer) + "," + std::to_string(sel.head) + "|" +
+                  std::to_string(q0) + ":" + std::to_string(q1) + "," + std::to_string(k0) + ":" + std::to_string(k1);
+  return out;
+}
 
 bool attention_plot(const trace::RunTrace& run, const Selection& sel, bool decode, bool marks, ScaleKind scale,
                     Colormap cmap, int max_cells, HeatmapPlot& out, std::string& why) {
@@ -59,36 +104,88 @@ bool attention_plot(const trace::RunTrace& run, const Selection& sel, bool decod
   return true;
 }
 
-void attention_tooltip(const trace::RunTrace& run, const HeatmapPlot& plot, const Selection& sel, bool decode) {
+void attention_tooltip(const trace::RunTrace& run, const HeatmapPlot& plot, const Selection& sel, bool decode,
+                       const trace::ExactAttention* exact) {
   if (!ImPlot::IsPlotHovered()) return;
   const ImPlotPoint mp = ImPlot::GetPlotMousePos();
   int r = 0, c = 0;
-  if (!cell_at(plot.map, mp.x, mp.y, r, c)) return;
+  if (!cell_at(plot.map, mp.x - plot.x_origin, mp.y - plot.y_origin, r, c)) return;
   const CellSpan span = cell_span(plot.map, r, c);
+  const int q_offset = decode ? run.prompt_length : 0;
+  // The single (query, key) under the pointer, whatever the pooling, when q/k can rebuild it.
+  const int query = q_offset + static_cast<int>(std::floor(mp.y)), key = static_cast<int>(std::floor(mp.x));
+  const bool single = exact && query >= 0 && query < exact->n_queries() && key >= 0 && key < exact->n_keys();
   ImGui::BeginTooltip();
-  if (decode) {
-    ImGui::Text("decode step %d  (query %s)", span.row_begin,
-                token_label(run, run.prompt_length + span.row_begin).c_str());
-  } else if (span.row_end - span.row_begin == 1) {
-    ImGui::Text("query %s", token_label(run, span.row_begin).c_str());
+  if (single) {
+    ImGui::Text("query %s%s", token_label(run, query).c_str(),
+                decode ? ("  (decode step " + std::to_string(query - run.prompt_length) + ")").c_str() : "");
+    ImGui::Text("key   %s", token_label(run, key).c_str());
+    const float p = exact->probability(query, key);
+    if (std::isnan(p)) ImGui::Text("p absent: not rebuildable exactly (the row's layer was edited before it attended, or a merge changed the key)");
+    else ImGui::Text("p %.6g  (exact, from the recorded q/k)", p);
+    if (!plot.map.full_resolution())
+      ImGui::TextDisabled("pooled map: %s %.4g over queries %d..%d / keys %d..%d", plot.map.pooling == trace::Pooling::Max ? "max" : "mean",
+                          plot.map.at(r, c), q_offset + span.row_begin, q_offset + span.row_end - 1, span.col_begin, span.col_end - 1);
   } else {
-    ImGui::Text("queries %d..%d  (%s ..)", span.row_begin, span.row_end - 1, token_label(run, span.row_begin).c_str());
+    if (decode) {
+      ImGui::Text("decode step %d  (query %s)", span.row_begin, token_label(run, run.prompt_length + span.row_begin).c_str());
+    } else if (span.row_end - span.row_begin == 1) {
+      ImGui::Text("query %s", token_label(run, span.row_begin).c_str());
+    } else {
+      ImGui::Text("queries %d..%d  (%s ..)", span.row_begin, span.row_end - 1, token_label(run, span.row_begin).c_str());
+    }
+    if (span.col_end - span.col_begin == 1) ImGui::Text("key   %s", token_label(run, span.col_begin).c_str());
+    else ImGui::Text("keys  %d..%d  (%s ..)", span.col_begin, span.col_end - 1, token_label(run, span.col_begin).c_str());
+    const float v = plot.map.at(r, c);
+    ImGui::Text("%s %.4g%s", plot.map.pooling == trace::Pooling::Max ? "p" : "mean p", v,
+                plot.map.full_resolution() ? "" : plot.map.pooling == trace::Pooling::Max ? "  (max over the block)" : "");
+    if (!plot.map.full_resolution() && !trace::ExactAttention::available(run))
+      ImGui::TextDisabled("pooled map only: the run was recorded without q/k (--record qk=on gives exact cells)");
   }
-  if (span.col_end - span.col_begin == 1) ImGui::Text("key   %s", token_label(run, span.col_begin).c_str());
-  else ImGui::Text("keys  %d..%d  (%s ..)", span.col_begin, span.col_end - 1, token_label(run, span.col_begin).c_str());
-  const float v = plot.map.at(r, c);
-  ImGui::Text("%s %.4g%s", plot.map.pooling == trace::Pooling::Max ? "p" : "mean p", v,
-              plot.map.full_resolution() ? "" : plot.map.pooling == trace::Pooling::Max ? "  (max over the block)" : "");
   const int kv = kv_head_of(sel.head, shape_of(run));
   const auto kept = entry_states(run, sel.layer, kv);
   const int n_pos = shape_of(run).n_positions;
-  if (n_pos > 0 && !kept.empty() && span.col_begin < n_pos) {
+  const int key_shown = single ? key : span.col_begin;
+  if (n_pos > 0 && !kept.empty() && key_shown < n_pos) {
     const int n_steps = static_cast<int>(kept.size()) / n_pos;
-    const auto st = static_cast<EntryState>(kept[static_cast<std::size_t>(n_steps - 1) * n_pos + span.col_begin]);
-    ImGui::TextDisabled("key #%d at the end (layer %d, kv head %d): %s", span.col_begin, sel.layer, kv, entry_state_name(st));
+    const auto st = static_cast<EntryState>(kept[static_cast<std::size_t>(n_steps - 1) * n_pos + key_shown]);
+    ImGui::TextDisabled("key #%d at the end (layer %d, kv head %d): %s", key_shown, sel.layer, kv, entry_state_name(st));
   }
   ImGui::TextDisabled("click: select the key token everywhere");
   ImGui::EndTooltip();
+}
+
+void AttentionHeatmap::draw_exact_region(const AppState& state, const HeatmapPlot& overview) {
+  region_shown_ = false;
+  const trace::RunTrace* run = state.active_run();
+  if (!exact_ || !run || overview.map.full_resolution()) return;  // a full-resolution map already shows every token
+  const int q_offset = decode ? run->prompt_length : 0;
+  const ImPlotRect lim = ImPlot::GetPlotLimits();
+  const ImVec2 pixels = ImPlot::GetPlotSize();
+  auto clamp_to = [](double v, int hi) { return std::clamp(static_cast<int>(v), 0, std::max(0, hi)); };
+  const int rows = std::min(overview.map.source_rows, exact_->n_queries() - q_offset);
+  const int cols = std::min(overview.map.source_cols, exact_->n_keys());
+  const int r0 = clamp_to(std::floor(lim.Y.Min), rows), r1 = clamp_to(std::ceil(lim.Y.Max), rows);
+  const int c0 = clamp_to(std::floor(lim.X.Min), cols), c1 = clamp_to(std::ceil(lim.X.Max), cols);
+  if (r1 <= r0 || c1 <= c0 || static_cast<long>(r1 - r0) * (c1 - c0) > kMaxExactCells) return;
+  const int max_rows = std::max(1, static_cast<int>(pixels.y)), max_cols = std::max(1, static_cast<int>(pixels.x));
+  const std::string sig = signature_ + "|" + std::to_string(r0) + ":" + std::to_string(r1) + "," + std::to_string(c0) + ":" +
+                          std::to_string(c1) + "|" + std::to_string(max_rows) + "x" + std::to_string(max_cols);
+  if (sig != region_signature_) {
+    region_signature_ = sig;
+    region_ = HeatmapPlot{};
+    region_.map = exact_->region(q_offset + r0, q_offset + r1, c0, c1, max_rows, max_cols, trace::Pooling::Max).map;
+  }
+  // The overview's colour scale, so the rebuilt region continues the picture around it.
+  const std::string texture_sig = sig + "|" + colormap_name(overview.cmap) + std::to_string(overview.scale.vmin) + "," +
+                                  std::to_string(overview.scale.vmax) + (overview.scale.kind == ScaleKind::Log ? "log" : "lin");
+  const trace::Map2D& m = region_.map;
+  const ImTextureID tex = state.textures->get("attention_exact", texture_sig, [&] {
+    return colorize(m.values.data(), m.rows, m.cols, overview.scale, overview.cmap);
+  });
+  if (tex == ImTextureID_Invalid) return;
+  plot_map_image("##exact", tex, c0, r0, c0 + static_cast<double>(m.cols) * m.col_block, r0 + static_cast<double>(m.rows) * m.row_block);
+  region_shown_ = true;
 }
 
 const HeatmapPlot* AttentionHeatmap::plot(const AppState& state) {
@@ -102,6 +199,23 @@ const HeatmapPlot* AttentionHeatmap::plot(const AppState& state) {
     std::string why;
     have_plot_ = attention_plot(*run, state.sel, decode, show_marks, state.scale, state.cmap, max_cells, cached_, why);
     if (!have_plot_) cached_.title = why;
+    exact_.reset();
+    exact_run_ = state.runs[state.active].run;
+    region_signature_.clear();
+    if (have_plot_ && trace::ExactAttention::available(*run))
+      exact_ = std::make_unique<trace::ExactAttention>(*exact_run_, state.sel.layer, state.sel.head);
+    // Token names on the axes wherever a zoom shows single tokens: a full-resolution map, or any map with q/k. (A
+    // pooled map without them would put one token's name under a block of several.) Names for the map's own
+    // cells only, not the key-mark strip under it; decode rows are decode steps: row s is position prompt_length + s.
+    if (have_plot_ && (exact_ || cached_.map.full_resolution())) {
+      const std::vector<std::string> tokens = position_tokens(*run);
+      auto names = [&](std::size_t first, std::size_t count) {
+        first = std::min(first, tokens.size());
+        return std::vector<std::string>(tokens.begin() + first, tokens.begin() + std::min(tokens.size(), first + count));
+      };
+      cached_.x_tokens = names(0, cached_.map.source_cols);
+      cached_.y_tokens = names(decode ? run->prompt_length : 0, cached_.map.source_rows);
+    }
   }
   return have_plot_ ? &cached_ : nullptr;
 }
@@ -136,9 +250,24 @@ void AttentionHeatmap::draw(AppState& state) {
   const trace::RunTrace& r = *run;
   const Selection sel = state.sel;
   int clicked = -1;
+  if (p->map.full_resolution()) ImGui::TextDisabled("every token (the recorded map is at full resolution)");
+  else if (exact_ && region_shown_) ImGui::TextDisabled("zoomed: exact attention rebuilt from the recorded q/k for the visible region");
+  else if (exact_)
+    ImGui::TextDisabled("overview pooled %dx%d tokens a cell; zoom in for exact attention from q/k (hover: the exact cell)",
+                        p->map.row_block, p->map.col_block);
+  else ImGui::TextDisabled("pooled %dx%d tokens a cell; recorded without q/k (--record qk=on), so zooming cannot show single tokens",
+                           p->map.row_block, p->map.col_block);
+  std::optional<HeatmapPlot> zoomed;  // a script's zoom: this frame's copy carries the limits
+  if (state.attention_zoom) {
+    zoomed = *p;
+    zoomed->view = state.attention_zoom;
+    state.attention_zoom.reset();
+    p = &*zoomed;
+  }
   draw_heatmap("attention", *p, ImGui::GetContentRegionAvail(), *state.textures, [&] {
+    draw_exact_region(state, *p);
     token_guides(state.token, !decode);
-    attention_tooltip(r, *p, sel, decode);
+    attention_tooltip(r, *p, sel, decode, exact_.get());
     if (plot_clicked()) {
       const ImPlotPoint mp = ImPlot::GetPlotMousePos();
       if (mp.x >= 0 && mp.x < p->map.source_cols) clicked = static_cast<int>(mp.x);

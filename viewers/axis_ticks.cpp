@@ -242,7 +242,38 @@ void category_locator(ImPlotTicker& ticker, const ImPlotRange& range, float pixe
                                           names, font_extent(vertical)));
 }
 
+int number_format(double value, char* buf, int size, void*) { return std::snprintf(buf, size, "%g", value); }
+
+// Token text under each cell (ticks at p + 0.5) once every visible cell is wide (or tall) enough for its
+// label; numbers at round steps before that.
+void token_locator(ImPlotTicker& ticker, const ImPlotRange& range, float pixels, bool vertical, ImPlotFormatter,
+                   void* data) {
+  const auto& names = *static_cast<const std::vector<std::string>*>(data);
+  const double lo = range.Min, hi = range.Max;
+  const int first = std::max(0, static_cast<int>(std::ceil(lo - 0.5))),
+            last = std::min(static_cast<int>(names.size()) - 1, static_cast<int>(std::floor(hi - 0.5)));
+  constexpr int kMostLabels = 200;  // beyond this many cells no screen gives each a readable label
+  if (hi > lo && last >= first && last - first < kMostLabels) {
+    const double cell = pixels / (hi - lo);
+    const LabelExtent extent = font_extent(vertical);
+    const double room = vertical ? ImGui::GetFontSize() * 1.05 : ImGui::GetFontSize() * 0.4;
+    bool fits = true;
+    for (int c = first; c <= last && fits; ++c) fits = cell >= extent(names[c]) + (vertical ? 0.0 : room);
+    if (vertical) fits = fits && cell >= room;
+    if (fits) {
+      for (int c = first; c <= last; ++c) ticker.AddTick(c + 0.5, true, 0, true, names[c].c_str());
+      return;
+    }
+  }
+  linear_locator(ticker, range, pixels, vertical, number_format, nullptr);
+}
+
 }  // namespace
+
+void use_token_ticks(ImAxis axis, const std::vector<std::string>& tokens) {
+  ImPlot::SetupAxisFormat(axis, number_format, const_cast<std::vector<std::string>*>(&tokens));
+  ImPlot::GetCurrentPlot()->Axes[axis].Locator = token_locator;
+}
 
 void use_spaced_ticks(ImAxis axis) {
   ImPlotAxis& ax = ImPlot::GetCurrentPlot()->Axes[axis];

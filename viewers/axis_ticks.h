@@ -59,5 +59,8 @@ std::string tick_text(double value);
 // labels at 0, 1, 2 ...) must outlive EndPlot.
 void use_spaced_ticks(ImAxis axis);
 void use_category_ticks(ImAxis axis, const std::vector<std::string>& names);
+// A position axis (cell p spans [p, p + 1)) that names each cell with tokens[p] once every visible cell has
+// room for its label, and shows round numbers before that. `tokens` must outlive EndPlot.
+void use_token_ticks(ImAxis axis, const std::vector<std::string>& tokens);
 
 }  // namespace kvscope::viewers

@@ -151,6 +151,19 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
   ImPlot::EndPlot();
 }
 
+void plot_map_image(const char* id, ImTextureID texture, double x0, double y0, double x1, double y1) {
+  // The OpenGL backend binds a linear sampler for every draw (it overrides the texture's own GL_NEAREST), which
+  // blurred neighbouring cells into each other when zoomed in: ask for nearest sampling around the map and
+  // linear again after it (the font atlas wants it). Offscreen export has no backend callbacks and samples
+  // nearest by itself (soft_render.cpp).
+  const ImGuiPlatformIO& io = ImGui::GetPlatformIO();
+  ImDrawList* dl = ImPlot::GetPlotDrawList();
+  if (io.DrawCallback_SetSamplerNearest) dl->AddCallback(io.DrawCallback_SetSamplerNearest, nullptr);
+  // The axis is inverted (row 0 on top) while PlotImage assumes y up, so the v coordinates flip.
+  ImPlot::PlotImage(id, ImTextureRef(texture), ImPlotPoint(x0, y0), ImPlotPoint(x1, y1), ImVec2(0, 1), ImVec2(1, 0));
+  if (io.DrawCallback_SetSamplerLinear) dl->AddCallback(io.DrawCallback_SetSamplerLinear, nullptr);
+}
+
 void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureStore& textures, const PlotHook& hook) {
   const trace::Map2D& m = plot.map;
   const float font = ImGui::GetFontSize();
@@ -175,21 +188,22 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
   if (open) {
     ImPlot::SetupAxis(ImAxis_X1, plot.x_label.empty() ? nullptr : plot.x_label.c_str());
     ImPlot::SetupAxis(ImAxis_Y1, plot.y_label.empty() ? nullptr : plot.y_label.c_str(), ImPlotAxisFlags_Invert);
-    use_spaced_ticks(ImAxis_X1);
-    use_spaced_ticks(ImAxis_Y1);
-    ImPlot::SetupAxesLimits(0, std::max(1, m.source_cols), 0, std::max(1.0, m.source_rows + strip),
+    if (plot.x_tokens.empty()) use_spaced_ticks(ImAxis_X1);
+    else use_token_ticks(ImAxis_X1, plot.x_tokens);
+    if (plot.y_tokens.empty()) use_spaced_ticks(ImAxis_Y1);
+    else use_token_ticks(ImAxis_Y1, plot.y_tokens);
+    const double x0 = plot.x_origin, y0 = plot.y_origin;
+    ImPlot::SetupAxesLimits(x0, x0 + std::max(1, m.source_cols), y0, y0 + std::max(1.0, m.source_rows + strip),
                             refit ? ImPlotCond_Always : ImPlotCond_Once);
+    if (plot.view) ImPlot::SetupAxesLimits((*plot.view)[0], (*plot.view)[1], (*plot.view)[2], (*plot.view)[3], ImPlotCond_Always);
     // Category legends sit outside (they describe every cell); the key-mark legend fits in the empty
     // upper-right triangle of a causal map and so costs no width in narrow compare columns.
     ImPlot::SetupLegend(ImPlotLocation_NorthEast, legend ? ImPlotLegendFlags_Outside : 0);
     ImPlot::SetupFinish();  // the plot background is painted here, with the colour pushed above
     ImPlot::PopStyleColor();
-    if (tex != ImTextureID_Invalid) {
-      // The axis is inverted (row 0 on top) while PlotImage assumes y up, so the v coordinates flip.
-      ImPlot::PlotImage("##map", ImTextureRef(tex), ImPlotPoint(0, 0),
-                        ImPlotPoint(static_cast<double>(m.cols) * m.col_block, static_cast<double>(m.rows) * m.row_block),
-                        ImVec2(0, 1), ImVec2(1, 0));
-    }
+    if (tex != ImTextureID_Invalid)
+      plot_map_image("##map", tex, x0, y0, x0 + static_cast<double>(m.cols) * m.col_block,
+                     y0 + static_cast<double>(m.rows) * m.row_block);
     for (const auto& c : plot.categories) {
       ImPlotSpec spec;
       spec.LineColor = to_vec4(c.color);
@@ -199,11 +213,11 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
     if (marks) {
       ImDrawList* dl = ImPlot::GetPlotDrawList();
       ImPlot::PushPlotClipRect();
-      const double y0 = m.source_rows + 0.15 * strip, y1 = m.source_rows + strip;
+      const double ys = y0 + m.source_rows + 0.15 * strip, ye = y0 + m.source_rows + strip;
       for (int c = 0; c < static_cast<int>(plot.column_marks.size()); ++c) {
         if (!plot.column_marks[c]) continue;
         const Rgba col = plot.column_marks[c] == 2 ? kMergedColor : kEvictedColor;
-        const ImVec2 a = ImPlot::PlotToPixels(c, y0), b = ImPlot::PlotToPixels(c + 1, y1);
+        const ImVec2 a = ImPlot::PlotToPixels(x0 + c, ys), b = ImPlot::PlotToPixels(x0 + c + 1, ye);
         // At least a pixel wide, so single evicted keys stay visible when zoomed out.
         dl->AddRectFilled(ImVec2(std::min(a.x, b.x), std::min(a.y, b.y)),
                           ImVec2(std::max({a.x, b.x, std::min(a.x, b.x) + 1.0f}), std::max(a.y, b.y)),

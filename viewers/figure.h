@@ -2,6 +2,8 @@
 // What a panel shows, as data: line/bar plots and heatmaps with their titles, axes, labels and colour
 // scales. The window draws them with ImPlot; figure_export draws the same specs offscreen to PNG (and
 // line/bar plots to SVG), so an exported figure is the panel the user was looking at.
+#include <array>
+#include <optional>
 #include <functional>
 #include <string>
 #include <variant>
@@ -54,6 +56,13 @@ struct HeatmapPlot {
   std::vector<uint8_t> column_marks;
   bool mark_legend = true;  // name the mark colours in a legend (off in narrow compare columns)
   std::string signature;  // identifies the content, for texture caching
+  // Plot coordinates of the map's top-left corner: a region of a larger map (positions x_origin.., y_origin..).
+  double x_origin = 0.0, y_origin = 0.0;
+  // Per plot coordinate (a position: cell p spans [p, p + 1)), the token there: the axis names the cells once
+  // they are wide enough for it. Empty: numbers only.
+  std::vector<std::string> x_tokens, y_tokens;
+  // x0, x1, y0, y1 the plot shows from this frame on (a script's zoom); unset: the whole map, then the user's view.
+  std::optional<std::array<double, 4>> view;
 };
 
 struct Figure {
@@ -70,6 +79,10 @@ using PlotHook = std::function<void()>;
 void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const PlotHook& hook = {});
 void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureStore& textures, const PlotHook& hook = {});
 void draw_figure(const Figure& figure, ImVec2 size, TextureStore& textures);
+
+// Draws an image texture over plot coordinates [x0, x1) x [y0, y1) of the current plot (y axis inverted, as in
+// draw_heatmap) with nearest-texel sampling, so a cell stays one flat colour however far it is magnified.
+void plot_map_image(const char* id, ImTextureID texture, double x0, double y0, double x1, double y1);
 
 // Adds our colormaps to the current ImPlot context (once per context) and returns its ImPlot index.
 int implot_colormap(Colormap cmap);

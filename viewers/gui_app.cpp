@@ -669,6 +669,17 @@ void App::step_script() {
         ImGui::GetIO().AddMousePosEvent(static_cast<float>(std::stoi(s.args[0])), static_cast<float>(std::stoi(s.args[1])));
         frames_left_ = 2;
         return;
+      } else if (c == "show") {
+        apply_updates();
+        const int index = std::stoi(arg);
+        if (index < 0 || index >= static_cast<int>(state_.runs.size()))
+          throw UsageError("'show " + arg + "': there are " + std::to_string(state_.runs.size()) + " runs (0.." +
+                           std::to_string(static_cast<int>(state_.runs.size()) - 1) + ")");
+        state_.active = index;
+      } else if (c == "zoom") {
+        state_.attention_zoom = std::array<double, 4>{std::stod(s.args[0]), std::stod(s.args[1]), std::stod(s.args[2]), std::stod(s.args[3])};
+        frames_left_ = 3;  // the limits apply next frame; the exact region follows them a frame later
+        return;
       } else if (c == "click") {
         ImGui::GetIO().AddMouseButtonEvent(ImGuiMouseButton_Left, true);
         release_click_ = true;

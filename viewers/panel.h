@@ -2,6 +2,7 @@
 // What every panel shares: the runs on screen, the selection that links panels (layer, head, step and
 // the selected token), the colour settings, and a few widgets. Panels read runs only through
 // std::shared_ptr<const RunTrace>, the immutable model the Session publishes.
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,8 @@ struct AppState {
   std::string export_panel;   // non-empty: open the export dialog for this panel's figure
   std::string focus_panel;    // non-empty: bring this panel's window to the front next frame
   std::optional<RunChoice> run_choice;  // set by a panel; the window runs it and clears it
+  // Keys [0], [1] across and rows [2], [3] down that the attention map shows next (a script's `zoom`), then cleared.
+  std::optional<std::array<double, 4>> attention_zoom;
 
   const trace::RunTrace* active_run() const {
     return active >= 0 && active < static_cast<int>(runs.size()) ? runs[active].run.get() : nullptr;

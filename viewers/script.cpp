@@ -23,6 +23,7 @@ const std::map<std::string, Arity>& commands() {
       {"wait", {0, 1}},         {"frames", {1, 1}},  {"screenshot", {1, 1}}, {"export", {2, 3}},     {"quit", {0, 0}},
       {"mouse", {2, 2}},        {"click", {0, 0}},   {"layout", {1, 1}},     {"open-sweep", {1, 1}}, {"sweep", {2, 3}},
       {"metric", {1, 1}},       {"pick", {2, 2}},    {"save-file", {2, 2}},  {"minus", {1, 1}},
+      {"zoom", {4, 4}},         {"show", {1, 1}},
   };
   return c;
 }
@@ -90,10 +91,14 @@ std::vector<ScriptStep> parse_script(const std::string& text, const std::string&
     const std::string& c = step.command;
     if (c == "sweep" && n == 3 && !is_integer(step.args[2]))
       throw UsageError(where() + "'sweep' takes new tokens as an integer, got '" + step.args[2] + "'");
-    if ((c == "tokens" || c == "frames" || c == "layer" || c == "head" || c == "token" || c == "step") && !is_integer(step.args[0]))
+    if ((c == "tokens" || c == "frames" || c == "layer" || c == "head" || c == "token" || c == "step" || c == "show") &&
+        !is_integer(step.args[0]))
       throw UsageError(where() + "'" + c + "' needs an integer, got '" + step.args[0] + "'");
     if (c == "mouse" && (!is_integer(step.args[0]) || !is_integer(step.args[1])))
       throw UsageError(where() + "'mouse' needs two integer pixel coordinates, got '" + rest + "'");
+    if (c == "zoom" && (!std::all_of(step.args.begin(), step.args.end(), is_integer) || std::stoi(step.args[0]) >= std::stoi(step.args[1]) ||
+                        std::stoi(step.args[2]) >= std::stoi(step.args[3])))
+      throw UsageError(where() + "'zoom' needs KEY0 KEY1 ROW0 ROW1, integers with KEY0 < KEY1 and ROW0 < ROW1, got '" + rest + "'");
     if (c == "wait" && n == 1 && !is_integer(step.args[0]))
       throw UsageError(where() + "'wait' takes whole seconds, got '" + step.args[0] + "'");
     if (c == "view" || c == "export" || (c == "layout" && step.args[0] != "default")) {

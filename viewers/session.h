@@ -44,7 +44,8 @@ struct RunRequest {
   std::string policy_spec = "full"; // "snapkv:window=32,kernel=7"
   std::string budget;               // "128" or "20%"; empty: the whole prompt (full cache)
   int max_new_tokens = 32;
-  std::string record;               // trace::RecordOptions spec; empty: defaults
+  // trace::RecordOptions spec. The window records q/k, so a zoomed attention map shows single tokens exactly.
+  std::string record = "qk=on";
   std::string name;                 // run name; empty: "<policy spec>_b<budget>"
   std::string device = "cpu";       // compute backend: "cpu" or "cuda" (kvscope --device)
   // After the run, measure its fidelity to the full cache on the same prompt and new tokens (what

@@ -28,6 +28,20 @@ std::vector<std::unique_ptr<Panel>> make_view_panels() {
   return panels;
 }
 
+std::pair<int, int> parse_position_range(const std::string& option, const std::string& text) {
+  const auto colon = text.find(':');
+  try {
+    if (colon == std::string::npos) throw std::invalid_argument(text);
+    std::size_t used_a = 0, used_b = 0;
+    const std::string a = text.substr(0, colon), b = text.substr(colon + 1);
+    const int first = std::stoi(a, &used_a), end = std::stoi(b, &used_b);
+    if (used_a != a.size() || used_b != b.size()) throw std::invalid_argument(text);
+    return {first, end};
+  } catch (const std::exception&) {
+    throw UsageError(option + " takes positions A:B (A included, B excluded, e.g. 2760:2800), not '" + text + "'");
+  }
+}
+
 Figure view_figure(AppState& state, const std::string& view, const ViewOptions& o) {
   const trace::RunTrace* run = state.active_run();
   if (!run) throw Error("no run to draw");
@@ -40,7 +54,16 @@ Figure view_figure(AppState& state, const std::string& view, const ViewOptions& 
   state.scale = o.scale;
   state.cmap = o.cmap;
   Figure f;
-  if (view == "attention") {
+  if (view == "attention" && (o.queries || o.keys)) {
+    if (o.decode) throw UsageError("--queries/--keys take positions, decode rows included (from the prompt length on); drop --decode");
+    const trace::ExactAttention exact(*run, o.layer, o.head);  // refuses a run without q/k, naming the option
+    // One range alone: the other axis over what can be non-zero (keys up to the last query; queries from the
+    // first key on).
+    const auto [q0, q1] = o.queries.value_or(std::pair{o.keys ? std::max(0, o.keys->first) : 0, exact.n_queries()});
+    const auto [k0, k1] = o.keys.value_or(std::pair{0, std::min(std::max(1, q1), exact.n_keys())});
+    f.title = "attention";
+    f.parts.push_back(exact_attention_plot(*run, state.sel, q0, q1, k0, k1, o.max_rows, o.max_cols, o.scale, o.cmap));
+  } else if (view == "attention") {
     AttentionHeatmap p;
     p.decode = o.decode;
     f = p.figure(state);

@@ -2,7 +2,9 @@
 // The panels by name, for the window and for `kvscope figure`, which renders a panel's figure from a
 // trace file without a window: the same builders, so the CLI and the export menu agree.
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "viewers/panel.h"
@@ -22,7 +24,14 @@ struct ViewOptions {
   ScaleKind scale = ScaleKind::Log;
   Colormap cmap = Colormap::Viridis;
   std::vector<std::string> runs;  // compare: run names, first is the reference (empty: up to 4)
+  // attention: only queries [first, end) x keys [first, end), rebuilt exactly from the run's q/k (either alone:
+  // the other axis whole), pooled only where the figure has fewer than max_rows x max_cols cells for it.
+  std::optional<std::pair<int, int>> queries, keys;
+  int max_rows = 1024, max_cols = 1024;
 };
+
+// "A:B" -> {A, B} (positions, B exclusive); throws UsageError naming `option` for anything else.
+std::pair<int, int> parse_position_range(const std::string& option, const std::string& text);
 
 // The figure of view `view` for `state` (runs loaded, `state.active` set). Throws UsageError for an
 // unknown view or run name and Error when the view has nothing to show, naming what is missing.

@@ -30,6 +30,8 @@ void emit_run(const RunTrace& run, TraceSink& sink, const std::string& name) {
     layout.decode_pooling = first_decode->pooling;
   }
   layout.nmse = !run.nmse.empty();
+  layout.qk = !run.qk.empty();
+  layout.qk_scale = run.qk_scale;
   const int id = sink.begin_run(std::move(layout));
 
   auto send_maps = [&](MapKind kind, const RunTrace::MapTable& table) {
@@ -80,6 +82,7 @@ void emit_run(const RunTrace& run, TraceSink& sink, const std::string& name) {
     }
     sink.append_step(id, std::move(rec));
   }
+  for (const QKSpanRef& span : run.qk) sink.append_qk(id, span);
 
   for (const auto& [series_name, series] : run.policy_series) sink.write_series(id, series_name, series);
   if (!run.layer_budgets.empty()) sink.write_layer_budgets(id, run.layer_budgets);

@@ -93,6 +93,33 @@ Opened open_trace(const std::filesystem::path& path) {
   return o;
 }
 
+// The whole `qk/` group as one span from position 0. Shapes are checked against the run's so a damaged
+// file gives an error here rather than a wrong cell later.
+void read_qk(hid_t qk, RunTrace& r) {
+  auto span = std::make_shared<QKSpan>();
+  const auto scale = h5::get_double_attr(qk, "score_scale");
+  if (!scale || !(*scale > 0.0)) throw Error("'" + h5::name_of(qk) + "' has no positive attribute 'score_scale'");
+  for (int l = 0; l < r.n_layers; ++l) {
+    Handle lg = open_group(qk, indexed_name("layer_", l));
+    Handle q = open_dataset(lg, "queries"), k = open_dataset(lg, "keys"), lse = open_dataset(lg, "lse");
+    const auto qd = h5::dataset_dims(q), kd = h5::dataset_dims(k), ld = h5::dataset_dims(lse);
+    const std::vector<hsize_t> want_q{qd.empty() ? 0 : qd[0], static_cast<hsize_t>(r.n_heads), static_cast<hsize_t>(r.head_dim)};
+    const std::vector<hsize_t> want_k{want_q[0], static_cast<hsize_t>(r.n_kv_heads), want_q[2]};
+    const std::vector<hsize_t> want_lse{want_q[0], want_q[1]};
+    if (qd != want_q || kd != want_k || ld != want_lse)
+      throw Error("'" + h5::name_of(lg) + "': queries, keys and lse disagree with each other or with the run's shape (" +
+                  std::to_string(r.n_heads) + " heads, " + std::to_string(r.n_kv_heads) + " kv heads, head_dim " +
+                  std::to_string(r.head_dim) + ")");
+    if (l > 0 && static_cast<int>(want_q[0]) != span->n_positions)
+      throw Error("'" + h5::name_of(lg) + "' holds " + std::to_string(want_q[0]) + " positions, layer 0 holds " +
+                  std::to_string(span->n_positions));
+    span->n_positions = static_cast<int>(want_q[0]);
+    span->layers.push_back({h5::read_half_bits(q), h5::read_half_bits(k), h5::read_floats(lse)});
+  }
+  r.qk_scale = *scale;
+  if (span->n_positions > 0) r.qk.push_back(std::move(span));
+}
+
 void read_run_body(hid_t g, RunTrace& r, const ReadOptions& options, const std::function<void(const std::string&)>& skip) {
   // Each part is read on its own so that a damaged object of an incomplete run costs only that part.
   auto part = [&](const std::string& what, const std::function<void()>& fn) {
@@ -277,6 +304,7 @@ void read_run_body(hid_t g, RunTrace& r, const ReadOptions& options, const std::
       r.kept_mask = std::move(masks);
     });
   }
+  if (options.qk && have("qk")) part("qk", [&] { read_qk(open_group(g, "qk"), r); });
   if (have("nmse")) {
     part("nmse", [&] {
       Handle d = open_dataset(g, "nmse");

@@ -15,6 +15,7 @@ struct ReadOptions {
   bool maps = true;             // attention / similarity / decode maps (the bulk of a file)
   bool kept_mask = true;
   std::vector<std::string> runs;  // only these runs (empty: all)
+  bool qk = true;               // exact attention's queries, keys and log-sum-exp (`qk/`, linear in the prompt)
 };
 
 TraceView read_trace(const std::filesystem::path& path, const ReadOptions& options = {});

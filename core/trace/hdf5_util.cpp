@@ -414,6 +414,7 @@ std::vector<double> read_doubles(hid_t dataset) { return read_native<double>(dat
 std::vector<int32_t> read_ints(hid_t dataset) { return read_native<int32_t>(dataset, H5T_NATIVE_INT32); }
 std::vector<int64_t> read_int64s(hid_t dataset) { return read_native<int64_t>(dataset, H5T_NATIVE_INT64); }
 std::vector<uint8_t> read_bytes(hid_t dataset) { return read_native<uint8_t>(dataset, H5T_NATIVE_UINT8); }
+std::vector<uint16_t> read_half_bits(hid_t dataset) { return read_native<uint16_t>(dataset, half_type()); }
 
 std::vector<std::string> read_strings(hid_t dataset) {
   Handle type(H5Dget_type(dataset));

@@ -107,6 +107,7 @@ std::vector<double> read_doubles(hid_t dataset);
 std::vector<int32_t> read_ints(hid_t dataset);
 std::vector<int64_t> read_int64s(hid_t dataset);
 std::vector<uint8_t> read_bytes(hid_t dataset);
+std::vector<uint16_t> read_half_bits(hid_t dataset);  // float16 as stored (bits), for data kept in half
 std::vector<std::string> read_strings(hid_t dataset);  // fixed- or variable-length
 // Writes into a fixed-length string dataset; throws Error naming the dataset when a value is longer than
 // its element size.

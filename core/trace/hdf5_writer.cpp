@@ -59,6 +59,7 @@ struct Hdf5Writer::State {
     Handle generated_ids, generated_strings, logprobs, events, nmse;
     std::vector<Handle> steps;  // parallel to kStepFields
     std::vector<Handle> kept, decode;
+    std::vector<Handle> qk_queries, qk_keys, qk_lse;  // per layer, when the run records q/k
     std::map<std::string, Handle> maps;  // map datasets still receiving rows
     hsize_t n_steps = 0;
   };
@@ -254,6 +255,33 @@ void Hdf5Writer::close() {
   }
 }
 
+namespace {
+// Exact attention's inputs (docs/trace-format.md, `qk/`): per layer, datasets that grow by position.
+void create_qk_group_datasets(hid_t run_group, const RunLayout& L, int gzip, std::vector<h5::Handle>& queries,
+                              std::vector<h5::Handle>& keys, std::vector<h5::Handle>& lse) {
+  const hsize_t unlimited = H5S_UNLIMITED, rows = 64;
+  const hsize_t heads = static_cast<hsize_t>(L.n_heads), kv = static_cast<hsize_t>(L.n_kv_heads),
+                d = static_cast<hsize_t>(L.head_dim);
+  h5::Handle qk = h5::ensure_group(run_group, "qk");
+  h5::set_attr(qk, "score_scale", L.qk_scale);
+  h5::set_attr(qk, "definition",
+               std::string("per layer: post-RoPE queries [position][head][dim] and keys [position][kv_head][dim] (float16) "
+                           "and each attention row's log-sum-exp lse [position][head] (float32, NaN: row not rebuildable). "
+                           "Attention of query head h at row i to key j = exp(score_scale * q_i.k_j - lse_i) with k of KV "
+                           "head h / (heads / kv_heads), for keys the row attended to (kept mask of the previous step, plus "
+                           "the step's own positions up to i) whose key no merge had changed"));
+  for (int l = 0; l < L.n_layers; ++l) {
+    h5::Handle lg = h5::ensure_group(qk, indexed_name("layer_", l));
+    queries.push_back(h5::create_dataset(lg, "queries", {h5::half_type(), {0, heads, d}, {unlimited, heads, d}, {rows, heads, d},
+                                                          gzip, {"position", "head", "dim"}}));
+    keys.push_back(h5::create_dataset(lg, "keys", {h5::half_type(), {0, kv, d}, {unlimited, kv, d}, {rows, kv, d}, gzip,
+                                                    {"position", "kv_head", "dim"}}));
+    lse.push_back(h5::create_dataset(lg, "lse", {H5T_IEEE_F32LE, {0, heads}, {unlimited, heads}, {rows * 16, heads}, gzip,
+                                                  {"position", "head"}}));
+  }
+}
+}  // namespace
+
 int Hdf5Writer::begin_run(RunLayout layout) {
   if (layout.name.empty()) throw UsageError("a trace run needs a name");
   for (char c : layout.name)
@@ -353,6 +381,7 @@ int Hdf5Writer::begin_run(RunLayout layout) {
                    std::string("CAOTE Fig. 3: ||o_compressed - o_full||^2 / ||o_full||^2 of the layer's attention output "
                                "(all query heads concatenated), compressed cache vs a shadow full cache, same query"));
     }
+    if (L.qk) create_qk_group_datasets(g, L, options_.gzip_level, run.qk_queries, run.qk_keys, run.qk_lse);
     H5Fflush(s.file, H5F_SCOPE_LOCAL);
     s.runs.push_back(std::move(run));
   });
@@ -586,6 +615,26 @@ void Hdf5Writer::append_step(int run, StepRecord record) {
     if (!rec.nmse.empty() && r.nmse.valid()) h5::append_rows(r.nmse, H5T_NATIVE_FLOAT, 1, rec.nmse.data());
     ++r.n_steps;
     h5::check_status(H5Fflush(s.file, H5F_SCOPE_LOCAL), "cannot flush after step " + std::to_string(step));
+  });
+}
+
+void Hdf5Writer::append_qk(int run, const QKSpanRef& span) {
+  std::size_t bytes = 0;
+  for (const auto& l : span->layers) bytes += (l.queries.size() + l.keys.size()) * 2 + l.lse.size() * 4;
+  post(bytes, [this, run, span] {
+    auto& r = state_->runs.at(run);
+    if (r.qk_queries.empty()) throw Error("run '" + r.layout.name + "' was begun without q/k datasets");
+    const hsize_t first = h5::dataset_dims(r.qk_lse.front())[0];
+    if (first != static_cast<hsize_t>(span->first_position))
+      throw Error("q/k span starts at position " + std::to_string(span->first_position) + ", the file holds " +
+                  std::to_string(first));
+    const hsize_t n = static_cast<hsize_t>(span->n_positions);
+    for (std::size_t l = 0; l < r.qk_queries.size() && l < span->layers.size(); ++l) {
+      const QKSpan::Layer& layer = span->layers[l];
+      h5::append_rows(r.qk_queries[l], h5::half_type(), n, layer.queries.data());
+      h5::append_rows(r.qk_keys[l], h5::half_type(), n, layer.keys.data());
+      h5::append_rows(r.qk_lse[l], H5T_NATIVE_FLOAT, n, layer.lse.data());
+    }
   });
 }
 

@@ -65,6 +65,7 @@ class Hdf5Writer final : public TraceSink {
   void write_series(int run, const std::string& name, const policy::Series& series) override;
   void write_layer_budgets(int run, const std::vector<int>& budgets) override;
   void append_step(int run, StepRecord record) override;
+  void append_qk(int run, const QKSpanRef& span) override;
   // Final attributes (stop reason, timings ...) and complete = 1.
   void end_run(int run, const std::map<std::string, std::string>& final_metadata) override;
 

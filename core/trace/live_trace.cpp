@@ -39,6 +39,7 @@ int LiveTrace::begin_run(RunLayout layout) {
   trace_.prompt_length = layout_.prompt_length;
   trace_.prompt_ids = layout_.prompt_ids;
   trace_.prompt_strings = layout_.prompt_strings;
+  trace_.qk_scale = layout_.qk ? layout_.qk_scale : 0.0;
   const std::size_t mask_row = static_cast<std::size_t>(layout_.n_kv_heads) * layout_.max_positions;
   kept_.assign(static_cast<std::size_t>(layout_.n_layers), AppendOnlyRows<uint8_t>(mask_row, 16));
   decode_ = AppendOnlyRows<float>(static_cast<std::size_t>(layout_.n_layers) * layout_.n_heads * layout_.decode_cols, 16);
@@ -129,6 +130,16 @@ void LiveTrace::append_step(int run, StepRecord rec) {
   // follows: it is published at once, not up to an interval later.
   const bool prefill_done = rec.stats.phase == 0 && rec.stats.seq_len >= layout_.prompt_length;
   if (prefill_done || std::chrono::steady_clock::now() - last_publish_ >= min_interval_) publish();
+}
+
+void LiveTrace::append_qk(int run, const QKSpanRef& span) {
+  check_run(run);
+  const int expected = trace_.qk.empty() ? 0 : trace_.qk.back()->first_position + trace_.qk.back()->n_positions;
+  if (!span || span->first_position != expected)
+    throw Error("live trace: q/k span starts at position " + std::to_string(span ? span->first_position : -1) +
+                ", expected " + std::to_string(expected));
+  trace_.qk.push_back(span);  // shared, not copied: the spans are immutable
+  bytes_since_publish_ += trace_.qk.moved_by_last_append() * sizeof(QKSpanRef);
 }
 
 void LiveTrace::end_run(int run, const std::map<std::string, std::string>& final_metadata) {

@@ -90,9 +90,11 @@ RecordOptions RecordOptions::parse(const std::string& spec) {
       o.attention = parse_switch(key, value);
     } else if (key == "stats") {
       o.stats = parse_switch(key, value);
+    } else if (key == "qk") {
+      o.qk = parse_switch(key, value);
     } else {
       throw UsageError("--record: unknown key '" + key +
-                       "' (valid: layers, heads, pooling, size, similarity, nmse, decode, attention, stats)");
+                       "' (valid: layers, heads, pooling, size, similarity, nmse, decode, attention, stats, qk)");
     }
   }
   return o;
@@ -109,6 +111,7 @@ std::string RecordOptions::to_json() const {
   j["similarity"] = similarity;
   j["decode_attention"] = decode_attention;
   j["nmse"] = nmse;
+  j["qk"] = qk;
   return j.dump();
 }
 
@@ -176,6 +179,12 @@ Recorder::Recorder(RecordOptions options, std::vector<TraceSink*> sinks, Recorde
     layout.decode_pooling = options_.pooling;
   }
   layout.nmse = options_.nmse;
+  if (options_.qk) {
+    qk_ = std::make_unique<QKRecording>(c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim);
+    layout.qk = true;
+    // The scale every backend's attention applies to q.k (kernels/cpu/attention.cpp, kernels/cuda/attention.cu).
+    layout.qk_scale = 1.0 / std::sqrt(static_cast<double>(static_cast<float>(c.head_dim)));
+  }
   for (TraceSink* sink : sinks_) run_ids_.push_back(sink->begin_run(layout));
   last_step_end_ = std::chrono::steady_clock::now();
 }
@@ -185,6 +194,8 @@ Recorder::~Recorder() = default;
 observation::ObservationRequest Recorder::request(int, Phase phase) const {
   observation::ObservationRequest r;
   r.rows = phase == Phase::Prefill ? (options_.attention || options_.stats) && !prefill_adopted_ : options_.decode_attention;
+  // An adopted prefill brings its q/k with it (and a replayed prefill has no queries to give).
+  r.queries = r.log_sum_exp = options_.qk && !(phase == Phase::Prefill && prefill_adopted_);
   return r;
 }
 
@@ -193,6 +204,13 @@ void Recorder::adopt_prefill(const RunTrace& source) {
   if (source.n_layers != c.n_layers || source.n_heads != c.n_heads || source.n_kv_heads != c.n_kv_heads ||
       source.prompt_ids != std::vector<int32_t>(run_.prompt.begin(), run_.prompt.end()))
     throw Error("recorder: cannot adopt the prefill of run '" + source.name + "': another model shape or prompt");
+  if (qk_) {
+    adopted_qk_ = qk_spans_before(std::vector<QKSpanRef>(source.qk.begin(), source.qk.end()), prompt_length_);
+    const int held = adopted_qk_.empty() ? 0 : adopted_qk_.back()->first_position + adopted_qk_.back()->n_positions;
+    if (held != prompt_length_)
+      throw Error("recorder: cannot adopt the prefill of run '" + source.name + "': it holds q/k of " + std::to_string(held) +
+                  " of the prompt's " + std::to_string(prompt_length_) + " positions (recorded without qk=on?)");
+  }
   prefill_adopted_ = true;
   std::fill(layer_done_.begin(), layer_done_.end(), true);
   std::fill(similarity_done_.begin(), similarity_done_.end(), true);
@@ -214,6 +232,10 @@ void Recorder::adopt_prefill(const RunTrace& source) {
       for (std::size_t i = 0; i < sinks_.size(); ++i) sinks_[i]->write_layer_stat(run_ids_[i], name, stat);
   }
   flush_sinks();
+}
+
+void Recorder::send_qk(const QKSpanRef& span) {
+  for (std::size_t i = 0; i < sinks_.size(); ++i) sinks_[i]->append_qk(run_ids_[i], span);
 }
 
 void Recorder::flush_sinks() {
@@ -302,6 +324,10 @@ Recorder::MapBuild* Recorder::map_build(int layer, int head) {
 
 void Recorder::on_observation(const observation::AttentionObservation& obs) {
   BusyTimer busy(busy_ms_);
+  if (qk_ && !obs.query_positions.empty() && !(obs.phase == Phase::Prefill && prefill_adopted_)) {
+    qk_->begin_step(prev_seq_len_, obs.query_positions.back() + 1);
+    qk_->add_observation(obs);
+  }
   if (prefill_finished_ || obs.phase != Phase::Prefill || obs.query_positions.empty()) return;
   if (obs.query_positions.back() == prompt_length_ - 1) finish_prefill_layer(obs.layer);
 }
@@ -427,6 +453,10 @@ void Recorder::on_edit(const cache::CacheEdit& edit, const cache::KVCache& befor
 
   for (const auto& he : edit.heads) {
     if (he.layer < 0 || he.layer >= c.n_layers || he.kv_head < 0 || he.kv_head >= c.n_kv_heads) continue;
+    if (qk_ && !(step.phase == Phase::Prefill && prefill_adopted_)) {
+      qk_->begin_step(prev_seq_len_, step.seq_len);
+      qk_->before_edit(before, he.layer, he.kv_head);
+    }
     const std::size_t idx = static_cast<std::size_t>(he.layer) * c.n_kv_heads + he.kv_head;
     const auto positions = before.positions(he.layer, he.kv_head);
     const int n = static_cast<int>(positions.size());
@@ -503,6 +533,16 @@ void Recorder::on_step_end(const observation::StepInfo& step, const cache::KVCac
         if (p >= 0 && p < max_positions_) state_[idx][p] = kKept;
       mirror_[idx].assign(positions.begin(), positions.end());
     }
+
+  if (qk_) {
+    if (step.phase == Phase::Prefill && prefill_adopted_) {
+      if (final_prefill)
+        for (const QKSpanRef& span : adopted_qk_) send_qk(span);
+    } else {
+      qk_->begin_step(prev_seq_len_, step.seq_len);
+      send_qk(qk_->finish_step(cache));
+    }
+  }
 
   StepRecord rec;
   rec.stats.phase = step.phase == Phase::Prefill ? 0 : 1;

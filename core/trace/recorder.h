@@ -21,6 +21,7 @@
 #include "core/model/config.h"
 #include "core/model/tokenizer.h"
 #include "core/policy/policy.h"
+#include "core/trace/qk_recording.h"
 #include "core/trace/trace_sink.h"
 #include "core/trace/trace_view.h"
 
@@ -36,8 +37,9 @@ struct RecordOptions {
   bool similarity = true;        // key and value cosine-similarity maps at the end of prefill
   bool decode_attention = true;  // one pooled row per decode step, layer and head
   bool nmse = false;             // CAOTE Fig. 3 output error against a shadow full cache (costs a second attention)
+  bool qk = false;               // post-RoPE queries, keys and row log-sum-exp: exact attention at any zoom (qk_span.h)
 
-  // "layers=0,3;heads=0;pooling=max;size=512;similarity=on;nmse=off;decode=on;attention=on;stats=on"
+  // "layers=0,3;heads=0;pooling=max;size=512;similarity=on;nmse=off;decode=on;attention=on;stats=on;qk=off"
   // (',' and ';' both separate keys from each other only through ';'). Throws UsageError naming the key.
   static RecordOptions parse(const std::string& spec);
   std::string to_json() const;
@@ -93,6 +95,7 @@ class Recorder : public engine::RunObserver {
   MapBuild* map_build(int layer, int head);  // the head's prefill map, created on first use
   void flush_map_rows(MapBuild& build, bool all);
   void flush_sinks();
+  void send_qk(const QKSpanRef& span);
 
   RecordOptions options_;
   std::vector<TraceSink*> sinks_;
@@ -125,6 +128,10 @@ class Recorder : public engine::RunObserver {
   std::vector<float> decode_rows_;
   std::vector<float> nmse_row_;
   bool nmse_seen_ = false;
+
+  // Exact attention's inputs of the current step (null without `qk=on`), and those of an adopted prefill.
+  std::unique_ptr<QKRecording> qk_;
+  std::vector<QKSpanRef> adopted_qk_;
 
   // Prefill products, sent to the sinks as they complete; kept for adopt_prefill's users and finish().
   std::map<std::string, std::string> metadata_;

@@ -29,6 +29,8 @@ struct RunLayout {
   int decode_cols = 0, decode_col_block = 1;     // decode attention rows (0 cols: not recorded)
   Pooling decode_pooling = Pooling::Max;
   bool nmse = false;
+  bool qk = false;                               // exact attention's queries, keys and log-sum-exp (qk_span.h)
+  double qk_scale = 0.0;                         // the score scale attention used, when qk
 };
 
 // Everything one engine step adds to a run.
@@ -80,6 +82,8 @@ class TraceSink {
   virtual void write_series(int run, const std::string& name, const policy::Series& series) = 0;
   virtual void write_layer_budgets(int run, const std::vector<int>& budgets) = 0;
   virtual void append_step(int run, StepRecord record) = 0;
+  // The next positions' queries, keys and log-sum-exp (spans arrive in position order, from 0, without gaps).
+  virtual void append_qk(int run, const QKSpanRef& span) = 0;
   // Final attributes (stop reason, timings ...); the run is complete after this.
   virtual void end_run(int run, const std::map<std::string, std::string>& final_metadata) = 0;
   // A point worth keeping: the writer flushes the file so a killed run keeps it; a live trace publishes.

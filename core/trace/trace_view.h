@@ -14,6 +14,7 @@
 #include "core/policy/diagnostics.h"
 #include "core/trace/append_only_log.h"
 #include "core/trace/append_only_rows.h"
+#include "core/trace/qk_span.h"
 
 namespace kvscope::trace {
 
@@ -125,6 +126,10 @@ struct RunTrace {
   AppendOnlyLog<StepStats> steps;
   // CAOTE Fig. 3 output error per decode step and layer; empty when not recorded.
   AppendOnlyLog<std::vector<float>> nmse;             // [decode steps][layers]
+  // Exact attention's inputs (qk_span.h), spans of consecutive positions from 0 (a live run appends one
+  // per step; a file holds one). Empty when not recorded (`--record qk=off`, traces before it).
+  AppendOnlyLog<QKSpanRef> qk;
+  double qk_scale = 0.0;                              // the score scale attention used (1 / sqrt(head_dim))
 
   bool complete = false;
 

@@ -117,6 +117,7 @@ void walk_trace_metadata(const std::filesystem::path& path, const std::function<
   at("the reader's pass over tokens, statistics, events and steps");
   ReadOptions metadata_only;
   metadata_only.maps = false;
+  metadata_only.qk = false;
   metadata_only.kept_mask = false;
   read_trace(path, metadata_only);
 }

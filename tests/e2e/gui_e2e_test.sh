@@ -124,6 +124,54 @@ grep -q "<svg" "$work/stats.svg" || fail "figure SVG is not SVG"
 if env -u DISPLAY "$kvscope" figure "$work/saved.h5" --view attention --layer 99 --out "$work/bad.png" 2>/dev/null; then
   fail "an out-of-range layer was accepted"
 fi
+# A long prompt (issue 25): its maps are pooled, and the window records q/k, so zooming in redraws the visible
+# region exactly and saving keeps q/k; `kvscope figure --queries --keys` renders a region of the saved run exactly,
+# and refuses a trace recorded without q/k (kvscope trace's default), reversed ranges and ranges past the run.
+samples="${KVSCOPE_SOURCE_DIR:-$(dirname "$0")/../..}/sample_data/prompts"
+long_prompt="$(for i in 1 2 3; do cat "$samples"/*.txt; done | tr '\n' ' ')"
+cat > "$work/long.kvs" <<SCRIPT
+prompt $long_prompt
+policy snapkv
+budget 25%
+tokens 4
+run
+wait 1200
+view attention
+layout attention
+layer 14
+head 3
+frames 3
+screenshot $work/long_overview.png
+zoom 600 660 600 660
+frames 6
+mouse 700 450
+frames 3
+screenshot $work/long_zoomed.png
+save $work/long.h5
+wait 1200
+quit
+SCRIPT
+env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT xvfb-run -a -s "-screen 0 1280x800x24" "$kvscope" gui --width 1280 --height 800 --script "$work/long.kvs" \
+  2> "$work/gui_long.log" || { cat "$work/gui_long.log" >&2; fail "gui on the long prompt exited with an error"; }
+check_png "$work/long_overview.png" 1280 800 400
+check_png "$work/long_zoomed.png" 1280 800 100
+"$kvscope" inspect "$work/long.h5" > "$work/long_inspect.txt"
+grep -q "qk/layer_\*/queries" "$work/long_inspect.txt" || fail "the window's saved run has no q/k"
+prompt_tokens="$(sed -n 's/.*prompt \([0-9]*\) tokens.*/\1/p' "$work/long_inspect.txt" | head -1)"
+[ "${prompt_tokens:-0}" -gt 1024 ] || fail "the long prompt has ${prompt_tokens:-no} tokens; its maps would not be pooled"
+env -u DISPLAY "$kvscope" figure "$work/long.h5" --layer 14 --head 3 --queries 600:660 --keys 600:660 --out "$work/long_region.png" \
+  --size 900x700 >/dev/null
+check_png "$work/long_region.png" 900 700 50
+expect_refusal() {  # expect_refusal MESSAGE ARGS...: the figure must fail and say MESSAGE
+  local message="$1"; shift
+  if env -u DISPLAY "$kvscope" figure "$@" --out "$work/refused.png" 2> "$work/refused.log"; then fail "figure $* was accepted"; fi
+  grep -q "$message" "$work/refused.log" || { cat "$work/refused.log" >&2; fail "figure $*: no '$message'"; }
+}
+expect_refusal "is empty or reversed" "$work/long.h5" --queries 660:600
+expect_refusal "has q/k for positions 0:" "$work/long.h5" --keys 0:100000
+"$kvscope" trace --quiet --prompt "The keeper wrote the weather in his log." --max-new-tokens 2 --out "$work/no_qk.h5" >/dev/null
+expect_refusal "recorded without --record qk=on" "$work/no_qk.h5" --queries 0:4
+
 # A Hugging Face folder runs live in the window too (the build converts the default GGUF into one).
 hf="$(dirname "$kvscope")/../fixtures/smollm2-hf/bf16"
 [ -f "$hf/config.json" ] || fail "no Hugging Face test folder at $hf (built by the target kvscope_hf_fixtures)"

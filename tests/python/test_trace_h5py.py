@@ -278,6 +278,40 @@ def main():
                 check("nmse" in r and r["nmse"].shape[1] == 30, "nmse [decode steps][30]")
                 check(np.all(r["nmse"][()] >= 0), "nmse >= 0")
 
+        # Exact attention (--record qk=on): the qk/ datasets rebuild the recorded full-resolution maps by the rule
+        # docs/trace-format.md states, computed here with numpy alone (prefill rows and decode rows, which attend
+        # over the kept mask of the previous step plus their own position).
+        out3 = os.path.join(tmp, "qk.h5")
+        run_trace(out3, ["h2o"], "24", ["--record", "qk=on;layers=2"])
+        with h5py.File(out3, "r") as f:
+            r = f["runs"]["h2o_b24"]
+            P, H, G = int(r.attrs["prompt_length"]), int(r.attrs["n_heads"]), int(r.attrs["n_kv_heads"])
+            qk = r["qk/layer_02"]
+            scale = float(r["qk"].attrs["score_scale"])
+            n = qk["queries"].shape[0]
+            check(qk["queries"].dtype == np.float16 and qk["keys"].shape == (n, G, qk["queries"].shape[2]) and
+                  qk["lse"].shape == (n, H), "qk/layer_02: float16 queries and keys, float32 lse, one row per position")
+            check(n == P + 11, f"qk rows = prompt + fed decode tokens ({n} vs {P} + 11)")
+            kept = r["kept_mask/layer_02"][()]  # [kv_head][position][step]
+            worst = 0.0
+            for h in (0, 4, 8):
+                g = h // (H // G)
+                q = qk["queries"][:, h, :].astype(np.float64)
+                k = qk["keys"][:, g, :].astype(np.float64)
+                lse = qk["lse"][:, h].astype(np.float64)
+                p = np.exp(scale * q @ k.T - lse[:, None])
+                bound = np.expm1(scale * np.abs(q) @ np.abs(k).T * 2.0 ** -10 + 1e-5)
+                visible = np.tril(np.ones((n, n), dtype=bool))
+                for s in range(n - P):  # decode row P+s saw the cache kept at the end of step row s (prefill is row 0)
+                    visible[P + s, :P + s] &= kept[g, :P + s, s] == 1
+                p = np.where(visible, p, 0.0)
+                recorded = np.zeros((n, n))
+                recorded[:P, :P] = r[f"attention/layer_02/head_{h:02d}"][()]
+                recorded[P:, :] = r["decode_attention/layer_02"][:, h, :n]
+                tol = np.maximum(p, recorded) * (bound + 2.0 ** -11) + 6e-8
+                worst = max(worst, float(np.max(np.abs(p - recorded) - tol)))
+            check(worst <= 0.0, f"numpy exp(scale q.k - lse) over the kept keys equals the recorded maps (worst excess {worst:.3g})")
+
         # Refuses to overwrite without --force.
         binary = os.environ["KVSCOPE_BINARY"]
         res = subprocess.run([binary, "trace", "--out", out, "--prompt", "hi", "--max-new-tokens", "1", "--quiet"],

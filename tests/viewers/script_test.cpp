@@ -48,6 +48,10 @@ TEST_CASE("script errors name the line and what was expected", "[script]") {
   CHECK(message("mouse 10\n").find("takes 2 argument(s)") != std::string::npos);
   CHECK(message("mouse 10 y\n").find("two integer pixel coordinates") != std::string::npos);
   CHECK(parse_script("mouse 640 260\nclick\n").size() == 2);
+  CHECK(parse_script("zoom 2640 2700 2660 2700\nshow 1\n").size() == 2);
+  CHECK(message("zoom 2700 2640 2660 2700\n").find("KEY0 < KEY1") != std::string::npos);
+  CHECK(message("zoom 1 2 3\n").find("takes 4 argument(s)") != std::string::npos);
+  CHECK(message("show first\n").find("needs an integer") != std::string::npos);
   int w = 0, h = 0;
   parse_size("640x480", w, h);
   CHECK(w == 640);

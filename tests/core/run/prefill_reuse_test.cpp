@@ -65,6 +65,7 @@ void check_same_run(const engine::RunResult& got, const engine::RunResult& want)
 
 void check_same_trace(const trace::RunTrace& got, const trace::RunTrace& want) {
   test::check_same_events_and_masks(got, want);
+  test::check_same_qk(got, want);
   REQUIRE(got.attention.size() == want.attention.size());
   for (const auto& [key, map] : want.attention) CHECK(got.attention.at(key)->values == map->values);
   REQUIRE(got.key_similarity.size() == want.key_similarity.size());
@@ -104,12 +105,18 @@ TEST_CASE("a replayed prefill gives the run a fresh prefill gives, for every one
 TEST_CASE("a replayed prefill records the trace a fresh prefill records", "[run][model]") {
   const model::Model& model = *test::default_model();
   run::PrefillStore store(2);
-  const Recorded first = recorded(spec("snapkv", "40%"), model, &store);  // captures
+  // With q/k, as the window records: the replayed run takes the prompt's q/k from the captured run.
+  auto with_qk = [](run::RunSpec s) {
+    s.record += ";qk=on";
+    return s;
+  };
+  const Recorded first = recorded(with_qk(spec("snapkv", "40%")), model, &store);  // captures
   CHECK_FALSE(first.outcome.prefill_reused);
+  REQUIRE_FALSE(first.trace->qk.empty());
   for (const char* policy : {"snapkv", "h2o", "kvmerger", "cake"}) {
     INFO("policy " << policy);
-    const Recorded fresh = recorded(spec(policy, "20%"), model, nullptr);
-    const Recorded replayed = recorded(spec(policy, "20%"), model, &store);
+    const Recorded fresh = recorded(with_qk(spec(policy, "20%")), model, nullptr);
+    const Recorded replayed = recorded(with_qk(spec(policy, "20%")), model, &store);
     CHECK(replayed.outcome.prefill_reused);
     check_same_run(replayed.outcome.result, fresh.outcome.result);
     check_same_trace(*replayed.trace, *fresh.trace);

@@ -68,6 +68,7 @@ void check_same_file_content(const RunTrace& got, const RunTrace& want) {
   }
   CHECK(got.layer_budgets == want.layer_budgets);
   test::check_same_events_and_masks(got, want);
+  test::check_same_qk(got, want);
   int bad = 0;
   REQUIRE(got.steps.size() == want.steps.size());
   for (std::size_t s = 0; s < want.steps.size(); ++s) {
@@ -94,7 +95,7 @@ TEST_CASE("a live run saved from memory equals the file its recording wrote", "[
     spec.prompt = "The keeper hid the key under the seventh step of the lighthouse stairs, and wrote it down in his log.";
     spec.generation.max_new_tokens = 5;
     spec.generation.stop_at_end_of_generation = false;
-    spec.record = "layers=1;heads=0;size=32;nmse=on";
+    spec.record = "layers=1;heads=0;size=32;nmse=on;qk=on";
     trace::LiveTrace live(std::chrono::milliseconds(0));
     {
       trace::Hdf5Writer writer(recorded_path);
@@ -115,6 +116,7 @@ TEST_CASE("a live run saved from memory equals the file its recording wrote", "[
     REQUIRE(saved.runs.size() == 1);
     check_same_file_content(*saved.runs[0], *recorded.runs[0]);
     CHECK(recorded.runs[0]->events.empty() == (std::string(policy) == "full"));
+    CHECK_FALSE(recorded.runs[0]->qk.empty());
     std::filesystem::remove(recorded_path);
     std::filesystem::remove(saved_path);
   }

@@ -12,6 +12,7 @@
 #include "core/engine/engine.h"
 #include "core/model/model.h"
 #include "tests/support/default_model.h"
+#include "tests/support/recorder_run.h"
 #include "core/policy/registry.h"
 #include "core/trace/live_trace.h"
 #include "core/trace/recorder.h"
@@ -29,35 +30,12 @@ struct Recorded {
 
 Recorded run(const model::Model& model, const std::vector<int>& prompt, const std::string& policy_name,
              const std::string& budget, bool record) {
-  auto p = policy::make_policy(policy_name);
-  engine::Engine engine(model);
-  engine::GenerateOptions options;
-  options.max_new_tokens = kNewTokens;
-  options.stop_at_end_of_generation = false;
-  if (!budget.empty()) options.budget = policy::BudgetSpec::parse(budget);
-  engine::RunHooks hooks;
-  hooks.policy = p.policy.get();
-  std::unique_ptr<trace::Recorder> recorder;
   trace::LiveTrace live(std::chrono::milliseconds(0));
-  if (record) {
-    trace::RecordOptions ro;
-    ro.nmse = true;
-    trace::RecordedRun rr;
-    rr.name = trace::run_name(policy_name, budget);
-    rr.config = model.config;
-    rr.tokenizer = model.tokenizer.get();
-    rr.prompt = prompt;
-    rr.max_new_tokens = kNewTokens;
-    rr.policy = p.policy.get();
-    recorder = std::make_unique<trace::Recorder>(ro, std::vector<trace::TraceSink*>{&live}, rr);
-    hooks.observers.push_back(recorder.get());
-  }
+  trace::RecordOptions ro;
+  ro.nmse = true;
   Recorded out;
-  out.result = engine.generate(prompt, options, hooks);
-  if (recorder) {
-    recorder->finish(out.result);
-    out.trace = live.snapshot();
-  }
+  out.result = test::run_with_recorder(model, prompt, policy_name, budget, kNewTokens, record ? &ro : nullptr, {&live});
+  if (record) out.trace = live.snapshot();
   return out;
 }
 
