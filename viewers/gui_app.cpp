@@ -680,6 +680,10 @@ void App::step_script() {
         state_.attention_zoom = std::array<double, 4>{std::stod(s.args[0]), std::stod(s.args[1]), std::stod(s.args[2]), std::stod(s.args[3])};
         frames_left_ = 3;  // the limits apply next frame; the exact region follows them a frame later
         return;
+      } else if (c == "decode") {
+        state_.attention_decode = arg == "on";
+        frames_left_ = 2;
+        return;
       } else if (c == "click") {
         ImGui::GetIO().AddMouseButtonEvent(ImGuiMouseButton_Left, true);
         release_click_ = true;
