@@ -243,7 +243,7 @@ void AttentionHeatmap::draw(AppState& state) {
   ImGui::Checkbox("marks", &show_marks);
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("Mark keys evicted (red), merged (orange) or not yet in the cache (grey) at the end of the selected step");
-  same_line_if_fits(font * 24);
+  same_line_if_fits(font * 12);
   step_slider(state, *run);
   same_line_if_fits(font * 12);
   color_controls(state);
@@ -268,9 +268,8 @@ void AttentionHeatmap::draw(AppState& state) {
   {
     const int kv = kv_head_of(state.sel.head, shape);
     const StepCache cache = cache_at_step(r, sel.layer, kv, sel.step);
-    ImGui::Text("cache of layer %d, kv head %d at the end of step %d (%s): %d kept, %d evicted, %d merged of %d tokens",
-                sel.layer, kv, cache.step, step_name(r, cache.step).c_str(), cache.kept, cache.evicted, cache.merged,
-                cache.seq_len);
+    ImGui::TextWrapped("step %d, %s: layer %d, kv head %d holds %d of %d tokens (%d evicted, %d merged)", cache.step,
+                       step_name(r, cache.step).c_str(), sel.layer, kv, cache.kept, cache.seq_len, cache.evicted, cache.merged);
   }
   // In the decode view the selected decode step is one row: frame it.
   const int step_row = resolve_step(r, sel.step);

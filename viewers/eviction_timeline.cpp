@@ -90,8 +90,11 @@ void EvictionTimeline::draw(AppState& state) {
     ImGui::SameLine();
     layer_kv_head_sliders(state, shape);
   }
-  same_line_if_fits(ImGui::GetFontSize() * 24);
+  same_line_if_fits(ImGui::GetFontSize() * 12);
   step_slider(state, *run);
+  const std::string step_text = step_name(*run, resolve_step(*run, state.sel.step));
+  same_line_if_fits(ImGui::CalcTextSize(step_text.c_str()).x);
+  ImGui::TextDisabled("%s", step_text.c_str());
   same_line_if_fits(ImGui::GetFontSize() * 5);
   export_button(state, key());
   const HeatmapPlot* p = plot(state);

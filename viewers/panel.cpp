@@ -111,16 +111,15 @@ bool step_slider(AppState& state, const trace::RunTrace& run) {
   const int n = run.n_steps();
   if (n == 0) return false;
   const int shown = resolve_step(run, state.sel.step);
-  // The value's text names the step; ImGui reads it as a format string, so a token's '%' is doubled.
-  std::string text = std::to_string(shown) + ": " + step_name(run, shown) + (state.sel.step < 0 ? " = end" : "");
-  std::string format;
-  for (char ch : text) format += ch == '%' ? std::string("%%") : std::string(1, ch);
+  // The slider shows the row number only (the panels name the step beside it); "end" while it follows the run.
+  const std::string format = state.sel.step < 0 ? "%d (end)" : "%d of " + std::to_string(n - 1);
   int value = shown;
-  ImGui::SetNextItemWidth(std::max(120.0f, ImGui::GetFontSize() * 16.0f));
+  ImGui::SetNextItemWidth(std::max(90.0f, ImGui::GetFontSize() * 8.0f));
   const bool changed = ImGui::SliderInt("step", &value, 0, n - 1, format.c_str());
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("The cache at the end of this step in every panel (marks, kept set, timeline guide, decode rows).\n"
-                      "Prefill blocks first, then decode steps; the last step follows a run as it grows.");
+    ImGui::SetTooltip("Step %d: %s.\nThe cache at the end of this step in every panel (marks, kept set, timeline guide, "
+                      "decode rows).\nPrefill blocks first, then decode steps; the last step follows a run as it grows.",
+                      shown, step_name(run, shown).c_str());
   // The last step means "the end": a live run's selection then follows new steps.
   if (changed) state.sel.step = value == n - 1 ? -1 : value;
   return changed;

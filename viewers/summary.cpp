@@ -56,7 +56,12 @@ RunNumbers run_numbers(const trace::RunTrace& run, const trace::RunTrace* baseli
   n.full_cache_bytes = meta_number(run, "full_cache_bytes");
   if (std::isnan(n.full_cache_bytes) && baseline && !baseline->steps.empty())
     n.full_cache_bytes = static_cast<double>(baseline->steps.back().cache_bytes);
-  n.bytes_share = n.full_cache_bytes > 0 ? n.cache_bytes / n.full_cache_bytes : nan;
+  // Allocated bytes over allocated bytes: the baseline's cache (same growth slack) when there is one, the full cache's
+  // payload otherwise; a full-cache run is its own reference.
+  const double reference_bytes = baseline && !baseline->steps.empty() ? static_cast<double>(baseline->steps.back().cache_bytes)
+                                 : run.meta("policy") == "full"          ? n.cache_bytes
+                                                                         : n.full_cache_bytes;
+  n.bytes_share = reference_bytes > 0 ? n.cache_bytes / reference_bytes : nan;
   // Entries, not bytes: cache_bytes counts reserved capacity, which a full cache overshoots by its growth slack.
   if (!run.steps.empty() && run.n_layers > 0 && run.n_kv_heads > 0 && run.steps.back().seq_len > 0)
     n.kept_share = static_cast<double>(run.steps.back().cache_entries) /
@@ -105,7 +110,7 @@ void Summary::draw(AppState& state) {
     static const char* const how[] = {
         "", "prompt tokens", "generated tokens",
         "K/V bytes the cache holds allocated at the end (growth slack included)",
-        "cache bytes / the full cache's K/V bytes for the same tokens",
+        "cache KiB / the full-cache baseline's cache KiB (without a baseline: the full cache's K/V payload)",
         "entries held / (layers x KV heads x tokens processed)",
         "mean natural-log probability of the generated tokens", "mean log p minus the full-cache baseline's",
         "first generated token that differs from the baseline",
