@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
+#include "viewers/step_cache.h"
 
 namespace kvscope::viewers {
 
@@ -18,21 +20,18 @@ std::string run_signature(const trace::RunTrace& run) {
   return run.name + "@" + buf + "/" + std::to_string(run.n_steps()) + (run.complete ? "c" : "p");
 }
 
+// The key-mark strip at the selected step: what became of each key by the end of that step.
 std::vector<uint8_t> key_marks(const trace::RunTrace& run, int layer, int kv_head, int step, int n_cols) {
-  const auto states = entry_states(run, layer, kv_head);
-  const RunShape shape = shape_of(run);
-  const int n_pos = shape.n_positions;
+  const StepCache cache = cache_at_step(run, layer, kv_head, step);
   std::vector<uint8_t> marks(n_cols, 0);
-  if (n_pos == 0 || states.empty()) return marks;
-  const int n_steps = static_cast<int>(states.size()) / n_pos;
-  if (n_steps == 0) return marks;
-  const int s = step < 0 || step >= n_steps ? n_steps - 1 : step;
-  for (int p = 0; p < n_cols && p < n_pos; ++p) {
-    const auto st = static_cast<EntryState>(states[static_cast<std::size_t>(s) * n_pos + p]);
-    marks[p] = st == EntryState::Evicted ? 1 : st == EntryState::Merged ? 2 : 0;
+  for (int p = 0; p < n_cols && p < static_cast<int>(cache.states.size()); ++p) {
+    const auto st = static_cast<EntryState>(cache.states[p]);
+    marks[p] = st == EntryState::Evicted ? 1 : st == EntryState::Merged ? 2 : st == EntryState::NotYetSeen ? 3 : 0;
   }
   return marks;
 }
+
+constexpr const char* kNoAttentionLabel = "no attention: masked, or key not in the cache";
 
 // Token text of every position (prompt, then generated), as an axis names the cells.
 std::vector<std::string> position_tokens(const trace::RunTrace& run) {
@@ -56,6 +55,8 @@ HeatmapPlot exact_attention_plot(const trace::RunTrace& run, const Selection& se
   trace::AttentionRegion region = exact.region(q0, q1, k0, k1, max_rows, max_cols, trace::Pooling::Max);
   HeatmapPlot out;
   out.map = std::move(region.map);
+  blank_unattended(out.map, run, sel.layer, kv_head_of(sel.head, shape_of(run)), q0, k0);
+  out.no_attention_label = kNoAttentionLabel;
   out.x_origin = k0;
   out.y_origin = q0;
   out.scale = ColorScale::fit(out.map.values.data(), out.map.values.size(), scale);
@@ -89,6 +90,10 @@ bool attention_plot(const trace::RunTrace& run, const Selection& sel, bool decod
   }
   out = HeatmapPlot{};
   out.map = pool_for_display(*m, max_cells, max_cells);
+  // Masked cells and keys not in the cache when a row ran hold 0 in the trace, which a log scale paints like the
+  // faintest attention: they get their own colour instead.
+  blank_unattended(out.map, run, sel.layer, kv_head_of(sel.head, shape_of(run)), decode ? run.prompt_length : 0);
+  out.no_attention_label = kNoAttentionLabel;
   out.scale = ColorScale::fit(out.map.values.data(), out.map.values.size(), scale);
   out.cmap = cmap;
   out.title = run.name + "  layer " + std::to_string(sel.layer) + ", head " + std::to_string(sel.head) +
@@ -143,14 +148,12 @@ void attention_tooltip(const trace::RunTrace& run, const HeatmapPlot& plot, cons
       ImGui::TextDisabled("pooled map only: the run was recorded without q/k (--record qk=on gives exact cells)");
   }
   const int kv = kv_head_of(sel.head, shape_of(run));
-  const auto kept = entry_states(run, sel.layer, kv);
-  const int n_pos = shape_of(run).n_positions;
+  const StepCache cache = cache_at_step(run, sel.layer, kv, sel.step);
   const int key_shown = single ? key : span.col_begin;
-  if (n_pos > 0 && !kept.empty() && key_shown < n_pos) {
-    const int n_steps = static_cast<int>(kept.size()) / n_pos;
-    const auto st = static_cast<EntryState>(kept[static_cast<std::size_t>(n_steps - 1) * n_pos + key_shown]);
-    ImGui::TextDisabled("key #%d at the end (layer %d, kv head %d): %s", key_shown, sel.layer, kv, entry_state_name(st));
-  }
+  if (key_shown >= 0 && key_shown < static_cast<int>(cache.states.size()))
+    ImGui::TextDisabled("key #%d at the end of step %d, %s (layer %d, kv head %d): %s", key_shown, cache.step,
+                        step_name(run, cache.step).c_str(), sel.layer, kv, entry_state_name(static_cast<EntryState>(cache.states[key_shown])));
+  if (!single && std::isnan(plot.map.at(r, c))) ImGui::TextDisabled("%s", kNoAttentionLabel);
   ImGui::TextDisabled("click: select the key token everywhere");
   ImGui::EndTooltip();
 }
@@ -175,13 +178,14 @@ void AttentionHeatmap::draw_exact_region(const AppState& state, const HeatmapPlo
     region_signature_ = sig;
     region_ = HeatmapPlot{};
     region_.map = exact_->region(q_offset + r0, q_offset + r1, c0, c1, max_rows, max_cols, trace::Pooling::Max).map;
+    blank_unattended(region_.map, *run, state.sel.layer, kv_head_of(state.sel.head, shape_of(*run)), q_offset + r0, c0);
   }
   // The overview's colour scale, so the rebuilt region continues the picture around it.
   const std::string texture_sig = sig + "|" + colormap_name(overview.cmap) + std::to_string(overview.scale.vmin) + "," +
                                   std::to_string(overview.scale.vmax) + (overview.scale.kind == ScaleKind::Log ? "log" : "lin");
   const trace::Map2D& m = region_.map;
   const ImTextureID tex = state.textures->get("attention_exact", texture_sig, [&] {
-    return colorize(m.values.data(), m.rows, m.cols, overview.scale, overview.cmap);
+    return colorize(m.values.data(), m.rows, m.cols, overview.scale, overview.cmap, kNoAttentionColor);
   });
   if (tex == ImTextureID_Invalid) return;
   plot_map_image("##exact", tex, c0, r0, c0 + static_cast<double>(m.cols) * m.col_block, r0 + static_cast<double>(m.rows) * m.row_block);
@@ -232,11 +236,15 @@ void AttentionHeatmap::draw(AppState& state) {
   same_line_if_fits(font * 22);
   layer_head_sliders(state.sel, shape);
   same_line_if_fits(checkbox_width("decode"));
+  if (state.attention_decode) decode = *std::exchange(state.attention_decode, std::nullopt);
   ImGui::Checkbox("decode", &decode);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Show the decode-step attention rows instead of the prefill map");
   same_line_if_fits(checkbox_width("marks"));
   ImGui::Checkbox("marks", &show_marks);
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Mark keys evicted (red) or merged (orange) by the end of the run");
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Mark keys evicted (red), merged (orange) or not yet in the cache (grey) at the end of the selected step");
+  same_line_if_fits(font * 12);
+  step_slider(state, *run);
   same_line_if_fits(font * 12);
   color_controls(state);
   same_line_if_fits(font * 5);
@@ -257,6 +265,15 @@ void AttentionHeatmap::draw(AppState& state) {
                         p->map.row_block, p->map.col_block);
   else ImGui::TextDisabled("pooled %dx%d tokens a cell; recorded without q/k (--record qk=on), so zooming cannot show single tokens",
                            p->map.row_block, p->map.col_block);
+  {
+    const int kv = kv_head_of(state.sel.head, shape);
+    const StepCache cache = cache_at_step(r, sel.layer, kv, sel.step);
+    ImGui::TextWrapped("step %d, %s: layer %d, kv head %d holds %d of %d tokens (%d evicted, %d merged)", cache.step,
+                       step_name(r, cache.step).c_str(), sel.layer, kv, cache.kept, cache.seq_len, cache.evicted, cache.merged);
+  }
+  // In the decode view the selected decode step is one row: frame it.
+  const int step_row = resolve_step(r, sel.step);
+  const int decode_row = decode && step_row >= 0 && r.steps[step_row].phase == 1 ? r.steps[step_row].step : -1;
   std::optional<HeatmapPlot> zoomed;  // a script's zoom: this frame's copy carries the limits
   if (state.attention_zoom) {
     zoomed = *p;
@@ -267,6 +284,7 @@ void AttentionHeatmap::draw(AppState& state) {
   draw_heatmap("attention", *p, ImGui::GetContentRegionAvail(), *state.textures, [&] {
     draw_exact_region(state, *p);
     token_guides(state.token, !decode);
+    if (decode_row >= 0) step_guides(decode_row);
     attention_tooltip(r, *p, sel, decode, exact_.get());
     if (plot_clicked()) {
       const ImPlotPoint mp = ImPlot::GetPlotMousePos();

@@ -133,6 +133,15 @@ std::vector<AxisTick> spaced_linear_ticks(double lo, double hi, double pixels, d
   return round_ticks(lo, hi, format, Axis{pixels, gap, overhang, extent, [=](double v) { return (v - lo) * scale; }});
 }
 
+std::vector<AxisTick> spaced_integer_ticks(double lo, double hi, double pixels, double gap, double overhang,
+                                           const TickFormat& format, const LabelExtent& extent) {
+  std::vector<AxisTick> ticks = spaced_linear_ticks(lo, hi, pixels, gap, overhang, format, extent);
+  // Zoomed in past one unit the round step becomes 0.5, 0.2 ...: those ticks would name steps and layers that
+  // do not exist. Dropping them leaves every whole number (majors stay labelled, so labels only get sparser).
+  std::erase_if(ticks, [](const AxisTick& t) { return t.value != std::round(t.value); });
+  return ticks;
+}
+
 std::vector<AxisTick> spaced_log_ticks(double lo, double hi, double pixels, double gap, double overhang,
                                        const TickFormat& format, const LabelExtent& extent) {
   if (!(hi > lo) || !(lo > 0) || !std::isfinite(hi) || !(pixels > 0)) return {};
@@ -223,6 +232,12 @@ void linear_locator(ImPlotTicker& ticker, const ImPlotRange& range, float pixels
                                         format_with(formatter, data), font_extent(vertical)));
 }
 
+void integer_locator(ImPlotTicker& ticker, const ImPlotRange& range, float pixels, bool vertical,
+                     ImPlotFormatter formatter, void* data) {
+  add_ticks(ticker, spaced_integer_ticks(range.Min, range.Max, pixels, label_gap(vertical), label_overhang(vertical),
+                                         format_with(formatter, data), font_extent(vertical)));
+}
+
 void log_locator(ImPlotTicker& ticker, const ImPlotRange& range, float pixels, bool vertical, ImPlotFormatter formatter,
                  void* data) {
   add_ticks(ticker, spaced_log_ticks(range.Min, range.Max, pixels, label_gap(vertical), label_overhang(vertical),
@@ -265,7 +280,7 @@ void token_locator(ImPlotTicker& ticker, const ImPlotRange& range, float pixels,
       return;
     }
   }
-  linear_locator(ticker, range, pixels, vertical, number_format, nullptr);
+  integer_locator(ticker, range, pixels, vertical, number_format, nullptr);  // positions are whole numbers
 }
 
 }  // namespace
@@ -282,6 +297,8 @@ void use_spaced_ticks(ImAxis axis) {
   else if (ax.Scale == ImPlotScale_Log10)
     ax.Locator = log_locator;
 }
+
+void use_integer_ticks(ImAxis axis) { ImPlot::GetCurrentPlot()->Axes[axis].Locator = integer_locator; }
 
 void use_category_ticks(ImAxis axis, const std::vector<std::string>& names) {
   ImPlot::SetupAxisFormat(axis, category_format, const_cast<std::vector<std::string>*>(&names));

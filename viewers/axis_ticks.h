@@ -33,6 +33,9 @@ using AxisPosition = std::function<double(double)>;
 // minors between them. One labelled tick when no step with two fits; none for an empty or infinite range.
 std::vector<AxisTick> spaced_linear_ticks(double lo, double hi, double pixels, double gap, double overhang,
                                           const TickFormat& format, const LabelExtent& extent);
+// An axis of whole numbers (positions, steps, layers): the linear ticks at integer values only.
+std::vector<AxisTick> spaced_integer_ticks(double lo, double hi, double pixels, double gap, double overhang,
+                                           const TickFormat& format, const LabelExtent& extent);
 // Log10 axis over [lo, hi] (both > 0): majors at every k-th power of ten for the smallest k that fits;
 // a range inside one decade gets round linear values placed on the log scale.
 std::vector<AxisTick> spaced_log_ticks(double lo, double hi, double pixels, double gap, double overhang,
@@ -58,6 +61,7 @@ std::string tick_text(double value);
 // takes its ticks from the functions above, measured with the current ImGui font. `names` (category
 // labels at 0, 1, 2 ...) must outlive EndPlot.
 void use_spaced_ticks(ImAxis axis);
+void use_integer_ticks(ImAxis axis);  // linear, whole numbers only
 void use_category_ticks(ImAxis axis, const std::vector<std::string>& names);
 // A position axis (cell p spans [p, p + 1)) that names each cell with tokens[p] once every visible cell has
 // room for its label, and shows round numbers before that. `tokens` must outlive EndPlot.

@@ -61,6 +61,7 @@ LinePlot BudgetPlot::build(const AppState& state) const {
   const trace::RunTrace* active = state.active_run();
   if (!active) return plot;
   plot.x_label = "layer";
+  plot.integer_x = true;
   if (series.empty()) {
     plot.title = "Final budget per layer";
     plot.y_label = "tokens per (layer, KV head)";
@@ -134,7 +135,10 @@ void BudgetPlot::draw(AppState& state) {
   export_button(state, key());
   const LinePlot plot = build(state);
   if (plot.series.empty()) {
-    centered_hint("No per-layer budgets: the full cache and fixed-budget policies give every layer the same budget.");
+    // A run in progress has no final budgets yet; "none" would flip back to bars when it ends.
+    const bool running = state.runs[state.active].in_progress || !active->complete;
+    centered_hint(running ? "running... the per-layer budgets appear when the run ends."
+                          : "No per-layer budgets: the full cache and fixed-budget policies give every layer the same budget.");
     return;
   }
   int clicked = -1;

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "viewers/step_cache.h"
+
 namespace kvscope::viewers {
 
 bool timeline_plot(const trace::RunTrace& run, int layer, int kv_head, bool aggregate, HeatmapPlot& out, std::string& why) {
@@ -65,11 +67,12 @@ const HeatmapPlot* EvictionTimeline::plot(const AppState& state) {
   if (!run) return nullptr;
   char buf[32];
   std::snprintf(buf, sizeof buf, "%p", static_cast<const void*>(run));
+  const int kv = selected_kv_head(state, shape_of(*run), kv_head);
   const std::string sig = std::string(buf) + std::to_string(run->n_steps()) + "|" + std::to_string(state.sel.layer) + "," +
-                          std::to_string(kv_head) + (aggregate ? "a" : "");
+                          std::to_string(kv) + (aggregate ? "a" : "");
   if (sig != signature_) {
     signature_ = sig;
-    have_plot_ = timeline_plot(*run, state.sel.layer, kv_head, aggregate, cached_, why_);
+    have_plot_ = timeline_plot(*run, state.sel.layer, kv, aggregate, cached_, why_);
   }
   return have_plot_ ? &cached_ : nullptr;
 }
@@ -81,14 +84,18 @@ void EvictionTimeline::draw(AppState& state) {
     return;
   }
   const RunShape shape = shape_of(*run);
-  kv_head = std::clamp(kv_head, 0, std::max(0, shape.n_kv_heads - 1));
   ImGui::Checkbox("all caches", &aggregate);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Share of all (layer, KV head) caches that still hold each position");
   if (!aggregate) {
     ImGui::SameLine();
-    layer_kv_head_sliders(state, shape, kv_head);
+    layer_kv_head_sliders(state, shape);
   }
-  ImGui::SameLine();
+  same_line_if_fits(ImGui::GetFontSize() * 12);
+  step_slider(state, *run);
+  const std::string step_text = step_name(*run, resolve_step(*run, state.sel.step));
+  same_line_if_fits(ImGui::CalcTextSize(step_text.c_str()).x);
+  ImGui::TextDisabled("%s", step_text.c_str());
+  same_line_if_fits(ImGui::GetFontSize() * 5);
   export_button(state, key());
   const HeatmapPlot* p = plot(state);
   if (!p) {
@@ -99,6 +106,7 @@ void EvictionTimeline::draw(AppState& state) {
   int clicked_pos = -1, clicked_step = -1;
   draw_heatmap("timeline", *p, ImGui::GetContentRegionAvail(), *state.textures, [&] {
     token_guides(state.token, false);
+    step_guides(resolve_step(r, state.sel.step));
     const int first_decode = r.first_decode_step();
     if (first_decode > 0 && first_decode < r.n_steps()) {
       ImPlotSpec spec;

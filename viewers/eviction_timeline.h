@@ -13,7 +13,7 @@ class EvictionTimeline final : public Panel {
   Figure figure(const AppState& state) override;
 
   bool aggregate = false;  // share kept over all (layer, kv head) instead of one cache
-  int kv_head = 0;
+  int kv_head = -1;  // -1: the selected query head's KV head (the window); >= 0: this one (kvscope figure --kv-head)
 
  private:
   const HeatmapPlot* plot(const AppState& state);

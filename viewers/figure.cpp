@@ -44,7 +44,9 @@ bool changed_since_last_frame(const char* id, uint64_t hash) {
 
 Image colorize_plot(const HeatmapPlot& p) {
   const trace::Map2D& m = p.map;
-  if (p.categories.empty()) return colorize(m.values.data(), m.rows, m.cols, p.scale, p.cmap);
+  if (p.categories.empty())
+    return p.no_attention_label.empty() ? colorize(m.values.data(), m.rows, m.cols, p.scale, p.cmap)
+                                        : colorize(m.values.data(), m.rows, m.cols, p.scale, p.cmap, kNoAttentionColor);
   Image img(m.cols, m.rows);
   for (int r = 0; r < m.rows; ++r)
     for (int c = 0; c < m.cols; ++c) {
@@ -99,7 +101,8 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
   ImPlot::SetupAxes(plot.x_label.empty() ? nullptr : plot.x_label.c_str(), plot.y_label.empty() ? nullptr : plot.y_label.c_str());
   if (plot.log_y) ImPlot::SetupAxisScale(ImAxis_Y1, ImPlotScale_Log10);
   if (plot.x_tick_labels.empty()) {
-    use_spaced_ticks(ImAxis_X1);
+    if (plot.integer_x) use_integer_ticks(ImAxis_X1);
+    else use_spaced_ticks(ImAxis_X1);
   } else {
     // One slot per category, so each name has its slot's width to sit in, the outer ones included.
     ImPlot::SetupAxisLimits(ImAxis_X1, -0.5, plot.x_tick_labels.size() - 0.5, ImPlotCond_Always);
@@ -183,14 +186,16 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
   // The map covers its plot area: a plot background under it would be painted for nothing (software OpenGL
   // pays per pixel painted). Only the key-mark strip below the map shows through, now in the frame's colour.
   ImPlot::PushStyleColor(ImPlotCol_PlotBg, ImVec4(0, 0, 0, 0));
-  const bool open = ImPlot::BeginPlot(title.c_str(), plot_size, legend || (marks && plot.mark_legend) ? 0 : ImPlotFlags_NoLegend);
+  const bool open = ImPlot::BeginPlot(title.c_str(), plot_size,
+                                      legend || (marks && plot.mark_legend) || !plot.no_attention_label.empty() ? 0 : ImPlotFlags_NoLegend);
   if (!open) ImPlot::PopStyleColor();
   if (open) {
     ImPlot::SetupAxis(ImAxis_X1, plot.x_label.empty() ? nullptr : plot.x_label.c_str());
     ImPlot::SetupAxis(ImAxis_Y1, plot.y_label.empty() ? nullptr : plot.y_label.c_str(), ImPlotAxisFlags_Invert);
-    if (plot.x_tokens.empty()) use_spaced_ticks(ImAxis_X1);
+    // Map axes count positions and steps: whole numbers.
+    if (plot.x_tokens.empty()) use_integer_ticks(ImAxis_X1);
     else use_token_ticks(ImAxis_X1, plot.x_tokens);
-    if (plot.y_tokens.empty()) use_spaced_ticks(ImAxis_Y1);
+    if (plot.y_tokens.empty()) use_integer_ticks(ImAxis_Y1);
     else use_token_ticks(ImAxis_Y1, plot.y_tokens);
     const double x0 = plot.x_origin, y0 = plot.y_origin;
     ImPlot::SetupAxesLimits(x0, x0 + std::max(1, m.source_cols), y0, y0 + std::max(1.0, m.source_rows + strip),
@@ -216,7 +221,7 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
       const double ys = y0 + m.source_rows + 0.15 * strip, ye = y0 + m.source_rows + strip;
       for (int c = 0; c < static_cast<int>(plot.column_marks.size()); ++c) {
         if (!plot.column_marks[c]) continue;
-        const Rgba col = plot.column_marks[c] == 2 ? kMergedColor : kEvictedColor;
+        const Rgba col = plot.column_marks[c] == 3 ? kNotYetColor : plot.column_marks[c] == 2 ? kMergedColor : kEvictedColor;
         const ImVec2 a = ImPlot::PlotToPixels(x0 + c, ys), b = ImPlot::PlotToPixels(x0 + c + 1, ye);
         // At least a pixel wide, so single evicted keys stay visible when zoomed out.
         dl->AddRectFilled(ImVec2(std::min(a.x, b.x), std::min(a.y, b.y)),
@@ -231,6 +236,11 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
         ImPlot::PlotDummy("evicted key", ev);
         ImPlot::PlotDummy("merged key", mg);
       }
+    }
+    if (!plot.no_attention_label.empty()) {
+      ImPlotSpec none;
+      none.LineColor = none.FillColor = to_vec4(kNoAttentionColor);
+      ImPlot::PlotDummy(plot.no_attention_label.c_str(), none);
     }
     if (hook) hook();
     ImPlot::EndPlot();

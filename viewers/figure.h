@@ -17,6 +17,12 @@
 
 namespace kvscope::viewers {
 
+// Cells that had no attention at all (causal mask, keys not in the cache): a neutral grey that no colormap's low end
+// uses (viridis purple, magma and inferno black, greys white), so they do not read as near-zero attention.
+inline constexpr Rgba kNoAttentionColor{118, 118, 126, 255};
+// Positions the cache had not reached yet at the selected step (the key-mark strip).
+inline constexpr Rgba kNotYetColor{70, 70, 78, 255};
+
 // The series palette (ImPlot's "Deep"), shared by ImPlot drawing and SVG so both agree.
 Rgba series_color(int index);
 
@@ -37,6 +43,7 @@ struct LinePlot {
   std::vector<double> marks_x;  // vertical guides (the selected layer, ...)
   std::vector<std::string> x_tick_labels;  // non-empty: category names at x = 0, 1, 2 ...
   bool legend_outside = false;             // many series: keep the legend off the data
+  bool integer_x = false;                  // x counts whole things (layers): ticks at integers only
 };
 
 struct Category {
@@ -52,8 +59,12 @@ struct HeatmapPlot {
   ColorScale scale;
   Colormap cmap = Colormap::Viridis;
   std::vector<Category> categories;  // non-empty: values are category indices, shown with a legend
-  // Per source column: 0 nothing, 1 evicted, 2 merged. Drawn as a strip under the map.
+  // Per source column: 0 in the cache, 1 evicted, 2 merged, 3 not yet in the cache (at the selected step). Drawn as a
+  // strip under the map.
   std::vector<uint8_t> column_marks;
+  // Non-empty: NaN cells are cells without attention (masked, or keys not in the cache), drawn in kNoAttentionColor
+  // with this legend entry, apart from every colour of the scale. Empty: NaN cells in the colorize default.
+  std::string no_attention_label;
   bool mark_legend = true;  // name the mark colours in a legend (off in narrow compare columns)
   std::string signature;  // identifies the content, for texture caching
   // Plot coordinates of the map's top-left corner: a region of a larger map (positions x_origin.., y_origin..).

@@ -638,7 +638,14 @@ void App::step_script() {
       } else if (c == "token") {
         state_.token = std::stoi(arg);
       } else if (c == "step") {
-        state_.sel.step = std::stoi(arg);
+        apply_updates();
+        const int step = std::stoi(arg);
+        const trace::RunTrace* run = state_.active_run();
+        const int n = run ? run->n_steps() : 0;
+        if (step < -1 || step >= n)
+          throw UsageError("'step " + arg + "': the run shown has " + std::to_string(n) + " steps (0.." + std::to_string(n - 1) +
+                           ", or -1 for the end)");
+        state_.sel.step = step;
       } else if (c == "view") {
         state_.focus_panel = arg;
         frames_left_ = 2;  // a focus change takes effect on the next frame
@@ -679,6 +686,10 @@ void App::step_script() {
       } else if (c == "zoom") {
         state_.attention_zoom = std::array<double, 4>{std::stod(s.args[0]), std::stod(s.args[1]), std::stod(s.args[2]), std::stod(s.args[3])};
         frames_left_ = 3;  // the limits apply next frame; the exact region follows them a frame later
+        return;
+      } else if (c == "decode") {
+        state_.attention_decode = arg == "on";
+        frames_left_ = 2;
         return;
       } else if (c == "click") {
         ImGui::GetIO().AddMouseButtonEvent(ImGuiMouseButton_Left, true);

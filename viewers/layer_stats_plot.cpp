@@ -67,6 +67,7 @@ LinePlot LayerStatsPlot::build(const AppState& state) const {
   const trace::RunTrace* active = state.active_run();
   if (!active) return plot;
   plot.x_label = "layer";
+  plot.integer_x = true;
   plot.y_label = stat;
   plot.title = stat + " per layer";
   for (int i = 0; i < static_cast<int>(state.runs.size()); ++i) {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "viewers/step_cache.h"
+
 namespace kvscope::viewers {
 
 int AppState::upsert(RunEntry entry) {
@@ -82,15 +84,45 @@ bool input_multiline(const char* label, std::string& s, float width, float heigh
                                    ImGuiInputTextFlags_CallbackResize, grow_string, &s);
 }
 
-bool layer_kv_head_sliders(AppState& state, const RunShape& shape, int& kv_head) {
+bool layer_kv_head_sliders(AppState& state, const RunShape& shape) {
+  // The KV head is the selected query head's (grouped-query attention), so every panel shows the same place in
+  // the model; choosing a KV head here selects the first query head that reads it.
   Selection sel = state.sel;
-  sel.head = kv_head;
+  sel.head = kv_head_of(state.sel.head, shape);
   RunShape kv_shape = shape;
   kv_shape.n_heads = shape.n_kv_heads;
-  if (!layer_head_sliders(sel, kv_shape, true, "kv head")) return false;
+  const bool changed = layer_head_sliders(sel, kv_shape, true, "kv head");
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("The KV head of the selected query head %d (heads %d..%d read it)", state.sel.head,
+                      sel.head * std::max(1, shape.n_heads / std::max(1, shape.n_kv_heads)),
+                      (sel.head + 1) * std::max(1, shape.n_heads / std::max(1, shape.n_kv_heads)) - 1);
+  if (!changed) return false;
   state.sel.layer = sel.layer;
-  kv_head = sel.head;
+  if (sel.head != kv_head_of(state.sel.head, shape))
+    state.sel.head = sel.head * std::max(1, shape.n_heads / std::max(1, shape.n_kv_heads));
   return true;
+}
+
+int selected_kv_head(const AppState& state, const RunShape& shape, int fixed) {
+  return fixed >= 0 ? std::min(fixed, std::max(0, shape.n_kv_heads - 1)) : kv_head_of(state.sel.head, shape);
+}
+
+bool step_slider(AppState& state, const trace::RunTrace& run) {
+  const int n = run.n_steps();
+  if (n == 0) return false;
+  const int shown = resolve_step(run, state.sel.step);
+  // The slider shows the row number only (the panels name the step beside it); "end" while it follows the run.
+  const std::string format = state.sel.step < 0 ? "%d (end)" : "%d of " + std::to_string(n - 1);
+  int value = shown;
+  ImGui::SetNextItemWidth(std::max(90.0f, ImGui::GetFontSize() * 8.0f));
+  const bool changed = ImGui::SliderInt("step", &value, 0, n - 1, format.c_str());
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Step %d: %s.\nThe cache at the end of this step in every panel (marks, kept set, timeline guide, "
+                      "decode rows).\nPrefill blocks first, then decode steps; the last step follows a run as it grows.",
+                      shown, step_name(run, shown).c_str());
+  // The last step means "the end": a live run's selection then follows new steps.
+  if (changed) state.sel.step = value == n - 1 ? -1 : value;
+  return changed;
 }
 
 std::string token_label(const trace::RunTrace& run, int position) {
@@ -164,6 +196,19 @@ void token_guides(int position, bool horizontal) {
   if (horizontal) {
     const ImVec2 c = ImPlot::PlotToPixels(lim.X.Min, position + 0.5), d = ImPlot::PlotToPixels(lim.X.Max, position + 0.5);
     dl->AddLine(c, d, col, 1.0f);
+  }
+  ImPlot::PopPlotClipRect();
+}
+
+void step_guides(int row) {
+  if (row < 0) return;
+  ImDrawList* dl = ImPlot::GetPlotDrawList();
+  const ImPlotRect lim = ImPlot::GetPlotLimits();
+  ImPlot::PushPlotClipRect();
+  const ImU32 col = IM_COL32(80, 220, 255, 230);
+  for (double y : {static_cast<double>(row), row + 1.0}) {
+    const ImVec2 a = ImPlot::PlotToPixels(lim.X.Min, y), b = ImPlot::PlotToPixels(lim.X.Max, y);
+    dl->AddLine(a, b, col, 1.5f);
   }
   ImPlot::PopPlotClipRect();
 }

@@ -18,10 +18,6 @@ namespace kvscope::eval {
 struct FidelityResult;
 }
 
-namespace kvscope::eval {
-struct FidelityResult;
-}
-
 namespace kvscope::viewers {
 
 struct RunRequest;
@@ -59,6 +55,8 @@ struct AppState {
   std::optional<RunChoice> run_choice;  // set by a panel; the window runs it and clears it
   // Keys [0], [1] across and rows [2], [3] down that the attention map shows next (a script's `zoom`), then cleared.
   std::optional<std::array<double, 4>> attention_zoom;
+  // The attention map's decode switch as a script set it (`decode on|off`), then cleared by the panel.
+  std::optional<bool> attention_decode;
 
   const trace::RunTrace* active_run() const {
     return active >= 0 && active < static_cast<int>(runs.size()) ? runs[active].run.get() : nullptr;
@@ -94,8 +92,15 @@ std::string run_label(const RunEntry& entry);
 bool run_combo(const char* label, const AppState& state, int& index, float width = 220.0f);
 // Layer and query-head sliders for `shape`; true when either changed.
 bool layer_head_sliders(Selection& sel, const RunShape& shape, bool heads = true, const char* head_label = "head");
-// Layer (shared through state.sel) and KV-head (this panel's own) sliders; true when either changed.
-bool layer_kv_head_sliders(AppState& state, const RunShape& shape, int& kv_head);
+// Layer and KV-head sliders on the shared selection: the KV head shown is the selected query head's, and choosing
+// one selects the first query head of its group. True when either changed.
+bool layer_kv_head_sliders(AppState& state, const RunShape& shape);
+// The KV head a per-KV-head panel shows: `fixed` when >= 0 (kvscope figure --kv-head), else the selected query
+// head's.
+int selected_kv_head(const AppState& state, const RunShape& shape, int fixed);
+// Step selector (prefill blocks, then decode steps) bound to state.sel.step; the last step stores -1 (the end, which
+// follows a live run). True when it changed.
+bool step_slider(AppState& state, const trace::RunTrace& run);
 // Text boxes that edit a std::string in place (ImGui edits a char buffer; the string grows as needed).
 bool input_text(const char* label, std::string& s);
 bool input_multiline(const char* label, std::string& s, float width, float height);
@@ -117,6 +122,8 @@ bool plot_clicked();
 // Inside a plot: thin guides at source coordinate `position` (vertical at x, and horizontal at y when
 // `horizontal`), marking the selected token on maps whose axes are positions.
 void token_guides(int position, bool horizontal);
+// Inside a plot whose rows are steps: two lines framing row `row` (the selected step), in a colour of its own.
+void step_guides(int row);
 }  // namespace kvscope::viewers
 
 namespace kvscope::viewers {

@@ -3,9 +3,28 @@
 #include <imgui.h>
 #include <implot.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 
 namespace kvscope::viewers {
+
+ColorScale off_diagonal_range(const trace::Map2D& map) {
+  float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+  for (int r = 0; r < map.rows; ++r)
+    for (int c = 0; c < map.cols; ++c) {
+      const CellSpan span = cell_span(map, r, c);
+      // A cell whose rows and columns share a source entry holds a diagonal cosine (always 1).
+      if (span.row_begin < span.col_end && span.col_begin < span.row_end) continue;
+      const float v = map.at(r, c);
+      if (!std::isfinite(v)) continue;
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+  if (!(lo < hi)) return {ScaleKind::Linear, -1.0f, 1.0f};  // nothing, or one value, off the diagonal
+  return {ScaleKind::Linear, lo, hi};
+}
 
 bool similarity_plot(const trace::RunTrace& run, int layer, int kv_head, bool values, bool fit_range, int max_cells,
                      HeatmapPlot& out, std::string& why) {
@@ -18,8 +37,7 @@ bool similarity_plot(const trace::RunTrace& run, int layer, int kv_head, bool va
   out = HeatmapPlot{};
   out.map = pool_for_display(*m, max_cells, max_cells);
   out.map.source_positions = m->source_positions;
-  out.scale = fit_range ? ColorScale::symmetric(out.map.values.data(), out.map.values.size())
-                        : ColorScale{ScaleKind::Linear, -1.0f, 1.0f};
+  out.scale = fit_range ? off_diagonal_range(out.map) : ColorScale{ScaleKind::Linear, -1.0f, 1.0f};
   out.cmap = Colormap::RdBu;
   out.title = run.name + "  " + (values ? "value" : "key") + " cosine similarity, layer " + std::to_string(layer) +
               ", kv head " + std::to_string(kv_head);
@@ -38,11 +56,12 @@ const HeatmapPlot* SimilarityMap::plot(const AppState& state) {
   if (!run) return nullptr;
   char buf[32];
   std::snprintf(buf, sizeof buf, "%p", static_cast<const void*>(run));
-  const std::string sig = std::string(buf) + std::to_string(state.sel.layer) + "," + std::to_string(kv_head) +
+  const int kv = selected_kv_head(state, shape_of(*run), kv_head);
+  const std::string sig = std::string(buf) + std::to_string(state.sel.layer) + "," + std::to_string(kv) +
                           (values ? "v" : "k") + (fit_range ? "f" : "");
   if (sig != signature_) {
     signature_ = sig;
-    have_plot_ = similarity_plot(*run, state.sel.layer, kv_head, values, fit_range, 1024, cached_, why_);
+    have_plot_ = similarity_plot(*run, state.sel.layer, kv, values, fit_range, 1024, cached_, why_);
   }
   return have_plot_ ? &cached_ : nullptr;
 }
@@ -56,13 +75,15 @@ void SimilarityMap::draw(AppState& state) {
   const RunShape shape = shape_of(*run);
   run_combo("##run", state, state.active, ImGui::GetFontSize() * 14);
   ImGui::SameLine();
-  layer_kv_head_sliders(state, shape, kv_head);
+  layer_kv_head_sliders(state, shape);
   ImGui::SameLine();
   int which = values ? 1 : 0;
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 5);
   if (ImGui::Combo("##kv", &which, "keys\0values\0")) values = which == 1;
   ImGui::SameLine();
   ImGui::Checkbox("fit range", &fit_range);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Colours from the lowest to the highest cosine off the diagonal (the diagonal, always 1, saturates)");
   ImGui::SameLine();
   export_button(state, key());
   const HeatmapPlot* p = plot(state);

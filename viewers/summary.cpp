@@ -56,6 +56,12 @@ RunNumbers run_numbers(const trace::RunTrace& run, const trace::RunTrace* baseli
   n.full_cache_bytes = meta_number(run, "full_cache_bytes");
   if (std::isnan(n.full_cache_bytes) && baseline && !baseline->steps.empty())
     n.full_cache_bytes = static_cast<double>(baseline->steps.back().cache_bytes);
+  // Allocated bytes over allocated bytes: the baseline's cache (same growth slack) when there is one, the full cache's
+  // payload otherwise; a full-cache run is its own reference.
+  const double reference_bytes = baseline && !baseline->steps.empty() ? static_cast<double>(baseline->steps.back().cache_bytes)
+                                 : run.meta("policy") == "full"          ? n.cache_bytes
+                                                                         : n.full_cache_bytes;
+  n.bytes_share = reference_bytes > 0 ? n.cache_bytes / reference_bytes : nan;
   // Entries, not bytes: cache_bytes counts reserved capacity, which a full cache overshoots by its growth slack.
   if (!run.steps.empty() && run.n_layers > 0 && run.n_kv_heads > 0 && run.steps.back().seq_len > 0)
     n.kept_share = static_cast<double>(run.steps.back().cache_entries) /
@@ -81,6 +87,7 @@ RunNumbers run_numbers(const trace::RunTrace& run, const trace::RunTrace* baseli
       n.first_divergence = static_cast<int>(m);
   }
   n.prefill_ms = meta_number(run, "prefill_ms");
+  n.prefill_replayed = run.meta("prefill").rfind("replayed", 0) == 0;
   const double decode_ms = meta_number(run, "decode_ms");
   n.decode_ms_per_token = run.n_generated() > 1 ? decode_ms / (run.n_generated() - 1) : nan;
   return n;
@@ -96,22 +103,32 @@ void Summary::draw(AppState& state) {
   const ImGuiTableFlags flags = ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollX |
                                 ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_Resizable;
   const float table_h = std::min(ImGui::GetContentRegionAvail().y * 0.55f, ImGui::GetTextLineHeightWithSpacing() * (runs.size() + 2.5f));
-  if (ImGui::BeginTable("##runs", 9, flags, ImVec2(0, table_h))) {
-    ImGui::TableSetupColumn("run");
-    ImGui::TableSetupColumn("prompt");
-    ImGui::TableSetupColumn("gen");
-    ImGui::TableSetupColumn("cache KiB");  // allocated, slack included
-    ImGui::TableSetupColumn("of full");
-    ImGui::TableSetupColumn("mean log p");
-    ImGui::TableSetupColumn("gap");
-    ImGui::TableSetupColumn("diverges at");
-    ImGui::TableSetupColumn("prefill / decode ms");
+  if (ImGui::BeginTable("##runs", 10, flags, ImVec2(0, table_h))) {
+    // Each header says what its number measures; its tooltip says how.
+    static const char* const names[] = {"run", "prompt", "gen", "cache KiB", "bytes of full", "entries of full",
+                                        "mean log p", "gap", "diverges at", "prefill / decode ms"};
+    static const char* const how[] = {
+        "", "prompt tokens", "generated tokens",
+        "K/V bytes the cache holds allocated at the end (growth slack included)",
+        "cache KiB / the full-cache baseline's cache KiB (without a baseline: the full cache's K/V payload)",
+        "entries held / (layers x KV heads x tokens processed)",
+        "mean natural-log probability of the generated tokens", "mean log p minus the full-cache baseline's",
+        "first generated token that differs from the baseline",
+        "prefill time (or 'replayed': taken from a capture of the same prompt, no forward pass) / decode ms per token"};
+    for (const char* name : names) ImGui::TableSetupColumn(name);
     ImGui::TableSetupScrollFreeze(1, 1);
-    ImGui::TableHeadersRow();
+    ImGui::TableNextRow(ImGuiTableRowFlags_Headers);
+    for (int c = 0; c < 10; ++c) {
+      ImGui::TableSetColumnIndex(c);
+      ImGui::TableHeader(ImGui::TableGetColumnName(c));
+      if (ImGui::IsItemHovered() && how[c][0]) ImGui::SetTooltip("%s", how[c]);
+    }
     for (int i = 0; i < static_cast<int>(state.runs.size()); ++i) {
       const trace::RunTrace* r = state.run(i);
       if (!r) continue;
       const RunNumbers n = run_numbers(*r, find_baseline(runs, *r));
+      // A run in progress has no final numbers yet: say so instead of showing partial ones or NaN.
+      const bool running = state.runs[i].in_progress || !r->complete;
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
       ImGui::PushID(i);
@@ -125,23 +142,28 @@ void Summary::draw(AppState& state) {
       ImGui::Text("%d", r->prompt_length);
       ImGui::TableNextColumn();
       ImGui::Text("%d", r->n_generated());
+      auto number = [&](double v, const char* format, double scale) {
+        ImGui::TableNextColumn();
+        if (running) ImGui::TextDisabled("running...");
+        else if (std::isnan(v)) ImGui::TextDisabled("-");
+        else ImGui::Text(format, v * scale);
+      };
+      number(n.cache_bytes, "%.0f", 1.0 / 1024.0);
+      number(n.bytes_share, "%.0f%%", 100.0);
+      number(n.kept_share, "%.0f%%", 100.0);
+      number(n.mean_logprob, "%.3f", 1.0);
       ImGui::TableNextColumn();
-      ImGui::Text("%.0f", n.cache_bytes / 1024.0);
-      ImGui::TableNextColumn();
-      if (std::isnan(n.kept_share)) ImGui::TextDisabled("-");
-      else ImGui::Text("%.0f%%", 100.0 * n.kept_share);
-      ImGui::TableNextColumn();
-      if (std::isnan(n.mean_logprob)) ImGui::TextDisabled("-");
-      else ImGui::Text("%.3f", n.mean_logprob);
-      ImGui::TableNextColumn();
-      if (std::isnan(n.logprob_gap)) ImGui::TextDisabled(n.has_baseline ? "-" : "no baseline");
+      if (running) ImGui::TextDisabled("running...");
+      else if (std::isnan(n.logprob_gap)) ImGui::TextDisabled(n.has_baseline ? "-" : "no baseline");
       else ImGui::Text("%+.3f", n.logprob_gap);
       ImGui::TableNextColumn();
-      if (!n.has_baseline) ImGui::TextDisabled("-");
+      if (running || !n.has_baseline) ImGui::TextDisabled(running ? "running..." : "-");
       else if (n.first_divergence < 0) ImGui::Text("identical");
       else ImGui::Text("token %d", n.first_divergence);
       ImGui::TableNextColumn();
-      ImGui::Text("%.0f / %.1f", n.prefill_ms, n.decode_ms_per_token);
+      if (running) ImGui::TextDisabled("running...");
+      else if (n.prefill_replayed) ImGui::Text("replayed / %.1f", n.decode_ms_per_token);
+      else ImGui::Text("%.0f / %.1f", n.prefill_ms, n.decode_ms_per_token);
     }
     ImGui::EndTable();
   }
@@ -176,7 +198,7 @@ Figure Summary::figure(const AppState& state) {
   f.title = "summary";
   const auto runs = all_runs(state);
   LinePlot share, gap;
-  share.title = "Cache entries kept";
+  share.title = "Cache entries kept (entries, not bytes)";
   share.y_label = "% of the full cache";
   gap.title = "Mean log-prob gap to the full cache";
   gap.y_label = "nats per token";

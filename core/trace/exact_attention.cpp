@@ -14,9 +14,14 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
+// Grouped-query attention: query head h reads KV head h / (n_heads / n_kv_heads). Checked ranges come later.
+int kv_head_for(const RunTrace& run, int head) {
+  return run.n_kv_heads > 0 && run.n_heads >= run.n_kv_heads ? head / (run.n_heads / run.n_kv_heads) : 0;
+}
 }  // namespace
 
-ExactAttention::ExactAttention(const RunTrace& run, int layer, int head) : run_(run), layer_(layer), head_(head) {
+ExactAttention::ExactAttention(const RunTrace& run, int layer, int head)
+    : run_(run), layer_(layer), head_(head), attended_(run, layer, kv_head_for(run, head)) {
   if (!available(run))
     throw Error("run '" + run.name + "' holds no queries and keys (recorded without --record qk=on): exact attention "
                 "cannot be rebuilt; only its pooled maps can be shown");
@@ -33,7 +38,6 @@ ExactAttention::ExactAttention(const RunTrace& run, int layer, int head) : run_(
     spans_.push_back(span.get());
     n_positions_ += span->n_positions;
   }
-  for (const StepStats& s : run.steps) step_end_.push_back(s.seq_len);
 
   // A merge changes its target's key from the step it happens in: rows of later steps see the merged key.
   key_changed_.assign(static_cast<std::size_t>(n_positions_), INT_MAX);
@@ -41,7 +45,7 @@ ExactAttention::ExactAttention(const RunTrace& run, int layer, int head) : run_(
     if (e.layer != layer || e.kv_head != kv_head_ || e.action != EventAction::Merged) continue;
     if (e.merge_target < 0 || e.merge_target >= n_positions_) continue;
     const int row = run.step_row(e);
-    const int from = row >= 0 && row < static_cast<int>(step_end_.size()) ? step_end_[row] : 0;
+    const int from = row >= 0 && row < attended_.n_steps() ? attended_.step_end(row) : 0;
     int& changed = key_changed_[static_cast<std::size_t>(e.merge_target)];
     changed = std::min(changed, from);
   }
@@ -65,10 +69,6 @@ float ExactAttention::lse(int position) const {
   auto it = std::upper_bound(spans_.begin(), spans_.end(), position, [](int p, const QKSpan* s) { return p < s->first_position; });
   const QKSpan* s = *(it - 1);
   return s->layers[layer_].lse[static_cast<std::size_t>(position - s->first_position) * n_heads_ + head_];
-}
-
-int ExactAttention::step_of(int query) const {
-  return static_cast<int>(std::upper_bound(step_end_.begin(), step_end_.end(), query) - step_end_.begin());
 }
 
 float ExactAttention::probability(int q, int k) const {
@@ -107,30 +107,24 @@ AttentionRegion ExactAttention::region(int q0, int q1, int k0, int k1, int max_r
   const int d = head_dim_;
   std::vector<float> keys(static_cast<std::size_t>(n_cols) * d);
   for (int j = 0; j < n_cols; ++j) halves_to_float(key(k0 + j), d, keys.data() + static_cast<std::size_t>(j) * d);
-  const KeptMask* kept = layer_ < static_cast<int>(run_.kept_mask.size()) ? &run_.kept_mask[layer_] : nullptr;
 
   // Output rows are independent (a window zoomed into a long prompt asks for up to a million cells per frame).
 #pragma omp parallel for schedule(dynamic, 1) if (static_cast<long>(n_rows) * n_cols > 65536)
   for (int R = 0; R < m.rows; ++R) {
     std::vector<float> q(d), row(n_cols);
+    std::vector<KeyState> keys_seen(n_cols);
     float* out_row = m.values.data() + static_cast<std::size_t>(R) * m.cols;
     for (int r = R * row_block; r < std::min(n_rows, (R + 1) * row_block); ++r) {
       const int i = q0 + r;
-      const int step = step_of(i);
-      const int step_first = step == 0 ? 0 : step_end_[step - 1];
       const float row_lse = lse(i);
       halves_to_float(query(i), d, q.data());
-      // Keys before the step: those the cache held at the end of the previous step. Unknown without a kept mask.
-      const bool membership_known = step == 0 || (kept && step - 1 < kept->n_steps);
+      attended_.row(i, k0, k1, keys_seen.data());
       for (int c = 0; c < n_cols; ++c) {
         const int j = k0 + c;
         float p;
-        if (j > i) {
-          p = 0.0f;  // causal
-        } else if (j < step_first && membership_known && step > 0 &&
-                   (j >= kept->n_positions || kept->at(kv_head_, j, step - 1) != kKept)) {
-          p = 0.0f;  // not in the cache this row attended to
-        } else if (!membership_known || std::isnan(row_lse) || key_changed_[j] <= i) {
+        if (keys_seen[c] == KeyState::Future || keys_seen[c] == KeyState::NotInCache) {
+          p = 0.0f;  // causal, or not in the cache this row attended to
+        } else if (keys_seen[c] == KeyState::Unknown || std::isnan(row_lse) || key_changed_[j] <= i) {
           p = kNaN;
         } else {
           const float* k = keys.data() + static_cast<std::size_t>(c) * d;

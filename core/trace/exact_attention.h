@@ -10,6 +10,7 @@
 // (any merge event naming it as target, so CaM's value-only merges are absent too), missing data.
 #include <vector>
 
+#include "core/trace/attended_keys.h"
 #include "core/trace/trace_view.h"
 
 namespace kvscope::trace {
@@ -42,15 +43,13 @@ class ExactAttention {
   const uint16_t* query(int position) const;  // head_dim halves
   const uint16_t* key(int position) const;
   float lse(int position) const;
-  // Per row i, the first position of its step, and the step row whose kept mask gives the keys before it.
-  int step_of(int query) const;
 
   const RunTrace& run_;
   int layer_, head_, kv_head_, head_dim_, n_heads_, n_kv_heads_;
   int n_positions_ = 0;
   float scale_;
   std::vector<const QKSpan*> spans_;
-  std::vector<int> step_end_;      // seq_len of each recorded step
+  AttendedKeys attended_;          // which keys each row saw (the cache at its step)
   std::vector<int> key_changed_;   // [key position]: first query row that may see a merged key (INT_MAX: never)
 };
 

@@ -47,6 +47,16 @@ layer 2
 token 5
 frames 3
 export attention $work/export_attention.png 900x600
+# The cache at a step: the decode rows with the marks of decode step 1's cache, then of the end.
+decode on
+step 2
+frames 3
+export attention $work/step2_decode.png 900x600
+screenshot $work/step2_window.png
+step -1
+frames 3
+export attention $work/end_decode.png 900x600
+decode off
 export layer_stats $work/export_stats.svg
 save $work/saved.h5
 wait 1200
@@ -78,6 +88,11 @@ grep -q "fidelity to the full cache: top-1 agreement" "$work/gui.log" || fail "n
 grep -q "opened sweep $work/sweep.csv (6 rows, 2 policies, 3 budgets)" "$work/gui.log" || fail "the sweep did not open"
 grep -q "error: '$work/bad_sweep.csv' line 2 has 4 fields" "$work/gui.log" || fail "the malformed sweep was not refused"
 check_png "$work/export_attention.png" 900 600 100
+check_png "$work/step2_decode.png" 900 600 100
+check_png "$work/end_decode.png" 900 600 100
+check_png "$work/step2_window.png" 1280 800 400
+# Streaming-LLM evicts at every decode step, so the key marks of step 2's cache differ from the end's.
+cmp -s "$work/step2_decode.png" "$work/end_decode.png" && fail "the attention export at step 2 equals the one at the end"
 grep -q "<path d=" "$work/export_stats.svg" || fail "layer stats SVG has no data path"
 [ -s "$work/saved.h5" ] || fail "saved.h5 was not written"
 

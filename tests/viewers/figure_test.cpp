@@ -57,6 +57,19 @@ std::vector<double> labelled(const std::vector<AxisTick>& ticks) {
 
 }  // namespace
 
+TEST_CASE("integer axes (steps, layers, positions) tick whole numbers only", "[figure]") {
+  // 0..3 over 300 px: linear ticks would step by 0.2 (one-character labels 8 px wide, 20 px apart fit at 20 px);
+  // an axis of steps keeps 0, 1, 2, 3 and no tick between them.
+  const auto linear = spaced_linear_ticks(0, 3, 300, 6, 5, tick_text, kAcross);
+  REQUIRE(labelled(linear).size() > 4);  // the case this guards: fractional labels on a short axis
+  const auto integer = spaced_integer_ticks(0, 3, 300, 6, 5, tick_text, kAcross);
+  CHECK(labelled(integer) == std::vector<double>{0, 1, 2, 3});
+  for (const auto& t : integer) CHECK(t.value == std::round(t.value));
+  // A long axis is unchanged: its round steps are whole numbers already.
+  CHECK(labelled(spaced_integer_ticks(0, 160, 300, 6, 5, tick_text, kAcross)) ==
+        labelled(spaced_linear_ticks(0, 160, 300, 6, 5, tick_text, kAcross)));
+}
+
 TEST_CASE("tick steps come from the label widths: the finest round step whose labels stay apart", "[figure]") {
   // 0..160 over 300 px: a step of 10 puts "90" and "100" 18.75 px apart, less than 8 + 12 + 6; a step of
   // 20 leaves 37.5 px for at most "100" and "120": 12 + 12 + 6. "160" would end 12 px past the axis end,

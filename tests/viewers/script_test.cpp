@@ -91,6 +91,11 @@ TEST_CASE("run numbers: kept share, log-prob gap and divergence against the base
   CHECK(find_baseline(runs, full) == nullptr);
   const RunNumbers n = run_numbers(run, find_baseline(runs, run));
   CHECK(n.kept_share == Approx(3.0 / 14.0));
+  CHECK(n.bytes_share == Approx(1000.0 / 4000.0));  // bytes and entries are different shares: both are shown
+  CHECK(run_numbers(full, nullptr).bytes_share == Approx(1.0));
+  CHECK_FALSE(n.prefill_replayed);
+  run.metadata["prefill"] = "replayed from a capture of the same prompt's one-pass prefill";
+  CHECK(run_numbers(run, &full).prefill_replayed);
   CHECK(run_numbers(full, nullptr).kept_share == Approx(1.0));
   CHECK(n.mean_logprob == Approx(-1.5));
   CHECK(n.logprob_gap == Approx(-1.5 - (-1.0)));

@@ -11,6 +11,7 @@
 
 #include "core/common/error.h"
 #include "viewers/compare_view.h"
+#include "viewers/similarity_map.h"
 #include "viewers/view_model.h"
 
 using namespace kvscope;
@@ -297,4 +298,23 @@ TEST_CASE("kept sets compare only positions that hold the same token in both run
   CHECK(comparable_span(small, small).length(true) == 10);
   const KeptDiff past_end = diff_kept_over(full, small, 0, 0, 10);
   expect({0, 1, 2, 3, 4, 5, 6, 7}, {0, 3, 6, 8, 9}, 10, past_end);
+}
+
+TEST_CASE("similarity fit range comes from the cells off the diagonal", "[similarity]") {
+  // 4 x 4 cosines: 1 on the diagonal, 0.40 .. 0.95 elsewhere (symmetric).
+  trace::Map2D m;
+  m.rows = m.cols = m.source_rows = m.source_cols = 4;
+  m.values = {1.0f, 0.40f, 0.60f, 0.70f,  //
+              0.40f, 1.0f, 0.95f, 0.50f,  //
+              0.60f, 0.95f, 1.0f, 0.80f,  //
+              0.70f, 0.50f, 0.80f, 1.0f};
+  ColorScale s = off_diagonal_range(m);
+  CHECK(s.vmin == Approx(0.40f));
+  CHECK(s.vmax == Approx(0.95f));
+  // Pooled 2 x 2 (max): cells (0,0) and (1,1) contain the diagonal and are left out; both off-diagonal blocks hold
+  // max(0.60, 0.70, 0.95, 0.50) = 0.95: one value, no range to fit, so the full [-1, 1].
+  m.pooling = trace::Pooling::Max;
+  s = off_diagonal_range(pool_by(m, 2, 2));
+  CHECK(s.vmin == -1.0f);
+  CHECK(s.vmax == 1.0f);
 }
