@@ -29,7 +29,7 @@ ExactAttention::ExactAttention(const RunTrace& run, int layer, int head)
   if (head < 0 || head >= run.n_heads) throw UsageError("head " + std::to_string(head) + " is outside 0.." + std::to_string(run.n_heads - 1));
   n_heads_ = run.n_heads;
   n_kv_heads_ = run.n_kv_heads;
-  kv_head_ = head / (n_heads_ / n_kv_heads_);  // grouped-query attention: query head h reads KV head h / group
+  kv_head_ = kv_head_for(run, head);
   head_dim_ = run.head_dim;
   scale_ = static_cast<float>(run.qk_scale);
   for (const QKSpanRef& span : run.qk) {
@@ -51,24 +51,25 @@ ExactAttention::ExactAttention(const RunTrace& run, int layer, int head)
   }
 }
 
-const uint16_t* ExactAttention::query(int position) const {
+ExactAttention::SpanRow ExactAttention::locate(int position) const {
   auto it = std::upper_bound(spans_.begin(), spans_.end(), position, [](int p, const QKSpan* s) { return p < s->first_position; });
   const QKSpan* s = *(it - 1);
-  const std::size_t row = static_cast<std::size_t>(position - s->first_position);
-  return s->layers[layer_].queries.data() + (row * n_heads_ + head_) * head_dim_;
+  return {&s->layers[layer_], static_cast<std::size_t>(position - s->first_position)};
+}
+
+const uint16_t* ExactAttention::query(int position) const {
+  const SpanRow at = locate(position);
+  return at.layer->queries.data() + (at.row * n_heads_ + head_) * head_dim_;
 }
 
 const uint16_t* ExactAttention::key(int position) const {
-  auto it = std::upper_bound(spans_.begin(), spans_.end(), position, [](int p, const QKSpan* s) { return p < s->first_position; });
-  const QKSpan* s = *(it - 1);
-  const std::size_t row = static_cast<std::size_t>(position - s->first_position);
-  return s->layers[layer_].keys.data() + (row * n_kv_heads_ + kv_head_) * head_dim_;
+  const SpanRow at = locate(position);
+  return at.layer->keys.data() + (at.row * n_kv_heads_ + kv_head_) * head_dim_;
 }
 
 float ExactAttention::lse(int position) const {
-  auto it = std::upper_bound(spans_.begin(), spans_.end(), position, [](int p, const QKSpan* s) { return p < s->first_position; });
-  const QKSpan* s = *(it - 1);
-  return s->layers[layer_].lse[static_cast<std::size_t>(position - s->first_position) * n_heads_ + head_];
+  const SpanRow at = locate(position);
+  return at.layer->lse[at.row * n_heads_ + head_];
 }
 
 float ExactAttention::probability(int q, int k) const {

@@ -40,6 +40,11 @@ class ExactAttention {
   AttentionRegion region(int q0, int q1, int k0, int k1, int max_rows, int max_cols, Pooling pooling) const;
 
  private:
+  struct SpanRow {
+    const QKSpan::Layer* layer;  // this layer's data in the span holding the position
+    std::size_t row;             // the position's row within that span
+  };
+  SpanRow locate(int position) const;
   const uint16_t* query(int position) const;  // head_dim halves
   const uint16_t* key(int position) const;
   float lse(int position) const;

@@ -41,40 +41,27 @@ inline __m256 nibble_dot(const uint8_t* qs, const float* x) {
   return acc;
 }
 
-// w = d*q + m per element (Q4_1), so a row times x is sum over blocks of d * (q . x) + m * sum(x).
-struct Q4_1Rows {
-  template <int R>
-  static void run(const uint8_t* row0, std::size_t stride, const float* x, const float* sums, int n_blocks, float* y) {
-    __m256 acc[R];
-    float offset[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), offset[r] = 0.0f;
-    for (int b = 0; b < n_blocks; ++b)
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* block = row0 + r * stride + b * blocks::kQ4_1Bytes;
-        prefetch_next_group(block, stride, R);
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(half_at(block)), nibble_dot(block + 4, x + 32 * b), acc[r]);
-        offset[r] += half_at(block + 2) * sums[b];
-      }
-    for (int r = 0; r < R; ++r) y[r] = horizontal_sum(acc[r]) + offset[r];
-  }
-};
+// The 4-bit formats. Q4_1: w = d*q + m per element, so a row times x is the sum over blocks of
+// d * (q . x) + m * sum(x_block). Q4_0: w = d*(q - 8), the sum of d * (q . x) - 8 * d * sum(x_block).
+template <bool kHasMin>
+struct Q4Rows {
+  static constexpr int kBlockBytes = kHasMin ? blocks::kQ4_1Bytes : blocks::kQ4_0Bytes;
+  static constexpr int kNibblesAt = kHasMin ? 4 : 2;  // after d (and m)
 
-// w = d*(q - 8) per element (Q4_0).
-struct Q4_0Rows {
   template <int R>
   static void run(const uint8_t* row0, std::size_t stride, const float* x, const float* sums, int n_blocks, float* y) {
     __m256 acc[R];
-    float offset[R];
+    float offset[R];  // sum of m * sum(x_block) (Q4_1), or of d * sum(x_block) (Q4_0)
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), offset[r] = 0.0f;
     for (int b = 0; b < n_blocks; ++b)
       for (int r = 0; r < R; ++r) {
-        const uint8_t* block = row0 + r * stride + b * blocks::kQ4_0Bytes;
+        const uint8_t* block = row0 + r * stride + b * kBlockBytes;
         prefetch_next_group(block, stride, R);
         const float d = half_at(block);
-        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), nibble_dot(block + 2, x + 32 * b), acc[r]);
-        offset[r] += d * sums[b];
+        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), nibble_dot(block + kNibblesAt, x + 32 * b), acc[r]);
+        offset[r] += (kHasMin ? half_at(block + 2) : d) * sums[b];
       }
-    for (int r = 0; r < R; ++r) y[r] = horizontal_sum(acc[r]) - 8.0f * offset[r];
+    for (int r = 0; r < R; ++r) y[r] = horizontal_sum(acc[r]) + (kHasMin ? offset[r] : -8.0f * offset[r]);
   }
 };
 
@@ -135,8 +122,8 @@ void block_sums32(const float* x, int n, float* sums) {
 namespace avx2 {
 void quant_dot_rows(const QuantMatrix& w, int r0, int r1, const float* x, const float* x_block_sums, float* y) {
   switch (w.type) {
-    case GgmlType::Q4_1: dot_rows_in_groups<Q4_1Rows>(w, r0, r1, x, x_block_sums, y); break;
-    case GgmlType::Q4_0: dot_rows_in_groups<Q4_0Rows>(w, r0, r1, x, x_block_sums, y); break;
+    case GgmlType::Q4_1: dot_rows_in_groups<Q4Rows<true>>(w, r0, r1, x, x_block_sums, y); break;
+    case GgmlType::Q4_0: dot_rows_in_groups<Q4Rows<false>>(w, r0, r1, x, x_block_sums, y); break;
     case GgmlType::Q8_0: dot_rows_in_groups<Q8_0Rows>(w, r0, r1, x, x_block_sums, y); break;
     default: throw Error("quant_dot_rows: no block dot product for this weight type");
   }

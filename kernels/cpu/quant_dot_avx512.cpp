@@ -27,9 +27,11 @@ inline void prefetch_next_group(const uint8_t* block, std::size_t stride, int ro
   _mm_prefetch(reinterpret_cast<const char*>(block + rows * stride), _MM_HINT_T0);
 }
 
-// The halves at p and p + 2 as floats in lanes 0 and 1 (lanes 2 and 3 are zero).
-inline __m128 two_halves(const uint8_t* p) {
-  return _mm_cvtph_ps(_mm_cvtsi32_si128(blocks::load_u16(p) | (blocks::load_u16(p + 2) << 16)));
+// The block's scale d in lane 0 and, for Q4_1, its minimum m in lane 1 (other lanes zero).
+template <bool kHasMin>
+inline __m128 scale_and_min(const uint8_t* block) {
+  const uint32_t halves = kHasMin ? blocks::load_u16(block) | (blocks::load_u16(block + 2) << 16) : blocks::load_u16(block);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(halves)));
 }
 
 // (q_j for j < 16, q_j for j >= 16) of a 4-bit block: the low nibbles of qs[16], then the high nibbles.
@@ -40,53 +42,35 @@ inline void nibbles(const uint8_t* qs, __m512& low, __m512& high) {
   high = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask)));
 }
 
-// w = d*q + m per element (Q4_1): a row times x is sum over blocks of d * (q . x) + m * sum(x).
-struct Q4_1Rows {
+// The 4-bit formats. Q4_1: w = d*q + m per element, so a row times x is the sum over blocks of
+// d * (q . x) + m * sum(x_block). Q4_0: w = d*(q - 8), the sum of d * (q . x) - 8 * d * sum(x_block).
+template <bool kHasMin>
+struct Q4Rows {
+  static constexpr int kBlockBytes = kHasMin ? blocks::kQ4_1Bytes : blocks::kQ4_0Bytes;
+  static constexpr int kNibblesAt = kHasMin ? 4 : 2;  // after d (and m)
+
   template <int R>
   static void run(const uint8_t* row0, std::size_t stride, const float* x, const float* sums, int n_blocks, float* y) {
     __m512 acc[R];
-    __m128 offset[R];  // lane 1: sum of m * sum(x_block)
+    __m128 offset[R];  // lane 0: sum of d * sum(x_block); lane 1: sum of m * sum(x_block)
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), offset[r] = _mm_setzero_ps();
     for (int b = 0; b < n_blocks; ++b) {
       const __m512 x_low = _mm512_loadu_ps(x + 32 * b), x_high = _mm512_loadu_ps(x + 32 * b + 16);
       const __m128 x_sum = _mm_set1_ps(sums[b]);
       for (int r = 0; r < R; ++r) {
-        const uint8_t* block = row0 + r * stride + b * blocks::kQ4_1Bytes;
+        const uint8_t* block = row0 + r * stride + b * kBlockBytes;
         prefetch_next_group(block, stride, R);
         __m512 q_low, q_high;
-        nibbles(block + 4, q_low, q_high);
+        nibbles(block + kNibblesAt, q_low, q_high);
         const __m512 qx = _mm512_fmadd_ps(q_high, x_high, _mm512_mul_ps(q_low, x_low));
-        const __m128 dm = two_halves(block);
+        const __m128 dm = scale_and_min<kHasMin>(block);
         acc[r] = _mm512_fmadd_ps(_mm512_broadcastss_ps(dm), qx, acc[r]);
         offset[r] = _mm_fmadd_ps(dm, x_sum, offset[r]);
       }
     }
-    for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(offset[r]));
-  }
-};
-
-// w = d*(q - 8) per element (Q4_0).
-struct Q4_0Rows {
-  template <int R>
-  static void run(const uint8_t* row0, std::size_t stride, const float* x, const float* sums, int n_blocks, float* y) {
-    __m512 acc[R];
-    __m128 offset[R];  // lane 0: sum of d * sum(x_block)
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), offset[r] = _mm_setzero_ps();
-    for (int b = 0; b < n_blocks; ++b) {
-      const __m512 x_low = _mm512_loadu_ps(x + 32 * b), x_high = _mm512_loadu_ps(x + 32 * b + 16);
-      const __m128 x_sum = _mm_set1_ps(sums[b]);
-      for (int r = 0; r < R; ++r) {
-        const uint8_t* block = row0 + r * stride + b * blocks::kQ4_0Bytes;
-        prefetch_next_group(block, stride, R);
-        __m512 q_low, q_high;
-        nibbles(block + 2, q_low, q_high);
-        const __m512 qx = _mm512_fmadd_ps(q_high, x_high, _mm512_mul_ps(q_low, x_low));
-        const __m128 d = _mm_cvtph_ps(_mm_cvtsi32_si128(blocks::load_u16(block)));
-        acc[r] = _mm512_fmadd_ps(_mm512_broadcastss_ps(d), qx, acc[r]);
-        offset[r] = _mm_fmadd_ps(d, x_sum, offset[r]);
-      }
-    }
-    for (int r = 0; r < R; ++r) y[r] = _mm512_reduce_add_ps(acc[r]) - 8.0f * _mm_cvtss_f32(offset[r]);
+    for (int r = 0; r < R; ++r)
+      y[r] = _mm512_reduce_add_ps(acc[r]) +
+             (kHasMin ? _mm_cvtss_f32(_mm_movehdup_ps(offset[r])) : -8.0f * _mm_cvtss_f32(offset[r]));
   }
 };
 
@@ -119,8 +103,8 @@ struct Q8_0Rows {
 
 void quant_dot_rows(const QuantMatrix& w, int r0, int r1, const float* x, const float* x_block_sums, float* y) {
   switch (w.type) {
-    case GgmlType::Q4_1: dot_rows_in_groups<Q4_1Rows>(w, r0, r1, x, x_block_sums, y); break;
-    case GgmlType::Q4_0: dot_rows_in_groups<Q4_0Rows>(w, r0, r1, x, x_block_sums, y); break;
+    case GgmlType::Q4_1: dot_rows_in_groups<Q4Rows<true>>(w, r0, r1, x, x_block_sums, y); break;
+    case GgmlType::Q4_0: dot_rows_in_groups<Q4Rows<false>>(w, r0, r1, x, x_block_sums, y); break;
     case GgmlType::Q8_0: dot_rows_in_groups<Q8_0Rows>(w, r0, r1, x, x_block_sums, y); break;
     default: throw Error("quant_dot_rows: no block dot product for this weight type");
   }
