@@ -257,9 +257,10 @@ void App::apply_updates() {
                   {"prefill", u.run->meta("prefill")}});
     }
     if (u.fidelity) {
-      // The measurement belongs to the run it was made for; a newer run of the slot has none yet.
+      // The measurement belongs to the run it was made for, in every entry showing that run (the live slot
+      // and copies kept for comparison); a newer run of the slot has none yet.
       for (auto& r : state_.runs)
-        if (r.slot == u.slot && r.run == u.run) r.fidelity = u.fidelity;
+        if (r.run == u.run) r.fidelity = u.fidelity;
       continue;
     }
     RunEntry e;
@@ -383,7 +384,7 @@ void App::draw_status_bar() {
       ImGui::Text("%zu runs", state_.runs.size());
       if (const trace::RunTrace* r = state_.active_run()) {
         ImGui::Separator();
-        ImGui::Text("showing %s  layer %d head %d%s", r->name.c_str(), state_.sel.layer, state_.sel.head,
+        ImGui::Text("showing %s  layer %d head %d%s", state_.run_name(state_.active).c_str(), state_.sel.layer, state_.sel.head,
                     state_.token >= 0 ? ("  token " + token_label(*r, state_.token)).c_str() : "");
       }
       const float right = ImGui::GetWindowWidth() - ImGui::GetFontSize() * 11;

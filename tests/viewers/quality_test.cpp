@@ -244,12 +244,13 @@ std::string run_command(const std::string& command) {
 
 }  // namespace
 
-TEST_CASE("the Summary's fidelity of a live run equals kvscope eval fidelity on the same run", "[session][model]") {
+TEST_CASE("the Summary's fidelity of a live run equals kvscope eval fidelity --stop-at-end on the same run",
+          "[session][model]") {
   // `make test` fetches the default model, so its absence fails here rather than skipping.
   REQUIRE(fs::exists(model::default_model_path()));
   const std::string prompt =
-      "The keeper hid the key under the seventh step of the lighthouse stairs. Where is the key?";
-  const std::string other_prompt = "The baker lit the first oven at four and the rye went in at five. When?";
+      "The keeper hid the key under the seventh step of the lighthouse stairs, and every night he";
+  const std::string other_prompt = "The baker lit the first oven at four and the rye went in at five, and then";
   Session s(1);
   // The live run's fidelity, waited for; the run it was measured for is checked to be the one published.
   auto live_fidelity = [&](const std::string& text, const std::string& budget) {
@@ -279,14 +280,16 @@ TEST_CASE("the Summary's fidelity of a live run equals kvscope eval fidelity on 
     REQUIRE(run);
     return fidelity;
   };
-  auto cli_metrics = [](const std::string& text, const std::string& budget) {
+  auto cli_record = [](const std::string& text, const std::string& budget) {
     return nlohmann::json::parse(run_command(std::string(KVSCOPE_BINARY) +
-                                             " eval fidelity --threads 1 --policy h2o --budget " + budget +
-                                             " --max-new-tokens 6 --json --prompt '" + text + "' 2>/dev/null"))
-        .at("metrics");
+                                             " eval fidelity --stop-at-end --threads 1 --policy h2o --budget " + budget +
+                                             " --max-new-tokens 6 --json --prompt '" + text + "' 2>/dev/null"));
   };
-  auto same = [](const eval::FidelityResult& f, const nlohmann::json& m) {
-    CHECK(f.score.steps == 6);
+  auto same = [](const eval::FidelityResult& f, const nlohmann::json& record) {
+    const nlohmann::json& m = record.at("metrics");
+    CHECK(f.score.steps == static_cast<int>(record.at("continuation_tokens").size()));
+    CHECK(f.score.steps > 1);  // prompts that continue: more than an end token is compared
+    CHECK(f.reference_stop_reason == record.at("reference_stop_reason").get<std::string>());
     CHECK(f.score.top1_agreement == m.at("top1_agreement").get<double>());
     CHECK(f.score.kl_mean == m.at("kl_mean").get<double>());
     CHECK(f.score.agreeing_prefix == m.at("agreeing_prefix").get<double>());
@@ -294,22 +297,71 @@ TEST_CASE("the Summary's fidelity of a live run equals kvscope eval fidelity on 
   };
 
   const auto fidelity = live_fidelity(prompt, "50%");
-  const auto m = cli_metrics(prompt, "50%");
-  same(*fidelity, m);
+  const auto record = cli_record(prompt, "50%");
+  same(*fidelity, record);
+  const nlohmann::json& m = record.at("metrics");
   // What the Summary prints is those numbers.
   const auto lines = fidelity_lines(*fidelity);
-  REQUIRE(lines.size() == 4);
+  REQUIRE(lines.size() == 5);
   char expected[64];
   std::snprintf(expected, sizeof expected, "%.3f", m.at("top1_agreement").get<double>());
   CHECK(lines[0].second == expected);
   std::snprintf(expected, sizeof expected, "%.4f nats", m.at("kl_mean").get<double>());
   CHECK(lines[1].second == expected);
-  std::snprintf(expected, sizeof expected, "%d of 6", static_cast<int>(m.at("agreeing_prefix").get<double>()));
+  const int steps = static_cast<int>(record.at("continuation_tokens").size());
+  std::snprintf(expected, sizeof expected, "%d of %d", static_cast<int>(m.at("agreeing_prefix").get<double>()), steps);
   CHECK(lines[2].second == expected);
   std::snprintf(expected, sizeof expected, "%.1f%%", 100.0 * m.at("memory_saved").get<double>());
-  CHECK(lines[3].second == expected);
+  CHECK(lines[4].second == expected);
+  CHECK(lines[3].first == "tokens compared");
+  CHECK(lines[3].second.rfind(std::to_string(steps) + ", ", 0) == 0);
 
   // A budget change reuses the full-cache reference of the prompt; another prompt must not.
-  same(*live_fidelity(prompt, "25%"), cli_metrics(prompt, "25%"));
-  same(*live_fidelity(other_prompt, "25%"), cli_metrics(other_prompt, "25%"));
+  same(*live_fidelity(prompt, "25%"), cli_record(prompt, "25%"));
+  same(*live_fidelity(other_prompt, "25%"), cli_record(other_prompt, "25%"));
+}
+
+TEST_CASE("the live run's fidelity compares the tokens the baseline shows, to its end of generation",
+          "[session][model]") {
+  REQUIRE(fs::exists(model::default_model_path()));
+  Session s(1);
+  // A chat question the model answers in a few tokens and then ends (<|im_end|>), well before 32.
+  RunRequest live;
+  live.prompt = "Answer with one word. What colour is the sky on a clear day?";
+  live.chat = true;
+  live.policy_spec = "h2o";
+  live.budget = "50%";
+  live.max_new_tokens = 32;
+  live.record = "similarity=off;decode=off";
+  live.fidelity = true;
+  RunRequest baseline = live;  // as the set-up form submits it
+  baseline.slot = "baseline";
+  baseline.policy_spec = "full";
+  baseline.budget.clear();
+  baseline.fidelity = false;
+  s.submit(live);
+  s.submit(baseline);
+  std::shared_ptr<const eval::FidelityResult> fidelity;
+  std::shared_ptr<const trace::RunTrace> baseline_run;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  while ((!fidelity || !baseline_run) && std::chrono::steady_clock::now() < deadline) {
+    for (auto& u : s.poll()) {
+      if (u.fidelity) fidelity = u.fidelity;
+      else if (u.final && u.slot == "baseline") baseline_run = u.run;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(fidelity);
+  REQUIRE(baseline_run);
+  // The baseline (full cache, greedy, stops at the end token) ended early: the case that went wrong.
+  REQUIRE(baseline_run->n_generated() < 32);
+  CHECK(baseline_run->meta("stop_reason") == "end_of_generation");
+  // Fidelity scored exactly the baseline's tokens, the end token included, not 32.
+  CHECK(fidelity->score.steps == baseline_run->n_generated());
+  CHECK(fidelity->reference_stop_reason == "end_of_generation");
+  const auto lines = fidelity_lines(*fidelity);
+  REQUIRE(lines.size() == 5);
+  CHECK(lines[3].first == "tokens compared");
+  CHECK(lines[3].second ==
+        std::to_string(baseline_run->n_generated()) + ", to the full cache's end of generation (where the baseline stops)");
 }
