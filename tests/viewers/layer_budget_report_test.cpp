@@ -6,33 +6,14 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <chrono>
 
-#include "core/trace/live_trace.h"
-#include "core/trace/recorder.h"
-#include "tests/support/default_model.h"
-#include "tests/support/recorder_run.h"
+#include "tests/support/lighthouse_trace.h"
 #include "viewers/layer_budget_report.h"
 
 using namespace kvscope;
 using namespace kvscope::viewers;
 
 namespace {
-
-std::shared_ptr<const trace::RunTrace> record(const std::string& policy, const std::string& budget) {
-  const model::Model& model = *test::default_model();
-  const std::vector<int> prompt = model.tokenizer->encode(
-      "The lighthouse keeper climbed the stairs every evening to light the lamp. Ships passed in the night, and "
-      "the keeper wrote their names in a book: the Mary Ann, the Northern Star, the Good Hope, the Albatross. "
-      "Some nights the fog was so thick that the keeper rang the bell until morning, counting the strokes so as "
-      "not to fall asleep. One winter a storm broke the glass of the lamp room, the wind put out the flame, and "
-      "the keeper",
-      false);
-  const trace::RecordOptions options = trace::RecordOptions::parse("");
-  trace::LiveTrace live(std::chrono::milliseconds(0));
-  test::run_with_recorder(model, prompt, policy, budget, 8, &options, {&live});
-  return live.snapshot();
-}
 
 struct Counted {
   int prompt_after_prefill = 0;  // the layer's most prompt entries in one KV head at the end of prefill
@@ -59,7 +40,7 @@ Counted count_from_events(const trace::RunTrace& run, int layer) {
 
 TEST_CASE("SnapKV and KVMerger report prompt budgets and decode growth the same way", "[model]") {
   for (const std::string policy : {"snapkv", "kvmerger"}) {
-    const auto run = record(policy, "25%");
+    const auto run = test::record_lighthouse_run(policy, "25%");
     INFO(policy << ": prompt " << run->prompt_length << " tokens, " << run->n_generated() << " generated, "
                 << run->events.size() << " events");
     REQUIRE(run->n_generated() == 8);
