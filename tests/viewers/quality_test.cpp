@@ -365,3 +365,45 @@ TEST_CASE("the live run's fidelity compares the tokens the baseline shows, to it
   CHECK(lines[3].second ==
         std::to_string(baseline_run->n_generated()) + ", to the full cache's end of generation (where the baseline stops)");
 }
+
+TEST_CASE("a run kept without its fidelity gets it measured for that run, as the live run's would be",
+          "[session][model]") {
+  REQUIRE(fs::exists(model::default_model_path()));
+  Session s(1);
+  RunRequest r;
+  r.prompt = "The keeper hid the key under the seventh step of the lighthouse stairs, and every night he";
+  r.policy_spec = "h2o";
+  r.budget = "50%";
+  r.max_new_tokens = 6;
+  r.record = "similarity=off;decode=off";
+  r.fidelity = false;  // as if its measurement had been superseded by the next live run
+  s.submit(r);
+  std::shared_ptr<const trace::RunTrace> run;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  while (!run && std::chrono::steady_clock::now() < deadline) {
+    for (auto& u : s.poll())
+      if (u.final && !u.fidelity) run = u.run;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(run);
+  r.fidelity = true;
+  s.measure_fidelity(run, r);
+  std::shared_ptr<const eval::FidelityResult> fidelity;
+  deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  while (!fidelity && std::chrono::steady_clock::now() < deadline) {
+    for (auto& u : s.poll())
+      if (u.fidelity) {
+        CHECK(u.run == run);  // the window matches it to the entries that show this run
+        fidelity = u.fidelity;
+      }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(fidelity);
+  // The same measurement made directly on the run's prompt tokens.
+  const auto record = nlohmann::json::parse(run_command(
+      std::string(KVSCOPE_BINARY) + " eval fidelity --stop-at-end --threads 1 --policy h2o --budget 50%" +
+      " --max-new-tokens 6 --json --prompt '" + r.prompt + "' 2>/dev/null"));
+  CHECK(fidelity->score.steps == static_cast<int>(record.at("continuation_tokens").size()));
+  CHECK(fidelity->score.top1_agreement == record.at("metrics").at("top1_agreement").get<double>());
+  CHECK(fidelity->score.kl_mean == record.at("metrics").at("kl_mean").get<double>());
+}
