@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -242,6 +243,27 @@ std::string run_command(const std::string& command) {
   return outcome.output;
 }
 
+// A live-slot request of H2O on `prompt`, recording little (the fidelity tests read no maps).
+RunRequest h2o_request(const std::string& prompt, const std::string& budget, int new_tokens) {
+  RunRequest r;
+  r.prompt = prompt;
+  r.policy_spec = "h2o";
+  r.budget = budget;
+  r.max_new_tokens = new_tokens;
+  r.record = "similarity=off;decode=off";
+  return r;
+}
+
+// Hands every update of the session to `take` until it returns true (at most ten minutes).
+void poll_until(Session& s, const std::function<bool(const SessionUpdate&)>& take) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (auto& u : s.poll())
+      if (take(u)) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("the Summary's fidelity of a live run equals kvscope eval fidelity --stop-at-end on the same run",
@@ -254,28 +276,20 @@ TEST_CASE("the Summary's fidelity of a live run equals kvscope eval fidelity --s
   Session s(1);
   // The live run's fidelity, waited for; the run it was measured for is checked to be the one published.
   auto live_fidelity = [&](const std::string& text, const std::string& budget) {
-    RunRequest r;
-    r.prompt = text;
-    r.policy_spec = "h2o";
-    r.budget = budget;
-    r.max_new_tokens = 6;
-    r.record = "similarity=off;decode=off";
+    RunRequest r = h2o_request(text, budget, 6);
     r.fidelity = true;
     s.submit(r);
     std::shared_ptr<const eval::FidelityResult> fidelity;
     std::shared_ptr<const trace::RunTrace> run;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
-    while (!fidelity && std::chrono::steady_clock::now() < deadline) {
-      for (auto& u : s.poll()) {
-        if (u.fidelity) {
-          CHECK(u.run == run);
-          fidelity = u.fidelity;
-        } else if (u.final && u.slot == r.slot) {
-          run = u.run;
-        }
+    poll_until(s, [&](const SessionUpdate& u) {
+      if (u.fidelity) {
+        CHECK(u.run == run);
+        fidelity = u.fidelity;
+      } else if (u.final && u.slot == r.slot) {
+        run = u.run;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+      return fidelity != nullptr;
+    });
     REQUIRE(fidelity);
     REQUIRE(run);
     return fidelity;
@@ -326,13 +340,8 @@ TEST_CASE("the live run's fidelity compares the tokens the baseline shows, to it
   REQUIRE(fs::exists(model::default_model_path()));
   Session s(1);
   // A chat question the model answers in a few tokens and then ends (<|im_end|>), well before 32.
-  RunRequest live;
-  live.prompt = "Answer with one word. What colour is the sky on a clear day?";
+  RunRequest live = h2o_request("Answer with one word. What colour is the sky on a clear day?", "50%", 32);
   live.chat = true;
-  live.policy_spec = "h2o";
-  live.budget = "50%";
-  live.max_new_tokens = 32;
-  live.record = "similarity=off;decode=off";
   live.fidelity = true;
   RunRequest baseline = live;  // as the set-up form submits it
   baseline.slot = "baseline";
@@ -343,14 +352,11 @@ TEST_CASE("the live run's fidelity compares the tokens the baseline shows, to it
   s.submit(baseline);
   std::shared_ptr<const eval::FidelityResult> fidelity;
   std::shared_ptr<const trace::RunTrace> baseline_run;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
-  while ((!fidelity || !baseline_run) && std::chrono::steady_clock::now() < deadline) {
-    for (auto& u : s.poll()) {
-      if (u.fidelity) fidelity = u.fidelity;
-      else if (u.final && u.slot == "baseline") baseline_run = u.run;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  poll_until(s, [&](const SessionUpdate& u) {
+    if (u.fidelity) fidelity = u.fidelity;
+    else if (u.final && u.slot == "baseline") baseline_run = u.run;
+    return fidelity && baseline_run;
+  });
   REQUIRE(fidelity);
   REQUIRE(baseline_run);
   // The baseline (full cache, greedy, stops at the end token) ended early: the case that went wrong.
@@ -370,34 +376,25 @@ TEST_CASE("a run kept without its fidelity gets it measured for that run, as the
           "[session][model]") {
   REQUIRE(fs::exists(model::default_model_path()));
   Session s(1);
-  RunRequest r;
-  r.prompt = "The keeper hid the key under the seventh step of the lighthouse stairs, and every night he";
-  r.policy_spec = "h2o";
-  r.budget = "50%";
-  r.max_new_tokens = 6;
-  r.record = "similarity=off;decode=off";
+  RunRequest r =
+      h2o_request("The keeper hid the key under the seventh step of the lighthouse stairs, and every night he", "50%", 6);
   r.fidelity = false;  // as if its measurement had been superseded by the next live run
   s.submit(r);
   std::shared_ptr<const trace::RunTrace> run;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
-  while (!run && std::chrono::steady_clock::now() < deadline) {
-    for (auto& u : s.poll())
-      if (u.final && !u.fidelity) run = u.run;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  poll_until(s, [&](const SessionUpdate& u) {
+    if (u.final && !u.fidelity) run = u.run;
+    return run != nullptr;
+  });
   REQUIRE(run);
   r.fidelity = true;
   s.measure_fidelity(run, r);
   std::shared_ptr<const eval::FidelityResult> fidelity;
-  deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
-  while (!fidelity && std::chrono::steady_clock::now() < deadline) {
-    for (auto& u : s.poll())
-      if (u.fidelity) {
-        CHECK(u.run == run);  // the window matches it to the entries that show this run
-        fidelity = u.fidelity;
-      }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  poll_until(s, [&](const SessionUpdate& u) {
+    if (!u.fidelity) return false;
+    CHECK(u.run == run);  // the window matches it to the entries that show this run
+    fidelity = u.fidelity;
+    return true;
+  });
   REQUIRE(fidelity);
   // The same measurement made directly on the run's prompt tokens.
   const auto record = nlohmann::json::parse(run_command(
