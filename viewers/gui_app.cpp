@@ -702,6 +702,9 @@ void App::step_script() {
       } else if (c == "sweep") {
         apply_updates();
         quality_->start_sweep(state_, s.args[0], s.args[1], s.args.size() == 3 ? std::stoi(s.args[2]) : 8);
+      } else if (c == "log-y") {
+        if (arg != "on" && arg != "off") throw UsageError("log-y takes on or off, not '" + arg + "'");
+        quality_->set_log_y(arg == "on");
       } else if (c == "metric") {
         quality_->poll(state_);
         quality_->set_metric(arg);

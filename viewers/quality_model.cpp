@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "core/common/error.h"
+#include "core/eval/sweep_summary.h"
 #include "core/policy/budget_spec.h"
 #include "viewers/quality_plot.h"
 
@@ -92,12 +93,29 @@ std::optional<QualityPoint> point_near(const QualityCurves& curves, const std::s
   return best;
 }
 
-Figure quality_figure(const QualityCurves& curves, const std::string& metric, const std::string& baseline) {
+Figure quality_figure(const QualityCurves& curves, const std::string& metric, const std::string& baseline,
+                      bool log_y) {
   const std::string kind = curves.eval_kind.empty() ? "sweep" : curves.eval_kind;
   if (!baseline.empty())
     return quality_difference_vs_budget(curves.rows, curves.policies, curves.budgets, metric, baseline,
                                         metric + " minus " + baseline + " vs budget (" + kind + ")");
-  return quality_vs_budget(curves.rows, curves.policies, curves.budgets, metric, metric + " vs budget (" + kind + ")");
+  Figure fig =
+      quality_vs_budget(curves.rows, curves.policies, curves.budgets, metric, metric + " vs budget (" + kind + ")");
+  if (log_y && log_scale_possible(curves, metric, baseline)) std::get<LinePlot>(fig.parts.front()).log_y = true;
+  return fig;
+}
+
+bool log_scale_possible(const QualityCurves& curves, const std::string& metric, const std::string& baseline) {
+  if (!baseline.empty()) return false;
+  bool any = false;
+  for (const auto& policy : curves.policies)
+    for (const auto& budget : curves.budgets) {
+      const auto ci = eval::cell_interval(curves.rows, policy, budget, metric);
+      if (!ci) continue;
+      if (!(ci->mean > 0 && ci->low > 0 && ci->high > 0)) return false;
+      any = true;
+    }
+  return any;
 }
 
 }  // namespace kvscope::viewers

@@ -52,6 +52,12 @@ std::optional<QualityPoint> point_near(const QualityCurves& curves, const std::s
 
 // The panel's figure for export: the same curves through the shared figure builder.
 // The curves of `metric`; with a baseline policy, each other policy's paired difference to it (the "A - B" view).
-Figure quality_figure(const QualityCurves& curves, const std::string& metric, const std::string& baseline = "");
+// log_y: a log-scale y axis (KL spans decades across budgets); only where log_scale_possible, else ignored.
+Figure quality_figure(const QualityCurves& curves, const std::string& metric, const std::string& baseline = "",
+                      bool log_y = false);
+
+// Whether every value the curves of `metric` draw (means and interval ends over the prompts) is above zero, as a
+// log axis needs. Paired differences (the "A - B" view) can be negative: never on a log axis.
+bool log_scale_possible(const QualityCurves& curves, const std::string& metric, const std::string& baseline);
 
 }  // namespace kvscope::viewers

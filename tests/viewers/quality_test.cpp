@@ -140,6 +140,27 @@ TEST_CASE("the A - B view plots each policy's paired difference to the baseline 
   CHECK_THROWS(quality_difference_vs_budget(rows, {"snapkv", "h2o"}, {"10%"}, "kl_mean", "tova", "t"));
 }
 
+TEST_CASE("a log y axis only where every value drawn is above zero") {
+  QualityCurves c;
+  auto add = [&](std::size_t cell, const char* prompt, const char* policy, const char* budget, double kl) {
+    eval::SweepRow r;
+    r.cell = cell, r.prompt = prompt, r.policy = policy, r.budget = budget;
+    r.metrics = {{"kl_mean", kl}, {"top1_agreement", kl > 0.1 ? 0.5 : 0.0}};
+    c.add(r);
+  };
+  // KL over two prompts, spanning two decades: positive everywhere.
+  add(0, "a", "h2o", "10%", 0.9), add(1, "b", "h2o", "10%", 1.1), add(2, "a", "h2o", "50%", 0.01),
+      add(3, "b", "h2o", "50%", 0.02);
+  CHECK(log_scale_possible(c, "kl_mean", ""));
+  CHECK(std::get<LinePlot>(quality_figure(c, "kl_mean", "", true).parts.front()).log_y);
+  CHECK_FALSE(std::get<LinePlot>(quality_figure(c, "kl_mean", "", false).parts.front()).log_y);
+  // A zero agreement (50%: both prompts 0) cannot sit on a log axis; the figure stays linear.
+  CHECK_FALSE(log_scale_possible(c, "kl_mean", "h2o"));  // differences: never
+  CHECK_FALSE(log_scale_possible(c, "top1_agreement", ""));
+  CHECK_FALSE(std::get<LinePlot>(quality_figure(c, "top1_agreement", "", true).parts.front()).log_y);
+  CHECK_FALSE(log_scale_possible(c, "no_such_metric", ""));
+}
+
 TEST_CASE("a sweep's eval.h5 reads back the rows its store wrote, in the store's column order") {
   const fs::path dir = scratch("h5sweep");
   write_sweep(dir, "needle", {"h2o", "tova"}, {"50%", "5%"}, [](std::size_t cell) { return cell == 1 ? 1.0 : 0.0; });
