@@ -140,6 +140,41 @@ TEST_CASE("the A - B view plots each policy's paired difference to the baseline 
   CHECK_THROWS(quality_difference_vs_budget(rows, {"snapkv", "h2o"}, {"10%"}, "kl_mean", "tova", "t"));
 }
 
+TEST_CASE("budgets of one unit sit at their values on the x axis; mixed units stay categories") {
+  // Shares of the prompt: 10%, 25%, 50% at x = 10, 25, 50 (not 0, 1, 2), unevenly spaced as the numbers are.
+  QualityCurves c;
+  std::size_t cell = 0;
+  for (const char* budget : {"50%", "10%", "25%"})
+    for (const char* policy : {"h2o", "snapkv"}) {
+      eval::SweepRow r;
+      r.cell = cell++, r.prompt = "a", r.policy = policy, r.budget = budget;
+      r.metrics = {{"kl_mean", std::string(policy) == "h2o" ? 0.2 : 0.4}};
+      c.add(r);
+    }
+  const BudgetAxis axis = budget_axis(c.budgets);
+  CHECK_FALSE(axis.categorical);
+  CHECK(axis.x == std::vector<double>{10, 25, 50});
+  CHECK(axis.label == "budget (% of the prompt)");
+  const Figure f = quality_figure(c, "kl_mean");
+  const auto& plot = std::get<LinePlot>(f.parts.front());
+  CHECK(plot.x_tick_labels.empty());  // numeric ticks
+  CHECK(plot.series[0].x == std::vector<double>{10, 25, 50});
+  // The live budget at its value; a click picks by the value too (1 unit per px, 0.01 per px up).
+  CHECK(budget_position(c, "30%") == Approx(30.0));
+  CHECK(budget_position(c, "25%") == 25.0);
+  const auto p = point_near(c, "kl_mean", 25.0 + 3, 0.4, 1.0, 0.01);
+  REQUIRE(p.has_value());
+  CHECK(p->policy == "snapkv");
+  CHECK(p->budget == "25%");
+  CHECK(p->x == 25.0);
+  // Token budgets: numbers too; mixed with shares: categories in order.
+  CHECK(budget_axis({"64", "128"}).x == std::vector<double>{64, 128});
+  CHECK(budget_axis({"64", "128"}).label == "budget (tokens per layer and KV head)");
+  const BudgetAxis mixed = budget_axis({"10%", "128"});
+  CHECK(mixed.categorical);
+  CHECK(mixed.x == std::vector<double>{0, 1});
+}
+
 TEST_CASE("a log y axis only where every value drawn is above zero") {
   QualityCurves c;
   auto add = [&](std::size_t cell, const char* prompt, const char* policy, const char* budget, double kl) {
