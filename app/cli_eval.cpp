@@ -26,6 +26,7 @@ struct EvalArgs {
   PromptOptions prompt;
   std::string policy = "full", allocation, budget, figure;
   bool json = false;
+  bool stop_at_end = false;  // fidelity: the reference stops at the end of generation (as the window's runs)
   eval::EvalSettings settings;
   std::vector<int> lengths = NeedleGrid{}.lengths;
   std::vector<std::string> depths = {"0", "25", "50", "75", "100"};
@@ -75,7 +76,9 @@ int run_fidelity(const EvalArgs& a) {
   evaluator.progress = [&](const engine::Progress& p) { progress(p); };
   const auto prompt = run::encode_prompt(model, body, chat);
   progress.start("full cache", a.settings.new_tokens);
-  const auto reference = evaluator.fidelity_reference(prompt, a.settings.new_tokens);
+  const auto reference = evaluator.fidelity_reference(
+      prompt, a.settings.new_tokens,
+      a.stop_at_end ? eval::ReferenceEnd::AtEndOfGeneration : eval::ReferenceEnd::AllNewTokens);
   progress.start(cell.policy, a.settings.new_tokens);
   const auto result = evaluator.fidelity(reference, cell);
   progress.line->finish();
@@ -86,6 +89,7 @@ int run_fidelity(const EvalArgs& a) {
                         {"prompt_tokens", prompt.size()},
                         {"continuation", model.tokenizer->decode(reference.continuation)},
                         {"continuation_tokens", reference.continuation},
+                        {"reference_stop_reason", reference.stop_reason},
                         {"metrics", metrics_json(result.metrics())},
                         {"layer_nmse", result.layer_nmse},
                         {"reference_run_ms", reference.run_ms}};
@@ -229,6 +233,9 @@ Command register_eval(CLI::App& root) {
       ->add_option("--max-new-tokens", a->settings.new_tokens,
                    "tokens of the full cache's greedy continuation to score")
       ->check(CLI::PositiveNumber);
+  fidelity->add_flag("--stop-at-end", a->stop_at_end,
+                     "end the full cache's continuation at its end-of-generation token (scored), as the window's "
+                     "runs and its fidelity do; by default every new token is scored, past an end token");
   CLI::App* ppl = cmd->add_subcommand("ppl", "teacher-forced perplexity of a text with compression active");
   common(ppl);
   ppl->add_option("--prompt-tokens", a->settings.prompt_tokens,

@@ -63,8 +63,8 @@ LinePlot BudgetPlot::build(const AppState& state) const {
   plot.x_label = "layer";
   plot.integer_x = true;
   if (series.empty()) {
-    plot.title = "Final budget per layer";
-    plot.y_label = "tokens per (layer, KV head)";
+    plot.title = "Prompt budget per layer";
+    plot.y_label = "tokens per KV head";
     std::vector<int> idx;
     for (int i = 0; i < static_cast<int>(state.runs.size()); ++i) {
       const trace::RunTrace* r = state.run(i);
@@ -75,7 +75,7 @@ LinePlot BudgetPlot::build(const AppState& state) const {
     for (std::size_t k = 0; k < idx.size(); ++k) {
       const trace::RunTrace* r = state.run(idx[k]);
       LineSeries s;
-      s.name = r->name;
+      s.name = state.run_name(idx[k]);
       s.kind = LineSeries::Kind::Bars;
       s.bar_width = width;
       s.color = idx[k];
@@ -112,6 +112,27 @@ LinePlot BudgetPlot::build(const AppState& state) const {
   return plot;
 }
 
+const LayerBudgetReport& BudgetPlot::report(const std::shared_ptr<const trace::RunTrace>& run) {
+  std::erase_if(reports_, [](const auto& kv) { return kv.first.use_count() == 1; });  // runs no longer shown
+  auto it = reports_.find(run);
+  if (it == reports_.end()) it = reports_.emplace(run, layer_budget_report(*run)).first;
+  return it->second;
+}
+
+void BudgetPlot::draw_decode_growth(const AppState& state) {
+  // The bars are the prompt budget; what decode added on top is named per run, so a policy that appends
+  // generated tokens is not mistaken for one with a larger budget.
+  std::string lines;
+  for (int i = 0; i < static_cast<int>(state.runs.size()); ++i) {
+    const RunEntry& e = state.runs[i];
+    if (!e.run || e.in_progress || !e.run->complete || e.run->layer_budgets.empty() || e.run->meta("policy") == "full")
+      continue;
+    const std::string growth = decode_growth_text(report(e.run));
+    if (!growth.empty()) lines += (lines.empty() ? "" : ", ") + state.run_name(i) + " " + growth;
+  }
+  if (!lines.empty()) ImGui::TextWrapped("Bars: the prompt budget. Decode tokens also held at the end: %s", lines.c_str());
+}
+
 void BudgetPlot::draw(AppState& state) {
   const trace::RunTrace* active = state.active_run();
   if (!active) {
@@ -121,8 +142,8 @@ void BudgetPlot::draw(AppState& state) {
   const auto names = layer_series_names(*active);
   if (!series.empty() && std::find(names.begin(), names.end(), series) == names.end()) series.clear();
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 16);
-  if (ImGui::BeginCombo("series", series.empty() ? "final budgets (all runs)" : series.c_str())) {
-    if (ImGui::Selectable("final budgets (all runs)", series.empty())) series.clear();
+  if (ImGui::BeginCombo("series", series.empty() ? "prompt budgets (all runs)" : series.c_str())) {
+    if (ImGui::Selectable("prompt budgets (all runs)", series.empty())) series.clear();
     for (const auto& n : names) {
       if (ImGui::Selectable(n.c_str(), n == series)) series = n;
       if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", active->policy_series.at(n).description.c_str());
@@ -133,9 +154,10 @@ void BudgetPlot::draw(AppState& state) {
   ImGui::TextDisabled("%s", names.empty() ? "(this policy exposes no per-layer series)" : "");
   ImGui::SameLine();
   export_button(state, key());
+  if (series.empty()) draw_decode_growth(state);
   const LinePlot plot = build(state);
   if (plot.series.empty()) {
-    // A run in progress has no final budgets yet; "none" would flip back to bars when it ends.
+    // A run in progress has no prompt budgets yet; "none" would flip back to bars when it ends.
     const bool running = state.runs[state.active].in_progress || !active->complete;
     centered_hint(running ? "running... the per-layer budgets appear when the run ends."
                           : "No per-layer budgets: the full cache and fixed-budget policies give every layer the same budget.");

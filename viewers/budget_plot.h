@@ -1,7 +1,12 @@
 #pragma once
-// How a policy spread its budget over layers: the final per-layer budgets of every run side by side,
+// How a policy spread its budget over layers: the prompt budget per layer of every run side by side (the
+// same quantity for every policy; decode growth is listed apart, viewers/layer_budget_report.h),
 // or any of the active run's diagnostic series that runs over layers (CAKE's budgets after each cascade
 // stage, D2O's capacities, DynamicKV's allocation per update, ...), one line per stage/step.
+#include <map>
+#include <memory>
+
+#include "viewers/layer_budget_report.h"
 #include "viewers/panel.h"
 
 namespace kvscope::viewers {
@@ -12,10 +17,15 @@ class BudgetPlot final : public Panel {
   void draw(AppState& state) override;
   Figure figure(const AppState& state) override;
 
-  std::string series;  // empty: final budgets of all runs
+  std::string series;  // empty: prompt budgets of all runs
 
  private:
   LinePlot build(const AppState& state) const;
+  void draw_decode_growth(const AppState& state);
+  // Each finished run's report, computed once (a replay of its cache per layer and KV head); the key holds
+  // the run alive, so an address is never reused for another run while cached.
+  const LayerBudgetReport& report(const std::shared_ptr<const trace::RunTrace>& run);
+  std::map<std::shared_ptr<const trace::RunTrace>, LayerBudgetReport> reports_;
 };
 
 // Names of a run's diagnostic series with a "layer" dimension.

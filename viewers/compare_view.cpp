@@ -83,7 +83,8 @@ void CompareView::refresh(const AppState& state) {
     const Selection sel = state.compare_sel[i];
     char buf[32];
     std::snprintf(buf, sizeof buf, "%p", static_cast<const void*>(r));
-    const std::string sig = std::string(buf) + std::to_string(r->n_steps()) + "|" + std::to_string(sel.layer) + "," +
+    const std::string sig = std::string(buf) + state.run_name(state.compare[i]) + std::to_string(r->n_steps()) + "|" +
+                            std::to_string(sel.layer) + "," +
                             std::to_string(sel.head) + (decode ? "d" : "p") + colormap_name(state.cmap) +
                             (state.scale == ScaleKind::Log ? "log" : "lin");
     if (sig == columns_[i].signature) continue;
@@ -91,7 +92,7 @@ void CompareView::refresh(const AppState& state) {
     columns_[i].ok = attention_plot(*r, sel, decode, true, state.scale, state.cmap, 512, columns_[i].plot, columns_[i].why);
     // Columns are narrow: the run name and place are the whole title.
     if (columns_[i].ok) {
-      columns_[i].plot.title = r->name + "  L" + std::to_string(sel.layer) + " H" + std::to_string(sel.head);
+      columns_[i].plot.title = state.run_name(state.compare[i]) + "  L" + std::to_string(sel.layer) + " H" + std::to_string(sel.head);
       columns_[i].plot.mark_legend = false;
     }
   }
@@ -113,7 +114,7 @@ void CompareView::refresh(const AppState& state) {
           diff_.plot.map = pool_for_display(difference(*mb, *ma), 512, 512);
           diff_.plot.scale = ColorScale::symmetric(diff_.plot.map.values.data(), diff_.plot.map.values.size());
           diff_.plot.cmap = Colormap::RdBu;
-          diff_.plot.title = b->name + " - " + a->name;
+          diff_.plot.title = state.run_name(state.compare[1]) + " - " + state.run_name(state.compare[0]);
           diff_.plot.x_label = "key position";
           diff_.plot.y_label = decode ? "decode step" : "query position";
           diff_.plot.colorbar_label = "attention difference";
@@ -143,7 +144,7 @@ void CompareView::draw(AppState& state) {
     for (int i = 0; i < static_cast<int>(state.runs.size()); ++i) {
       bool on = std::find(state.compare.begin(), state.compare.end(), i) != state.compare.end();
       ImGui::PushID(i);
-      if (ImGui::Checkbox(run_label(state.runs[i]).c_str(), &on)) {
+      if (ImGui::Checkbox(run_label(state, i).c_str(), &on)) {
         state.compare_auto = false;
         if (on && state.compare.size() < 4) state.compare.push_back(i);
         else if (!on) state.compare.erase(std::find(state.compare.begin(), state.compare.end(), i));
@@ -203,7 +204,7 @@ void CompareView::draw(AppState& state) {
     ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + cell_w);
     if (i < static_cast<int>(state.compare.size())) {
       const trace::RunTrace* r = state.run(state.compare[i]);
-      ImGui::TextUnformatted(r->name.c_str());
+      ImGui::TextUnformatted(state.run_name(state.compare[i]).c_str());
       int layer = state.compare_sel[i].layer, head = state.compare_sel[i].head;
       ImGui::SetNextItemWidth(cell_w * 0.4f);
       if (ImGui::SliderInt("layer", &layer, 0, std::max(0, all_shapes[i].n_layers - 1))) state.compare_sel.set_layer(i, layer, all_shapes);

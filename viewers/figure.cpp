@@ -10,6 +10,7 @@
 
 #include "core/common/error.h"
 #include "viewers/axis_ticks.h"
+#include "viewers/plot_readout.h"
 
 namespace kvscope::viewers {
 
@@ -110,6 +111,11 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
   }
   use_spaced_ticks(ImAxis_Y1);
   ImPlot::SetupLegend(ImPlotLocation_NorthEast, plot.legend_outside ? ImPlotLegendFlags_Outside : 0);
+  // A series equal to an earlier one is drawn exactly over it: the legend names what it coincides with, and it
+  // is drawn with hollow square markers so both stay visible.
+  const std::vector<std::string> identical = identical_to(plot);
+  std::vector<std::string> labels;
+  for (std::size_t i = 0; i < plot.series.size(); ++i) labels.push_back(legend_name(plot, i, identical));
   for (std::size_t i = 0; i < plot.series.size(); ++i) {
     const LineSeries& s = plot.series[i];
     const int n = static_cast<int>(std::min(s.x.size(), s.y.size()));
@@ -119,7 +125,7 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
     spec.LineColor = to_vec4(col);
     spec.FillColor = to_vec4(col);
     spec.LineWeight = std::max(1.5f, ImGui::GetFontSize() / 8.0f);  // thicker lines in large exported figures
-    const char* label = s.name.c_str();
+    const char* label = labels[i].c_str();
     if (s.y_low.size() == s.x.size() && s.y_high.size() == s.x.size()) {
       ImPlotSpec band = spec;
       band.FillAlpha = 0.25f;
@@ -127,9 +133,10 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
     }
     switch (s.kind) {
       case LineSeries::Kind::Line:
-        if (n <= 64) {
-          spec.Marker = ImPlotMarker_Circle;
-          spec.MarkerSize = 2.5f;
+        if (n <= 64 || !identical[i].empty()) {
+          spec.Marker = identical[i].empty() ? ImPlotMarker_Circle : ImPlotMarker_Square;
+          spec.MarkerSize = identical[i].empty() ? 2.5f : 4.5f;
+          if (!identical[i].empty()) spec.MarkerFillColor = ImVec4(0, 0, 0, 0);
         }
         ImPlot::PlotLine(label, s.x.data(), s.y.data(), n, spec);
         break;
@@ -149,6 +156,16 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
     spec.LineColor = ImVec4(0.6f, 0.6f, 0.6f, 0.8f);
     spec.Flags = ImPlotItemFlags_NoLegend;
     ImPlot::PlotInfLines("##marks", plot.marks_x.data(), static_cast<int>(plot.marks_x.size()), spec);
+  }
+  // The read-out under the pointer; a panel's hook may replace it with a richer one (it runs after).
+  if (ImPlot::IsPlotHovered()) {
+    const ImPlotPoint m = ImPlot::GetPlotMousePos();
+    const ImPlotRect r = ImPlot::GetPlotLimits();
+    const ImVec2 px = ImPlot::GetPlotSize();
+    const double uy = plot.log_y ? 0.0 : r.Y.Size() / std::max(1.0f, px.y);
+    if (uy > 0)
+      if (const auto hit = readout_at(plot, m.x, m.y, r.X.Size() / std::max(1.0f, px.x), uy))
+        ImGui::SetTooltip("%s", hit->text.c_str());
   }
   if (hook) hook();
   ImPlot::EndPlot();

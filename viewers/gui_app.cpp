@@ -257,9 +257,10 @@ void App::apply_updates() {
                   {"prefill", u.run->meta("prefill")}});
     }
     if (u.fidelity) {
-      // The measurement belongs to the run it was made for; a newer run of the slot has none yet.
+      // The measurement belongs to the run it was made for, in every entry showing that run (the live slot
+      // and copies kept for comparison); a newer run of the slot has none yet.
       for (auto& r : state_.runs)
-        if (r.slot == u.slot && r.run == u.run) r.fidelity = u.fidelity;
+        if (r.run == u.run) r.fidelity = u.fidelity;
       continue;
     }
     RunEntry e;
@@ -383,7 +384,7 @@ void App::draw_status_bar() {
       ImGui::Text("%zu runs", state_.runs.size());
       if (const trace::RunTrace* r = state_.active_run()) {
         ImGui::Separator();
-        ImGui::Text("showing %s  layer %d head %d%s", r->name.c_str(), state_.sel.layer, state_.sel.head,
+        ImGui::Text("showing %s  layer %d head %d%s", state_.run_name(state_.active).c_str(), state_.sel.layer, state_.sel.head,
                     state_.token >= 0 ? ("  token " + token_label(*r, state_.token)).c_str() : "");
       }
       const float right = ImGui::GetWindowWidth() - ImGui::GetFontSize() * 11;
@@ -701,6 +702,9 @@ void App::step_script() {
       } else if (c == "sweep") {
         apply_updates();
         quality_->start_sweep(state_, s.args[0], s.args[1], s.args.size() == 3 ? std::stoi(s.args[2]) : 8);
+      } else if (c == "log-y") {
+        if (arg != "on" && arg != "off") throw UsageError("log-y takes on or off, not '" + arg + "'");
+        quality_->set_log_y(arg == "on");
       } else if (c == "metric") {
         quality_->poll(state_);
         quality_->set_metric(arg);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "viewers/run_names.h"
 #include "viewers/step_cache.h"
 
 namespace kvscope::viewers {
@@ -18,11 +19,20 @@ int AppState::upsert(RunEntry entry) {
   return static_cast<int>(runs.size()) - 1;
 }
 
-std::string run_label(const RunEntry& entry) {
-  std::string label = entry.run ? entry.run->name : entry.slot;
-  if (entry.slot == "live") label += "  [live]";
-  else if (entry.slot == "baseline") label += "  [baseline]";
-  else if (entry.source != "live") {
+std::string AppState::run_name(int i) const {
+  if (i < 0 || i >= static_cast<int>(runs.size())) return "";
+  return shown_run_names(runs)[i];
+}
+
+std::string run_label(const AppState& state, int i) {
+  const RunEntry& entry = state.runs.at(i);
+  std::string label = entry.run ? state.run_name(i) : entry.slot;
+  // A name made unique already says where the run comes from ("snapkv_b25pct (kept 1)").
+  const std::string tag = prompt_tag(state.runs, i);
+  const bool origin_named = entry.run && label != entry.run->name + (tag.empty() ? "" : " [" + tag + "]");
+  if (!origin_named && entry.slot == "live") label += "  [live]";
+  else if (!origin_named && entry.slot == "baseline") label += "  [baseline]";
+  else if (!origin_named && entry.source != "live") {
     const auto slash = entry.source.find_last_of('/');
     label += "  [" + (slash == std::string::npos ? entry.source : entry.source.substr(slash + 1)) + "]";
   }
@@ -33,11 +43,11 @@ std::string run_label(const RunEntry& entry) {
 bool run_combo(const char* label, const AppState& state, int& index, float width) {
   bool changed = false;
   ImGui::SetNextItemWidth(width);
-  const std::string preview = index >= 0 && index < static_cast<int>(state.runs.size()) ? run_label(state.runs[index]) : "(no run)";
+  const std::string preview = index >= 0 && index < static_cast<int>(state.runs.size()) ? run_label(state, index) : "(no run)";
   if (ImGui::BeginCombo(label, preview.c_str())) {
     for (int i = 0; i < static_cast<int>(state.runs.size()); ++i) {
       ImGui::PushID(i);
-      if (ImGui::Selectable(run_label(state.runs[i]).c_str(), i == index)) {
+      if (ImGui::Selectable(run_label(state, i).c_str(), i == index)) {
         changed = i != index;
         index = i;
       }

@@ -66,6 +66,9 @@ struct AppState {
   }
   // Replaces the run of the same slot (keeping its place) or appends; returns its index.
   int upsert(RunEntry entry);
+  // Run i's name as tables and legends show it: unique among the shown runs, with a prompt tag when they are of
+  // several prompts (viewers/run_names.h).
+  std::string run_name(int i) const;
 };
 
 class Panel {
@@ -87,7 +90,7 @@ class Panel {
 // --- shared widgets --------------------------------------------------------------------------------
 
 // "name (policy, budget)" for menus.
-std::string run_label(const RunEntry& entry);
+std::string run_label(const AppState& state, int i);
 // Combo over all runs; returns true when the choice changed.
 bool run_combo(const char* label, const AppState& state, int& index, float width = 220.0f);
 // Layer and query-head sliders for `shape`; true when either changed.

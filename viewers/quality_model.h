@@ -16,7 +16,7 @@ struct QualityCurves {
   std::string eval_kind;              // fidelity, ppl, needle, or "" when unknown
   std::vector<std::string> metrics;   // columns a curve can show, in the file's order
   std::vector<std::string> policies;  // in order of first appearance
-  std::vector<std::string> budgets;   // sorted (budget_less); the x axis is the index into this list
+  std::vector<std::string> budgets;   // sorted (budget_less); their x positions: budget_axis(budgets)
   std::vector<eval::SweepRow> rows;
 
   // Adds a row (a cell of a running sweep); a row of the same cell replaces the earlier one.
@@ -37,13 +37,13 @@ bool budget_less(const std::string& a, const std::string& b);
 // (top-1 agreement, perplexity, needle exact match), else the first column.
 std::string default_metric(const QualityCurves& curves);
 
-// Where `budget` sits on the x axis: its index when listed, else between the listed budgets of the same
-// unit that bracket it (linear in value); nullopt outside them or without a budget.
+// Where `budget` sits on the x axis (budget_axis): its place when listed, else between the listed budgets of the
+// same unit that bracket it (linear in value); nullopt outside them or without a budget.
 std::optional<double> budget_position(const QualityCurves& curves, const std::string& budget);
 
 struct QualityPoint {
   std::string policy, budget;
-  double x = 0, y = 0;  // plot coordinates (budget index, metric mean)
+  double x = 0, y = 0;  // plot coordinates (the budget's place on the axis, metric mean)
 };
 // The drawn point nearest to plot coordinates (x, y), if one lies within `radius_px` pixels; the plot's
 // scale in units per pixel turns distances into pixels.
@@ -52,6 +52,12 @@ std::optional<QualityPoint> point_near(const QualityCurves& curves, const std::s
 
 // The panel's figure for export: the same curves through the shared figure builder.
 // The curves of `metric`; with a baseline policy, each other policy's paired difference to it (the "A - B" view).
-Figure quality_figure(const QualityCurves& curves, const std::string& metric, const std::string& baseline = "");
+// log_y: a log-scale y axis (KL spans decades across budgets); only where log_scale_possible, else ignored.
+Figure quality_figure(const QualityCurves& curves, const std::string& metric, const std::string& baseline = "",
+                      bool log_y = false);
+
+// Whether every value the curves of `metric` draw (means and interval ends over the prompts) is above zero, as a
+// log axis needs. Paired differences (the "A - B" view) can be negative: never on a log axis.
+bool log_scale_possible(const QualityCurves& curves, const std::string& metric, const std::string& baseline);
 
 }  // namespace kvscope::viewers

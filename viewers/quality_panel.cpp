@@ -146,6 +146,14 @@ void QualityPanel::draw(AppState& state) {
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("Show each policy minus this one, paired by prompt, with 95%% bootstrap intervals (A - B)");
   ImGui::SameLine();
+  const bool log_possible = log_scale_possible(curves_, metric_, baseline_);
+  ImGui::BeginDisabled(!log_possible);
+  ImGui::Checkbox("log y", &log_y_);
+  ImGui::EndDisabled();
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip(log_possible ? "A log-scale y axis (KL and perplexity span decades across budgets)"
+                                   : "Needs every value above zero (differences and zero scores cannot be on a log axis)");
+  ImGui::SameLine();
   ImGui::TextDisabled("%s", curves_.source.c_str());
   ImGui::SameLine();
   export_button(state, key());
@@ -184,7 +192,7 @@ void QualityPanel::draw(AppState& state) {
 Figure QualityPanel::figure(const AppState&) {
   if (curves_.empty() || metric_.empty()) return {};
   try {
-    return quality_figure(curves_, metric_, baseline_);
+    return quality_figure(curves_, metric_, baseline_, log_y_);
   } catch (const Error&) {
     return {};  // no row has the metric yet
   }

@@ -33,6 +33,8 @@ class QualityPanel final : public Panel {
   void set_metric(const std::string& metric);
   // Shows each policy minus `policy` (paired by prompt, with intervals); empty: the curves themselves.
   void set_baseline(const std::string& policy) { baseline_ = policy; }
+  // A log-scale y axis where the values allow one (log_scale_possible).
+  void set_log_y(bool on) { log_y_ = on; }
   // What a click at plot coordinates (x, y) picks, with the plot's scale in units per pixel.
   std::optional<QualityPoint> pick(double x, double y, double x_units_per_px, double y_units_per_px) const;
 
@@ -41,6 +43,7 @@ class QualityPanel final : public Panel {
   QualityCurves curves_;
   std::string metric_;
   std::string baseline_;  // the "A - B" view's B; empty: the curves themselves
+  bool log_y_ = false;
   std::optional<std::future<eval::SweepTable>> loading_;
   uint64_t sweep_id_ = 0;  // of the sweep whose rows are on screen (0: a file)
   bool sweep_running_ = false;

@@ -1,20 +1,53 @@
 #include "viewers/quality_plot.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
 #include "core/common/error.h"
 #include "core/eval/sweep_summary.h"
+#include "core/policy/budget_spec.h"
 
 namespace kvscope::viewers {
+
+std::pair<int, double> budget_key(const std::string& budget) {
+  try {
+    const auto spec = policy::BudgetSpec::parse(budget);
+    return {spec.is_ratio ? 0 : 1, spec.value};
+  } catch (const std::exception&) {
+    return {2, 0.0};
+  }
+}
+
+BudgetAxis budget_axis(const std::vector<std::string>& budgets) {
+  BudgetAxis axis;
+  const int unit = budgets.empty() ? 2 : budget_key(budgets.front()).first;
+  const bool one_unit = unit != 2 && std::all_of(budgets.begin(), budgets.end(),
+                                                 [&](const std::string& b) { return budget_key(b).first == unit; });
+  axis.categorical = !one_unit;
+  axis.label = !one_unit ? "budget" : unit == 0 ? "budget (% of the prompt)" : "budget (tokens per layer and KV head)";
+  for (std::size_t i = 0; i < budgets.size(); ++i)
+    axis.x.push_back(!one_unit ? static_cast<double>(i) : budget_key(budgets[i]).second * (unit == 0 ? 100.0 : 1.0));
+  return axis;
+}
+
+namespace {
+
+// The budget axis of a quality plot: numbers where the budgets share a unit, categories otherwise.
+void set_budget_axis(LinePlot& plot, const BudgetAxis& axis, const std::vector<std::string>& budgets) {
+  plot.x_label = axis.label;
+  if (axis.categorical) plot.x_tick_labels = budgets;
+}
+
+}  // namespace
 
 Figure quality_vs_budget(const std::vector<eval::SweepRow>& rows, const std::vector<std::string>& policies,
                          const std::vector<std::string>& budgets, const std::string& metric, const std::string& title) {
   LinePlot plot;
   plot.title = title + " (bands: 95% bootstrap intervals over prompts)";
-  plot.x_label = "budget";
   plot.y_label = metric;
-  plot.x_tick_labels = budgets;
+  const BudgetAxis axis = budget_axis(budgets);
+  set_budget_axis(plot, axis, budgets);
   bool any = false;
   for (const auto& policy : policies) {
     LineSeries s;
@@ -22,7 +55,7 @@ Figure quality_vs_budget(const std::vector<eval::SweepRow>& rows, const std::vec
     for (std::size_t b = 0; b < budgets.size(); ++b) {
       const auto ci = eval::cell_interval(rows, policy, budgets[b], metric);
       if (!ci) continue;
-      s.x.push_back(static_cast<double>(b));
+      s.x.push_back(axis.x[b]);
       s.y.push_back(ci->mean);
       s.y_low.push_back(ci->low);  // the shaded band: a 95 % bootstrap interval over the prompts
       s.y_high.push_back(ci->high);
@@ -43,9 +76,9 @@ Figure quality_difference_vs_budget(const std::vector<eval::SweepRow>& rows, con
                                     const std::string& baseline, const std::string& title) {
   LinePlot plot;
   plot.title = title + " (bands: 95% intervals)";
-  plot.x_label = "budget";
   plot.y_label = metric + " minus " + baseline;
-  plot.x_tick_labels = budgets;
+  const BudgetAxis axis = budget_axis(budgets);
+  set_budget_axis(plot, axis, budgets);
   bool any = false;
   for (std::size_t p = 0; p < policies.size(); ++p) {
     if (policies[p] == baseline) continue;
@@ -55,7 +88,7 @@ Figure quality_difference_vs_budget(const std::vector<eval::SweepRow>& rows, con
     for (std::size_t b = 0; b < budgets.size(); ++b) {
       const auto d = eval::paired_interval(rows, policies[p], baseline, budgets[b], metric);
       if (!d) continue;
-      s.x.push_back(static_cast<double>(b));
+      s.x.push_back(axis.x[b]);
       s.y.push_back(d->mean);
       s.y_low.push_back(d->low);
       s.y_high.push_back(d->high);

@@ -22,7 +22,7 @@ const std::map<std::string, Arity>& commands() {
       {"layer", {1, 1}},        {"head", {1, 1}},    {"token", {1, 1}},      {"step", {1, 1}},       {"view", {1, 1}},
       {"wait", {0, 1}},         {"frames", {1, 1}},  {"screenshot", {1, 1}}, {"export", {2, 3}},     {"quit", {0, 0}},
       {"mouse", {2, 2}},        {"click", {0, 0}},   {"layout", {1, 1}},     {"open-sweep", {1, 1}}, {"sweep", {2, 3}},
-      {"metric", {1, 1}},       {"pick", {2, 2}},    {"save-file", {2, 2}},  {"minus", {1, 1}},
+      {"metric", {1, 1}},       {"log-y", {1, 1}},   {"pick", {2, 2}},    {"save-file", {2, 2}},  {"minus", {1, 1}},
       {"zoom", {4, 4}},         {"show", {1, 1}},    {"decode", {1, 1}},
   };
   return c;

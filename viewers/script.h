@@ -20,6 +20,7 @@
 //   open-sweep PATH           read a sweep (folder, rows.csv or eval.h5) into the Quality panel
 //   sweep POLICIES BUDGETS [N]  a fidelity sweep on the live run's prompt, N new tokens (default 8)
 //   metric NAME               the Quality panel's metric     pick POLICY BUDGET  as a click on that point
+//   log-y on|off              the Quality panel's y axis on a log scale (where every value is above zero)
 //   quit
 #include <string>
 #include <vector>

@@ -126,6 +126,18 @@ uint64_t Session::submit(RunRequest request) {
   return id;
 }
 
+void Session::measure_fidelity(std::shared_ptr<const trace::RunTrace> run, const RunRequest& request) {
+  if (!run) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Job job;
+  job.slot = "fidelity " + run->name;  // its own slot: a new live run does not drop it, only delays it
+  job.request = request;
+  job.fidelity_of = std::move(run);
+  job.id = next_id_++;
+  queue_.push_back(std::move(job));
+  wake_.notify_all();
+}
+
 uint64_t Session::submit_sweep(SweepRequest request) {
   if (request.policies.empty() || request.budgets.empty())
     throw UsageError("a sweep needs at least one policy and one budget");
@@ -277,9 +289,13 @@ void Session::worker_main() {
       yielded_ = false;
     }
     try {
-      if (job.sweep)
+      if (job.sweep) {
         execute_sweep(job);
-      else
+      } else if (job.fidelity_of) {
+        ensure_model(job.request.model_path);
+        const auto& ids = job.fidelity_of->prompt_ids;
+        publish_fidelity(job.request, job.fidelity_of, std::vector<int>(ids.begin(), ids.end()));
+      } else
         execute(job.request);
     } catch (const std::exception& e) {
       message(job.slot + ": " + e.what(), true);
@@ -397,8 +413,10 @@ void Session::publish_fidelity(const RunRequest& request, const std::shared_ptr<
     if (!fidelity_reference_ || fidelity_reference_model_ != model_path_ || fidelity_reference_->prompt != prompt ||
         fidelity_reference_tokens_ != request.max_new_tokens) {
       fidelity_reference_.reset();
+      // The window's runs (the baseline among them) stop at the model's end of generation; the reference
+      // stops there too, so fidelity compares exactly the tokens the baseline shows.
       fidelity_reference_ = std::make_shared<const eval::FidelityReference>(
-          evaluator.fidelity_reference(prompt, request.max_new_tokens));
+          evaluator.fidelity_reference(prompt, request.max_new_tokens, eval::ReferenceEnd::AtEndOfGeneration));
       fidelity_reference_model_ = model_path_;
       fidelity_reference_tokens_ = request.max_new_tokens;
     }

@@ -110,6 +110,10 @@ class Session {
   // it is for the same slot. Live-slot requests go to the front; a background run in progress yields to
   // them and is queued again. Returns a request id.
   uint64_t submit(RunRequest request);
+  // Queues a measurement of a finished run's fidelity to the full cache (its request's model, policy, budget
+  // and new tokens; its own prompt tokens), behind live runs, for a run kept for comparison whose own
+  // measurement was superseded. The result arrives as a SessionUpdate with `fidelity` set and `run` == run.
+  void measure_fidelity(std::shared_ptr<const trace::RunTrace> run, const RunRequest& request);
   // Queues a sweep (slot kSweepSlot, replacing a queued or running one). Its rows arrive through
   // take_sweep_rows() as cells finish; a live run pauses it and it resumes at the next cell. Throws
   // UsageError for an empty policy or budget list, a bad policy spec or budget.
@@ -141,6 +145,7 @@ class Session {
     std::string slot;
     RunRequest request;
     std::shared_ptr<const SweepRequest> sweep;  // set for a sweep job
+    std::shared_ptr<const trace::RunTrace> fidelity_of;  // set for a fidelity-only job: the run to measure
     uint64_t id = 0;
     std::size_t next_cell = 0;  // a sweep resumed after a pause starts here
   };

@@ -274,6 +274,10 @@ void SetupPanel::pin(AppState& state) {
       RunEntry copy = e;  // a copy: upsert may grow state.runs, which would leave `e` dangling
       copy.slot = "pin" + std::to_string(++pins_);
       const std::string name = copy.run->name;
+      // Kept before its fidelity arrived: the next live run supersedes that measurement, so the kept run
+      // gets one of its own (queued behind live runs).
+      if (!copy.fidelity && copy.request && copy.request->fidelity && copy.run->meta("policy") != "full")
+        session_.measure_fidelity(copy.run, *copy.request);
       state.upsert(std::move(copy));
       state.log.push_back("kept " + name + " for comparison");
       return;
@@ -350,6 +354,12 @@ void SetupPanel::draw(AppState& state) {
   for (const auto& e : state.runs)
     if (e.slot == "live" && e.run) prompt_tokens_ = e.run->prompt_length;
 
+  // The form scrolls; the budget and the run controls stay in a footer below it, so they are on screen at any
+  // window size and however long the prompt and the policy's parameters make the form (issue 25). The footer's
+  // height is the one it measured last frame (a first guess before that).
+  const float footer = footer_height_ > 0 ? footer_height_ : ImGui::GetFrameHeightWithSpacing() * 9;
+  const float form = std::max(ImGui::GetContentRegionAvail().y - footer, ImGui::GetFrameHeightWithSpacing() * 3);
+  ImGui::BeginChild("##form", ImVec2(0, form));
   ImGui::SeparatorText("Model");
   ImGui::SetNextItemWidth(-1);
   input_text("##model", model_path_);
@@ -457,7 +467,9 @@ void SetupPanel::draw(AppState& state) {
     ImGui::PopStyleColor();
   }
   rerun |= param_widgets();
+  ImGui::EndChild();
 
+  const float footer_top = ImGui::GetCursorPosY();
   ImGui::SeparatorText("Budget");
   const bool full = policy_info().name == "full";
   ImGui::BeginDisabled(full);
@@ -501,6 +513,7 @@ void SetupPanel::draw(AppState& state) {
     ImGui::TextWrapped("%s", st.last_error.c_str());
     ImGui::PopStyleColor();
   }
+  footer_height_ = ImGui::GetCursorPosY() - footer_top;
   if (rerun && live_) run();
 }
 

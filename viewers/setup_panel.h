@@ -80,6 +80,7 @@ class SetupPanel final : public Panel {
   std::vector<std::string> samples_;
   std::vector<std::string> sample_texts_;  // read once, to tell whether the prompt still is a sample
   std::string prompt_file_;
+  float footer_height_ = 0.0f;  // the run controls' height last frame (they stay below the scrolling form)
   bool chat_ = false;
   bool no_think_ = false;  // with chat_: Qwen3's thinking off
   bool parse_special_ = true;  // special-token text in a plain prompt is tokens (kvscope --no-parse-special)

@@ -1,8 +1,11 @@
 #include "viewers/summary.h"
 
+#include "viewers/run_names.h"
+
 #include <imgui.h>
 
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <limits>
 
@@ -44,6 +47,12 @@ std::vector<std::pair<std::string, std::string>> fidelity_lines(const eval::Fide
   out.emplace_back("KL(full || policy) mean", buf);
   std::snprintf(buf, sizeof buf, "%d of %d", fidelity.score.agreeing_prefix, fidelity.score.steps);
   out.emplace_back("tokens equal before divergence", buf);
+  // Which tokens were compared: the full cache's greedy continuation, cut where the baseline run stops.
+  out.emplace_back("tokens compared", fidelity.reference_stop_reason == "end_of_generation"
+                                          ? std::to_string(fidelity.score.steps) +
+                                                ", to the full cache's end of generation (where the baseline stops)"
+                                          : std::to_string(fidelity.score.steps) +
+                                                ", all new tokens (the full cache did not end sooner)");
   std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * fidelity.memory.saved());
   out.emplace_back("peak cache saved", buf);
   return out;
@@ -103,10 +112,15 @@ void Summary::draw(AppState& state) {
   const ImGuiTableFlags flags = ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollX |
                                 ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_Resizable;
   const float table_h = std::min(ImGui::GetContentRegionAvail().y * 0.55f, ImGui::GetTextLineHeightWithSpacing() * (runs.size() + 2.5f));
-  if (ImGui::BeginTable("##runs", 10, flags, ImVec2(0, table_h))) {
+  // Fixed-fit columns fit their content when the table is first shown only: a table named after the run names
+  // fits again when a longer name (a kept run's "(kept 1)", a prompt tag) appears.
+  std::string shown;
+  for (int i = 0; i < static_cast<int>(state.runs.size()); ++i) shown += state.run_name(i) + "\n";
+  const std::string table_id = "##runs" + std::to_string(std::hash<std::string>{}(shown));
+  if (ImGui::BeginTable(table_id.c_str(), 11, flags, ImVec2(0, table_h))) {
     // Each header says what its number measures; its tooltip says how.
     static const char* const names[] = {"run", "prompt", "gen", "cache KiB", "bytes of full", "entries of full",
-                                        "mean log p", "gap", "diverges at", "prefill / decode ms"};
+                                        "mean log p", "gap", "diverges at", "top-1 / equal", "prefill / decode ms"};
     static const char* const how[] = {
         "", "prompt tokens", "generated tokens",
         "K/V bytes the cache holds allocated at the end (growth slack included)",
@@ -114,11 +128,13 @@ void Summary::draw(AppState& state) {
         "entries held / (layers x KV heads x tokens processed)",
         "mean natural-log probability of the generated tokens", "mean log p minus the full-cache baseline's",
         "first generated token that differs from the baseline",
+        "fidelity to the full cache, teacher-forced on its continuation up to its end of generation (as the baseline "
+        "stops): share of steps whose most likely token agrees / tokens equal before the first disagreement",
         "prefill time (or 'replayed': taken from a capture of the same prompt, no forward pass) / decode ms per token"};
     for (const char* name : names) ImGui::TableSetupColumn(name);
     ImGui::TableSetupScrollFreeze(1, 1);
     ImGui::TableNextRow(ImGuiTableRowFlags_Headers);
-    for (int c = 0; c < 10; ++c) {
+    for (int c = 0; c < 11; ++c) {
       ImGui::TableSetColumnIndex(c);
       ImGui::TableHeader(ImGui::TableGetColumnName(c));
       if (ImGui::IsItemHovered() && how[c][0]) ImGui::SetTooltip("%s", how[c]);
@@ -132,9 +148,9 @@ void Summary::draw(AppState& state) {
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
       ImGui::PushID(i);
-      if (ImGui::Selectable(r->name.c_str(), i == state.active, ImGuiSelectableFlags_SpanAllColumns)) state.active = i;
+      if (ImGui::Selectable(state.run_name(i).c_str(), i == state.active, ImGuiSelectableFlags_SpanAllColumns)) state.active = i;
       if (ImGui::IsItemHovered())
-        ImGui::SetTooltip("%s\npolicy %s, budget %s\nstop: %s%s", run_label(state.runs[i]).c_str(), r->meta("policy_spec").c_str(),
+        ImGui::SetTooltip("%s\npolicy %s, budget %s\nstop: %s%s", run_label(state, i).c_str(), r->meta("policy_spec").c_str(),
                           r->meta("budget", "(whole prompt)").c_str(), r->meta("stop_reason", "(running)").c_str(),
                           r->complete ? "" : "\n(incomplete)");
       ImGui::PopID();
@@ -160,6 +176,14 @@ void Summary::draw(AppState& state) {
       if (running || !n.has_baseline) ImGui::TextDisabled(running ? "running..." : "-");
       else if (n.first_divergence < 0) ImGui::Text("identical");
       else ImGui::Text("token %d", n.first_divergence);
+      ImGui::TableNextColumn();
+      const RunEntry& entry = state.runs[i];
+      if (running) ImGui::TextDisabled("running...");
+      else if (entry.fidelity)
+        ImGui::Text("%.2f / %d of %d", entry.fidelity->score.top1_agreement, entry.fidelity->score.agreeing_prefix,
+                    entry.fidelity->score.steps);
+      else if (r->meta("policy") == "full") ImGui::TextDisabled("reference");
+      else ImGui::TextDisabled(entry.request && entry.request->fidelity ? "measuring..." : "-");
       ImGui::TableNextColumn();
       if (running) ImGui::TextDisabled("running...");
       else if (n.prefill_replayed) ImGui::Text("replayed / %.1f", n.decode_ms_per_token);
@@ -202,21 +226,25 @@ Figure Summary::figure(const AppState& state) {
   share.y_label = "% of the full cache";
   gap.title = "Mean log-prob gap to the full cache";
   gap.y_label = "nats per token";
+  std::vector<std::string> names;  // the shown names of runs[], which are state.runs' entries that have a run
+  const std::vector<std::string> all_names = shown_run_names(state.runs);
+  for (std::size_t e = 0; e < state.runs.size(); ++e)
+    if (state.runs[e].run) names.push_back(all_names[e]);
   for (int i = 0; i < static_cast<int>(runs.size()); ++i) {
     const RunNumbers n = run_numbers(*runs[i], find_baseline(runs, *runs[i]));
     LineSeries a, b;
-    a.name = b.name = "##" + runs[i]->name;  // the tick labels name the runs; no legend needed
+    a.name = b.name = "##" + names[i];  // the tick labels name the runs; no legend needed
     a.kind = b.kind = LineSeries::Kind::Bars;
     a.color = b.color = i;
     a.x = {static_cast<double>(share.x_tick_labels.size())};
     a.y = {100.0 * n.kept_share};
     share.series.push_back(a);
-    share.x_tick_labels.push_back(runs[i]->name);
+    share.x_tick_labels.push_back(names[i]);
     if (!std::isnan(n.logprob_gap)) {
       b.x = {static_cast<double>(gap.x_tick_labels.size())};
       b.y = {n.logprob_gap};
       gap.series.push_back(b);
-      gap.x_tick_labels.push_back(runs[i]->name);
+      gap.x_tick_labels.push_back(names[i]);
     }
   }
   if (!share.series.empty()) f.parts.push_back(share);

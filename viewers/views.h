@@ -20,7 +20,7 @@ struct ViewOptions {
   bool values = false;      // similarity: value vectors
   bool aggregate = false;   // timeline: share over all caches
   std::string stat;         // layer_stats: statistic name (empty: the first)
-  std::string series;       // budget: diagnostic series (empty: final budgets)
+  std::string series;       // budget: diagnostic series (empty: prompt budgets)
   ScaleKind scale = ScaleKind::Log;
   Colormap cmap = Colormap::Viridis;
   std::vector<std::string> runs;  // compare: run names, first is the reference (empty: up to 4)

@@ -150,15 +150,17 @@ engine::RunResult Evaluator::run(const std::vector<int>& prompt, engine::Generat
   return std::move(outcome.result);
 }
 
-FidelityReference Evaluator::fidelity_reference(const std::vector<int>& prompt, int new_tokens) {
+FidelityReference Evaluator::fidelity_reference(const std::vector<int>& prompt, int new_tokens, ReferenceEnd end) {
   if (new_tokens < 1) throw UsageError("fidelity needs at least 1 new token");
   engine::GenerateOptions options;
   options.max_new_tokens = new_tokens;
   LogprobRecorder logprobs;
   FidelityReference ref;
-  const auto r = run(prompt, options, kFullCache, {&logprobs}, ref.run_ms);
+  const auto r = run(prompt, options, kFullCache, {&logprobs}, ref.run_ms,
+                     /*stop_at_end=*/end == ReferenceEnd::AtEndOfGeneration);
   ref.prompt = prompt;
   ref.continuation = r.generated_tokens;
+  ref.stop_reason = r.stop_reason;
   ref.logprobs = std::move(logprobs.steps);
   ref.peak_bytes = r.cache_peak_bytes;
   return ref;
@@ -173,6 +175,7 @@ FidelityResult Evaluator::fidelity(const FidelityReference& reference, const Cel
   FidelityResult out;
   const auto r = run(reference.prompt, options, cell, {&logprobs, &nmse}, out.run_ms);
   out.score = score_fidelity(reference.logprobs, logprobs.steps, reference.continuation);
+  out.reference_stop_reason = reference.stop_reason;
   out.layer_nmse = nmse.means();
   out.memory = memory_of(r, reference.peak_bytes);
   return out;

@@ -36,14 +36,22 @@ struct CacheMemory {
 };
 
 // --- fidelity: teacher-forced on the full cache's greedy continuation ---
+// Where the full cache's continuation ends. Sweeps score every cell on the same number of tokens
+// (AllNewTokens: an end-of-generation token is fed on like any other); the window compares with its own
+// runs, which stop at the model's end of generation, so its reference stops there too (the end token is
+// the last token scored) and the policy is teacher-forced over exactly the tokens the baseline shows.
+enum class ReferenceEnd { AllNewTokens, AtEndOfGeneration };
+
 struct FidelityReference {
   std::vector<int> prompt, continuation;
+  std::string stop_reason = "max_new_tokens";  // or "end_of_generation" (only with ReferenceEnd::AtEndOfGeneration)
   std::vector<std::vector<float>> logprobs;  // [new tokens][vocab], full cache
   std::size_t peak_bytes = 0;
   double run_ms = 0.0;
 };
 struct FidelityResult {
   FidelityScore score;
+  std::string reference_stop_reason;  // the reference's stop_reason: why score.steps tokens were compared
   std::vector<double> layer_nmse;  // attention-output NMSE per layer, mean over decode steps (CAOTE Fig. 3)
   CacheMemory memory;
   double run_ms = 0.0;
@@ -122,7 +130,8 @@ class Evaluator {
   // prefill serves its fidelity); null: one of the evaluator's own that holds one prompt.
   explicit Evaluator(const model::Model& model, run::PrefillStore* prefills = nullptr);
 
-  FidelityReference fidelity_reference(const std::vector<int>& prompt, int new_tokens);
+  FidelityReference fidelity_reference(const std::vector<int>& prompt, int new_tokens,
+                                       ReferenceEnd end = ReferenceEnd::AllNewTokens);
   FidelityResult fidelity(const FidelityReference& reference, const CellPolicy& cell);
 
   // Throws UsageError when the text is not longer than prompt_tokens.

@@ -135,15 +135,14 @@ class KVMergerPolicy final : public Policy {
     return std::min(prompt_, budget_) + (step.seq_len - prompt_);
   }
 
+  // The prompt budget, as every policy reports it (Policy::layer_budgets): the most prompt entries a KV head of
+  // the layer kept after prefill. Decode tokens appended later are growth, not budget; counting them here made
+  // KVMerger look as if it had more budget than SnapKV at the same setting.
   std::vector<int> layer_budgets() const override {
     std::vector<int> out(layers_, 0);
-    const int generated = std::max(0, seq_len_ - prompt_);
-    for (int l = 0; l < layers_; ++l) {
-      int most = 0;
+    for (int l = 0; l < layers_; ++l)
       for (int g = 0; g < kv_heads_; ++g)
-        most = std::max(most, kept_after_prefill_[static_cast<std::size_t>(l) * kv_heads_ + g]);
-      out[l] = config_.decode_evict ? std::max(most, decode_target(l, 0, seq_len_)) : most + generated;
-    }
+        out[l] = std::max(out[l], kept_after_prefill_[static_cast<std::size_t>(l) * kv_heads_ + g]);
     return out;
   }
 

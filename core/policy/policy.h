@@ -47,7 +47,10 @@ class Policy {
   // The length (layer, kv_head) must have after `step`, or -1 when the policy promises none. The engine
   // checks it after every step, so a policy that silently stops compressing is caught.
   virtual int expected_length(int layer, int kv_head, const StepInfo& step) const = 0;
-  // Current token budget of each layer (for reporting and plotting).
+  // The prompt budget of each layer (for reporting and plotting): the tokens per KV head the layer keeps of the
+  // prompt after prefill (per-head allocations: the layer's most or mean, as the policy documents). Tokens
+  // generated later are not included, whether they append or are evicted again, so every policy's number
+  // means the same; a viewer derives decode growth from the trace's cache contents.
   virtual std::vector<int> layer_budgets() const = 0;
   // Named numbers behind the decisions (allocations, thresholds, ...), for the trace.
   const Diagnostics& diagnostics() const { return diagnostics_; }

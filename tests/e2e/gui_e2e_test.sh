@@ -85,6 +85,11 @@ check_png "$work/shot.png" 1280 800 400
 check_png "$work/compare.png" 1280 800 200
 check_png "$work/quality.png" 1280 800 200
 grep -q "fidelity to the full cache: top-1 agreement" "$work/gui.log" || fail "no fidelity of the live run in the log"
+# Fidelity compares the tokens the full-cache baseline generated (to its end of generation), no more.
+baseline_tokens=$(sed -n 's/.*: full: done in [0-9]* ms (\([0-9]*\) tokens.*/\1/p' "$work/gui.log" | head -1)
+compared_tokens=$(sed -n 's/.*fidelity to the full cache: .* [0-9]* of \([0-9]*\) tokens equal.*/\1/p' "$work/gui.log" | head -1)
+[ -n "$baseline_tokens" ] && [ "$baseline_tokens" = "$compared_tokens" ] ||
+  fail "fidelity compared $compared_tokens tokens; the baseline generated $baseline_tokens"
 grep -q "opened sweep $work/sweep.csv (6 rows, 2 policies, 3 budgets)" "$work/gui.log" || fail "the sweep did not open"
 grep -q "error: '$work/bad_sweep.csv' line 2 has 4 fields" "$work/gui.log" || fail "the malformed sweep was not refused"
 check_png "$work/export_attention.png" 900 600 100

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -139,6 +140,62 @@ TEST_CASE("the A - B view plots each policy's paired difference to the baseline 
   CHECK_THROWS(quality_difference_vs_budget(rows, {"snapkv", "h2o"}, {"10%"}, "kl_mean", "tova", "t"));
 }
 
+TEST_CASE("budgets of one unit sit at their values on the x axis; mixed units stay categories") {
+  // Shares of the prompt: 10%, 25%, 50% at x = 10, 25, 50 (not 0, 1, 2), unevenly spaced as the numbers are.
+  QualityCurves c;
+  std::size_t cell = 0;
+  for (const char* budget : {"50%", "10%", "25%"})
+    for (const char* policy : {"h2o", "snapkv"}) {
+      eval::SweepRow r;
+      r.cell = cell++, r.prompt = "a", r.policy = policy, r.budget = budget;
+      r.metrics = {{"kl_mean", std::string(policy) == "h2o" ? 0.2 : 0.4}};
+      c.add(r);
+    }
+  const BudgetAxis axis = budget_axis(c.budgets);
+  CHECK_FALSE(axis.categorical);
+  CHECK(axis.x == std::vector<double>{10, 25, 50});
+  CHECK(axis.label == "budget (% of the prompt)");
+  const Figure f = quality_figure(c, "kl_mean");
+  const auto& plot = std::get<LinePlot>(f.parts.front());
+  CHECK(plot.x_tick_labels.empty());  // numeric ticks
+  CHECK(plot.series[0].x == std::vector<double>{10, 25, 50});
+  // The live budget at its value; a click picks by the value too (1 unit per px, 0.01 per px up).
+  CHECK(budget_position(c, "30%") == Approx(30.0));
+  CHECK(budget_position(c, "25%") == 25.0);
+  const auto p = point_near(c, "kl_mean", 25.0 + 3, 0.4, 1.0, 0.01);
+  REQUIRE(p.has_value());
+  CHECK(p->policy == "snapkv");
+  CHECK(p->budget == "25%");
+  CHECK(p->x == 25.0);
+  // Token budgets: numbers too; mixed with shares: categories in order.
+  CHECK(budget_axis({"64", "128"}).x == std::vector<double>{64, 128});
+  CHECK(budget_axis({"64", "128"}).label == "budget (tokens per layer and KV head)");
+  const BudgetAxis mixed = budget_axis({"10%", "128"});
+  CHECK(mixed.categorical);
+  CHECK(mixed.x == std::vector<double>{0, 1});
+}
+
+TEST_CASE("a log y axis only where every value drawn is above zero") {
+  QualityCurves c;
+  auto add = [&](std::size_t cell, const char* prompt, const char* policy, const char* budget, double kl) {
+    eval::SweepRow r;
+    r.cell = cell, r.prompt = prompt, r.policy = policy, r.budget = budget;
+    r.metrics = {{"kl_mean", kl}, {"top1_agreement", kl > 0.1 ? 0.5 : 0.0}};
+    c.add(r);
+  };
+  // KL over two prompts, spanning two decades: positive everywhere.
+  add(0, "a", "h2o", "10%", 0.9), add(1, "b", "h2o", "10%", 1.1), add(2, "a", "h2o", "50%", 0.01),
+      add(3, "b", "h2o", "50%", 0.02);
+  CHECK(log_scale_possible(c, "kl_mean", ""));
+  CHECK(std::get<LinePlot>(quality_figure(c, "kl_mean", "", true).parts.front()).log_y);
+  CHECK_FALSE(std::get<LinePlot>(quality_figure(c, "kl_mean", "", false).parts.front()).log_y);
+  // A zero agreement (50%: both prompts 0) cannot sit on a log axis; the figure stays linear.
+  CHECK_FALSE(log_scale_possible(c, "kl_mean", "h2o"));  // differences: never
+  CHECK_FALSE(log_scale_possible(c, "top1_agreement", ""));
+  CHECK_FALSE(std::get<LinePlot>(quality_figure(c, "top1_agreement", "", true).parts.front()).log_y);
+  CHECK_FALSE(log_scale_possible(c, "no_such_metric", ""));
+}
+
 TEST_CASE("a sweep's eval.h5 reads back the rows its store wrote, in the store's column order") {
   const fs::path dir = scratch("h5sweep");
   write_sweep(dir, "needle", {"h2o", "tova"}, {"50%", "5%"}, [](std::size_t cell) { return cell == 1 ? 1.0 : 0.0; });
@@ -242,51 +299,67 @@ std::string run_command(const std::string& command) {
   return outcome.output;
 }
 
+// A live-slot request of H2O on `prompt`, recording little (the fidelity tests read no maps).
+RunRequest h2o_request(const std::string& prompt, const std::string& budget, int new_tokens) {
+  RunRequest r;
+  r.prompt = prompt;
+  r.policy_spec = "h2o";
+  r.budget = budget;
+  r.max_new_tokens = new_tokens;
+  r.record = "similarity=off;decode=off";
+  return r;
+}
+
+// Hands every update of the session to `take` until it returns true (at most ten minutes).
+void poll_until(Session& s, const std::function<bool(const SessionUpdate&)>& take) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (auto& u : s.poll())
+      if (take(u)) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 }  // namespace
 
-TEST_CASE("the Summary's fidelity of a live run equals kvscope eval fidelity on the same run", "[session][model]") {
+TEST_CASE("the Summary's fidelity of a live run equals kvscope eval fidelity --stop-at-end on the same run",
+          "[session][model]") {
   // `make test` fetches the default model, so its absence fails here rather than skipping.
   REQUIRE(fs::exists(model::default_model_path()));
   const std::string prompt =
-      "The keeper hid the key under the seventh step of the lighthouse stairs. Where is the key?";
-  const std::string other_prompt = "The baker lit the first oven at four and the rye went in at five. When?";
+      "The keeper hid the key under the seventh step of the lighthouse stairs, and every night he";
+  const std::string other_prompt = "The baker lit the first oven at four and the rye went in at five, and then";
   Session s(1);
   // The live run's fidelity, waited for; the run it was measured for is checked to be the one published.
   auto live_fidelity = [&](const std::string& text, const std::string& budget) {
-    RunRequest r;
-    r.prompt = text;
-    r.policy_spec = "h2o";
-    r.budget = budget;
-    r.max_new_tokens = 6;
-    r.record = "similarity=off;decode=off";
+    RunRequest r = h2o_request(text, budget, 6);
     r.fidelity = true;
     s.submit(r);
     std::shared_ptr<const eval::FidelityResult> fidelity;
     std::shared_ptr<const trace::RunTrace> run;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
-    while (!fidelity && std::chrono::steady_clock::now() < deadline) {
-      for (auto& u : s.poll()) {
-        if (u.fidelity) {
-          CHECK(u.run == run);
-          fidelity = u.fidelity;
-        } else if (u.final && u.slot == r.slot) {
-          run = u.run;
-        }
+    poll_until(s, [&](const SessionUpdate& u) {
+      if (u.fidelity) {
+        CHECK(u.run == run);
+        fidelity = u.fidelity;
+      } else if (u.final && u.slot == r.slot) {
+        run = u.run;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+      return fidelity != nullptr;
+    });
     REQUIRE(fidelity);
     REQUIRE(run);
     return fidelity;
   };
-  auto cli_metrics = [](const std::string& text, const std::string& budget) {
+  auto cli_record = [](const std::string& text, const std::string& budget) {
     return nlohmann::json::parse(run_command(std::string(KVSCOPE_BINARY) +
-                                             " eval fidelity --threads 1 --policy h2o --budget " + budget +
-                                             " --max-new-tokens 6 --json --prompt '" + text + "' 2>/dev/null"))
-        .at("metrics");
+                                             " eval fidelity --stop-at-end --threads 1 --policy h2o --budget " + budget +
+                                             " --max-new-tokens 6 --json --prompt '" + text + "' 2>/dev/null"));
   };
-  auto same = [](const eval::FidelityResult& f, const nlohmann::json& m) {
-    CHECK(f.score.steps == 6);
+  auto same = [](const eval::FidelityResult& f, const nlohmann::json& record) {
+    const nlohmann::json& m = record.at("metrics");
+    CHECK(f.score.steps == static_cast<int>(record.at("continuation_tokens").size()));
+    CHECK(f.score.steps > 1);  // prompts that continue: more than an end token is compared
+    CHECK(f.reference_stop_reason == record.at("reference_stop_reason").get<std::string>());
     CHECK(f.score.top1_agreement == m.at("top1_agreement").get<double>());
     CHECK(f.score.kl_mean == m.at("kl_mean").get<double>());
     CHECK(f.score.agreeing_prefix == m.at("agreeing_prefix").get<double>());
@@ -294,22 +367,96 @@ TEST_CASE("the Summary's fidelity of a live run equals kvscope eval fidelity on 
   };
 
   const auto fidelity = live_fidelity(prompt, "50%");
-  const auto m = cli_metrics(prompt, "50%");
-  same(*fidelity, m);
+  const auto record = cli_record(prompt, "50%");
+  same(*fidelity, record);
+  const nlohmann::json& m = record.at("metrics");
   // What the Summary prints is those numbers.
   const auto lines = fidelity_lines(*fidelity);
-  REQUIRE(lines.size() == 4);
+  REQUIRE(lines.size() == 5);
   char expected[64];
   std::snprintf(expected, sizeof expected, "%.3f", m.at("top1_agreement").get<double>());
   CHECK(lines[0].second == expected);
   std::snprintf(expected, sizeof expected, "%.4f nats", m.at("kl_mean").get<double>());
   CHECK(lines[1].second == expected);
-  std::snprintf(expected, sizeof expected, "%d of 6", static_cast<int>(m.at("agreeing_prefix").get<double>()));
+  const int steps = static_cast<int>(record.at("continuation_tokens").size());
+  std::snprintf(expected, sizeof expected, "%d of %d", static_cast<int>(m.at("agreeing_prefix").get<double>()), steps);
   CHECK(lines[2].second == expected);
   std::snprintf(expected, sizeof expected, "%.1f%%", 100.0 * m.at("memory_saved").get<double>());
-  CHECK(lines[3].second == expected);
+  CHECK(lines[4].second == expected);
+  CHECK(lines[3].first == "tokens compared");
+  CHECK(lines[3].second.rfind(std::to_string(steps) + ", ", 0) == 0);
 
   // A budget change reuses the full-cache reference of the prompt; another prompt must not.
-  same(*live_fidelity(prompt, "25%"), cli_metrics(prompt, "25%"));
-  same(*live_fidelity(other_prompt, "25%"), cli_metrics(other_prompt, "25%"));
+  same(*live_fidelity(prompt, "25%"), cli_record(prompt, "25%"));
+  same(*live_fidelity(other_prompt, "25%"), cli_record(other_prompt, "25%"));
+}
+
+TEST_CASE("the live run's fidelity compares the tokens the baseline shows, to its end of generation",
+          "[session][model]") {
+  REQUIRE(fs::exists(model::default_model_path()));
+  Session s(1);
+  // A chat question the model answers in a few tokens and then ends (<|im_end|>), well before 32.
+  RunRequest live = h2o_request("Answer with one word. What colour is the sky on a clear day?", "50%", 32);
+  live.chat = true;
+  live.fidelity = true;
+  RunRequest baseline = live;  // as the set-up form submits it
+  baseline.slot = "baseline";
+  baseline.policy_spec = "full";
+  baseline.budget.clear();
+  baseline.fidelity = false;
+  s.submit(live);
+  s.submit(baseline);
+  std::shared_ptr<const eval::FidelityResult> fidelity;
+  std::shared_ptr<const trace::RunTrace> baseline_run;
+  poll_until(s, [&](const SessionUpdate& u) {
+    if (u.fidelity) fidelity = u.fidelity;
+    else if (u.final && u.slot == "baseline") baseline_run = u.run;
+    return fidelity && baseline_run;
+  });
+  REQUIRE(fidelity);
+  REQUIRE(baseline_run);
+  // The baseline (full cache, greedy, stops at the end token) ended early: the case that went wrong.
+  REQUIRE(baseline_run->n_generated() < 32);
+  CHECK(baseline_run->meta("stop_reason") == "end_of_generation");
+  // Fidelity scored exactly the baseline's tokens, the end token included, not 32.
+  CHECK(fidelity->score.steps == baseline_run->n_generated());
+  CHECK(fidelity->reference_stop_reason == "end_of_generation");
+  const auto lines = fidelity_lines(*fidelity);
+  REQUIRE(lines.size() == 5);
+  CHECK(lines[3].first == "tokens compared");
+  CHECK(lines[3].second ==
+        std::to_string(baseline_run->n_generated()) + ", to the full cache's end of generation (where the baseline stops)");
+}
+
+TEST_CASE("a run kept without its fidelity gets it measured for that run, as the live run's would be",
+          "[session][model]") {
+  REQUIRE(fs::exists(model::default_model_path()));
+  Session s(1);
+  RunRequest r =
+      h2o_request("The keeper hid the key under the seventh step of the lighthouse stairs, and every night he", "50%", 6);
+  r.fidelity = false;  // as if its measurement had been superseded by the next live run
+  s.submit(r);
+  std::shared_ptr<const trace::RunTrace> run;
+  poll_until(s, [&](const SessionUpdate& u) {
+    if (u.final && !u.fidelity) run = u.run;
+    return run != nullptr;
+  });
+  REQUIRE(run);
+  r.fidelity = true;
+  s.measure_fidelity(run, r);
+  std::shared_ptr<const eval::FidelityResult> fidelity;
+  poll_until(s, [&](const SessionUpdate& u) {
+    if (!u.fidelity) return false;
+    CHECK(u.run == run);  // the window matches it to the entries that show this run
+    fidelity = u.fidelity;
+    return true;
+  });
+  REQUIRE(fidelity);
+  // The same measurement made directly on the run's prompt tokens.
+  const auto record = nlohmann::json::parse(run_command(
+      std::string(KVSCOPE_BINARY) + " eval fidelity --stop-at-end --threads 1 --policy h2o --budget 50%" +
+      " --max-new-tokens 6 --json --prompt '" + r.prompt + "' 2>/dev/null"));
+  CHECK(fidelity->score.steps == static_cast<int>(record.at("continuation_tokens").size()));
+  CHECK(fidelity->score.top1_agreement == record.at("metrics").at("top1_agreement").get<double>());
+  CHECK(fidelity->score.kl_mean == record.at("metrics").at("kl_mean").get<double>());
 }

@@ -9,10 +9,7 @@
 #include <map>
 #include <set>
 
-#include "core/trace/live_trace.h"
-#include "core/trace/recorder.h"
-#include "tests/support/default_model.h"
-#include "tests/support/recorder_run.h"
+#include "tests/support/lighthouse_trace.h"
 #include "viewers/attention_heatmap.h"
 #include "viewers/step_cache.h"
 #include "viewers/view_model.h"
@@ -23,18 +20,7 @@ using namespace kvscope::viewers;
 namespace {
 
 std::shared_ptr<const trace::RunTrace> record(const std::string& policy, const std::string& budget) {
-  const model::Model& model = *test::default_model();
-  const std::vector<int> prompt = model.tokenizer->encode(
-      "The lighthouse keeper climbed the stairs every evening to light the lamp. Ships passed in the night, and "
-      "the keeper wrote their names in a book: the Mary Ann, the Northern Star, the Good Hope, the Albatross. "
-      "Some nights the fog was so thick that the keeper rang the bell until morning, counting the strokes so as "
-      "not to fall asleep. One winter a storm broke the glass of the lamp room, the wind put out the flame, and "
-      "the keeper",
-      false);
-  const trace::RecordOptions options = trace::RecordOptions::parse("");
-  trace::LiveTrace live(std::chrono::milliseconds(0));
-  test::run_with_recorder(model, prompt, policy, budget, 8, &options, {&live});
-  return live.snapshot();
+  return test::record_lighthouse_run(policy, budget);
 }
 
 // The replay: what (layer, kv head) holds at the end of every step row, and what left it, from the events alone.

@@ -6,6 +6,7 @@
 
 #include "core/common/error.h"
 #include "core/eval/eval_run.h"
+#include "core/run/run_spec.h"
 #include "tests/support/default_model.h"
 
 using namespace kvscope;
@@ -119,4 +120,32 @@ TEST_CASE("cells replay the reference's prefill and score exactly as with a pref
   // CAOTE trims each layer before its output, so its prefill depends on the budget and runs again.
   ev.fidelity(ref, {"caote", "6"});
   CHECK(ev.prefills_reused() == 2);
+}
+
+TEST_CASE("a reference that stops at the end of generation is the full cache's own greedy run", "[model]") {
+  const auto* model = test::default_model();
+  eval::Evaluator ev(*model);
+  engine::Engine engine(*model);
+  // A chat question the model answers in a few tokens, then ends.
+  run::ChatSpec chat;
+  chat.enabled = true;
+  const auto prompt = run::encode_prompt(*model, "Answer with one word. What colour is the sky on a clear day?", chat);
+  engine::GenerateOptions options;  // greedy, stops at the end of generation: what a window run does
+  options.max_new_tokens = 32;
+  const auto greedy = engine.generate(prompt, options);
+  REQUIRE(greedy.stop_reason == "end_of_generation");
+  REQUIRE(greedy.generated_tokens.size() < 32);
+
+  const auto ref = ev.fidelity_reference(prompt, 32, eval::ReferenceEnd::AtEndOfGeneration);
+  CHECK(ref.continuation == greedy.generated_tokens);
+  CHECK(ref.stop_reason == "end_of_generation");
+  CHECK(ref.logprobs.size() == greedy.generated_tokens.size());
+  const auto scored = ev.fidelity(ref, {"h2o", "50%"});
+  CHECK(scored.score.steps == static_cast<int>(greedy.generated_tokens.size()));
+  CHECK(scored.reference_stop_reason == "end_of_generation");
+
+  // Sweeps keep scoring every new token: past the end token, as before.
+  const auto all = ev.fidelity_reference(prompt, 32);
+  CHECK(all.continuation.size() == 32);
+  CHECK(all.stop_reason == "max_new_tokens");
 }
