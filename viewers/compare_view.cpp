@@ -97,13 +97,19 @@ void CompareView::refresh(const AppState& state) {
     }
   }
   diff_.ok = false;
-  if (show_difference && columns_.size() >= 2 && columns_[0].ok && columns_[1].ok) {
-    const std::string sig = columns_[0].signature + "#" + columns_[1].signature;
+  const int n_columns = static_cast<int>(columns_.size());
+  if (n_columns >= 2) {
+    diff_minuend = std::clamp(diff_minuend, 0, n_columns - 1);
+    diff_subtrahend = std::clamp(diff_subtrahend, 0, n_columns - 1);
+  }
+  const int ia = diff_subtrahend, ib = diff_minuend;
+  if (show_difference && n_columns >= 2 && ia != ib && columns_[ia].ok && columns_[ib].ok) {
+    const std::string sig = columns_[ia].signature + "#" + columns_[ib].signature;
     if (sig != diff_signature_) {
       diff_signature_ = sig;
-      const trace::RunTrace* a = state.run(state.compare[0]);
-      const trace::RunTrace* b = state.run(state.compare[1]);
-      const Selection sa = state.compare_sel[0], sb = state.compare_sel[1];
+      const trace::RunTrace* a = state.run(state.compare[ia]);
+      const trace::RunTrace* b = state.run(state.compare[ib]);
+      const Selection sa = state.compare_sel[ia], sb = state.compare_sel[ib];
       const trace::Map2D* ma = decode ? a->decode_attention_map(sa.layer, sa.head) : a->attention_map(sa.layer, sa.head);
       const trace::Map2D* mb = decode ? b->decode_attention_map(sb.layer, sb.head) : b->attention_map(sb.layer, sb.head);
       diff_.plot = HeatmapPlot{};
@@ -114,7 +120,7 @@ void CompareView::refresh(const AppState& state) {
           diff_.plot.map = pool_for_display(difference(*mb, *ma), 512, 512);
           diff_.plot.scale = ColorScale::symmetric(diff_.plot.map.values.data(), diff_.plot.map.values.size());
           diff_.plot.cmap = Colormap::RdBu;
-          diff_.plot.title = state.run_name(state.compare[1]) + " - " + state.run_name(state.compare[0]);
+          diff_.plot.title = state.run_name(state.compare[ib]) + " - " + state.run_name(state.compare[ia]);
           diff_.plot.x_label = "key position";
           diff_.plot.y_label = decode ? "decode step" : "query position";
           diff_.plot.colorbar_label = "attention difference";
@@ -129,6 +135,41 @@ void CompareView::refresh(const AppState& state) {
       diff_.ok = diff_.signature == "ok";
     }
   }
+}
+
+void CompareView::difference_header(AppState& state, float width) {
+  const int n = static_cast<int>(state.compare.size());
+  ImGui::TextUnformatted("difference");
+  if (n >= 3) {  // which two columns: with two there is only one pair
+    auto column_combo = [&](const char* id, int& column) {
+      ImGui::SetNextItemWidth(width * 0.42f);
+      if (ImGui::BeginCombo(id, state.run_name(state.compare[column]).c_str())) {
+        for (int i = 0; i < n; ++i)
+          if (ImGui::Selectable(state.run_name(state.compare[i]).c_str(), i == column)) column = i;
+        ImGui::EndCombo();
+      }
+    };
+    column_combo("##minuend", diff_minuend);
+    ImGui::SameLine();
+    ImGui::TextUnformatted("minus");
+    ImGui::SameLine();
+    column_combo("##subtrahend", diff_subtrahend);
+  }
+  if (diff_minuend == diff_subtrahend) {
+    ImGui::TextDisabled("choose two different runs");
+    return;
+  }
+  ImGui::TextDisabled("%s minus %s; red: the first attends more", state.run_name(state.compare[diff_minuend]).c_str(),
+                      state.run_name(state.compare[diff_subtrahend]).c_str());
+  const trace::RunTrace* a = state.run(state.compare[diff_subtrahend]);
+  const trace::RunTrace* b = state.run(state.compare[diff_minuend]);
+  if (!a || !b) return;
+  const int diverge = first_divergent_token(*a, *b);
+  if (diverge >= 0)
+    ImGui::TextDisabled("generated tokens diverge at token %d (decode row %d%s)", diverge, diverge,
+                        decode ? ", yellow line" : "; tick 'decode' to see it");
+  else if (a->prompt_ids == b->prompt_ids)
+    ImGui::TextDisabled("generated tokens agree while both runs generate");
 }
 
 void CompareView::draw(AppState& state) {
@@ -180,7 +221,7 @@ void CompareView::draw(AppState& state) {
   if (state.compare.empty()) return;
   refresh(state);
 
-  const int n_cells = static_cast<int>(state.compare.size()) + (diff_.ok || !diff_.why.empty() ? 1 : 0);
+  const int n_cells = static_cast<int>(state.compare.size()) + (show_difference && state.compare.size() >= 2 ? 1 : 0);
   // Cells wrap into rows when the panel is too narrow for every column, and the grid scrolls, so a
   // map never shrinks below a readable size.
   ImGui::BeginChild("##grid", ImVec2(0, 0), ImGuiChildFlags_None);
@@ -233,19 +274,34 @@ void CompareView::draw(AppState& state) {
                             ref->name.c_str(), kv, compared_positions(span, decode).c_str(), d.both, d.only_a, d.only_b,
                             d.jaccard);
       } else if (i == 0) {
-        ImGui::TextDisabled("reference: the other columns are compared with this run. Key strip: red evicted, orange merged.");
+        ImGui::TextDisabled("reference: the other columns are compared with this run. Key strip: red evicted, orange merged. Grey cells: no attention (masked, or key not in the cache).");
       }
     } else {
-      ImGui::TextUnformatted("difference");
-      ImGui::TextDisabled("second run minus first; red: the second attends more");
+      difference_header(state, cell_w);
       if (diff_.ok) {
         const auto& v = diff_.plot.map.values;
         if (std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f || std::isnan(x); }))
           ImGui::TextWrapped("identical here: a policy that compresses after prefill leaves the prefill map unchanged; "
                              "tick 'decode' to compare the generated steps");
-        draw_heatmap("cmpdiff", diff_.plot, ImVec2(cell_w, map_h), *state.textures);
-      } else {
+        const trace::RunTrace* a = state.run(state.compare[diff_subtrahend]);
+        const trace::RunTrace* b = state.run(state.compare[diff_minuend]);
+        const int diverge = a && b ? first_divergent_token(*a, *b) : -1;
+        // In the decode view row s is the query of generated token s: the first row whose input differs.
+        auto divergence_line = [&] {
+          if (!decode || diverge < 0) return;
+          const double y = diverge;
+          ImPlotSpec spec;
+          spec.LineColor = ImVec4(1.0f, 0.85f, 0.2f, 1.0f);
+          spec.LineWeight = 2.0f;
+          spec.Flags = ImPlotItemFlags_NoLegend;
+          spec.Flags |= ImPlotInfLinesFlags_Horizontal;
+          ImPlot::PlotInfLines("##diverge", &y, 1, spec);
+        };
+        draw_heatmap("cmpdiff", diff_.plot, ImVec2(cell_w, map_h), *state.textures, divergence_line);
+      } else if (!diff_.why.empty()) {
         ImGui::TextWrapped("%s", diff_.why.c_str());
+      } else if (diff_minuend != diff_subtrahend) {
+        ImGui::TextWrapped("no difference map: one of the two columns has no map here");
       }
     }
     ImGui::PopTextWrapPos();

@@ -1,6 +1,6 @@
 #pragma once
 // Two to four runs side by side (Tracy's compare view): the same attention map of each run in columns
-// whose layer/head selections are linked, a difference map (each run minus the first), and which
+// whose layer/head selections are linked, a difference map of any two columns, and which
 // cache entries each run kept that the first did not.
 #include "viewers/panel.h"
 
@@ -14,6 +14,8 @@ class CompareView final : public Panel {
 
   bool decode = false;
   bool show_difference = true;
+  // The difference map shows column `diff_minuend` minus column `diff_subtrahend` (indices into the columns).
+  int diff_minuend = 1, diff_subtrahend = 0;
 
  private:
   struct Column {
@@ -22,6 +24,8 @@ class CompareView final : public Panel {
     bool ok = false;
   };
   void refresh(const AppState& state);
+  // The difference cell's title: the pair chooser (three or more columns), what it shows, where tokens diverge.
+  void difference_header(AppState& state, float width);
   std::vector<Column> columns_;
   Column diff_;
   std::string diff_signature_;

@@ -204,7 +204,7 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
   // pays per pixel painted). Only the key-mark strip below the map shows through, now in the frame's colour.
   ImPlot::PushStyleColor(ImPlotCol_PlotBg, ImVec4(0, 0, 0, 0));
   const bool open = ImPlot::BeginPlot(title.c_str(), plot_size,
-                                      legend || (marks && plot.mark_legend) || !plot.no_attention_label.empty() ? 0 : ImPlotFlags_NoLegend);
+                                      legend || (plot.mark_legend && (marks || !plot.no_attention_label.empty())) ? 0 : ImPlotFlags_NoLegend);
   if (!open) ImPlot::PopStyleColor();
   if (open) {
     ImPlot::SetupAxis(ImAxis_X1, plot.x_label.empty() ? nullptr : plot.x_label.c_str());
@@ -254,7 +254,7 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
         ImPlot::PlotDummy("merged key", mg);
       }
     }
-    if (!plot.no_attention_label.empty()) {
+    if (plot.mark_legend && !plot.no_attention_label.empty()) {
       ImPlotSpec none;
       none.LineColor = none.FillColor = to_vec4(kNoAttentionColor);
       ImPlot::PlotDummy(plot.no_attention_label.c_str(), none);

@@ -65,7 +65,7 @@ struct HeatmapPlot {
   // Non-empty: NaN cells are cells without attention (masked, or keys not in the cache), drawn in kNoAttentionColor
   // with this legend entry, apart from every colour of the scale. Empty: NaN cells in the colorize default.
   std::string no_attention_label;
-  bool mark_legend = true;  // name the mark colours in a legend (off in narrow compare columns)
+  bool mark_legend = true;  // name the mark and no-attention colours in a legend (off in narrow compare columns)
   std::string signature;  // identifies the content, for texture caching
   // Plot coordinates of the map's top-left corner: a region of a larger map (positions x_origin.., y_origin..).
   double x_origin = 0.0, y_origin = 0.0;

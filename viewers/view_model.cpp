@@ -230,6 +230,13 @@ ComparableSpan comparable_span(const trace::RunTrace& a, const trace::RunTrace& 
   return span;
 }
 
+int first_divergent_token(const trace::RunTrace& a, const trace::RunTrace& b) {
+  if (a.prompt_ids != b.prompt_ids) return -1;
+  const int agree = common_prefix(a.generated_ids, b.generated_ids);
+  const int both = static_cast<int>(std::min(a.generated_ids.size(), b.generated_ids.size()));
+  return agree < both ? agree : -1;
+}
+
 KeptDiff diff_kept_over(const trace::RunTrace& a, const trace::RunTrace& b, int layer, int kv_head, int length) {
   std::vector<uint8_t> ka = kept_set(a, layer, kv_head), kb = kept_set(b, layer, kv_head);
   ka.resize(std::min(ka.size(), static_cast<std::size_t>(std::max(0, length))));

@@ -91,6 +91,10 @@ struct ComparableSpan {
   int length(bool with_generated) const { return prompt + (with_generated ? generated : 0); }
 };
 ComparableSpan comparable_span(const trace::RunTrace& a, const trace::RunTrace& b);
+// The first generated token on which two runs of the same prompt differ (its index is also the decode row whose
+// query first differs), or -1: other prompts, or no differing token while both were generating (equal, or one
+// stopped earlier).
+int first_divergent_token(const trace::RunTrace& a, const trace::RunTrace& b);
 // The kept sets of two runs at their last steps, compared over the first `length` positions only.
 KeptDiff diff_kept_over(const trace::RunTrace& a, const trace::RunTrace& b, int layer, int kv_head, int length);
 

@@ -318,3 +318,19 @@ TEST_CASE("similarity fit range comes from the cells off the diagonal", "[simila
   CHECK(s.vmin == -1.0f);
   CHECK(s.vmax == 1.0f);
 }
+
+TEST_CASE("first_divergent_token: the first differing generated token of two runs of one prompt") {
+  trace::RunTrace a, b;
+  a.prompt_ids = b.prompt_ids = {5, 6, 7};
+  a.generated_ids = {1, 2, 3, 4};
+  b.generated_ids = {1, 2, 9, 4};
+  CHECK(viewers::first_divergent_token(a, b) == 2);
+  CHECK(viewers::first_divergent_token(b, a) == 2);
+  b.generated_ids = {1, 2};  // stopped earlier, no token differs while both generate
+  CHECK(viewers::first_divergent_token(a, b) == -1);
+  b.generated_ids = {8};
+  CHECK(viewers::first_divergent_token(a, b) == 0);
+  b.prompt_ids = {5, 6};  // other prompts: nothing comparable
+  CHECK(viewers::first_divergent_token(a, b) == -1);
+  CHECK(viewers::first_divergent_token(a, a) == -1);
+}
