@@ -197,11 +197,13 @@ const HeatmapPlot* AttentionHeatmap::plot(const AppState& state) {
   if (!run) return nullptr;
   const std::string sig = run_signature(*run) + "|" + std::to_string(state.sel.layer) + "," + std::to_string(state.sel.head) +
                           "," + std::to_string(state.sel.step) + (decode ? "d" : "p") + (show_marks ? "m" : "") +
-                          std::to_string(max_cells) + colormap_name(state.cmap) + (state.scale == ScaleKind::Log ? "log" : "lin");
+                          std::to_string(max_cells) + colormap_name(state.cmap) + (state.scale == ScaleKind::Log ? "log" : "lin") +
+                          color_lock_signature(state);
   if (sig != signature_) {
     signature_ = sig;
     std::string why;
     have_plot_ = attention_plot(*run, state.sel, decode, show_marks, state.scale, state.cmap, max_cells, cached_, why);
+    if (have_plot_) apply_color_lock(state, cached_);
     if (!have_plot_) cached_.title = why;
     exact_.reset();
     exact_run_ = state.runs[state.active].run;
@@ -251,6 +253,7 @@ void AttentionHeatmap::draw(AppState& state) {
   export_button(state, key());
 
   const HeatmapPlot* p = plot(state);
+  if (p) capture_color_lock(state, *p);
   if (!p) {
     centered_hint(cached_.title.c_str());
     return;

@@ -86,10 +86,11 @@ void CompareView::refresh(const AppState& state) {
     const std::string sig = std::string(buf) + state.run_name(state.compare[i]) + std::to_string(r->n_steps()) + "|" +
                             std::to_string(sel.layer) + "," +
                             std::to_string(sel.head) + (decode ? "d" : "p") + colormap_name(state.cmap) +
-                            (state.scale == ScaleKind::Log ? "log" : "lin");
+                            (state.scale == ScaleKind::Log ? "log" : "lin") + color_lock_signature(state);
     if (sig == columns_[i].signature) continue;
     columns_[i].signature = sig;
     columns_[i].ok = attention_plot(*r, sel, decode, true, state.scale, state.cmap, 512, columns_[i].plot, columns_[i].why);
+    if (columns_[i].ok) apply_color_lock(state, columns_[i].plot);
     // Columns are narrow: the run name and place are the whole title.
     if (columns_[i].ok) {
       columns_[i].plot.title = state.run_name(state.compare[i]) + "  L" + std::to_string(sel.layer) + " H" + std::to_string(sel.head);
@@ -220,6 +221,7 @@ void CompareView::draw(AppState& state) {
   }
   if (state.compare.empty()) return;
   refresh(state);
+  if (!columns_.empty() && columns_[0].ok) capture_color_lock(state, columns_[0].plot);
 
   const int n_cells = static_cast<int>(state.compare.size()) + (show_difference && state.compare.size() >= 2 ? 1 : 0);
   // Cells wrap into rows when the panel is too narrow for every column, and the grid scrolls, so a

@@ -688,6 +688,11 @@ void App::step_script() {
         state_.attention_zoom = std::array<double, 4>{std::stod(s.args[0]), std::stod(s.args[1]), std::stod(s.args[2]), std::stod(s.args[3])};
         frames_left_ = 3;  // the limits apply next frame; the exact region follows them a frame later
         return;
+      } else if (c == "lock-range") {
+        state_.lock_color_range = arg == "on";
+        state_.locked_scale.reset();
+        frames_left_ = 2;
+        return;
       } else if (c == "decode") {
         state_.attention_decode = arg == "on";
         frames_left_ = 2;

@@ -167,6 +167,30 @@ void color_controls(AppState& state) {
       if (c != Colormap::RdBu && ImGui::Selectable(colormap_name(c), c == state.cmap)) state.cmap = c;
     ImGui::EndCombo();
   }
+  ImGui::SameLine();
+  if (ImGui::Checkbox("lock range", &state.lock_color_range)) state.locked_scale.reset();
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(state.locked_scale ? "Colour range locked at %.3g .. %.3g for every layer, head and run"
+                                         : "Keep the colour range of the map shown now for every layer, head and run, "
+                                           "so that colours compare across them",
+                      state.locked_scale ? state.locked_scale->vmin : 0.0, state.locked_scale ? state.locked_scale->vmax : 0.0);
+}
+
+void capture_color_lock(AppState& state, const HeatmapPlot& plot) {
+  if (state.lock_color_range && (!state.locked_scale || state.locked_scale->kind != plot.scale.kind))
+    state.locked_scale = plot.scale;
+}
+
+void apply_color_lock(const AppState& state, HeatmapPlot& plot) {
+  if (!state.lock_color_range || !state.locked_scale || state.locked_scale->kind != plot.scale.kind) return;
+  plot.scale = *state.locked_scale;
+  plot.signature += "|locked " + std::to_string(plot.scale.vmin) + "," + std::to_string(plot.scale.vmax);
+}
+
+std::string color_lock_signature(const AppState& state) {
+  if (!state.lock_color_range) return "";
+  if (!state.locked_scale) return "|lock pending";
+  return "|lock " + std::to_string(state.locked_scale->vmin) + "," + std::to_string(state.locked_scale->vmax);
 }
 
 void export_button(AppState& state, const std::string& panel_key) {

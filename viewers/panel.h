@@ -45,6 +45,11 @@ struct AppState {
   int token = -1;          // selected position, highlighted everywhere (-1: none)
   ScaleKind scale = ScaleKind::Log;
   Colormap cmap = Colormap::Viridis;
+  // "lock range": every attention map (any layer, head, run, the compare columns) keeps the colour range of the
+  // map shown when the lock was set, so colours compare across them. locked_scale is taken by the first map
+  // drawn after the lock is set (or after the scale kind changes).
+  bool lock_color_range = false;
+  std::optional<ColorScale> locked_scale;
   std::vector<int> compare;   // runs in the comparison, in column order
   bool compare_auto = true;   // until the user picks: the runs of the active run's prompt, baseline first
   LinkedSelection compare_sel;
@@ -112,6 +117,13 @@ std::string token_label(const trace::RunTrace& run, int position);
 const char* entry_state_name(EntryState s);
 // Scale and colormap pickers bound to the shared state.
 void color_controls(AppState& state);
+// With the range locked and no lock held for its scale kind: takes `plot`'s range as the lock (the map on screen).
+void capture_color_lock(AppState& state, const HeatmapPlot& plot);
+// With a lock held for `plot`'s scale kind: gives `plot` the locked range, and a signature that says so (the
+// texture cache).
+void apply_color_lock(const AppState& state, HeatmapPlot& plot);
+// The part of a plot cache key that changes with the lock.
+std::string color_lock_signature(const AppState& state);
 // A small "Export..." button that opens the export dialog for this panel.
 void export_button(AppState& state, const std::string& panel_key);
 // Text in the middle of the remaining space (empty panels).

@@ -23,7 +23,7 @@ const std::map<std::string, Arity>& commands() {
       {"wait", {0, 1}},         {"frames", {1, 1}},  {"screenshot", {1, 1}}, {"export", {2, 3}},     {"quit", {0, 0}},
       {"mouse", {2, 2}},        {"click", {0, 0}},   {"layout", {1, 1}},     {"open-sweep", {1, 1}}, {"sweep", {2, 3}},
       {"metric", {1, 1}},       {"log-y", {1, 1}},   {"pick", {2, 2}},    {"save-file", {2, 2}},  {"minus", {1, 1}},
-      {"zoom", {4, 4}},         {"show", {1, 1}},    {"decode", {1, 1}},
+      {"zoom", {4, 4}},         {"show", {1, 1}},    {"decode", {1, 1}},     {"lock-range", {1, 1}},
   };
   return c;
 }
@@ -99,6 +99,9 @@ std::vector<ScriptStep> parse_script(const std::string& text, const std::string&
     if (c == "zoom" && (!std::all_of(step.args.begin(), step.args.end(), is_integer) || std::stoi(step.args[0]) >= std::stoi(step.args[1]) ||
                         std::stoi(step.args[2]) >= std::stoi(step.args[3])))
       throw UsageError(where() + "'zoom' needs KEY0 KEY1 ROW0 ROW1, integers with KEY0 < KEY1 and ROW0 < ROW1, got '" + rest + "'");
+    if (c == "lock-range" && step.args[0] != "on" && step.args[0] != "off")
+      throw UsageError(where() + "'lock-range' takes on (keep the colour range of the map shown now) or off, got '" +
+                       step.args[0] + "'");
     if (c == "decode" && step.args[0] != "on" && step.args[0] != "off")
       throw UsageError(where() + "'decode' takes on (the decode rows) or off (the prefill map), got '" + step.args[0] + "'");
     if (c == "wait" && n == 1 && !is_integer(step.args[0]))

@@ -52,6 +52,8 @@ TEST_CASE("script errors name the line and what was expected", "[script]") {
   CHECK(message("zoom 2700 2640 2660 2700\n").find("KEY0 < KEY1") != std::string::npos);
   CHECK(message("zoom 1 2 3\n").find("takes 4 argument(s)") != std::string::npos);
   CHECK(message("show first\n").find("needs an integer") != std::string::npos);
+  CHECK(parse_script("lock-range on\nlock-range off\n").size() == 2);
+  CHECK(message("lock-range maybe\n").find("'lock-range' takes on") != std::string::npos);
   int w = 0, h = 0;
   parse_size("640x480", w, h);
   CHECK(w == 640);
