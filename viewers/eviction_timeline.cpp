@@ -4,6 +4,7 @@
 #include <implot.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 
 #include "viewers/step_cache.h"
@@ -52,6 +53,20 @@ bool timeline_plot(const trace::RunTrace& run, int layer, int kv_head, bool aggr
                       {"evicted", {214, 39, 40, 255}},
                       {"merged", {255, 160, 20, 255}}};
     out.title = run.name + "  cache of layer " + std::to_string(layer) + ", kv head " + std::to_string(kv_head);
+  }
+  // A run that stopped early (an end-of-generation token) never reached the positions its recording reserved for
+  // the remaining new tokens: the axis ends at the last position the run processed.
+  int reached = run.prompt_length + run.n_generated();
+  for (const auto& step : run.steps) reached = std::max(reached, static_cast<int>(step.seq_len));
+  if (reached > 0 && reached < m.cols) {
+    std::vector<float> cropped;
+    cropped.reserve(static_cast<std::size_t>(m.rows) * reached);
+    for (int r = 0; r < m.rows; ++r) {
+      const auto row = m.values.begin() + static_cast<std::ptrdiff_t>(r) * m.cols;
+      cropped.insert(cropped.end(), row, row + reached);
+    }
+    m.values = std::move(cropped);
+    m.cols = m.source_cols = reached;
   }
   out.x_label = "position";
   out.y_label = "step (prefill blocks, then decode)";

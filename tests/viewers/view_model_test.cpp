@@ -11,6 +11,7 @@
 
 #include "core/common/error.h"
 #include "viewers/compare_view.h"
+#include "viewers/eviction_timeline.h"
 #include "viewers/similarity_map.h"
 #include "viewers/view_model.h"
 
@@ -333,4 +334,30 @@ TEST_CASE("first_divergent_token: the first differing generated token of two run
   b.prompt_ids = {5, 6};  // other prompts: nothing comparable
   CHECK(viewers::first_divergent_token(a, b) == -1);
   CHECK(viewers::first_divergent_token(a, a) == -1);
+}
+
+TEST_CASE("the eviction timeline ends at the last position a run reached, not at its reserved length", "[view_model]") {
+  // synthetic_run's 6 positions, recorded with room for 4 more new tokens that never came (an early stop).
+  trace::RunTrace run = synthetic_run(true);
+  const uint8_t K = trace::kKept, E = trace::kEvicted, M = trace::kMergedAway;
+  const uint8_t reached[18] = {K, K, K, E, E, E, K, K, M, K, K, K, E, K, K, E, E, K};
+  std::vector<uint8_t> l0(10 * 3, E);  // positions 6..9: never processed
+  for (int i = 0; i < 18; ++i) l0[i] = reached[i];
+  run.kept_mask = {trace::KeptMask::from_head_position_step(1, 10, 3, l0),
+                   trace::KeptMask::from_head_position_step(1, 10, 3, std::vector<uint8_t>(30, K))};
+  for (const bool aggregate : {false, true}) {
+    HeatmapPlot plot;
+    std::string why;
+    REQUIRE(timeline_plot(run, 0, 0, aggregate, plot, why));
+    CHECK(plot.map.cols == 6);
+    CHECK(plot.map.source_cols == 6);
+    CHECK(plot.map.rows == 3);
+    REQUIRE(plot.map.values.size() == 18);
+  }
+  HeatmapPlot states;
+  std::string why;
+  REQUIRE(timeline_plot(run, 0, 0, false, states, why));
+  const auto S = [](EntryState s) { return static_cast<float>(s); };
+  CHECK(states.map.values[2 * 6 + 2] == S(EntryState::Merged));  // step 2, position 2, as in the uncropped states
+  CHECK(states.map.values[0 * 6 + 4] == S(EntryState::NotYetSeen));
 }
