@@ -31,12 +31,18 @@ std::vector<uint8_t> random_blocks(int blocks, int header_halves, int payload, u
   return out;
 }
 
+// The reference: every row dequantized on its own (the format's definition), row-major.
+std::vector<float> dequantized(const kernels::QuantMatrix& w) {
+  std::vector<float> dense(static_cast<std::size_t>(w.rows) * w.cols);
+  for (int r = 0; r < w.rows; ++r) kernels::dequantize_row(w.type, w.row(r), &dense[static_cast<std::size_t>(r) * w.cols], w.cols);
+  return dense;
+}
+
 void check_type(kernels::GgmlType type, int header_halves, int payload, int block_bytes) {
   const int rows = 45, cols = 128, blocks_per_row = cols / 32;
   auto data = random_blocks(rows * blocks_per_row, header_halves, payload, 3);
   kernels::QuantMatrix w{type, rows, cols, data.data(), static_cast<std::size_t>(blocks_per_row * block_bytes)};
-  std::vector<float> dense(rows * cols);
-  for (int r = 0; r < rows; ++r) kernels::dequantize_row(type, w.row(r), &dense[r * cols], cols);
+  const std::vector<float> dense = dequantized(w);
   std::mt19937 rng(9);
   std::normal_distribution<float> dist;
   for (int n : {1, 2, 9}) {
@@ -60,8 +66,7 @@ void check_row_kernels(kernels::DotIsa isa, kernels::GgmlType type, int header_h
   const int rows = 23, cols = 96, blocks_per_row = cols / 32;
   auto data = random_blocks(rows * blocks_per_row, header_halves, payload, 11);
   kernels::QuantMatrix w{type, rows, cols, data.data(), static_cast<std::size_t>(blocks_per_row * block_bytes)};
-  std::vector<float> dense(rows * cols);
-  for (int r = 0; r < rows; ++r) kernels::dequantize_row(type, w.row(r), &dense[r * cols], cols);
+  const std::vector<float> dense = dequantized(w);
   std::mt19937 rng(5);
   std::normal_distribution<float> dist;
   std::vector<float> x(cols), sums(blocks_per_row);
