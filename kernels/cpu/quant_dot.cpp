@@ -22,11 +22,6 @@ inline float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-// The next group's copy of this block, fetched while this group computes (row_groups.h).
-inline void prefetch_next_group(const uint8_t* block, std::size_t stride, int rows) {
-  _mm_prefetch(reinterpret_cast<const char*>(block + rows * stride), _MM_HINT_T0);
-}
-
 // Sum over a block's 32 elements of q_j * x_j, with q the unsigned nibbles of qs[16]: elements 0..15 are
 // the low nibbles, 16..31 the high nibbles (ggml's layout).
 inline __m256 nibble_dot(const uint8_t* qs, const float* x) {

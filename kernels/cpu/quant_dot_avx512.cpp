@@ -22,11 +22,6 @@ namespace {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-// The next group's copy of this block, fetched while this group computes (row_groups.h).
-inline void prefetch_next_group(const uint8_t* block, std::size_t stride, int rows) {
-  _mm_prefetch(reinterpret_cast<const char*>(block + rows * stride), _MM_HINT_T0);
-}
-
 // The block's scale d in lane 0 and, for Q4_1, its minimum m in lane 1 (other lanes zero).
 template <bool kHasMin>
 inline __m128 scale_and_min(const uint8_t* block) {
