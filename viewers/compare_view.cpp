@@ -138,7 +138,7 @@ void CompareView::refresh(const AppState& state) {
   }
 }
 
-void CompareView::difference_header(AppState& state, float width) {
+int CompareView::difference_header(AppState& state, float width) {
   const int n = static_cast<int>(state.compare.size());
   ImGui::TextUnformatted("difference");
   if (n >= 3) {  // which two columns: with two there is only one pair
@@ -158,19 +158,20 @@ void CompareView::difference_header(AppState& state, float width) {
   }
   if (diff_minuend == diff_subtrahend) {
     ImGui::TextDisabled("choose two different runs");
-    return;
+    return -1;
   }
   ImGui::TextDisabled("%s minus %s; red: the first attends more", state.run_name(state.compare[diff_minuend]).c_str(),
                       state.run_name(state.compare[diff_subtrahend]).c_str());
   const trace::RunTrace* a = state.run(state.compare[diff_subtrahend]);
   const trace::RunTrace* b = state.run(state.compare[diff_minuend]);
-  if (!a || !b) return;
+  if (!a || !b) return -1;
   const int diverge = first_divergent_token(*a, *b);
   if (diverge >= 0)
     ImGui::TextDisabled("generated tokens diverge at token %d (decode row %d%s)", diverge, diverge,
                         decode ? ", yellow line" : "; tick 'decode' to see it");
   else if (a->prompt_ids == b->prompt_ids)
     ImGui::TextDisabled("generated tokens agree while both runs generate");
+  return diverge;
 }
 
 void CompareView::draw(AppState& state) {
@@ -279,15 +280,12 @@ void CompareView::draw(AppState& state) {
         ImGui::TextDisabled("reference: the other columns are compared with this run. Key strip: red evicted, orange merged. Grey cells: no attention (masked, or key not in the cache).");
       }
     } else {
-      difference_header(state, cell_w);
+      const int diverge = difference_header(state, cell_w);
       if (diff_.ok) {
         const auto& v = diff_.plot.map.values;
         if (std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f || std::isnan(x); }))
           ImGui::TextWrapped("identical here: a policy that compresses after prefill leaves the prefill map unchanged; "
                              "tick 'decode' to compare the generated steps");
-        const trace::RunTrace* a = state.run(state.compare[diff_subtrahend]);
-        const trace::RunTrace* b = state.run(state.compare[diff_minuend]);
-        const int diverge = a && b ? first_divergent_token(*a, *b) : -1;
         // In the decode view row s is the query of generated token s: the first row whose input differs.
         auto divergence_line = [&] {
           if (!decode || diverge < 0) return;

@@ -25,7 +25,8 @@ class CompareView final : public Panel {
   };
   void refresh(const AppState& state);
   // The difference cell's title: the pair chooser (three or more columns), what it shows, where tokens diverge.
-  void difference_header(AppState& state, float width);
+  // Returns the first diverging generated token of the pair (first_divergent_token), -1 for none.
+  int difference_header(AppState& state, float width);
   std::vector<Column> columns_;
   Column diff_;
   std::string diff_signature_;

@@ -56,8 +56,7 @@ bool timeline_plot(const trace::RunTrace& run, int layer, int kv_head, bool aggr
   }
   // A run that stopped early (an end-of-generation token) never reached the positions its recording reserved for
   // the remaining new tokens: the axis ends at the last position the run processed.
-  int reached = run.prompt_length + run.n_generated();
-  for (const auto& step : run.steps) reached = std::max(reached, static_cast<int>(step.seq_len));
+  const int reached = positions_processed(run);
   if (reached > 0 && reached < m.cols) {
     std::vector<float> cropped;
     cropped.reserve(static_cast<std::size_t>(m.rows) * reached);

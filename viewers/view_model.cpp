@@ -10,6 +10,12 @@
 
 namespace kvscope::viewers {
 
+int positions_processed(const trace::RunTrace& run) {
+  int n = run.prompt_length + run.n_generated();
+  for (const auto& s : run.steps) n = std::max(n, static_cast<int>(s.seq_len));
+  return n;
+}
+
 RunShape shape_of(const trace::RunTrace& run) {
   RunShape s;
   s.n_layers = run.n_layers;
@@ -135,8 +141,7 @@ trace::Map2D difference(const trace::Map2D& a, const trace::Map2D& b) {
 namespace {
 
 int positions_of(const trace::RunTrace& run) {
-  int n = run.prompt_length + run.n_generated();
-  for (const auto& s : run.steps) n = std::max(n, static_cast<int>(s.seq_len));
+  int n = positions_processed(run);
   if (!run.kept_mask.empty()) n = std::max(n, run.kept_mask.front().n_positions);
   return n;
 }

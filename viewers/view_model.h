@@ -16,6 +16,9 @@ struct RunShape {
   int n_positions = 0;  // prompt + generated tokens
   int n_steps = 0;
 };
+// Positions the run processed: its prompt and generated tokens, or the most any step saw (a recording reserves
+// room for max new tokens in its kept masks; a run that stopped early never reached the rest).
+int positions_processed(const trace::RunTrace& run);
 RunShape shape_of(const trace::RunTrace& run);
 // Query head -> the KV head it reads (grouped-query attention).
 int kv_head_of(int head, const RunShape& shape);
