@@ -26,7 +26,6 @@ struct EvalArgs {
   PromptOptions prompt;
   std::string policy = "full", allocation, budget, figure;
   bool json = false;
-  bool stop_at_end = false;  // fidelity: the reference stops at the end of generation (as the window's runs)
   eval::EvalSettings settings;
   std::vector<int> lengths = NeedleGrid{}.lengths;
   std::vector<std::string> depths = {"0", "25", "50", "75", "100"};
@@ -77,8 +76,7 @@ int run_fidelity(const EvalArgs& a) {
   const auto prompt = run::encode_prompt(model, body, chat);
   progress.start("full cache", a.settings.new_tokens);
   const auto reference = evaluator.fidelity_reference(
-      prompt, a.settings.new_tokens,
-      a.stop_at_end ? eval::ReferenceEnd::AtEndOfGeneration : eval::ReferenceEnd::AllNewTokens);
+      prompt, a.settings.new_tokens, a.settings.reference_end());
   progress.start(cell.policy, a.settings.new_tokens);
   const auto result = evaluator.fidelity(reference, cell);
   progress.line->finish();
@@ -233,7 +231,7 @@ Command register_eval(CLI::App& root) {
       ->add_option("--max-new-tokens", a->settings.new_tokens,
                    "tokens of the full cache's greedy continuation to score")
       ->check(CLI::PositiveNumber);
-  fidelity->add_flag("--stop-at-end", a->stop_at_end,
+  fidelity->add_flag("--stop-at-end", a->settings.stop_at_end,
                      "end the full cache's continuation at its end-of-generation token (scored), as the window's "
                      "runs and its fidelity do; by default every new token is scored, past an end token");
   CLI::App* ppl = cmd->add_subcommand("ppl", "teacher-forced perplexity of a text with compression active");

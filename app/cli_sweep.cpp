@@ -191,6 +191,8 @@ int run_sweep(SweepArgs a) {
   eval::metric_names(a.eval_kind);  // an unknown kind fails before anything loads
   if (a.out.empty()) throw UsageError("sweep needs --out DIR");
   if (a.workers < 1) throw UsageError("--workers must be at least 1");
+  if (a.settings.stop_at_end && a.eval_kind != "fidelity")
+    throw UsageError("--stop-at-end ends fidelity's full-cache continuation; a " + a.eval_kind + " sweep has none");
   // Flags, policy names, budgets, the prompt folder and --baseline, checked without the model.
   eval::baseline_policy(prepare(a, nullptr).grid, a.baseline);
   const std::string metric = a.metric.empty() ? default_metric(a.eval_kind) : a.metric;
@@ -282,6 +284,9 @@ Command register_sweep(CLI::App& root) {
   cmd->add_option("--metric", a->metric, "metric of the figure and summary (default: kl_mean, ppl or exact_match)");
   cmd->add_option("--max-new-tokens", a->settings.new_tokens, "fidelity: continuation tokens to score")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--stop-at-end", a->settings.stop_at_end,
+                "fidelity: end each full-cache continuation at its end-of-generation token (scored), as the "
+                "window's runs do; by default every new token is scored, past an end token");
   cmd->add_option("--prompt-tokens", a->settings.prompt_tokens, "ppl: tokens run as the compressed prompt")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--max-tokens", a->settings.max_tokens, "ppl: cut each text to this many tokens (0 = all)")

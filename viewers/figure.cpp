@@ -10,6 +10,7 @@
 
 #include "core/common/error.h"
 #include "viewers/axis_ticks.h"
+#include "viewers/plot_fit.h"
 #include "viewers/plot_readout.h"
 
 namespace kvscope::viewers {
@@ -57,6 +58,9 @@ Image colorize_plot(const HeatmapPlot& p) {
     }
   return img;
 }
+
+// A fitted line or bar plot keeps this share of its data's span free at each end, as the SVG writer does.
+constexpr double kLinePlotMargin = 0.05;
 
 constexpr Rgba kEvictedColor{214, 39, 40, 255};
 constexpr Rgba kMergedColor{255, 160, 20, 255};
@@ -168,6 +172,7 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
         ImGui::SetTooltip("%s", hit->text.c_str());
   }
   if (hook) hook();
+  pad_fitted_axes(kLinePlotMargin);
   ImPlot::EndPlot();
 }
 
@@ -236,6 +241,8 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
       ImDrawList* dl = ImPlot::GetPlotDrawList();
       ImPlot::PushPlotClipRect();
       const double ys = y0 + m.source_rows + 0.15 * strip, ye = y0 + m.source_rows + strip;
+      // The strip is drawn on the draw list, not as an item: a fit (double-click) must reach it all the same.
+      fit_y_to_include(ye);
       for (int c = 0; c < static_cast<int>(plot.column_marks.size()); ++c) {
         if (!plot.column_marks[c]) continue;
         const Rgba col = plot.column_marks[c] == 3 ? kNotYetColor : plot.column_marks[c] == 2 ? kMergedColor : kEvictedColor;
@@ -334,9 +341,9 @@ void line_plot_svg(std::ostringstream& out, const LinePlot& plot, double ox, dou
   if (y_hi <= y_lo) y_hi = y_lo + 1;
   auto ty = [&](double v) { return plot.log_y ? std::log10(std::max(v, 1e-300)) : v; };
   double a = ty(y_lo), b = ty(y_hi);
-  const double pad = 0.05 * (b - a);
+  const double pad = kLinePlotMargin * (b - a);
   a -= pad, b += pad;
-  const double xpad = bars ? 0.0 : 0.02 * (x_hi - x_lo);
+  const double xpad = kLinePlotMargin * (x_hi - x_lo);
   // Categories get one slot each, as in draw_line_plot.
   const double xa = plot.x_tick_labels.empty() ? x_lo - xpad : -0.5;
   const double xb = plot.x_tick_labels.empty() ? x_hi + xpad : plot.x_tick_labels.size() - 0.5;
@@ -374,6 +381,7 @@ void line_plot_svg(std::ostringstream& out, const LinePlot& plot, double ox, dou
     out << "<text x=\"" << num(px(t.value)) << "\" y=\"" << num(bottom + font * 1.3) << "\" text-anchor=\"middle\">"
         << xml_escape(t.label) << "</text>\n";
   }
+  const std::vector<std::string> identical = identical_to(plot);
   // Data, clipped to the plot area.
   const std::string clip = "clip" + std::to_string(static_cast<long>(ox));
   out << "<clipPath id=\"" << clip << "\"><rect x=\"" << num(left) << "\" y=\"" << num(top) << "\" width=\"" << num(right - left)
@@ -415,6 +423,12 @@ void line_plot_svg(std::ostringstream& out, const LinePlot& plot, double ox, dou
         pen = true;
       }
       out << "<path d=\"" << path << "\" fill=\"none\" stroke=\"" << col << "\" stroke-width=\"2\"/>\n";
+      // As in the window: a series drawn exactly over an earlier one shows hollow squares at its points.
+      if (!identical[si].empty())
+        for (std::size_t i = 0; i < n; ++i)
+          if (std::isfinite(s.y[i]) && !(plot.log_y && s.y[i] <= 0))
+            out << "<rect x=\"" << num(px(s.x[i]) - 4) << "\" y=\"" << num(py(s.y[i]) - 4)
+                << "\" width=\"8\" height=\"8\" fill=\"none\" stroke=\"" << col << "\" stroke-width=\"1.5\"/>\n";
     }
   }
   for (double xm : plot.marks_x)
@@ -432,7 +446,8 @@ void line_plot_svg(std::ostringstream& out, const LinePlot& plot, double ox, dou
   for (std::size_t si = 0; si < plot.series.size(); ++si) {
     const LineSeries& s = plot.series[si];
     if (s.name.empty() || s.name.rfind("##", 0) == 0) continue;
-    const std::string name = s.name.substr(0, s.name.find("##"));
+    const std::string label = legend_name(plot, si, identical);
+    const std::string name = label.substr(0, label.find("##"));
     const std::string col = hex_color(series_color(s.color >= 0 ? s.color : static_cast<int>(si)));
     out << "<rect x=\"" << num(right - font * 12) << "\" y=\"" << num(ly - font * 0.75) << "\" width=\"" << num(font * 0.8)
         << "\" height=\"" << num(font * 0.8) << "\" fill=\"" << col << "\"/>\n";

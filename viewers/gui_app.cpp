@@ -192,6 +192,7 @@ class App {
   std::string screenshot_path_;  // captured at the end of the next frame
   bool idle_at_frame_start_ = false;
   bool release_click_ = false;
+  float restore_double_click_time_ = -1.0f;  // ImGui's own, while a scripted double-click is handled
   int frame_count_ = 0;
 };
 
@@ -597,6 +598,10 @@ void App::step_script() {
     --frames_left_;
     return;
   }
+  if (restore_double_click_time_ >= 0) {
+    ImGui::GetIO().MouseDoubleClickTime = restore_double_click_time_;
+    restore_double_click_time_ = -1.0f;
+  }
   if (!screenshot_path_.empty()) return;  // the capture happens at the end of the next frame
   while (next_step_ < script_.size() && !quit_) {
     const ScriptStep& s = script_[next_step_++];
@@ -701,6 +706,15 @@ void App::step_script() {
         ImGui::GetIO().AddMouseButtonEvent(ImGuiMouseButton_Left, true);
         release_click_ = true;
         frames_left_ = 2;
+        return;
+      } else if (c == "double-click") {
+        // Press, release, press, release: ImGui takes one button event per frame, and software GL frames may lie
+        // further apart than a person's double-click, so its double-click time is stretched until they are handled.
+        ImGuiIO& io = ImGui::GetIO();
+        restore_double_click_time_ = io.MouseDoubleClickTime;
+        io.MouseDoubleClickTime = 10.0f;
+        for (const bool down : {true, false, true, false}) io.AddMouseButtonEvent(ImGuiMouseButton_Left, down);
+        frames_left_ = 6;
         return;
       } else if (c == "open-sweep") {
         quality_->open_file(arg);

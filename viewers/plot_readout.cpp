@@ -18,7 +18,13 @@ std::vector<std::string> identical_to(const LinePlot& plot) {
 
 std::string legend_name(const LinePlot& plot, std::size_t i, const std::vector<std::string>& identical) {
   const std::string& name = plot.series.at(i).name;
-  return identical.at(i).empty() ? name : name + " (= " + identical[i] + ")";
+  if (identical.at(i).empty()) return name;
+  // ImGui hides what follows "##" (an id kept unique): the note goes before it, and names the other series by
+  // what its legend shows.
+  const std::size_t hidden = name.find("##");
+  const std::string other = identical[i].substr(0, identical[i].find("##"));
+  if (hidden == std::string::npos) return name + " (= " + other + ")";
+  return name.substr(0, hidden) + " (= " + other + ")" + name.substr(hidden);
 }
 
 namespace {

@@ -455,8 +455,11 @@ void Session::execute_sweep(const Job& job) {
   };
   try {
     set_task("sweep: full-cache reference", static_cast<float>(cell) / cells);
+    // As the Summary's fidelity: the reference ends where the full cache ends its answer, so a cell's numbers
+    // are those the Summary shows for that (policy, budget) and `kvscope eval fidelity --stop-at-end` prints.
     const auto reference = evaluator.fidelity_reference(
-        run::encode_prompt(model, request.prompt, window_chat(request.chat, request.no_think, request.parse_special)), request.new_tokens);
+        run::encode_prompt(model, request.prompt, window_chat(request.chat, request.no_think, request.parse_special)),
+        request.new_tokens, eval::ReferenceEnd::AtEndOfGeneration);
     for (; cell < cells; ++cell) {
       // Cells in the order of a sweep grid: policies, then budgets.
       const eval::CellPolicy policy{request.policies[cell / request.budgets.size()],

@@ -7,7 +7,12 @@
 namespace kvscope::eval {
 
 nlohmann::json EvalSettings::to_json(const std::string& eval_kind) const {
-  if (eval_kind == "fidelity") return {{"new_tokens", new_tokens}};
+  if (eval_kind == "fidelity") {
+    // Written only when set, so the grids of sweeps made before the option stay the same grids (resumable).
+    nlohmann::json settings = {{"new_tokens", new_tokens}};
+    if (stop_at_end) settings["stop_at_end"] = true;
+    return settings;
+  }
   if (eval_kind == "ppl") return {{"prompt_tokens", prompt_tokens}, {"max_tokens", max_tokens}};
   if (eval_kind == "needle") return {{"answer_tokens", answer_tokens}};
   if (eval_kind == "ruler") return {{"protocol", protocol}, {"chat", chat}};
@@ -36,7 +41,8 @@ void CellRunner::prepare(std::size_t prompt) {
   answer_.reset();
   const EvalPrompt& p = prompts_[prompt];
   if (grid_.eval_kind == "fidelity") {
-    fidelity_ = evaluator_.fidelity_reference(evaluator_.encode(p.text, p.chat), settings_.new_tokens);
+    fidelity_ = evaluator_.fidelity_reference(
+        evaluator_.encode(p.text, p.chat), settings_.new_tokens, settings_.reference_end());
   } else if (grid_.eval_kind == "ppl") {
     ppl_ =
         evaluator_.ppl_reference(ppl_tokens(evaluator_, p.text, settings_.max_tokens, p.chat), settings_.prompt_tokens);

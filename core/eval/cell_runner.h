@@ -26,6 +26,10 @@ struct EvalPrompt {
 
 struct EvalSettings {
   int new_tokens = 32;      // fidelity: tokens of the full cache's continuation to score
+  // fidelity: the continuation ends at the full cache's end-of-generation token (scored), as the window's runs
+  // do; otherwise every new token is scored, past an end token, so every cell scores the same number of steps.
+  bool stop_at_end = false;
+  ReferenceEnd reference_end() const { return stop_at_end ? ReferenceEnd::AtEndOfGeneration : ReferenceEnd::AllNewTokens; }
   int prompt_tokens = 512;  // ppl: tokens of the text run as the prompt (compressed), the rest decoded
   int max_tokens = 0;       // ppl: cut the text to this many tokens (0 = whole text)
   int answer_tokens = 12;   // needle: greedy answer length

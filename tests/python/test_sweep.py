@@ -166,6 +166,44 @@ def test_bad_input(root):
     check(after == before, "a refused resume leaves grid.json, rows.csv and eval.h5 untouched")
 
 
+def test_stop_at_end(root):
+    """--stop-at-end: a chat answer that ends after a few tokens is scored to its end token, as `eval fidelity
+    --stop-at-end` (and the window) score it; without it every one of the 32 steps is scored; the option is part of
+    the grid; a sweep that has no end to stop at refuses it."""
+    import json
+    question = ["--chat", "--prompt", "Answer with one word. What colour is the sky on a clear day?"]
+    grid = ["--policies", "h2o", "--budgets", "50%", "--eval", "fidelity", "--max-new-tokens", "32", *question]
+
+    def one_row(out, *extra):
+        res = subprocess.run([BINARY, "sweep", "--out", out, *grid, *extra], capture_output=True, text=True, timeout=900)
+        check(res.returncode == 0, f"sweep {' '.join(extra)} exits 0 ({res.stderr[-300:]})")
+        rows = read_rows(out) if res.returncode == 0 else []
+        return rows[0] if len(rows) == 1 else {}
+
+    ended = one_row(os.path.join(root, "ends"), "--stop-at-end")
+    full_length = one_row(os.path.join(root, "runs_on"))
+    res = subprocess.run([BINARY, "eval", "fidelity", "--policy", "h2o", "--budget", "50%", "--max-new-tokens", "32",
+                          "--stop-at-end", "--json", *question], capture_output=True, text=True, timeout=300)
+    record = json.loads(res.stdout) if res.returncode == 0 else {"metrics": {}, "continuation_tokens": []}
+    steps = len(record["continuation_tokens"])
+    check(record.get("reference_stop_reason") == "end_of_generation" and 0 < steps < 32,
+          f"the reference answer ends early at its end token ({steps} tokens)")
+    check(float(ended.get("steps", -1)) == steps, f"--stop-at-end scores those {steps} steps (got {ended.get('steps')})")
+    for metric in ("top1_agreement", "kl_mean", "agreeing_prefix"):
+        check(abs(float(ended.get(metric, "nan")) - record["metrics"].get(metric, 0)) <= 1e-12,
+              f"sweep --stop-at-end {metric} equals eval fidelity --stop-at-end's")
+    check(float(full_length.get("steps", -1)) == 32, "without it all 32 steps are scored, past the end token")
+    res = subprocess.run([BINARY, "sweep", "--out", os.path.join(root, "ends"), *grid], capture_output=True, text=True,
+                         timeout=300)
+    check(res.returncode == 2 and "stop_at_end" in res.stderr, f"resuming without --stop-at-end is another grid "
+          f"({res.stderr.strip()[-200:]})")
+    res = subprocess.run([BINARY, "sweep", "--out", os.path.join(root, "ppl_end"), "--policies", "h2o", "--budgets",
+                          "50%", "--eval", "ppl", "--stop-at-end", "--prompt", PROMPT], capture_output=True, text=True,
+                         timeout=300)
+    check(res.returncode == 2 and "--stop-at-end" in res.stderr and not os.path.exists(os.path.join(root, "ppl_end")),
+          f"--stop-at-end on a ppl sweep is refused, nothing created ({res.stderr.strip()[-200:]})")
+
+
 def test_eval_subcommands():
     import json
 
@@ -200,6 +238,7 @@ def main():
         test_kill_and_resume(root, reference)
         test_workers(root, reference)
         test_bad_input(root)
+        test_stop_at_end(root)
         test_eval_subcommands()
     finally:
         shutil.rmtree(root, ignore_errors=True)

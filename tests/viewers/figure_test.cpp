@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <imgui.h>
+#include <implot.h>
 
 #include <algorithm>
 #include <cmath>
@@ -288,4 +289,109 @@ TEST_CASE("exported tick labels never overlap at any size, and long axes keep at
       }
     }
   }
+}
+
+TEST_CASE("an SVG legend names a series drawn over an identical one, as the window does", "[figure]") {
+  LinePlot p;
+  p.title = "entropy";
+  LineSeries a;
+  a.name = "full";
+  a.x = {0, 1, 2};
+  a.y = {1.0, 2.0, 1.5};
+  LineSeries b = a;
+  b.name = "snapkv_b25pct##live";
+  p.series = {a, b};
+  Figure f;
+  f.parts.push_back(p);
+  const std::string svg = figure_svg(f, 800, 500);
+  CHECK(svg.find(">snapkv_b25pct (= full)</text>") != std::string::npos);
+  CHECK(svg.find("##") == std::string::npos);
+  // Hollow squares on the covering series' points.
+  std::size_t hollow = 0;
+  for (std::size_t pos = 0; (pos = svg.find("width=\"8\" height=\"8\" fill=\"none\"", pos)) != std::string::npos; ++pos) ++hollow;
+  CHECK(hollow == 3);
+}
+
+namespace {
+
+// Draws one plot in a bare ImGui/ImPlot context for `frames` frames and returns the limits ImPlot shows in the
+// last one. `before` runs ahead of each frame's plot (a test asks for a fit there, as a double-click does).
+struct PlotFrames {
+  ImGuiContext* imgui = ImGui::CreateContext();
+  ImPlotContext* implot = ImPlot::CreateContext();
+  SoftTextureStore textures;
+  PlotFrames() {
+    ImGuiIO& io = ImGui::GetIO();
+    io.DisplaySize = ImVec2(640, 480);
+    io.DeltaTime = 1.0f / 60.0f;
+    io.IniFilename = nullptr;
+    io.BackendFlags |= ImGuiBackendFlags_RendererHasTextures;
+  }
+  ~PlotFrames() {
+    ImPlot::DestroyContext(implot);
+    ImGui::DestroyContext(imgui);
+  }
+  template <typename Draw>
+  ImPlotRect frame(const Draw& draw) {
+    ImPlotRect shown;
+    ImGui::NewFrame();
+    ImGui::SetNextWindowPos(ImVec2(0, 0));
+    ImGui::SetNextWindowSize(ImGui::GetIO().DisplaySize);
+    ImGui::Begin("##test", nullptr, ImGuiWindowFlags_NoDecoration);
+    draw([&] { shown = ImPlot::GetPlotLimits(); });
+    ImGui::End();
+    ImGui::Render();
+    acknowledge_texture_requests(*ImGui::GetDrawData());
+    return shown;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("fitted line plots keep a margin around their data, in log space on a log axis", "[figure]") {
+  PlotFrames frames;
+  for (const bool log_y : {false, true}) {
+    const LinePlot p = line_plot(10, 50, log_y ? 1e-4 : 2.0, log_y ? 1.0 : 6.0, log_y, 0);
+    auto draw = [&](const PlotHook& hook) { draw_line_plot(log_y ? "log" : "lin", p, ImVec2(600, 400), hook); };
+    frames.frame(draw);  // the data is new: this frame fits
+    const ImPlotRect r = frames.frame(draw);
+    // x: 40 wide, so 2 either side; y: 5 % of the span either side, of the decades on the log axis.
+    CHECK(r.X.Min == Approx(8.0));
+    CHECK(r.X.Max == Approx(52.0));
+    if (log_y) {
+      CHECK(std::log10(r.Y.Min) == Approx(-4.2));
+      CHECK(std::log10(r.Y.Max) == Approx(0.2));
+    } else {
+      CHECK(r.Y.Min == Approx(1.8));
+      CHECK(r.Y.Max == Approx(6.2));
+    }
+    // A double-click fit (the same request) keeps the margin.
+    frames.frame([&](const PlotHook& hook) {
+      ImPlot::SetNextAxesToFit();
+      draw(hook);
+    });
+    const ImPlotRect again = frames.frame(draw);
+    CHECK(again.X.Min == Approx(r.X.Min));
+    CHECK(again.Y.Max == Approx(r.Y.Max));
+  }
+}
+
+TEST_CASE("a fitted attention map keeps its key-mark strip in view", "[figure]") {
+  PlotFrames frames;
+  const HeatmapPlot p = square_heatmap(256);
+  auto draw = [&](const PlotHook& hook) { draw_heatmap("map", p, ImVec2(600, 400), frames.textures, hook); };
+  const ImPlotRect first = frames.frame(draw);
+  const ImPlotRect opened = frames.frame(draw);
+  const double strip_end = 256 + 0.035 * 256;
+  CHECK(std::max(opened.Y.Min, opened.Y.Max) == Approx(strip_end));
+  (void)first;
+  // A fit (what a double-click asks for) used to shrink the view to the map alone, the strip below it gone.
+  frames.frame([&](const PlotHook& hook) {
+    ImPlot::SetNextAxesToFit();
+    draw(hook);
+  });
+  const ImPlotRect fitted = frames.frame(draw);
+  CHECK(std::max(fitted.Y.Min, fitted.Y.Max) == Approx(strip_end));
+  CHECK(std::min(fitted.Y.Min, fitted.Y.Max) == Approx(0.0));
+  CHECK(fitted.X.Max == Approx(256.0));
 }

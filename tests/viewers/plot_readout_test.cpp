@@ -24,6 +24,10 @@ TEST_CASE("a series equal to an earlier one is named as such in the legend", "[v
   CHECK(same == std::vector<std::string>{"", "full", "", "full"});
   CHECK(legend_name(p, 1, same) == "snapkv (= full)");
   CHECK(legend_name(p, 2, same) == "h2o");
+  // Names with a hidden ImGui id: the note must stay in the visible part, naming the other series as shown.
+  LinePlot ids;
+  ids.series = {line("full##0", {1, 2}), line("snapkv##1", {1, 2})};
+  CHECK(legend_name(ids, 1, identical_to(ids)) == "snapkv (= full)##1");
   // Bars of the same values side by side (grouped: offset x) hide nothing.
   LinePlot bars;
   LineSeries a = line("a", {5, 5}), b = line("b", {5, 5});

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -426,6 +428,30 @@ TEST_CASE("the live run's fidelity compares the tokens the baseline shows, to it
   CHECK(lines[3].first == "tokens compared");
   CHECK(lines[3].second ==
         std::to_string(baseline_run->n_generated()) + ", to the full cache's end of generation (where the baseline stops)");
+
+  // The Quality panel's sweep on the same prompt ends its reference there too: its cell is the Summary's numbers
+  // (before, it scored all 32 steps past the end token, and the two disagreed for the same run).
+  SweepRequest sweep;
+  sweep.prompt = live.prompt;
+  sweep.chat = true;
+  sweep.policies = {"h2o"};
+  sweep.budgets = {"50%"};
+  sweep.new_tokens = 32;
+  const uint64_t id = s.submit_sweep(sweep);
+  std::optional<eval::SweepRow> row;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+  while (!row && std::chrono::steady_clock::now() < deadline) {
+    s.poll();
+    for (auto& u : s.take_sweep_rows())
+      if (u.sweep == id) row = u.row;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(row);
+  const std::map<std::string, double> metrics(row->metrics.begin(), row->metrics.end());
+  CHECK(metrics.at("steps") == fidelity->score.steps);
+  CHECK(metrics.at("top1_agreement") == fidelity->score.top1_agreement);
+  CHECK(metrics.at("kl_mean") == fidelity->score.kl_mean);
+  CHECK(metrics.at("agreeing_prefix") == fidelity->score.agreeing_prefix);
 }
 
 TEST_CASE("a run kept without its fidelity gets it measured for that run, as the live run's would be",
