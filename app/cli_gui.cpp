@@ -6,6 +6,7 @@
 #include "app/subcommands.h"
 #include "core/common/error.h"
 #ifdef KVSCOPE_HAVE_GUI
+#include "core/trace/recorder.h"
 #include "viewers/gui_app.h"
 #endif
 
@@ -37,7 +38,11 @@ Command register_gui(CLI::App& root) {
       ->check(CLI::Range(0, 19));
   cmd->add_option("--timing-log", opts->timing_log,
                   "write one JSON line per script step, result shown and frame, with seconds since start (benchmarks)");
+  cmd->add_option("--record", opts->record,
+                  "what live runs record, as `kvscope trace --record` (default 'qk=on': exact attention at any zoom; "
+                  "'qk=off' saves memory and time on long prompts, zoom then shows the pooled map)");
   return {cmd, [opts]() {
+            if (!opts->record.empty()) trace::RecordOptions::parse(opts->record);  // fails before the window opens
             prefer_passive_openmp_wait();
             return viewers::run_gui(*opts);
           }};

@@ -8,6 +8,8 @@ new tokens several times, and the window's own timing log gives, per change:
     (from the longest frame interval), and how many frames per second were drawn: the window draws a frame
     only when it differs from the one on screen (viewers/redraw_gate.h); a second session with
     --redraw-every-frame, the window as it was before the gate, is measured in the same run for comparison.
+The window records q/k by default (exact attention at any zoom); a third session with `--record qk=off` gives,
+in the same run, what that recording costs each change (the "qk off" column).
 The peer, measured in the same run: a bare `kvscope generate` of the same job (model load included, as a
 user would run it), best of 3. Ratios below 1 mean the window answers faster than a fresh command line run.
 
@@ -133,13 +135,15 @@ def main():
     nice = [] if args.worker_nice is None else ["--worker-nice", str(args.worker_nice)]
     timings = gui_session(args.kvscope, prompt, changes, args.threads, nice)
     every = gui_session(args.kvscope, prompt, changes, args.threads, nice + ["--redraw-every-frame"])
-    for t in (timings, every):
+    no_qk = gui_session(args.kvscope, prompt, changes, args.threads, nice + ["--record", "qk=off"])
+    for t in (timings, every, no_qk):
         if len(t) != len(changes) or any(x["result_s"] is None for x in t):
             sys.exit(f"the timing log misses results: {t}")
     peers = {}
     print(f"{'change':<26}{'prefill':<10}{'decision s':>11}{'result s':>9}{'generate s':>11}{'ratio':>6}{'fps':>6}"
-          f"{'min fps':>8}{'drawn/s':>8} | every frame drawn: {'result s':>8}{'fps':>6}{'min fps':>8}")
-    for t, e in zip(timings[1:], every[1:]):
+          f"{'min fps':>8}{'drawn/s':>8} | every frame drawn: {'result s':>8}{'fps':>6}{'min fps':>8} | qk off: "
+          f"{'result s':>8}")
+    for t, e, q in zip(timings[1:], every[1:], no_qk[1:]):
         if t["policy"].startswith("save-file "):  # the peer: the saved file, run from the command line
             t["policy"] = e["policy"] = "python:" + t["policy"].split()[1]
         key = (t["policy"], t["budget"])
@@ -151,8 +155,8 @@ def main():
         label = ("python:" + pathlib.Path(t["policy"][7:]).stem) if t["policy"].startswith("python:") else t["policy"]
         print(f"{label + ' ' + t['budget']:<26}{kind:<10}{t['decision_s']:>11.2f}{t['result_s']:>9.2f}"
               f"{peers[key]:>11.2f}{ratio:>6.2f}{t['busy_fps']:>6.1f}{t['min_fps']:>8.1f}{t['drawn_per_s']:>8.1f} | "
-              f"{'':>19}{e['result_s']:>8.2f}{e['busy_fps']:>6.1f}{e['min_fps']:>8.1f}")
-    for label, runs in (("gated", timings), ("every frame drawn", every)):
+              f"{'':>19}{e['result_s']:>8.2f}{e['busy_fps']:>6.1f}{e['min_fps']:>8.1f} | {'':>8}{q['result_s']:>8.2f}")
+    for label, runs in (("gated", timings), ("every frame drawn", every), ("gated, qk off", no_qk)):
         post = [t["result_s"] for t in runs[1:] if t["prefill"].startswith("replayed")]
         other = [t["result_s"] for t in runs[1:] if not t["prefill"].startswith("replayed")]
         lowest = min(t["min_fps"] for t in runs[1:])

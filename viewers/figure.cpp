@@ -44,6 +44,17 @@ bool changed_since_last_frame(const char* id, uint64_t hash) {
   return changed;
 }
 
+// A y-axis label longer than the plot is tall runs over whatever is above the plot: drop its parenthesised
+// explanation ("step (prefill blocks, then decode)" -> "step") when the plot is that short. The plot area is the
+// plot's height less its title and x axis, about three and a half lines.
+std::string y_label_fitting(const std::string& label, float plot_height) {
+  const float room = plot_height - 3.5f * ImGui::GetFontSize();
+  const std::size_t paren = label.find(" (");
+  // A height of 0 or less is ImPlot's default size, not a short plot.
+  if (paren == std::string::npos || plot_height <= 0 || ImGui::CalcTextSize(label.c_str()).x <= room) return label;
+  return label.substr(0, paren);
+}
+
 Image colorize_plot(const HeatmapPlot& p) {
   const trace::Map2D& m = p.map;
   if (p.categories.empty())
@@ -103,7 +114,8 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
   const std::string title = plot.title + "##" + id;
   if (refit) ImPlot::SetNextAxesToFit();
   if (!ImPlot::BeginPlot(title.c_str(), size)) return;
-  ImPlot::SetupAxes(plot.x_label.empty() ? nullptr : plot.x_label.c_str(), plot.y_label.empty() ? nullptr : plot.y_label.c_str());
+  const std::string y_label = y_label_fitting(plot.y_label, size.y);
+  ImPlot::SetupAxes(plot.x_label.empty() ? nullptr : plot.x_label.c_str(), y_label.empty() ? nullptr : y_label.c_str());
   if (plot.log_y) ImPlot::SetupAxisScale(ImAxis_Y1, ImPlotScale_Log10);
   if (plot.x_tick_labels.empty()) {
     if (plot.integer_x) use_integer_ticks(ImAxis_X1);
@@ -213,7 +225,8 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
   if (!open) ImPlot::PopStyleColor();
   if (open) {
     ImPlot::SetupAxis(ImAxis_X1, plot.x_label.empty() ? nullptr : plot.x_label.c_str());
-    ImPlot::SetupAxis(ImAxis_Y1, plot.y_label.empty() ? nullptr : plot.y_label.c_str(), ImPlotAxisFlags_Invert);
+    const std::string y_label = y_label_fitting(plot.y_label, size.y);
+    ImPlot::SetupAxis(ImAxis_Y1, y_label.empty() ? nullptr : y_label.c_str(), ImPlotAxisFlags_Invert);
     // Map axes count positions and steps: whole numbers.
     if (plot.x_tokens.empty()) use_integer_ticks(ImAxis_X1);
     else use_token_ticks(ImAxis_X1, plot.x_tokens);

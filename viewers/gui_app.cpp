@@ -225,6 +225,7 @@ void App::start() {
     std::fprintf(stderr, "kvscope gui: %s\n", line.c_str());
   }
   if (!options_.model.empty()) setup_.set_model(options_.model);
+  if (!options_.record.empty()) setup_.set_record(options_.record);
   for (const auto& f : options_.trace_files) session_.open_trace(f);
   const bool scripted_defaults = !script_.empty();
   if (options_.trace_files.empty() && !options_.no_run && !scripted_defaults) {

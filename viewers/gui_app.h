@@ -26,6 +26,7 @@ struct GuiOptions {
   std::string timing_log;                // --timing-log FILE: JSON lines of script steps, results shown, frames
   bool redraw_every_frame = false;       // draw frames identical to the one on screen too (redraw_gate.h)
   int worker_nice = kDefaultWorkerNice;  // the model worker's CPU priority below the window's
+  std::string record;                    // what live runs record (trace::RecordOptions); empty: RunRequest's
 };
 
 // Runs until the window closes or a script quits. Returns the process exit code (0 ok, 1 a script step

@@ -230,6 +230,7 @@ RunRequest SetupPanel::request() const {
   r.policy_spec = policy_spec();
   r.budget = budget_text();
   r.max_new_tokens = max_new_tokens_;
+  r.record = record_;
   r.device = use_cuda_ ? "cuda" : "cpu";
   r.fidelity = true;  // the Summary shows what the policy cost against the full cache
   return r;

@@ -32,6 +32,8 @@ class SetupPanel final : public Panel {
   void set_policy(const std::string& spec);  // "name:k=v,..." or "python:PATH,k=v", checked against the ParamSpecs
   void set_budget(const std::string& text);  // "64" or "25%"
   void set_tokens(int n) { max_new_tokens_ = n; }
+  // What live runs record (a trace::RecordOptions spec; `kvscope gui --record`).
+  void set_record(const std::string& spec) { record_ = spec; }
   // The default first screen: default model, the first sample prompt, a policy that evicts.
   void load_defaults();
   // Submits the current form to the "live" slot (and the full-cache baseline once per prompt).
@@ -95,6 +97,7 @@ class SetupPanel final : public Panel {
   float budget_share_ = 25.0f;
   int budget_tokens_ = 64;
   int max_new_tokens_ = 32;
+  std::string record_ = RunRequest{}.record;
   bool use_cuda_ = false;  // the run's compute backend: cuda when chosen (and a device exists), else cpu
   bool live_ = true;
   int pins_ = 0;
