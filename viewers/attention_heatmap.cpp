@@ -126,7 +126,12 @@ void attention_tooltip(const trace::RunTrace& run, const HeatmapPlot& plot, cons
                 decode ? ("  (decode step " + std::to_string(query - run.prompt_length) + ")").c_str() : "");
     ImGui::Text("key   %s", token_label(run, key).c_str());
     const float p = exact->probability(query, key);
-    if (std::isnan(p)) ImGui::Text("p absent: not rebuildable exactly (the row's layer was edited before it attended, or a merge changed the key)");
+    const trace::KeyState state = exact->key_state(query, key);
+    // A grey cell says why it is grey rather than "p 0": the row never saw that key.
+    if (state == trace::KeyState::Future) ImGui::Text("no attention: masked (the key comes after the query)");
+    else if (state == trace::KeyState::NotInCache)
+      ImGui::Text("no attention: the key was not in the cache when this row ran (evicted or merged away)");
+    else if (std::isnan(p)) ImGui::Text("p absent: not rebuildable exactly (the row's layer was edited before it attended, or a merge changed the key)");
     else ImGui::Text("p %.6g  (exact, from the recorded q/k)", p);
     if (!plot.map.full_resolution())
       ImGui::TextDisabled("pooled map: %s %.4g over queries %d..%d / keys %d..%d", plot.map.pooling == trace::Pooling::Max ? "max" : "mean",

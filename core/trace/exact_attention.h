@@ -34,6 +34,8 @@ class ExactAttention {
 
   // One cell (see above): a probability, 0, or NaN when it cannot be rebuilt. Throws on positions outside.
   float probability(int query, int key) const;
+  // Why a cell is what it is: attended (a probability), after the query (masked), or not in the cache then.
+  KeyState key_state(int query, int key) const { return attended_.at(query, key); }
   // The rectangle [q0, q1) x [k0, k1) at full resolution when it is at most max_rows x max_cols, else pooled
   // (max or mean, as the recorded maps pool: cells a row could not see count as 0). A block holding any NaN
   // cell is NaN: part of it is unknown. Throws UsageError for an empty, reversed or out-of-range rectangle.
