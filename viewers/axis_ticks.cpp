@@ -259,8 +259,23 @@ void category_locator(ImPlotTicker& ticker, const ImPlotRange& range, float pixe
 
 int number_format(double value, char* buf, int size, void*) { return std::snprintf(buf, size, "%g", value); }
 
+// Rotated token labels are at most this many ems long (cut with ".."): the band under the plot grows with them.
+constexpr float kRotatedLabelEms = 8.0f;
+
+std::string rotated_label(const std::string& token) {
+  const float most = kRotatedLabelEms * ImGui::GetFontSize();
+  if (ImGui::CalcTextSize(token.c_str()).x <= most) return token;
+  std::string cut = token;
+  while (!cut.empty() && ImGui::CalcTextSize((cut + "..").c_str()).x > most) cut.pop_back();
+  // Never end inside a UTF-8 sequence.
+  while (!cut.empty() && (static_cast<unsigned char>(cut.back()) & 0xC0) == 0x80) cut.pop_back();
+  if (!cut.empty() && (static_cast<unsigned char>(cut.back()) & 0x80)) cut.pop_back();
+  return cut + "..";
+}
+
 // Token text under each cell (ticks at p + 0.5) once every visible cell is wide (or tall) enough for its
-// label; numbers at round steps before that.
+// label; on the x axis, cells a line wide but too narrow for their text across get it turned upright
+// (draw_rotated_token_labels); numbers at round steps before that.
 void token_locator(ImPlotTicker& ticker, const ImPlotRange& range, float pixels, bool vertical, ImPlotFormatter,
                    void* data) {
   const auto& names = *static_cast<const std::vector<std::string>*>(data);
@@ -279,6 +294,18 @@ void token_locator(ImPlotTicker& ticker, const ImPlotRange& range, float pixels,
       for (int c = first; c <= last; ++c) ticker.AddTick(c + 0.5, true, 0, true, names[c].c_str());
       return;
     }
+    if (!vertical && cell >= ImGui::GetFontSize() * 1.05) {
+      // Upright labels: ImPlot draws an empty text for each, while the tick's size reserves the band under the
+      // plot that draw_rotated_token_labels writes the tokens into (an empty shown label marks the mode).
+      for (int c = first; c <= last; ++c) {
+        ImPlotTick tick(c + 0.5, true, 0, true);
+        tick.TextOffset = ticker.TextBuffer.size();
+        ticker.TextBuffer.append("", "" + 1);
+        tick.LabelSize = ImVec2(ImGui::GetFontSize(), ImGui::CalcTextSize(rotated_label(names[c]).c_str()).x);
+        ticker.AddTick(tick);
+      }
+      return;
+    }
   }
   integer_locator(ticker, range, pixels, vertical, number_format, nullptr);  // positions are whole numbers
 }
@@ -288,6 +315,42 @@ void token_locator(ImPlotTicker& ticker, const ImPlotRange& range, float pixels,
 void use_token_ticks(ImAxis axis, const std::vector<std::string>& tokens) {
   ImPlot::SetupAxisFormat(axis, number_format, const_cast<std::vector<std::string>*>(&tokens));
   ImPlot::GetCurrentPlot()->Axes[axis].Locator = token_locator;
+}
+
+void draw_rotated_token_labels(ImAxis axis, const std::vector<std::string>& tokens) {
+  const ImPlotPlot* plot = ImPlot::GetCurrentPlot();
+  if (!plot) return;
+  const ImPlotAxis& ax = plot->Axes[axis];
+  const ImPlotTicker& ticker = ax.Ticker;
+  if (!ax.HasTickLabels() || ticker.TickCount() == 0) return;
+  for (int t = 0; t < ticker.TickCount(); ++t)
+    if (ticker.Ticks[t].ShowLabel && ticker.TextBuffer.Buf.Data[ticker.Ticks[t].TextOffset] != '\0') return;  // across
+  ImDrawList* dl = ImPlot::GetPlotDrawList();
+  const float line = ImGui::GetFontSize();
+  const float top = ax.Datum1 + ImPlot::GetStyle().LabelPadding.y;
+  const ImU32 colour = ImGui::GetColorU32(ImGuiCol_Text);
+  // Glyphs are culled against the clip rectangle where they are laid out (across, before turning): lay them out
+  // unclipped, then turn the new vertices. They land in the band ImPlot reserved for these ticks.
+  dl->PushClipRectFullScreen();
+  for (int t = 0; t < ticker.TickCount(); ++t) {
+    const ImPlotTick& tick = ticker.Ticks[t];
+    const int c = static_cast<int>(std::floor(tick.PlotPos));
+    if (!tick.ShowLabel || c < 0 || c >= static_cast<int>(tokens.size())) continue;
+    if (tick.PixelPos < plot->PlotRect.Min.x - 1 || tick.PixelPos > plot->PlotRect.Max.x + 1) continue;
+    const std::string text = rotated_label(tokens[static_cast<std::size_t>(c)]);
+    const float width = ImGui::CalcTextSize(text.c_str()).x;
+    const ImVec2 origin(tick.PixelPos - 0.5f * line, top);
+    const int first_vertex = dl->VtxBuffer.Size;
+    dl->AddText(origin, colour, text.c_str());
+    // A quarter turn anticlockwise about the origin, then down by the text's length: the text reads upwards
+    // and ends just under the axis, centred on its cell (as matplotlib's rotation=90).
+    for (int v = first_vertex; v < dl->VtxBuffer.Size; ++v) {
+      ImDrawVert& vert = dl->VtxBuffer[v];
+      const float across = vert.pos.x - origin.x, down = vert.pos.y - origin.y;
+      vert.pos = ImVec2(origin.x + down, origin.y + width - across);
+    }
+  }
+  dl->PopClipRect();
 }
 
 void use_spaced_ticks(ImAxis axis) {

@@ -65,6 +65,9 @@ void use_integer_ticks(ImAxis axis);  // linear, whole numbers only
 void use_category_ticks(ImAxis axis, const std::vector<std::string>& names);
 // A position axis (cell p spans [p, p + 1)) that names each cell with tokens[p] once every visible cell has
 // room for its label, and shows round numbers before that. `tokens` must outlive EndPlot.
+// On x, cells at least a line wide but too narrow for their text across get it upright instead: call
+// draw_rotated_token_labels between SetupFinish and EndPlot to draw it (nothing happens otherwise).
 void use_token_ticks(ImAxis axis, const std::vector<std::string>& tokens);
+void draw_rotated_token_labels(ImAxis axis, const std::vector<std::string>& tokens);
 
 }  // namespace kvscope::viewers

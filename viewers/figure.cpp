@@ -241,6 +241,7 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
     ImPlot::SetupLegend(ImPlotLocation_NorthEast, legend ? ImPlotLegendFlags_Outside : 0);
     ImPlot::SetupFinish();  // the plot background is painted here, with the colour pushed above
     ImPlot::PopStyleColor();
+    if (!plot.x_tokens.empty()) draw_rotated_token_labels(ImAxis_X1, plot.x_tokens);
     if (tex != ImTextureID_Invalid)
       plot_map_image("##map", tex, x0, y0, x0 + static_cast<double>(m.cols) * m.col_block,
                      y0 + static_cast<double>(m.rows) * m.row_block);

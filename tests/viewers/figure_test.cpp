@@ -395,3 +395,45 @@ TEST_CASE("a fitted attention map keeps its key-mark strip in view", "[figure]")
   CHECK(std::min(fitted.Y.Min, fitted.Y.Max) == Approx(0.0));
   CHECK(fitted.X.Max == Approx(256.0));
 }
+
+TEST_CASE("token labels too long for their cells across are drawn upright, inside the band their ticks reserve",
+          "[figure]") {
+  // 24 cells of about 40 px at a 14 px font: a cell is two lines wide, and no 9-letter token fits across it.
+  HeatmapPlot p = constant_heatmap(0.01f);
+  p.map.rows = p.map.cols = p.map.source_rows = p.map.source_cols = 24;
+  p.map.values.assign(24 * 24, 0.01f);
+  p.signature = "upright";
+  for (int c = 0; c < 24; ++c) p.x_tokens.push_back(c % 2 ? "xxxxxxxxx" : "mmmmm");
+  Figure f;
+  f.parts.push_back(p);
+  FigureRenderer renderer;
+  const Image img = renderer.render(f, ExportOptions{1100, 700, 14.0f, false});
+  std::vector<TickLabelBox> x_labels;
+  for (const auto& b : renderer.tick_labels())
+    if (!b.vertical) x_labels.push_back(b);
+  REQUIRE(x_labels.size() == 24);
+  auto dark = [&](int x0, int y0, int x1, int y1) {  // text pixels (the paper is white, the map pale)
+    int n = 0;
+    for (int y = std::max(0, y0); y < std::min(img.height, y1); ++y)
+      for (int x = std::max(0, x0); x < std::min(img.width, x1); ++x) n += img.at(x, y).r < 100;
+    return n;
+  };
+  float band_top = 1e9f, band_bottom = 0;
+  for (const auto& b : x_labels) {
+    INFO("label box [" << b.x0 << ", " << b.x1 << "] x [" << b.y0 << ", " << b.y1 << "]");
+    // Upright: a line wide, as tall as the token is long (nine letters are longer than five).
+    CHECK(b.x1 - b.x0 == Approx(14.0f));
+    CHECK(b.y1 - b.y0 > 2.5f * (b.x1 - b.x0));
+    band_top = std::min(band_top, b.y0), band_bottom = std::max(band_bottom, b.y1);
+    // Its glyphs are inside its box.
+    CHECK(dark(static_cast<int>(b.x0), static_cast<int>(b.y0), static_cast<int>(b.x1) + 1, static_cast<int>(b.y1) + 1) > 20);
+  }
+  CHECK(x_labels[1].y1 - x_labels[1].y0 > 1.5f * (x_labels[0].y1 - x_labels[0].y0));
+  // Nothing of them spills between the boxes in the band (a wrong turn would lay the text across).
+  int inside = 0;
+  for (const auto& b : x_labels)
+    inside += dark(static_cast<int>(b.x0) - 1, static_cast<int>(b.y0) - 1, static_cast<int>(b.x1) + 2, static_cast<int>(b.y1) + 2);
+  const int band = dark(static_cast<int>(x_labels.front().x0) - 1, static_cast<int>(band_top) - 1,
+                        static_cast<int>(x_labels.back().x1) + 2, static_cast<int>(band_bottom) + 2);
+  CHECK(band == inside);
+}
