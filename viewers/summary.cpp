@@ -55,6 +55,8 @@ std::vector<std::pair<std::string, std::string>> fidelity_lines(const eval::Fide
                                                 ", all new tokens (the full cache did not end sooner)");
   std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * fidelity.memory.saved());
   out.emplace_back("peak cache saved", buf);
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * fidelity.memory.saved_at_end());
+  out.emplace_back("cache saved at the end", buf);
   return out;
 }
 
@@ -199,6 +201,10 @@ void Summary::draw(AppState& state) {
         for (const auto& [label, value] : fidelity_lines(*entry.fidelity)) {
           ImGui::TableNextColumn();
           ImGui::TextDisabled("%s", label.c_str());
+          if (label == "peak cache saved" && ImGui::IsItemHovered())
+            ImGui::SetTooltip("1 - the policy's largest cache / the full cache's, over prefill and decode.\n"
+                              "A policy that compresses after prefill holds the whole prompt first, so its peak\n"
+                              "is the same at every budget; the line below says what the budget kept.");
           ImGui::TableNextColumn();
           ImGui::TextUnformatted(value.c_str());
         }

@@ -33,6 +33,9 @@ struct CacheMemory {
   std::size_t bytes = 0, peak_bytes = 0;  // the policy's cache at the end and at its largest
   std::size_t full_peak_bytes = 0;        // the full cache's largest, on the same tokens
   double saved() const { return full_peak_bytes ? 1.0 - static_cast<double>(peak_bytes) / full_peak_bytes : 0.0; }
+  // The cache at the end against the full cache's (which only grows, so its end is its peak): what the budget
+  // kept. A post-prefill policy's peak is the whole prompt, held before it compressed, at every budget.
+  double saved_at_end() const { return full_peak_bytes ? 1.0 - static_cast<double>(bytes) / full_peak_bytes : 0.0; }
 };
 
 // --- fidelity: teacher-forced on the full cache's greedy continuation ---
