@@ -128,7 +128,9 @@ void Summary::draw(AppState& state) {
         "K/V bytes the cache holds allocated at the end (growth slack included)",
         "cache KiB / the full-cache baseline's cache KiB (without a baseline: the full cache's K/V payload)",
         "entries held / (layers x KV heads x tokens processed)",
-        "mean natural-log probability of the generated tokens", "mean log p minus the full-cache baseline's",
+        "mean natural-log probability of the run's own generated tokens",
+        "mean log p minus the full-cache baseline's, each over its own generated text (not the same tokens once "
+        "they diverge; top-1 / equal and the KL below compare on the same tokens)",
         "first generated token that differs from the baseline",
         "fidelity to the full cache, teacher-forced on its continuation up to its end of generation (as the baseline "
         "stops): share of steps whose most likely token agrees / tokens equal before the first disagreement",
