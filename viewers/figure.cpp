@@ -455,18 +455,28 @@ void line_plot_svg(std::ostringstream& out, const LinePlot& plot, double ox, dou
       << xml_escape(plot.x_label) << "</text>\n";
   out << "<text transform=\"translate(" << num(ox + font * 1.2) << "," << num((top + bottom) / 2)
       << ") rotate(-90)\" text-anchor=\"middle\">" << xml_escape(plot.y_label) << "</text>\n";
-  // Legend, top right inside the plot.
-  double ly = top + font * 1.2;
+  // Legend, top right inside the plot, as wide as its longest name (at the width assumed per character above).
+  std::vector<std::pair<std::string, std::string>> entries;  // (name, colour)
+  double widest = 0;
   for (std::size_t si = 0; si < plot.series.size(); ++si) {
     const LineSeries& s = plot.series[si];
     if (s.name.empty() || s.name.rfind("##", 0) == 0) continue;
     const std::string label = legend_name(plot, si, identical);
-    const std::string name = label.substr(0, label.find("##"));
-    const std::string col = hex_color(series_color(s.color >= 0 ? s.color : static_cast<int>(si)));
-    out << "<rect x=\"" << num(right - font * 12) << "\" y=\"" << num(ly - font * 0.75) << "\" width=\"" << num(font * 0.8)
-        << "\" height=\"" << num(font * 0.8) << "\" fill=\"" << col << "\"/>\n";
-    out << "<text x=\"" << num(right - font * 10.8) << "\" y=\"" << num(ly) << "\">" << xml_escape(name) << "</text>\n";
-    ly += font * 1.3;
+    entries.emplace_back(label.substr(0, label.find("##")),
+                         hex_color(series_color(s.color >= 0 ? s.color : static_cast<int>(si))));
+    widest = std::max(widest, static_cast<double>(across(entries.back().first)));
+  }
+  if (!entries.empty()) {
+    const double box_right = right - font * 0.4, box_left = std::max(left + font * 0.4, box_right - widest - font * 2.0);
+    out << "<rect x=\"" << num(box_left) << "\" y=\"" << num(top + font * 0.4) << "\" width=\"" << num(box_right - box_left)
+        << "\" height=\"" << num(font * (0.5 + 1.3 * entries.size())) << "\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#cccccc\"/>\n";
+    double ly = top + font * 1.6;
+    for (const auto& [name, col] : entries) {
+      out << "<rect x=\"" << num(box_left + font * 0.4) << "\" y=\"" << num(ly - font * 0.75) << "\" width=\"" << num(font * 0.8)
+          << "\" height=\"" << num(font * 0.8) << "\" fill=\"" << col << "\"/>\n";
+      out << "<text x=\"" << num(box_left + font * 1.5) << "\" y=\"" << num(ly) << "\">" << xml_escape(name) << "</text>\n";
+      ly += font * 1.3;
+    }
   }
   out << "</g>\n";
 }

@@ -304,7 +304,14 @@ TEST_CASE("an SVG legend names a series drawn over an identical one, as the wind
   Figure f;
   f.parts.push_back(p);
   const std::string svg = figure_svg(f, 800, 500);
-  CHECK(svg.find(">snapkv_b25pct (= full)</text>") != std::string::npos);
+  const std::size_t entry = svg.find(">snapkv_b25pct (= full)</text>");
+  REQUIRE(entry != std::string::npos);
+  // The legend is as wide as its longest name: that name ends inside the figure (it once ran past the edge).
+  const std::size_t x_at = svg.rfind("<text x=\"", entry);
+  REQUIRE(x_at != std::string::npos);
+  const double x = std::stod(svg.substr(x_at + 9));
+  const float font = 14.0f;  // figure_svg's default
+  CHECK(x + 0.64 * font * std::string("snapkv_b25pct (= full)").size() <= 800);
   CHECK(svg.find("##") == std::string::npos);
   // Hollow squares on the covering series' points.
   std::size_t hollow = 0;
