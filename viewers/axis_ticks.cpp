@@ -338,7 +338,7 @@ void draw_rotated_token_labels(ImAxis axis, const std::vector<std::string>& toke
     if (!tick.ShowLabel || c < 0 || c >= static_cast<int>(tokens.size())) continue;
     if (tick.PixelPos < plot->PlotRect.Min.x - 1 || tick.PixelPos > plot->PlotRect.Max.x + 1) continue;
     const std::string text = rotated_label(tokens[static_cast<std::size_t>(c)]);
-    const float width = ImGui::CalcTextSize(text.c_str()).x;
+    const float width = tick.LabelSize.y;  // the text's length across, measured when the locator placed the tick
     const ImVec2 origin(tick.PixelPos - 0.5f * line, top);
     const int first_vertex = dl->VtxBuffer.Size;
     dl->AddText(origin, colour, text.c_str());
