@@ -6,7 +6,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <pybind11/embed.h>
@@ -24,11 +26,11 @@ namespace {
 // Python-side helpers: compiling a user's file into a module, and reading an exception's location. Kept in
 // Python because the traceback and SyntaxError objects are Python's to walk.
 constexpr const char* kHostSource = R"PY(
-import os, site, sys, traceback, types
+import os, posix, site, sys, traceback, types
 
 def add_virtual_env(project_venvs):
-    # A user's venv (VIRTUAL_ENV) of this interpreter's Python version lends its packages (torch, ...) first;
-    # then the project's own (.deps/embedded-venv: transformers for Hugging Face tokenizers).
+    # A user's venv (VIRTUAL_ENV) of this interpreter's Python version lends its packages (torch, ...), after
+    # the system's; then the project's own (.deps/embedded-venv: transformers for Hugging Face tokenizers).
     roots = [os.environ.get("VIRTUAL_ENV")] + list(project_venvs)
     for root in roots:
         if not root:
@@ -36,6 +38,30 @@ def add_virtual_env(project_venvs):
         lib = os.path.join(root, "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
         if os.path.isdir(lib):
             site.addsitedir(lib)
+
+def where():
+    return "the embedded Python %s (standard library %s, sys.path %s)" % (
+        sys.version.split()[0], os.path.dirname(os.__file__), sys.path)
+
+# A policy may not end kvscope's process: os._exit would skip every error path and look like success. It
+# raises instead (a BaseException, so `except Exception` in the policy does not swallow it), and the attempt
+# is remembered, so that a policy that catches it anyway still fails its call. A child the policy forked
+# (multiprocessing) exits as it likes.
+class ProcessExitRefused(BaseException):
+    pass
+
+kvscope_pid = os.getpid()
+real_exit = os._exit
+exit_attempts = []
+
+def refuse_exit(status):
+    if os.getpid() != kvscope_pid:
+        real_exit(status)
+    call = "os._exit(%r)" % (status,)
+    exit_attempts.append(call)
+    raise ProcessExitRefused(call)
+
+os._exit = posix._exit = refuse_exit
 
 def load_module(path, source):
     module = types.ModuleType(os.path.splitext(os.path.basename(path))[0])
@@ -50,7 +76,12 @@ def describe(exc, tb, path):
     for frame, lineno in traceback.walk_tb(tb if tb is not None else exc.__traceback__):
         if frame.f_code.co_filename == path:
             line, function = lineno, frame.f_code.co_name
-    if isinstance(exc, SyntaxError):
+    if isinstance(exc, ProcessExitRefused):
+        text = "%s was refused: a policy may not end kvscope's process (raise an exception to fail the run)" % exc
+    elif isinstance(exc, SystemExit):
+        text = ("SystemExit(%s) (sys.exit, exit() or raise SystemExit) was refused: a policy may not end kvscope's "
+                "process (raise an exception to fail the run)" % ", ".join(repr(a) for a in exc.args))
+    elif isinstance(exc, SyntaxError):
         # One line: Python's own rendering spreads over three (the source line and a caret).
         source = (exc.text or "").strip()
         text = "%s: %s" % (type(exc).__name__, exc.msg) + (" (in: %s)" % source if source else "")
@@ -71,10 +102,33 @@ std::once_flag started;
 std::string start_failure;
 py::dict* host = nullptr;  // never freed: the interpreter lives until the process ends
 
+// The interpreter kvscope was built against, whatever the environment says: isolated (no current directory
+// or script folder on sys.path, no user site-packages, PYTHONPATH, PYTHONHOME and every other PYTHON*
+// variable ignored), its home and executable those CMake found (so getpath never searches PATH for a
+// `python3` and takes a pyenv's or conda's standard library). Python's signal handlers are not installed:
+// Ctrl-C stays kvscope's.
+void initialize() {
+  PyConfig config;
+  PyConfig_InitIsolatedConfig(&config);
+  config.install_signal_handlers = 0;
+  for (const auto& [field, value] : {std::pair{&config.home, KVSCOPE_PYTHON_HOME},
+                                     std::pair{&config.program_name, KVSCOPE_PYTHON_EXECUTABLE},
+                                     std::pair{&config.executable, KVSCOPE_PYTHON_EXECUTABLE}}) {
+    const PyStatus status = PyConfig_SetBytesString(&config, field, value);
+    if (PyStatus_Exception(status)) {
+      PyConfig_Clear(&config);
+      throw Error(std::string("cannot configure it: ") + (status.err_msg ? status.err_msg : "(no message)"));
+    }
+  }
+  // No program folder on sys.path either (pybind11 would add the current directory).
+  py::initialize_interpreter(&config, 0, nullptr, false);
+}
+
 void start() {
+  const std::string built = std::string("home ") + KVSCOPE_PYTHON_HOME + ", standard library " + KVSCOPE_PYTHON_STDLIB +
+                            ", as built (" + KVSCOPE_PYTHON_EXECUTABLE + ")";
   try {
-    // No signal handlers: Ctrl-C stays kvscope's, not Python's.
-    py::initialize_interpreter(false);
+    initialize();
     {
       host = new py::dict();
       (*host)["__builtins__"] = py::module_::import("builtins");
@@ -83,14 +137,14 @@ void start() {
       try {
         py::module_::import("numpy");
       } catch (py::error_already_set& e) {
-        start_failure = std::string("the embedded Python ") + Py_GetVersion() +
-                        " cannot import numpy (install Debian's python3-numpy, or set VIRTUAL_ENV to a venv of "
-                        "this Python version that has it): " + e.what();
+        start_failure = (*host)["where"]().cast<std::string>() + " cannot import numpy: " + e.what() +
+                        " (install numpy for " + KVSCOPE_PYTHON_EXECUTABLE + ", on Debian the package python3-numpy, "
+                        "or set VIRTUAL_ENV to a venv of this Python version that has it)";
       }
     }
     PyEval_SaveThread();  // the GIL is taken per call from here on
   } catch (const std::exception& e) {
-    start_failure = std::string("the embedded Python interpreter did not start: ") + e.what();
+    start_failure = "the embedded Python interpreter (" + built + ") did not start: " + e.what();
   }
 }
 
@@ -128,6 +182,14 @@ py::dict helper_namespace(const std::string& name, const char* source) {
 
 py::module_ load_module(const std::filesystem::path& file, const std::string& source) {
   return (*host)["load_module"](file.string(), source).cast<py::module_>();
+}
+
+std::optional<std::string> take_exit_attempt() {
+  py::list attempts = (*host)["exit_attempts"];
+  if (attempts.empty()) return std::nullopt;
+  std::string first = py::str(attempts[0]).cast<std::string>();
+  attempts.attr("clear")();
+  return first;
 }
 
 }  // namespace kvscope::python

@@ -2,7 +2,13 @@
 // The process's one embedded CPython interpreter (Debian's libpython, with the numpy of the system or of
 // the venv named by VIRTUAL_ENV). It starts on first use, from whichever thread asks first, and then lets go
 // of the GIL: every call into Python code takes it with `Gil` for the length of the call only, so the
-// engine's threads never wait on an idle interpreter. User policies run here; nothing else in kvscope does.
+// engine's threads never wait on an idle interpreter. User policies run here, beside kvscope's own helpers
+// (chat templates, Hugging Face tokenizers, LongBench metrics).
+//
+// It is isolated: the current directory, a script's or a model's folder are never on sys.path, PYTHONPATH,
+// PYTHONHOME and the user's site-packages are ignored, and its home and standard library are the ones of
+// the Python kvscope was built against (CMakeLists.txt), whatever python3 comes first on PATH. Code in it
+// cannot end the process: os._exit raises ProcessExitRefused (SystemExit, like it, is an ordinary error).
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -45,5 +51,9 @@ pybind11::dict helper_namespace(const std::string& name, const char* source);
 // Runs `source` as a fresh module named after `file` (not registered in sys.modules, so two files of one
 // name never meet) and returns it. Python errors propagate as error_already_set. GIL held.
 pybind11::module_ load_module(const std::filesystem::path& file, const std::string& source);
+
+// The first os._exit(...) that Python code attempted (and was refused) since the last call, e.g.
+// "os._exit(0)", clearing the record: a policy that catches the refusal still fails. GIL held.
+std::optional<std::string> take_exit_attempt();
 
 }  // namespace kvscope::python
