@@ -69,6 +69,16 @@ void send(Worker& w, std::size_t cell) {
   w.outstanding.insert(cell);
 }
 
+// "exited with status 0", "was killed by signal 11 (Segmentation fault)".
+std::string exit_text(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const char* name = strsignal(WTERMSIG(status));
+    return "was killed by signal " + std::to_string(WTERMSIG(status)) + (name ? " (" + std::string(name) + ")" : "");
+  }
+  return "ended with wait status " + std::to_string(status);
+}
+
 void close_input(Worker& w) {
   if (w.to_child >= 0) close(w.to_child);
   w.to_child = -1;
@@ -101,6 +111,7 @@ void run_in_workers(const std::vector<WorkerCommand>& commands, const std::vecto
     if (w.batch || w.outstanding.empty()) close_input(w);  // a batch worker reads until end of input
   }
   std::string failure;
+  const Worker* ended_early = nullptr;  // a worker that stopped with cells unanswered: its status says how
   while (failure.empty()) {
     std::vector<pollfd> fds;
     std::vector<Worker*> polled;
@@ -118,8 +129,13 @@ void run_in_workers(const std::vector<WorkerCommand>& commands, const std::vecto
       const ssize_t n = read(w.from_child, buf, sizeof buf);
       if (n <= 0) {
         w.eof = true;
-        if (!w.outstanding.empty())
-          failure = w.name + " exited before answering " + std::to_string(w.outstanding.size()) + " cell(s)";
+        if (!w.outstanding.empty()) {
+          // Whatever its exit status (a policy's exit(0) included), unanswered cells are a failure.
+          std::string cells;
+          for (const std::size_t c : w.outstanding) cells += (cells.empty() ? "" : ", ") + std::to_string(c);
+          failure = w.name + " ended before answering cell(s) " + cells;
+          ended_early = &w;
+        }
         continue;
       }
       w.buffer.append(buf, static_cast<std::size_t>(n));
@@ -159,9 +175,10 @@ void run_in_workers(const std::vector<WorkerCommand>& commands, const std::vecto
     int status = 0;
     waitpid(w.pid, &status, 0);
     close(w.from_child);
-    if (failure.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
-      failure = w.name + " exited with status " +
-                std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    if (&w == ended_early)
+      failure += ": it " + exit_text(status) + " (its messages above say why)";
+    else if (failure.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+      failure = w.name + " " + exit_text(status);
   }
   if (!failure.empty()) throw Error("sweep: " + failure + "; finished cells are saved, run the sweep again to resume");
 }

@@ -84,6 +84,16 @@ std::string ParamSpec::range_text() const {
   }
 }
 
+std::string default_range_problem(const ParamSpec& spec) {
+  if (spec.kind != ParamSpec::Kind::Int && spec.kind != ParamSpec::Kind::Float) return "";
+  if (!(spec.min <= spec.max))
+    return "its range is empty: min " + format_number(spec.min) + " > max " + format_number(spec.max);
+  if (!std::isfinite(spec.default_number)) return "default " + format_number(spec.default_number) + " is not finite";
+  if (spec.default_number < spec.min || spec.default_number > spec.max)
+    return "default " + format_number(spec.default_number) + " is outside its own range, " + spec.range_text();
+  return "";
+}
+
 PolicyParams::PolicyParams(const std::string& policy, const std::vector<ParamSpec>& specs,
                            const std::vector<std::pair<std::string, std::string>>& assignments)
     : policy_(policy) {

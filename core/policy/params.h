@@ -25,6 +25,10 @@ struct ParamSpec {
   std::string range_text() const;
 };
 
+// "" when a number parameter's default is finite and within its own range (and the range is not empty);
+// otherwise what is wrong, for the file that declared it: "default 5 is outside its own range, [0, 1]".
+std::string default_range_problem(const ParamSpec& spec);
+
 class PolicyParams {
  public:
   PolicyParams() = default;

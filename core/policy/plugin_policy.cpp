@@ -3,9 +3,13 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
 
 #include "core/common/error.h"
 #include "core/common/sha256.h"
+#include "core/policy/user_code_scope.h"
 #include "core/policy/user_scorer.h"
 #include "include/kvscope/policy_plugin.h"
 
@@ -19,7 +23,9 @@ struct Library {
   void* handle = nullptr;
   const kvscope_policy_plugin* plugin = nullptr;
   ~Library() {
-    if (handle) dlclose(handle);
+    if (!handle) return;
+    UserCodeScope running("plugin", file, "its unload (dlclose: static destructors)");
+    dlclose(handle);
   }
 };
 
@@ -46,10 +52,12 @@ class PluginPolicy final : public UserScorer {
   std::string what() const override { return "plugin '" + file().string() + "'"; }
   int recent(int budget) const override {
     if (!library_->plugin->recent) return UserScorer::recent(budget);
+    UserCodeScope running("plugin", file(), "recent()");
     return std::max(checked(library_->plugin->recent(budget, values_.data()), "recent"), reserved());
   }
   int sinks(int budget) const override {
     if (!library_->plugin->sinks) return UserScorer::sinks(budget);
+    UserCodeScope running("plugin", file(), "sinks()");
     return checked(library_->plugin->sinks(budget, values_.data()), "sinks");
   }
 
@@ -92,7 +100,12 @@ class PluginPolicy final : public UserScorer {
     std::vector<float> scores(n, 0.0f);
     char error[1024] = {0};
     const std::string where = what() + " score() for layer " + std::to_string(obs.layer) + " KV head " + std::to_string(kv_head);
-    if (library_->plugin->score(&o, scores.data(), error, sizeof error) != 0) {
+    int32_t failed = 0;
+    {
+      UserCodeScope running("plugin", file(), "score()", obs.layer);
+      failed = library_->plugin->score(&o, scores.data(), error, sizeof error);
+    }
+    if (failed != 0) {
       error[sizeof error - 1] = '\0';
       throw Error(where + " failed: " + (error[0] ? error : "(no message)"));
     }
@@ -120,12 +133,18 @@ PolicyInfo load_plugin_policy(const std::filesystem::path& file) {
   const std::string where = "plugin '" + file.string() + "'";
   // dlopen searches the library path for a bare name; a user's file is meant as a path.
   const std::string path = file.has_parent_path() ? file.string() : "./" + file.string();
-  library->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  {
+    UserCodeScope running("plugin", library->file, "its load (dlopen: static constructors)");
+    library->handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  }
   if (!library->handle) throw UsageError(where + " cannot be loaded: " + dlerror());
   auto entry = reinterpret_cast<kvscope_policy_plugin_entry>(dlsym(library->handle, KVSCOPE_POLICY_PLUGIN_ENTRY_NAME));
   if (!entry)
     throw UsageError(where + " has no entry point " KVSCOPE_POLICY_PLUGIN_ENTRY_NAME "() (include/kvscope/policy_plugin.h)");
-  library->plugin = entry();
+  {
+    UserCodeScope running("plugin", library->file, KVSCOPE_POLICY_PLUGIN_ENTRY_NAME "()");
+    library->plugin = entry();
+  }
   const kvscope_policy_plugin* p = library->plugin;
   if (!p) throw UsageError(where + ": " KVSCOPE_POLICY_PLUGIN_ENTRY_NAME "() returned NULL");
   if (p->abi_version != KVSCOPE_POLICY_ABI_VERSION)
@@ -143,7 +162,16 @@ PolicyInfo load_plugin_policy(const std::filesystem::path& file) {
     if (!s.name || !*s.name) throw UsageError(where + ": parameter " + std::to_string(i) + " has no name");
     const std::string name = s.name, doc = s.doc ? s.doc : "declared by " + file.filename().string();
     declared.push_back(name);
-    if (is_framework_param(name)) {
+    // A framework parameter (its default only) is an int as well.
+    const bool framework = is_framework_param(name);
+    if (s.kind == KVSCOPE_PARAM_INT || framework)
+      for (const auto& [label, v] : {std::pair{"default", s.default_value}, std::pair{"min", s.min_value},
+                                     std::pair{"max", s.max_value}})
+        if ((!framework || std::string(label) == "default") &&
+            !(v == std::floor(v) && v >= std::numeric_limits<int>::min() && v <= std::numeric_limits<int>::max()))
+          throw UsageError(where + ": int parameter '" + name + "' has " + label + " " + std::to_string(v) +
+                           ", not a 32-bit integer");
+    if (framework) {
       framework_defaults[name] = static_cast<int>(s.default_value);
       continue;
     }
@@ -166,6 +194,9 @@ PolicyInfo load_plugin_policy(const std::filesystem::path& file) {
   info.summary = p->summary ? p->summary : "a compiled scorer (" + file.filename().string() + ")";
   info.reference = std::filesystem::absolute(file).string();
   info.params = scored_policy_params(own, protocol);
+  for (const auto& s : info.params)
+    if (const std::string problem = default_range_problem(s); !problem.empty())
+      throw UsageError(where + ", parameter '" + s.name + "': " + problem);
   info.provenance = {{"policy_file", std::filesystem::absolute(file).string()},
                      {"policy_file_kind", "plugin"},
                      {"policy_file_sha256", file_sha256(file)}};

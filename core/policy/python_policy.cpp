@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 
@@ -13,6 +14,7 @@
 #include "core/common/sha256.h"
 #include "core/policy/allocation.h"
 #include "core/policy/python_observation.h"
+#include "core/policy/user_code_scope.h"
 #include "core/policy/user_scorer.h"
 #include "core/python/interpreter.h"
 
@@ -44,7 +46,55 @@ struct Module {
     return "policy file '" + file.string() + "', " + name + "()" +
            (score_line > 0 && std::string(name) == "score" ? " (line " + std::to_string(score_line) + ")" : "");
   }
+  // Calls into the file's code (GIL held) marked as user code (core/policy/user_code_scope.h). An os._exit
+  // the code attempted fails the call even when the code caught the refusal.
+  template <class Call>
+  auto run(const char* name, int layer, Call&& call) const {
+    python::take_exit_attempt();  // a refusal that already failed an earlier call
+    const bool module_code = std::string(name) == "<module>";
+    const std::string callback = module_code ? "its module code" : std::string(name) + "()";
+    UserCodeScope running("policy file", file, callback.c_str(), layer);
+    auto result = call();
+    if (const auto attempt = python::take_exit_attempt())
+      throw Error((module_code ? "policy file '" + file.string() + "', " + callback : function_label(name)) +
+                  " called " + *attempt +
+                  " and went on past its refusal; a policy may not end kvscope's process (raise an exception to "
+                  "fail the run)");
+    return result;
+  }
 };
+
+// A value of the file, as it reads in Python (shortened), for messages.
+std::string python_repr(const py::handle& value) {
+  std::string text = py::repr(value).cast<std::string>();
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  return text;
+}
+
+// A number of the file's declarations as a double, or a UsageError naming `where`.
+double number_field(const py::handle& value, const std::string& where) {
+  if (py::isinstance<py::bool_>(value) || (!py::isinstance<py::int_>(value) && !py::isinstance<py::float_>(value)))
+    throw UsageError(where + " must be a number, not " + python_repr(value));
+  try {
+    return value.cast<double>();
+  } catch (const py::cast_error&) {
+    throw UsageError(where + " = " + python_repr(value) + " is too large for a float64");
+  }
+}
+
+// An int of the file's declarations (kvscope's parameters are C ints), or a UsageError naming `where`.
+int int_field(const py::handle& value, const std::string& where) {
+  if (py::isinstance<py::bool_>(value) || !py::isinstance<py::int_>(value))
+    throw UsageError(where + " must be an int, not " + python_repr(value));
+  long long v = std::numeric_limits<long long>::max();
+  try {
+    v = value.cast<long long>();
+  } catch (const py::cast_error&) {
+  }
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+    throw UsageError(where + " = " + python_repr(value) + " does not fit a 32-bit int");
+  return static_cast<int>(v);
+}
 
 py::object optional_callable(const py::module_& m, const char* name, const std::filesystem::path& file) {
   if (!py::hasattr(m, name)) return py::object();
@@ -81,12 +131,9 @@ ParamSpec param_from_python(const std::string& name, const py::handle& value, co
     if (t.size() == 4) doc = py::str(t[3]).cast<std::string>();
   }
   if (doc.empty()) doc = "declared by " + file.filename().string();
-  auto number = [&](const py::object& o, double fallback) {
-    if (o.is_none()) return fallback;
-    if (!py::isinstance<py::int_>(o) && !py::isinstance<py::float_>(o)) throw UsageError(where + ": min and max must be numbers");
-    return o.cast<double>();
-  };
   if (!choices.is_none()) {
+    if (!py::isinstance<py::list>(choices) && !py::isinstance<py::tuple>(choices))
+      throw UsageError(where + "['choices'] must be a list, not " + python_repr(choices));
     std::vector<std::string> options;
     for (auto c : choices) options.push_back(py::str(c).cast<std::string>());
     const std::string d = py::str(def).cast<std::string>();
@@ -97,9 +144,14 @@ ParamSpec param_from_python(const std::string& name, const py::handle& value, co
   if (py::isinstance<py::bool_>(def)) return ParamSpec::flag(name, def.cast<bool>(), doc);
   if (py::isinstance<py::int_>(def)) {
     constexpr int kWide = 1 << 30;
-    return ParamSpec::integer(name, def.cast<int>(), static_cast<int>(number(lo, -kWide)), static_cast<int>(number(hi, kWide)), doc);
+    return ParamSpec::integer(name, int_field(def, where + " default"),
+                              lo.is_none() ? -kWide : int_field(lo, where + " min"),
+                              hi.is_none() ? kWide : int_field(hi, where + " max"), doc);
   }
-  if (py::isinstance<py::float_>(def)) return ParamSpec::real(name, def.cast<double>(), number(lo, -1e300), number(hi, 1e300), doc);
+  if (py::isinstance<py::float_>(def))
+    return ParamSpec::real(name, number_field(def, where + " default"),
+                           lo.is_none() ? -1e300 : number_field(lo, where + " min"),
+                           hi.is_none() ? 1e300 : number_field(hi, where + " max"), doc);
   throw UsageError(where + ": the default must be an int, float or bool (or give choices)");
 }
 
@@ -111,9 +163,13 @@ Protocol protocol_from_python(const py::module_& m, const std::filesystem::path&
   if (!py::isinstance<py::dict>(o)) throw UsageError(where + " must be a dict (block, decode_evict, trim)");
   for (auto item : o.cast<py::dict>()) {
     const auto key = py::str(item.first).cast<std::string>();
-    if (key == "block") p.block = item.second.cast<int>();
-    else if (key == "decode_evict") p.decode_evict = item.second.cast<bool>();
-    else if (key == "trim") {
+    if (key == "block") {
+      p.block = int_field(item.second, where + "['block']");
+    } else if (key == "decode_evict") {
+      if (!py::isinstance<py::bool_>(item.second))
+        throw UsageError(where + "['decode_evict'] must be True or False, not " + python_repr(item.second));
+      p.decode_evict = item.second.cast<bool>();
+    } else if (key == "trim") {
       const auto t = py::str(item.second).cast<std::string>();
       if (t != "before_output" && t != "after_output") throw UsageError(where + "['trim'] must be before_output or after_output");
       p.trim_before_output = t == "before_output";
@@ -155,7 +211,7 @@ class PythonAllocation final : public LayerAllocation {
       py::object info = py::module_::import("types").attr("SimpleNamespace")(
           py::arg("n_layers") = n_layers, py::arg("budget") = average_budget, py::arg("prompt_length") = seq_len,
           py::arg("reserved") = reserved_, py::arg("params") = params_);
-      out = module_->allocate(info).cast<std::vector<int>>();
+      out = module_->run("allocate", -1, [&] { return module_->allocate(info); }).cast<std::vector<int>>();
     } catch (py::error_already_set& e) {
       throw Error(module_->describe(e));
     } catch (const py::cast_error&) {
@@ -234,7 +290,7 @@ class PythonPolicy final : public UserScorer {
           py::arg("scores") = py::array_t<float>(static_cast<py::ssize_t>(edit.scores.size()), edit.scores.data()),
           py::arg("kept") = py::array_t<int32_t>(static_cast<py::ssize_t>(edit.keep.size()), edit.keep.data()),
           py::arg("params") = params_dict_);
-      py::object groups = module_->merge(ctx);
+      py::object groups = module_->run("merge", edit.layer, [&] { return module_->merge(ctx); });
       if (groups.is_none()) return;
       for (auto g : groups) {
         py::tuple t = py::reinterpret_borrow<py::object>(g).cast<py::tuple>();
@@ -268,7 +324,7 @@ class PythonPolicy final : public UserScorer {
     py::object view = make_python_observation(context);
     py::object result;
     try {
-      result = module_->score(view);
+      result = module_->run("score", obs.layer, [&] { return module_->score(view); });
       finish_python_observation(view);
     } catch (py::error_already_set& e) {
       const std::string message = module_->describe(e);
@@ -283,6 +339,9 @@ class PythonPolicy final : public UserScorer {
       scores = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(result);
     } catch (py::error_already_set&) {
     }
+    if (result.is_none())
+      throw Error(where + " returned None; it must return an array of shape (n_kv_heads, n_entries) = (" +
+                  std::to_string(heads) + ", " + std::to_string(width) + ") (a missing `return`?)");
     if (!scores) throw Error(where + " returned " + py::str(result.get_type()).cast<std::string>() + ", not an array of numbers");
     if (scores.ndim() != 2 || scores.shape(0) != heads || scores.shape(1) != width) {
       std::string shape;
@@ -294,9 +353,26 @@ class PythonPolicy final : public UserScorer {
       const float* row = scores.data() + static_cast<std::size_t>(h) * width;
       const int n = cache.size(obs.layer, h);
       if (const std::string bad = non_finite_scores(row, n); !bad.empty())
-        throw Error(where + " KV head " + std::to_string(h) + ": " + bad + "; scores must be finite");
+        throw Error(where + " KV head " + std::to_string(h) + ": " + bad + float32_overflow(result, h, row, n) +
+                    "; scores must be finite");
       layer_scores_[h].assign(row, row + n);
     }
+  }
+
+  // Why a score is infinite when the file's own value was finite: it overflowed float32, kvscope's score type.
+  static std::string float32_overflow(const py::object& result, int kv_head, const float* row, int n) {
+    int first = 0;
+    while (first < n && std::isfinite(row[first])) ++first;
+    if (first == n || std::isnan(row[first])) return "";
+    const auto given = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(result);
+    if (!given || given.ndim() != 2) return "";
+    const double value = given.at(kv_head, first);
+    if (!std::isfinite(value)) return "";
+    char text[32];
+    std::snprintf(text, sizeof text, "%.17g", value);
+    return " (the score returned there is " + std::string(text) +
+           ", finite as a float64 but beyond float32's largest, 3.4028235e+38: scores are float32 and it overflows "
+           "to " + (value > 0 ? "inf" : "-inf") + ")";
   }
 
   int protect(const py::object& f, const char* name, int budget) const {
@@ -305,7 +381,7 @@ class PythonPolicy final : public UserScorer {
     python::Gil gil;
     int value = 0;
     try {
-      value = f(budget, params_dict_).cast<int>();
+      value = module_->run(name, -1, [&] { return f(budget, params_dict_); }).cast<int>();
     } catch (py::error_already_set& e) {
       throw Error(module_->describe(e));
     } catch (const py::cast_error&) {
@@ -343,7 +419,7 @@ PolicyInfo load_python_policy(const std::filesystem::path& file) {
     python::Gil gil;
     py::module_ m;
     try {
-      m = python::load_module(file, source);
+      m = module->run("<module>", -1, [&] { return python::load_module(file, source); });
     } catch (py::error_already_set& e) {
       throw UsageError(module->describe(e));
     }
@@ -364,6 +440,9 @@ PolicyInfo load_python_policy(const std::filesystem::path& file) {
         py::object declared = m.attr("needs");
         if (py::isinstance<py::str>(declared))  // needs = "column_sums": one name, not its letters
           needs.push_back(declared.cast<std::string>());
+        else if (!py::isinstance<py::list>(declared) && !py::isinstance<py::tuple>(declared))
+          throw UsageError("policy file '" + file.string() + "': needs must be a list of names, not " +
+                           python_repr(declared));
         else
           for (auto n : declared) needs.push_back(py::str(n).cast<std::string>());
       }
@@ -388,7 +467,8 @@ PolicyInfo load_python_policy(const std::filesystem::path& file) {
     } catch (py::error_already_set& e) {
       throw UsageError(module->describe(e));
     } catch (const py::cast_error& e) {
-      throw UsageError("policy file '" + file.string() + "': " + e.what());
+      throw UsageError("policy file '" + file.string() + "': a value of its needs, params, summary or protocol has the "
+                       "wrong type (" + e.what() + ")");
     }
   }
   for (auto& s : scorer_framework_params(framework_defaults)) own.push_back(std::move(s));
@@ -399,6 +479,9 @@ PolicyInfo load_python_policy(const std::filesystem::path& file) {
                          "', which the framework owns (set protocol defaults in `protocol`)");
   const ObservationRequest request = request_for_needs(needs, file);
   const std::vector<ParamSpec> all = scored_policy_params(own, protocol);
+  for (const auto& s : all)
+    if (const std::string problem = default_range_problem(s); !problem.empty())
+      throw UsageError("policy file '" + file.string() + "', parameter '" + s.name + "': " + problem);
   info.params = all;
   if (module->allocate) {
     // A file that allocates budgets itself takes no allocation parameters; they keep their defaults.
