@@ -259,7 +259,8 @@ Command register_eval(CLI::App& root) {
   needle->add_option("--seed", a->seed, "seed of the generated cases");
   needle->add_option("--answer-tokens", a->settings.answer_tokens, "greedy answer length")->check(CLI::PositiveNumber);
   needle->add_option("--figure", a->figure, "write the grid as a heatmap PNG");
-  needle->add_flag("--force", a->force, "replace an existing --figure file (a link is replaced, never written through)");
+  needle->add_flag("--force", a->force,
+                   "replace an existing --figure file (a link is replaced, never written through)");
   const Command longbench = add_eval_longbench(*cmd);
   const Command ruler = add_eval_ruler(*cmd);
   return {cmd, [a, fidelity, ppl, longbench, ruler]() {

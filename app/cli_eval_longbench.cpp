@@ -219,7 +219,8 @@ Command add_eval_longbench(CLI::App& eval) {
   cmd->add_flag("--vs-full", a->vs_full, "also run the full cache on every record and report the paired difference");
   cmd->add_option("--predictions", a->predictions,
                   "write the predictions as LongBench's pred JSONL (put in place when every record is done)");
-  cmd->add_flag("--force", a->force, "replace an existing --predictions file (a link is replaced, never written through)");
+  cmd->add_flag("--force", a->force,
+                "replace an existing --predictions file (a link is replaced, never written through)");
   cmd->add_option("--bootstrap-resamples", a->bootstrap.resamples, "bootstrap resamples")->check(CLI::PositiveNumber);
   cmd->add_option("--bootstrap-seed", a->bootstrap.seed, "bootstrap seed");
   cmd->add_flag("--json", a->json, "print a machine-readable record");

@@ -170,7 +170,8 @@ Command add_eval_ruler(CLI::App& eval) {
   cmd->add_option("--write-samples", a->write_samples,
                   "write every sample (text, prompt ids, expected answers, prediction) as JSONL (put in place when "
                   "every sample is done)");
-  cmd->add_flag("--force", a->force, "replace an existing --write-samples file (a link is replaced, never written through)");
+  cmd->add_flag("--force", a->force,
+                "replace an existing --write-samples file (a link is replaced, never written through)");
   cmd->add_option("--bootstrap-resamples", a->bootstrap.resamples, "bootstrap resamples")->check(CLI::PositiveNumber);
   cmd->add_option("--bootstrap-seed", a->bootstrap.seed, "bootstrap seed");
   cmd->add_flag("--json", a->json, "print a machine-readable record");

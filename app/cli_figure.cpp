@@ -38,7 +38,8 @@ Command register_figure(CLI::App& root) {
   cmd->add_option("trace", a->trace, "HDF5 trace file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--view", a->view, "attention, similarity, layer_stats, budget, timeline, summary, compare");
   cmd->add_option("--out", a->out, "output file, .png or .svg (SVG: line/bar views)")->required();
-  cmd->add_flag("--force", a->force, "replace an existing --out file (a link at --out is replaced, never written through)");
+  cmd->add_flag("--force", a->force,
+                "replace an existing --out file (a link at --out is replaced, never written through)");
   cmd->add_option("--run", a->run, "run name in the trace (default: the first)");
   cmd->add_option("--runs", a->runs, "compare: runs to show, the first is the reference")->delimiter(',');
   cmd->add_option("--layer", a->layer, "layer")->check(CLI::NonNegativeNumber);

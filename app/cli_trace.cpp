@@ -60,7 +60,8 @@ Command register_trace(CLI::App& root) {
   cmd->add_option("--policy", args->policies,
                   "policy spec, e.g. h2o or snapkv:window=32 (repeat for several runs in one file; default full)");
   cmd->add_option("--out", args->out, "trace file to write (.h5)")->required();
-  cmd->add_flag("--force", args->force, "replace an existing trace file (a link at --out is replaced, never written through)");
+  cmd->add_flag("--force", args->force,
+                "replace an existing trace file (a link at --out is replaced, never written through)");
   cmd->add_option("--record", args->record,
                   "what to record: 'layers=0,3;heads=0;pooling=max|mean;size=512;similarity=on;decode=on;nmse=off;"
                   "attention=on;stats=on;qk=off' (layers/heads: stored at full resolution; the rest pooled to size; "

@@ -74,7 +74,8 @@ AtomicFile::AtomicFile(const fs::path& path, Existing existing, const std::strin
     dir_name_.clear();
     ::close(parent_fd_);
     parent_fd_ = -1;
-    refuse(errno_text(error) + (error == EEXIST ? "" : " (check that the folder '" + folder.string() + "' is writable)"));
+    refuse(errno_text(error) +
+           (error == EEXIST ? "" : " (check that the folder '" + folder.string() + "' is writable)"));
   }
   dir_fd_ = ::openat(parent_fd_, dir_name_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (dir_fd_ >= 0)
@@ -120,7 +121,8 @@ void AtomicFile::write(std::string_view bytes) {
 void AtomicFile::commit() {
   if (fd_ < 0) throw Error("cannot write " + what_ + " '" + path_.string() + "': it is already closed");
   // A library that wrote the file by name (HDF5) may have replaced it: only our own regular file goes in place.
-  struct stat ours {}, named {};
+  struct stat ours {
+  }, named{};
   if (::fstat(fd_, &ours) != 0 || ::fstatat(dir_fd_, file_name_.c_str(), &named, AT_SYMLINK_NOFOLLOW) != 0 ||
       ours.st_ino != named.st_ino || ours.st_dev != named.st_dev || !S_ISREG(named.st_mode))
     fail("the temporary file '" + temp_path().string() + "' was replaced while it was written");

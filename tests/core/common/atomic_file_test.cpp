@@ -111,9 +111,9 @@ TEST_CASE("an existing target is refused without Replace, atomically, and replac
   Folder dir("atomic_existing");
   const fs::path target = dir.path / "out.jsonl";
   { std::ofstream(target) << "previous"; }
-  CHECK_THROWS_WITH(write_file_atomically(target, "new", "--predictions", Existing::Refuse),
-                    Catch::Contains("--predictions '" + target.string() + "' already exists") &&
-                        Catch::Contains("pass --force"));
+  CHECK_THROWS_WITH(
+      write_file_atomically(target, "new", "--predictions", Existing::Refuse),
+      Catch::Contains("--predictions '" + target.string() + "' already exists") && Catch::Contains("pass --force"));
   CHECK_THROWS_WITH(check_output_path(target, Existing::Refuse, "--predictions"), Catch::Contains("already exists"));
   CHECK_NOTHROW(check_output_path(target, Existing::Replace, "--predictions"));
   CHECK(read(target) == "previous");
@@ -132,7 +132,8 @@ TEST_CASE("an existing target is refused without Replace, atomically, and replac
   CHECK(dir.names() == std::vector<std::string>{"out.jsonl"});
 }
 
-TEST_CASE("a link at the target is an existing file; Replace replaces the link, not what it points to", "[common][atomic]") {
+TEST_CASE("a link at the target is an existing file; Replace replaces the link, not what it points to",
+          "[common][atomic]") {
   Folder dir("atomic_target_link");
   const fs::path target = dir.path / "fig.svg", victim = dir.path / "victim";
   { std::ofstream(victim) << "the victim"; }
