@@ -107,6 +107,9 @@ def existing_targets(tmp, good):
     check(res.returncode == 2 and "same file" in res.stderr and "trace" in res.stderr,
           f"figure --out over its own trace is refused ({res.returncode}: {res.stderr.strip()[-200:]})")
     check(not temporaries(fig) and not temporaries(good), "no temporary files are left")
+    res = kvscope("eval", "needle", "--lengths", "256", "--depths", "50", "--figure", fig)
+    check(res.returncode != 0 and "already exists" in res.stderr and "--force" in res.stderr,
+          f"eval needle refuses an existing --figure without --force ({res.stderr.strip()[-200:]})")
 
 
 def concurrent_traces(tmp):
