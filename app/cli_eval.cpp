@@ -9,6 +9,7 @@
 #include "app/progress_line.h"
 #include "app/run_options.h"
 #include "app/subcommands.h"
+#include "core/common/atomic_file.h"
 #include "core/common/error.h"
 #include "core/eval/eval_run.h"
 #include "core/policy/registry.h"
@@ -25,7 +26,7 @@ struct EvalArgs {
   ModelOptions model;
   PromptOptions prompt;
   std::string policy = "full", allocation, budget, figure;
-  bool json = false;
+  bool json = false, force = false;
   eval::EvalSettings settings;
   std::vector<int> lengths = NeedleGrid{}.lengths;
   std::vector<std::string> depths = {"0", "25", "50", "75", "100"};
@@ -155,6 +156,10 @@ int run_needle(const EvalArgs& a) {
   if (!a.figure.empty() && a.figure.size() >= 4 && a.figure.substr(a.figure.size() - 4) != ".png")
     throw UsageError("--figure '" + a.figure + "': the needle grid is a heatmap; give a .png path");
 #endif
+  if (!a.figure.empty()) {
+    refuse_output_that_is_input({"--figure", a.figure}, run_input_files(&a.model, nullptr, {cell.policy}));
+    check_output_path(a.figure, existing_policy(a.force), "--figure");
+  }
   const model::Model model = a.model.load();
   eval::Evaluator evaluator(model);
   const auto prompts = needle_prompts(model, grid);
@@ -180,7 +185,7 @@ int run_needle(const EvalArgs& a) {
   if (!a.figure.empty())
     viewers::export_figure(
         viewers::needle_grid(scores, grid.lengths, grid.depths, "needle retrieval, " + cell.policy + " " + cell.budget),
-        a.figure, {});
+        a.figure, {}, existing_policy(a.force));
 #else
   if (!a.figure.empty()) throw Error("this kvscope was built without the GUI libraries, which --figure needs");
 #endif
@@ -254,6 +259,8 @@ Command register_eval(CLI::App& root) {
   needle->add_option("--seed", a->seed, "seed of the generated cases");
   needle->add_option("--answer-tokens", a->settings.answer_tokens, "greedy answer length")->check(CLI::PositiveNumber);
   needle->add_option("--figure", a->figure, "write the grid as a heatmap PNG");
+  needle->add_flag("--force", a->force,
+                   "replace an existing --figure file (a link is replaced, never written through)");
   const Command longbench = add_eval_longbench(*cmd);
   const Command ruler = add_eval_ruler(*cmd);
   return {cmd, [a, fidelity, ppl, longbench, ruler]() {

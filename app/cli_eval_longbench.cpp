@@ -4,12 +4,14 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "app/eval_report.h"
 #include "app/eval_subcommands.h"
 #include "app/progress_line.h"
 #include "app/run_options.h"
+#include "core/common/atomic_file.h"
 #include "core/common/error.h"
 #include "core/common/json_text.h"
 #include "core/eval/bootstrap.h"
@@ -27,7 +29,7 @@ struct LongBenchArgs {
   std::string data, dataset, prompts_file, predictions;
   std::string protocol = "query-aware";
   int limit = 0, max_length = 0;
-  bool no_chat = false, vs_full = false, json = false;
+  bool no_chat = false, vs_full = false, json = false, force = false;
   // --score-only
   bool score_only = false;
   std::string metric, pairs, classes;
@@ -84,6 +86,13 @@ int run_records(const LongBenchArgs& a) {
   const eval::Protocol protocol = eval::parse_protocol(a.protocol);
   const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget};
   policy::make_policy(cell.policy);  // a bad spec fails before anything loads
+  if (!a.predictions.empty()) {
+    std::vector<NamedPath> inputs = run_input_files(&a.model, nullptr, {cell.policy});
+    inputs.push_back({"--data", a.data});
+    inputs.push_back({"--prompts", a.prompts_file});
+    refuse_output_that_is_input({"--predictions", a.predictions}, inputs);
+    check_output_path(a.predictions, existing_policy(a.force), "--predictions");
+  }
   std::string prompts_json;
   if (!a.prompts_file.empty()) {
     std::ifstream in(a.prompts_file);
@@ -103,11 +112,11 @@ int run_records(const LongBenchArgs& a) {
   if (a.limit > 0 && static_cast<int>(records.size()) > a.limit) records.resize(a.limit);
   const model::Model model = a.model.load();
   eval::Evaluator evaluator(model);
-  std::ofstream predictions;
-  if (!a.predictions.empty()) {
-    predictions.open(a.predictions);
-    if (!predictions) throw Error("cannot write --predictions '" + a.predictions + "'");
-  }
+  // Written beside --predictions and put in place once every record is scored: a failed run leaves no
+  // file that passes for a whole prediction set, and the previous one untouched.
+  std::unique_ptr<AtomicFile> predictions;
+  if (!a.predictions.empty())
+    predictions = std::make_unique<AtomicFile>(a.predictions, existing_policy(a.force), "--predictions");
 
   std::map<std::string, std::vector<double>> by_task, full_by_task;
   std::vector<double> all, full_all;
@@ -149,13 +158,14 @@ int run_records(const LongBenchArgs& a) {
     if (full_score >= 0) row["full_score"] = full_score, row["full_prediction"] = full_text;
     rows.push_back(std::move(row));
     if (predictions)  // LongBench's own pred/*.jsonl layout, so its eval.py can score the same predictions
-      predictions << nlohmann::json{{"pred", text}, {"answers", record.answers}, {"all_classes", record.all_classes},
-                                    {"length", record.length}}
-                         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-                  << "\n";
+      predictions->write(nlohmann::json{{"pred", text}, {"answers", record.answers}, {"all_classes", record.all_classes},
+                                        {"length", record.length}}
+                             .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                         "\n");
     line.update(static_cast<long>(i + 1));
   }
   line.finish();
+  if (predictions) predictions->commit();
 
   // LongBench reports 100 x the mean score per task.
   nlohmann::json tasks = nlohmann::json::object();
@@ -207,7 +217,10 @@ Command add_eval_longbench(CLI::App& eval) {
   cmd->add_flag("--no-chat", a->no_chat, "never wrap prompts in the model's chat template");
   cmd->add_option("--prompts", a->prompts_file, "JSON object of task -> prompt format, replacing LongBench's");
   cmd->add_flag("--vs-full", a->vs_full, "also run the full cache on every record and report the paired difference");
-  cmd->add_option("--predictions", a->predictions, "write the predictions as LongBench's pred JSONL");
+  cmd->add_option("--predictions", a->predictions,
+                  "write the predictions as LongBench's pred JSONL (put in place when every record is done)");
+  cmd->add_flag("--force", a->force,
+                "replace an existing --predictions file (a link is replaced, never written through)");
   cmd->add_option("--bootstrap-resamples", a->bootstrap.resamples, "bootstrap resamples")->check(CLI::PositiveNumber);
   cmd->add_option("--bootstrap-seed", a->bootstrap.seed, "bootstrap seed");
   cmd->add_flag("--json", a->json, "print a machine-readable record");

@@ -2,9 +2,9 @@
 // a policy and scored as RULER scores them, with bootstrap intervals per task and for the average.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "app/eval_prompts.h"
@@ -12,6 +12,7 @@
 #include "app/eval_subcommands.h"
 #include "app/progress_line.h"
 #include "app/run_options.h"
+#include "core/common/atomic_file.h"
 #include "core/common/error.h"
 #include "core/common/file_text.h"
 #include "core/eval/bootstrap.h"
@@ -30,7 +31,7 @@ struct RulerArgs {
   std::vector<std::string> tasks;
   std::string haystack, write_samples;
   eval::RulerSettings settings;
-  bool no_chat = false, vs_full = false, json = false;
+  bool no_chat = false, vs_full = false, json = false, force = false;
   eval::BootstrapSettings bootstrap;
 };
 
@@ -38,6 +39,12 @@ int run_ruler(const RulerArgs& a) {
   const eval::Protocol protocol = eval::parse_protocol(a.protocol);
   const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget};
   policy::make_policy(cell.policy);
+  if (!a.write_samples.empty()) {
+    std::vector<NamedPath> inputs = run_input_files(&a.model, nullptr, {cell.policy});
+    inputs.push_back({"--haystack", a.haystack});
+    refuse_output_that_is_input({"--write-samples", a.write_samples}, inputs);
+    check_output_path(a.write_samples, existing_policy(a.force), "--write-samples");
+  }
   eval::RulerSettings settings = a.settings;
   settings.tasks = a.tasks;
   settings.essay = eval::ruler_essay(a.haystack);
@@ -48,11 +55,10 @@ int run_ruler(const RulerArgs& a) {
   std::fprintf(stderr, "generating RULER samples at %d tokens...\n", settings.length);
   const auto samples = ruler_samples(model, settings, !a.no_chat);
   eval::Evaluator evaluator(model);
-  std::ofstream written;
-  if (!a.write_samples.empty()) {
-    written.open(a.write_samples);
-    if (!written) throw Error("cannot write --write-samples '" + a.write_samples + "'");
-  }
+  // Put in place once every sample is scored: a failed run leaves the previous file untouched.
+  std::unique_ptr<AtomicFile> written;
+  if (!a.write_samples.empty())
+    written = std::make_unique<AtomicFile>(a.write_samples, existing_policy(a.force), "--write-samples");
   std::map<std::string, std::vector<double>> by_task, full_by_task;
   std::vector<std::string> order;
   nlohmann::json rows = nlohmann::json::array();
@@ -82,17 +88,18 @@ int run_ruler(const RulerArgs& a) {
     row["score"] = score;
     row["peak_cache_bytes"] = answer.memory.peak_bytes;
     if (written)  // what an independent run needs to score the same samples: the exact prompt ids
-      written << nlohmann::json{{"task", s.task}, {"index", s.index}, {"input", s.input},
-                                {"answer_prefix", s.answer_prefix}, {"outputs", s.outputs},
-                                {"max_new_tokens", s.max_new_tokens}, {"prompt_ids", prepared.prompt},
-                                {"appended_ids", prepared.appended}, {"chat", prepared.chat},
-                                {"prediction", answer.text}, {"score", score}}
-                         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-              << "\n";
+      written->write(nlohmann::json{{"task", s.task}, {"index", s.index}, {"input", s.input},
+                                    {"answer_prefix", s.answer_prefix}, {"outputs", s.outputs},
+                                    {"max_new_tokens", s.max_new_tokens}, {"prompt_ids", prepared.prompt},
+                                    {"appended_ids", prepared.appended}, {"chat", prepared.chat},
+                                    {"prediction", answer.text}, {"score", score}}
+                         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                     "\n");
     rows.push_back(std::move(row));
     line.update(static_cast<long>(i + 1));
   }
   line.finish();
+  if (written) written->commit();
   nlohmann::json tasks = nlohmann::json::object();
   for (const auto& name : order) tasks[name] = scored_group_json(by_task[name], full_by_task[name], a.bootstrap);
   // Per sample index, the mean over tasks: samples of one index share nothing but their seed stream, so the
@@ -161,7 +168,10 @@ Command add_eval_ruler(CLI::App& eval) {
   cmd->add_flag("--no-chat", a->no_chat, "do not wrap prompts in the model's chat template (RULER's 'base')");
   cmd->add_flag("--vs-full", a->vs_full, "also run the full cache on every sample and report paired differences");
   cmd->add_option("--write-samples", a->write_samples,
-                  "write every sample (text, prompt ids, expected answers, prediction) as JSONL");
+                  "write every sample (text, prompt ids, expected answers, prediction) as JSONL (put in place when "
+                  "every sample is done)");
+  cmd->add_flag("--force", a->force,
+                "replace an existing --write-samples file (a link is replaced, never written through)");
   cmd->add_option("--bootstrap-resamples", a->bootstrap.resamples, "bootstrap resamples")->check(CLI::PositiveNumber);
   cmd->add_option("--bootstrap-seed", a->bootstrap.seed, "bootstrap seed");
   cmd->add_flag("--json", a->json, "print a machine-readable record");

@@ -4,7 +4,9 @@
 #include <cstdio>
 
 #include "app/subcommands.h"
+#include "core/common/atomic_file.h"
 #include "core/common/error.h"
+#include "core/common/output_is_input.h"
 #ifdef KVSCOPE_HAVE_GUI
 #include "core/trace/hdf5_reader.h"
 #include "core/trace/trace_probe.h"
@@ -23,7 +25,7 @@ struct FigureArgs {
   std::vector<std::string> runs;
   int layer = 0, head = 0, kv_head = 0, step = -1, token = -1, width = 1200, height = 800;
   float font = 0.0f;
-  bool decode = false, values = false, aggregate = false, dark = false;
+  bool decode = false, values = false, aggregate = false, dark = false, force = false;
 };
 
 }  // namespace
@@ -36,6 +38,8 @@ Command register_figure(CLI::App& root) {
   cmd->add_option("trace", a->trace, "HDF5 trace file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--view", a->view, "attention, similarity, layer_stats, budget, timeline, summary, compare");
   cmd->add_option("--out", a->out, "output file, .png or .svg (SVG: line/bar views)")->required();
+  cmd->add_flag("--force", a->force,
+                "replace an existing --out file (a link at --out is replaced, never written through)");
   cmd->add_option("--run", a->run, "run name in the trace (default: the first)");
   cmd->add_option("--runs", a->runs, "compare: runs to show, the first is the reference")->delimiter(',');
   cmd->add_option("--layer", a->layer, "layer")->check(CLI::NonNegativeNumber);
@@ -60,6 +64,8 @@ Command register_figure(CLI::App& root) {
   cmd->add_flag("--dark", a->dark, "dark background, as in the window");
   return {cmd, [a]() {
             if (!a->size.empty()) viewers::parse_size(a->size, a->width, a->height);
+            refuse_output_that_is_input({"--out", a->out}, {{"trace", a->trace}});
+            check_output_path(a->out, existing_policy(a->force), "figure");
             trace::probe_trace(a->trace);
             trace::TraceView view = trace::read_trace(a->trace);
             for (const auto& w : view.warnings) std::fprintf(stderr, "kvscope figure: warning: %s\n", w.c_str());
@@ -90,7 +96,8 @@ Command register_figure(CLI::App& root) {
             for (viewers::Colormap c : viewers::kAllColormaps)
               if (a->cmap == viewers::colormap_name(c)) o.cmap = c;
             const viewers::Figure fig = viewers::view_figure(state, a->view, o);
-            viewers::export_figure(fig, a->out, viewers::ExportOptions{a->width, a->height, a->font, a->dark});
+            viewers::export_figure(fig, a->out, viewers::ExportOptions{a->width, a->height, a->font, a->dark},
+                                   existing_policy(a->force));
             std::printf("%s\n", a->out.c_str());
             return 0;
           }};

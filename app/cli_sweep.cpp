@@ -247,7 +247,7 @@ int run_sweep(SweepArgs a) {
                                                 a.eval_kind + ": " + metric + " vs budget");
     for (const char* ext : {".png", ".svg"}) {
       const auto path = std::filesystem::path(a.out) / ("quality_" + metric + ext);
-      viewers::export_figure(fig, path.string(), {});
+      viewers::export_figure(fig, path.string(), {}, Existing::Replace);  // the sweep's own folder, redrawn on resume
       std::fprintf(stderr, "kvscope sweep: wrote %s\n", path.c_str());
     }
   }

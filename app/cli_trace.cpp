@@ -7,6 +7,7 @@
 
 #include "app/run_options.h"
 #include "app/subcommands.h"
+#include "core/common/atomic_file.h"
 #include "core/common/error.h"
 #include "core/run/execute.h"
 #include "core/trace/hdf5_writer.h"
@@ -59,7 +60,8 @@ Command register_trace(CLI::App& root) {
   cmd->add_option("--policy", args->policies,
                   "policy spec, e.g. h2o or snapkv:window=32 (repeat for several runs in one file; default full)");
   cmd->add_option("--out", args->out, "trace file to write (.h5)")->required();
-  cmd->add_flag("--force", args->force, "overwrite an existing trace file");
+  cmd->add_flag("--force", args->force,
+                "replace an existing trace file (a link at --out is replaced, never written through)");
   cmd->add_option("--record", args->record,
                   "what to record: 'layers=0,3;heads=0;pooling=max|mean;size=512;similarity=on;decode=on;nmse=off;"
                   "attention=on;stats=on;qk=off' (layers/heads: stored at full resolution; the rest pooled to size; "
@@ -87,9 +89,8 @@ Command register_trace(CLI::App& root) {
               names.push_back(name);
               specs.push_back(std::move(spec));
             }
-            std::error_code ec;
-            if (std::filesystem::exists(args->out, ec) && !args->force)
-              throw Error("trace file '" + args->out + "' already exists (pass --force to overwrite it)");
+            refuse_output_that_is_input({"--out", args->out}, run_input_files(&args->model, &args->prompt, policies));
+            check_output_path(args->out, existing_policy(args->force), "trace file");
             const model::Model model = args->model.load();
             // Everything that can be refused is refused before the file is touched.
             for (const auto& spec : specs) run::check_fits(spec, model);

@@ -7,6 +7,7 @@
 #include "core/common/error.h"
 #include "core/model/chat_date.h"
 #include "core/model/chat_messages_file.h"
+#include "core/policy/policy_file.h"
 
 namespace kvscope::app {
 
@@ -139,6 +140,30 @@ std::string with_allocation(const std::string& policy_spec, const std::string& a
 
 void print_policy_warnings(const std::vector<std::string>& warnings) {
   for (const auto& w : warnings) std::fprintf(stderr, "kvscope: warning: %s\n", w.c_str());
+}
+
+std::vector<NamedPath> run_input_files(const ModelOptions* model, const PromptOptions* prompt,
+                                       const std::vector<std::string>& policies) {
+  std::vector<NamedPath> files;
+  if (model) {
+    try {
+      files.push_back({"--model", model->path()});
+    } catch (const std::exception&) {
+      files.push_back({"--model", model->model_path});  // no model found: loading it reports that
+    }
+  }
+  if (prompt) {
+    files.push_back({"--prompt-file", prompt->prompt_file});
+    files.push_back({"--messages", prompt->messages_file});
+    files.push_back({"--chat-template", prompt->chat_template_file});
+  }
+  for (const auto& policy : policies) {
+    try {
+      if (const auto spec = policy::parse_policy_file_spec(policy)) files.push_back({"--policy", spec->path});
+    } catch (const UsageError&) {  // a malformed spec is reported where the policy is made
+    }
+  }
+  return files;
 }
 
 }  // namespace kvscope::app

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/common/output_is_input.h"
 #include "core/engine/engine.h"
 #include "core/model/model.h"
 #include "core/run/run_spec.h"
@@ -60,6 +61,11 @@ struct GenerationFlags {
 // `--allocation NAME` is shorthand for the policy parameter allocation=NAME (the papers combine any token
 // scorer with any layer allocation); it is an error to give both.
 std::string with_allocation(const std::string& policy_spec, const std::string& allocation);
+
+// The files a run reads, each with its option (--model, --prompt-file, --messages, --chat-template, and the file of
+// each python:/plugin: --policy), for refuse_output_that_is_input. `model` or `prompt` may be null.
+std::vector<NamedPath> run_input_files(const ModelOptions* model, const PromptOptions* prompt,
+                                       const std::vector<std::string>& policies);
 
 // The policy's warnings on stderr, one "kvscope: warning:" line each (they are in the trace's metadata too).
 void print_policy_warnings(const std::vector<std::string>& warnings);

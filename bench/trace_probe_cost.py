@@ -65,7 +65,7 @@ def main():
         png = os.path.join(tmp, "fig.png")
         probe = best_of([binary, "__probe-trace", trace], args.repeat, env)
         inspect = best_of([binary, "inspect", trace], args.repeat, env)
-        figure = best_of([binary, "figure", trace, "--view", "attention", "--out", png], args.repeat, env)
+        figure = best_of([binary, "figure", trace, "--view", "attention", "--out", png, "--force"], args.repeat, env)
         print(f"trace {size_mb:.1f} MB, {args.repeat} runs each, {os.cpu_count()} cores, load average "
               f"{os.getloadavg()[0]:.1f}")
         print(f"{'':8s} {'best wall':>10s} {'median wall':>12s} {'best CPU':>10s}")

@@ -158,17 +158,17 @@ std::string lower_extension(const std::string& path) {
 
 }  // namespace
 
-void export_figure(const Figure& figure, const std::string& path, const ExportOptions& options) {
+void export_figure(const Figure& figure, const std::string& path, const ExportOptions& options, Existing existing) {
   const std::string ext = lower_extension(path);
   if (ext == "svg") {
     const float font = options.font_px > 0 ? options.font_px : std::max(12.0f, std::round(options.height / 50.0f));
     const std::string svg = figure_svg(figure, options.width, options.height, font);
-    write_file_atomically(path, svg, "SVG");
+    write_file_atomically(path, svg, "SVG", existing);
     return;
   }
   if (ext != "png") throw UsageError("cannot export to '" + path + "': use a .png or .svg file name");
   FigureRenderer renderer;
-  write_png(renderer.render(figure, options), path);
+  write_png(renderer.render(figure, options), path, existing);
 }
 
 }  // namespace kvscope::viewers

@@ -51,8 +51,9 @@ class FigureRenderer {
   ImPlotContext* implot_ = nullptr;
 };
 
-// Writes PNG or SVG by the path's extension (.png, .svg); throws Error for other extensions, for SVG of
-// heatmaps, or when the file cannot be written.
-void export_figure(const Figure& figure, const std::string& path, const ExportOptions& options);
+// Writes PNG or SVG by the path's extension (.png, .svg) through an AtomicFile (an existing file is replaced
+// or refused as `existing` says); throws Error for other extensions, for SVG of heatmaps, or when the file
+// cannot be written.
+void export_figure(const Figure& figure, const std::string& path, const ExportOptions& options, Existing existing);
 
 }  // namespace kvscope::viewers

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/common/atomic_file.h"
 #include "core/common/error.h"
 #include "viewers/figure_export.h"
 #include "viewers/panel.h"
@@ -157,7 +158,7 @@ class App {
   void export_panel(const std::string& key, const std::string& path, const ExportOptions& options);
 
   GuiOptions options_;
-  std::FILE* timing_ = nullptr;
+  std::unique_ptr<AtomicFile> timing_;  // --timing-log, put in place when the window closes
   Clock::time_point started_ = Clock::now();
   GLFWwindow* window_;
   Session session_;
@@ -213,8 +214,8 @@ void App::fail(const std::string& message) {
 void App::start() {
   if (!options_.script.empty()) script_ = load_script(options_.script);  // parse errors are usage errors
   if (!options_.timing_log.empty()) {
-    timing_ = std::fopen(options_.timing_log.c_str(), "w");
-    if (!timing_) throw Error("cannot write the timing log '" + options_.timing_log + "'");
+    // The window replaces its own outputs (a benchmark reruns with one log name), never through a link.
+    timing_ = std::make_unique<AtomicFile>(options_.timing_log, Existing::Replace, "timing log");
   }
   {
     // How the model shares the CPU with drawing decides how fast a live run finishes (app/openmp_wait_policy.h).
@@ -246,7 +247,7 @@ void App::log_timing(const std::string& event, const nlohmann::json& fields) {
   nlohmann::json j = fields;
   j["t"] = std::chrono::duration<double>(Clock::now() - started_).count();
   j["event"] = event;
-  std::fprintf(timing_, "%s\n", j.dump().c_str());
+  timing_->write(j.dump() + "\n");
 }
 
 void App::apply_updates() {
@@ -417,7 +418,7 @@ void App::export_panel(const std::string& key, const std::string& path, const Ex
   if (!p) throw UsageError("no panel '" + key + "'");
   const Figure f = p->figure(state_);
   if (f.empty()) throw Error("panel '" + p->title() + "' has nothing to export yet");
-  export_figure(f, path, options);
+  export_figure(f, path, options, Existing::Replace);  // the export dialog's own path, as a screenshot's
   state_.log.push_back("exported " + p->title() + " to " + path);
 }
 
@@ -786,7 +787,7 @@ int App::run() {
     }
     if (!screenshot_path_.empty()) {
       try {
-        write_png(read_framebuffer(w, h), screenshot_path_);
+        write_png(read_framebuffer(w, h), screenshot_path_, Existing::Replace);
         state_.log.push_back("screenshot saved to " + screenshot_path_);
         std::fprintf(stderr, "kvscope gui: screenshot %s (%dx%d)\n", screenshot_path_.c_str(), w, h);
       } catch (const std::exception& e) {
@@ -808,7 +809,7 @@ int App::run() {
     last = now;
   }
   stats_.report();
-  if (timing_) std::fclose(timing_);
+  if (timing_) timing_->commit();
   return exit_code_;
 }
 

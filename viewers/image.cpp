@@ -33,7 +33,7 @@ std::size_t Image::distinct_colors() const {
   return seen.size();
 }
 
-void write_png(const Image& image, const std::string& path) {
+void write_png(const Image& image, const std::string& path, Existing existing) {
   if (image.empty()) throw Error("cannot write '" + path + "': the image is empty");
   std::vector<uint8_t> rgb(static_cast<std::size_t>(image.width) * image.height * 3);
   for (std::size_t i = 0, j = 0; i < image.rgba.size(); i += 4, j += 3) {
@@ -43,7 +43,7 @@ void write_png(const Image& image, const std::string& path) {
   auto append = [](void* out, void* data, int size) { static_cast<std::string*>(out)->append(static_cast<const char*>(data), size); };
   if (!stbi_write_png_to_func(append, &png, image.width, image.height, 3, rgb.data(), image.width * 3))
     throw Error("cannot write PNG '" + path + "': encoding failed");
-  write_file_atomically(path, png, "PNG");
+  write_file_atomically(path, png, "PNG", existing);
 }
 
 }  // namespace kvscope::viewers

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "core/common/atomic_file.h"
+
 namespace kvscope::viewers {
 
 struct Rgba {
@@ -32,7 +34,8 @@ struct Image {
   std::size_t distinct_colors() const;
 };
 
-// Writes RGB (alpha dropped) PNG; throws Error naming the path when it cannot be written.
-void write_png(const Image& image, const std::string& path);
+// Writes RGB (alpha dropped) PNG through an AtomicFile (an existing file replaced or refused as `existing` says);
+// throws Error naming the path when it cannot be written.
+void write_png(const Image& image, const std::string& path, Existing existing);
 
 }  // namespace kvscope::viewers

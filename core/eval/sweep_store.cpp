@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -30,9 +31,12 @@ std::string read_file(const fs::path& path) {
   return ss.str();
 }
 
-// Writes the whole text and fsyncs, so a line is either complete on disk or absent after a kill.
+// Writes the whole text and fsyncs, so a line is either complete on disk or absent after a kill. rows.csv grows
+// in place (resuming reads it back), so it is the one file not written through an AtomicFile: a link in its
+// place is refused rather than followed.
 void append_durably(const fs::path& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd < 0 && errno == ELOOP) throw Error("'" + path.string() + "' is a link; refusing to append through it");
   if (fd < 0) throw Error("cannot open '" + path.string() + "' for appending");
   const ssize_t written = ::write(fd, text.data(), text.size());
   const bool ok = written == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
@@ -297,10 +301,10 @@ void SweepStore::write_hdf5(const std::vector<CellSummary>* summary, const Boots
                             const std::string* baseline) const {
   namespace h5 = trace::h5;
   h5::silence_errors();
-  const fs::path tmp = hdf5_path().string() + ".tmp";
+  AtomicFile out(hdf5_path(), Existing::Replace, "sweep file");
   {
-    h5::Handle file(h5::check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
-                              "cannot create '" + tmp.string() + "'"));
+    h5::Handle file(h5::check(H5Fcreate(out.temp_path().c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                              "cannot create '" + hdf5_path().string() + "'"));
     h5::Handle group = h5::ensure_group(file, "eval");
     h5::set_attr(group, "eval", grid_.eval_kind);
     h5::set_attr(group, "grid", grid_.to_json().dump());
@@ -321,7 +325,7 @@ void SweepStore::write_hdf5(const std::vector<CellSummary>* summary, const Boots
       });
     if (summary) write_summary_group(group, *summary, *settings, *baseline);
   }
-  fs::rename(tmp, hdf5_path());
+  out.commit();
 }
 
 }  // namespace kvscope::eval

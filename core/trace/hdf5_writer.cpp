@@ -70,16 +70,13 @@ struct Hdf5Writer::State {
 };
 
 Hdf5Writer::Hdf5Writer(const std::filesystem::path& path, const WriterOptions& options)
-    : path_(path), options_(options), state_(std::make_unique<State>()) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw Error("trace file '" + path.string() + "' is a directory");
-  if (std::filesystem::exists(path, ec) && !options.force)
-    throw Error("trace file '" + path.string() + "' already exists (pass --force to overwrite it)");
-  const auto parent = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
-  if (!std::filesystem::is_directory(parent, ec))
-    throw Error("cannot create trace file '" + path.string() + "': folder '" + parent.string() + "' does not exist");
-
-  state_->path = partial_path(path).string();
+    : path_(path),
+      options_(options),
+      file_(path, existing_policy(options.force), "trace file"),
+      state_(std::make_unique<State>()) {
+  // HDF5 opens the file by name: the name is inside the AtomicFile's private folder, where nothing can
+  // stand in for it, and the empty file there is ours (H5F_ACC_TRUNC keeps its inode).
+  state_->path = file_.temp_path().string();
   thread_ = std::thread([this] { thread_main(); });
   auto created = std::make_shared<std::promise<void>>();
   auto done = created->get_future();
@@ -94,7 +91,7 @@ Hdf5Writer::Hdf5Writer(const std::filesystem::path& path, const WriterOptions& o
                           H5Pset_file_locking(fapl, true, true);
 #endif
                           state_->file = Handle(h5::check(H5Fcreate(state_->path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl),
-                                                          "cannot create trace file '" + state_->path + "'"));
+                                                          "cannot create trace file '" + path_.string() + "'"));
                           h5::set_attr(state_->file, "format", std::string(h5::kFormatName));
                           h5::set_attr(state_->file, "format_version", static_cast<int64_t>(h5::kFormatVersion));
                           h5::set_attr(state_->file, "created_by",
@@ -123,10 +120,6 @@ Hdf5Writer::Hdf5Writer(const std::filesystem::path& path, const WriterOptions& o
   }
 }
 
-std::filesystem::path Hdf5Writer::partial_path(const std::filesystem::path& path) {
-  return path.string() + ".partial";
-}
-
 Hdf5Writer::~Hdf5Writer() {
   if (closed_) return;
   {
@@ -135,8 +128,7 @@ Hdf5Writer::~Hdf5Writer() {
   }
   not_empty_.notify_one();
   if (thread_.joinable()) thread_.join();
-  std::error_code ec;
-  std::filesystem::remove(partial_path(path_), ec);
+  file_.abandon();
 }
 
 void Hdf5Writer::thread_main() {
@@ -167,8 +159,8 @@ void Hdf5Writer::thread_main() {
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lock(mutex_);
         const std::string message = e.what();
-        error_ = message.find(state_->path) != std::string::npos ? message
-                                                                 : "trace file '" + state_->path + "': " + message;
+        error_ = message.find(path_.string()) != std::string::npos ? message
+                                                                   : "trace file '" + path_.string() + "': " + message;
       }
     }
     {
@@ -239,20 +231,13 @@ void Hdf5Writer::close() {
   not_empty_.notify_one();
   if (thread_.joinable()) thread_.join();
   closed_ = true;
-  std::error_code ec;
-  const auto partial = partial_path(path_);
   try {
     rethrow_if_failed();
   } catch (...) {
-    std::filesystem::remove(partial, ec);
+    file_.abandon();
     throw;
   }
-  std::filesystem::rename(partial, path_, ec);
-  if (ec) {
-    std::filesystem::remove(partial, ec);
-    throw Error("trace file '" + path_.string() + "' could not be put in place (renaming '" + partial.string() +
-                "' failed: " + ec.message() + ")");
-  }
+  file_.commit();
 }
 
 namespace {

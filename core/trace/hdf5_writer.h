@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/common/atomic_file.h"
 #include "core/policy/diagnostics.h"
 #include "core/trace/chunk_deflate.h"
 #include "core/trace/trace_sink.h"
@@ -31,21 +32,24 @@ struct WriterOptions {
   std::size_t queue_bytes = 64u << 20;      // queued payload beyond which the caller waits
 };
 
-// The file is written under a partial name beside the target (`PATH.partial`) and renamed to PATH by a
-// successful close(): until then an existing PATH is untouched, and a writer destroyed without close() (a
-// run that failed) removes its partial file. A process killed mid-write leaves `PATH.partial`, which reads
-// as a trace with its last run incomplete.
+// The file is written through an AtomicFile (core/common/atomic_file.h): created in a private folder beside
+// the target, `.NAME.kvscope-XXXXXX.tmp/NAME`, and renamed to PATH by a successful close(): until then an
+// existing PATH is untouched, and a writer destroyed without close() (a run that failed) removes its
+// temporary file. A process killed mid-write leaves that folder, whose file reads as a trace with its last
+// run incomplete. With force, close() replaces PATH (a link at PATH is replaced, never written through);
+// without it, close() refuses a PATH that appeared during the run.
 class Hdf5Writer final : public TraceSink {
  public:
-  // Creates the partial file before returning; throws Error naming the path when PATH exists (without
+  // Creates the temporary file before returning; throws Error naming the path when PATH exists (without
   // force) or the file cannot be created.
   explicit Hdf5Writer(const std::filesystem::path& path, const WriterOptions& options = {});
-  ~Hdf5Writer();  // without close(): abandons the file (the partial one is removed, PATH untouched)
-  static std::filesystem::path partial_path(const std::filesystem::path& path);
+  ~Hdf5Writer();  // without close(): abandons the file (the temporary one is removed, PATH untouched)
   Hdf5Writer(const Hdf5Writer&) = delete;
   Hdf5Writer& operator=(const Hdf5Writer&) = delete;
 
   const std::filesystem::path& path() const { return path_; }
+  // Where the file is written until close() puts it at path().
+  std::filesystem::path temp_path() const { return file_.temp_path(); }
   // Milliseconds callers spent waiting for room in the queue (the writer thread fell behind).
   double blocked_ms() const {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -75,7 +79,7 @@ class Hdf5Writer final : public TraceSink {
   // Waits until everything queued so far is written and flushed; re-throws the writer thread's first error.
   void sync();
   // Waits for the queue, closes the file and puts it in place at PATH; re-throws the writer thread's first
-  // error (and removes the partial file) when any write failed.
+  // error (and removes the temporary file) when any write failed.
   void close();
 
  private:
@@ -91,6 +95,7 @@ class Hdf5Writer final : public TraceSink {
 
   std::filesystem::path path_;
   WriterOptions options_;
+  AtomicFile file_;  // created before the writer thread starts; committed by close()
   std::unique_ptr<State> state_;  // HDF5 handles; touched only by the writer thread
   std::vector<std::string> run_names_;
   // Chunk layouts of the maps receiving rows, by (run, dataset), for packing on the caller's thread.

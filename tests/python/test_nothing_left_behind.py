@@ -7,10 +7,11 @@ limit that scales with the file, and refused or failed writes leave no file (and
 - The same for `kvscope sweep --workers 2`: its worker processes must die with it.
 - KVSCOPE_PROBE_TIMEOUT=1 refuses the stalled file in about a second, naming the limit.
 - `kvscope trace --force` over a good trace with a prompt longer than the context, or a policy that fails
-  mid-run, exits non-zero and leaves the good trace byte for byte, with no partial file beside it; kill -9
-  of a trace mid-write leaves the previous file untouched too.
+  mid-run, exits non-zero and leaves the good trace byte for byte, with no temporary file beside it; kill -9
+  of a trace mid-write leaves the previous file untouched too, and at most the writer's hidden folder.
 """
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -144,24 +145,26 @@ def refused_writes_keep_the_old_file(tmp):
     mid = subprocess.Popen([BINARY, "trace", "--prompt-file", os.path.join(SOURCE, "sample_data", "prompts_long", "lathe_manual.txt"),
                             "--max-new-tokens", "64", "--out", good, "--force", "--quiet"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    partial = good + ".partial"
+    def temporaries():  # the writer's private folder, .good.h5.kvscope-XXXXXX.tmp
+        return [n for n in os.listdir(tmp) if n.startswith(".good.h5.kvscope-") and n.endswith(".tmp")]
     deadline = time.time() + 120
-    while time.time() < deadline and not os.path.exists(partial) and mid.poll() is None:
+    while time.time() < deadline and not temporaries() and mid.poll() is None:
         time.sleep(0.05)
     time.sleep(0.5)
     mid.kill()
     mid.wait()
     with open(good, "rb") as f:
         check(f.read() == before, "the good trace is untouched after the refusals, the failure and kill -9 mid-write")
-    leftovers = [n for n in os.listdir(tmp) if n.startswith("good.h5.") and n != "good.h5.partial"]
+    leftovers = [n for n in os.listdir(tmp) if n.startswith("good.h5") and n != "good.h5"]
     check(not leftovers, f"no other file beside it ({leftovers})")
-    if os.path.exists(partial):  # what kill -9 leaves: the partial file, named as such
-        os.remove(partial)
+    check(len(temporaries()) <= 1, f"kill -9 leaves at most the writer's hidden folder ({temporaries()})")
+    for folder in temporaries():  # what kill -9 leaves: the temporary folder, named as such
+        shutil.rmtree(os.path.join(tmp, folder))
 
     fig = os.path.join(tmp, "figure.png")
+    names_before = sorted(os.listdir(tmp))
     res = subprocess.run([BINARY, "figure", good, "--view", "no_such_view", "--out", fig], capture_output=True, text=True)
-    check(res.returncode != 0 and not os.path.exists(fig) and not os.path.exists(fig + ".partial"),
-          "a refused figure writes nothing")
+    check(res.returncode != 0 and sorted(os.listdir(tmp)) == names_before, "a refused figure writes nothing")
     res = subprocess.run([BINARY, "figure", good, "--view", "attention", "--out", fig], capture_output=True, text=True)
     check(res.returncode == 0 and os.path.getsize(fig) > 1000, f"a figure is written ({res.stderr.strip()})")
     with open(fig, "rb") as f:
@@ -169,10 +172,10 @@ def refused_writes_keep_the_old_file(tmp):
     damaged = os.path.join(tmp, "damaged.h5")
     with open(damaged, "wb") as f:
         f.write(before[: len(before) // 3])
-    res = subprocess.run([BINARY, "figure", damaged, "--view", "attention", "--out", fig],
+    res = subprocess.run([BINARY, "figure", damaged, "--view", "attention", "--out", fig, "--force"],
                          capture_output=True, text=True)
     with open(fig, "rb") as f:
-        check(res.returncode != 0 and f.read() == previous and not os.path.exists(fig + ".partial"),
+        check(res.returncode != 0 and f.read() == previous and not [n for n in os.listdir(tmp) if ".figure.png." in n],
               f"a figure of a damaged trace fails and leaves the previous figure ({res.returncode}: {res.stderr.strip()[-200:]})")
     check("damaged" in res.stderr or "is not" in res.stderr or "truncated" in res.stderr, "... with an error about the file")
 

@@ -184,14 +184,14 @@ TEST_CASE("line plots export to SVG; heatmaps do not", "[figure]") {
 
   const auto dir = std::filesystem::temp_directory_path() / "kvscope_figure_test";
   std::filesystem::create_directories(dir);
-  export_figure(f, (dir / "lines.svg").string(), ExportOptions{});
-  export_figure(h, (dir / "map.png").string(), ExportOptions{320, 240, 0.0f, false});
+  export_figure(f, (dir / "lines.svg").string(), ExportOptions{}, Existing::Replace);
+  export_figure(h, (dir / "map.png").string(), ExportOptions{320, 240, 0.0f, false}, Existing::Replace);
   CHECK(std::filesystem::file_size(dir / "lines.svg") > 500);
   std::ifstream png(dir / "map.png", std::ios::binary);
   char magic[8] = {};
   png.read(magic, 8);
   CHECK(std::string(magic + 1, 3) == "PNG");
-  CHECK_THROWS_AS(export_figure(f, (dir / "x.jpg").string(), ExportOptions{}), UsageError);
+  CHECK_THROWS_AS(export_figure(f, (dir / "x.jpg").string(), ExportOptions{}, Existing::Replace), UsageError);
   std::filesystem::remove_all(dir);
 }
 

@@ -191,3 +191,33 @@ TEST_CASE("a folder written with fewer metric columns is refused with the missin
   }
   CHECK(slurp(dir / "rows.csv") == csv_before);
 }
+
+TEST_CASE("sweep files are never written through a link: eval.h5's is replaced, rows.csv's refused") {
+  const fs::path dir = fresh_dir("sweep_links");
+  const auto g = small_grid();
+  const fs::path victim = fresh_dir("sweep_links_victim");
+  { std::ofstream(victim) << "the victim"; }
+  {
+    eval::SweepStore store(dir, g);
+    store.append(row_for(g, 0, 1.0));
+  }
+  fs::remove(dir / "eval.h5");
+  fs::create_symlink(victim, dir / "eval.h5");
+  {
+    eval::SweepStore store(dir, g);
+    store.append(row_for(g, 1, 1.0));  // rewrites eval.h5
+  }
+  CHECK_FALSE(fs::is_symlink(dir / "eval.h5"));
+  CHECK(slurp(victim) == "the victim");
+
+  // rows.csv grows in place: a link there is refused, and what it points to keeps its bytes.
+  const std::string rows = slurp(dir / "rows.csv");
+  { std::ofstream(victim, std::ios::trunc) << rows; }
+  fs::remove(dir / "rows.csv");
+  fs::create_symlink(victim, dir / "rows.csv");
+  eval::SweepStore store(dir, g);
+  CHECK_THROWS_WITH(store.append(row_for(g, 2, 1.0)), Catch::Contains("is a link"));
+  CHECK(slurp(victim) == rows);
+  fs::remove_all(dir);
+  fs::remove(victim);
+}

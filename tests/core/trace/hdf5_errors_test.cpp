@@ -12,6 +12,7 @@
 #include <fstream>
 #include <random>
 
+#include "core/common/atomic_file.h"
 #include "core/common/error.h"
 #include "core/trace/hdf5_reader.h"
 #include "core/trace/hdf5_util.h"
@@ -67,11 +68,11 @@ TEST_CASE("writer refuses an existing file unless forced", "[trace][errors]") {
     w.close();
   }
   CHECK(read_trace(path).runs.empty());
-  CHECK_FALSE(fs::exists(Hdf5Writer::partial_path(path)));
+  CHECK(leftover_temporary_folders(path).empty());
   fs::remove(path);
 }
 
-TEST_CASE("a writer that fails or is abandoned leaves the previous file untouched and nothing partial", "[trace][errors]") {
+TEST_CASE("a writer that fails or is abandoned leaves the previous file untouched and no temporary file", "[trace][errors]") {
   const fs::path path = temp_file("abandoned");
   { std::ofstream(path) << "the previous trace"; }
   WriterOptions force;
@@ -84,15 +85,16 @@ TEST_CASE("a writer that fails or is abandoned leaves the previous file untouche
     Recorder rec(options, {&writer}, fake.recorded_run("half"));
     fake.prefill_step(rec);
     writer.sync();
-    CHECK(fs::exists(Hdf5Writer::partial_path(path)));
+    CHECK(fs::exists(writer.temp_path()));
+    CHECK(leftover_temporary_folders(path).size() == 1);
   }
   CHECK(fs::file_size(path) == 18);
-  CHECK_FALSE(fs::exists(Hdf5Writer::partial_path(path)));
+  CHECK(leftover_temporary_folders(path).empty());
   // Without a previous file, an abandoned one leaves no file at all.
   fs::remove(path);
   { Hdf5Writer writer(path); }
   CHECK_FALSE(fs::exists(path));
-  CHECK_FALSE(fs::exists(Hdf5Writer::partial_path(path)));
+  CHECK(leftover_temporary_folders(path).empty());
 }
 
 TEST_CASE("writer names the path it cannot create", "[trace][errors]") {
@@ -103,9 +105,9 @@ TEST_CASE("writer names the path it cannot create", "[trace][errors]") {
   // /proc accepts no new files, even for root.
   e = error_of([&] { Hdf5Writer w("/proc/kvscope_trace_test.h5"); });
   CHECK(contains(e, "/proc/kvscope_trace_test.h5"));
-  CHECK(contains(e, "cannot create"));
+  CHECK(contains(e, "cannot write trace file"));
   e = error_of([&] { Hdf5Writer w(fs::temp_directory_path()); });
-  CHECK(contains(e, "is a directory"));
+  CHECK(contains(e, "is a folder"));
 }
 
 TEST_CASE("reader rejects files that are not HDF5", "[trace][errors]") {
@@ -200,10 +202,9 @@ TEST_CASE("truncated traces give an Error at every size, never a crash", "[trace
   fs::remove(good);
 }
 
-TEST_CASE("a writer killed mid-run leaves its partial file, which reads with a warning", "[trace][errors]") {
+TEST_CASE("a writer killed mid-run leaves its temporary file, which reads with a warning", "[trace][errors]") {
   const fs::path target = temp_file("killed");
   { std::ofstream(target) << "the previous trace"; }
-  const fs::path path = Hdf5Writer::partial_path(target);
   const pid_t child = fork();
   REQUIRE(child >= 0);
   if (child == 0) {
@@ -231,6 +232,10 @@ TEST_CASE("a writer killed mid-run leaves its partial file, which reads with a w
   waitpid(child, &status, 0);
   REQUIRE(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGKILL);
+  // What kill -9 leaves: the writer's hidden folder beside the target, `.NAME.kvscope-XXXXXX.tmp/NAME`.
+  const auto leftovers = leftover_temporary_folders(target);
+  REQUIRE(leftovers.size() == 1);
+  const fs::path path = leftovers[0] / target.filename();
   TraceView view;
   REQUIRE_NOTHROW(view = read_trace(path));
   REQUIRE(view.runs.size() == 1);
@@ -247,14 +252,13 @@ TEST_CASE("a writer killed mid-run leaves its partial file, which reads with a w
   const TraceSummary s = summarize_trace(path);
   CHECK_FALSE(s.runs.at(0).complete);
   CHECK(fs::file_size(target) == 18);  // kill -9 mid-write: the previous file is untouched
-  fs::remove(path);
+  fs::remove_all(leftovers[0]);
   fs::remove(target);
 }
 
 TEST_CASE("a writer killed at an arbitrary moment never crashes the reader", "[trace][errors]") {
   for (int delay_ms : {5, 30, 120}) {
     const fs::path target = temp_file("killed_any_" + std::to_string(delay_ms));
-    const fs::path path = Hdf5Writer::partial_path(target);
     int ready[2];
     REQUIRE(pipe(ready) == 0);
     const pid_t child = fork();
@@ -286,6 +290,9 @@ TEST_CASE("a writer killed at an arbitrary moment never crashes the reader", "[t
     int status = 0;
     waitpid(child, &status, 0);
     CHECK_FALSE(fs::exists(target));  // never closed: never put in place
+    const auto leftovers = leftover_temporary_folders(target);
+    REQUIRE(leftovers.size() == 1);
+    const fs::path path = leftovers[0] / target.filename();
     // Either a readable file (the last run incomplete) or an Error naming the file: both are fine, a
     // crash or another exception type is not.
     try {
@@ -295,7 +302,7 @@ TEST_CASE("a writer killed at an arbitrary moment never crashes the reader", "[t
     } catch (const Error& e) {
       CHECK(contains(e.what(), path.string()));
     }
-    fs::remove(path);
+    fs::remove_all(leftovers[0]);
   }
 }
 
