@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <vector>
 
 #include "core/common/error.h"
@@ -45,6 +47,17 @@ std::string random_suffix() {
 
 std::string temporary_prefix(const std::string& name) { return "." + name + ".kvscope-"; }
 
+// The writers not yet committed or abandoned, for abandon_unfinished_files(). Never destroyed: an exit
+// handler may read them after static destructors would have run.
+std::mutex& unfinished_mutex() {
+  static auto* mutex = new std::mutex;
+  return *mutex;
+}
+std::set<AtomicFile*>& unfinished() {
+  static auto* files = new std::set<AtomicFile*>;
+  return *files;
+}
+
 }  // namespace
 
 void check_output_path(const fs::path& path, Existing existing, const std::string& what) {
@@ -81,9 +94,21 @@ AtomicFile::AtomicFile(const fs::path& path, Existing existing, const std::strin
   if (dir_fd_ >= 0)
     fd_ = ::openat(dir_fd_, file_name_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
   if (fd_ < 0) fail(errno_text(errno));
+  const std::lock_guard lock(unfinished_mutex());
+  unfinished().insert(this);
 }
 
-AtomicFile::~AtomicFile() { abandon(); }
+AtomicFile::~AtomicFile() {
+  abandon();
+  const std::lock_guard lock(unfinished_mutex());
+  unfinished().erase(this);
+}
+
+void abandon_unfinished_files() noexcept {
+  std::unique_lock lock(unfinished_mutex(), std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  for (AtomicFile* file : unfinished()) file->abandon();
+}
 
 fs::path AtomicFile::temp_path() const { return folder_of(path_) / dir_name_ / file_name_; }
 

@@ -67,6 +67,11 @@ class AtomicFile {
 void write_file_atomically(const std::filesystem::path& path, std::string_view bytes, const std::string& what = "file",
                            Existing existing = Existing::Replace);
 
+// Abandons every AtomicFile of the process that is not committed yet. For a process that is ending without
+// unwinding (a user's plugin called exit()): its writers' destructors never run, and their temporary folders
+// would stay. Never blocks: a writer another thread is creating at that moment is skipped.
+void abandon_unfinished_files() noexcept;
+
 // The temporary folders a killed writer of PATH left beside it (`.NAME.kvscope-*.tmp`).
 std::vector<std::filesystem::path> leftover_temporary_folders(const std::filesystem::path& path);
 

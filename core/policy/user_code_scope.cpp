@@ -8,6 +8,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/common/atomic_file.h"
+
 namespace kvscope::policy {
 
 namespace {
@@ -90,6 +92,9 @@ void on_exit_with(int status, void*) {
   if (status == 0) line << " (exit status 1)";
   line.write_to_stderr();
   std::fflush(nullptr);
+  // The process ends here without unwinding: the outputs it was writing (a trace under --force) would leave
+  // their temporary folders beside the untouched old files.
+  abandon_unfinished_files();
   _exit(code);
 }
 
@@ -101,6 +106,7 @@ void on_quick_exit() {
   line.site(*scope) << " ended the process with quick_exit()";
   line.callback(*scope) << "; a policy may not end kvscope's process (exit status 1)";
   line.write_to_stderr();
+  abandon_unfinished_files();
   _exit(1);
 }
 

@@ -3,7 +3,7 @@
 // calling thread around every call into that code. When such code ends the process in a way that cannot be
 // turned into an error, the process still names the file and the callback, and never looks like success:
 // - exit() or quick_exit() (in a plugin, or C code under Python): stderr names the file and callback, and an
-//   exit status of 0 becomes 1;
+//   exit status of 0 becomes 1, and the outputs being written are abandoned (the old files stay as they were);
 // - a crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT): stderr names them, then the process dies of the signal
 //   as before (a sanitizer's handler, where one was installed, still gets it).
 // Python's os._exit and SystemExit never get this far: the interpreter refuses them (core/python/interpreter.h).

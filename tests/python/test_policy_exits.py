@@ -53,7 +53,7 @@ def short(res):
     return f"{res.returncode}: {res.stderr.strip()[-500:]}"
 
 
-def run_commands(policy, tmp, tag, survivable=True):
+def run_commands(policy, tmp, tag):
     """The policy through generate, trace --force over an old trace, eval and sweep: (command, result)."""
     common = ["--model", MODEL, "--prompt", PROMPT]
     out = []
@@ -69,9 +69,9 @@ def run_commands(policy, tmp, tag, survivable=True):
     out.append(("trace --force", res))
     if before:
         check(os.path.exists(old) and sha256(old) == before, f"{tag}: trace --force leaves the old trace as it was")
-        # A process that survives cleans up; one a plugin ended leaves its temporary file, as a kill -9 does.
-        if survivable:
-            check(sorted(os.listdir(traces)) == ["old.h5"], f"{tag}: ... and nothing beside it ({sorted(os.listdir(traces))})")
+        # A process that survives cleans up, and so does one a plugin ended with exit() (its exit handler
+        # abandons the outputs being written).
+        check(sorted(os.listdir(traces)) == ["old.h5"], f"{tag}: ... and nothing beside it ({sorted(os.listdir(traces))})")
     out.append(("eval", kvscope("eval", "fidelity", *common, "--policy", policy, "--budget", "50%",
                                 "--max-new-tokens", "2")))
     sweep = os.path.join(tmp, f"sweep_{tag}")
@@ -109,7 +109,7 @@ def main():
 
         # Plugins: exit(0) in score() cannot be survived; the status is not 0 and stderr says who.
         exiting = os.path.abspath(os.path.join(PLUGINS, "exiting_plugin.so"))
-        for command, res in run_commands("plugin:" + exiting, tmp, "plugin_exit", survivable=False):
+        for command, res in run_commands("plugin:" + exiting, tmp, "plugin_exit"):
             check(res.returncode != 0 and exiting in res.stderr and "exit(0) in score()" in res.stderr,
                   f"exit(0) in a plugin's score(): {command} exits non-zero naming the plugin ({short(res)})")
         sweep = os.path.join(tmp, "sweep_workers")

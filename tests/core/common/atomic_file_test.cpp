@@ -172,6 +172,23 @@ TEST_CASE("an abandoned or failed writer leaves the old target and no temporary 
   CHECK(dir.names() == std::vector<std::string>{"trace.h5"});
 }
 
+TEST_CASE("abandon_unfinished_files removes every writer's temporary folder, committed ones untouched",
+          "[common][atomic]") {
+  // What the exit handler of a plugin's exit() does: no destructor runs after it.
+  Folder dir("atomic_unfinished");
+  const fs::path old_trace = dir.path / "trace.h5", figure = dir.path / "figure.png";
+  { std::ofstream(old_trace) << "previous"; }
+  write_file_atomically(figure, "done", "PNG");
+  AtomicFile first(old_trace, Existing::Replace, "trace file");
+  AtomicFile second(dir.path / "samples.jsonl", Existing::Refuse, "samples");
+  first.write("half");
+  CHECK(dir.names().size() == 4);  // the two files and the two private folders
+  abandon_unfinished_files();
+  CHECK(dir.names() == std::vector<std::string>{"figure.png", "trace.h5"});
+  CHECK(read(old_trace) == "previous");
+  CHECK(read(figure) == "done");
+}
+
 TEST_CASE("two writers of one target at once never share a temporary file", "[common][atomic]") {
   Folder dir("atomic_concurrent");
   const fs::path target = dir.path / "same.h5";
