@@ -119,7 +119,8 @@ int run_ppl(const EvalArgs& a) {
   StageProgress progress;
   evaluator.progress = [&](const engine::Progress& p) { progress(p); };
   const auto tokens =
-      eval::ppl_tokens(evaluator, run::prompt_text(model, body, chat), a.settings.max_tokens, chat.enabled);
+      eval::ppl_tokens(evaluator, run::prompt_text(model, body, chat), a.settings.max_tokens, chat.enabled,
+                        chat.parse_special);
   const long scored = static_cast<long>(tokens.size()) - a.settings.prompt_tokens;
   progress.start("full cache", scored);
   const auto reference = evaluator.ppl_reference(tokens, a.settings.prompt_tokens);

@@ -28,7 +28,7 @@ std::vector<eval::EvalPrompt> load_prompts(const PromptOptions& options, const s
   if (prompts_dir.empty()) {
     const std::string& file = options.messages_file.empty() ? options.prompt_file : options.messages_file;
     const std::string name = file.empty() ? "prompt" : fs::path(file).filename().string();
-    return {{name, text(options.body()), "", chat}};
+    return {{name, text(options.body()), "", chat, chat_spec.parse_special}};
   }
   std::error_code ec;
   fs::directory_iterator it(prompts_dir, ec);
@@ -44,7 +44,7 @@ std::vector<eval::EvalPrompt> load_prompts(const PromptOptions& options, const s
     std::ostringstream ss;
     if (!in || !(ss << in.rdbuf())) throw UsageError("cannot read prompt file '" + path.string() + "'");
     if (ss.str().empty()) throw UsageError("prompt file '" + path.string() + "' is empty");
-    prompts.push_back({path.filename().string(), text(ss.str()), "", chat});
+    prompts.push_back({path.filename().string(), text(ss.str()), "", chat, chat_spec.parse_special});
   }
   return prompts;
 }
