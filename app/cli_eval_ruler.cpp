@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "app/number_checks.h"
 #include "app/eval_prompts.h"
 #include "app/eval_report.h"
 #include "app/eval_subcommands.h"
@@ -149,7 +150,8 @@ Command add_eval_ruler(CLI::App& eval) {
   cmd->add_option("--length", a->settings.length,
                   "context length in the model's tokens: prompt, answer prefix and the task's new tokens")
       ->check(CLI::Range(256, 1 << 20));
-  cmd->add_option("--samples", a->settings.samples, "samples per task")->check(CLI::PositiveNumber);
+  cmd->add_option("--samples", a->settings.samples, "samples per task (at most 1000)")
+      ->check(CLI::Range(1, eval::kMaxRulerSamples));
   cmd->add_option("--seed", a->settings.seed, "seed of the generated samples");
   std::string names;
   for (const auto& n : eval::ruler_task_names()) names += (names.empty() ? "" : ", ") + n;
@@ -162,7 +164,7 @@ Command add_eval_ruler(CLI::App& eval) {
   cmd->add_flag("--vs-full", a->vs_full, "also run the full cache on every sample and report paired differences");
   cmd->add_option("--write-samples", a->write_samples,
                   "write every sample (text, prompt ids, expected answers, prediction) as JSONL");
-  cmd->add_option("--bootstrap-resamples", a->bootstrap.resamples, "bootstrap resamples")->check(CLI::PositiveNumber);
+  cmd->add_option("--bootstrap-resamples", a->bootstrap.resamples, "bootstrap resamples")->check(kPositive);
   cmd->add_option("--bootstrap-seed", a->bootstrap.seed, "bootstrap seed");
   cmd->add_flag("--json", a->json, "print a machine-readable record");
   return {cmd, [a]() { return run_ruler(*a); }};

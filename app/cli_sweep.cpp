@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 
+#include "app/number_checks.h"
 #include "app/eval_prompts.h"
 #include "app/progress_line.h"
 #include "app/run_options.h"
@@ -329,24 +330,25 @@ Command register_sweep(CLI::App& root) {
   cmd->add_option("--out", a->out, "sweep folder (created; an existing sweep is resumed)");
   cmd->add_option("--metric", a->metric, "metric of the figure and summary (default: kl_mean, ppl or exact_match)");
   cmd->add_option("--max-new-tokens", a->settings.new_tokens, "fidelity: continuation tokens to score")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_flag("--stop-at-end", a->settings.stop_at_end,
                 "fidelity: end each full-cache continuation at its end-of-generation token (scored), as the "
                 "window's runs do; by default every new token is scored, past an end token");
   cmd->add_option("--prompt-tokens", a->settings.prompt_tokens, "ppl: tokens run as the compressed prompt")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--max-tokens", a->settings.max_tokens, "ppl: cut each text to this many tokens (0 = all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd->add_option("--lengths", a->lengths, "needle: context lengths in tokens")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--depths", a->depths, "needle: depths in percent")->delimiter(',');
   cmd->add_option("--seed", a->seed, "needle, ruler: seed of the generated cases");
   cmd->add_option("--answer-tokens", a->settings.answer_tokens, "needle: greedy answer length")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--length", a->ruler.length, "ruler: context length in the model's tokens")
       ->check(CLI::Range(256, 1 << 20));
-  cmd->add_option("--samples", a->ruler.samples, "ruler: samples per task")->check(CLI::PositiveNumber);
+  cmd->add_option("--samples", a->ruler.samples, "ruler: samples per task (at most 1000)")
+      ->check(CLI::Range(1, eval::kMaxRulerSamples));
   cmd->add_option("--tasks", a->ruler.tasks, "ruler: tasks (default all; see `kvscope eval ruler --help`)")
       ->delimiter(',');
   cmd->add_option("--haystack", a->haystack, "ruler: text file for the essay haystacks (default sample_data/texts)");
@@ -355,7 +357,7 @@ Command register_sweep(CLI::App& root) {
   cmd->add_option("--baseline", a->baseline,
                   "policy of the grid the summary's paired differences are taken to (default: full, when in the grid)");
   cmd->add_option("--workers", a->workers, "local worker processes (each loads the model once)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--ray", a->ray_address, "run each cell as a task on this Ray cluster (tools/ray_sweep.py)");
   cmd->add_option("--ray-python", a->ray_python, "Python with Ray installed, for --ray (default python3)");
   cmd->add_flag("--serve", a->serve, "worker mode: read cell indices on stdin, write JSON rows on stdout")->group("");
