@@ -4,6 +4,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "app/number_checks.h"
 #include "app/eval_prompts.h"
 #include "app/eval_subcommands.h"
 #include "app/progress_line.h"
@@ -120,7 +121,8 @@ int run_ppl(const EvalArgs& a) {
   StageProgress progress;
   evaluator.progress = [&](const engine::Progress& p) { progress(p); };
   const auto tokens =
-      eval::ppl_tokens(evaluator, run::prompt_text(model, body, chat), a.settings.max_tokens, chat.enabled);
+      eval::ppl_tokens(evaluator, run::prompt_text(model, body, chat), a.settings.max_tokens, chat.enabled,
+                        chat.parse_special);
   const long scored = static_cast<long>(tokens.size()) - a.settings.prompt_tokens;
   progress.start("full cache", scored);
   const auto reference = evaluator.ppl_reference(tokens, a.settings.prompt_tokens);
@@ -235,7 +237,7 @@ Command register_eval(CLI::App& root) {
   fidelity
       ->add_option("--max-new-tokens", a->settings.new_tokens,
                    "tokens of the full cache's greedy continuation to score")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   fidelity->add_flag("--stop-at-end", a->settings.stop_at_end,
                      "end the full cache's continuation at its end-of-generation token (scored), as the window's "
                      "runs and its fidelity do; by default every new token is scored, past an end token");
@@ -243,9 +245,9 @@ Command register_eval(CLI::App& root) {
   common(ppl);
   ppl->add_option("--prompt-tokens", a->settings.prompt_tokens,
                   "tokens run as the (compressed) prompt; the rest are decoded")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   ppl->add_option("--max-tokens", a->settings.max_tokens, "cut the text to this many tokens (0 = all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   CLI::App* needle = cmd->add_subcommand("needle", "needle-in-a-haystack retrieval over context lengths and depths");
   a->model.add_to(needle);
   needle->add_option("--policy", a->policy, "policy spec");
@@ -254,10 +256,10 @@ Command register_eval(CLI::App& root) {
   needle->add_flag("--json", a->json, "print a machine-readable record instead of a table");
   needle->add_option("--lengths", a->lengths, "context lengths in tokens, up to the model's context")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   needle->add_option("--depths", a->depths, "needle depths in percent of the haystack")->delimiter(',');
   needle->add_option("--seed", a->seed, "seed of the generated cases");
-  needle->add_option("--answer-tokens", a->settings.answer_tokens, "greedy answer length")->check(CLI::PositiveNumber);
+  needle->add_option("--answer-tokens", a->settings.answer_tokens, "greedy answer length")->check(kPositive);
   needle->add_option("--figure", a->figure, "write the grid as a heatmap PNG");
   needle->add_flag("--force", a->force,
                    "replace an existing --figure file (a link is replaced, never written through)");

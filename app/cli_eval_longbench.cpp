@@ -9,6 +9,7 @@
 
 #include "app/eval_report.h"
 #include "app/eval_subcommands.h"
+#include "app/number_checks.h"
 #include "app/progress_line.h"
 #include "app/run_options.h"
 #include "core/common/atomic_file.h"
@@ -71,7 +72,15 @@ std::vector<eval::MetricPair> parse_pairs(const std::string& pairs_json, const s
 int run_score_only(const LongBenchArgs& a) {
   if (a.metric.empty()) throw UsageError("--score-only needs --metric (qa_f1, rouge_l, classification, retrieval, count, code_sim)");
   if (a.pairs.empty()) throw UsageError("--score-only needs --pairs '[[prediction, reference], ...]'");
-  const auto scores = eval::longbench_metric_scores(a.metric, parse_pairs(a.pairs, a.classes));
+  const auto pairs = parse_pairs(a.pairs, a.classes);
+  // LongBench's classification scores a prediction against the class names it mentions: with none, every score
+  // is 0 whatever the prediction.
+  if (a.metric == "classification")
+    for (std::size_t i = 0; i < pairs.size(); ++i)
+      if (pairs[i].classes.empty())
+        throw UsageError("--metric classification needs the class names: --pairs item " + std::to_string(i) +
+                         " has none (give --classes '[\"name\", ...]' for every pair, or a third element per pair)");
+  const auto scores = eval::longbench_metric_scores(a.metric, pairs);
   if (a.json) {
     // Shortest round-trip floats: the scores are compared with other implementations to 1e-9.
     std::cout << nlohmann::json{{"metric", a.metric}, {"scores", scores}}.dump() << "\n";
@@ -203,7 +212,7 @@ Command add_eval_longbench(CLI::App& eval) {
   a->model.add_to(cmd);
   cmd->add_option("--data", a->data, "LongBench JSONL (fields context, input, answers, all_classes, length, dataset)");
   cmd->add_option("--dataset", a->dataset, "the task of every record (default: each record's 'dataset' field)");
-  cmd->add_option("--limit", a->limit, "score the first N records only")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--limit", a->limit, "score the first N records only")->check(kNonNegative);
   cmd->add_option("--policy", a->policy, "policy spec (see `kvscope policies`)");
   cmd->add_option("--allocation", a->allocation, "layer budget allocation for the policy");
   cmd->add_option("--budget", a->budget, "KV tokens per layer and KV head or share of the prompt");
@@ -213,7 +222,7 @@ Command add_eval_longbench(CLI::App& eval) {
   cmd->add_option("--max-length", a->max_length,
                   "truncate prompts longer than this many tokens in the middle, as LongBench does (default: the "
                   "model's context minus the task's new tokens minus 64 for the chat template)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd->add_flag("--no-chat", a->no_chat, "never wrap prompts in the model's chat template");
   cmd->add_option("--prompts", a->prompts_file, "JSON object of task -> prompt format, replacing LongBench's");
   cmd->add_flag("--vs-full", a->vs_full, "also run the full cache on every record and report the paired difference");
@@ -221,7 +230,7 @@ Command add_eval_longbench(CLI::App& eval) {
                   "write the predictions as LongBench's pred JSONL (put in place when every record is done)");
   cmd->add_flag("--force", a->force,
                 "replace an existing --predictions file (a link is replaced, never written through)");
-  cmd->add_option("--bootstrap-resamples", a->bootstrap.resamples, "bootstrap resamples")->check(CLI::PositiveNumber);
+  cmd->add_option("--bootstrap-resamples", a->bootstrap.resamples, "bootstrap resamples")->check(kPositive);
   cmd->add_option("--bootstrap-seed", a->bootstrap.seed, "bootstrap seed");
   cmd->add_flag("--json", a->json, "print a machine-readable record");
   cmd->add_flag("--score-only", a->score_only, "score --pairs with --metric; no model runs");

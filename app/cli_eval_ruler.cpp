@@ -10,6 +10,7 @@
 #include "app/eval_prompts.h"
 #include "app/eval_report.h"
 #include "app/eval_subcommands.h"
+#include "app/number_checks.h"
 #include "app/progress_line.h"
 #include "app/run_options.h"
 #include "core/common/atomic_file.h"
@@ -156,7 +157,8 @@ Command add_eval_ruler(CLI::App& eval) {
   cmd->add_option("--length", a->settings.length,
                   "context length in the model's tokens: prompt, answer prefix and the task's new tokens")
       ->check(CLI::Range(256, 1 << 20));
-  cmd->add_option("--samples", a->settings.samples, "samples per task")->check(CLI::PositiveNumber);
+  cmd->add_option("--samples", a->settings.samples, "samples per task (at most 1000)")
+      ->check(CLI::Range(1, eval::kMaxRulerSamples));
   cmd->add_option("--seed", a->settings.seed, "seed of the generated samples");
   std::string names;
   for (const auto& n : eval::ruler_task_names()) names += (names.empty() ? "" : ", ") + n;
@@ -172,7 +174,7 @@ Command add_eval_ruler(CLI::App& eval) {
                   "every sample is done)");
   cmd->add_flag("--force", a->force,
                 "replace an existing --write-samples file (a link is replaced, never written through)");
-  cmd->add_option("--bootstrap-resamples", a->bootstrap.resamples, "bootstrap resamples")->check(CLI::PositiveNumber);
+  cmd->add_option("--bootstrap-resamples", a->bootstrap.resamples, "bootstrap resamples")->check(kPositive);
   cmd->add_option("--bootstrap-seed", a->bootstrap.seed, "bootstrap seed");
   cmd->add_flag("--json", a->json, "print a machine-readable record");
   return {cmd, [a]() { return run_ruler(*a); }};

@@ -3,6 +3,7 @@
 // software.
 #include <cstdio>
 
+#include "app/number_checks.h"
 #include "app/subcommands.h"
 #include "core/common/atomic_file.h"
 #include "core/common/error.h"
@@ -42,9 +43,9 @@ Command register_figure(CLI::App& root) {
                 "replace an existing --out file (a link at --out is replaced, never written through)");
   cmd->add_option("--run", a->run, "run name in the trace (default: the first)");
   cmd->add_option("--runs", a->runs, "compare: runs to show, the first is the reference")->delimiter(',');
-  cmd->add_option("--layer", a->layer, "layer")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--head", a->head, "query head")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--kv-head", a->kv_head, "KV head (similarity, timeline)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--layer", a->layer, "layer")->check(kNonNegative);
+  cmd->add_option("--head", a->head, "query head")->check(kNonNegative);
+  cmd->add_option("--kv-head", a->kv_head, "KV head (similarity, timeline)")->check(kNonNegative);
   cmd->add_option("--step", a->step, "step whose kept set marks the keys (-1: last)");
   cmd->add_option("--token", a->token, "position to mark with guides (-1: none)");
   cmd->add_option("--queries", a->queries,

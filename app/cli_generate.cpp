@@ -2,10 +2,12 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "app/run_options.h"
 #include "app/subcommands.h"
 #include "core/common/error.h"
+#include "core/common/utf8_check.h"
 #include "core/run/execute.h"
 
 namespace kvscope::app {
@@ -25,6 +27,18 @@ std::string mib(std::size_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / (1024.0 * 1024.0));
   return buf;
+}
+
+// The record holds the prompt as JSON text, which must be UTF-8: a prompt that is not is refused before the
+// run, naming where it came from and the byte, instead of failing in the JSON writer after generating.
+void check_json_text_inputs(const PromptOptions& options, const run::RunSpec& spec) {
+  const std::string source = !options.prompt_file.empty() ? "--prompt-file '" + options.prompt_file + "'" : "--prompt";
+  for (const auto& [what, text] : {std::pair{source, spec.prompt}, std::pair{std::string("--system"), spec.chat.system}}) {
+    const std::string wrong = describe_invalid_utf8(text);
+    if (!wrong.empty())
+      throw UsageError(what + ": " + wrong + "; --json writes the prompt into a JSON record, which must be UTF-8 "
+                       "(convert it, e.g. iconv -f latin1 -t utf-8)");
+  }
 }
 
 nlohmann::json result_json(const model::Model& model, const run::RunSpec& spec, const run::RunOutcome& outcome) {
@@ -97,6 +111,7 @@ Command register_generate(CLI::App& root) {
             const run::RunSpec spec =
                 args->generation.spec(args->prompt, with_allocation(args->policy, args->allocation), "kvscope generate");
             run::check(spec);  // before the model loads, so a typo costs nothing
+            if (args->json) check_json_text_inputs(args->prompt, spec);
             const model::Model model = args->model.load();
             const run::RunOutcome outcome = run::execute(spec, model, {});
             // With --json the warnings are in the record, and stdout stays one JSON document.

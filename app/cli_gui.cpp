@@ -2,6 +2,7 @@
 // model and a sample prompt and starts a run, so the first screen is real data.
 #include <cstdio>
 
+#include "app/number_checks.h"
 #include "app/openmp_wait_policy.h"
 #include "app/subcommands.h"
 #include "core/common/error.h"
@@ -24,12 +25,12 @@ Command register_gui(CLI::App& root) {
   cmd->add_option("--width", opts->width, "window width")->check(CLI::Range(320, 8192));
   cmd->add_option("--height", opts->height, "window height")->check(CLI::Range(240, 8192));
   cmd->add_option("--threads", opts->threads, "engine threads (0: all cores, one left for the window on 4+ cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd->add_option("--model", opts->model, "GGUF file or Hugging Face folder for live runs (default: $KVSCOPE_MODEL, then SmolLM2-135M-Instruct)");
   cmd->add_option("--prompt", opts->prompt, "prompt of the first run (default: a sample prompt)");
   cmd->add_option("--policy", opts->policy, "policy of the first run, e.g. snapkv:window=32");
   cmd->add_option("--budget", opts->budget, "budget of the first run (tokens or a percentage, default 25%)");
-  cmd->add_option("--max-new-tokens", opts->max_new_tokens, "tokens the first run generates")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-new-tokens", opts->max_new_tokens, "tokens the first run generates")->check(kPositive);
   cmd->add_flag("--no-run", opts->no_run, "do not start the default run");
   cmd->add_flag("--redraw-every-frame", opts->redraw_every_frame,
                 "draw every frame even when nothing on screen changed (compare the redraw gate's cost)");

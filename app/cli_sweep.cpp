@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 
+#include "app/number_checks.h"
 #include "app/eval_prompts.h"
 #include "app/progress_line.h"
 #include "app/run_options.h"
@@ -67,8 +68,25 @@ Prepared prepare(const SweepArgs& a, const model::Model* model) {
   p.grid.eval_kind = a.eval_kind;
   p.grid.policies = eval::split_policy_list(a.policies);
   p.grid.budgets = eval::split_list(a.budgets, "budget");
-  for (const auto& spec : p.grid.policies) policy::make_policy(spec);  // unknown names fail here, before any work
-  for (const auto& b : p.grid.budgets) policy::BudgetSpec::parse(b);
+  // Unknown names fail here, before any work; a policy or budget given twice would run every cell twice.
+  std::map<std::pair<std::string, std::map<std::string, std::string>>, std::string> policies_seen;
+  for (const auto& spec : p.grid.policies) {
+    const policy::PolicyInstance made = policy::make_policy(spec);
+    const auto [seen, added] = policies_seen.emplace(std::pair{made.name, made.params.as_text()}, spec);
+    if (!added)
+      throw UsageError("--policies names the policy '" + spec + "' twice" +
+                       (seen->second == spec ? "" : " (as '" + seen->second + "' too)") + "; give each policy once");
+    const auto digest = made.provenance.find("policy_file_sha256");
+    p.grid.policy_digests.push_back(digest == made.provenance.end() ? "" : digest->second);
+  }
+  std::map<std::pair<bool, double>, std::string> budgets_seen;
+  for (const auto& b : p.grid.budgets) {
+    const policy::BudgetSpec budget = policy::BudgetSpec::parse(b);
+    const auto [seen, added] = budgets_seen.emplace(std::pair{budget.is_ratio, budget.value}, b);
+    if (!added)
+      throw UsageError("--budgets names the budget '" + b + "' twice" +
+                       (seen->second == b ? "" : " (as '" + seen->second + "' too)") + "; give each budget once");
+  }
   p.grid.settings = a.settings.to_json(a.eval_kind);
   if (a.eval_kind == "needle") {
     if (!a.prompt.prompt.empty() || !a.prompt.prompt_file.empty() || !a.prompt.messages_file.empty() ||
@@ -100,6 +118,8 @@ Prepared prepare(const SweepArgs& a, const model::Model* model) {
     }
   } else {
     p.prompts = load_prompts(a.prompt, a.prompts_dir, model);
+    // Written only when set, so the grids of sweeps made before the option stay the same grids (resumable).
+    if (a.prompt.no_parse_special) p.grid.settings["parse_special"] = false;
   }
   if (model) {
     p.grid.settings["model"] = model->path().filename().string();
@@ -186,9 +206,36 @@ void print_summary(const std::vector<eval::CellSummary>& summary, const eval::Sw
   if (few) std::printf("(fewer than 10 prompts per cell: a bootstrap interval that small says little)\n");
 }
 
-int run_sweep(SweepArgs a) {
+// The options only some kinds of sweep read (as `kvscope eval KIND` takes them). Given to a sweep of another kind
+// they would be silently ignored, so they are refused.
+void check_kind_options(const CLI::App& cmd, const std::string& kind) {
+  static const std::vector<std::string> kPromptKinds = {"fidelity", "ppl"};
+  static const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> kOptions = {
+      {{"--prompt", "--prompt-file", "--messages", "--prompts", "--chat", "--system", "--chat-date", "--no-think",
+        "--template-arg", "--no-parse-special", "--chat-template"},
+       kPromptKinds},
+      {{"--max-new-tokens", "--stop-at-end"}, {"fidelity"}},
+      {{"--prompt-tokens", "--max-tokens"}, {"ppl"}},
+      {{"--lengths", "--depths", "--answer-tokens"}, {"needle"}},
+      {{"--seed"}, {"needle", "ruler"}},
+      {{"--length", "--samples", "--tasks", "--haystack", "--protocol", "--no-chat"}, {"ruler"}},
+  };
+  for (const auto& [names, kinds] : kOptions) {
+    if (std::find(kinds.begin(), kinds.end(), kind) != kinds.end()) continue;
+    for (const auto& name : names) {
+      if (cmd.count(name) == 0) continue;
+      std::string which;
+      for (const auto& k : kinds) which += (which.empty() ? "" : " and ") + k;
+      throw UsageError(name + " is not an option of a " + kind + " sweep (" + which +
+                       " sweeps read it, as `kvscope eval " + kinds.front() + "` does); drop it");
+    }
+  }
+}
+
+int run_sweep(SweepArgs a, const CLI::App& cmd) {
   a.settings.chat = !a.no_chat;
   eval::metric_names(a.eval_kind);  // an unknown kind fails before anything loads
+  check_kind_options(cmd, a.eval_kind);
   if (a.out.empty()) throw UsageError("sweep needs --out DIR");
   if (a.workers < 1) throw UsageError("--workers must be at least 1");
   if (a.settings.stop_at_end && a.eval_kind != "fidelity")
@@ -283,24 +330,25 @@ Command register_sweep(CLI::App& root) {
   cmd->add_option("--out", a->out, "sweep folder (created; an existing sweep is resumed)");
   cmd->add_option("--metric", a->metric, "metric of the figure and summary (default: kl_mean, ppl or exact_match)");
   cmd->add_option("--max-new-tokens", a->settings.new_tokens, "fidelity: continuation tokens to score")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_flag("--stop-at-end", a->settings.stop_at_end,
                 "fidelity: end each full-cache continuation at its end-of-generation token (scored), as the "
                 "window's runs do; by default every new token is scored, past an end token");
   cmd->add_option("--prompt-tokens", a->settings.prompt_tokens, "ppl: tokens run as the compressed prompt")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--max-tokens", a->settings.max_tokens, "ppl: cut each text to this many tokens (0 = all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   cmd->add_option("--lengths", a->lengths, "needle: context lengths in tokens")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--depths", a->depths, "needle: depths in percent")->delimiter(',');
   cmd->add_option("--seed", a->seed, "needle, ruler: seed of the generated cases");
   cmd->add_option("--answer-tokens", a->settings.answer_tokens, "needle: greedy answer length")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--length", a->ruler.length, "ruler: context length in the model's tokens")
       ->check(CLI::Range(256, 1 << 20));
-  cmd->add_option("--samples", a->ruler.samples, "ruler: samples per task")->check(CLI::PositiveNumber);
+  cmd->add_option("--samples", a->ruler.samples, "ruler: samples per task (at most 1000)")
+      ->check(CLI::Range(1, eval::kMaxRulerSamples));
   cmd->add_option("--tasks", a->ruler.tasks, "ruler: tasks (default all; see `kvscope eval ruler --help`)")
       ->delimiter(',');
   cmd->add_option("--haystack", a->haystack, "ruler: text file for the essay haystacks (default sample_data/texts)");
@@ -309,11 +357,11 @@ Command register_sweep(CLI::App& root) {
   cmd->add_option("--baseline", a->baseline,
                   "policy of the grid the summary's paired differences are taken to (default: full, when in the grid)");
   cmd->add_option("--workers", a->workers, "local worker processes (each loads the model once)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--ray", a->ray_address, "run each cell as a task on this Ray cluster (tools/ray_sweep.py)");
   cmd->add_option("--ray-python", a->ray_python, "Python with Ray installed, for --ray (default python3)");
   cmd->add_flag("--serve", a->serve, "worker mode: read cell indices on stdin, write JSON rows on stdout")->group("");
-  return {cmd, [a]() { return run_sweep(*a); }};
+  return {cmd, [a, cmd]() { return run_sweep(*a, *cmd); }};
 }
 
 }  // namespace kvscope::app

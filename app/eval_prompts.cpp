@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "app/progress_line.h"
 #include "core/common/error.h"
 #include "core/eval/eval_protocol.h"
 #include "core/eval/needle.h"
@@ -28,7 +29,7 @@ std::vector<eval::EvalPrompt> load_prompts(const PromptOptions& options, const s
   if (prompts_dir.empty()) {
     const std::string& file = options.messages_file.empty() ? options.prompt_file : options.messages_file;
     const std::string name = file.empty() ? "prompt" : fs::path(file).filename().string();
-    return {{name, text(options.body()), "", chat}};
+    return {{name, text(options.body()), "", chat, chat_spec.parse_special}};
   }
   std::error_code ec;
   fs::directory_iterator it(prompts_dir, ec);
@@ -44,7 +45,7 @@ std::vector<eval::EvalPrompt> load_prompts(const PromptOptions& options, const s
     std::ostringstream ss;
     if (!in || !(ss << in.rdbuf())) throw UsageError("cannot read prompt file '" + path.string() + "'");
     if (ss.str().empty()) throw UsageError("prompt file '" + path.string() + "' is empty");
-    prompts.push_back({path.filename().string(), text(ss.str()), "", chat});
+    prompts.push_back({path.filename().string(), text(ss.str()), "", chat, chat_spec.parse_special});
   }
   return prompts;
 }
@@ -93,8 +94,13 @@ std::vector<eval::RulerSample> ruler_samples(const model::Model& model, const ev
     throw UsageError("RULER length " + std::to_string(settings.length) + " exceeds the model's context of " +
                      std::to_string(model.config.context_length) + " tokens");
   settings.length -= eval::wrapping_tokens(model, chat);  // the chat template's tokens count too
-  return eval::generate_ruler(
-      settings, [&](const std::string& text) { return static_cast<int>(model.tokenizer->encode(text, true).size()); });
+  const std::size_t tasks = settings.tasks.empty() ? eval::ruler_task_names().size() : settings.tasks.size();
+  ProgressLine line("generating RULER samples", static_cast<long>(tasks * static_cast<std::size_t>(settings.samples)));
+  auto samples = eval::generate_ruler(
+      settings, [&](const std::string& text) { return static_cast<int>(model.tokenizer->encode(text, true).size()); },
+      [&](std::size_t done, std::size_t) { line.update(static_cast<long>(done)); });
+  line.finish();
+  return samples;
 }
 
 std::vector<eval::EvalPrompt> ruler_prompts(const model::Model& model, const eval::RulerSettings& settings, bool chat) {

@@ -1,5 +1,7 @@
 #include "app/run_options.h"
 
+#include "app/number_checks.h"
+
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -13,7 +15,7 @@ namespace kvscope::app {
 
 void ModelOptions::add_to(CLI::App* cmd) {
   cmd->add_option("--model", model_path, "GGUF file or Hugging Face folder (default: $KVSCOPE_MODEL, then SmolLM2-135M-Instruct)");
-  cmd->add_option("--threads", threads, "threads for the kernels and BLAS (0 = all cores, or $OMP_NUM_THREADS)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", threads, "threads for the kernels and BLAS (0 = all cores, or $OMP_NUM_THREADS)")->check(kNonNegative);
   cmd->add_flag("--fixed-threads", fixed_threads,
                 "every decode step uses all --threads (by default a step uses fewer when that is faster, as when "
                 "other processes share the cores)");
@@ -97,9 +99,9 @@ std::string PromptOptions::body() const {
 }
 
 void GenerationFlags::add_to(CLI::App* cmd) {
-  cmd->add_option("--max-new-tokens", max_new_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--temperature", temperature, "sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-k", top_k, "sample from the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-new-tokens", max_new_tokens, "tokens to generate")->check(kNonNegative);
+  cmd->add_option("--temperature", temperature, "sampling temperature (0 = greedy)")->check(kNonNegative);
+  cmd->add_option("--top-k", top_k, "sample from the k most likely tokens (0 = all)")->check(kNonNegative);
   cmd->add_option("--top-p", top_p, "nucleus sampling mass")->check(CLI::Range(0.0f, 1.0f));
   cmd->add_option("--seed", seed, "random seed for sampling");
   cmd->add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens");

@@ -13,8 +13,26 @@ Ray is pinned in tools/requirements-ray.txt and only needed for this mode.
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
+
+# ray.init retries an address where nothing listens for over 100 s; a plain connection says so in seconds.
+CONNECT_TIMEOUT_S = 5.0
+
+
+def unreachable(address):
+    """Why HOST:PORT takes no connection, or None (also for 'auto' and ray:// addresses, which Ray resolves)."""
+    if address == "auto" or "://" in address:
+        return None
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"'{address}' is not HOST:PORT (expected e.g. 10.0.0.5:6379, 'auto' or ray://HOST:PORT)"
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
+            return None
+    except OSError as e:
+        return f"nothing at {address} takes a connection ({e.strerror or e}; tried for up to {CONNECT_TIMEOUT_S:.0f} s)"
 
 
 def main():
@@ -26,6 +44,12 @@ def main():
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no kvscope command after --")
+
+    why = unreachable(args.address)
+    if why:
+        sys.stderr.write(f"kvscope ray driver: cannot reach the Ray cluster: {why}; start one with `ray start --head` "
+                         "or pass the address `ray status` prints\n")
+        return 4
 
     # Rows go to the real stdout; anything Ray prints (to Python's or the C library's stdout) goes to stderr.
     rows = os.fdopen(os.dup(1), "w")

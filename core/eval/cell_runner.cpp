@@ -20,8 +20,9 @@ nlohmann::json EvalSettings::to_json(const std::string& eval_kind) const {
   return {};
 }
 
-std::vector<int> ppl_tokens(const Evaluator& evaluator, const std::string& text, int max_tokens, bool chat) {
-  std::vector<int> tokens = evaluator.encode(text, chat);
+std::vector<int> ppl_tokens(const Evaluator& evaluator, const std::string& text, int max_tokens, bool chat,
+                            bool parse_special) {
+  std::vector<int> tokens = evaluator.encode(text, chat, parse_special);
   if (max_tokens > 0 && static_cast<int>(tokens.size()) > max_tokens) tokens.resize(max_tokens);
   return tokens;
 }
@@ -42,10 +43,10 @@ void CellRunner::prepare(std::size_t prompt) {
   const EvalPrompt& p = prompts_[prompt];
   if (grid_.eval_kind == "fidelity") {
     fidelity_ = evaluator_.fidelity_reference(
-        evaluator_.encode(p.text, p.chat), settings_.new_tokens, settings_.reference_end());
+        evaluator_.encode(p.text, p.chat, p.parse_special), settings_.new_tokens, settings_.reference_end());
   } else if (grid_.eval_kind == "ppl") {
     ppl_ =
-        evaluator_.ppl_reference(ppl_tokens(evaluator_, p.text, settings_.max_tokens, p.chat), settings_.prompt_tokens);
+        evaluator_.ppl_reference(ppl_tokens(evaluator_, p.text, settings_.max_tokens, p.chat, p.parse_special), settings_.prompt_tokens);
   } else if (grid_.eval_kind == "ruler") {
     const auto& model = evaluator_.model();
     const PreparedPrompt prepared = prepare_prompt(model, {p.text, p.question, p.answer_prefix}, settings_.chat,

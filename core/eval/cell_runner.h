@@ -17,6 +17,7 @@ struct EvalPrompt {
   std::string name, text;
   std::string value;  // needle cases: the answer
   bool chat = false;  // text is the output of the model's chat template (see Evaluator::encode)
+  bool parse_special = true;  // special-token text in a plain prompt is those tokens (--no-parse-special: false)
   // Answered prompts (RULER): the question that ends `text`, the answer prefix, the expected answers, the
   // answer's length.
   std::string question{}, answer_prefix{};
@@ -65,6 +66,7 @@ class CellRunner {
 };
 
 // Text to tokens for perplexity: BOS first when the model wants one, cut to max_tokens when > 0.
-std::vector<int> ppl_tokens(const Evaluator& evaluator, const std::string& text, int max_tokens, bool chat = false);
+std::vector<int> ppl_tokens(const Evaluator& evaluator, const std::string& text, int max_tokens, bool chat = false,
+                            bool parse_special = true);
 
 }  // namespace kvscope::eval

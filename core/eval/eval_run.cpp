@@ -124,8 +124,8 @@ const std::vector<std::string>& metric_names(const std::string& eval_kind) {
 Evaluator::Evaluator(const model::Model& model, run::PrefillStore* prefills)
     : model_(model), prefills_(prefills ? prefills : &own_prefills_) {}
 
-std::vector<int> Evaluator::encode(const std::string& text, bool chat) const {
-  return chat ? model_.tokenizer->encode(text) : model_.tokenizer->encode_prompt(text);
+std::vector<int> Evaluator::encode(const std::string& text, bool chat, bool parse_special) const {
+  return chat ? model_.tokenizer->encode(text) : model_.tokenizer->encode_prompt(text, parse_special);
 }
 
 engine::RunResult Evaluator::run(const std::vector<int>& prompt, engine::GenerateOptions options,

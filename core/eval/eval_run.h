@@ -156,7 +156,9 @@ class Evaluator {
   // Prompt text to token ids, BOS first when the model wants one. `chat`: the text is a chat template's output,
   // so its special tokens are parsed and it carries its own BOS where the template writes one (as
   // run::encode_prompt).
-  std::vector<int> encode(const std::string& text, bool chat = false) const;
+  // parse_special: special-token text in a plain prompt is those tokens (--no-parse-special: false); a rendered
+  // chat is always parsed.
+  std::vector<int> encode(const std::string& text, bool chat = false, bool parse_special = true) const;
   // Cell runs that replayed their prompt's captured prefill instead of running it.
   std::size_t prefills_reused() const { return prefills_->hits(); }
 

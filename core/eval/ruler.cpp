@@ -416,7 +416,8 @@ const std::vector<std::string>& ruler_task_names() {
   return names;
 }
 
-std::vector<RulerSample> generate_ruler(const RulerSettings& settings, const TokenCounter& count_tokens) {
+std::vector<RulerSample> generate_ruler(const RulerSettings& settings, const TokenCounter& count_tokens,
+                                        const std::function<void(std::size_t, std::size_t)>& progress) {
   std::vector<const TaskEntry*> chosen;
   for (const auto& name : settings.tasks.empty() ? ruler_task_names() : settings.tasks) {
     auto it = std::find_if(tasks().begin(), tasks().end(), [&](const TaskEntry& t) { return t.name == name; });
@@ -425,6 +426,18 @@ std::vector<RulerSample> generate_ruler(const RulerSettings& settings, const Tok
     chosen.push_back(&*it);
   }
   if (settings.samples < 1) throw UsageError("RULER needs at least 1 sample per task");
+  if (settings.samples > kMaxRulerSamples)
+    throw UsageError("RULER --samples " + std::to_string(settings.samples) + " is more than the bound of " +
+                     std::to_string(kMaxRulerSamples) + " samples per task (they are generated and held in memory "
+                     "before the first runs; RULER's own runs use 500)");
+  const long long prompt_tokens = static_cast<long long>(settings.samples) * static_cast<long long>(chosen.size()) *
+                                  static_cast<long long>(settings.length);
+  if (prompt_tokens > kMaxRulerPromptTokens)
+    throw UsageError("RULER --samples " + std::to_string(settings.samples) + " x " + std::to_string(chosen.size()) +
+                     " tasks x --length " + std::to_string(settings.length) + " = " + std::to_string(prompt_tokens) +
+                     " prompt tokens, more than the bound of " + std::to_string(kMaxRulerPromptTokens) +
+                     " (they are generated and held in memory up front): give fewer --samples or --tasks");
+  const std::size_t total = static_cast<std::size_t>(settings.samples) * chosen.size();
   Context c{split_words(settings.essay), vocabulary(settings.essay, 0), settings.essay};
   if (c.essay_words.size() < 50 || c.vocab.size() < 50)
     throw UsageError("the essay haystack has fewer than 50 distinct words");
@@ -490,6 +503,7 @@ std::vector<RulerSample> generate_ruler(const RulerSettings& settings, const Tok
       sample.max_new_tokens = t.max_new_tokens;
       sample.tokens = n;
       out.push_back(std::move(sample));
+      if (progress) progress(out.size(), total);
     }
   }
   return out;

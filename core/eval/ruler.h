@@ -48,7 +48,14 @@ const std::vector<std::string>& ruler_task_names();
 // Throws UsageError for an unknown task or a length too short for the task's fixed text; the same settings
 // and counter give the same samples on every machine (kvscope's own generator, not the standard library's
 // distributions).
-std::vector<RulerSample> generate_ruler(const RulerSettings& settings, const TokenCounter& count_tokens);
+// Samples are generated up front and held in memory, so their number is bounded: at most kMaxRulerSamples per
+// task (RULER's own runs use 500) and at most kMaxRulerPromptTokens tokens of prompts in all (samples x tasks x
+// length); more is a UsageError naming the bound. `progress` (optional) is called after each sample with the
+// number done and the total.
+inline constexpr int kMaxRulerSamples = 1000;
+inline constexpr long long kMaxRulerPromptTokens = 1LL << 28;
+std::vector<RulerSample> generate_ruler(const RulerSettings& settings, const TokenCounter& count_tokens,
+                                        const std::function<void(std::size_t, std::size_t)>& progress = {});
 
 // The essay haystack: the text of `path`, or with an empty path the project's own prose (sample_data/texts,
 // sorted by name). Throws UsageError for an unreadable file, Error when the folder holds no text.

@@ -87,9 +87,31 @@ SweepCell SweepGrid::cell(std::size_t index) const {
 }
 
 nlohmann::json SweepGrid::to_json() const {
-  return {{"eval", eval_kind},    {"prompts", prompts}, {"prompt_sha256", prompt_digests},
-          {"policies", policies}, {"budgets", budgets}, {"settings", settings}};
+  nlohmann::json j = {{"eval", eval_kind},    {"prompts", prompts}, {"prompt_sha256", prompt_digests},
+                      {"policies", policies}, {"budgets", budgets}, {"settings", settings}};
+  if (std::any_of(policy_digests.begin(), policy_digests.end(), [](const std::string& d) { return !d.empty(); }))
+    j["policy_sha256"] = policy_digests;
+  return j;
 }
+
+namespace {
+
+// The resume refusal for a policy file whose content changed: names the policy and both digests.
+void check_policy_files(const nlohmann::json& stored, const SweepGrid& grid, const fs::path& dir) {
+  const nlohmann::json& before = stored.contains("policy_sha256") ? stored["policy_sha256"] : nlohmann::json();
+  for (std::size_t i = 0; i < grid.policies.size() && i < grid.policy_digests.size(); ++i) {
+    const std::string now = grid.policy_digests[i];
+    const bool recorded = before.is_array() && i < before.size() && before[i].is_string();
+    const std::string was = recorded ? before[i].get<std::string>() : "";
+    if (now == was) continue;
+    throw UsageError("the sweep in '" + dir.string() + "' was started with another content of the policy file of '" +
+                     grid.policies[i] + "' (sha256 " + (recorded ? was : "not recorded") + ", now " + now +
+                     "): its rows would mix two scorers under one name; nothing was changed. Restore the file, or "
+                     "choose another --out directory");
+  }
+}
+
+}  // namespace
 
 void SweepGrid::validate() const {
   metric_names(eval_kind);  // throws for an unknown kind
@@ -142,6 +164,8 @@ SweepStore::SweepStore(const fs::path& dir, const SweepGrid& grid) : dir_(dir), 
       throw Error("'" + grid_path.string() + "' is not valid JSON: " + e.what());
     }
     const nlohmann::json wanted = grid_.to_json();
+    if (stored.is_object() && stored.value("policies", nlohmann::json()) == wanted["policies"])
+      check_policy_files(stored, grid_, dir_);
     for (const auto& [field, value] : wanted.items())
       if (!stored.contains(field) || stored[field] != value)
         throw UsageError("the sweep in '" + dir_.string() + "' was started with " + field + " = " +
@@ -165,6 +189,11 @@ void SweepStore::read_csv() {
   // a last line without its newline is dropped and its cell runs again.
   if (!text.empty() && text.back() != '\n')
     text.erase(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+  if (text.empty()) {
+    // Not even a whole header (a full disk while it was written): nothing was stored, the file starts anew.
+    fs::remove(csv_path());
+    return;
+  }
   std::istringstream in(text);
   std::string line;
   int line_no = 0;
@@ -202,6 +231,11 @@ void SweepStore::read_csv() {
     if (row.cell >= grid_.size() || done_.count(row.cell))
       throw Error("'" + csv_path().string() + "' line " + std::to_string(line_no) + ": cell " + fields[0] +
                   " is outside the grid or appears twice");
+    // A row is counted under its labels: labels that contradict its cell would put it under the wrong policy.
+    const std::string contradiction = labels_contradiction(row);
+    if (!contradiction.empty())
+      throw Error("'" + csv_path().string() + "' line " + std::to_string(line_no) + ": " + contradiction +
+                  "; the file was edited or mixes two sweeps. Remove that line to run the cell again");
     done_.insert(row.cell);
     rows_.push_back(std::move(row));
   }
@@ -209,15 +243,21 @@ void SweepStore::read_csv() {
   if (text.size() != fs::file_size(csv_path())) write_file_atomically(csv_path(), text);
 }
 
+std::string SweepStore::labels_contradiction(const SweepRow& row) const {
+  const SweepCell expected = grid_.cell(row.cell);
+  if (row.policy == expected.policy.policy && row.budget == expected.policy.budget &&
+      row.prompt == grid_.prompts[expected.prompt])
+    return "";
+  return "the row for cell " + std::to_string(row.cell) + " is (" + row.prompt + ", " + row.policy + ", " + row.budget +
+         ") but the grid says (" + grid_.prompts[expected.prompt] + ", " + expected.policy.policy + ", " +
+         expected.policy.budget + ")";
+}
+
 void SweepStore::append(const SweepRow& row) {
   if (done_.count(row.cell))
     throw Error("cell " + std::to_string(row.cell) + " is already stored in '" + csv_path().string() + "'");
-  const SweepCell expected = grid_.cell(row.cell);
-  if (row.policy != expected.policy.policy || row.budget != expected.policy.budget ||
-      row.prompt != grid_.prompts[expected.prompt])
-    throw Error("row for cell " + std::to_string(row.cell) + " is (" + row.prompt + ", " + row.policy + ", " +
-                row.budget + ") but the grid says (" + grid_.prompts[expected.prompt] + ", " + expected.policy.policy +
-                ", " + expected.policy.budget + ")");
+  const std::string contradiction = labels_contradiction(row);
+  if (!contradiction.empty()) throw Error(contradiction);
   std::string line;
   if (!fs::exists(csv_path())) {
     for (std::size_t i = 0; i < columns_.size(); ++i) line += (i ? "," : "") + columns_[i];

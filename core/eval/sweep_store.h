@@ -27,6 +27,9 @@ struct SweepGrid {
   std::vector<std::string> prompts;         // names (file names, or generated needle cases)
   std::vector<std::string> prompt_digests;  // sha256 of each prompt's text: an edited prompt is another grid
   std::vector<std::string> policies, budgets;
+  // sha256 of each policy's file (python:FILE, plugin:FILE), "" for a built-in: an edited scorer is another
+  // grid. Recorded (as policy_sha256) only when the grid has a policy file, so built-in grids stay as they were.
+  std::vector<std::string> policy_digests;
   nlohmann::json settings = nlohmann::json::object();  // new tokens, prompt tokens, model, ...
 
   std::size_t size() const { return prompts.size() * policies.size() * budgets.size(); }
@@ -75,6 +78,8 @@ class SweepStore {
 
  private:
   void read_csv();
+  // "" when the row's prompt, policy and budget are its cell's in the grid, else what differs.
+  std::string labels_contradiction(const SweepRow& row) const;
   void write_hdf5(const std::vector<CellSummary>* summary = nullptr, const BootstrapSettings* settings = nullptr,
                   const std::string* baseline = nullptr) const;
 

@@ -5,6 +5,7 @@
 
 #include "core/common/error.h"
 #include "core/common/json_text.h"
+#include "core/common/utf8_check.h"
 
 namespace kvscope::model {
 
@@ -39,6 +40,9 @@ std::vector<ChatMessage> read_chat_messages(const std::filesystem::path& file) {
   if (!in) throw UsageError("cannot read messages file '" + file.string() + "'");
   std::ostringstream text;
   text << in.rdbuf();
+  // nlohmann names a byte that is not UTF-8 by line and column of its parser; the offset says where it is.
+  const std::string wrong = describe_invalid_utf8(text.str());
+  if (!wrong.empty()) throw UsageError("messages file '" + file.string() + "': " + wrong + " (expected UTF-8 JSON)");
   nlohmann::json json;
   try {
     json = parse_json_text(text.str(), file.string());

@@ -1,5 +1,8 @@
 #include "core/model/tokenizer_transformers.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
@@ -7,7 +10,9 @@
 #include "core/common/error.h"
 #include "core/common/file_text.h"
 #include "core/common/json_text.h"
+#include "core/common/runaway_guard.h"
 #include "core/model/tokenizer_bpe.h"
+#include "core/model/tokenizer_json_check.h"
 #include "core/python/interpreter.h"
 
 #include <pybind11/stl.h>
@@ -195,19 +200,27 @@ class TransformersTokenizer final : public Tokenizer {
   std::set<int> end_ids_;
 };
 
-// What transformers will read, checked first: a missing tokenizer.json is named as such, and a damaged one
-// nested deeper than Python's recursion limit is refused before Python's json meets it.
-void check_tokenizer_files(const std::filesystem::path& dir) {
-  const auto tokenizer_json = dir / "tokenizer.json";
+// The bounds of the guarded load: the environment's KVSCOPE_TOKENIZER_LOAD_SECONDS and
+// KVSCOPE_TOKENIZER_LOAD_MEMORY_MIB where set (a positive number), else 30 s and the larger of 2 GiB and 64 times
+// tokenizer.json's size (transformers holds a few copies of the vocabulary; real files stay far below).
+long positive_setting(const char* name, long fallback) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return fallback;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (*end != '\0' || value <= 0)
+    throw UsageError(std::string(name) + "=" + text + " is not a positive whole number");
+  return value;
+}
+
+RunawayGuard guard_tokenizer_load(const std::filesystem::path& tokenizer_json) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(tokenizer_json, ec))
-    throw Error(tokenizer_json.string() + ": missing (expected the folder's tokenizer, as transformers saves it)");
-  for (const auto& file : {tokenizer_json, dir / "tokenizer_config.json"}) {
-    if (!std::filesystem::is_regular_file(file, ec)) continue;
-    const auto text = read_file_text(file);
-    if (!text) throw Error(file.string() + ": cannot be read");
-    check_json_text(*text, file.string());
-  }
+  const uint64_t file_mib = std::filesystem::file_size(tokenizer_json, ec) >> 20;
+  const long seconds = positive_setting("KVSCOPE_TOKENIZER_LOAD_SECONDS", 30);
+  const long mib = positive_setting("KVSCOPE_TOKENIZER_LOAD_MEMORY_MIB", static_cast<long>(std::max<uint64_t>(2048, 64 * file_mib)));
+  return RunawayGuard(tokenizer_json.string() + ": transformers' tokenizer load (bounds: KVSCOPE_TOKENIZER_LOAD_SECONDS=" +
+                          std::to_string(seconds) + ", KVSCOPE_TOKENIZER_LOAD_MEMORY_MIB=" + std::to_string(mib) + ")",
+                      std::chrono::seconds(seconds), static_cast<uint64_t>(mib) << 20);
 }
 
 }  // namespace
@@ -217,6 +230,8 @@ LoadedTokenizer load_transformers_tokenizer(const std::filesystem::path& dir) {
   python::Gil gil;
   py::dict loaded;
   try {
+    helpers()["transformers_module"]();  // the import is slow and not the file's doing: outside the guard
+    const RunawayGuard guard = guard_tokenizer_load(dir / "tokenizer.json");
     loaded = helpers()["load"](dir.string());
   } catch (py::error_already_set& e) {
     throw Error(dir.string() + ": transformers could not load the folder's tokenizer: " + python::describe(e, dir).text);

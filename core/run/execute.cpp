@@ -52,7 +52,9 @@ RunOutcome execute(const RunSpec& spec, const model::Model& model, const RunSink
   RunOutcome out;
   out.name = checked.run_name;
   out.policy_name = checked.policy_name;
-  out.prompt_tokens = spec.prompt_ids.empty() ? encode_prompt(model, spec.prompt, spec.chat) : spec.prompt_ids;
+  out.prompt_tokens = spec.prompt_ids.empty()
+                          ? encode_prompt_for_run(model, spec.prompt, spec.chat, spec.generation.max_new_tokens)
+                          : spec.prompt_ids;
   const std::vector<int>& tokens = out.prompt_tokens;
 
   auto policy = policy::make_policy(spec.policy);

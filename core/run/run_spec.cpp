@@ -29,7 +29,9 @@ CheckedSpec check(const RunSpec& spec) {
 
 std::vector<int> check_fits(const RunSpec& spec, const model::Model& model) {
   const CheckedSpec checked = check(spec);
-  std::vector<int> tokens = spec.prompt_ids.empty() ? encode_prompt(model, spec.prompt, spec.chat) : spec.prompt_ids;
+  std::vector<int> tokens = spec.prompt_ids.empty()
+                                ? encode_prompt_for_run(model, spec.prompt, spec.chat, spec.generation.max_new_tokens)
+                                : spec.prompt_ids;
   const int context = model.config.context_length;
   engine::check_fits_context(tokens.size(), spec.generation.max_new_tokens, context);
   if (checked.uses_budget) policy::BudgetSpec::parse(spec.budget).resolve(static_cast<int>(tokens.size()), context);
@@ -64,6 +66,37 @@ std::string prompt_text(const model::Model& model, const std::string& body, cons
 
 std::vector<int> encode_prompt(const model::Model& model, const std::string& body, const ChatSpec& chat) {
   return encode_prompt(*model.tokenizer, model.chat_template, body, chat);
+}
+
+std::vector<int> encode_prompt_for_run(const model::Model& model, const std::string& body, const ChatSpec& chat,
+                                       int max_new_tokens) {
+  const int context = model.config.context_length;
+  // Chat templates write at least one token per message (its role's markers), so a conversation of more messages
+  // than the context has tokens cannot fit; it is refused before rendering, which takes seconds at 100,000s.
+  if (chat.enabled && chat.messages.size() > static_cast<std::size_t>(context))
+    throw UsageError("the conversation of " + std::to_string(chat.messages.size()) +
+                     " messages cannot fit the model's context of " + std::to_string(context) +
+                     " tokens (every message takes at least one)");
+  const std::string text = prompt_text(model, body, chat);
+  auto encode = [&](const std::string& t) {
+    return chat.enabled ? model.tokenizer->encode(t, true) : model.tokenizer->encode_prompt(t, chat.parse_special);
+  };
+  // Real text runs 2 to 6 bytes per token; a prefix of 16 bytes per context token that is already more tokens than
+  // the context (with a margin for the few tokens the cut may split one into) proves the whole text longer.
+  const std::size_t probe = static_cast<std::size_t>(context) * 16;
+  if (text.size() > probe) {
+    std::size_t cut = probe;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // a whole UTF-8 character
+    const std::size_t head = encode(text.substr(0, cut)).size();
+    if (static_cast<long>(head) > static_cast<long>(context) + 16)
+      throw UsageError("prompt exceeds the model's context of " + std::to_string(context) + " tokens: its first " +
+                       std::to_string(cut) + " of " + std::to_string(text.size()) + " bytes" +
+                       (chat.messages.empty() ? "" : " (" + std::to_string(chat.messages.size()) + " messages)") +
+                       " are already " + std::to_string(head) + " tokens");
+  }
+  std::vector<int> tokens = encode(text);
+  engine::check_fits_context(tokens.size(), max_new_tokens, context);
+  return tokens;
 }
 
 }  // namespace kvscope::run

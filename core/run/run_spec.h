@@ -61,6 +61,11 @@ std::string prompt_text(const model::Model& model, const std::string& body, cons
 // the rendered text alone (the template writes BOS itself where its family does), as transformers'
 // apply_chat_template tokenizes it.
 std::vector<int> encode_prompt(const model::Model& model, const std::string& body, const ChatSpec& chat);
+// encode_prompt for a run of `max_new_tokens`: a text whose first bytes alone are more tokens than the model's
+// context is refused (UsageError) before it is tokenized whole, so a prompt far too long (200,000 messages) is
+// refused in a moment instead of after tokenizing megabytes.
+std::vector<int> encode_prompt_for_run(const model::Model& model, const std::string& body, const ChatSpec& chat,
+                                       int max_new_tokens);
 // The same from a tokenizer and chat template alone (kvscope tokenize, which loads no weights).
 std::string prompt_text(const model::Tokenizer& tokenizer, const model::ChatTemplateChoice& model_template,
                         const std::string& body, const ChatSpec& chat);

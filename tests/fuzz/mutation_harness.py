@@ -39,7 +39,8 @@ changed during the run (a rebuild: the counts would mix builds), 0 otherwise.
 
 Mutations follow issue 15's reproduction: random bytes anywhere, 8-byte runs of 0x00 or 0xff, truncation,
 4 random bytes in the first 8 KiB (the HDF5 superblock and root group, the GGUF header), plus boundary
-values over 4- or 8-byte fields. Seeded: the same --seed gives the same mutants.
+values over 4- or 8-byte fields. Seeded: the same --seed gives the same mutants; without --seed a random seed is
+drawn and printed first. Each run also makes the REGRESSIONS mutants of its format (ones that once exposed a defect).
 """
 import argparse
 import concurrent.futures
@@ -67,6 +68,12 @@ PROMPT = ("The keeper wrote the weather in his log every night: wind, swell and 
 # The Hugging Face folder's prompt: digits, punctuation, accents and a newline reach more of the tokenizer.
 HF_PROMPT = "The key was under the 7th step, naïve café — 1234!\nWhere's the key?"
 HF_FOLDER = os.path.join(ROOT, "tests", "fixtures", "hf_synthetic", "llama3")
+# Mutants that once exposed a defect, as (seed, index): every run of the format makes and runs them as well as the
+# ones of the seed it drew, so a fixed defect stays fixed whatever the seed (tests/python/test_tokenizer_bounds.py
+# builds the same damage without this module's random choices).
+REGRESSIONS = {
+    "tokenizer": [(15, 34)],  # model.vocab id 2147483648: transformers' load grew ~270 MB/s until the OOM killer
+}
 # The environment variable that tags every command, so that its descendants can be recognised.
 TAG = "KVSCOPE_MUTATION_RUN"
 
@@ -702,7 +709,7 @@ def main():
     ap.add_argument("--mode", choices=sorted(MODES), default="quick")
     ap.add_argument("--mutants", type=int, help="override the mode's count")
     ap.add_argument("--gui-mutants", type=int, help="traces: override the mode's count for the window (0: none)")
-    ap.add_argument("--seed", type=int, default=15)
+    ap.add_argument("--seed", type=int, help="the mutants' seed (default: a random one, printed; pass it to repeat a run)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a run counts as a hang")
     ap.add_argument("--base", help="mutate this file instead of making a small trace or the tiny model (safetensors, "
@@ -714,6 +721,11 @@ def main():
     ap.add_argument("--json", help="write the counts here")
     args = ap.parse_args()
     n_mutants = args.mutants if args.mutants is not None else MODES[args.mode][args.format]
+    if args.seed is None:
+        args.seed = random.SystemRandom().randrange(1 << 31)
+    regressions = REGRESSIONS.get(args.format, [])
+    print(f"{args.format} mutation: seed {args.seed} ({n_mutants} mutants; repeat with --seed {args.seed}), plus "
+          f"{len(regressions)} regression mutant(s) {regressions}", flush=True)
     args.n_gui = args.gui_mutants if args.gui_mutants is not None else MODES[args.mode]["gui"]
 
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
@@ -722,12 +734,18 @@ def main():
     counts = {}
     keep_lock = threading.Lock()
 
+    def seed_and_index(i):
+        """Mutant i of this run: the drawn seed's first n_mutants, then the regression mutants."""
+        return (args.seed, i) if i < n_mutants else regressions[i - n_mutants]
+
     def mutant_of(i):
-        return targets.mutant(random.Random(args.seed * 1_000_003 + i))
+        seed, index = seed_and_index(i)
+        return targets.mutant(random.Random(seed * 1_000_003 + index))
 
     def keep(i):
         """Writes mutant i again (seeded, so the same bytes) under --keep, once; returns its path."""
-        kept = os.path.join(args.keep, f"{args.format}_seed{args.seed}_mutant{i}{targets.suffix}")
+        seed, index = seed_and_index(i)
+        kept = os.path.join(args.keep, f"{args.format}_seed{seed}_mutant{index}{targets.suffix}")
         with keep_lock:
             if not os.path.exists(kept):
                 os.makedirs(args.keep, exist_ok=True)
@@ -787,7 +805,7 @@ def main():
         binary = os.stat(args.kvscope)
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
             try:
-                for done, outcomes in enumerate(pool.map(one, range(n_mutants)), 1):
+                for done, outcomes in enumerate(pool.map(one, range(n_mutants + len(regressions))), 1):
                     for target, verdict in outcomes.items():
                         c = counts.setdefault(target, {"mutants": 0, "clean": 0, "success": 0, "crash": 0, "hang": 0,
                                                        "leftover": 0})

@@ -172,6 +172,11 @@ TEST_CASE("bad RULER settings are clear errors", "[ruler]") {
   RulerSettings s = settings(2048, 1);
   s.tasks = {"qa_1"};
   CHECK_THROWS_WITH(generate_ruler(s, count_bytes), Catch::Contains("unknown RULER task 'qa_1'"));
+  // Samples are held in memory: their number and their tokens in all are bounded before any is generated.
+  s = settings(2048, kMaxRulerSamples + 1);
+  CHECK_THROWS_WITH(generate_ruler(s, count_bytes), Catch::Contains("--samples 1001 is more than the bound of 1000"));
+  s = settings(1 << 20, kMaxRulerSamples);
+  CHECK_THROWS_WITH(generate_ruler(s, count_bytes), Catch::Contains("prompt tokens, more than the bound of 268435456"));
   s = settings(150, 1);  // 22 tokens for the prompt: not even the template fits
   s.tasks = {"niah_single_1"};
   CHECK_THROWS_WITH(generate_ruler(s, count_bytes), Catch::Contains("leaves no room"));
