@@ -7,16 +7,14 @@ Run by ctest with the project venv; KVSCOPE_BINARY points at the kvscope executa
 """
 import csv
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import h5py
 
-from checks import FAILURES, check, passed
+from checks import FAILURES, check, passed, run_in_temp_folder
 BINARY = os.environ.get("KVSCOPE_BINARY", "")
 PROMPT = ("The old ferry left the harbour at eleven. The deckhand hooked the chain, the engines deepened their "
           "note, and the lights of the town slid away behind the breakwater while the passengers slept.")
@@ -228,22 +226,17 @@ def test_eval_subcommands():
     check(res.returncode == 2 and "150" in res.stderr, f"needle depth outside 0..100 is a usage error ({res.stderr[-200:]})")
 
 
+def all_checks(root):
+    reference = test_small_sweep(root)
+    test_kill_and_resume(root, reference)
+    test_workers(root, reference)
+    test_bad_input(root)
+    test_stop_at_end(root)
+    test_eval_subcommands()
+
+
 def main():
-    if not BINARY or not os.path.exists(BINARY):
-        print(f"KVSCOPE_BINARY is not set to an executable (got {BINARY!r})")
-        return 2
-    root = tempfile.mkdtemp(prefix="kvscope_sweep_")
-    try:
-        reference = test_small_sweep(root)
-        test_kill_and_resume(root, reference)
-        test_workers(root, reference)
-        test_bad_input(root)
-        test_stop_at_end(root)
-        test_eval_subcommands()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    print(f"{passed()} checks passed, {len(FAILURES)} failed")
-    return 1 if FAILURES else 0
+    return run_in_temp_folder(BINARY, "kvscope_sweep_", all_checks)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,8 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 
-from checks import FAILURES, check, passed
+from checks import FAILURES, check, passed, run_in_temp_folder
 
 BINARY = os.environ.get("KVSCOPE_BINARY", "")
 ROOT = os.environ.get("KVSCOPE_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -153,21 +152,16 @@ def test_contradicting_row(root):
     check(snapshot(out) == before, "and nothing is rewritten")
 
 
+def all_checks(root):
+    finished = test_policy_file_digest(root)
+    test_empty_rows_csv(root, finished)
+    test_duplicates(root)
+    test_options_of_eval(root)
+    test_contradicting_row(root)
+
+
 def main():
-    if not BINARY or not os.path.exists(BINARY):
-        print(f"KVSCOPE_BINARY is not set to an executable (got {BINARY!r})")
-        return 2
-    root = tempfile.mkdtemp(prefix="kvscope_sweep_guards_")
-    try:
-        finished = test_policy_file_digest(root)
-        test_empty_rows_csv(root, finished)
-        test_duplicates(root)
-        test_options_of_eval(root)
-        test_contradicting_row(root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    print(f"{passed()} checks passed, {len(FAILURES)} failed")
-    return 1 if FAILURES else 0
+    return run_in_temp_folder(BINARY, "kvscope_sweep_guards_", all_checks)
 
 
 if __name__ == "__main__":

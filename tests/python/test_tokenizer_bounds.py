@@ -14,10 +14,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
-from checks import FAILURES, check, passed
+from checks import FAILURES, check, passed, run_in_temp_folder
 
 BINARY = os.environ.get("KVSCOPE_BINARY", "")
 ROOT = os.environ.get("KVSCOPE_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -77,60 +76,55 @@ def damaged(root, name, edit, keep_config=True):
     return folder
 
 
-def main():
-    if not BINARY or not os.path.exists(BINARY):
-        print(f"KVSCOPE_BINARY is not set to an executable (got {BINARY!r})")
-        return 2
-    root = tempfile.mkdtemp(prefix="kvscope_tokenizer_bounds_")
-    try:
-        res, seconds = run(FOLDER)
-        check(res.returncode == 0, f"the undamaged folder tokenizes ({res.stderr.strip()[-300:]})")
+def all_checks(root):
+    res, seconds = run(FOLDER)
+    check(res.returncode == 0, f"the undamaged folder tokenizes ({res.stderr.strip()[-300:]})")
 
-        vocab_size = json.load(open(os.path.join(FOLDER, "config.json")))["vocab_size"]
-        cases = [
-            ("seed15_mutant34", seed15_mutant34, True, ["model.vocab", '"^"', "2147483648", "vocab_size"]),
-            ("vocab_negative", vocab_id("a", -1), True, ["model.vocab", "-1"]),
-            ("vocab_string", vocab_id("a", "7"), True, ["model.vocab", '"7"']),
-            ("vocab_past_config", vocab_id("a", vocab_size + 1024), True, ["model.vocab", str(vocab_size + 1024)]),
-            # Without config.json only the absolute bound (2^24) applies.
-            ("vocab_past_bound", vocab_id("a", 1 << 24), False, ["model.vocab", str(1 << 24)]),
-            ("added_token", added_token_id(1 << 40), True, ["added_tokens[0].id", str(1 << 40)]),
-            ("post_processor", post_processor_ids, True, ["post_processor", str(1 << 31)]),
-            ("merge", merge_of_unknown_token, True, ["model.merges[0]", "kvscope-not-a-token"]),
-        ]
-        for name, edit, keep_config, words in cases:
-            folder = damaged(root, name, edit, keep_config)
-            res, seconds = run(folder)
-            said = res.stderr.strip()[-400:]
-            check(res.returncode == 1 and "tokenizer.json" in res.stderr and all(w in res.stderr for w in words),
-                  f"{name}: exit 1 naming tokenizer.json and {words} (exit {res.returncode}: {said})")
-            check(seconds < QUICK_S, f"{name}: refused in {seconds:.1f} s (< {QUICK_S} s)")
-
-        # Ids within config.json's vocab_size + 1024 stay accepted (added tokens a fine-tune gave no embedding row).
-        folder = damaged(root, "vocab_within_excess", vocab_id("a", vocab_size + 1023))
-        res, _ = run(folder)
-        check(res.returncode == 0, f"an id within vocab_size + 1024 is accepted ({res.stderr.strip()[-300:]})")
-
-        # A tokenizer.json over the size bound is refused without being read (a sparse file: no disk used).
-        folder = os.path.join(root, "huge")
-        shutil.copytree(FOLDER, folder)
-        with open(os.path.join(folder, "tokenizer.json"), "r+b") as f:
-            f.truncate((512 << 20) + 1)
+    vocab_size = json.load(open(os.path.join(FOLDER, "config.json")))["vocab_size"]
+    cases = [
+        ("seed15_mutant34", seed15_mutant34, True, ["model.vocab", '"^"', "2147483648", "vocab_size"]),
+        ("vocab_negative", vocab_id("a", -1), True, ["model.vocab", "-1"]),
+        ("vocab_string", vocab_id("a", "7"), True, ["model.vocab", '"7"']),
+        ("vocab_past_config", vocab_id("a", vocab_size + 1024), True, ["model.vocab", str(vocab_size + 1024)]),
+        # Without config.json only the absolute bound (2^24) applies.
+        ("vocab_past_bound", vocab_id("a", 1 << 24), False, ["model.vocab", str(1 << 24)]),
+        ("added_token", added_token_id(1 << 40), True, ["added_tokens[0].id", str(1 << 40)]),
+        ("post_processor", post_processor_ids, True, ["post_processor", str(1 << 31)]),
+        ("merge", merge_of_unknown_token, True, ["model.merges[0]", "kvscope-not-a-token"]),
+    ]
+    for name, edit, keep_config, words in cases:
+        folder = damaged(root, name, edit, keep_config)
         res, seconds = run(folder)
-        check(res.returncode == 1 and "tokenizer.json" in res.stderr and "bytes exceed" in res.stderr and seconds < QUICK_S,
-              f"a tokenizer.json over 512 MiB is refused by its size in {seconds:.1f} s ({res.stderr.strip()[-300:]})")
+        said = res.stderr.strip()[-400:]
+        check(res.returncode == 1 and "tokenizer.json" in res.stderr and all(w in res.stderr for w in words),
+              f"{name}: exit 1 naming tokenizer.json and {words} (exit {res.returncode}: {said})")
+        check(seconds < QUICK_S, f"{name}: refused in {seconds:.1f} s (< {QUICK_S} s)")
 
-        # The guarded load: with the memory bound at 1 MiB the load trips it, exits 1 and names the file.
-        res, seconds = run(FOLDER, {"KVSCOPE_TOKENIZER_LOAD_MEMORY_MIB": "1"})
-        check(res.returncode == 1 and "tokenizer.json" in res.stderr and "memory grew" in res.stderr and seconds < QUICK_S,
-              f"a load past its memory bound ends with exit 1 naming tokenizer.json ({res.stderr.strip()[-300:]})")
-        res, _ = run(FOLDER, {"KVSCOPE_TOKENIZER_LOAD_SECONDS": "soon"})
-        check(res.returncode == 2 and "KVSCOPE_TOKENIZER_LOAD_SECONDS" in res.stderr,
-              f"a bound that is not a number is a usage error ({res.stderr.strip()[-300:]})")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    print(f"{passed()} checks passed, {len(FAILURES)} failed")
-    return 1 if FAILURES else 0
+    # Ids within config.json's vocab_size + 1024 stay accepted (added tokens a fine-tune gave no embedding row).
+    folder = damaged(root, "vocab_within_excess", vocab_id("a", vocab_size + 1023))
+    res, _ = run(folder)
+    check(res.returncode == 0, f"an id within vocab_size + 1024 is accepted ({res.stderr.strip()[-300:]})")
+
+    # A tokenizer.json over the size bound is refused without being read (a sparse file: no disk used).
+    folder = os.path.join(root, "huge")
+    shutil.copytree(FOLDER, folder)
+    with open(os.path.join(folder, "tokenizer.json"), "r+b") as f:
+        f.truncate((512 << 20) + 1)
+    res, seconds = run(folder)
+    check(res.returncode == 1 and "tokenizer.json" in res.stderr and "bytes exceed" in res.stderr and seconds < QUICK_S,
+          f"a tokenizer.json over 512 MiB is refused by its size in {seconds:.1f} s ({res.stderr.strip()[-300:]})")
+
+    # The guarded load: with the memory bound at 1 MiB the load trips it, exits 1 and names the file.
+    res, seconds = run(FOLDER, {"KVSCOPE_TOKENIZER_LOAD_MEMORY_MIB": "1"})
+    check(res.returncode == 1 and "tokenizer.json" in res.stderr and "memory grew" in res.stderr and seconds < QUICK_S,
+          f"a load past its memory bound ends with exit 1 naming tokenizer.json ({res.stderr.strip()[-300:]})")
+    res, _ = run(FOLDER, {"KVSCOPE_TOKENIZER_LOAD_SECONDS": "soon"})
+    check(res.returncode == 2 and "KVSCOPE_TOKENIZER_LOAD_SECONDS" in res.stderr,
+          f"a bound that is not a number is a usage error ({res.stderr.strip()[-300:]})")
+
+
+def main():
+    return run_in_temp_folder(BINARY, "kvscope_tokenizer_bounds_", all_checks)
 
 
 if __name__ == "__main__":
