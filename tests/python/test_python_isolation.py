@@ -11,9 +11,8 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 
-from checks import FAILURES, check, passed
+from checks import check, run_in_temp_folder
 
 SOURCE = os.environ.get("KVSCOPE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 BINARY = os.environ.get("KVSCOPE_BINARY", "")
@@ -70,70 +69,66 @@ def fake_python_prefix(root):
     return bin_dir
 
 
+def all_checks(tmp):
+    markers = os.path.join(tmp, "markers")
+    os.makedirs(markers)
+    model = os.path.join(tmp, "model")
+    shutil.copytree(TINY_MODEL, model)
+    # First the model folder alone: what a downloaded model could carry, with the standard library intact.
+    plant(model, markers, ["transformers", "tokenizers", "jinja2", "numpy"])
+    with open(os.path.join(model, "policy.py"), "w") as f:
+        f.write(POLICY)
+    # The planted modules are real files in the folder, and Python would import them from there.
+    probe = subprocess.run([sys.executable, "-c", "import transformers"], cwd=model, capture_output=True, text=True)
+    check(probe.returncode != 0 and os.path.exists(os.path.join(markers, "transformers")),
+          "the planted transformers.py runs when its folder is on sys.path (the hazard is real)")
+    for name in os.listdir(markers):
+        os.remove(os.path.join(markers, name))
+
+    python_features(model, None, "from inside a model folder holding transformers.py", markers)
+    plant(model, markers)
+    python_features(model, None, "from inside a model folder holding re.py and more", markers)
+
+    # A working directory holding the planted modules, with the model in a subfolder.
+    work = os.path.join(tmp, "work")
+    os.makedirs(work)
+    plant(work, markers)
+    shutil.copytree(model, os.path.join(work, "model"))
+    shutil.copy(os.path.join(model, "policy.py"), work)
+    python_features(work, None, "from a working directory with planted modules", markers)
+
+    # Another python3 first on PATH with a broken standard library; PYTHONHOME and PYTHONPATH at junk.
+    fake_bin = fake_python_prefix(os.path.join(tmp, "fakepy"))
+    env = dict(os.environ)
+    env["PATH"] = fake_bin + os.pathsep + env.get("PATH", "")
+    env["PYTHONHOME"] = os.path.join(tmp, "fakepy")
+    env["PYTHONPATH"] = work
+    env["PYTHONSTARTUP"] = os.path.join(work, "re.py")
+    env.pop("VIRTUAL_ENV", None)
+    python_features(model, env, "with a fake python3 first on PATH, PYTHONHOME and PYTHONPATH set", markers)
+    env.pop("PYTHONHOME")
+    env.pop("PYTHONPATH")
+    env.pop("PYTHONSTARTUP")
+    python_features(model, env, "with a fake python3 first on PATH", markers)
+
+    # numpy missing (a venv whose .pth hides it, the one way in): the message names the interpreter that
+    # was used, the real one, not the fake on PATH.
+    venv_lib = os.path.join(tmp, "venv", "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
+    os.makedirs(venv_lib)
+    with open(os.path.join(venv_lib, "hide_numpy.pth"), "w") as f:
+        f.write("import sys; sys.modules['numpy'] = None\n")
+    env["VIRTUAL_ENV"] = os.path.join(tmp, "venv")
+    res = run(["generate", "--model", ".", "--prompt", "hello there, a few more tokens", "--max-new-tokens", "1",
+               "--policy", "python:policy.py", "--budget", "4"], model, env)
+    stdlib = res.stderr.split("standard library ", 1)[-1].split(",", 1)[0]
+    check(res.returncode != 0 and "cannot import numpy" in res.stderr and "fakepy" not in res.stderr
+          and os.path.isfile(os.path.join(stdlib, "os.py")),
+          f"without numpy the message names the standard library used, the real one ({res.stderr.strip()[-600:]})")
+
+
 def main():
-    if not os.path.exists(BINARY):
-        print(f"KVSCOPE_BINARY is not set to an executable (got {BINARY!r})")
-        sys.exit(2)
-    with tempfile.TemporaryDirectory() as tmp:
-        markers = os.path.join(tmp, "markers")
-        os.makedirs(markers)
-        model = os.path.join(tmp, "model")
-        shutil.copytree(TINY_MODEL, model)
-        # First the model folder alone: what a downloaded model could carry, with the standard library intact.
-        plant(model, markers, ["transformers", "tokenizers", "jinja2", "numpy"])
-        with open(os.path.join(model, "policy.py"), "w") as f:
-            f.write(POLICY)
-        # The planted modules are real files in the folder, and Python would import them from there.
-        probe = subprocess.run([sys.executable, "-c", "import transformers"], cwd=model, capture_output=True, text=True)
-        check(probe.returncode != 0 and os.path.exists(os.path.join(markers, "transformers")),
-              "the planted transformers.py runs when its folder is on sys.path (the hazard is real)")
-        for name in os.listdir(markers):
-            os.remove(os.path.join(markers, name))
-
-        python_features(model, None, "from inside a model folder holding transformers.py", markers)
-        plant(model, markers)
-        python_features(model, None, "from inside a model folder holding re.py and more", markers)
-
-        # A working directory holding the planted modules, with the model in a subfolder.
-        work = os.path.join(tmp, "work")
-        os.makedirs(work)
-        plant(work, markers)
-        shutil.copytree(model, os.path.join(work, "model"))
-        shutil.copy(os.path.join(model, "policy.py"), work)
-        python_features(work, None, "from a working directory with planted modules", markers)
-
-        # Another python3 first on PATH with a broken standard library; PYTHONHOME and PYTHONPATH at junk.
-        fake_bin = fake_python_prefix(os.path.join(tmp, "fakepy"))
-        env = dict(os.environ)
-        env["PATH"] = fake_bin + os.pathsep + env.get("PATH", "")
-        env["PYTHONHOME"] = os.path.join(tmp, "fakepy")
-        env["PYTHONPATH"] = work
-        env["PYTHONSTARTUP"] = os.path.join(work, "re.py")
-        env.pop("VIRTUAL_ENV", None)
-        python_features(model, env, "with a fake python3 first on PATH, PYTHONHOME and PYTHONPATH set", markers)
-        env.pop("PYTHONHOME")
-        env.pop("PYTHONPATH")
-        env.pop("PYTHONSTARTUP")
-        python_features(model, env, "with a fake python3 first on PATH", markers)
-
-        # numpy missing (a venv whose .pth hides it, the one way in): the message names the interpreter that
-        # was used, the real one, not the fake on PATH.
-        venv_lib = os.path.join(tmp, "venv", "lib", "python%d.%d" % sys.version_info[:2], "site-packages")
-        os.makedirs(venv_lib)
-        with open(os.path.join(venv_lib, "hide_numpy.pth"), "w") as f:
-            f.write("import sys; sys.modules['numpy'] = None\n")
-        env["VIRTUAL_ENV"] = os.path.join(tmp, "venv")
-        res = run(["generate", "--model", ".", "--prompt", "hello there, a few more tokens", "--max-new-tokens", "1",
-                   "--policy", "python:policy.py", "--budget", "4"], model, env)
-        stdlib = res.stderr.split("standard library ", 1)[-1].split(",", 1)[0]
-        check(res.returncode != 0 and "cannot import numpy" in res.stderr and "fakepy" not in res.stderr
-              and os.path.isfile(os.path.join(stdlib, "os.py")),
-              f"without numpy the message names the standard library used, the real one ({res.stderr.strip()[-600:]})")
-
-    print(f"test_python_isolation: {passed()} checks passed, {len(FAILURES)} failed")
-    if FAILURES:
-        sys.exit(1)
+    return run_in_temp_folder(BINARY, "kvscope_python_isolation_", all_checks)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

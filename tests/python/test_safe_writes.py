@@ -10,10 +10,9 @@ import hashlib
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
-from checks import FAILURES, check, passed
+from checks import check, run_in_temp_folder
 
 BINARY = os.environ.get("KVSCOPE_BINARY", "")
 SOURCE = os.environ.get("KVSCOPE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -229,23 +228,20 @@ def samples(tmp):
           "--write-samples over its --haystack is refused")
 
 
+def all_checks(tmp):
+    good = os.path.join(tmp, "good.h5")
+    res = kvscope("trace", "--prompt", PROMPT, "--max-new-tokens", "2", "--quiet", "--out", good)
+    check(res.returncode == 0, f"a good trace is written ({res.stderr.strip()})")
+    links_not_followed(tmp, good)
+    existing_targets(tmp, good)
+    concurrent_traces(tmp)
+    predictions(tmp)
+    samples(tmp)
+
+
 def main():
-    if not os.path.exists(BINARY):
-        print(f"KVSCOPE_BINARY is not set to an executable (got {BINARY!r})")
-        sys.exit(2)
-    with tempfile.TemporaryDirectory() as tmp:
-        good = os.path.join(tmp, "good.h5")
-        res = kvscope("trace", "--prompt", PROMPT, "--max-new-tokens", "2", "--quiet", "--out", good)
-        check(res.returncode == 0, f"a good trace is written ({res.stderr.strip()})")
-        links_not_followed(tmp, good)
-        existing_targets(tmp, good)
-        concurrent_traces(tmp)
-        predictions(tmp)
-        samples(tmp)
-    print(f"test_safe_writes: {passed()} checks passed, {len(FAILURES)} failed")
-    if FAILURES:
-        sys.exit(1)
+    return run_in_temp_folder(BINARY, "kvscope_safe_writes_", all_checks)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -14,7 +14,7 @@ import time
 
 import h5py
 
-from checks import FAILURES, check, passed, run_in_temp_folder
+from checks import check, run_in_temp_folder
 BINARY = os.environ.get("KVSCOPE_BINARY", "")
 PROMPT = ("The old ferry left the harbour at eleven. The deckhand hooked the chain, the engines deepened their "
           "note, and the lights of the town slid away behind the breakwater while the passengers slept.")

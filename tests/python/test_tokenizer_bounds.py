@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from checks import FAILURES, check, passed, run_in_temp_folder
+from checks import check, run_in_temp_folder
 
 BINARY = os.environ.get("KVSCOPE_BINARY", "")
 ROOT = os.environ.get("KVSCOPE_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
