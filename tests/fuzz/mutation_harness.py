@@ -356,6 +356,8 @@ def classify_window(returncode, stderr: str, timed_out: bool, exported: bool) ->
 
 
 RUNNING = set()  # commands in flight, killed if the harness is stopped
+# kvscope gui's message when the display cannot be opened (before any file is read).
+DISPLAY_REFUSED = "cannot open a window"
 
 
 def run(cmd, timeout, env, err_path):
@@ -784,6 +786,13 @@ def main():
                 tag = f"{os.getpid()}:{args.format}:{i}:{target}"
                 code, err, timed_out = run(cmd, args.timeout, dict(run_env, **{TAG: tag}),
                                            os.path.join(work, f"stderr_{i}_{target}.txt"))
+                if product and DISPLAY_REFUSED in err:
+                    # The shared Xvfb refused the connection (seen once in 300 windows on a loaded machine): the
+                    # window never read the file, so it says nothing of the mutant. Said, and run once more.
+                    print(f"DISPLAY: {target} on mutant {i} could not open a window; run again", flush=True)
+                    time.sleep(1.0)
+                    code, err, timed_out = run(cmd, args.timeout, dict(run_env, **{TAG: tag}),
+                                               os.path.join(work, f"stderr_{i}_{target}.txt"))
                 leftovers.after(i, target, tag, markers)
                 used += markers
                 if product:
