@@ -110,6 +110,7 @@ PolicyParams::PolicyParams(const std::string& policy, const std::vector<ParamSpe
     if (!spec)
       throw UsageError("policy '" + policy + "' has no parameter '" + key + "'; valid parameters: " + valid_names(specs));
     const std::string what = "policy '" + policy + "' parameter '" + key + "'";
+    given_.insert(key);
     if (spec->kind == ParamSpec::Kind::Choice) {
       bool ok = false;
       for (const auto& c : spec->choices) ok = ok || c == text;

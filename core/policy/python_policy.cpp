@@ -471,6 +471,8 @@ PolicyInfo load_python_policy(const std::filesystem::path& file) {
                        "wrong type (" + e.what() + ")");
     }
   }
+  std::vector<std::string> declared;
+  for (const auto& s : own) declared.push_back(s.name);
   for (auto& s : scorer_framework_params(framework_defaults)) own.push_back(std::move(s));
   for (const auto& s : own)
     for (const auto& reserved : protocol_params(protocol))
@@ -488,17 +490,20 @@ PolicyInfo load_python_policy(const std::filesystem::path& file) {
     info.params = own;
     for (auto& s : protocol_params(protocol)) info.params.push_back(std::move(s));
   }
-  std::vector<ParamSpec> hidden;
-  for (const auto& s : all)
-    if (std::none_of(info.params.begin(), info.params.end(), [&](const ParamSpec& v) { return v.name == s.name; }))
-      hidden.push_back(s);
   if (info.summary.empty()) info.summary = "a Python scorer (" + file.filename().string() + ")";
   info.reference = std::filesystem::absolute(file).string();
-  info.make = [module, request, all, hidden, name = info.name](const PolicyParams& given) -> std::unique_ptr<Policy> {
+  if (!module->allocate)
+    info.resolve_params = [declared, framework_defaults, what = "policy file '" + file.string() + "'"](PolicyParams& p) {
+      resolve_allocation_params(what, declared, framework_defaults, p);
+    };
+  info.make = [module, request, all, name = info.name](const PolicyParams& given) -> std::unique_ptr<Policy> {
+    // obs.params: what applies, as the spec made it (another allocation's parameters are gone already).
+    std::vector<ParamSpec> visible;
+    for (const auto& s : all)
+      if (given.has(s.name)) visible.push_back(s);
     PolicyParams p = given;
-    for (const auto& s : hidden)
-      s.kind == ParamSpec::Kind::Choice ? p.set_choice(s.name, s.default_choice) : p.set_number(s.name, s.default_number);
-    return std::make_unique<PythonPolicy>(name, p, request, module, all);
+    if (module->allocate) p.set_choice("allocation", "uniform");  // allocate() decides; uniform reads no parameter
+    return std::make_unique<PythonPolicy>(name, p, request, module, visible);
   };
   return info;
 }

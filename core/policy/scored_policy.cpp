@@ -26,6 +26,24 @@ std::vector<ParamSpec> scored_policy_params(std::vector<ParamSpec> own, const Pr
   return own;
 }
 
+void drop_unchosen_allocation_params(const std::string& policy, const std::vector<ParamSpec>& specs,
+                                     PolicyParams& params) {
+  if (!params.has("allocation")) return;
+  const std::string& chosen = params.get_choice("allocation");
+  for (const auto& spec : specs) {
+    const auto owners = allocations_declaring(spec);
+    if (owners.empty() || std::find(owners.begin(), owners.end(), chosen) != owners.end()) continue;
+    if (params.given(spec.name)) {
+      std::string names;
+      for (const auto& o : owners) names += (names.empty() ? "" : " or ") + o;
+      throw UsageError("policy '" + policy + "' parameter '" + spec.name + "' belongs to allocation " + names +
+                       ", which this spec does not choose (allocation=" + chosen + "); add allocation=" +
+                       owners.front() + " or leave '" + spec.name + "' out");
+    }
+    params.erase(spec.name);
+  }
+}
+
 ScoredPolicy::ScoredPolicy(std::string name, const PolicyParams& params)
     : name_(std::move(name)),
       protocol_(protocol_of(params)),

@@ -20,6 +20,13 @@ namespace kvscope::policy {
 std::vector<ParamSpec> scored_policy_params(std::vector<ParamSpec> own, const Protocol& protocol_defaults,
                                             const std::string& default_allocation = "uniform");
 
+// An allocation's parameters exist only when that allocation is chosen: removes from `params` those of the
+// allocations `params`' `allocation` does not name (kvscope's own copies, as scored_policy_params added them),
+// so that neither the policy nor a trace sees them. Throws UsageError naming `policy` when the spec set one.
+// Does nothing for a policy without an `allocation` parameter.
+void drop_unchosen_allocation_params(const std::string& policy, const std::vector<ParamSpec>& specs,
+                                     PolicyParams& params);
+
 class ScoredPolicy : public Policy {
  public:
   ScoredPolicy(std::string name, const PolicyParams& params);
