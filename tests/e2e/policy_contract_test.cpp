@@ -11,6 +11,7 @@
 
 #include "core/common/error.h"
 #include "core/engine/engine.h"
+#include "core/engine/run_observer.h"
 #include "core/policy/budget_spec.h"
 #include "core/policy/registry.h"
 #include "tests/support/default_model.h"
@@ -48,6 +49,37 @@ std::string run_error(const std::string& spec, const std::string& budget = "50%"
     return e.what();
   }
   return "";
+}
+
+// The positions each (layer, KV head) holds after a run of `spec` (prefill and `new_tokens` decode steps).
+class FinalKept : public engine::RunObserver {
+ public:
+  std::vector<std::vector<int32_t>> heads;
+  void on_step_end(const engine::StepInfo&, const cache::KVCache& cache, int, float) override {
+    heads.clear();
+    for (int l = 0; l < cache.n_layers(); ++l)
+      for (int h = 0; h < cache.n_kv_heads(); ++h) {
+        const auto p = cache.positions(l, h);
+        heads.emplace_back(p.begin(), p.end());
+      }
+  }
+};
+
+std::vector<std::vector<int32_t>> kept_after(const std::string& spec, const std::string& budget = "40%") {
+  const model::Model* model = test::default_model();
+  const auto prompt = test::sample_prompt_tokens(*model, "heat_pump.txt");
+  auto policy = policy::make_policy(spec);
+  engine::Engine engine(*model);
+  engine::GenerateOptions options;
+  options.max_new_tokens = 1;
+  options.stop_at_end_of_generation = false;
+  options.budget = policy::BudgetSpec::parse(budget);
+  engine::RunHooks hooks;
+  hooks.policy = policy.policy.get();
+  FinalKept kept;
+  hooks.observers.push_back(&kept);
+  engine.generate(prompt, options, hooks);
+  return kept.heads;
 }
 
 std::string make_error(const std::string& spec) {
@@ -149,4 +181,106 @@ TEST_CASE("a framework parameter an allocation shares never takes the file's def
                  Catch::Contains("the file's 32") && Catch::Contains("the allocation's 8"));
   CHECK(policy::make_policy("python:" + declares + ",allocation=dynamickv,window=16").params.get_int("window") == 16);
   CHECK(policy::make_policy("python:" + declares + ",allocation=pyramid").params.get_int("window") == 32);
+}
+
+TEST_CASE("a failed import in a policy file says where packages come from (VIRTUAL_ENV)", "[e2e][policy_contract]") {
+  const auto path = write_policy("no_torch", "import kvscope_issue36_no_such_module\ndef score(obs):\n    return -obs.positions\n");
+  CHECK_THAT(make_error("python:" + path),
+             Catch::Contains(path) && Catch::Contains("line 1") && Catch::Contains("ModuleNotFoundError") &&
+                 Catch::Contains("kvscope_issue36_no_such_module") && Catch::Contains("VIRTUAL_ENV") &&
+                 Catch::Contains("-m venv DIR"));
+  // Any other exception stays as it was.
+  const auto other = write_policy("value_error", "raise ValueError('bad config')\ndef score(obs):\n    return 0\n");
+  CHECK_THAT(make_error("python:" + other), Catch::Contains("ValueError: bad config") && !Catch::Contains("VIRTUAL_ENV"));
+}
+
+TEST_CASE("integer parameters print and record as integers, floats as the value given", "[e2e][policy_contract]") {
+  CHECK(policy::ParamSpec::integer("n", 1 << 20, 0, 1 << 20, "").range_text() == "integer in [0, 1048576]");
+  CHECK(policy::ParamSpec::integer("n", 1 << 20, 0, 1 << 20, "").default_text() == "1048576");
+  const auto path = write_policy("int_params", R"PY(
+params = {"count": 1048576, "share": 0.1234567}
+def score(obs):
+    return -obs.positions
+)PY");
+  const auto info = policy::describe_policy("python:" + path);
+  std::map<std::string, std::string> range;
+  for (const auto& p : info.params) range[p.name] = p.range_text();
+  CHECK(range.at("count") == "integer in [-1073741824, 1073741824]");
+  CHECK(range.at("recent") == "integer in [0, 1048576]");
+  const auto recorded = policy::make_policy("python:" + path + ",sinks=1000000").params.as_text();
+  CHECK(recorded.at("count") == "1048576");
+  CHECK(recorded.at("sinks") == "1000000");
+  CHECK(recorded.at("share") == "0.1234567");
+}
+
+TEST_CASE("score() may return integer arrays, nested lists or anything numpy converts (torch tensors)",
+          "[e2e][policy_contract]") {
+  // One score, four return types; integers within float32's exact range keep the same entries.
+  const auto path = write_policy("return_types", R"PY(
+import numpy as np
+params = {"kind": {"default": "float", "choices": ["float", "int64", "int32", "list", "array_like"]}}
+class ArrayLike:  # what torch.Tensor (on the CPU, without grad) offers numpy
+    def __init__(self, a):
+        self.a = a
+    def __array__(self, dtype=None, copy=None):
+        return self.a if dtype is None else self.a.astype(dtype)
+def score(obs):
+    s = np.trunc(obs.keys[..., 0].astype(np.float64) * 1000)
+    kind = obs.params["kind"]
+    if kind == "int64": return s.astype(np.int64)
+    if kind == "int32": return s.astype(np.int32)
+    if kind == "list": return s.tolist()
+    if kind == "array_like": return ArrayLike(s)
+    return s
+)PY");
+  const auto reference = kept_after("python:" + path);
+  for (const std::string kind : {"int64", "int32", "list", "array_like"}) {
+    INFO(kind);
+    CHECK(kept_after("python:" + path + ",kind=" + kind) == reference);
+  }
+}
+
+TEST_CASE("obs.keys of a llama GGUF pair head dimensions (2i, 2i+1), as docs/policies.md says",
+          "[e2e][policy_contract]") {
+  // Layer 0's key of a token depends on the token alone before RoPE. So two occurrences of one token, rotated
+  // back from their positions to 0 by the documented convention (adjacent pairs, theta_i = p base^(-2i/d)),
+  // give the same vector; by transformers' rotate-half convention they do not.
+  const model::Model* model = test::default_model();
+  const auto prompt = test::sample_prompt_tokens(*model, "heat_pump.txt");
+  std::map<int, int> first_seen;
+  std::string pairs;
+  for (int p = 0; p < static_cast<int>(prompt.size()); ++p) {
+    const auto [it, fresh] = first_seen.emplace(prompt[p], p);
+    if (!fresh && p - it->second > 8) pairs += "(" + std::to_string(it->second) + ", " + std::to_string(p) + "), ";
+  }
+  REQUIRE(!pairs.empty());
+  const std::string source = R"PY(
+import numpy as np
+PAIRS = [)PY" + pairs + R"PY(]
+BASE, ROPE_DIM = )PY" + std::to_string(model->config.rope_base) + ", " + std::to_string(model->config.rope_dim) + R"PY(
+def unrotate(k, position, adjacent):
+    i = np.arange(ROPE_DIM // 2)
+    angle = -position * BASE ** (-2.0 * i / ROPE_DIM)
+    a, b = (2 * i, 2 * i + 1) if adjacent else (i, i + ROPE_DIM // 2)
+    out = k.astype(np.float64).copy()
+    out[..., a] = k[..., a] * np.cos(angle) - k[..., b] * np.sin(angle)
+    out[..., b] = k[..., a] * np.sin(angle) + k[..., b] * np.cos(angle)
+    return out
+def score(obs):
+    if obs.layer == 0:
+        where = {int(p): j for j, p in enumerate(obs.positions[0])}
+        for adjacent in (True, False):
+            worst = 0.0
+            for p, q in PAIRS:
+                kp = unrotate(obs.keys[:, where[p]], p, adjacent)
+                kq = unrotate(obs.keys[:, where[q]], q, adjacent)
+                worst = max(worst, np.abs(kp - kq).max() / np.abs(kp).max())
+            if adjacent and worst > 1e-3:
+                raise AssertionError("adjacent pairs: same token differs by %g after un-rotating" % worst)
+            if not adjacent and worst < 0.05:
+                raise AssertionError("rotate-half also matches (%g): the test cannot tell the layouts apart" % worst)
+    return -obs.positions.astype(np.float64)
+)PY";
+  REQUIRE(model->config.rope_style == model::RopeStyle::AdjacentPairs);
+  CHECK(run_error("python:" + write_policy("key_layout", source)) == "");
 }
