@@ -14,6 +14,7 @@
 #include "core/common/sha256.h"
 #include "core/policy/allocation.h"
 #include "core/policy/python_observation.h"
+#include "core/policy/selection.h"
 #include "core/policy/user_code_scope.h"
 #include "core/policy/user_scorer.h"
 #include "core/python/interpreter.h"
@@ -254,7 +255,24 @@ class PythonPolicy final : public UserScorer {
  protected:
   std::string what() const override { return "policy file '" + file().string() + "'"; }
 
-  void on_begin(const RunInfo&) override { protect_memo_.clear(); }
+  void on_begin(const RunInfo& info) override {
+    protect_memo_.clear();
+    precise_.assign(info.config.n_layers, std::vector<std::vector<double>>(info.config.n_kv_heads));
+  }
+
+  // The file's float64 scores rank, not their float32 copies (which the trace records): scores 1e-12 apart
+  // are kept by value, not by position.
+  std::vector<int32_t> choose_kept(int layer, int kv_head, std::span<const float> scores, int budget, int n_sinks,
+                                   int n_recent) override {
+    std::vector<double> precise = std::move(precise_.at(layer).at(kv_head));
+    precise_[layer][kv_head].clear();
+    // Only this step's scores of this head: the float32 copies the edit carries must be theirs.
+    const bool current = precise.size() == scores.size() &&
+                         std::equal(precise.begin(), precise.end(), scores.begin(),
+                                    [](double d, float f) { return static_cast<float>(d) == f; });
+    if (!current) return UserScorer::choose_kept(layer, kv_head, scores, budget, n_sinks, n_recent);
+    return keep_top_scores(std::span<const double>(precise), budget, n_sinks, n_recent);
+  }
 
   std::unique_ptr<LayerAllocation> make_layer_allocation() const override {
     if (!module_->allocate) return ScoredPolicy::make_layer_allocation();
@@ -334,9 +352,9 @@ class PythonPolicy final : public UserScorer {
     int width = 0;
     for (int h = 0; h < heads; ++h) width = std::max(width, cache.size(obs.layer, h));
     const std::string where = module_->function_label("score") + " for layer " + std::to_string(obs.layer);
-    py::array_t<float, py::array::c_style | py::array::forcecast> scores;
+    py::array_t<double, py::array::c_style | py::array::forcecast> scores;
     try {
-      scores = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(result);
+      scores = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(result);
     } catch (py::error_already_set&) {
     }
     if (result.is_none())
@@ -350,29 +368,30 @@ class PythonPolicy final : public UserScorer {
                   ", " + std::to_string(width) + ")");
     }
     for (int h = 0; h < heads; ++h) {
-      const float* row = scores.data() + static_cast<std::size_t>(h) * width;
+      const double* precise = scores.data() + static_cast<std::size_t>(h) * width;
       const int n = cache.size(obs.layer, h);
-      if (const std::string bad = non_finite_scores(row, n); !bad.empty())
-        throw Error(where + " KV head " + std::to_string(h) + ": " + bad + float32_overflow(result, h, row, n) +
+      std::vector<float> row(precise, precise + n);  // what the edit carries and the trace records
+      if (const std::string bad = non_finite_scores(row.data(), n); !bad.empty())
+        throw Error(where + " KV head " + std::to_string(h) + ": " + bad + float32_overflow(precise, row.data(), n) +
                     "; scores must be finite");
-      layer_scores_[h].assign(row, row + n);
+      layer_scores_[h] = std::move(row);
+      precise_.at(obs.layer).at(h).assign(precise, precise + n);
     }
   }
 
-  // Why a score is infinite when the file's own value was finite: it overflowed float32, kvscope's score type.
-  static std::string float32_overflow(const py::object& result, int kv_head, const float* row, int n) {
+  // Why a score is infinite when the file's own value was finite: it overflowed float32, the type scores are
+  // recorded in.
+  static std::string float32_overflow(const double* given, const float* row, int n) {
     int first = 0;
     while (first < n && std::isfinite(row[first])) ++first;
     if (first == n || std::isnan(row[first])) return "";
-    const auto given = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(result);
-    if (!given || given.ndim() != 2) return "";
-    const double value = given.at(kv_head, first);
+    const double value = given[first];
     if (!std::isfinite(value)) return "";
     char text[32];
     std::snprintf(text, sizeof text, "%.17g", value);
     return " (the score returned there is " + std::string(text) +
-           ", finite as a float64 but beyond float32's largest, 3.4028235e+38: scores are float32 and it overflows "
-           "to " + (value > 0 ? "inf" : "-inf") + ")";
+           ", finite as a float64 but beyond float32's largest, 3.4028235e+38: scores are recorded as float32 and "
+           "it overflows to " + (value > 0 ? "inf" : "-inf") + ")";
   }
 
   int protect(const py::object& f, const char* name, int budget) const {
@@ -395,6 +414,7 @@ class PythonPolicy final : public UserScorer {
   std::vector<ParamSpec> specs_;
   py::object params_dict_;  // a dict, built under the GIL (a default py::dict would call Python without it)
   std::vector<std::vector<float>> layer_scores_;
+  std::vector<std::vector<std::vector<double>>> precise_;  // [layer][kv_head]: this step's float64 scores
   mutable std::map<std::pair<std::string, int>, int> protect_memo_;
 };
 

@@ -143,6 +143,11 @@ void ScoredPolicy::finalize_budgets(int seq_len) {
                        "policy '" + name_ + "', allocation '" + allocation_name_ + "'", diagnostics_);
 }
 
+std::vector<int32_t> ScoredPolicy::choose_kept(int, int, std::span<const float> scores, int budget, int n_sinks,
+                                               int n_recent) {
+  return keep_top_scores(scores, budget, n_sinks, n_recent);
+}
+
 void ScoredPolicy::evict_layer(int layer, cache::KVCache& cache, cache::CacheEdit& edit) {
   const int heads = cache.n_kv_heads();
   for (int h = 0; h < heads; ++h) {
@@ -153,7 +158,7 @@ void ScoredPolicy::evict_layer(int layer, cache::KVCache& cache, cache::CacheEdi
     std::vector<float> scores = std::move(pending_[layer][h]);
     const std::vector<float> ranking = scores.empty() ? std::vector<float>(n, 0.0f) : scores;
     edit.heads.push_back(
-        keep_edit(layer, h, keep_top_scores(ranking, budget, sinks(budget), recent(budget)), std::move(scores)));
+        keep_edit(layer, h, choose_kept(layer, h, ranking, budget, sinks(budget), recent(budget)), std::move(scores)));
     complete_edit(edit.heads.back(), cache);
   }
 }

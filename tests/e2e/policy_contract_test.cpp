@@ -51,7 +51,7 @@ std::string run_error(const std::string& spec, const std::string& budget = "50%"
   return "";
 }
 
-// The positions each (layer, KV head) holds after a run of `spec` (prefill and `new_tokens` decode steps).
+// The positions each (layer, KV head) holds after a run of `spec` that generates one token (the prefill).
 class FinalKept : public engine::RunObserver {
  public:
   std::vector<std::vector<int32_t>> heads;
@@ -283,4 +283,33 @@ def score(obs):
 )PY";
   REQUIRE(model->config.rope_style == model::RopeStyle::AdjacentPairs);
   CHECK(run_error("python:" + write_policy("key_layout", source)) == "");
+}
+
+TEST_CASE("a Python policy's scores rank in float64: 1e-12 apart is kept by value, not by position",
+          "[e2e][policy_contract]") {
+  // Every entry scores 1 except one late entry, 1 + 1e-12 (equal to 1 in float32). A budget of 10 keeps the
+  // first 9 (ties to the earlier entry) and that one.
+  const auto path = write_policy("close_scores", R"PY(
+import numpy as np
+def score(obs):
+    s = np.ones(obs.positions.shape, dtype=np.float64)
+    s[obs.positions == 30] += 1e-12
+    return s
+)PY");
+  const auto kept = kept_after("python:" + path, "10");
+  REQUIRE(!kept.empty());
+  const std::vector<int32_t> want = {0, 1, 2, 3, 4, 5, 6, 7, 8, 30};
+  for (const auto& head : kept) {
+    CHECK(head == want);
+  }
+  // A float32 array of the same scores ties them: the first 10 stay.
+  const auto tied = write_policy("close_scores_f32", R"PY(
+import numpy as np
+def score(obs):
+    s = np.ones(obs.positions.shape, dtype=np.float64)
+    s[obs.positions == 30] += 1e-12
+    return s.astype(np.float32)
+)PY");
+  const auto kept_tied = kept_after("python:" + tied, "10");
+  CHECK(kept_tied.front() == std::vector<int32_t>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
 }
