@@ -113,6 +113,7 @@ void register_class(py::module_& scope) {
       .def_property_readonly("budget", [](const Observation& o) { return (o.obs(), o.context.budget); })
       .def_property_readonly("prompt_length", [](const Observation& o) { return (o.obs(), o.context.prompt_length); })
       .def_property_readonly("params", [](const Observation& o) { return (o.obs(), o.context.params); })
+      .def_property_readonly("rope", [](const Observation& o) { return (o.obs(), o.context.rope); })
       .def_property_readonly("window", [](const Observation& o) { return o.obs().window; })
       .def_property_readonly("keys", [](const Observation& o) { return cache_rows(o, true); })
       .def_property_readonly("values", [](const Observation& o) { return cache_rows(o, false); })

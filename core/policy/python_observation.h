@@ -16,6 +16,7 @@ struct PythonObservationContext {
   int budget = 0;         // the layer's budget, tokens per KV head
   int prompt_length = 0;
   pybind11::object params;  // a dict: every parameter by name, typed
+  pybind11::object rope;    // the model's RoPE (python_rope.h)
 };
 
 // A Python object for `context`; call with the GIL held. `finish` writes a changed `obs.state` back to the

@@ -14,6 +14,7 @@
 #include "core/common/sha256.h"
 #include "core/policy/allocation.h"
 #include "core/policy/python_observation.h"
+#include "core/policy/python_rope.h"
 #include "core/policy/selection.h"
 #include "core/policy/user_code_scope.h"
 #include "core/policy/user_scorer.h"
@@ -250,6 +251,7 @@ class PythonPolicy final : public UserScorer {
   ~PythonPolicy() override {
     python::Gil gil;
     params_dict_ = py::object();
+    rope_ = py::object();
   }
 
  protected:
@@ -257,6 +259,10 @@ class PythonPolicy final : public UserScorer {
 
   void on_begin(const RunInfo& info) override {
     protect_memo_.clear();
+    {
+      python::Gil gil;
+      rope_ = make_python_rope(info.config);
+    }
     precise_.assign(info.config.n_layers, std::vector<std::vector<double>>(info.config.n_kv_heads));
   }
 
@@ -338,7 +344,8 @@ class PythonPolicy final : public UserScorer {
     const int heads = cache.n_kv_heads();
     layer_scores_.assign(heads, {});
     python::Gil gil;
-    PythonObservationContext context{&obs, &cache, layer_budgets().at(obs.layer), run_info().prompt_length, params_dict_};
+    PythonObservationContext context{&obs,         &cache,  layer_budgets().at(obs.layer), run_info().prompt_length,
+                                     params_dict_, rope_};
     py::object view = make_python_observation(context);
     py::object result;
     try {
@@ -413,6 +420,7 @@ class PythonPolicy final : public UserScorer {
   std::shared_ptr<Module> module_;
   std::vector<ParamSpec> specs_;
   py::object params_dict_;  // a dict, built under the GIL (a default py::dict would call Python without it)
+  py::object rope_;         // obs.rope of this run's model
   std::vector<std::vector<float>> layer_scores_;
   std::vector<std::vector<std::vector<double>>> precise_;  // [layer][kv_head]: this step's float64 scores
   mutable std::map<std::pair<std::string, int>, int> protect_memo_;

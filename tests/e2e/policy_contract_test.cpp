@@ -2,6 +2,7 @@
 // beside kvscope's, checked against independent facts (the spec given, the model's own numbers).
 #include <catch2/catch.hpp>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -12,6 +13,7 @@
 #include "core/common/error.h"
 #include "core/engine/engine.h"
 #include "core/engine/run_observer.h"
+#include "core/model/model.h"
 #include "core/policy/budget_spec.h"
 #include "core/policy/registry.h"
 #include "tests/support/default_model.h"
@@ -80,6 +82,77 @@ std::vector<std::vector<int32_t>> kept_after(const std::string& spec, const std:
   hooks.observers.push_back(&kept);
   engine.generate(prompt, options, hooks);
   return kept.heads;
+}
+
+// Runs `spec` on `model` over `prompt` (one token generated); the error text, or "" when it ran.
+std::string run_error_on(const model::Model& model, const std::vector<int>& prompt, const std::string& spec,
+                         const std::string& budget = "50%") {
+  try {
+    auto policy = policy::make_policy(spec);
+    engine::Engine engine(model);
+    engine::GenerateOptions options;
+    options.max_new_tokens = 1;
+    options.stop_at_end_of_generation = false;
+    options.budget = policy::BudgetSpec::parse(budget);
+    engine::RunHooks hooks;
+    hooks.policy = policy.policy.get();
+    engine.generate(prompt, options, hooks);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// "(p, q), " for each later occurrence q of a token first seen at p, at least `gap` positions apart.
+std::string repeated_token_pairs(const std::vector<int>& prompt, int gap) {
+  std::map<int, int> first_seen;
+  std::string pairs;
+  for (int p = 0; p < static_cast<int>(prompt.size()); ++p) {
+    const auto [it, fresh] = first_seen.emplace(prompt[p], p);
+    if (!fresh && p - it->second > gap) pairs += "(" + std::to_string(it->second) + ", " + std::to_string(p) + "), ";
+  }
+  return pairs;
+}
+
+// A policy whose score() checks obs.rope on layer 0: a token's key rotated back from its position and on to
+// another position where the same token sits gives that key (the pre-RoPE key of layer 0 depends on the
+// token alone), and inverse rotation round-trips. Failures raise.
+std::string rope_checking_policy(const std::string& pairs, const std::string& expected_attributes) {
+  return R"PY(
+import numpy as np
+PAIRS = [)PY" + pairs + R"PY(]
+EXPECTED = )PY" + expected_attributes + R"PY(
+def score(obs):
+    r = obs.rope
+    for name, want in EXPECTED.items():
+        got = getattr(r, name)
+        if got != want:
+            raise AssertionError("rope.%s = %r, expected %r" % (name, got, want))
+    if r.inv_freq.shape != (r.rope_dim // 2,) or r.divisors.shape != (r.rope_dim // 2,):
+        raise AssertionError("inv_freq / divisors shapes")
+    if obs.layer == 0:
+        keys, pos = obs.keys, obs.positions
+        back = r.rotate(keys, pos, inverse=True)                 # (n_kv_heads, n, head_dim), positions broadcast
+        again = r.rotate(back, pos)
+        scale = np.abs(keys).max()
+        if np.abs(again - keys).max() > 1e-5 * scale:
+            raise AssertionError("rotate(rotate(k, p, inverse=True), p) differs by %g" % np.abs(again - keys).max())
+        where = {int(p): j for j, p in enumerate(pos[0])}
+        worst = 0.0
+        for p, q in PAIRS:
+            moved = r.rotate(back[:, where[p]], q)                # token of position p rotated to position q
+            worst = max(worst, np.abs(moved - keys[:, where[q]]).max() / scale)
+        if worst > 1e-4:
+            raise AssertionError("same token moved from p to q differs from the key at q by %g" % worst)
+        try:
+            r.rotate(np.zeros((2, r.head_dim + 1)), 0)
+        except ValueError as e:
+            if "head_dim" not in str(e):
+                raise
+        else:
+            raise AssertionError("a wrong head_dim was accepted")
+    return -obs.positions.astype(np.float64)
+)PY";
 }
 
 std::string make_error(const std::string& spec) {
@@ -312,4 +385,38 @@ def score(obs):
 )PY");
   const auto kept_tied = kept_after("python:" + tied, "10");
   CHECK(kept_tied.front() == std::vector<int32_t>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+}
+
+TEST_CASE("obs.rope rotates keys to and from positions as the engine does (llama GGUF, adjacent pairs)",
+          "[e2e][policy_contract]") {
+  const model::Model* model = test::default_model();
+  const auto prompt = test::sample_prompt_tokens(*model, "heat_pump.txt");
+  const std::string pairs = repeated_token_pairs(prompt, 8);
+  REQUIRE(!pairs.empty());
+  char theta[64];
+  std::snprintf(theta, sizeof theta, "%.17g", static_cast<double>(model->config.rope_base));
+  const std::string expected = std::string("{\"theta\": ") + theta + ", \"rope_dim\": " +
+                               std::to_string(model->config.rope_dim) + ", \"head_dim\": " +
+                               std::to_string(model->config.head_dim) +
+                               ", \"pairing\": \"adjacent\", \"scaling\": {\"type\": \"default\"}}";
+  CHECK(run_error_on(*model, prompt, "python:" + write_policy("rope_gguf", rope_checking_policy(pairs, expected))) == "");
+}
+
+TEST_CASE("obs.rope of a Hugging Face llama3 checkpoint: rotate-half pairs and llama3 scaling", "[e2e][policy_contract]") {
+  const model::Model model = model::load_model(std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / "llama3");
+  // Tokens repeat at distances up to 60, past original_max_position_embeddings (32).
+  std::vector<int> prompt = {0};
+  for (int i = 0; i < 70; ++i) prompt.push_back(5 + (i * 7) % 23);
+  const std::string pairs = repeated_token_pairs(prompt, 8);
+  REQUIRE(!pairs.empty());
+  const std::string expected =
+      "{\"theta\": 500.0, \"rope_dim\": 14, \"head_dim\": 14, \"pairing\": \"half\", \"scaling\": {\"type\": "
+      "\"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+      "\"original_max_position_embeddings\": 32}}";
+  CHECK(run_error_on(model, prompt, "python:" + write_policy("rope_hf", rope_checking_policy(pairs, expected))) == "");
+  // The checks can fail: the same file expecting adjacent pairs on this model does.
+  std::string wrong = expected;
+  wrong.replace(wrong.find("half"), 4, "adjacent");
+  CHECK_THAT(run_error_on(model, prompt, "python:" + write_policy("rope_hf_wrong", rope_checking_policy(pairs, wrong))),
+             Catch::Contains("rope.pairing = 'half', expected 'adjacent'"));
 }
