@@ -9,8 +9,9 @@
 namespace kvscope::policy {
 
 const std::vector<std::string>& scorer_need_names() {
-  static const std::vector<std::string> names = {"column_sums", "window_sums", "window_rows",
-                                                 "last_row",    "log_sum_exp", "queries"};
+  static const std::vector<std::string> names = {"column_sums", "window_sums",      "window_rows",
+                                                 "last_row",    "log_sum_exp",      "queries",
+                                                 "queries_pre_rope", "keys_pre_rope", "hidden_states"};
   return names;
 }
 
@@ -23,6 +24,9 @@ ObservationRequest request_for_needs(const std::vector<std::string>& needs, cons
     else if (n == "last_row" || n == "last_rows") r.last_row = true;
     else if (n == "log_sum_exp") r.log_sum_exp = true;
     else if (n == "queries") r.queries = true;
+    else if (n == "queries_pre_rope") r.queries_pre_rope = true;
+    else if (n == "keys_pre_rope") r.keys_pre_rope = true;
+    else if (n == "hidden_states") r.hidden_states = true;
     else {
       std::string valid;
       for (const auto& v : scorer_need_names()) valid += (valid.empty() ? "" : ", ") + v;

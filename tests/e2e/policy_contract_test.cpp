@@ -420,3 +420,75 @@ TEST_CASE("obs.rope of a Hugging Face llama3 checkpoint: rotate-half pairs and l
   CHECK_THAT(run_error_on(model, prompt, "python:" + write_policy("rope_hf_wrong", rope_checking_policy(pairs, wrong))),
              Catch::Contains("rope.pairing = 'half', expected 'adjacent'"));
 }
+
+TEST_CASE("keys_pre_rope, queries_pre_rope and hidden_states agree with the checkpoint's own weights",
+          "[e2e][policy_contract]") {
+  // On the Hugging Face llama3 fixture (float32 weights, rotate-half), inside score(), from the safetensors
+  // file read by numpy: layer 0's hidden_states = RMSNorm(embedding of the tokens) * input_layernorm,
+  // hidden_states @ k_proj.T = keys_pre_rope (q likewise), and rope.rotate of the pre-RoPE parts to the query
+  // positions gives the cache's keys and obs.queries. Any mismatch raises.
+  const auto dir = std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / "llama3";
+  const model::Model model = model::load_model(dir);
+  std::vector<int> prompt = {0};
+  for (int i = 0; i < 40; ++i) prompt.push_back(5 + (i * 11) % 97);
+  std::string ids;
+  for (int t : prompt) ids += std::to_string(t) + ", ";
+  const std::string source = R"PY(
+import json, struct
+import numpy as np
+TOKENS = np.array([)PY" + ids + R"PY(])
+FILE = ")PY" + (dir / "model.safetensors").string() + R"PY("
+def tensors():
+    with open(FILE, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", t["dtype"]
+        a, b = t["data_offsets"]
+        out[name] = np.frombuffer(data[a:b], dtype=np.float32).reshape(t["shape"]).astype(np.float64)
+    return out
+W = tensors()
+needs = ["keys_pre_rope", "queries_pre_rope", "hidden_states", "queries"]
+def close(name, got, want, tol=2e-4):
+    err = np.abs(np.asarray(got, np.float64) - want).max() / max(np.abs(want).max(), 1e-30)
+    if err > tol:
+        raise AssertionError("layer %s: %s differs by %g (relative)" % (LAYER[0], name, err))
+LAYER = [0]
+def score(obs):
+    LAYER[0] = obs.layer
+    n = len(obs.query_positions)
+    pre = "model.layers.%d." % obs.layer
+    h = obs.hidden_states
+    if h.shape != (n, W["model.embed_tokens.weight"].shape[1]):
+        raise AssertionError("hidden_states shape %s" % (h.shape,))
+    if obs.layer == 0:
+        x = W["model.embed_tokens.weight"][TOKENS[obs.query_positions]]
+        x = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-5) * W[pre + "input_layernorm.weight"]
+        close("hidden_states", h, x)
+    k = h.astype(np.float64) @ W[pre + "self_attn.k_proj.weight"].T
+    q = h.astype(np.float64) @ W[pre + "self_attn.q_proj.weight"].T
+    close("keys_pre_rope", obs.keys_pre_rope, k.reshape(n, obs.n_kv_heads, obs.head_dim))
+    close("queries_pre_rope", obs.queries_pre_rope, q.reshape(n, obs.n_heads, obs.head_dim))
+    where = {int(p): j for j, p in enumerate(obs.positions[0])}
+    stored = np.stack([obs.keys[:, where[int(p)]] for p in obs.query_positions])    # (n, n_kv_heads, head_dim)
+    pos = obs.query_positions[:, None]
+    close("rope.rotate(keys_pre_rope)", obs.rope.rotate(obs.keys_pre_rope, pos), stored, 1e-5)
+    close("rope.rotate(queries_pre_rope)", obs.rope.rotate(obs.queries_pre_rope, pos), obs.queries, 1e-5)
+    close("rope.rotate(keys, inverse)", obs.rope.rotate(stored, pos, inverse=True), obs.keys_pre_rope, 1e-5)
+    return -obs.positions.astype(np.float64)
+)PY";
+  CHECK(run_error_on(model, prompt, "python:" + write_policy("pre_rope", source)) == "");
+  // The same parts in a block-wise prefill, where each block sees its own queries.
+  CHECK(run_error_on(model, prompt, "python:" + write_policy("pre_rope_blocks", source) + ",block=16") == "");
+}
+
+TEST_CASE("pre-attention parts are refused until asked for", "[e2e][policy_contract]") {
+  const auto path = write_policy("unasked_pre_rope", "def score(obs):\n    return obs.keys_pre_rope\n");
+  CHECK_THAT(run_error("python:" + path), Catch::Contains("add 'keys_pre_rope'"));
+  const auto hidden = write_policy("unasked_hidden", "def score(obs):\n    return obs.hidden_states\n");
+  CHECK_THAT(run_error("python:" + hidden), Catch::Contains("add 'hidden_states'"));
+}
