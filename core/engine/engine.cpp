@@ -386,6 +386,7 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
     info.prompt_length = static_cast<int>(prompt.size());
     info.budget = options.budget.value > 0 ? options.budget.resolve(info.prompt_length, c.context_length) : info.prompt_length;
     info.max_new_tokens = options.max_new_tokens;
+    info.weights = &model_.weights;
     hooks.policy->begin(info);
   }
   const int n_prompt = static_cast<int>(prompt.size());

@@ -80,6 +80,13 @@ py::array_t<float> step_rows(const Observation& o, const std::vector<float>& par
   return py::array_t<float>({n, *heads, per_query / *heads}, part.data());
 }
 
+py::object weight(const Observation& o, const py::object& w, const char* name) {
+  o.obs();
+  if (!w || w.is_none())
+    throw py::attribute_error(std::string("obs.") + name + " was not asked for: add '" + name + "' to the module's `needs`");
+  return w;
+}
+
 py::array_t<int32_t> positions(const Observation& o) {
   const int layer = o.obs().layer, heads = o.kv_heads();
   py::array_t<int32_t> out({heads, o.width});
@@ -127,6 +134,8 @@ void register_class(py::module_& scope) {
       .def_property_readonly("prompt_length", [](const Observation& o) { return (o.obs(), o.context.prompt_length); })
       .def_property_readonly("params", [](const Observation& o) { return (o.obs(), o.context.params); })
       .def_property_readonly("rope", [](const Observation& o) { return (o.obs(), o.context.rope); })
+      .def_property_readonly("q_proj", [](const Observation& o) { return weight(o, o.context.q_proj, "q_proj"); })
+      .def_property_readonly("k_proj", [](const Observation& o) { return weight(o, o.context.k_proj, "k_proj"); })
       .def_property_readonly("window", [](const Observation& o) { return o.obs().window; })
       .def_property_readonly("keys", [](const Observation& o) { return cache_rows(o, true); })
       .def_property_readonly("values", [](const Observation& o) { return cache_rows(o, false); })

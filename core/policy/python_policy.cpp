@@ -18,6 +18,7 @@
 #include "core/policy/selection.h"
 #include "core/policy/user_code_scope.h"
 #include "core/policy/user_scorer.h"
+#include "kernels/common/dequantize.h"
 #include "core/python/interpreter.h"
 
 namespace py = pybind11;
@@ -65,6 +66,15 @@ struct Module {
     return result;
   }
 };
+
+// A weight matrix dequantized to float32 (rows, cols), read-only: the file's rows in the file's order.
+py::array_t<float> dequantized(const kernels::QuantMatrix& m) {
+  py::array_t<float> out({m.rows, m.cols});
+  float* dst = out.mutable_data();
+  for (int r = 0; r < m.rows; ++r) kernels::dequantize_row(m.type, m.row(r), dst + static_cast<std::size_t>(r) * m.cols, m.cols);
+  py::detail::array_proxy(out.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return out;
+}
 
 // A value of the file, as it reads in Python (shortened), for messages.
 std::string python_repr(const py::handle& value) {
@@ -243,8 +253,12 @@ class PythonAllocation final : public LayerAllocation {
 class PythonPolicy final : public UserScorer {
  public:
   PythonPolicy(std::string name, const PolicyParams& params, ObservationRequest needs, std::shared_ptr<Module> module,
-               std::vector<ParamSpec> specs)
-      : UserScorer(std::move(name), params, needs, module->file), module_(std::move(module)), specs_(std::move(specs)) {
+               std::vector<ParamSpec> specs, bool wants_q_proj, bool wants_k_proj)
+      : UserScorer(std::move(name), params, needs, module->file),
+        module_(std::move(module)),
+        specs_(std::move(specs)),
+        wants_q_proj_(wants_q_proj),
+        wants_k_proj_(wants_k_proj) {
     python::Gil gil;
     params_dict_ = typed_params(specs_, this->params());
   }
@@ -252,6 +266,7 @@ class PythonPolicy final : public UserScorer {
     python::Gil gil;
     params_dict_ = py::object();
     rope_ = py::object();
+    projections_.clear();
   }
 
  protected:
@@ -262,6 +277,7 @@ class PythonPolicy final : public UserScorer {
     {
       python::Gil gil;
       rope_ = make_python_rope(info.config);
+      projections_.clear();  // another run may bring another model
     }
     precise_.assign(info.config.n_layers, std::vector<std::vector<double>>(info.config.n_kv_heads));
   }
@@ -345,7 +361,7 @@ class PythonPolicy final : public UserScorer {
     layer_scores_.assign(heads, {});
     python::Gil gil;
     PythonObservationContext context{&obs,         &cache,  layer_budgets().at(obs.layer), run_info().prompt_length,
-                                     params_dict_, rope_};
+                                     params_dict_, rope_,   projection(obs.layer, 'q'),     projection(obs.layer, 'k')};
     py::object view = make_python_observation(context);
     py::object result;
     try {
@@ -401,6 +417,20 @@ class PythonPolicy final : public UserScorer {
            "it overflows to " + (value > 0 ? "inf" : "-inf") + ")";
   }
 
+  // The layer's q_proj or k_proj weight when the file needs it (dequantized once per run), else None; GIL held.
+  py::object projection(int layer, char which) {
+    if (!(which == 'q' ? wants_q_proj_ : wants_k_proj_)) return py::none();
+    const kernels::ModelWeights* weights = run_info().weights;
+    if (!weights || layer < 0 || layer >= static_cast<int>(weights->layers.size()))
+      throw Error(what() + " needs " + which + "_proj, but this run has no model weights to give");
+    py::object& cached = projections_[{layer, which}];
+    if (!cached) {
+      const auto& lw = weights->layers[layer];
+      cached = dequantized(which == 'q' ? lw.wq : lw.wk);
+    }
+    return cached;
+  }
+
   int protect(const py::object& f, const char* name, int budget) const {
     const auto key = std::make_pair(std::string(name), budget);
     if (const auto it = protect_memo_.find(key); it != protect_memo_.end()) return it->second;
@@ -421,6 +451,8 @@ class PythonPolicy final : public UserScorer {
   std::vector<ParamSpec> specs_;
   py::object params_dict_;  // a dict, built under the GIL (a default py::dict would call Python without it)
   py::object rope_;         // obs.rope of this run's model
+  bool wants_q_proj_, wants_k_proj_;
+  std::map<std::pair<int, char>, py::object> projections_;  // (layer, 'q' or 'k') -> read-only float32 array
   std::vector<std::vector<float>> layer_scores_;
   std::vector<std::vector<std::vector<double>>> precise_;  // [layer][kv_head]: this step's float64 scores
   mutable std::map<std::pair<std::string, int>, int> protect_memo_;
@@ -508,6 +540,8 @@ PolicyInfo load_python_policy(const std::filesystem::path& file) {
         throw UsageError("policy file '" + file.string() + "' declares parameter '" + s.name +
                          "', which the framework owns (set protocol defaults in `protocol`)");
   const ObservationRequest request = request_for_needs(needs, file);
+  const bool wants_q_proj = std::find(needs.begin(), needs.end(), "q_proj") != needs.end();
+  const bool wants_k_proj = std::find(needs.begin(), needs.end(), "k_proj") != needs.end();
   const std::vector<ParamSpec> all = scored_policy_params(own, protocol);
   for (const auto& s : all)
     if (const std::string problem = default_range_problem(s); !problem.empty())
@@ -524,14 +558,15 @@ PolicyInfo load_python_policy(const std::filesystem::path& file) {
     info.resolve_params = [declared, framework_defaults, what = "policy file '" + file.string() + "'"](PolicyParams& p) {
       resolve_allocation_params(what, declared, framework_defaults, p);
     };
-  info.make = [module, request, all, name = info.name](const PolicyParams& given) -> std::unique_ptr<Policy> {
+  info.make = [module, request, all, wants_q_proj, wants_k_proj,
+               name = info.name](const PolicyParams& given) -> std::unique_ptr<Policy> {
     // obs.params: what applies, as the spec made it (another allocation's parameters are gone already).
     std::vector<ParamSpec> visible;
     for (const auto& s : all)
       if (given.has(s.name)) visible.push_back(s);
     PolicyParams p = given;
     if (module->allocate) p.set_choice("allocation", "uniform");  // allocate() decides; uniform reads no parameter
-    return std::make_unique<PythonPolicy>(name, p, request, module, visible);
+    return std::make_unique<PythonPolicy>(name, p, request, module, visible, wants_q_proj, wants_k_proj);
   };
   return info;
 }

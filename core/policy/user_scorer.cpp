@@ -11,7 +11,8 @@ namespace kvscope::policy {
 const std::vector<std::string>& scorer_need_names() {
   static const std::vector<std::string> names = {"column_sums", "window_sums",      "window_rows",
                                                  "last_row",    "log_sum_exp",      "queries",
-                                                 "queries_pre_rope", "keys_pre_rope", "hidden_states"};
+                                                 "queries_pre_rope", "keys_pre_rope", "hidden_states",
+                                                 "q_proj",      "k_proj"};
   return names;
 }
 
@@ -27,6 +28,7 @@ ObservationRequest request_for_needs(const std::vector<std::string>& needs, cons
     else if (n == "queries_pre_rope") r.queries_pre_rope = true;
     else if (n == "keys_pre_rope") r.keys_pre_rope = true;
     else if (n == "hidden_states") r.hidden_states = true;
+    else if (n == "q_proj" || n == "k_proj") continue;  // weights, not attention: the Python view reads them
     else {
       std::string valid;
       for (const auto& v : scorer_need_names()) valid += (valid.empty() ? "" : ", ") + v;

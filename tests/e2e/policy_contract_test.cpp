@@ -452,7 +452,7 @@ def tensors():
         out[name] = np.frombuffer(data[a:b], dtype=np.float32).reshape(t["shape"]).astype(np.float64)
     return out
 W = tensors()
-needs = ["keys_pre_rope", "queries_pre_rope", "hidden_states", "queries"]
+needs = ["keys_pre_rope", "queries_pre_rope", "hidden_states", "queries", "q_proj", "k_proj"]
 def close(name, got, want, tol=2e-4):
     err = np.abs(np.asarray(got, np.float64) - want).max() / max(np.abs(want).max(), 1e-30)
     if err > tol:
@@ -469,6 +469,10 @@ def score(obs):
         x = W["model.embed_tokens.weight"][TOKENS[obs.query_positions]]
         x = x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-5) * W[pre + "input_layernorm.weight"]
         close("hidden_states", h, x)
+    for name, got in (("k_proj", obs.k_proj), ("q_proj", obs.q_proj)):
+        if got.flags.writeable or got.dtype != np.float32:
+            raise AssertionError("obs.%s must be read-only float32" % name)
+        close("obs." + name, got, W[pre + "self_attn." + name + ".weight"], 0.0)
     k = h.astype(np.float64) @ W[pre + "self_attn.k_proj.weight"].T
     q = h.astype(np.float64) @ W[pre + "self_attn.q_proj.weight"].T
     close("keys_pre_rope", obs.keys_pre_rope, k.reshape(n, obs.n_kv_heads, obs.head_dim))
@@ -491,4 +495,23 @@ TEST_CASE("pre-attention parts are refused until asked for", "[e2e][policy_contr
   CHECK_THAT(run_error("python:" + path), Catch::Contains("add 'keys_pre_rope'"));
   const auto hidden = write_policy("unasked_hidden", "def score(obs):\n    return obs.hidden_states\n");
   CHECK_THAT(run_error("python:" + hidden), Catch::Contains("add 'hidden_states'"));
+}
+
+TEST_CASE("obs.k_proj of a quantized GGUF projects hidden_states onto keys_pre_rope, in obs.keys' layout",
+          "[e2e][policy_contract]") {
+  // Q4_1 weights dequantized by kvscope; the engine's quantized matmul agrees to about 1%.
+  const auto path = write_policy("gguf_proj", R"PY(
+import numpy as np
+needs = ["keys_pre_rope", "queries_pre_rope", "hidden_states", "q_proj", "k_proj"]
+def score(obs):
+    n = len(obs.query_positions)
+    h = obs.hidden_states.astype(np.float64)
+    for name, w, got in (("k", obs.k_proj, obs.keys_pre_rope), ("q", obs.q_proj, obs.queries_pre_rope)):
+        want = (h @ w.astype(np.float64).T).reshape(got.shape)
+        err = np.abs(got - want).max() / np.abs(want).max()
+        if err > 0.03:
+            raise AssertionError("layer %d: hidden_states @ %s_proj.T differs from %s_pre_rope by %g" % (obs.layer, name, name, err))
+    return -obs.positions.astype(np.float64)
+)PY");
+  CHECK(run_error("python:" + path) == "");
 }
