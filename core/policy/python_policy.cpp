@@ -72,7 +72,7 @@ py::array_t<float> dequantized(const kernels::QuantMatrix& m) {
   py::array_t<float> out({m.rows, m.cols});
   float* dst = out.mutable_data();
   for (int r = 0; r < m.rows; ++r) kernels::dequantize_row(m.type, m.row(r), dst + static_cast<std::size_t>(r) * m.cols, m.cols);
-  py::detail::array_proxy(out.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  out.attr("setflags")(py::arg("write") = false);
   return out;
 }
 
