@@ -13,6 +13,9 @@ void AttentionRequest::merge(const AttentionRequest& other) {
   rows = rows || other.rows;
   log_sum_exp = log_sum_exp || other.log_sum_exp;
   queries = queries || other.queries;
+  queries_pre_rope = queries_pre_rope || other.queries_pre_rope;
+  keys_pre_rope = keys_pre_rope || other.keys_pre_rope;
+  hidden_states = hidden_states || other.hidden_states;
 }
 
 }  // namespace kvscope::kernels

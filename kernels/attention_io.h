@@ -18,8 +18,17 @@ struct AttentionRequest {
   bool rows = false;         // every probability row, streamed to the AttentionRowSink
   bool log_sum_exp = false;  // per query, log sum_j exp(s_j) over its visible keys (s = q.k / sqrt(d))
   bool queries = false;      // the call's post-RoPE queries themselves (copied by the engine, not the kernel)
+  // Copied by the engine before the call: the step's queries and keys before RoPE (after biases and q/k
+  // norms), and the layer's attention input after its norm.
+  bool queries_pre_rope = false;
+  bool keys_pre_rope = false;
+  bool hidden_states = false;
 
-  bool any() const { return column_sums || window_sums || window_rows || last_row || rows || log_sum_exp || queries; }
+  bool any() const {
+    return column_sums || window_sums || window_rows || last_row || rows || log_sum_exp || queries ||
+           queries_pre_rope || keys_pre_rope || hidden_states;
+  }
+  bool pre_attention() const { return queries_pre_rope || keys_pre_rope || hidden_states; }
   void merge(const AttentionRequest& other);
 };
 

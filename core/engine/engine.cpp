@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -19,6 +20,12 @@ extern "C" void openblas_set_num_threads(int);
 namespace kvscope::engine {
 
 namespace {
+// `count` floats of a backend buffer into `out`, for a reader of this layer.
+void copy_to_host(kernels::Backend& b, const float* device, std::size_t count, std::vector<float>& out) {
+  out.resize(count);
+  b.to_host(device, out.data(), count);
+}
+
 double elapsed_ms(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
 }
@@ -26,7 +33,7 @@ double elapsed_ms(std::chrono::steady_clock::time_point since) {
 // What happens to q, k and v between their projections and the cache, in transformers' order: biases (Qwen2,
 // attention_bias), the per-head RMSNorm of q and k (Qwen3), then RoPE with the model's pairing and scaling.
 void finish_qk(kernels::Backend& b, const model::ModelConfig& c, const model::LayerWeights& lw, int n,
-               const int32_t* positions, kernels::RunState& s) {
+               const int32_t* positions, kernels::RunState& s, const std::function<void()>& before_rope) {
   if (c.qkv_bias) {
     b.add_bias(s.q, lw.bq.data(), n, c.q_width());
     b.add_bias(s.k, lw.bk.data(), n, c.kv_width());
@@ -36,6 +43,7 @@ void finish_qk(kernels::Backend& b, const model::ModelConfig& c, const model::La
     b.rmsnorm(s.q, lw.q_norm.data(), n * c.n_heads, c.head_dim, c.rms_eps, s.q);
     b.rmsnorm(s.k, lw.k_norm.data(), n * c.n_kv_heads, c.head_dim, c.rms_eps, s.k);
   }
+  before_rope();
   b.rope(s.q, n, c.n_heads, positions, c);
   b.rope(s.k, n, c.n_kv_heads, positions, c);
 }
@@ -83,6 +91,8 @@ struct Engine::Run {
   std::unique_ptr<cache::KVCache> shadow;  // every K/V row, never edited; only for full-cache-output observers
   std::unique_ptr<kernels::RunState> state;  // scratch for every forward call of the run
   std::vector<float> host_output, host_full_output;  // the shadow comparison's host copies
+  // This layer's pre-attention parts a reader asked for (AttentionRequest::pre_attention), for its observation.
+  std::vector<float> queries_pre_rope, keys_pre_rope, hidden_states;
   const RunHooks* hooks = nullptr;
   PrefillCapture* capture = nullptr;  // being filled by this run's one-pass prefill
   BlockPrefixCapture* block_prefix = nullptr;  // read and extended by this run's block-wise prefill
@@ -151,6 +161,18 @@ AttentionObservation empty_observation(const model::ModelConfig& c, int layer, c
 }
 }  // namespace
 
+ObservationRequest Engine::pre_attention_request(const Run& run, int layer, Phase phase) const {
+  ObservationRequest r = run.hooks->policy ? run.hooks->policy->request(layer, phase) : ObservationRequest{};
+  for (RunObserver* o : run.hooks->observers) r.merge(o->request(layer, phase));
+  return r;
+}
+
+void Engine::attach_pre_attention(const Run& run, const ObservationRequest& request, AttentionObservation& obs) {
+  if (request.queries_pre_rope) obs.queries_pre_rope = run.queries_pre_rope;
+  if (request.keys_pre_rope) obs.keys_pre_rope = run.keys_pre_rope;
+  if (request.hidden_states) obs.hidden_states = run.hidden_states;
+}
+
 void Engine::copy_queries(Run& run, int n, AttentionObservation& obs) {
   const std::size_t count = static_cast<std::size_t>(n) * model_.config.q_width();
   obs.queries.resize(count);
@@ -165,6 +187,7 @@ void Engine::trim_before_output(Run& run, int layer, int n, const int32_t* posit
   backend_.attention(run.cache.storage(), {layer, c.n_heads, run.state->q, n, positions}, request, nullptr, obs,
                      run.state->attn_scratch);
   if (request.queries) copy_queries(run, n, obs);
+  attach_pre_attention(run, request, obs);
   apply_edit(run, policy->after_layer(obs, run.cache), step);
 }
 
@@ -189,6 +212,7 @@ void Engine::attention(Run& run, int layer, int n, const int32_t* positions, con
     obs = restricted(obs, requests.merged);
   }
   if (requests.merged.queries) copy_queries(run, n, obs);
+  attach_pre_attention(run, requests.merged, obs);
   if (run.shadow && step.phase == Phase::Decode) {
     AttentionObservation unused;
     backend_.attention(run.shadow->storage(), call, {}, nullptr, unused, s.attn_scratch);
@@ -267,9 +291,14 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
     if (from_prefix) b.from_host(prefix->inputs[step.step][l].data(), s.x, layer_input_size);
     record_input();
     b.rmsnorm(s.x, lw.attn_norm.data(), n, c.dim, c.rms_eps, s.xb);
+    const ObservationRequest pre = pre_attention_request(run, l, step.phase);
+    if (pre.hidden_states) copy_to_host(b, s.xb, static_cast<std::size_t>(n) * c.dim, run.hidden_states);
     const kernels::MatmulTarget qkv[] = {{&lw.wq, s.q}, {&lw.wk, s.k}, {&lw.wv, s.v}};
     b.matmul_shared_input(qkv, s.xb, n);
-    finish_qk(b, c, lw, n, positions.data(), s);
+    finish_qk(b, c, lw, n, positions.data(), s, [&] {
+      if (pre.queries_pre_rope) copy_to_host(b, s.q, static_cast<std::size_t>(n) * c.q_width(), run.queries_pre_rope);
+      if (pre.keys_pre_rope) copy_to_host(b, s.k, static_cast<std::size_t>(n) * c.kv_width(), run.keys_pre_rope);
+    });
     run.cache.append(l, s.k, s.v, n, positions.data());
     if (run.capture && step.phase == Phase::Prefill) {
       auto& captured = run.capture->layers[l];
@@ -357,6 +386,7 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
     info.prompt_length = static_cast<int>(prompt.size());
     info.budget = options.budget.value > 0 ? options.budget.resolve(info.prompt_length, c.context_length) : info.prompt_length;
     info.max_new_tokens = options.max_new_tokens;
+    info.weights = &model_.weights;
     hooks.policy->begin(info);
   }
   const int n_prompt = static_cast<int>(prompt.size());

@@ -111,6 +111,10 @@ class Engine {
   void forward(Run& run, const int* tokens, int n, int first_position, const StepInfo& step, float* logits);
   void attention(Run& run, int layer, int n, const int32_t* positions, const StepInfo& step);
   void trim_before_output(Run& run, int layer, int n, const int32_t* positions, const StepInfo& step);
+  // What the policy and the observers ask of a layer before its attention (pre-RoPE queries and keys, hidden
+  // states), and those parts copied into an observation that asked for them.
+  ObservationRequest pre_attention_request(const Run& run, int layer, Phase phase) const;
+  static void attach_pre_attention(const Run& run, const ObservationRequest& request, AttentionObservation& obs);
   // The step's post-RoPE queries into obs.queries, for a reader that asked for them.
   void copy_queries(Run& run, int n, AttentionObservation& obs);
   void finish_step(Run& run, const StepInfo& step, int token, float logprob);

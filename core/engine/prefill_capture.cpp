@@ -15,7 +15,8 @@ ObservationRequest PrefillCapture::superset(const ObservationRequest& asked) {
 
 bool PrefillCapture::covers(int layer, const ObservationRequest& request) const {
   // Queries are never captured (a whole prompt's would outweigh the rest): a reader of them prefills afresh.
-  if (!complete || layer < 0 || layer >= static_cast<int>(layers.size()) || request.rows || request.queries)
+  if (!complete || layer < 0 || layer >= static_cast<int>(layers.size()) || request.rows || request.queries ||
+      request.pre_attention())
     return false;
   const AttentionObservation& obs = layers[layer].observation;
   return request.window <= obs.window || obs.window == obs.n_queries();

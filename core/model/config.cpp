@@ -123,6 +123,7 @@ void read_positions(const ConfigReader& reader, ModelConfig& config) {
     if (freqs->type != GgmlType::F32 || freqs->shape.size() != 1 || freqs->shape[0] != static_cast<uint64_t>(config.rope_dim / 2))
       reader.fail("rope_freqs.weight", "tensor must be F32 of " + std::to_string(config.rope_dim / 2) +
                                            " values (one per rotated pair)");
+    config.rope_scaling.type = "rope_freqs";
     config.rope_freq_divisors.resize(static_cast<std::size_t>(config.rope_dim / 2));
     std::memcpy(config.rope_freq_divisors.data(), freqs->data, config.rope_freq_divisors.size() * sizeof(float));
     for (float d : config.rope_freq_divisors)

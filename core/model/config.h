@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/model/rope_scaling.h"
 #include "kernels/model_shape.h"
 
 namespace kvscope::model {
@@ -28,6 +29,9 @@ struct ModelConfig : kernels::ModelShape {
   std::string name;
   int context_length = 0;
   bool tied_embeddings = false;
+  // The rope scaling the checkpoint declares (its divisors are ModelShape::rope_freq_divisors); "rope_freqs"
+  // for a GGUF that gives the divisors as a tensor, without naming the scaling.
+  RopeScaling rope_scaling;
 };
 
 // Reads and validates the hyperparameters; throws Error naming the file and key.

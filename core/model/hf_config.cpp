@@ -125,6 +125,7 @@ void read_rope(const JsonConfigReader& reader, ModelConfig& config) {
       reader.fail(std::string(key) + ".high_freq_factor", "not above low_freq_factor (expected high > low)");
   }
   config.rope_freq_divisors = rope_freq_divisors(scaling, config.rope_dim, config.rope_base);
+  config.rope_scaling = scaling;
 }
 
 }  // namespace

@@ -25,6 +25,9 @@ struct AttentionObservation : kernels::AttentionSideOutputs {
   int n_heads = 0, n_kv_heads = 0;    // query heads, KV heads
   std::vector<int32_t> query_positions;
   std::vector<float> queries;  // [n_queries][n_heads][head_dim] after RoPE, when the request asked for them
+  // When asked for: this step's queries [n_queries][n_heads][head_dim] and keys [n_queries][n_kv_heads][head_dim]
+  // before RoPE, and the layer's attention input after its norm [n_queries][dim].
+  std::vector<float> queries_pre_rope, keys_pre_rope, hidden_states;
 
 
   int n_queries() const { return static_cast<int>(query_positions.size()); }

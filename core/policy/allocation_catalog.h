@@ -5,9 +5,11 @@
 // add one line to the table in allocation.cpp.
 //
 // Allocation parameters are set through the policy that uses the allocation
-// ("snapkv:allocation=pyramid,beta=20"), so their names share one namespace with every scored policy's
-// own parameters: a name a policy already declares (e.g. `window`) means the policy's value. Pick names
-// that say what they are (`cake_tau1`, not `t1`) unless sharing is intended.
+// ("snapkv:allocation=pyramid,beta=20") and exist only when it is chosen (drop_unchosen_allocation_params),
+// so their names share one namespace with a scored policy's own parameters: a name a built-in policy
+// already declares (e.g. `window`) means the policy's value; a user's file may not declare one
+// (resolve_allocation_params). Pick names that say what they are (`cake_tau1`, not `t1`) unless sharing is
+// intended.
 #include <functional>
 #include <memory>
 #include <string>

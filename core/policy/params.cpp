@@ -10,11 +10,23 @@ namespace kvscope::policy {
 
 namespace {
 
+// The shortest text that reads back as `v` (0.1, 1048576, 1e+300), so that what is printed or recorded is
+// the value that ran.
 std::string format_number(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<long long>(v));
+  std::string text;
+  for (int precision = 6; precision <= 17; ++precision) {
+    std::ostringstream os;
+    os.precision(precision);
+    os << v;
+    text = os.str();
+    if (std::strtod(text.c_str(), nullptr) == v) break;
+  }
+  return text;
 }
+
+// An Int parameter's number as the integer it is (1048576, not 1.04858e+06).
+std::string format_integer(double v) { return std::to_string(static_cast<long long>(std::llround(v))); }
 
 std::string valid_names(const std::vector<ParamSpec>& specs) {
   if (specs.empty()) return "(it takes no parameters)";
@@ -71,6 +83,7 @@ std::string ParamSpec::default_text() const {
   switch (kind) {
     case Kind::Choice: return default_choice;
     case Kind::Bool: return default_number != 0.0 ? "true" : "false";
+    case Kind::Int: return format_integer(default_number);
     default: return format_number(default_number);
   }
 }
@@ -79,7 +92,7 @@ std::string ParamSpec::range_text() const {
   switch (kind) {
     case Kind::Choice: return join(choices);
     case Kind::Bool: return "true|false";
-    case Kind::Int: return "integer in [" + format_number(min) + ", " + format_number(max) + "]";
+    case Kind::Int: return "integer in [" + format_integer(min) + ", " + format_integer(max) + "]";
     default: return "[" + format_number(min) + ", " + format_number(max) + "]";
   }
 }
@@ -110,6 +123,7 @@ PolicyParams::PolicyParams(const std::string& policy, const std::vector<ParamSpe
     if (!spec)
       throw UsageError("policy '" + policy + "' has no parameter '" + key + "'; valid parameters: " + valid_names(specs));
     const std::string what = "policy '" + policy + "' parameter '" + key + "'";
+    given_.insert(key);
     if (spec->kind == ParamSpec::Kind::Choice) {
       bool ok = false;
       for (const auto& c : spec->choices) ok = ok || c == text;

@@ -2,6 +2,7 @@
 // Policy parameters: each policy declares its parameters (paper default, range, doc); the command line
 // "snapkv:window=32,kernel=7,pooling=avg" is parsed and checked against that declaration.
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,15 @@ class PolicyParams {
   double get_float(const std::string& name) const;
   bool get_bool(const std::string& name) const;
   const std::string& get_choice(const std::string& name) const;
+  bool has(const std::string& name) const { return numbers_.count(name) || choices_.count(name); }
+  // Whether the spec text set `name` (rather than its default).
+  bool given(const std::string& name) const { return given_.count(name) > 0; }
+  // Removes a parameter that does not apply (another allocation's): reading it then fails, traces omit it.
+  void erase(const std::string& name) {
+    numbers_.erase(name);
+    choices_.erase(name);
+    given_.erase(name);
+  }
   // Every parameter as text, for traces and reports.
   std::map<std::string, std::string> as_text() const;
   void set_number(const std::string& name, double value) { numbers_[name] = value; }
@@ -49,6 +59,7 @@ class PolicyParams {
   std::string policy_;
   std::map<std::string, double> numbers_;
   std::map<std::string, std::string> choices_;
+  std::set<std::string> given_;
 };
 
 // "name:key=value,key=value" -> name and the pairs. Throws UsageError on malformed text.

@@ -200,6 +200,12 @@ PolicyInfo load_plugin_policy(const std::filesystem::path& file) {
   info.provenance = {{"policy_file", std::filesystem::absolute(file).string()},
                      {"policy_file_kind", "plugin"},
                      {"policy_file_sha256", file_sha256(file)}};
+  info.resolve_params = [declared, framework_defaults, what = where](PolicyParams& params) {
+    std::vector<std::string> own_names;
+    for (const auto& n : declared)
+      if (!is_framework_param(n)) own_names.push_back(n);
+    resolve_allocation_params(what, own_names, framework_defaults, params);
+  };
   info.make = [library, request, declared, name = info.name](const PolicyParams& params) -> std::unique_ptr<Policy> {
     return std::make_unique<PluginPolicy>(name, params, request, library, declared);
   };

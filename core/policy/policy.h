@@ -11,6 +11,7 @@
 #include "core/observation/step.h"
 #include "core/model/config.h"
 #include "core/policy/diagnostics.h"
+#include "kernels/model_weights.h"
 
 namespace kvscope::policy {
 
@@ -23,6 +24,7 @@ struct RunInfo {
   int prompt_length = 0;
   int budget = 0;          // tokens per (layer, KV head), resolved from the user's budget
   int max_new_tokens = 0;
+  const kernels::ModelWeights* weights = nullptr;  // the run's model, read-only; null outside an engine run
 };
 
 using observation::StepInfo;

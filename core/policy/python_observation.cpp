@@ -67,6 +67,26 @@ py::object per_query_head(const Observation& o, const std::vector<std::vector<fl
   return out;
 }
 
+// One of the step's per-query parts: [n_queries][heads][head_dim], or [n_queries][width] without heads.
+py::array_t<float> step_rows(const Observation& o, const std::vector<float>& part, const char* name,
+                             std::optional<int> heads) {
+  const auto& obs = o.obs();
+  if (part.empty())
+    throw py::attribute_error(std::string("obs.") + name + " was not asked for: add '" + name +
+                              "' to the module's `needs`");
+  const int n = std::max(1, obs.n_queries());
+  const int per_query = static_cast<int>(part.size() / n);
+  if (!heads) return py::array_t<float>({n, per_query}, part.data());
+  return py::array_t<float>({n, *heads, per_query / *heads}, part.data());
+}
+
+py::object weight(const Observation& o, const py::object& w, const char* name) {
+  o.obs();
+  if (!w || w.is_none())
+    throw py::attribute_error(std::string("obs.") + name + " was not asked for: add '" + name + "' to the module's `needs`");
+  return w;
+}
+
 py::array_t<int32_t> positions(const Observation& o) {
   const int layer = o.obs().layer, heads = o.kv_heads();
   py::array_t<int32_t> out({heads, o.width});
@@ -113,6 +133,9 @@ void register_class(py::module_& scope) {
       .def_property_readonly("budget", [](const Observation& o) { return (o.obs(), o.context.budget); })
       .def_property_readonly("prompt_length", [](const Observation& o) { return (o.obs(), o.context.prompt_length); })
       .def_property_readonly("params", [](const Observation& o) { return (o.obs(), o.context.params); })
+      .def_property_readonly("rope", [](const Observation& o) { return (o.obs(), o.context.rope); })
+      .def_property_readonly("q_proj", [](const Observation& o) { return weight(o, o.context.q_proj, "q_proj"); })
+      .def_property_readonly("k_proj", [](const Observation& o) { return weight(o, o.context.k_proj, "k_proj"); })
       .def_property_readonly("window", [](const Observation& o) { return o.obs().window; })
       .def_property_readonly("keys", [](const Observation& o) { return cache_rows(o, true); })
       .def_property_readonly("values", [](const Observation& o) { return cache_rows(o, false); })
@@ -144,6 +167,18 @@ void register_class(py::module_& scope) {
                                  std::copy(obs.log_sum_exp[q].begin(), obs.log_sum_exp[q].end(),
                                            out.mutable_data() + static_cast<std::size_t>(q) * obs.n_queries());
                                return out;
+                             })
+      .def_property_readonly("queries_pre_rope",
+                             [](const Observation& o) {
+                               return step_rows(o, o.obs().queries_pre_rope, "queries_pre_rope", o.obs().n_heads);
+                             })
+      .def_property_readonly("keys_pre_rope",
+                             [](const Observation& o) {
+                               return step_rows(o, o.obs().keys_pre_rope, "keys_pre_rope", o.obs().n_kv_heads);
+                             })
+      .def_property_readonly("hidden_states",
+                             [](const Observation& o) {
+                               return step_rows(o, o.obs().hidden_states, "hidden_states", std::nullopt);
                              })
       .def_property_readonly("queries", [](const Observation& o) {
         const auto& obs = o.obs();

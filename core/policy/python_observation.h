@@ -16,6 +16,8 @@ struct PythonObservationContext {
   int budget = 0;         // the layer's budget, tokens per KV head
   int prompt_length = 0;
   pybind11::object params;  // a dict: every parameter by name, typed
+  pybind11::object rope;    // the model's RoPE (python_rope.h)
+  pybind11::object q_proj, k_proj;  // the layer's projection weights when the file needs them, else None
 };
 
 // A Python object for `context`; call with the GIL held. `finish` writes a changed `obs.state` back to the

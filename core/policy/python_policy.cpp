@@ -14,8 +14,11 @@
 #include "core/common/sha256.h"
 #include "core/policy/allocation.h"
 #include "core/policy/python_observation.h"
+#include "core/policy/python_rope.h"
+#include "core/policy/selection.h"
 #include "core/policy/user_code_scope.h"
 #include "core/policy/user_scorer.h"
+#include "kernels/common/dequantize.h"
 #include "core/python/interpreter.h"
 
 namespace py = pybind11;
@@ -63,6 +66,15 @@ struct Module {
     return result;
   }
 };
+
+// A weight matrix dequantized to float32 (rows, cols), read-only: the file's rows in the file's order.
+py::array_t<float> dequantized(const kernels::QuantMatrix& m) {
+  py::array_t<float> out({m.rows, m.cols});
+  float* dst = out.mutable_data();
+  for (int r = 0; r < m.rows; ++r) kernels::dequantize_row(m.type, m.row(r), dst + static_cast<std::size_t>(r) * m.cols, m.cols);
+  out.attr("setflags")(py::arg("write") = false);
+  return out;
+}
 
 // A value of the file, as it reads in Python (shortened), for messages.
 std::string python_repr(const py::handle& value) {
@@ -241,20 +253,48 @@ class PythonAllocation final : public LayerAllocation {
 class PythonPolicy final : public UserScorer {
  public:
   PythonPolicy(std::string name, const PolicyParams& params, ObservationRequest needs, std::shared_ptr<Module> module,
-               std::vector<ParamSpec> specs)
-      : UserScorer(std::move(name), params, needs, module->file), module_(std::move(module)), specs_(std::move(specs)) {
+               std::vector<ParamSpec> specs, bool wants_q_proj, bool wants_k_proj)
+      : UserScorer(std::move(name), params, needs, module->file),
+        module_(std::move(module)),
+        specs_(std::move(specs)),
+        wants_q_proj_(wants_q_proj),
+        wants_k_proj_(wants_k_proj) {
     python::Gil gil;
     params_dict_ = typed_params(specs_, this->params());
   }
   ~PythonPolicy() override {
     python::Gil gil;
     params_dict_ = py::object();
+    rope_ = py::object();
+    projections_.clear();
   }
 
  protected:
   std::string what() const override { return "policy file '" + file().string() + "'"; }
 
-  void on_begin(const RunInfo&) override { protect_memo_.clear(); }
+  void on_begin(const RunInfo& info) override {
+    protect_memo_.clear();
+    {
+      python::Gil gil;
+      rope_ = make_python_rope(info.config);
+      projections_.clear();  // another run may bring another model
+    }
+    precise_.assign(info.config.n_layers, std::vector<std::vector<double>>(info.config.n_kv_heads));
+  }
+
+  // The file's float64 scores rank, not their float32 copies (which the trace records): scores 1e-12 apart
+  // are kept by value, not by position.
+  std::vector<int32_t> choose_kept(int layer, int kv_head, std::span<const float> scores, int budget, int n_sinks,
+                                   int n_recent) override {
+    std::vector<double> precise = std::move(precise_.at(layer).at(kv_head));
+    precise_[layer][kv_head].clear();
+    // Only this step's scores of this head: the float32 copies the edit carries must be theirs.
+    const bool current = precise.size() == scores.size() &&
+                         std::equal(precise.begin(), precise.end(), scores.begin(),
+                                    [](double d, float f) { return static_cast<float>(d) == f; });
+    if (!current) return UserScorer::choose_kept(layer, kv_head, scores, budget, n_sinks, n_recent);
+    return keep_top_scores(std::span<const double>(precise), budget, n_sinks, n_recent);
+  }
 
   std::unique_ptr<LayerAllocation> make_layer_allocation() const override {
     if (!module_->allocate) return ScoredPolicy::make_layer_allocation();
@@ -320,7 +360,8 @@ class PythonPolicy final : public UserScorer {
     const int heads = cache.n_kv_heads();
     layer_scores_.assign(heads, {});
     python::Gil gil;
-    PythonObservationContext context{&obs, &cache, layer_budgets().at(obs.layer), run_info().prompt_length, params_dict_};
+    PythonObservationContext context{&obs,         &cache,  layer_budgets().at(obs.layer), run_info().prompt_length,
+                                     params_dict_, rope_,   projection(obs.layer, 'q'),     projection(obs.layer, 'k')};
     py::object view = make_python_observation(context);
     py::object result;
     try {
@@ -334,9 +375,9 @@ class PythonPolicy final : public UserScorer {
     int width = 0;
     for (int h = 0; h < heads; ++h) width = std::max(width, cache.size(obs.layer, h));
     const std::string where = module_->function_label("score") + " for layer " + std::to_string(obs.layer);
-    py::array_t<float, py::array::c_style | py::array::forcecast> scores;
+    py::array_t<double, py::array::c_style | py::array::forcecast> scores;
     try {
-      scores = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(result);
+      scores = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(result);
     } catch (py::error_already_set&) {
     }
     if (result.is_none())
@@ -350,29 +391,44 @@ class PythonPolicy final : public UserScorer {
                   ", " + std::to_string(width) + ")");
     }
     for (int h = 0; h < heads; ++h) {
-      const float* row = scores.data() + static_cast<std::size_t>(h) * width;
+      const double* precise = scores.data() + static_cast<std::size_t>(h) * width;
       const int n = cache.size(obs.layer, h);
-      if (const std::string bad = non_finite_scores(row, n); !bad.empty())
-        throw Error(where + " KV head " + std::to_string(h) + ": " + bad + float32_overflow(result, h, row, n) +
+      std::vector<float> row(precise, precise + n);  // what the edit carries and the trace records
+      if (const std::string bad = non_finite_scores(row.data(), n); !bad.empty())
+        throw Error(where + " KV head " + std::to_string(h) + ": " + bad + float32_overflow(precise, row.data(), n) +
                     "; scores must be finite");
-      layer_scores_[h].assign(row, row + n);
+      layer_scores_[h] = std::move(row);
+      precise_.at(obs.layer).at(h).assign(precise, precise + n);
     }
   }
 
-  // Why a score is infinite when the file's own value was finite: it overflowed float32, kvscope's score type.
-  static std::string float32_overflow(const py::object& result, int kv_head, const float* row, int n) {
+  // Why a score is infinite when the file's own value was finite: it overflowed float32, the type scores are
+  // recorded in.
+  static std::string float32_overflow(const double* given, const float* row, int n) {
     int first = 0;
     while (first < n && std::isfinite(row[first])) ++first;
     if (first == n || std::isnan(row[first])) return "";
-    const auto given = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(result);
-    if (!given || given.ndim() != 2) return "";
-    const double value = given.at(kv_head, first);
+    const double value = given[first];
     if (!std::isfinite(value)) return "";
     char text[32];
     std::snprintf(text, sizeof text, "%.17g", value);
     return " (the score returned there is " + std::string(text) +
-           ", finite as a float64 but beyond float32's largest, 3.4028235e+38: scores are float32 and it overflows "
-           "to " + (value > 0 ? "inf" : "-inf") + ")";
+           ", finite as a float64 but beyond float32's largest, 3.4028235e+38: scores are recorded as float32 and "
+           "it overflows to " + (value > 0 ? "inf" : "-inf") + ")";
+  }
+
+  // The layer's q_proj or k_proj weight when the file needs it (dequantized once per run), else None; GIL held.
+  py::object projection(int layer, char which) {
+    if (!(which == 'q' ? wants_q_proj_ : wants_k_proj_)) return py::none();
+    const kernels::ModelWeights* weights = run_info().weights;
+    if (!weights || layer < 0 || layer >= static_cast<int>(weights->layers.size()))
+      throw Error(what() + " needs " + which + "_proj, but this run has no model weights to give");
+    py::object& cached = projections_[{layer, which}];
+    if (!cached) {
+      const auto& lw = weights->layers[layer];
+      cached = dequantized(which == 'q' ? lw.wq : lw.wk);
+    }
+    return cached;
   }
 
   int protect(const py::object& f, const char* name, int budget) const {
@@ -394,7 +450,11 @@ class PythonPolicy final : public UserScorer {
   std::shared_ptr<Module> module_;
   std::vector<ParamSpec> specs_;
   py::object params_dict_;  // a dict, built under the GIL (a default py::dict would call Python without it)
+  py::object rope_;         // obs.rope of this run's model
+  bool wants_q_proj_, wants_k_proj_;
+  std::map<std::pair<int, char>, py::object> projections_;  // (layer, 'q' or 'k') -> read-only float32 array
   std::vector<std::vector<float>> layer_scores_;
+  std::vector<std::vector<std::vector<double>>> precise_;  // [layer][kv_head]: this step's float64 scores
   mutable std::map<std::pair<std::string, int>, int> protect_memo_;
 };
 
@@ -471,6 +531,8 @@ PolicyInfo load_python_policy(const std::filesystem::path& file) {
                        "wrong type (" + e.what() + ")");
     }
   }
+  std::vector<std::string> declared;
+  for (const auto& s : own) declared.push_back(s.name);
   for (auto& s : scorer_framework_params(framework_defaults)) own.push_back(std::move(s));
   for (const auto& s : own)
     for (const auto& reserved : protocol_params(protocol))
@@ -478,6 +540,8 @@ PolicyInfo load_python_policy(const std::filesystem::path& file) {
         throw UsageError("policy file '" + file.string() + "' declares parameter '" + s.name +
                          "', which the framework owns (set protocol defaults in `protocol`)");
   const ObservationRequest request = request_for_needs(needs, file);
+  const bool wants_q_proj = std::find(needs.begin(), needs.end(), "q_proj") != needs.end();
+  const bool wants_k_proj = std::find(needs.begin(), needs.end(), "k_proj") != needs.end();
   const std::vector<ParamSpec> all = scored_policy_params(own, protocol);
   for (const auto& s : all)
     if (const std::string problem = default_range_problem(s); !problem.empty())
@@ -488,17 +552,21 @@ PolicyInfo load_python_policy(const std::filesystem::path& file) {
     info.params = own;
     for (auto& s : protocol_params(protocol)) info.params.push_back(std::move(s));
   }
-  std::vector<ParamSpec> hidden;
-  for (const auto& s : all)
-    if (std::none_of(info.params.begin(), info.params.end(), [&](const ParamSpec& v) { return v.name == s.name; }))
-      hidden.push_back(s);
   if (info.summary.empty()) info.summary = "a Python scorer (" + file.filename().string() + ")";
   info.reference = std::filesystem::absolute(file).string();
-  info.make = [module, request, all, hidden, name = info.name](const PolicyParams& given) -> std::unique_ptr<Policy> {
+  if (!module->allocate)
+    info.resolve_params = [declared, framework_defaults, what = "policy file '" + file.string() + "'"](PolicyParams& p) {
+      resolve_allocation_params(what, declared, framework_defaults, p);
+    };
+  info.make = [module, request, all, wants_q_proj, wants_k_proj,
+               name = info.name](const PolicyParams& given) -> std::unique_ptr<Policy> {
+    // obs.params: what applies, as the spec made it (another allocation's parameters are gone already).
+    std::vector<ParamSpec> visible;
+    for (const auto& s : all)
+      if (given.has(s.name)) visible.push_back(s);
     PolicyParams p = given;
-    for (const auto& s : hidden)
-      s.kind == ParamSpec::Kind::Choice ? p.set_choice(s.name, s.default_choice) : p.set_number(s.name, s.default_number);
-    return std::make_unique<PythonPolicy>(name, p, request, module, all);
+    if (module->allocate) p.set_choice("allocation", "uniform");  // allocate() decides; uniform reads no parameter
+    return std::make_unique<PythonPolicy>(name, p, request, module, visible, wants_q_proj, wants_k_proj);
   };
   return info;
 }

@@ -3,6 +3,7 @@
 #include "core/common/error.h"
 #include "core/policy/catalog.h"
 #include "core/policy/policy_file.h"
+#include "core/policy/scored_policy.h"
 
 namespace kvscope::policy {
 
@@ -36,6 +37,8 @@ PolicyInstance make_policy(const std::string& spec_text) {
   PolicyInstance instance;
   instance.name = info.name;
   instance.params = PolicyParams(info.name, info.params, file ? file->assignments : split_policy_spec(spec_text).assignments);
+  drop_unchosen_allocation_params(info.name, info.params, instance.params);
+  if (info.resolve_params) info.resolve_params(instance.params);
   instance.provenance = info.provenance;
   instance.policy = info.make(instance.params);
   return instance;

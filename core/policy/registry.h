@@ -20,6 +20,9 @@ struct PolicyInfo {
   // Where a user's policy file came from (policy_file, policy_file_kind, policy_file_sha256); empty for the
   // built-ins. Recorded with every run of it.
   std::map<std::string, std::string> provenance = {};
+  // A user's file: settles its parameters against the chosen allocation's before `make` (user_scorer.h,
+  // resolve_allocation_params), so that the run's recorded parameters are those it runs with.
+  std::function<void(PolicyParams&)> resolve_params = {};
 };
 
 const std::vector<PolicyInfo>& all_policies();

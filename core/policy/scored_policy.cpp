@@ -26,6 +26,24 @@ std::vector<ParamSpec> scored_policy_params(std::vector<ParamSpec> own, const Pr
   return own;
 }
 
+void drop_unchosen_allocation_params(const std::string& policy, const std::vector<ParamSpec>& specs,
+                                     PolicyParams& params) {
+  if (!params.has("allocation")) return;
+  const std::string& chosen = params.get_choice("allocation");
+  for (const auto& spec : specs) {
+    const auto owners = allocations_declaring(spec);
+    if (owners.empty() || std::find(owners.begin(), owners.end(), chosen) != owners.end()) continue;
+    if (params.given(spec.name)) {
+      std::string names;
+      for (const auto& o : owners) names += (names.empty() ? "" : " or ") + o;
+      throw UsageError("policy '" + policy + "' parameter '" + spec.name + "' belongs to allocation " + names +
+                       ", which this spec does not choose (allocation=" + chosen + "); add allocation=" +
+                       owners.front() + " or leave '" + spec.name + "' out");
+    }
+    params.erase(spec.name);
+  }
+}
+
 ScoredPolicy::ScoredPolicy(std::string name, const PolicyParams& params)
     : name_(std::move(name)),
       protocol_(protocol_of(params)),
@@ -125,6 +143,11 @@ void ScoredPolicy::finalize_budgets(int seq_len) {
                        "policy '" + name_ + "', allocation '" + allocation_name_ + "'", diagnostics_);
 }
 
+std::vector<int32_t> ScoredPolicy::choose_kept(int, int, std::span<const float> scores, int budget, int n_sinks,
+                                               int n_recent) {
+  return keep_top_scores(scores, budget, n_sinks, n_recent);
+}
+
 void ScoredPolicy::evict_layer(int layer, cache::KVCache& cache, cache::CacheEdit& edit) {
   const int heads = cache.n_kv_heads();
   for (int h = 0; h < heads; ++h) {
@@ -135,7 +158,7 @@ void ScoredPolicy::evict_layer(int layer, cache::KVCache& cache, cache::CacheEdi
     std::vector<float> scores = std::move(pending_[layer][h]);
     const std::vector<float> ranking = scores.empty() ? std::vector<float>(n, 0.0f) : scores;
     edit.heads.push_back(
-        keep_edit(layer, h, keep_top_scores(ranking, budget, sinks(budget), recent(budget)), std::move(scores)));
+        keep_edit(layer, h, choose_kept(layer, h, ranking, budget, sinks(budget), recent(budget)), std::move(scores)));
     complete_edit(edit.heads.back(), cache);
   }
 }

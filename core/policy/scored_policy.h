@@ -4,6 +4,7 @@
 // layers (any allocation, by the `allocation` parameter), protects sinks and recent entries, keeps the
 // highest scores, and knows the lengths it promises the engine. A policy is then ~50 lines.
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,13 @@ namespace kvscope::policy {
 // allocation. A name the policy already declares is shared with an allocation that declares it too.
 std::vector<ParamSpec> scored_policy_params(std::vector<ParamSpec> own, const Protocol& protocol_defaults,
                                             const std::string& default_allocation = "uniform");
+
+// An allocation's parameters exist only when that allocation is chosen: removes from `params` those of the
+// allocations `params`' `allocation` does not name (kvscope's own copies, as scored_policy_params added them),
+// so that neither the policy nor a trace sees them. Throws UsageError naming `policy` when the spec set one.
+// Does nothing for a policy without an `allocation` parameter.
+void drop_unchosen_allocation_params(const std::string& policy, const std::vector<ParamSpec>& specs,
+                                     PolicyParams& params);
 
 class ScoredPolicy : public Policy {
  public:
@@ -51,6 +59,11 @@ class ScoredPolicy : public Policy {
   // Each eviction's edit once its kept set is chosen, before the cache applies it: a scorer that merges
   // what it evicts adds the merges here (CaM).
   virtual void complete_edit(cache::HeadEdit& /*edit*/, const cache::KVCache& /*cache*/) {}
+
+  // The kept entries of (layer, kv_head) by `scores` (keep_top_scores); a scorer with more precise scores
+  // than the float32 it hands on (a Python policy's float64) ranks by those instead.
+  virtual std::vector<int32_t> choose_kept(int layer, int kv_head, std::span<const float> scores, int budget,
+                                           int n_sinks, int n_recent);
 
   // The run's allocation: by default the `allocation` parameter's; a user's policy file may bring its own.
   virtual std::unique_ptr<LayerAllocation> make_layer_allocation() const;

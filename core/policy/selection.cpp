@@ -11,10 +11,13 @@ namespace kvscope::policy {
 
 namespace {
 // NaN would break the strict weak ordering of the sort; an entry with no meaningful score ranks last.
-float rank_value(float s) { return std::isnan(s) ? -std::numeric_limits<float>::infinity() : s; }
-}  // namespace
+template <class Real>
+Real rank_value(Real s) {
+  return std::isnan(s) ? -std::numeric_limits<Real>::infinity() : s;
+}
 
-std::vector<int32_t> keep_top_scores(std::span<const float> scores, int budget, int sinks, int recent) {
+template <class Real>
+std::vector<int32_t> keep_top(std::span<const Real> scores, int budget, int sinks, int recent) {
   const int n = static_cast<int>(scores.size());
   std::vector<int32_t> keep;
   if (budget >= n) {
@@ -32,7 +35,7 @@ std::vector<int32_t> keep_top_scores(std::span<const float> scores, int budget, 
   std::vector<int32_t> middle(middle_end - middle_begin);
   std::iota(middle.begin(), middle.end(), middle_begin);
   std::partial_sort(middle.begin(), middle.begin() + n_top, middle.end(), [&](int32_t a, int32_t b) {
-    const float sa = rank_value(scores[a]), sb = rank_value(scores[b]);
+    const Real sa = rank_value(scores[a]), sb = rank_value(scores[b]);
     return sa > sb || (sa == sb && a < b);
   });
   keep.reserve(budget);
@@ -41,6 +44,16 @@ std::vector<int32_t> keep_top_scores(std::span<const float> scores, int budget, 
   for (int i = middle_end; i < n; ++i) keep.push_back(i);
   std::sort(keep.begin(), keep.end());
   return keep;
+}
+
+}  // namespace
+
+std::vector<int32_t> keep_top_scores(std::span<const float> scores, int budget, int sinks, int recent) {
+  return keep_top(scores, budget, sinks, recent);
+}
+
+std::vector<int32_t> keep_top_scores(std::span<const double> scores, int budget, int sinks, int recent) {
+  return keep_top(scores, budget, sinks, recent);
 }
 
 Pooling parse_pooling(const std::string& name) {

@@ -15,6 +15,8 @@ namespace kvscope::policy {
 // scores among the rest until `budget` entries are kept (ties go to the earlier entry). Keeps all
 // entries when budget >= scores.size().
 std::vector<int32_t> keep_top_scores(std::span<const float> scores, int budget, int sinks, int recent);
+// The same ranking on float64 scores (a Python policy's, which differ where float32 would tie them).
+std::vector<int32_t> keep_top_scores(std::span<const double> scores, int budget, int sinks, int recent);
 
 enum class Pooling { None, Avg, Max };
 Pooling parse_pooling(const std::string& name);  // "none" | "avg" | "max"

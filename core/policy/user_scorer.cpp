@@ -1,14 +1,18 @@
 #include "core/policy/user_scorer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/common/error.h"
+#include "core/policy/allocation_catalog.h"
 
 namespace kvscope::policy {
 
 const std::vector<std::string>& scorer_need_names() {
-  static const std::vector<std::string> names = {"column_sums", "window_sums", "window_rows",
-                                                 "last_row",    "log_sum_exp", "queries"};
+  static const std::vector<std::string> names = {"column_sums", "window_sums",      "window_rows",
+                                                 "last_row",    "log_sum_exp",      "queries",
+                                                 "queries_pre_rope", "keys_pre_rope", "hidden_states",
+                                                 "q_proj",      "k_proj"};
   return names;
 }
 
@@ -21,6 +25,10 @@ ObservationRequest request_for_needs(const std::vector<std::string>& needs, cons
     else if (n == "last_row" || n == "last_rows") r.last_row = true;
     else if (n == "log_sum_exp") r.log_sum_exp = true;
     else if (n == "queries") r.queries = true;
+    else if (n == "queries_pre_rope") r.queries_pre_rope = true;
+    else if (n == "keys_pre_rope") r.keys_pre_rope = true;
+    else if (n == "hidden_states") r.hidden_states = true;
+    else if (n == "q_proj" || n == "k_proj") continue;  // weights, not attention: the Python view reads them
     else {
       std::string valid;
       for (const auto& v : scorer_need_names()) valid += (valid.empty() ? "" : ", ") + v;
@@ -42,6 +50,28 @@ std::vector<ParamSpec> scorer_framework_params(const std::map<std::string, int>&
                              "cover; the last w entries are always kept (SnapKV's convention)"),
           ParamSpec::integer("recent", def("recent"), 0, 1 << 20, "the most recent entries, always kept"),
           ParamSpec::integer("sinks", def("sinks"), 0, 1 << 20, "the first entries (attention sinks), always kept")};
+}
+
+void resolve_allocation_params(const std::string& what, const std::vector<std::string>& declared,
+                               const std::map<std::string, int>& framework_defaults, PolicyParams& params) {
+  if (!params.has("allocation")) return;
+  const std::string& chosen = params.get_choice("allocation");
+  for (const auto& spec : find_allocation(chosen).params) {
+    const std::string owners = what + " and allocation '" + chosen + "' (allocation=" + chosen + ")";
+    if (std::find(declared.begin(), declared.end(), spec.name) != declared.end())
+      throw UsageError(what + " declares parameter '" + spec.name + "', and so does allocation '" + chosen +
+                       "' (allocation=" + chosen + "): one spec cannot set both. Rename the file's parameter, or "
+                       "choose another allocation");
+    if (!is_framework_param(spec.name) || params.given(spec.name)) continue;
+    const auto file_default = framework_defaults.find(spec.name);
+    if (file_default == framework_defaults.end()) {
+      params.set_number(spec.name, spec.default_number);
+    } else if (file_default->second != spec.default_number) {
+      throw UsageError("parameter '" + spec.name + "' is shared by " + owners + ", whose defaults differ (the file's " +
+                       std::to_string(file_default->second) + ", the allocation's " + spec.default_text() +
+                       "): give " + spec.name + "=N in the spec");
+    }
+  }
 }
 
 void check_window(const ObservationRequest& needs, const PolicyParams& params, const std::filesystem::path& file) {

@@ -21,6 +21,15 @@ ObservationRequest request_for_needs(const std::vector<std::string>& needs, cons
 bool is_framework_param(const std::string& name);
 // window, recent and sinks with defaults from `defaults` (a name absent there defaults to 0).
 std::vector<ParamSpec> scorer_framework_params(const std::map<std::string, int>& defaults);
+// A user file's parameters against the chosen allocation's (`params`' `allocation`; nothing without one), so that
+// nothing of the file changes an allocation's parameter unseen. `what` names the file ("policy file 'x.py'"),
+// `declared` its own parameters, `framework_defaults` the framework defaults it set. Throws UsageError naming
+// the file, the parameter and the allocation when the file declares a parameter the allocation declares too,
+// or when it sets the default of a framework parameter the allocation shares (dynamickv's `window`) to another
+// value than the allocation's and the spec does not give it. A shared framework parameter the file leaves alone
+// takes the allocation's default (the framework's 0 would disable it).
+void resolve_allocation_params(const std::string& what, const std::vector<std::string>& declared,
+                               const std::map<std::string, int>& framework_defaults, PolicyParams& params);
 // Throws UsageError naming `file` when a window part is needed but `window` is 0.
 void check_window(const ObservationRequest& needs, const PolicyParams& params, const std::filesystem::path& file);
 

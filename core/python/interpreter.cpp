@@ -87,7 +87,23 @@ def describe(exc, tb, path):
         text = "%s: %s" % (type(exc).__name__, exc.msg) + (" (in: %s)" % source if source else "")
     else:
         text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        if isinstance(exc, ModuleNotFoundError):
+            text += " " + virtual_env_hint()
     return line, function, text
+
+def virtual_env_hint():
+    # Where the embedded Python looks for packages beyond the system's, and how to give it one (torch, ...).
+    version = "%d.%d" % sys.version_info[:2]
+    venv = os.environ.get("VIRTUAL_ENV")
+    if not venv:
+        state = "VIRTUAL_ENV is not set"
+    elif not os.path.isdir(os.path.join(venv, "lib", "python" + version, "site-packages")):
+        state = "VIRTUAL_ENV=%s is not a venv of Python %s (it has no lib/python%s/site-packages)" % (venv, version, version)
+    else:
+        state = "VIRTUAL_ENV=%s does not have it either" % venv
+    return ("(kvscope's embedded Python %s imports the system's packages and those of the venv named by VIRTUAL_ENV; "
+            "%s: create one with `python%s -m venv DIR`, install the package there and set VIRTUAL_ENV=DIR; "
+            "docs/policies.md, Python)" % (version, state, version))
 )PY";
 
 // The project's venv for the embedded Python (scripts/setup_deps.sh), found like the default model.

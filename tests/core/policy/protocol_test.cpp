@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/common/error.h"
+#include "core/policy/allocation_catalog.h"
 #include "core/policy/allocation_report.h"
 #include "core/policy/protocol.h"
 #include "core/policy/registry.h"
@@ -35,7 +36,11 @@ bool declares(const policy::PolicyInfo& info, const std::string& param) {
 std::string small_run_settings(const policy::PolicyInfo& info) {
   std::string out;
   if (declares(info, "allocation")) out += ",allocation=uniform";
-  if (declares(info, "window")) out += ",window=4";
+  // A policy's own window only: dynamickv's allocation parameter `window` exists only with allocation=dynamickv.
+  const bool own_window = std::any_of(info.params.begin(), info.params.end(), [](const policy::ParamSpec& s) {
+    return s.name == "window" && policy::allocations_declaring(s).empty();
+  });
+  if (own_window) out += ",window=4";
   return out;
 }
 

@@ -1,0 +1,100 @@
+#include "core/policy/python_rope.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <pybind11/numpy.h>
+
+#include "kernels/common/rope_math.h"
+
+namespace py = pybind11;
+
+namespace kvscope::policy {
+
+namespace {
+
+struct Rope {
+  int head_dim = 0, rope_dim = 0;
+  float base = 0.0f;
+  bool adjacent = true;
+  std::vector<float> divisors;  // one per rotated pair; empty: all 1
+
+  float divisor(int pair) const { return divisors.empty() ? 1.0f : divisors[pair]; }
+
+  // x (..., head_dim) rotated to `positions` (broadcast to x's leading axes), or back from them: the engine's
+  // rotation by -position, which its cosf/sinf make the transposed matrix.
+  py::array_t<float> rotate(const py::object& x, const py::object& positions, bool inverse) const {
+    auto np = py::module_::import("numpy");
+    py::array_t<float, py::array::c_style | py::array::forcecast> in = np.attr("asarray")(x, "float32");
+    if (in.ndim() < 1 || in.shape(in.ndim() - 1) != head_dim)
+      throw py::value_error("rope.rotate: x must have shape (..., head_dim) = (..., " + std::to_string(head_dim) +
+                            "), not " + py::str(py::tuple(np.attr("shape")(in))).cast<std::string>());
+    py::tuple lead(in.ndim() - 1);
+    for (py::ssize_t i = 0; i + 1 < in.ndim(); ++i) lead[i] = in.shape(i);
+    py::array_t<int64_t, py::array::c_style | py::array::forcecast> pos;
+    try {
+      pos = np.attr("ascontiguousarray")(np.attr("broadcast_to")(np.attr("asarray")(positions, "int64"), lead));
+    } catch (py::error_already_set& e) {
+      throw py::value_error("rope.rotate: positions do not broadcast to x's leading axes " +
+                            py::str(lead).cast<std::string>() + " (" + e.what() + ")");
+    }
+    py::array_t<float> out(std::vector<py::ssize_t>(in.shape(), in.shape() + in.ndim()));
+    float* dst = out.mutable_data();
+    std::copy(in.data(), in.data() + in.size(), dst);
+    const py::ssize_t rows = in.size() / head_dim;
+    for (py::ssize_t r = 0; r < rows; ++r) {
+      const int64_t p = pos.data()[r];
+      if (p < -(int64_t{1} << 30) || p > (int64_t{1} << 30))
+        throw py::value_error("rope.rotate: position " + std::to_string(p) + " is out of range");
+      const int position = static_cast<int>(inverse ? -p : p);
+      float* v = dst + r * head_dim;
+      for (int pair = 0; pair < rope_dim / 2; ++pair) {
+        int first = 0, second = 0;
+        kernels::rope_pair_indices(adjacent, pair, rope_dim, &first, &second);
+        kernels::rope_rotate_pair(v[first], v[second], pair, rope_dim, position, base, divisor(pair));
+      }
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+py::object make_python_rope(const model::ModelConfig& config) {
+  auto rope = std::make_shared<Rope>();
+  rope->head_dim = config.head_dim;
+  rope->rope_dim = config.rope_dim;
+  rope->base = config.rope_base;
+  rope->adjacent = config.rope_style == model::RopeStyle::AdjacentPairs;
+  rope->divisors = config.rope_freq_divisors;
+
+  // The engine's per-pair frequency, float32 as it computes it.
+  py::array_t<double> inv_freq(rope->rope_dim / 2), divisors(rope->rope_dim / 2);
+  for (int i = 0; i < rope->rope_dim / 2; ++i) {
+    divisors.mutable_at(i) = rope->divisor(i);
+    inv_freq.mutable_at(i) =
+        powf(rope->base, -2.0f * static_cast<float>(i) / static_cast<float>(rope->rope_dim)) / rope->divisor(i);
+  }
+  const auto& s = config.rope_scaling;
+  py::dict scaling;
+  scaling["type"] = s.type;
+  if (s.type == "linear" || s.type == "llama3") scaling["factor"] = s.factor;
+  if (s.type == "llama3") {
+    scaling["low_freq_factor"] = s.low_freq_factor;
+    scaling["high_freq_factor"] = s.high_freq_factor;
+    scaling["original_max_position_embeddings"] = s.original_context;
+  }
+  py::cpp_function rotate(
+      [rope](const py::object& x, const py::object& positions, bool inverse) { return rope->rotate(x, positions, inverse); },
+      py::arg("x"), py::arg("positions"), py::arg("inverse") = false,
+      "x (..., head_dim) rotated to `positions` (broadcast to x.shape[:-1]), or back from them with inverse=True, "
+      "as the engine rotates keys and queries");
+  return py::module_::import("types").attr("SimpleNamespace")(
+      py::arg("theta") = static_cast<double>(rope->base), py::arg("rope_dim") = rope->rope_dim,
+      py::arg("head_dim") = rope->head_dim, py::arg("pairing") = rope->adjacent ? "adjacent" : "half",
+      py::arg("scaling") = scaling, py::arg("divisors") = divisors, py::arg("inv_freq") = inv_freq,
+      py::arg("rotate") = rotate);
+}
+
+}  // namespace kvscope::policy
