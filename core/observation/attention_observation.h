@@ -29,7 +29,6 @@ struct AttentionObservation : kernels::AttentionSideOutputs {
   // before RoPE, and the layer's attention input after its norm [n_queries][dim].
   std::vector<float> queries_pre_rope, keys_pre_rope, hidden_states;
 
-
   int n_queries() const { return static_cast<int>(query_positions.size()); }
   int kv_head_of(int head) const { return head / (n_heads / n_kv_heads); }
   int keys_of(int head) const { return n_keys[kv_head_of(head)]; }

@@ -7,9 +7,9 @@
 
 #include "core/cache/cache_edit.h"
 #include "core/cache/kv_cache.h"
+#include "core/model/config.h"
 #include "core/observation/attention_observation.h"
 #include "core/observation/step.h"
-#include "core/model/config.h"
 #include "core/policy/diagnostics.h"
 #include "kernels/model_weights.h"
 

@@ -83,7 +83,8 @@ py::array_t<float> step_rows(const Observation& o, const std::vector<float>& par
 py::object weight(const Observation& o, const py::object& w, const char* name) {
   o.obs();
   if (!w || w.is_none())
-    throw py::attribute_error(std::string("obs.") + name + " was not asked for: add '" + name + "' to the module's `needs`");
+    throw py::attribute_error(std::string("obs.") + name + " was not asked for: add '" + name +
+                              "' to the module's `needs`");
   return w;
 }
 
@@ -117,8 +118,9 @@ py::object state(Observation& o) {
 void register_class(py::module_& scope) {
   py::class_<Observation>(scope, "Observation")
       .def_property_readonly("layer", [](const Observation& o) { return o.obs().layer; })
-      .def_property_readonly("phase",
-                             [](const Observation& o) { return o.obs().phase == observation::Phase::Prefill ? "prefill" : "decode"; })
+      .def_property_readonly(
+          "phase",
+          [](const Observation& o) { return o.obs().phase == observation::Phase::Prefill ? "prefill" : "decode"; })
       .def_property_readonly("step", [](const Observation& o) { return o.obs().step; })
       .def_property_readonly("n_heads", [](const Observation& o) { return o.obs().n_heads; })
       .def_property_readonly("n_kv_heads", [](const Observation& o) { return o.obs().n_kv_heads; })
@@ -151,10 +153,9 @@ void register_class(py::module_& scope) {
                              [](const Observation& o) { return per_query_head(o, o.obs().column_sums, "column_sums"); })
       .def_property_readonly("window_sums",
                              [](const Observation& o) { return per_query_head(o, o.obs().window_sums, "window_sums"); })
-      .def_property_readonly("window_rows",
-                             [](const Observation& o) {
-                               return per_query_head(o, o.obs().window_rows, "window_rows", o.obs().window);
-                             })
+      .def_property_readonly(
+          "window_rows",
+          [](const Observation& o) { return per_query_head(o, o.obs().window_rows, "window_rows", o.obs().window); })
       .def_property_readonly("last_row",
                              [](const Observation& o) { return per_query_head(o, o.obs().last_row, "last_row"); })
       .def_property_readonly("log_sum_exp",
@@ -172,14 +173,12 @@ void register_class(py::module_& scope) {
                              [](const Observation& o) {
                                return step_rows(o, o.obs().queries_pre_rope, "queries_pre_rope", o.obs().n_heads);
                              })
-      .def_property_readonly("keys_pre_rope",
-                             [](const Observation& o) {
-                               return step_rows(o, o.obs().keys_pre_rope, "keys_pre_rope", o.obs().n_kv_heads);
-                             })
-      .def_property_readonly("hidden_states",
-                             [](const Observation& o) {
-                               return step_rows(o, o.obs().hidden_states, "hidden_states", std::nullopt);
-                             })
+      .def_property_readonly(
+          "keys_pre_rope",
+          [](const Observation& o) { return step_rows(o, o.obs().keys_pre_rope, "keys_pre_rope", o.obs().n_kv_heads); })
+      .def_property_readonly(
+          "hidden_states",
+          [](const Observation& o) { return step_rows(o, o.obs().hidden_states, "hidden_states", std::nullopt); })
       .def_property_readonly("queries", [](const Observation& o) {
         const auto& obs = o.obs();
         if (obs.queries.empty())

@@ -18,8 +18,8 @@
 #include "core/policy/selection.h"
 #include "core/policy/user_code_scope.h"
 #include "core/policy/user_scorer.h"
-#include "kernels/common/dequantize.h"
 #include "core/python/interpreter.h"
+#include "kernels/common/dequantize.h"
 
 namespace py = pybind11;
 
@@ -71,7 +71,8 @@ struct Module {
 py::array_t<float> dequantized(const kernels::QuantMatrix& m) {
   py::array_t<float> out({m.rows, m.cols});
   float* dst = out.mutable_data();
-  for (int r = 0; r < m.rows; ++r) kernels::dequantize_row(m.type, m.row(r), dst + static_cast<std::size_t>(r) * m.cols, m.cols);
+  for (int r = 0; r < m.rows; ++r)
+    kernels::dequantize_row(m.type, m.row(r), dst + static_cast<std::size_t>(r) * m.cols, m.cols);
   out.attr("setflags")(py::arg("write") = false);
   return out;
 }
@@ -289,9 +290,9 @@ class PythonPolicy final : public UserScorer {
     std::vector<double> precise = std::move(precise_.at(layer).at(kv_head));
     precise_[layer][kv_head].clear();
     // Only this step's scores of this head: the float32 copies the edit carries must be theirs.
-    const bool current = precise.size() == scores.size() &&
-                         std::equal(precise.begin(), precise.end(), scores.begin(),
-                                    [](double d, float f) { return static_cast<float>(d) == f; });
+    const bool current =
+        precise.size() == scores.size() && std::equal(precise.begin(), precise.end(), scores.begin(),
+                                                      [](double d, float f) { return static_cast<float>(d) == f; });
     if (!current) return UserScorer::choose_kept(layer, kv_head, scores, budget, n_sinks, n_recent);
     return keep_top_scores(std::span<const double>(precise), budget, n_sinks, n_recent);
   }
@@ -360,8 +361,8 @@ class PythonPolicy final : public UserScorer {
     const int heads = cache.n_kv_heads();
     layer_scores_.assign(heads, {});
     python::Gil gil;
-    PythonObservationContext context{&obs,         &cache,  layer_budgets().at(obs.layer), run_info().prompt_length,
-                                     params_dict_, rope_,   projection(obs.layer, 'q'),     projection(obs.layer, 'k')};
+    PythonObservationContext context{&obs,         &cache, layer_budgets().at(obs.layer), run_info().prompt_length,
+                                     params_dict_, rope_,  projection(obs.layer, 'q'),    projection(obs.layer, 'k')};
     py::object view = make_python_observation(context);
     py::object result;
     try {
@@ -414,7 +415,8 @@ class PythonPolicy final : public UserScorer {
     std::snprintf(text, sizeof text, "%.17g", value);
     return " (the score returned there is " + std::string(text) +
            ", finite as a float64 but beyond float32's largest, 3.4028235e+38: scores are recorded as float32 and "
-           "it overflows to " + (value > 0 ? "inf" : "-inf") + ")";
+           "it overflows to " +
+           (value > 0 ? "inf" : "-inf") + ")";
   }
 
   // The layer's q_proj or k_proj weight when the file needs it (dequantized once per run), else None; GIL held.
@@ -555,9 +557,8 @@ PolicyInfo load_python_policy(const std::filesystem::path& file) {
   if (info.summary.empty()) info.summary = "a Python scorer (" + file.filename().string() + ")";
   info.reference = std::filesystem::absolute(file).string();
   if (!module->allocate)
-    info.resolve_params = [declared, framework_defaults, what = "policy file '" + file.string() + "'"](PolicyParams& p) {
-      resolve_allocation_params(what, declared, framework_defaults, p);
-    };
+    info.resolve_params = [declared, framework_defaults, what = "policy file '" + file.string() + "'"](
+                              PolicyParams& p) { resolve_allocation_params(what, declared, framework_defaults, p); };
   info.make = [module, request, all, wants_q_proj, wants_k_proj,
                name = info.name](const PolicyParams& given) -> std::unique_ptr<Policy> {
     // obs.params: what applies, as the spec made it (another allocation's parameters are gone already).

@@ -86,7 +86,9 @@ py::object make_python_rope(const model::ModelConfig& config) {
     scaling["original_max_position_embeddings"] = s.original_context;
   }
   py::cpp_function rotate(
-      [rope](const py::object& x, const py::object& positions, bool inverse) { return rope->rotate(x, positions, inverse); },
+      [rope](const py::object& x, const py::object& positions, bool inverse) {
+        return rope->rotate(x, positions, inverse);
+      },
       py::arg("x"), py::arg("positions"), py::arg("inverse") = false,
       "x (..., head_dim) rotated to `positions` (broadcast to x.shape[:-1]), or back from them with inverse=True, "
       "as the engine rotates keys and queries");

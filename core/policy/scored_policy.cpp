@@ -37,8 +37,8 @@ void drop_unchosen_allocation_params(const std::string& policy, const std::vecto
       std::string names;
       for (const auto& o : owners) names += (names.empty() ? "" : " or ") + o;
       throw UsageError("policy '" + policy + "' parameter '" + spec.name + "' belongs to allocation " + names +
-                       ", which this spec does not choose (allocation=" + chosen + "); add allocation=" +
-                       owners.front() + " or leave '" + spec.name + "' out");
+                       ", which this spec does not choose (allocation=" + chosen +
+                       "); add allocation=" + owners.front() + " or leave '" + spec.name + "' out");
     }
     params.erase(spec.name);
   }

@@ -120,8 +120,10 @@ std::string repeated_token_pairs(const std::vector<int>& prompt, int gap) {
 std::string rope_checking_policy(const std::string& pairs, const std::string& expected_attributes) {
   return R"PY(
 import numpy as np
-PAIRS = [)PY" + pairs + R"PY(]
-EXPECTED = )PY" + expected_attributes + R"PY(
+PAIRS = [)PY" +
+         pairs + R"PY(]
+EXPECTED = )PY" +
+         expected_attributes + R"PY(
 def score(obs):
     r = obs.rope
     for name, want in EXPECTED.items():
@@ -216,8 +218,8 @@ def score(obs):
 }
 
 TEST_CASE("an allocation's parameter given without its allocation is refused", "[e2e][policy_contract]") {
-  CHECK_THAT(make_error("snapkv:beta=10"),
-             Catch::Contains("'beta'") && Catch::Contains("allocation pyramid") && Catch::Contains("allocation=uniform"));
+  CHECK_THAT(make_error("snapkv:beta=10"), Catch::Contains("'beta'") && Catch::Contains("allocation pyramid") &&
+                                               Catch::Contains("allocation=uniform"));
   const auto path = write_policy("plain", "def score(obs):\n    return -obs.positions\n");
   CHECK_THAT(make_error("python:" + path + ",cake_tau1=2"), Catch::Contains("allocation cake"));
   CHECK(make_error("python:" + path + ",allocation=cake,cake_tau1=2") == "(no error)");
@@ -241,14 +243,17 @@ def score(obs):
   }
 }
 
-TEST_CASE("a framework parameter an allocation shares never takes the file's default unseen", "[e2e][policy_contract]") {
+TEST_CASE("a framework parameter an allocation shares never takes the file's default unseen",
+          "[e2e][policy_contract]") {
   // dynamickv's window (default 8) is the scorer's observation window too.
   const auto silent = write_policy("no_window", "def score(obs):\n    return -obs.positions\n");
   CHECK(policy::make_policy("python:" + silent + ",allocation=dynamickv").params.get_int("window") == 8);
   CHECK(policy::make_policy("python:" + silent).params.get_int("window") == 0);
-  CHECK(policy::make_policy("plugin:" + plugin("key_norm_plugin") + ",allocation=dynamickv").params.get_int("window") == 8);
+  CHECK(policy::make_policy("plugin:" + plugin("key_norm_plugin") + ",allocation=dynamickv").params.get_int("window") ==
+        8);
 
-  const auto declares = write_policy("window_32", "params = {'window': 32}\ndef score(obs):\n    return -obs.positions\n");
+  const auto declares =
+      write_policy("window_32", "params = {'window': 32}\ndef score(obs):\n    return -obs.positions\n");
   CHECK_THAT(make_error("python:" + declares + ",allocation=dynamickv"),
              Catch::Contains(declares) && Catch::Contains("'window'") && Catch::Contains("dynamickv") &&
                  Catch::Contains("the file's 32") && Catch::Contains("the allocation's 8"));
@@ -257,14 +262,16 @@ TEST_CASE("a framework parameter an allocation shares never takes the file's def
 }
 
 TEST_CASE("a failed import in a policy file says where packages come from (VIRTUAL_ENV)", "[e2e][policy_contract]") {
-  const auto path = write_policy("no_torch", "import kvscope_issue36_no_such_module\ndef score(obs):\n    return -obs.positions\n");
-  CHECK_THAT(make_error("python:" + path),
-             Catch::Contains(path) && Catch::Contains("line 1") && Catch::Contains("ModuleNotFoundError") &&
-                 Catch::Contains("kvscope_issue36_no_such_module") && Catch::Contains("VIRTUAL_ENV") &&
-                 Catch::Contains("-m venv DIR"));
+  const auto path =
+      write_policy("no_torch", "import kvscope_issue36_no_such_module\ndef score(obs):\n    return -obs.positions\n");
+  CHECK_THAT(make_error("python:" + path), Catch::Contains(path) && Catch::Contains("line 1") &&
+                                               Catch::Contains("ModuleNotFoundError") &&
+                                               Catch::Contains("kvscope_issue36_no_such_module") &&
+                                               Catch::Contains("VIRTUAL_ENV") && Catch::Contains("-m venv DIR"));
   // Any other exception stays as it was.
   const auto other = write_policy("value_error", "raise ValueError('bad config')\ndef score(obs):\n    return 0\n");
-  CHECK_THAT(make_error("python:" + other), Catch::Contains("ValueError: bad config") && !Catch::Contains("VIRTUAL_ENV"));
+  CHECK_THAT(make_error("python:" + other),
+             Catch::Contains("ValueError: bad config") && !Catch::Contains("VIRTUAL_ENV"));
 }
 
 TEST_CASE("integer parameters print and record as integers, floats as the value given", "[e2e][policy_contract]") {
@@ -330,7 +337,8 @@ TEST_CASE("obs.keys of a llama GGUF pair head dimensions (2i, 2i+1), as docs/pol
   const std::string source = R"PY(
 import numpy as np
 PAIRS = [)PY" + pairs + R"PY(]
-BASE, ROPE_DIM = )PY" + std::to_string(model->config.rope_base) + ", " + std::to_string(model->config.rope_dim) + R"PY(
+BASE, ROPE_DIM = )PY" + std::to_string(model->config.rope_base) +
+                             ", " + std::to_string(model->config.rope_dim) + R"PY(
 def unrotate(k, position, adjacent):
     i = np.arange(ROPE_DIM // 2)
     angle = -position * BASE ** (-2.0 * i / ROPE_DIM)
@@ -395,14 +403,16 @@ TEST_CASE("obs.rope rotates keys to and from positions as the engine does (llama
   REQUIRE(!pairs.empty());
   char theta[64];
   std::snprintf(theta, sizeof theta, "%.17g", static_cast<double>(model->config.rope_base));
-  const std::string expected = std::string("{\"theta\": ") + theta + ", \"rope_dim\": " +
-                               std::to_string(model->config.rope_dim) + ", \"head_dim\": " +
-                               std::to_string(model->config.head_dim) +
+  const std::string expected = std::string("{\"theta\": ") + theta +
+                               ", \"rope_dim\": " + std::to_string(model->config.rope_dim) +
+                               ", \"head_dim\": " + std::to_string(model->config.head_dim) +
                                ", \"pairing\": \"adjacent\", \"scaling\": {\"type\": \"default\"}}";
-  CHECK(run_error_on(*model, prompt, "python:" + write_policy("rope_gguf", rope_checking_policy(pairs, expected))) == "");
+  CHECK(run_error_on(*model, prompt, "python:" + write_policy("rope_gguf", rope_checking_policy(pairs, expected))) ==
+        "");
 }
 
-TEST_CASE("obs.rope of a Hugging Face llama3 checkpoint: rotate-half pairs and llama3 scaling", "[e2e][policy_contract]") {
+TEST_CASE("obs.rope of a Hugging Face llama3 checkpoint: rotate-half pairs and llama3 scaling",
+          "[e2e][policy_contract]") {
   const model::Model model = model::load_model(std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / "llama3");
   // Tokens repeat at distances up to 60, past original_max_position_embeddings (32).
   std::vector<int> prompt = {0};
@@ -436,8 +446,10 @@ TEST_CASE("keys_pre_rope, queries_pre_rope and hidden_states agree with the chec
   const std::string source = R"PY(
 import json, struct
 import numpy as np
-TOKENS = np.array([)PY" + ids + R"PY(])
-FILE = ")PY" + (dir / "model.safetensors").string() + R"PY("
+TOKENS = np.array([)PY" + ids +
+                             R"PY(])
+FILE = ")PY" + (dir / "model.safetensors").string() +
+                             R"PY("
 def tensors():
     with open(FILE, "rb") as f:
         size = struct.unpack("<Q", f.read(8))[0]
