@@ -33,26 +33,6 @@ std::string plugin(const std::string& name) {
   return (std::filesystem::path(KVSCOPE_PLUGIN_DIR) / (name + ".so")).string();
 }
 
-// Runs `spec` on a short prompt (at most `new_tokens` decode steps); the error text, or "" when it ran.
-std::string run_error(const std::string& spec, const std::string& budget = "50%", int new_tokens = 1) {
-  const model::Model* model = test::default_model();
-  const auto prompt = test::sample_prompt_tokens(*model, "heat_pump.txt");
-  try {
-    auto policy = policy::make_policy(spec);
-    engine::Engine engine(*model);
-    engine::GenerateOptions options;
-    options.max_new_tokens = new_tokens;
-    options.stop_at_end_of_generation = false;
-    options.budget = policy::BudgetSpec::parse(budget);
-    engine::RunHooks hooks;
-    hooks.policy = policy.policy.get();
-    engine.generate(prompt, options, hooks);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // The positions each (layer, KV head) holds after a run of `spec` that generates one token (the prefill).
 class FinalKept : public engine::RunObserver {
  public:
@@ -84,14 +64,14 @@ std::vector<std::vector<int32_t>> kept_after(const std::string& spec, const std:
   return kept.heads;
 }
 
-// Runs `spec` on `model` over `prompt` (one token generated); the error text, or "" when it ran.
+// Runs `spec` on `model` over `prompt` (at most `new_tokens` decode steps); the error text, or "" when it ran.
 std::string run_error_on(const model::Model& model, const std::vector<int>& prompt, const std::string& spec,
-                         const std::string& budget = "50%") {
+                         const std::string& budget = "50%", int new_tokens = 1) {
   try {
     auto policy = policy::make_policy(spec);
     engine::Engine engine(model);
     engine::GenerateOptions options;
-    options.max_new_tokens = 1;
+    options.max_new_tokens = new_tokens;
     options.stop_at_end_of_generation = false;
     options.budget = policy::BudgetSpec::parse(budget);
     engine::RunHooks hooks;
@@ -101,6 +81,12 @@ std::string run_error_on(const model::Model& model, const std::vector<int>& prom
     return e.what();
   }
   return "";
+}
+
+// The same on a short prompt of the default model.
+std::string run_error(const std::string& spec, const std::string& budget = "50%", int new_tokens = 1) {
+  const model::Model* model = test::default_model();
+  return run_error_on(*model, test::sample_prompt_tokens(*model, "heat_pump.txt"), spec, budget, new_tokens);
 }
 
 // "(p, q), " for each later occurrence q of a token first seen at p, at least `gap` positions apart.
