@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/eval/evidence.h"
 #include "core/model/model.h"
 
 namespace kvscope::eval {
@@ -20,6 +21,7 @@ struct PromptParts {
   std::string text;           // the whole user prompt (context and question)
   std::string question;       // its tail that asks (must end `text` up to truncation; may be empty for aware)
   std::string answer_prefix;  // written after the chat template's assistant header (RULER), else empty
+  std::vector<EvidenceText> evidence{};  // stretches of `text` the answer needs (issue 35); may be empty
 };
 
 struct PreparedPrompt {
@@ -27,6 +29,8 @@ struct PreparedPrompt {
   std::vector<int> appended;  // fed after compression (query-agnostic), else empty
   bool truncated = false;     // the middle of the prompt was cut
   bool chat = false;          // rendered with the model's chat template
+  // parts.evidence as token positions of prompt + appended; a stretch that truncation cut out is dropped.
+  std::vector<EvidenceSpan> evidence;
 };
 
 // max_length: 0 for the default, the model's context minus max_new_tokens minus 64 (room for a chat
