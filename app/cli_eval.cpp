@@ -227,8 +227,7 @@ Command register_eval(CLI::App& root) {
     a->prompt.add_to(sub);
     sub->add_option("--policy", a->policy, "policy spec, e.g. snapkv:window=32 (see `kvscope policies`)");
     sub->add_option("--allocation", a->allocation, "layer budget allocation for the policy");
-    sub->add_option("--budget", a->budget,
-                    "KV tokens per layer and KV head (e.g. 128) or share of the prompt (e.g. 20%)");
+    add_budget_options(sub, a->budget, "KV tokens per layer and KV head (e.g. 128) or share of the prompt (e.g. 20%)");
     sub->add_flag("--json", a->json, "print a machine-readable record instead of a table");
   };
   CLI::App* fidelity = cmd->add_subcommand(
@@ -252,7 +251,7 @@ Command register_eval(CLI::App& root) {
   a->model.add_to(needle);
   needle->add_option("--policy", a->policy, "policy spec");
   needle->add_option("--allocation", a->allocation, "layer budget allocation for the policy");
-  needle->add_option("--budget", a->budget, "KV tokens per layer and KV head or share of the prompt");
+  add_budget_options(needle, a->budget, "KV tokens per layer and KV head or share of the prompt");
   needle->add_flag("--json", a->json, "print a machine-readable record instead of a table");
   needle->add_option("--lengths", a->lengths, "context lengths in tokens, up to the model's context")
       ->delimiter(',')

@@ -215,7 +215,7 @@ Command add_eval_longbench(CLI::App& eval) {
   cmd->add_option("--limit", a->limit, "score the first N records only")->check(kNonNegative);
   cmd->add_option("--policy", a->policy, "policy spec (see `kvscope policies`)");
   cmd->add_option("--allocation", a->allocation, "layer budget allocation for the policy");
-  cmd->add_option("--budget", a->budget, "KV tokens per layer and KV head or share of the prompt");
+  add_budget_options(cmd, a->budget, "KV tokens per layer and KV head or share of the prompt");
   cmd->add_option("--protocol", a->protocol,
                   "query-aware (the whole prompt compressed at once, LongBench's and the papers' setting) or "
                   "query-agnostic (the context compressed alone, the question appended after: kvpress's)");

@@ -153,7 +153,7 @@ Command add_eval_ruler(CLI::App& eval) {
   a->model.add_to(cmd);
   cmd->add_option("--policy", a->policy, "policy spec (see `kvscope policies`)");
   cmd->add_option("--allocation", a->allocation, "layer budget allocation for the policy");
-  cmd->add_option("--budget", a->budget, "KV tokens per layer and KV head or share of the prompt");
+  add_budget_options(cmd, a->budget, "KV tokens per layer and KV head or share of the prompt");
   cmd->add_option("--length", a->settings.length,
                   "context length in the model's tokens: prompt, answer prefix and the task's new tokens")
       ->check(CLI::Range(256, 1 << 20));

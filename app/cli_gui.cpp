@@ -4,6 +4,7 @@
 
 #include "app/number_checks.h"
 #include "app/openmp_wait_policy.h"
+#include "app/run_options.h"
 #include "app/subcommands.h"
 #include "core/common/error.h"
 #ifdef KVSCOPE_HAVE_GUI
@@ -29,7 +30,7 @@ Command register_gui(CLI::App& root) {
   cmd->add_option("--model", opts->model, "GGUF file or Hugging Face folder for live runs (default: $KVSCOPE_MODEL, then SmolLM2-135M-Instruct)");
   cmd->add_option("--prompt", opts->prompt, "prompt of the first run (default: a sample prompt)");
   cmd->add_option("--policy", opts->policy, "policy of the first run, e.g. snapkv:window=32");
-  cmd->add_option("--budget", opts->budget, "budget of the first run (tokens or a percentage, default 25%)");
+  add_budget_options(cmd, opts->budget, "budget of the first run (tokens or a percentage, default 25%)");
   cmd->add_option("--max-new-tokens", opts->max_new_tokens, "tokens the first run generates")->check(kPositive);
   cmd->add_flag("--no-run", opts->no_run, "do not start the default run");
   cmd->add_flag("--redraw-every-frame", opts->redraw_every_frame,

@@ -23,6 +23,7 @@
 #include "core/eval/cell_runner.h"
 #include "core/eval/eval_protocol.h"
 #include "core/eval/sweep_summary.h"
+#include "core/policy/budget_spec.h"
 #include "core/policy/registry.h"
 #ifdef KVSCOPE_HAVE_GUI
 #include "viewers/figure_export.h"
@@ -36,7 +37,7 @@ namespace {
 struct SweepArgs {
   ModelOptions model;
   PromptOptions prompt;
-  std::string prompts_dir, policies, budgets, eval_kind, out, ray_address, metric;
+  std::string prompts_dir, policies, budgets, compression_ratios, eval_kind, out, ray_address, metric;
   std::string ray_python = "python3";
   int workers = 1;
   bool serve = false;
@@ -67,7 +68,12 @@ Prepared prepare(const SweepArgs& a, const model::Model* model) {
   Prepared p;
   p.grid.eval_kind = a.eval_kind;
   p.grid.policies = eval::split_policy_list(a.policies);
-  p.grid.budgets = eval::split_list(a.budgets, "budget");
+  if (a.budgets.empty() && a.compression_ratios.empty())
+    throw UsageError("no budgets: pass --budgets 10%,25% or --compression-ratios 0.75,0.5");
+  if (!a.budgets.empty()) p.grid.budgets = eval::split_list(a.budgets, "budget");
+  if (!a.compression_ratios.empty())
+    for (const auto& r : eval::split_list(a.compression_ratios, "compression ratio"))
+      p.grid.budgets.push_back(policy::BudgetSpec::compression_ratio_text(r));
   // Unknown names fail here, before any work; a policy or budget given twice would run every cell twice.
   std::map<std::pair<std::string, std::map<std::string, std::string>>, std::string> policies_seen;
   for (const auto& spec : p.grid.policies) {
@@ -79,10 +85,10 @@ Prepared prepare(const SweepArgs& a, const model::Model* model) {
     const auto digest = made.provenance.find("policy_file_sha256");
     p.grid.policy_digests.push_back(digest == made.provenance.end() ? "" : digest->second);
   }
-  std::map<std::pair<bool, double>, std::string> budgets_seen;
+  std::map<std::pair<policy::BudgetSpec::Kind, double>, std::string> budgets_seen;
   for (const auto& b : p.grid.budgets) {
     const policy::BudgetSpec budget = policy::BudgetSpec::parse(b);
-    const auto [seen, added] = budgets_seen.emplace(std::pair{budget.is_ratio, budget.value}, b);
+    const auto [seen, added] = budgets_seen.emplace(std::pair{budget.kind, budget.value}, b);
     if (!added)
       throw UsageError("--budgets names the budget '" + b + "' twice" +
                        (seen->second == b ? "" : " (as '" + seen->second + "' too)") + "; give each budget once");
@@ -325,7 +331,12 @@ Command register_sweep(CLI::App& root) {
   cmd->add_option("--policies", a->policies,
                   "policy specs, comma-separated (parameters continue a spec: snapkv:window=32,kernel=7,h2o)")
       ->required();
-  cmd->add_option("--budgets", a->budgets, "budgets, comma-separated: 5%,10%,25% or token counts")->required();
+  cmd->add_option(
+      "--budgets", a->budgets,
+      "budgets, comma-separated: 5%,10%,25% (shares round to the nearest token), token counts, or cr:R");
+  cmd->add_option("--compression-ratios", a->compression_ratios,
+                  "compression ratios, comma-separated, as kvpress states them (0.25,0.5: keep int(n * (1 - R)) "
+                  "tokens); with --budgets too, both sets run");
   cmd->add_option("--eval", a->eval_kind, "fidelity, ppl, needle or ruler")->required();
   cmd->add_option("--out", a->out, "sweep folder (created; an existing sweep is resumed)");
   cmd->add_option("--metric", a->metric, "metric of the figure and summary (default: kl_mean, ppl or exact_match)");

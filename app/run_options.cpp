@@ -9,6 +9,7 @@
 #include "core/common/error.h"
 #include "core/model/chat_date.h"
 #include "core/model/chat_messages_file.h"
+#include "core/policy/budget_spec.h"
 #include "core/policy/policy_file.h"
 
 namespace kvscope::app {
@@ -105,11 +106,22 @@ void GenerationFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--top-p", top_p, "nucleus sampling mass")->check(CLI::Range(0.0f, 1.0f));
   cmd->add_option("--seed", seed, "random seed for sampling");
   cmd->add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens");
-  cmd->add_option("--budget", budget, "KV tokens per layer and KV head (e.g. 128) or share of the prompt (e.g. 20%)");
+  add_budget_options(cmd, budget, "KV tokens per layer and KV head (e.g. 128) or share of the prompt (e.g. 20%)");
   cmd->add_option("--device", device, "compute backend: cpu (default) or cuda");
   cmd->add_option("--cache-type", cache_type,
                   "how the KV cache stores keys and values: f32 (default, exact) or f16 (half the memory and "
                   "bandwidth; attention still accumulates in float32)");
+}
+
+void add_budget_options(CLI::App* cmd, std::string& budget, const std::string& budget_help) {
+  CLI::Option* tokens_or_share =
+      cmd->add_option("--budget", budget, budget_help + "; a share rounds to the nearest token");
+  cmd->add_option_function<std::string>(
+         "--compression-ratio",
+         [&budget](const std::string& ratio) { budget = policy::BudgetSpec::compression_ratio_text(ratio); },
+         "share of the prompt's tokens to remove, as kvpress states it: keeps int(n * (1 - R)) of n tokens "
+         "(the budget 'cr:R')")
+      ->excludes(tokens_or_share);
 }
 
 engine::GenerateOptions GenerationFlags::options() const {

@@ -48,7 +48,7 @@ struct GenerationFlags {
   float top_p = 1.0f;
   uint64_t seed = 0;
   bool ignore_eos = false;
-  std::string budget;  // "128" or "20%"; empty: the whole prompt
+  std::string budget;  // "128", "20%" or "cr:0.25" (--compression-ratio); empty: the whole prompt
   std::string device = "cpu";      // the compute backend (kernels/backend.h)
   std::string cache_type = "f32";  // how the KV cache stores keys and values
   void add_to(CLI::App* cmd);
@@ -57,6 +57,10 @@ struct GenerationFlags {
   // device or cache type.
   run::RunSpec spec(const PromptOptions& prompt, const std::string& policy, const std::string& source) const;
 };
+
+// `--budget B` and `--compression-ratio R` (kvpress's rule: keep int(n * (1 - R)) of an n-token prompt) on one
+// command, exclusive; either fills `budget` ("cr:R" for the ratio, which a run records as its budget).
+void add_budget_options(CLI::App* cmd, std::string& budget, const std::string& budget_help);
 
 // `--allocation NAME` is shorthand for the policy parameter allocation=NAME (the papers combine any token
 // scorer with any layer allocation); it is an error to give both.

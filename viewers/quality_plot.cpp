@@ -13,7 +13,8 @@ namespace kvscope::viewers {
 std::pair<int, double> budget_key(const std::string& budget) {
   try {
     const auto spec = policy::BudgetSpec::parse(budget);
-    return {spec.is_ratio ? 0 : 1, spec.value};
+    // Shares and compression ratios on one axis: the share of the prompt kept.
+    return {spec.relative() ? 0 : 1, spec.relative() ? spec.kept_share() : spec.value};
   } catch (const std::exception&) {
     return {2, 0.0};
   }
@@ -25,7 +26,7 @@ BudgetAxis budget_axis(const std::vector<std::string>& budgets) {
   const bool one_unit = unit != 2 && std::all_of(budgets.begin(), budgets.end(),
                                                  [&](const std::string& b) { return budget_key(b).first == unit; });
   axis.categorical = !one_unit;
-  axis.label = !one_unit ? "budget" : unit == 0 ? "budget (% of the prompt)" : "budget (tokens per layer and KV head)";
+  axis.label = !one_unit ? "budget" : unit == 0 ? "budget (% of the prompt kept)" : "budget (tokens per layer and KV head)";
   for (std::size_t i = 0; i < budgets.size(); ++i)
     axis.x.push_back(!one_unit ? static_cast<double>(i) : budget_key(budgets[i]).second * (unit == 0 ? 100.0 : 1.0));
   return axis;

@@ -184,9 +184,10 @@ void SetupPanel::set_policy(const std::string& spec) {
 
 void SetupPanel::set_budget(const std::string& text) {
   const auto b = policy::BudgetSpec::parse(text);
-  budget_percent_ = b.is_ratio;
-  if (b.is_ratio) budget_share_ = static_cast<float>(b.value * 100.0);
-  else budget_tokens_ = static_cast<int>(b.value);
+  budget_kind_ = b.kind;
+  if (b.kind == policy::BudgetSpec::Kind::PromptShare) budget_share_ = static_cast<float>(b.value * 100.0);
+  if (b.kind == policy::BudgetSpec::Kind::CompressionRatio) compression_ratio_ = static_cast<float>(b.value);
+  if (b.kind == policy::BudgetSpec::Kind::Tokens) budget_tokens_ = static_cast<int>(b.value);
 }
 
 std::string SetupPanel::policy_spec() const {
@@ -215,7 +216,15 @@ std::string SetupPanel::policy_spec() const {
 
 std::string SetupPanel::budget_text() const {
   if (policy_info().name == "full") return "";
-  if (budget_percent_) return format_number(std::round(budget_share_ * 10.0) / 10.0, false) + "%";
+  switch (budget_kind_) {
+    case policy::BudgetSpec::Kind::PromptShare:
+      return format_number(std::round(budget_share_ * 10.0) / 10.0, false) + "%";
+    case policy::BudgetSpec::Kind::CompressionRatio:
+      return policy::BudgetSpec::compression_ratio_text(
+          format_number(std::round(compression_ratio_ * 100.0) / 100.0, false));
+    case policy::BudgetSpec::Kind::Tokens:
+      break;
+  }
   return std::to_string(budget_tokens_);
 }
 
@@ -247,7 +256,7 @@ void SetupPanel::load_defaults() {
     }
   }
   reset_params();
-  budget_percent_ = true;
+  budget_kind_ = policy::BudgetSpec::Kind::PromptShare;
   budget_share_ = 25.0f;
   max_new_tokens_ = 32;
   if (!samples_.empty()) set_sample(samples_.front());
@@ -474,14 +483,20 @@ void SetupPanel::draw(AppState& state) {
   ImGui::SeparatorText("Budget");
   const bool full = policy_info().name == "full";
   ImGui::BeginDisabled(full);
-  int mode = budget_percent_ ? 0 : 1;
-  if (ImGui::RadioButton("% of prompt", &mode, 0)) rerun = true;
+  int mode = static_cast<int>(budget_kind_);
+  if (ImGui::RadioButton("% of prompt", &mode, static_cast<int>(policy::BudgetSpec::Kind::PromptShare))) rerun = true;
   ImGui::SameLine();
-  if (ImGui::RadioButton("tokens", &mode, 1)) rerun = true;
-  budget_percent_ = mode == 0;
+  if (ImGui::RadioButton("tokens", &mode, static_cast<int>(policy::BudgetSpec::Kind::Tokens))) rerun = true;
+  ImGui::SameLine();
+  if (ImGui::RadioButton("ratio", &mode, static_cast<int>(policy::BudgetSpec::Kind::CompressionRatio))) rerun = true;
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("compression ratio R as kvpress states it: keeps int(n * (1 - R)) of an n-token prompt");
+  budget_kind_ = static_cast<policy::BudgetSpec::Kind>(mode);
   ImGui::SetNextItemWidth(-1);
-  if (budget_percent_) {
+  if (budget_kind_ == policy::BudgetSpec::Kind::PromptShare) {
     if (ImGui::SliderFloat("##budget", &budget_share_, 1.0f, 100.0f, "%.0f%% of the prompt")) rerun = true;
+  } else if (budget_kind_ == policy::BudgetSpec::Kind::CompressionRatio) {
+    if (ImGui::SliderFloat("##budget", &compression_ratio_, 0.0f, 0.99f, "compression ratio %.2f")) rerun = true;
   } else {
     const int hi = std::max(16, prompt_tokens_ > 0 ? prompt_tokens_ : 512);
     if (ImGui::SliderInt("##budget", &budget_tokens_, 1, hi, "%d tokens per (layer, KV head)")) rerun = true;

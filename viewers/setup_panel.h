@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/policy/budget_spec.h"
 #include "core/policy/params.h"
 #include "core/policy/registry.h"
 #include "viewers/panel.h"
@@ -30,7 +31,7 @@ class SetupPanel final : public Panel {
   void set_prompt(const std::string& text) { prompt_ = text; }
   void set_sample(const std::string& name);
   void set_policy(const std::string& spec);  // "name:k=v,..." or "python:PATH,k=v", checked against the ParamSpecs
-  void set_budget(const std::string& text);  // "64" or "25%"
+  void set_budget(const std::string& text);  // "64", "25%" or "cr:0.75"
   void set_tokens(int n) { max_new_tokens_ = n; }
   // What live runs record (a trace::RecordOptions spec; `kvscope gui --record`).
   void set_record(const std::string& spec) { record_ = spec; }
@@ -93,8 +94,9 @@ class SetupPanel final : public Panel {
   double last_file_check_ = 0.0;
   std::map<std::string, double> numbers_;
   std::map<std::string, std::string> choices_;
-  bool budget_percent_ = true;
+  policy::BudgetSpec::Kind budget_kind_ = policy::BudgetSpec::Kind::PromptShare;
   float budget_share_ = 25.0f;
+  float compression_ratio_ = 0.75f;  // kvpress's statement of a budget: the share removed
   int budget_tokens_ = 64;
   int max_new_tokens_ = 32;
   std::string record_ = RunRequest{}.record;

@@ -156,7 +156,7 @@ TEST_CASE("budgets of one unit sit at their values on the x axis; mixed units st
   const BudgetAxis axis = budget_axis(c.budgets);
   CHECK_FALSE(axis.categorical);
   CHECK(axis.x == std::vector<double>{10, 25, 50});
-  CHECK(axis.label == "budget (% of the prompt)");
+  CHECK(axis.label == "budget (% of the prompt kept)");
   const Figure f = quality_figure(c, "kl_mean");
   const auto& plot = std::get<LinePlot>(f.parts.front());
   CHECK(plot.x_tick_labels.empty());  // numeric ticks
@@ -169,6 +169,8 @@ TEST_CASE("budgets of one unit sit at their values on the x axis; mixed units st
   CHECK(p->policy == "snapkv");
   CHECK(p->budget == "25%");
   CHECK(p->x == 25.0);
+  // A compression ratio sits at the share it keeps: cr:0.75 keeps 25 %, beside 10 %.
+  CHECK(budget_axis({"10%", "cr:0.75"}).x == std::vector<double>{10, 25});
   // Token budgets: numbers too; mixed with shares: categories in order.
   CHECK(budget_axis({"64", "128"}).x == std::vector<double>{64, 128});
   CHECK(budget_axis({"64", "128"}).label == "budget (tokens per layer and KV head)");
