@@ -281,7 +281,9 @@ TEST_CASE("the key-norm example keeps what kvpress's KnormPress keeps", "[e2e][u
     const std::vector<int> ids = model->tokenizer->encode(c.at("text").get<std::string>(), false);
     REQUIRE(ids == c.at("ids").get<std::vector<int>>());
     const int n_kept = c.at("n_kept").get<int>();
-    const Outcome out = run(*model, ids, "python:" + example("key_norm.py"), std::to_string(n_kept), 1);
+    // The budget as kvpress states it: the compression ratio, whose count must be kvpress's n_kept.
+    const std::string budget = policy::BudgetSpec::compression_ratio_text(c.at("compression_ratio").dump());
+    const Outcome out = run(*model, ids, "python:" + example("key_norm.py"), budget, 1);
     const auto& kept = out.kept.steps.front();  // after the prompt: KnormPress compresses it once
     std::map<std::pair<int, int>, std::vector<int>> bands;
     for (const auto& b : c.at("near_boundary")) {
