@@ -5,10 +5,10 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "app/number_checks.h"
 #include "app/eval_prompts.h"
 #include "app/eval_report.h"
 #include "app/eval_subcommands.h"
+#include "app/number_checks.h"
 #include "app/progress_line.h"
 #include "app/run_options.h"
 #include "app/subcommands.h"
@@ -166,7 +166,8 @@ int run_needle(const EvalArgs& a) {
     check_output_path(a.figure, existing_policy(a.force), "--figure");
   }
   if (!a.write_samples.empty()) {
-    refuse_output_that_is_input({"--write-samples", a.write_samples}, run_input_files(&a.model, nullptr, {cell.policy}));
+    refuse_output_that_is_input({"--write-samples", a.write_samples},
+                                run_input_files(&a.model, nullptr, {cell.policy}));
     check_output_path(a.write_samples, existing_policy(a.force), "--write-samples");
   }
   const model::Model model = a.model.load();
@@ -195,8 +196,12 @@ int run_needle(const EvalArgs& a) {
                      {"evidence", evidence},
                      {"metrics", metrics_json(r.metrics())}});
     if (written)
-      written->write(nlohmann::json{{"case", prompts[i].name}, {"key", prompts[i].key}, {"value", prompts[i].value},
-                                    {"prompt_ids", encoded.ids}, {"evidence", evidence}, {"answer", r.answer},
+      written->write(nlohmann::json{{"case", prompts[i].name},
+                                    {"key", prompts[i].key},
+                                    {"value", prompts[i].value},
+                                    {"prompt_ids", encoded.ids},
+                                    {"evidence", evidence},
+                                    {"answer", r.answer},
                                     {"match", r.match}}
                          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
                      "\n");

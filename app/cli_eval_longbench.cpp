@@ -16,8 +16,8 @@
 #include "core/common/error.h"
 #include "core/common/json_text.h"
 #include "core/eval/bootstrap.h"
-#include "core/eval/eval_run.h"
 #include "core/eval/eval_protocol.h"
+#include "core/eval/eval_run.h"
 #include "core/eval/longbench.h"
 #include "core/eval/longbench_evidence.h"
 #include "core/policy/registry.h"
@@ -172,9 +172,13 @@ int run_records(const LongBenchArgs& a) {
     // LongBench's own pred/*.jsonl layout, so its eval.py can score the same predictions; with the exact prompt
     // ids and the evidence spans on them, which eval.py ignores.
     if (predictions)
-      predictions->write(nlohmann::json{{"pred", text}, {"answers", record.answers}, {"all_classes", record.all_classes},
-                                        {"length", record.length}, {"prompt_ids", prepared.prompt},
-                                        {"appended_ids", prepared.appended}, {"evidence", evidence_json(prepared.evidence)}}
+      predictions->write(nlohmann::json{{"pred", text},
+                                        {"answers", record.answers},
+                                        {"all_classes", record.all_classes},
+                                        {"length", record.length},
+                                        {"prompt_ids", prepared.prompt},
+                                        {"appended_ids", prepared.appended},
+                                        {"evidence", evidence_json(prepared.evidence)}}
                              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
                          "\n");
     line.update(static_cast<long>(i + 1));

@@ -35,8 +35,9 @@ std::vector<TextSegment> user_turn_segments(const model::Model& model, const std
   const std::string after = at == std::string::npos ? "" : framed.substr(at + marker.size());
   auto segments = user_text_segments(text, rendered, before, after);
   if (segments.empty())
-    throw Error("the model's chat template changes the user text, so the sample's evidence cannot be placed in the "
-                "rendered prompt; run without the chat template");
+    throw Error(
+        "the model's chat template changes the user text, so the sample's evidence cannot be placed in the "
+        "rendered prompt; run without the chat template");
   return segments;
 }
 
@@ -102,7 +103,8 @@ PreparedPrompt prepare_prompt(const model::Model& model, const PromptParts& part
   out.chat = chat && has_chat_template(model);
   std::string rendered = (out.chat ? as_user_turn(model, text) : text) + parts.answer_prefix;
   if (out.chat && !evidence.empty())
-    evidence = carry_evidence(evidence, user_turn_segments(model, text, rendered.substr(0, rendered.size() - parts.answer_prefix.size())));
+    evidence = carry_evidence(
+        evidence, user_turn_segments(model, text, rendered.substr(0, rendered.size() - parts.answer_prefix.size())));
   // Token bytes are asked for only when there is evidence to place: the plain encoders stay the hot path.
   auto encode_head = [&](const std::string& head) {
     if (parts.evidence.empty())

@@ -26,7 +26,8 @@ std::vector<EvidenceText> longbench_answer_evidence(const std::string& prompt, c
   // The format puts the context verbatim just before the question; elsewhere only if the format is unusual.
   std::size_t context_begin = std::string::npos;
   if (prompt.size() >= question.size() + record.context.size() && prompt.ends_with(question) &&
-      prompt.compare(prompt.size() - question.size() - record.context.size(), record.context.size(), record.context) == 0)
+      prompt.compare(prompt.size() - question.size() - record.context.size(), record.context.size(), record.context) ==
+          0)
     context_begin = prompt.size() - question.size() - record.context.size();
   else
     context_begin = prompt.find(record.context);
@@ -37,8 +38,8 @@ std::vector<EvidenceText> longbench_answer_evidence(const std::string& prompt, c
   for (const std::string& raw : record.answers) {
     const std::string answer = trimmed(raw);
     if (answer.empty()) continue;
-    for (std::size_t at = prompt.find(answer, context_begin); at != std::string::npos && at + answer.size() <= context_end;
-         at = prompt.find(answer, at + 1)) {
+    for (std::size_t at = prompt.find(answer, context_begin);
+         at != std::string::npos && at + answer.size() <= context_end; at = prompt.find(answer, at + 1)) {
       const std::size_t end = at + answer.size();
       if (at > 0 && word_byte(prompt[at - 1]) && word_byte(prompt[at])) continue;
       if (end < prompt.size() && word_byte(prompt[end]) && word_byte(prompt[end - 1])) continue;

@@ -213,7 +213,7 @@ class TransformersTokenizer final : public Tokenizer {
       python::Gil gil;
       try {
         result = helpers()["encode_offsets"](*tokenizer_, py::str(text.data(), text.size()), add_special_tokens,
-                                              parse_special)
+                                             parse_special)
                      .cast<decltype(result)>();
       } catch (py::error_already_set& e) {
         throw Error("transformers could not tokenize the text with offsets: " + python::describe(e, {}).text);

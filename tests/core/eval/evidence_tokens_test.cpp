@@ -128,8 +128,12 @@ TEST_CASE("truncation_segments trust only what decoding gave back unchanged", "[
     CHECK((e[0].begin == 5 && e[0].end == 10));
   }
   SECTION("a UTF-8 character split by the cut comes back as U+FFFD") {
-    const std::string text = "ab\xC3\xA9" "cd";  // "abécd"
-    const auto s = truncation_segments(text, 3, 4, "ab\xEF\xBF\xBD", "\xEF\xBF\xBD" "cd");
+    const std::string text =
+        "ab\xC3\xA9"
+        "cd";  // "abécd"
+    const auto s = truncation_segments(text, 3, 4, "ab\xEF\xBF\xBD",
+                                       "\xEF\xBF\xBD"
+                                       "cd");
     REQUIRE(s.size() == 2);
     CHECK((s[0].from == 0 && s[0].length == 2));
     CHECK((s[1].from == 4 && s[1].length == 2 && s[1].to == 5 + 5 - 2));
@@ -211,8 +215,9 @@ TEST_CASE("byte-level BPE tokens hold exactly their raw bytes", "[evidence][toke
   REQUIRE_MODEL();
   const model::Tokenizer& tok = *m->tokenizer;
   // Special tokens, digits, multibyte characters split over tokens, and bytes SmolLM2 has no token for (\x04).
-  const std::string text = "<|im_start|>user\nThe keeper, Zorbulax Quint, was 1871 years \xE2\x9C\x93 old\x04 "
-                           "\xF0\x9F\x98\x80!<|im_end|>";
+  const std::string text =
+      "<|im_start|>user\nThe keeper, Zorbulax Quint, was 1871 years \xE2\x9C\x93 old\x04 "
+      "\xF0\x9F\x98\x80!<|im_end|>";
   const model::Encoding e = tok.encode_with_bytes(text);
   REQUIRE(e.ids == tok.encode(text));
   std::string rebuilt;
@@ -258,7 +263,8 @@ TEST_CASE("prepare_prompt's middle truncation drops a cut-out stretch and keeps 
   REQUIRE_MODEL();
   std::string filler;
   for (int i = 0; i < 60; ++i) filler += " Line " + std::to_string(i) + " says nothing.";
-  const std::string text = "Start: Zorbulax Quint." + filler + " Middle: Brannoc Vell." + filler + " End: Ostrig Ferran.";
+  const std::string text =
+      "Start: Zorbulax Quint." + filler + " Middle: Brannoc Vell." + filler + " End: Ostrig Ferran.";
   PromptParts parts{text, "", "", {}};
   parts.evidence = {stretch_of(text, "Zorbulax Quint", "head"), stretch_of(text, "Brannoc Vell", "middle"),
                     stretch_of(text, "Ostrig Ferran", "tail")};
