@@ -2,17 +2,20 @@
 // tokens. One (policy, budget) per call; `kvscope sweep` runs grids of them.
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
-#include "app/number_checks.h"
 #include "app/eval_prompts.h"
+#include "app/eval_report.h"
 #include "app/eval_subcommands.h"
+#include "app/number_checks.h"
 #include "app/progress_line.h"
 #include "app/run_options.h"
 #include "app/subcommands.h"
 #include "core/common/atomic_file.h"
 #include "core/common/error.h"
 #include "core/eval/eval_run.h"
+#include "core/eval/evidence_tokens.h"
 #include "core/policy/registry.h"
 #ifdef KVSCOPE_HAVE_GUI
 #include "viewers/figure_export.h"
@@ -26,7 +29,7 @@ namespace {
 struct EvalArgs {
   ModelOptions model;
   PromptOptions prompt;
-  std::string policy = "full", allocation, budget, figure;
+  std::string policy = "full", allocation, budget, figure, write_samples;
   bool json = false, force = false;
   eval::EvalSettings settings;
   std::vector<int> lengths = NeedleGrid{}.lengths;
@@ -162,16 +165,27 @@ int run_needle(const EvalArgs& a) {
     refuse_output_that_is_input({"--figure", a.figure}, run_input_files(&a.model, nullptr, {cell.policy}));
     check_output_path(a.figure, existing_policy(a.force), "--figure");
   }
+  if (!a.write_samples.empty()) {
+    refuse_output_that_is_input({"--write-samples", a.write_samples},
+                                run_input_files(&a.model, nullptr, {cell.policy}));
+    check_output_path(a.write_samples, existing_policy(a.force), "--write-samples");
+  }
   const model::Model model = a.model.load();
   eval::Evaluator evaluator(model);
   const auto prompts = needle_prompts(model, grid);
+  // Put in place once every case is scored: a failed run leaves the previous file untouched.
+  std::unique_ptr<AtomicFile> written;
+  if (!a.write_samples.empty())
+    written = std::make_unique<AtomicFile>(a.write_samples, existing_policy(a.force), "--write-samples");
   std::vector<std::vector<double>> scores(grid.depths.size(), std::vector<double>(grid.lengths.size(), 0.0));
   nlohmann::json cases = nlohmann::json::array();
   ProgressLine line("needle " + cell.policy, static_cast<long>(prompts.size()));
   int full_total = 0;  // the full cache's hits on the same cases
   for (std::size_t i = 0; i < prompts.size(); ++i) {
-    const auto reference =
-        evaluator.needle_reference(evaluator.encode(prompts[i].text), prompts[i].value, a.settings.answer_tokens);
+    // The plain prompt (Evaluator::encode without a template), with each token's bytes for the needle's span.
+    const model::Encoding encoded = model.tokenizer->encode_prompt_with_bytes(prompts[i].text);
+    const auto evidence = evidence_json(eval::evidence_token_spans(prompts[i].evidence, encoded.bytes));
+    const auto reference = evaluator.needle_reference(encoded.ids, prompts[i].value, a.settings.answer_tokens);
     const auto r = evaluator.needle(reference, cell, a.settings.answer_tokens);
     scores[i % grid.depths.size()][i / grid.depths.size()] = r.match ? 1.0 : 0.0;
     full_total += r.full_match;
@@ -179,10 +193,22 @@ int run_needle(const EvalArgs& a) {
                      {"value", prompts[i].value},
                      {"answer", r.answer},
                      {"match", r.match},
+                     {"evidence", evidence},
                      {"metrics", metrics_json(r.metrics())}});
+    if (written)
+      written->write(nlohmann::json{{"case", prompts[i].name},
+                                    {"key", prompts[i].key},
+                                    {"value", prompts[i].value},
+                                    {"prompt_ids", encoded.ids},
+                                    {"evidence", evidence},
+                                    {"answer", r.answer},
+                                    {"match", r.match}}
+                         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                     "\n");
     line.update(static_cast<long>(i + 1));
   }
   line.finish();
+  if (written) written->commit();
 #ifdef KVSCOPE_HAVE_GUI
   if (!a.figure.empty())
     viewers::export_figure(
@@ -260,8 +286,11 @@ Command register_eval(CLI::App& root) {
   needle->add_option("--seed", a->seed, "seed of the generated cases");
   needle->add_option("--answer-tokens", a->settings.answer_tokens, "greedy answer length")->check(kPositive);
   needle->add_option("--figure", a->figure, "write the grid as a heatmap PNG");
+  needle->add_option("--write-samples", a->write_samples,
+                     "write every case (key, value, prompt ids, evidence spans, answer) as JSONL (put in place when "
+                     "every case is done)");
   needle->add_flag("--force", a->force,
-                   "replace an existing --figure file (a link is replaced, never written through)");
+                   "replace an existing --figure or --write-samples file (a link is replaced, never written through)");
   const Command longbench = add_eval_longbench(*cmd);
   const Command ruler = add_eval_ruler(*cmd);
   return {cmd, [a, fidelity, ppl, longbench, ruler]() {

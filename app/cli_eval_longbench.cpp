@@ -16,9 +16,10 @@
 #include "core/common/error.h"
 #include "core/common/json_text.h"
 #include "core/eval/bootstrap.h"
-#include "core/eval/eval_run.h"
 #include "core/eval/eval_protocol.h"
+#include "core/eval/eval_run.h"
 #include "core/eval/longbench.h"
+#include "core/eval/longbench_evidence.h"
 #include "core/policy/registry.h"
 
 namespace kvscope::app {
@@ -137,6 +138,7 @@ int run_records(const LongBenchArgs& a) {
     eval::PromptParts parts;
     parts.text = eval::longbench_prompt(task, record);
     parts.question = eval::longbench_question(task, record);
+    parts.evidence = eval::longbench_answer_evidence(parts.text, parts.question, record);
     const eval::PreparedPrompt prepared =
         eval::prepare_prompt(model, parts, task.chat && !a.no_chat, protocol, task.max_new_tokens, a.max_length);
     eval::AnswerRequest request{prepared.prompt, prepared.appended, task.max_new_tokens};
@@ -162,13 +164,21 @@ int run_records(const LongBenchArgs& a) {
                           {"prompt_tokens", prepared.prompt.size()},
                           {"appended_tokens", prepared.appended.size()},
                           {"truncated", prepared.truncated},
+                          {"evidence", evidence_json(prepared.evidence)},
                           {"prediction", text},
                           {"score", score}};
     if (full_score >= 0) row["full_score"] = full_score, row["full_prediction"] = full_text;
     rows.push_back(std::move(row));
-    if (predictions)  // LongBench's own pred/*.jsonl layout, so its eval.py can score the same predictions
-      predictions->write(nlohmann::json{{"pred", text}, {"answers", record.answers}, {"all_classes", record.all_classes},
-                                        {"length", record.length}}
+    // LongBench's own pred/*.jsonl layout, so its eval.py can score the same predictions; with the exact prompt
+    // ids and the evidence spans on them, which eval.py ignores.
+    if (predictions)
+      predictions->write(nlohmann::json{{"pred", text},
+                                        {"answers", record.answers},
+                                        {"all_classes", record.all_classes},
+                                        {"length", record.length},
+                                        {"prompt_ids", prepared.prompt},
+                                        {"appended_ids", prepared.appended},
+                                        {"evidence", evidence_json(prepared.evidence)}}
                              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
                          "\n");
     line.update(static_cast<long>(i + 1));

@@ -67,12 +67,16 @@ int run_ruler(const RulerArgs& a) {
   for (std::size_t i = 0; i < samples.size(); ++i) {
     const auto& s = samples[i];
     if (!by_task.count(s.task)) order.push_back(s.task);
-    eval::PromptParts parts{s.input, s.question, s.answer_prefix};
+    eval::PromptParts parts{s.input, s.question, s.answer_prefix, s.evidence};
     const auto prepared = eval::prepare_prompt(model, parts, !a.no_chat, protocol, s.max_new_tokens,
                                                model.config.context_length - s.max_new_tokens);
     eval::AnswerRequest request{prepared.prompt, prepared.appended, s.max_new_tokens};
-    nlohmann::json row = {{"task", s.task}, {"index", s.index}, {"outputs", s.outputs},
-                          {"prompt_tokens", prepared.prompt.size()}, {"appended_tokens", prepared.appended.size()}};
+    nlohmann::json row = {{"task", s.task},
+                          {"index", s.index},
+                          {"outputs", s.outputs},
+                          {"prompt_tokens", prepared.prompt.size()},
+                          {"appended_tokens", prepared.appended.size()},
+                          {"evidence", evidence_json(prepared.evidence)}};
     std::size_t full_peak = 0;
     if (a.vs_full && cell.policy != "full") {
       const auto full = evaluator.answer(request, {"full", ""});
@@ -89,11 +93,18 @@ int run_ruler(const RulerArgs& a) {
     row["score"] = score;
     row["peak_cache_bytes"] = answer.memory.peak_bytes;
     if (written)  // what an independent run needs to score the same samples: the exact prompt ids
-      written->write(nlohmann::json{{"task", s.task}, {"index", s.index}, {"input", s.input},
-                                    {"answer_prefix", s.answer_prefix}, {"outputs", s.outputs},
-                                    {"max_new_tokens", s.max_new_tokens}, {"prompt_ids", prepared.prompt},
-                                    {"appended_ids", prepared.appended}, {"chat", prepared.chat},
-                                    {"prediction", answer.text}, {"score", score}}
+      written->write(nlohmann::json{{"task", s.task},
+                                    {"index", s.index},
+                                    {"input", s.input},
+                                    {"answer_prefix", s.answer_prefix},
+                                    {"outputs", s.outputs},
+                                    {"max_new_tokens", s.max_new_tokens},
+                                    {"prompt_ids", prepared.prompt},
+                                    {"appended_ids", prepared.appended},
+                                    {"chat", prepared.chat},
+                                    {"evidence", evidence_json(prepared.evidence)},
+                                    {"prediction", answer.text},
+                                    {"score", score}}
                          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
                      "\n");
     rows.push_back(std::move(row));
@@ -169,9 +180,10 @@ Command add_eval_ruler(CLI::App& eval) {
                   "compressed alone, the question appended after: kvpress's)");
   cmd->add_flag("--no-chat", a->no_chat, "do not wrap prompts in the model's chat template (RULER's 'base')");
   cmd->add_flag("--vs-full", a->vs_full, "also run the full cache on every sample and report paired differences");
-  cmd->add_option("--write-samples", a->write_samples,
-                  "write every sample (text, prompt ids, expected answers, prediction) as JSONL (put in place when "
-                  "every sample is done)");
+  cmd->add_option(
+      "--write-samples", a->write_samples,
+      "write every sample (text, prompt ids, expected answers, evidence spans, prediction) as JSONL (put in place when "
+      "every sample is done)");
   cmd->add_flag("--force", a->force,
                 "replace an existing --write-samples file (a link is replaced, never written through)");
   cmd->add_option("--bootstrap-resamples", a->bootstrap.resamples, "bootstrap resamples")->check(kPositive);

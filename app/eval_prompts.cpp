@@ -81,7 +81,10 @@ std::vector<eval::EvalPrompt> needle_prompts(const model::Model& model, const Ne
           grid.seed * 1000003ULL + static_cast<uint64_t>(length) * 101ULL + static_cast<uint64_t>(percent);
       // BOS and the answer fit inside the requested length, so every length up to the context runs.
       const auto c = eval::make_needle_case(source, *model.tokenizer, length - 1 - grid.answer_tokens, depth, seed);
-      prompts.push_back({"needle_L" + std::to_string(length) + "_D" + std::to_string(percent), c.prompt, c.value});
+      eval::EvalPrompt prompt{"needle_L" + std::to_string(length) + "_D" + std::to_string(percent), c.prompt, c.value};
+      prompt.evidence = c.evidence;
+      prompt.key = c.key;
+      prompts.push_back(std::move(prompt));
     }
   }
   return prompts;
@@ -113,6 +116,7 @@ std::vector<eval::EvalPrompt> ruler_prompts(const model::Model& model, const eva
     p.answer_prefix = s.answer_prefix;
     p.outputs = s.outputs;
     p.max_new_tokens = s.max_new_tokens;
+    p.evidence = s.evidence;
     out.push_back(std::move(p));
   }
   return out;

@@ -33,4 +33,10 @@ void print_scored_group(const std::string& name, const nlohmann::json& group, in
   std::printf("\n");
 }
 
+nlohmann::json evidence_json(const std::vector<eval::EvidenceSpan>& spans) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const eval::EvidenceSpan& span : spans) out.push_back({span.first, span.last, span.kind});
+  return out;
+}
+
 }  // namespace kvscope::app

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/eval/bootstrap.h"
+#include "core/eval/evidence.h"
 
 namespace kvscope::app {
 
@@ -15,6 +16,9 @@ nlohmann::json interval_json(const eval::Interval& ci);
 // "difference" (scores - full, paired).
 nlohmann::json scored_group_json(const std::vector<double>& scores, const std::vector<double>& full,
                                  const eval::BootstrapSettings& settings);
+// Evidence spans as every eval record writes them (issue 35): [[first, last, kind], ...], token positions of the
+// prompt then the appended tokens, inclusive.
+nlohmann::json evidence_json(const std::vector<eval::EvidenceSpan>& spans);
 // {"resamples", "level", "seed"}: what the intervals were drawn with.
 nlohmann::json bootstrap_json(const eval::BootstrapSettings& settings);
 // One table line of a group: name, score [low, high], n= when show_n, and the full cache and difference when

@@ -49,8 +49,8 @@ void CellRunner::prepare(std::size_t prompt) {
         evaluator_.ppl_reference(ppl_tokens(evaluator_, p.text, settings_.max_tokens, p.chat, p.parse_special), settings_.prompt_tokens);
   } else if (grid_.eval_kind == "ruler") {
     const auto& model = evaluator_.model();
-    const PreparedPrompt prepared = prepare_prompt(model, {p.text, p.question, p.answer_prefix}, settings_.chat,
-                                                   parse_protocol(settings_.protocol), p.max_new_tokens,
+    const PreparedPrompt prepared = prepare_prompt(model, {p.text, p.question, p.answer_prefix, p.evidence},
+                                                   settings_.chat, parse_protocol(settings_.protocol), p.max_new_tokens,
                                                    model.config.context_length - p.max_new_tokens);
     AnswerReference ref;
     ref.request = {prepared.prompt, prepared.appended, p.max_new_tokens};

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/eval/eval_run.h"
+#include "core/eval/evidence.h"
 #include "core/eval/sweep_store.h"
 
 namespace kvscope::eval {
@@ -23,6 +24,8 @@ struct EvalPrompt {
   std::string question{}, answer_prefix{};
   std::vector<std::string> outputs{};
   int max_new_tokens = 0;
+  std::vector<EvidenceText> evidence{};  // stretches of `text` the answer needs (RULER, needle cases; issue 35)
+  std::string key{};                     // needle cases: what the question asks for
 };
 
 struct EvalSettings {

@@ -131,6 +131,7 @@ NeedleCase make_needle_case(const NeedleSource& source, const model::Tokenizer& 
       if (i < filler.size()) text += (text.empty() ? "" : " ") + filler[i];
     }
     c.actual_depth = text.empty() ? 0.0 : static_cast<double>(needle_offset) / text.size();
+    c.evidence = {{needle_offset, needle_offset + needle.size(), "needle"}};
     c.prompt = text + question;
     c.context_tokens = count_tokens(tokenizer, c.prompt);
     if (c.context_tokens <= context_tokens || filler.empty()) break;

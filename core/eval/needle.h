@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/eval/evidence.h"
 #include "core/model/tokenizer.h"
 
 namespace kvscope::eval {
@@ -29,6 +30,7 @@ struct NeedleCase {
   int context_tokens = 0;     // tokens the prompt encodes to (no BOS)
   double depth = 0.0;         // requested: 0 = first sentence, 1 = just before the question
   double actual_depth = 0.0;  // the needle's first character offset / the filler's length
+  std::vector<EvidenceText> evidence;  // the needle sentence ("needle"), bytes of `prompt` (issue 35)
 };
 
 // A prompt of at most `context_tokens` tokens (and at least 90 % of it when the filler suffices), the needle

@@ -8,6 +8,7 @@
 #include <numbers>
 #include <random>
 #include <set>
+#include <string_view>
 
 #include "core/common/error.h"
 #include "core/common/file_text.h"
@@ -222,23 +223,58 @@ const char* kind_name(Kind k) { return k == Kind::Numbers ? "numbers" : k == Kin
 struct Draft {
   std::string input, question, answer_prefix;
   std::vector<std::string> outputs;
+  std::vector<EvidenceText> evidence;  // bytes of `input`, recorded where the text was put in
 };
+
+// Bytes of a template filled with `fields` before its {context}: where the context starts in the filled text.
+std::size_t context_offset(const std::string& templ, const std::map<std::string, std::string>& fields) {
+  auto without_context = fields;
+  without_context.erase("context");
+  return fill(templ.substr(0, templ.find("{context}")), without_context).size();
+}
+
+// Evidence of a context moved to where the context starts in the input.
+void add_evidence_at(std::vector<EvidenceText>& into, const std::vector<EvidenceText>& evidence, std::size_t offset) {
+  for (const EvidenceText& e : evidence) into.push_back({e.begin + offset, e.end + offset, e.kind});
+}
+
+// A needle sentence and where its key and value sit in it.
+struct Needle {
+  std::string text;
+  int key_index = 0;  // which of the sample's keys it holds
+  std::size_t key_at = 0, key_size = 0, value_at = 0, value_size = 0;
+};
+
+Needle make_needle(const std::string& type, const std::string& key, const std::string& value, int key_index) {
+  const std::string templ = kNeedle;
+  const std::size_t key_field = templ.find("{key}"), value_field = templ.find("{value}");
+  Needle n;
+  n.key_index = key_index;
+  n.text = fill(templ, {{"type_needle_v", type}, {"key", key}, {"value", value}});
+  n.key_at = fill(templ.substr(0, key_field), {{"type_needle_v", type}}).size();
+  n.key_size = key.size();
+  n.value_at = n.key_at + key.size() + (value_field - key_field - 5);  // the text between {key} and {value}
+  n.value_size = value.size();
+  return n;
+}
 
 Draft niah(const TaskEntry& t, int units, Choices& rng, const Context& c) {
   const NiahConfig& cfg = t.niah;
   const int num_k = std::max(cfg.num_k, cfg.num_q);
-  std::vector<std::string> keys, needles;
+  std::vector<std::string> keys;
+  std::vector<Needle> needles;
   std::vector<std::vector<std::string>> values;
   for (int k = 0; k < num_k; ++k) {
     keys.push_back(random_of(cfg.key, rng, c));
     values.emplace_back();
     for (int v = 0; v < cfg.num_v; ++v) {
       values.back().push_back(random_of(cfg.value, rng, c));
-      needles.push_back(fill(kNeedle, {{"type_needle_v", kind_name(cfg.value)}, {"key", keys.back()}, {"value", values.back().back()}}));
+      needles.push_back(make_needle(kind_name(cfg.value), keys.back(), values.back().back(), k));
     }
   }
   rng.shuffle(needles);
   std::string context;
+  std::vector<std::pair<std::size_t, const Needle*>> placed;  // where each needle starts in the context
   if (cfg.haystack == Haystack::Essay) {
     std::vector<std::string> words;
     for (int i = 0; i < units; ++i) words.push_back(c.essay_words[i % c.essay_words.size()]);
@@ -250,12 +286,16 @@ Draft niah(const TaskEntry& t, int units, Choices& rng, const Context& c) {
     std::sort(at.begin(), at.end());
     at.insert(at.begin(), 0);
     at.push_back(static_cast<int>(sentences.size()));
-    std::vector<std::string> parts;
+    // The parts (runs of sentences, needles) joined by spaces.
     for (std::size_t i = 1; i < at.size(); ++i) {
-      parts.push_back(join({sentences.begin() + at[i - 1], sentences.begin() + at[i]}, " "));
-      if (i - 1 < needles.size()) parts.push_back(needles[i - 1]);
+      if (i > 1) context += " ";
+      context += join({sentences.begin() + at[i - 1], sentences.begin() + at[i]}, " ");
+      if (i - 1 < needles.size()) {
+        context += " ";
+        placed.emplace_back(context.size(), &needles[i - 1]);
+        context += needles[i - 1].text;
+      }
     }
-    context = join(parts, " ");
   } else {
     std::vector<std::string> sentences;
     for (int i = 0; i < units; ++i)
@@ -264,10 +304,18 @@ Draft niah(const TaskEntry& t, int units, Choices& rng, const Context& c) {
                               : fill(kNeedle, {{"type_needle_v", kind_name(cfg.value)},
                                                {"key", random_of(cfg.key, rng, c)},
                                                {"value", random_of(cfg.value, rng, c)}}));
+    std::vector<const Needle*> needle_of(sentences.size(), nullptr);  // the sample's needles among the sentences
     std::vector<int> at = rng.sample(units, static_cast<int>(needles.size()));
     std::sort(at.rbegin(), at.rend());  // inserted from the back, so earlier positions stay put
-    for (std::size_t i = 0; i < at.size(); ++i) sentences.insert(sentences.begin() + at[i], needles[i]);
-    context = join(sentences, "\n");
+    for (std::size_t i = 0; i < at.size(); ++i) {
+      sentences.insert(sentences.begin() + at[i], needles[i].text);
+      needle_of.insert(needle_of.begin() + at[i], &needles[i]);
+    }
+    for (std::size_t i = 0; i < sentences.size(); ++i) {
+      if (i > 0) context += "\n";
+      if (needle_of[i]) placed.emplace_back(context.size(), needle_of[i]);
+      context += sentences[i];
+    }
   }
   std::vector<int> asked = rng.sample(num_k, cfg.num_q);
   std::vector<std::string> queries;
@@ -275,6 +323,13 @@ Draft niah(const TaskEntry& t, int units, Choices& rng, const Context& c) {
   for (int i : asked) {
     queries.push_back(keys[i]);
     for (const auto& v : values[i]) d.outputs.push_back(v);
+  }
+  // The queried keys' needles: each one's key and value.
+  std::vector<EvidenceText> evidence;
+  for (const auto& [start, needle] : placed) {
+    if (std::find(asked.begin(), asked.end(), needle->key_index) == asked.end()) continue;
+    evidence.push_back({start + needle->key_at, start + needle->key_at + needle->key_size, "needle key"});
+    evidence.push_back({start + needle->value_at, start + needle->value_at + needle->value_size, "needle value"});
   }
   const std::string query = queries.size() > 1
                                 ? join({queries.begin(), queries.end() - 1}, ", ") + ", and " + queries.back()
@@ -294,6 +349,7 @@ Draft niah(const TaskEntry& t, int units, Choices& rng, const Context& c) {
   d.input = fill(templ, fields);
   d.question = fill(templ.substr(templ.find("{context}") + 9), fields);
   d.answer_prefix = fill(prefix, fields);
+  add_evidence_at(d.evidence, evidence, context_offset(templ, fields));
   return d;
 }
 
@@ -311,10 +367,27 @@ Draft variable_chain(int units, int name_letters, Choices& rng) {
   std::vector<std::string> chain = {"VAR " + vars[0] + " = " + value};
   for (int j = 0; j < hops; ++j) chain.push_back("VAR " + vars[j + 1] + " = VAR " + vars[j] + " ");
   std::vector<std::string> sentences(units, kNoise);
+  std::vector<bool> in_chain(units, false);
   std::vector<int> at = rng.sample(units, static_cast<int>(chain.size()));
   std::sort(at.begin(), at.end());
-  for (std::size_t j = 0; j < chain.size(); ++j) sentences.insert(sentences.begin() + at[j] + j, chain[j]);
-  const std::string context = replace_all(join(sentences, "\n"), ". \n", ".\n");
+  for (std::size_t j = 0; j < chain.size(); ++j) {
+    sentences.insert(sentences.begin() + at[j] + j, chain[j]);
+    in_chain.insert(in_chain.begin() + at[j] + j, true);
+  }
+  // The sentences joined by line breaks, a sentence ending ". " losing its space before one (RULER's
+  // replace(". \n", ".\n")); each statement of the chain is evidence, without its trailing space.
+  std::string context;
+  std::vector<EvidenceText> evidence;
+  for (std::size_t i = 0; i < sentences.size(); ++i) {
+    std::string_view sentence = sentences[i];
+    if (i + 1 < sentences.size() && sentence.ends_with(". ")) sentence.remove_suffix(1);
+    if (i > 0) context += "\n";
+    if (in_chain[i]) {
+      const std::size_t length = sentence.find_last_not_of(' ') + 1;
+      evidence.push_back({context.size(), context.size() + length, "chain"});
+    }
+    context += sentence;
+  }
   const std::map<std::string, std::string> fields = {
       {"context", context}, {"query", value}, {"num_v", std::to_string(hops + 1)}};
   Draft d;
@@ -323,6 +396,7 @@ Draft variable_chain(int units, int name_letters, Choices& rng) {
   d.question = fill(templ.substr(templ.find("{context}") + 9), fields);
   d.answer_prefix = fill(kVtAnswerPrefix, fields);
   d.outputs = vars;
+  add_evidence_at(d.evidence, evidence, context_offset(templ, fields));
   return d;
 }
 
@@ -332,19 +406,27 @@ Draft variable_tracking(int units, int example_units, Choices& rng) {
   if (example_units == 0) return variable_chain(units, 5, rng);  // a context too short for the example
   const Draft example = variable_chain(example_units, 3, rng);
   Draft d = variable_chain(units, 5, rng);
-  d.input = example.input + example.answer_prefix + " " + join(example.outputs, " ") + "\n\n" + d.input;
+  const std::string shot = example.input + example.answer_prefix + " " + join(example.outputs, " ") + "\n\n";
+  d.input = shot + d.input;
+  for (EvidenceText& e : d.evidence) e.begin += shot.size(), e.end += shot.size();
   return d;
 }
 
-// A numbered list with the first 10 of `words` repeated `common` times and the rest `rare` times, shuffled.
-std::string numbered_list(const std::vector<std::string>& words, int common, int rare, Choices& rng) {
-  std::vector<std::string> list;
+// A numbered list with the first 10 of `words` repeated `common` times and the rest `rare` times, shuffled;
+// `common_at` (when given) gets each occurrence of the first 10 words as "word" evidence.
+std::string numbered_list(const std::vector<std::string>& words, int common, int rare, Choices& rng,
+                          std::vector<EvidenceText>* common_at = nullptr) {
+  std::vector<std::size_t> list;  // indices into words (the shuffle's draws depend on the length only)
   for (std::size_t i = 0; i < words.size(); ++i)
-    for (int r = 0; r < (i < 10 ? common : rare); ++r) list.push_back(words[i]);
+    for (int r = 0; r < (i < 10 ? common : rare); ++r) list.push_back(i);
   rng.shuffle(list);
-  std::vector<std::string> numbered;
-  for (std::size_t i = 0; i < list.size(); ++i) numbered.push_back(std::to_string(i + 1) + ". " + list[i]);
-  return join(numbered, " ");
+  std::string out;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    out += (i ? " " : "") + std::to_string(i + 1) + ". ";
+    if (common_at && list[i] < 10) common_at->push_back({out.size(), out.size() + words[list[i]].size(), "word"});
+    out += words[list[i]];
+  }
+  return out;
 }
 
 Draft common_words(int units, bool short_context, Choices& rng, const Context& c) {
@@ -368,9 +450,11 @@ Draft common_words(int units, bool short_context, Choices& rng, const Context& c
       fill(templ, {{"context", numbered_list(example, example_common, example_rare, rng)}, {"query", ""}}) +
       kCweAnswerPrefix + " " + join(example_answer, " ");
   const auto words = draw(std::max(units, 10));
-  const std::string context = numbered_list(words, common, rare, rng);
+  std::vector<EvidenceText> evidence;
+  const std::string context = numbered_list(words, common, rare, rng, &evidence);
   Draft d;
   d.input = shot + "\n" + fill(templ, {{"context", context}, {"query", ""}});
+  add_evidence_at(d.evidence, evidence, shot.size() + 1 + context_offset(templ, {{"query", ""}}));
   d.question = templ.substr(templ.find("{context}") + 9);
   d.answer_prefix = kCweAnswerPrefix;
   d.outputs.assign(words.begin(), words.begin() + 10);
@@ -390,15 +474,25 @@ Draft frequent_words(int units, int vocab_size, Choices& rng) {
   rng.shuffle(vocab);
   vocab[0] = "...";
   const double zeta2 = std::numbers::pi * std::numbers::pi / 6.0;
-  std::vector<std::string> text;
+  std::vector<int> text;  // vocabulary indices (the shuffle's draws depend on the length only)
   for (int k = 1; k <= vocab_size; ++k) {
     const int n = static_cast<int>(units * std::pow(k, -2.0) / zeta2);
-    for (int i = 0; i < n; ++i) text.push_back(vocab[k - 1]);
+    for (int i = 0; i < n; ++i) text.push_back(k - 1);
   }
   rng.shuffle(text);
+  // The words joined by spaces; each occurrence of an expected word (vocab[1..3]) is evidence.
+  std::string context;
+  std::vector<EvidenceText> evidence;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (i > 0) context += " ";
+    const std::string& word = vocab[text[i]];
+    if (text[i] >= 1 && text[i] <= 3) evidence.push_back({context.size(), context.size() + word.size(), "word"});
+    context += word;
+  }
   const std::string templ = kFweTemplate;
   Draft d;
-  d.input = fill(templ, {{"context", join(text, " ")}, {"query", ""}});
+  d.input = fill(templ, {{"context", context}, {"query", ""}});
+  add_evidence_at(d.evidence, evidence, context_offset(templ, {{"query", ""}}));
   d.question = templ.substr(templ.find("{context}") + 9);
   d.answer_prefix = kFweAnswerPrefix;
   d.outputs = {vocab[1], vocab[2], vocab[3]};
@@ -500,6 +594,7 @@ std::vector<RulerSample> generate_ruler(const RulerSettings& settings, const Tok
       sample.question = std::move(d.question);
       sample.answer_prefix = std::move(d.answer_prefix);
       sample.outputs = std::move(d.outputs);
+      sample.evidence = std::move(d.evidence);
       sample.max_new_tokens = t.max_new_tokens;
       sample.tokens = n;
       out.push_back(std::move(sample));

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "core/eval/evidence.h"
+
 namespace kvscope::eval {
 
 struct RulerSample {
@@ -29,6 +31,10 @@ struct RulerSample {
   std::string question;       // the tail of `input` after the context (appended after compression, query-agnostic)
   std::string answer_prefix;  // written after the model's turn starts, as RULER does
   std::vector<std::string> outputs;  // every expected answer
+  // Stretches of `input` the answer needs (issue 35), recorded where the generator put them in: niah_* the
+  // queried keys' needles ("needle key", "needle value"), vt the queried chain's statements ("chain"), cwe and
+  // fwe every occurrence of an expected word in the context ("word").
+  std::vector<EvidenceText> evidence;
   int max_new_tokens = 0;
   int tokens = 0;  // input + answer prefix in the model's tokens, without a chat template
 };

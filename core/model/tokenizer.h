@@ -2,6 +2,7 @@
 // Tokenizer interface. A GGUF file's is kvscope's own (byte-level BPE or SentencePiece-style BPE, as llama.cpp
 // reads the file); a Hugging Face folder's is transformers' own, run in the embedded Python
 // (tokenizer_transformers.h).
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -10,6 +11,18 @@
 namespace kvscope::model {
 
 class GgufFile;
+
+// The bytes of an encoded text that one token stands for, [begin, end). Empty (begin == end) for a token that
+// stands for none of them: one the tokenizer adds (BOS), or one whose bytes cannot be told apart.
+struct TokenBytes {
+  std::size_t begin = 0, end = 0;
+};
+// Ids with each token's bytes of the text (same length): what lets a stretch of text be found among a
+// prompt's tokens (issue 35's evidence spans) without guessing from decoded pieces.
+struct Encoding {
+  std::vector<int> ids;
+  std::vector<TokenBytes> bytes;
+};
 
 class Tokenizer {
  public:
@@ -26,6 +39,23 @@ class Tokenizer {
     const std::vector<int> body = encode(text, parse_special);
     ids.insert(ids.end(), body.begin(), body.end());
     return ids;
+  }
+  // encode and encode_prompt with each token's bytes of `text`; the ids are the same as theirs. Exact per kind:
+  // byte-level BPE walks each token's raw bytes over the text, SentencePiece-style BPE maps its escaped text
+  // ('▁' for spaces, the space prefix) back to the input, and a Hugging Face folder asks transformers for its
+  // offsets mapping. A token that straddles a stretch holds bytes of it (a UTF-8 character split over byte
+  // tokens: each of them holds the whole character).
+  virtual Encoding encode_with_bytes(std::string_view text, bool parse_special = true) const = 0;
+  virtual Encoding encode_prompt_with_bytes(std::string_view text, bool parse_special = true) const {
+    Encoding out;
+    if (add_bos() && bos_id() >= 0) {
+      out.ids.push_back(bos_id());
+      out.bytes.push_back({});
+    }
+    Encoding body = encode_with_bytes(text, parse_special);
+    out.ids.insert(out.ids.end(), body.ids.begin(), body.ids.end());
+    out.bytes.insert(out.bytes.end(), body.bytes.begin(), body.bytes.end());
+    return out;
   }
   // Ids to text; bytes that do not form valid UTF-8 are emitted as the reference tokenizer does.
   virtual std::string decode(const std::vector<int>& ids) const = 0;

@@ -526,6 +526,38 @@ std::vector<int> BpeTokenizer::encode(std::string_view text, bool parse_special)
   return out;
 }
 
+Encoding BpeTokenizer::encode_with_bytes(std::string_view text, bool parse_special) const {
+  Encoding out;
+  for (const TextPiece& piece : specials_.split(text, parse_special)) {
+    const auto base = static_cast<size_t>(piece.text.data() - text.data());
+    if (piece.id >= 0) {
+      out.ids.push_back(piece.id);
+      out.bytes.push_back({base, base + piece.text.size()});
+      continue;
+    }
+    std::vector<int> ids;
+    for (const std::string& word : pre_tokenize(piece.text)) encode_word(word, ids);
+    // The tokens' bytes, in order, are the piece's bytes less the dropped ones: each byte of a token is the next
+    // byte of the piece that equals it.
+    size_t cursor = 0;
+    for (int id : ids) {
+      TokenBytes span{base + cursor, base + cursor};
+      bool first = true;
+      for (char byte : bytes_[id]) {
+        while (cursor < piece.text.size() && piece.text[cursor] != byte) ++cursor;
+        if (cursor == piece.text.size()) break;
+        if (first) span.begin = base + cursor;
+        first = false;
+        span.end = base + ++cursor;
+      }
+      if (first) span.end = span.begin;
+      out.ids.push_back(id);
+      out.bytes.push_back(span);
+    }
+  }
+  return out;
+}
+
 const std::string& BpeTokenizer::token_bytes(int id) const {
   if (id < 0 || id >= vocab_size())
     throw Error("BPE tokenizer: token id " + std::to_string(id) + " is outside the vocabulary of " +

@@ -119,6 +119,9 @@ class BpeTokenizer final : public Tokenizer {
   BpeTokenizer(BpeVocab vocab, BpePreTokenizer pre);
 
   std::vector<int> encode(std::string_view text, bool parse_special = true) const override;
+  // Each token's raw bytes walked over the text: byte-level BPE keeps every byte, except the bytes the vocabulary
+  // has no token for (dropped by encode), which belong to no token.
+  Encoding encode_with_bytes(std::string_view text, bool parse_special = true) const override;
   std::string decode(const std::vector<int>& ids) const override;
   std::string token_text(int id) const override;
   int vocab_size() const override { return static_cast<int>(tokens_.size()); }

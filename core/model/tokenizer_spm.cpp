@@ -190,6 +190,54 @@ void SpmTokenizer::encode_by_score(std::string_view text, std::vector<int>& out)
   }
 }
 
+std::string SpmTokenizer::escape_piece(std::string_view piece, bool at_start, std::vector<size_t>* starts) const {
+  std::string spaced;
+  spaced.reserve(piece.size());
+  if (starts) starts->clear();
+  for (size_t i = 0; i < piece.size(); ++i) {
+    const bool space = piece[i] == ' ';
+    spaced += space ? kSpace : piece.substr(i, 1);
+    if (starts) starts->insert(starts->end(), space ? kSpace.size() : 1, i);
+  }
+  const bool starts_with_space = spaced.starts_with(kSpace);
+  bool prefix = false;
+  switch (space_prefix_) {
+    case SpacePrefix::None:
+      break;
+    case SpacePrefix::EveryPiece:
+      prefix = true;
+      break;
+    case SpacePrefix::EveryPieceUnlessSpace:
+      prefix = !starts_with_space;
+      break;
+    case SpacePrefix::FirstPieceUnlessSpace:  // tokenizers: only the split at original offset 0
+      prefix = !starts_with_space && at_start;
+      break;
+  }
+  if (starts) {
+    if (prefix) starts->insert(starts->begin(), kSpace.size(), 0);  // the prefix stands for no input byte
+    starts->push_back(piece.size());
+  }
+  return prefix ? std::string(kSpace) + spaced : spaced;
+}
+
+std::vector<int> SpmTokenizer::encode_escaped(const std::string& escaped) const {
+  std::vector<int> out;
+  if (!split_at_spaces_) {
+    encode_text(escaped, out);
+    return out;
+  }
+  // Metaspace split (SplitDelimiterBehavior::MergedWithNext): every '▁' starts a new word.
+  size_t begin = 0;
+  while (begin < escaped.size()) {
+    size_t end = escaped.find(kSpace, begin + 1);
+    if (end == std::string::npos) end = escaped.size();
+    encode_text(std::string_view(escaped).substr(begin, end - begin), out);
+    begin = end;
+  }
+  return out;
+}
+
 std::vector<int> SpmTokenizer::encode(std::string_view text, bool parse_special) const {
   std::vector<int> out;
   // Special tokens are split off first, so the space prefix applies to each run of text between them, as in
@@ -199,34 +247,44 @@ std::vector<int> SpmTokenizer::encode(std::string_view text, bool parse_special)
       out.push_back(piece.id);
       continue;
     }
-    const std::string spaced = replace_all(piece.text, " ", kSpace);
-    const bool starts_with_space = spaced.starts_with(kSpace);
-    bool prefix = false;
-    switch (space_prefix_) {
-      case SpacePrefix::None:
-        break;
-      case SpacePrefix::EveryPiece:
-        prefix = true;
-        break;
-      case SpacePrefix::EveryPieceUnlessSpace:
-        prefix = !starts_with_space;
-        break;
-      case SpacePrefix::FirstPieceUnlessSpace:  // tokenizers: only the split at original offset 0
-        prefix = !starts_with_space && piece.text.data() == text.data();
-        break;
-    }
-    const std::string escaped = prefix ? std::string(kSpace) + spaced : spaced;
-    if (!split_at_spaces_) {
-      encode_text(escaped, out);
+    const std::vector<int> ids = encode_escaped(escape_piece(piece.text, piece.text.data() == text.data(), nullptr));
+    out.insert(out.end(), ids.begin(), ids.end());
+  }
+  return out;
+}
+
+size_t SpmTokenizer::escaped_length(int id, std::string_view escaped, size_t at) const {
+  if (byte_value_[id] >= 0) return 1;
+  if (id != unk_id_) return tokens_[id].size();
+  // An unknown token came from a character outside the vocabulary (and without byte tokens); fused, from a run.
+  auto length_at = [&](size_t pos) { return static_cast<size_t>(unicode::decode_utf8(escaped, pos).length); };
+  auto unknown_at = [&](size_t pos) {
+    return piece_ids_.find(std::string(escaped.substr(pos, length_at(pos)))) == piece_ids_.end();
+  };
+  size_t pos = at;
+  do {
+    pos += length_at(pos);
+  } while (fuse_unk_ && !merges_.empty() && pos < escaped.size() && unknown_at(pos));
+  return pos - at;
+}
+
+Encoding SpmTokenizer::encode_with_bytes(std::string_view text, bool parse_special) const {
+  Encoding out;
+  std::vector<size_t> starts;  // per escaped byte (and one past the end): the byte of the piece it came from
+  for (const TextPiece& piece : specials_.split(text, parse_special)) {
+    const auto base = static_cast<size_t>(piece.text.data() - text.data());
+    if (piece.id >= 0) {
+      out.ids.push_back(piece.id);
+      out.bytes.push_back({base, base + piece.text.size()});
       continue;
     }
-    // Metaspace split (SplitDelimiterBehavior::MergedWithNext): every '▁' starts a new word.
-    size_t begin = 0;
-    while (begin < escaped.size()) {
-      size_t end = escaped.find(kSpace, begin + 1);
-      if (end == std::string::npos) end = escaped.size();
-      encode_text(std::string_view(escaped).substr(begin, end - begin), out);
-      begin = end;
+    const std::string escaped = escape_piece(piece.text, piece.text.data() == text.data(), &starts);
+    size_t at = 0;
+    for (int id : encode_escaped(escaped)) {
+      const size_t end = std::min(at + escaped_length(id, escaped, at), escaped.size());
+      out.ids.push_back(id);
+      out.bytes.push_back({base + starts[at], base + starts[end]});
+      at = end;
     }
   }
   return out;

@@ -47,6 +47,9 @@ class SpmTokenizer final : public Tokenizer {
   explicit SpmTokenizer(SpmVocab vocab);
 
   std::vector<int> encode(std::string_view text, bool parse_special = true) const override;
+  // The escaped text's tokens mapped back to the input: a '▁' for a space stands for that space, the space
+  // prefix for nothing, an unknown token for its character (a fused run of them, with fuse_unk).
+  Encoding encode_with_bytes(std::string_view text, bool parse_special = true) const override;
   // As the reference's Llama decoder (Replace '▁' -> ' ', ByteFallback, Fuse, Strip): runs of byte tokens
   // joined (a run that is not valid UTF-8 gives one U+FFFD per byte), and one leading space removed when
   // strip_leading_space.
@@ -61,6 +64,12 @@ class SpmTokenizer final : public Tokenizer {
   bool is_end_of_generation(int id) const override;
 
  private:
+  // One run of text between special tokens escaped ('▁' for spaces, the space prefix); `starts` (when given)
+  // gets, per escaped byte and one past the end, the byte of `piece` it came from.
+  std::string escape_piece(std::string_view piece, bool at_start, std::vector<size_t>* starts) const;
+  std::vector<int> encode_escaped(const std::string& escaped) const;
+  // Bytes of `escaped` that token `id` covers from `at` (an unknown token: its character, or a fused run).
+  size_t escaped_length(int id, std::string_view escaped, size_t at) const;
   void encode_text(std::string_view text, std::vector<int>& out) const;
   void encode_by_score(std::string_view text, std::vector<int>& out) const;
   void encode_by_rank(std::string_view text, std::vector<int>& out) const;

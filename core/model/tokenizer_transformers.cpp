@@ -109,6 +109,12 @@ def encode(tok, text, add_special_tokens, parse_special):
     return guarded(lambda: tok(text, add_special_tokens=add_special_tokens,
                                split_special_tokens=not parse_special)["input_ids"])
 
+def encode_offsets(tok, text, add_special_tokens, parse_special):
+    # Character offsets of the text per token (a fast tokenizer's offsets mapping; (0, 0) for added ones).
+    out = guarded(lambda: tok(text, add_special_tokens=add_special_tokens, split_special_tokens=not parse_special,
+                              return_offsets_mapping=True))
+    return out["input_ids"], [(int(a), int(b)) for a, b in out["offset_mapping"]]
+
 def decode(tok, ids):
     return guarded(lambda: tok.decode(ids, skip_special_tokens=False))
 
@@ -161,6 +167,12 @@ class TransformersTokenizer final : public Tokenizer {
   std::vector<int> encode_prompt(std::string_view text, bool parse_special) const override {
     return call_encode(text, true, parse_special);
   }
+  Encoding encode_with_bytes(std::string_view text, bool parse_special) const override {
+    return call_encode_offsets(text, false, parse_special);
+  }
+  Encoding encode_prompt_with_bytes(std::string_view text, bool parse_special) const override {
+    return call_encode_offsets(text, true, parse_special);
+  }
   std::string decode(const std::vector<int>& ids) const override {
     python::Gil gil;
     try {
@@ -192,6 +204,33 @@ class TransformersTokenizer final : public Tokenizer {
     } catch (py::error_already_set& e) {
       throw Error("transformers could not tokenize the text: " + python::describe(e, {}).text);
     }
+  }
+
+  // transformers' offsets count characters of the Python string; the bytes of UTF-8 `text` they start at.
+  Encoding call_encode_offsets(std::string_view text, bool add_special_tokens, bool parse_special) const {
+    std::pair<std::vector<int>, std::vector<std::pair<size_t, size_t>>> result;
+    {
+      python::Gil gil;
+      try {
+        result = helpers()["encode_offsets"](*tokenizer_, py::str(text.data(), text.size()), add_special_tokens,
+                                             parse_special)
+                     .cast<decltype(result)>();
+      } catch (py::error_already_set& e) {
+        throw Error("transformers could not tokenize the text with offsets: " + python::describe(e, {}).text);
+      }
+    }
+    std::vector<size_t> byte_of_char;
+    for (size_t pos = 0; pos < text.size(); pos += static_cast<size_t>(unicode::decode_utf8(text, pos).length))
+      byte_of_char.push_back(pos);
+    byte_of_char.push_back(text.size());
+    auto byte_at = [&](size_t character) { return byte_of_char[std::min(character, byte_of_char.size() - 1)]; };
+    Encoding out;
+    out.ids = std::move(result.first);
+    for (const auto& [begin, end] : result.second) out.bytes.push_back({byte_at(begin), byte_at(std::max(begin, end))});
+    if (out.bytes.size() != out.ids.size())
+      throw Error("transformers gave " + std::to_string(out.bytes.size()) + " offsets for " +
+                  std::to_string(out.ids.size()) + " tokens");
+    return out;
   }
 
   py::object* tokenizer_;  // freed under the GIL

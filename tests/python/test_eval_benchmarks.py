@@ -54,8 +54,9 @@ def test_longbench(tmp):
     check(rescored.returncode == 0 and abs(json.loads(rescored.stdout)["scores"][0] - hot["score"]) < 1e-12,
           "a record's score is its metric's score of the prediction")
     lines = [json.loads(l) for l in open(predictions)]
-    check(len(lines) == 6 and all(set(l) == {"pred", "answers", "all_classes", "length"} for l in lines),
-          "--predictions writes LongBench's pred layout")
+    check(len(lines) == 6 and all(set(l) == {"pred", "answers", "all_classes", "length", "prompt_ids", "appended_ids",
+                                             "evidence"} for l in lines),
+          "--predictions writes LongBench's pred layout (and the prompt ids and evidence spans, which eval.py ignores)")
 
     agnostic = kvscope("eval", "longbench", "--data", RECORDS, "--dataset", "hotpotqa", "--limit", "1",
                        "--protocol", "query-agnostic", "--policy", "snapkv", "--budget", "50%", "--json")
