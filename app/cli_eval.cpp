@@ -1,11 +1,14 @@
 // kvscope eval fidelity|ppl|needle: what a policy costs in quality against the full cache on the same
 // tokens. One (policy, budget) per call; `kvscope sweep` runs grids of them.
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "app/number_checks.h"
+#include "app/eval_evidence.h"
 #include "app/eval_prompts.h"
+#include "app/number_checks.h"
 #include "app/eval_subcommands.h"
 #include "app/progress_line.h"
 #include "app/run_options.h"
@@ -32,6 +35,8 @@ struct EvalArgs {
   std::vector<int> lengths = NeedleGrid{}.lengths;
   std::vector<std::string> depths = {"0", "25", "50", "75", "100"};
   uint64_t seed = 1;
+  TraceOptions traces;  // needle only
+  eval::BootstrapSettings bootstrap;  // needle only: the evidence retention table's intervals
 };
 
 std::string mib(double bytes) {
@@ -162,24 +167,57 @@ int run_needle(const EvalArgs& a) {
     refuse_output_that_is_input({"--figure", a.figure}, run_input_files(&a.model, nullptr, {cell.policy}));
     check_output_path(a.figure, existing_policy(a.force), "--figure");
   }
+  a.traces.prepare();
+  // A case's trace: needle_<length>_<depth percent>.h5, every one refused before the first run.
+  std::vector<std::filesystem::path> trace_paths;
+  if (a.traces.enabled())
+    for (int length : grid.lengths)
+      for (double depth : grid.depths)
+        trace_paths.push_back(a.traces.sample_path("needle_" + std::to_string(length) + "_" +
+                                                       std::to_string(std::lround(depth * 100.0)) + ".h5",
+                                                   a.force));
   const model::Model model = a.model.load();
   eval::Evaluator evaluator(model);
+  RetentionSummary retention;
   const auto prompts = needle_prompts(model, grid);
   std::vector<std::vector<double>> scores(grid.depths.size(), std::vector<double>(grid.lengths.size(), 0.0));
   nlohmann::json cases = nlohmann::json::array();
   ProgressLine line("needle " + cell.policy, static_cast<long>(prompts.size()));
   int full_total = 0;  // the full cache's hits on the same cases
   for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const auto trace = a.traces.open(a.traces.enabled() ? trace_paths[i] : std::filesystem::path(), a.force);
+    const eval::TraceTarget target = trace ? trace->target() : eval::TraceTarget{};
+    const bool full_policy = cell.policy == "full";  // then the trace holds one run
+    // The needle generator does not mark its sentence's tokens yet: evidence only from --test-evidence.
     const auto reference =
-        evaluator.needle_reference(evaluator.encode(prompts[i].text), prompts[i].value, a.settings.answer_tokens);
-    const auto r = evaluator.needle(reference, cell, a.settings.answer_tokens);
+        evaluator.needle_reference(evaluator.encode(prompts[i].text), prompts[i].value, a.settings.answer_tokens,
+                                   a.traces.evidence_for({}), full_policy ? eval::TraceTarget{} : target);
+    const auto r = evaluator.needle(reference, cell, a.settings.answer_tokens, target);
     scores[i % grid.depths.size()][i / grid.depths.size()] = r.match ? 1.0 : 0.0;
     full_total += r.full_match;
-    cases.push_back({{"case", prompts[i].name},
-                     {"value", prompts[i].value},
-                     {"answer", r.answer},
-                     {"match", r.match},
-                     {"metrics", metrics_json(r.metrics())}});
+    nlohmann::json row = {{"case", prompts[i].name},
+                          {"value", prompts[i].value},
+                          {"answer", r.answer},
+                          {"match", r.match},
+                          {"metrics", metrics_json(r.metrics())}};
+    add_evidence_fields(row, reference.evidence, r.retention);
+    retention.add(r.retention, r.match ? 1.0 : 0.0);
+    if (trace) {
+      if (a.traces.keeps(r.match ? 1.0 : 0.0, r.answer, reference.answer)) {
+        const eval::SampleFacts facts{"needle", static_cast<int64_t>(i), {prompts[i].value},
+                                      static_cast<int>(reference.prompt.size()), 0, reference.evidence};
+        if (!full_policy)
+          trace->annotate(facts, {reference.run_name, false, reference.match ? 1.0 : 0.0, reference.answer,
+                                  reference.first_answer_step, reference.retention}, "");
+        trace->annotate(facts, {r.run_name, true, r.match ? 1.0 : 0.0, r.answer, r.first_answer_step, r.retention},
+                        full_policy ? "" : reference.run_name);
+        trace->keep();
+        row["trace"] = trace->path().string();
+      } else {
+        row["trace"] = nullptr;
+      }
+    }
+    cases.push_back(std::move(row));
     line.update(static_cast<long>(i + 1));
   }
   line.finish();
@@ -194,7 +232,7 @@ int run_needle(const EvalArgs& a) {
   if (a.json) {
     std::cout << nlohmann::json{{"eval", "needle"}, {"policy", cell.policy},   {"budget", cell.budget},
                                 {"seed", a.seed},   {"lengths", grid.lengths}, {"depths", grid.depths},
-                                {"cases", cases}}
+                                {"cases", cases},   {"evidence_retention", retention.json(cell.policy, a.bootstrap)}}
                      .dump(2)
               << "\n";
     return 0;
@@ -213,6 +251,7 @@ int run_needle(const EvalArgs& a) {
   }
   std::printf("accuracy %.3f over %zu cases (the full cache: %.3f)\n", total / prompts.size(), prompts.size(),
               static_cast<double>(full_total) / prompts.size());
+  retention.print(cell.policy, a.bootstrap);
   return 0;
 }
 
@@ -262,7 +301,11 @@ Command register_eval(CLI::App& root) {
   needle->add_option("--answer-tokens", a->settings.answer_tokens, "greedy answer length")->check(kPositive);
   needle->add_option("--figure", a->figure, "write the grid as a heatmap PNG");
   needle->add_flag("--force", a->force,
-                   "replace an existing --figure file (a link is replaced, never written through)");
+                   "replace an existing --figure file or --traces files (a link is replaced, never written through)");
+  a->traces.add_to(needle);
+  needle->add_option("--bootstrap-resamples", a->bootstrap.resamples, "bootstrap resamples of the evidence table")
+      ->check(kPositive);
+  needle->add_option("--bootstrap-seed", a->bootstrap.seed, "bootstrap seed of the evidence table");
   const Command longbench = add_eval_longbench(*cmd);
   const Command ruler = add_eval_ruler(*cmd);
   return {cmd, [a, fidelity, ppl, longbench, ruler]() {
