@@ -5,11 +5,12 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "app/eval_evidence.h"
 #include "app/eval_prompts.h"
-#include "app/number_checks.h"
 #include "app/eval_subcommands.h"
+#include "app/number_checks.h"
 #include "app/progress_line.h"
 #include "app/run_options.h"
 #include "app/subcommands.h"
@@ -35,7 +36,7 @@ struct EvalArgs {
   std::vector<int> lengths = NeedleGrid{}.lengths;
   std::vector<std::string> depths = {"0", "25", "50", "75", "100"};
   uint64_t seed = 1;
-  TraceOptions traces;  // needle only
+  TraceOptions traces;                // needle only
   eval::BootstrapSettings bootstrap;  // needle only: the evidence retention table's intervals
 };
 
@@ -173,9 +174,8 @@ int run_needle(const EvalArgs& a) {
   if (a.traces.enabled())
     for (int length : grid.lengths)
       for (double depth : grid.depths)
-        trace_paths.push_back(a.traces.sample_path("needle_" + std::to_string(length) + "_" +
-                                                       std::to_string(std::lround(depth * 100.0)) + ".h5",
-                                                   a.force));
+        trace_paths.push_back(a.traces.sample_path(
+            "needle_" + std::to_string(length) + "_" + std::to_string(std::lround(depth * 100.0)) + ".h5", a.force));
   const model::Model model = a.model.load();
   eval::Evaluator evaluator(model);
   RetentionSummary retention;
@@ -203,19 +203,16 @@ int run_needle(const EvalArgs& a) {
     add_evidence_fields(row, reference.evidence, r.retention);
     retention.add(r.retention, r.match ? 1.0 : 0.0);
     if (trace) {
-      if (a.traces.keeps(r.match ? 1.0 : 0.0, r.answer, reference.answer)) {
-        const eval::SampleFacts facts{"needle", static_cast<int64_t>(i), {prompts[i].value},
-                                      static_cast<int>(reference.prompt.size()), 0, reference.evidence};
-        if (!full_policy)
-          trace->annotate(facts, {reference.run_name, false, reference.match ? 1.0 : 0.0, reference.answer,
-                                  reference.first_answer_step, reference.retention}, "");
-        trace->annotate(facts, {r.run_name, true, r.match ? 1.0 : 0.0, r.answer, r.first_answer_step, r.retention},
-                        full_policy ? "" : reference.run_name);
-        trace->keep();
-        row["trace"] = trace->path().string();
-      } else {
-        row["trace"] = nullptr;
-      }
+      const eval::SampleFacts facts{
+          "needle", static_cast<int64_t>(i), {prompts[i].value}, static_cast<int>(reference.prompt.size()),
+          0,        reference.evidence};
+      std::optional<eval::SampleRunFacts> full;
+      if (!full_policy)
+        full = eval::SampleRunFacts{reference.run_name,          false,
+                                    reference.match ? 1.0 : 0.0, reference.answer,
+                                    reference.first_answer_step, reference.retention};
+      a.traces.finish(*trace, facts,
+                      {r.run_name, true, r.match ? 1.0 : 0.0, r.answer, r.first_answer_step, r.retention}, full, row);
     }
     cases.push_back(std::move(row));
     line.update(static_cast<long>(i + 1));
@@ -230,11 +227,13 @@ int run_needle(const EvalArgs& a) {
   if (!a.figure.empty()) throw Error("this kvscope was built without the GUI libraries, which --figure needs");
 #endif
   if (a.json) {
-    std::cout << nlohmann::json{{"eval", "needle"}, {"policy", cell.policy},   {"budget", cell.budget},
-                                {"seed", a.seed},   {"lengths", grid.lengths}, {"depths", grid.depths},
-                                {"cases", cases},   {"evidence_retention", retention.json(cell.policy, a.bootstrap)}}
-                     .dump(2)
-              << "\n";
+    std::cout
+        << nlohmann::json{{"eval", "needle"},        {"policy", cell.policy},
+                          {"budget", cell.budget},   {"seed", a.seed},
+                          {"lengths", grid.lengths}, {"depths", grid.depths},
+                          {"cases", cases},          {"evidence_retention", retention.json(cell.policy, a.bootstrap)}}
+               .dump(2)
+        << "\n";
     return 0;
   }
   std::printf("needle retrieval of %s at budget %s (exact match of the 7-digit value; seed %llu)\n",

@@ -6,8 +6,8 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "app/eval_evidence.h"
 #include "app/eval_report.h"
@@ -19,8 +19,8 @@
 #include "core/common/error.h"
 #include "core/common/json_text.h"
 #include "core/eval/bootstrap.h"
-#include "core/eval/eval_run.h"
 #include "core/eval/eval_protocol.h"
+#include "core/eval/eval_run.h"
 #include "core/eval/longbench.h"
 #include "core/policy/registry.h"
 
@@ -186,20 +186,18 @@ int run_records(const LongBenchArgs& a) {
     add_evidence_fields(row, request.evidence, answer.retention);
     retention.add(answer.retention, score);
     if (trace) {
-      if (a.traces.keeps(score, text, full ? full_text : text)) {
-        const eval::SampleFacts facts{task.name, static_cast<int64_t>(i), record.answers,
-                                      static_cast<int>(prepared.prompt.size()),
-                                      static_cast<int>(prepared.appended.size()), request.evidence};
-        if (full)
-          trace->annotate(facts, {full->run_name, false, full_score, full_text, full->first_answer_step, full->retention},
-                          "");
-        trace->annotate(facts, {answer.run_name, true, score, text, answer.first_answer_step, answer.retention},
-                        full ? full->run_name : "");
-        trace->keep();
-        row["trace"] = trace->path().string();
-      } else {
-        row["trace"] = nullptr;
-      }
+      const eval::SampleFacts facts{task.name,
+                                    static_cast<int64_t>(i),
+                                    record.answers,
+                                    static_cast<int>(prepared.prompt.size()),
+                                    static_cast<int>(prepared.appended.size()),
+                                    request.evidence};
+      std::optional<eval::SampleRunFacts> full_run;
+      if (full)
+        full_run = eval::SampleRunFacts{full->run_name,          false,          full_score, full_text,
+                                        full->first_answer_step, full->retention};
+      a.traces.finish(*trace, facts, {answer.run_name, true, score, text, answer.first_answer_step, answer.retention},
+                      full_run, row);
     }
     rows.push_back(std::move(row));
     if (predictions)  // LongBench's own pred/*.jsonl layout, so its eval.py can score the same predictions

@@ -6,8 +6,8 @@
 #include <iostream>
 #include <map>
 #include <memory>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "app/eval_evidence.h"
 #include "app/eval_prompts.h"
@@ -63,7 +63,8 @@ int run_ruler(const RulerArgs& a) {
   // Every sample's trace file is refused before the first run, not halfway through.
   std::vector<std::filesystem::path> trace_paths;
   if (a.traces.enabled())
-    for (const auto& s : samples) trace_paths.push_back(a.traces.sample_path(eval::sample_trace_name(s.task, s.index), a.force));
+    for (const auto& s : samples)
+      trace_paths.push_back(a.traces.sample_path(eval::sample_trace_name(s.task, s.index), a.force));
   eval::Evaluator evaluator(model);
   RetentionSummary retention;
   // Put in place once every sample is scored: a failed run leaves the previous file untouched.
@@ -105,20 +106,20 @@ int run_ruler(const RulerArgs& a) {
     add_evidence_fields(row, request.evidence, answer.retention);
     retention.add(answer.retention, score);
     if (trace) {
-      const std::string full_text = full ? full->text : answer.text;
-      if (a.traces.keeps(score, answer.text, full_text)) {
-        const eval::SampleFacts facts{s.task, static_cast<int64_t>(s.index), s.outputs, static_cast<int>(prepared.prompt.size()),
-                                      static_cast<int>(prepared.appended.size()), request.evidence};
-        if (full)
-          trace->annotate(facts, {full->run_name, false, eval::ruler_score(full->text, s.outputs), full->text,
-                                  full->first_answer_step, full->retention}, "");
-        trace->annotate(facts, {answer.run_name, true, score, answer.text, answer.first_answer_step,
-                                answer.retention}, full ? full->run_name : "");
-        trace->keep();
-        row["trace"] = trace->path().string();
-      } else {
-        row["trace"] = nullptr;
-      }
+      const eval::SampleFacts facts{s.task,
+                                    static_cast<int64_t>(s.index),
+                                    s.outputs,
+                                    static_cast<int>(prepared.prompt.size()),
+                                    static_cast<int>(prepared.appended.size()),
+                                    request.evidence};
+      std::optional<eval::SampleRunFacts> full_run;
+      if (full)
+        full_run =
+            eval::SampleRunFacts{full->run_name,          false,          row["full_score"].get<double>(), full->text,
+                                 full->first_answer_step, full->retention};
+      a.traces.finish(*trace, facts,
+                      {answer.run_name, true, score, answer.text, answer.first_answer_step, answer.retention}, full_run,
+                      row);
     }
     if (written)  // what an independent run needs to score the same samples: the exact prompt ids
       written->write(nlohmann::json{{"task", s.task}, {"index", s.index}, {"input", s.input},

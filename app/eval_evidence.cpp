@@ -19,8 +19,8 @@ void add_evidence_fields(nlohmann::json& record, const std::vector<eval::Evidenc
   for (const auto& s : spans) list.push_back({{"first", s.first}, {"last", s.last}, {"kind", s.kind}});
   record["evidence"] = std::move(list);
   if (!report) {
-    for (const char* key : {"evidence_tokens", "evidence_kept", "evidence_kept_min_layer", "evidence_layers_mostly_lost",
-                            "evidence_mostly_lost", "evidence_first_left"})
+    for (const char* key : {"evidence_tokens", "evidence_kept", "evidence_kept_min_layer",
+                            "evidence_layers_mostly_lost", "evidence_mostly_lost", "evidence_first_left"})
       record[key] = nullptr;
     return;
   }
@@ -84,10 +84,11 @@ void RetentionSummary::print(const std::string& policy, const eval::BootstrapSet
     return;
   }
   const eval::RetentionTable t = eval::retention_table(outcomes_, settings);
-  std::printf("evidence at the first answer token, %d samples (correct: score >= %g; lost: under half kept in at "
-              "least half the layers)%s\n",
-              t.samples, eval::kCorrectScore,
-              without_evidence_ ? (", " + std::to_string(without_evidence_) + " without evidence").c_str() : "");
+  std::printf(
+      "evidence at the first answer token, %d samples (correct: score >= %g; lost: under half kept in at "
+      "least half the layers)%s\n",
+      t.samples, eval::kCorrectScore,
+      without_evidence_ ? (", " + std::to_string(without_evidence_) + " without evidence").c_str() : "");
   auto cell = [&](int lost, int correct) {
     const eval::RetentionCell& c = t.cells[lost][correct];
     std::printf("  %4d  %5.1f%% [%5.1f, %5.1f]", c.count, 100.0 * c.share.mean, 100.0 * c.share.low,
@@ -108,8 +109,9 @@ void TraceOptions::add_to(CLI::App* cmd) {
   cmd->add_option("--traces-for", traces_for,
                   "failed (default: samples the policy got wrong or where its answer differs from the full "
                   "cache's) or all");
-  cmd->add_option("--traces-record", record, "what the sample traces record (`kvscope trace --record`; default '" +
-                                                 std::string(eval::kSampleTraceRecord) + "')");
+  cmd->add_option("--traces-record", record,
+                  "what the sample traces record (`kvscope trace --record`; default '" +
+                      std::string(eval::kSampleTraceRecord) + "')");
   // Tests measure retention on spans they compute themselves, before every generator marks its evidence.
   cmd->add_option("--test-evidence", test_evidence, "evidence spans 'first-last:kind;...' for every sample (tests)")
       ->group("");
@@ -141,6 +143,18 @@ std::unique_ptr<eval::SampleTrace> TraceOptions::open(const std::filesystem::pat
 
 bool TraceOptions::keeps(double score, const std::string& prediction, const std::string& full_prediction) const {
   return traces_for == "all" || eval::sample_failed(score, prediction, full_prediction);
+}
+
+void TraceOptions::finish(eval::SampleTrace& trace, const eval::SampleFacts& sample, const eval::SampleRunFacts& policy,
+                          const std::optional<eval::SampleRunFacts>& full, nlohmann::json& record) const {
+  if (!keeps(policy.score, policy.prediction, full ? full->prediction : policy.prediction)) {
+    record["trace"] = nullptr;
+    return;  // the SampleTrace's destructor abandons the file
+  }
+  if (full) trace.annotate(sample, *full, "");
+  trace.annotate(sample, policy, full ? full->run_name : "");
+  trace.keep();
+  record["trace"] = trace.path().string();
 }
 
 std::vector<eval::EvidenceSpan> TraceOptions::evidence_for(const std::vector<eval::EvidenceSpan>& own) const {

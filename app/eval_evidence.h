@@ -57,6 +57,11 @@ struct TraceOptions {
   std::unique_ptr<eval::SampleTrace> open(const std::filesystem::path& path, bool force) const;
   // Whether a sample's trace is kept: every one with --traces-for all, else a failed one (eval::sample_failed).
   bool keeps(double score, const std::string& prediction, const std::string& full_prediction) const;
+  // The end of a sample's trace: when keeps(policy run's score, its prediction, the full run's), annotates the
+  // runs (the full run first, when there is one: a full-cache evaluation has one run) and puts the file in
+  // place, record["trace"] = its path; otherwise abandons it (no file), record["trace"] = null.
+  void finish(eval::SampleTrace& trace, const eval::SampleFacts& sample, const eval::SampleRunFacts& policy,
+              const std::optional<eval::SampleRunFacts>& full, nlohmann::json& record) const;
   // The spans a sample runs with: --test-evidence's when given, else its own.
   std::vector<eval::EvidenceSpan> evidence_for(const std::vector<eval::EvidenceSpan>& own) const;
 };

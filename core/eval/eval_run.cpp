@@ -217,9 +217,8 @@ PplResult Evaluator::ppl(const PplReference& reference, const CellPolicy& cell) 
   return out;
 }
 
-NeedleReference Evaluator::needle_reference(const std::vector<int>& prompt, const std::string& value,
-                                            int answer_tokens, const std::vector<EvidenceSpan>& evidence,
-                                            const TraceTarget& trace) {
+NeedleReference Evaluator::needle_reference(const std::vector<int>& prompt, const std::string& value, int answer_tokens,
+                                            const std::vector<EvidenceSpan>& evidence, const TraceTarget& trace) {
   engine::GenerateOptions options;
   options.max_new_tokens = answer_tokens;
   NeedleReference ref;
@@ -253,7 +252,7 @@ NeedleResult Evaluator::needle(const NeedleReference& reference, const CellPolic
 }
 
 AnswerResult Evaluator::answer(const AnswerRequest& request, const CellPolicy& cell, std::size_t full_peak_bytes,
-                                const TraceTarget& trace) {
+                               const TraceTarget& trace) {
   if (request.max_new_tokens < 1) throw UsageError("an answer needs at least 1 new token");
   engine::GenerateOptions options;
   options.forced_tokens = request.appended;

@@ -131,7 +131,7 @@ struct AnswerResult {
   // The evidence's retention at the first answer token and where each token first left; empty when the
   // request has no evidence (never a made-up 1.0).
   std::optional<EvidenceReport> retention;
-  std::string run_name;  // the run's name, as in a trace ("full", "snapkv_b25pct", ...)
+  std::string run_name;        // the run's name, as in a trace ("full", "snapkv_b25pct", ...)
   int first_answer_step = -1;  // the steps/ row that sampled the first answer token (docs/trace-format.md)
 };
 

@@ -6,12 +6,17 @@ namespace kvscope::eval {
 
 EvidenceObserver::EvidenceObserver(const std::vector<EvidenceSpan>& spans, int appended_tokens, int n_layers,
                                    int n_kv_heads)
-    : spans_(spans), positions_(evidence_positions(spans)), appended_(appended_tokens), n_layers_(n_layers), n_kv_heads_(n_kv_heads) {
+    : spans_(spans),
+      positions_(evidence_positions(spans)),
+      appended_(appended_tokens),
+      n_layers_(n_layers),
+      n_kv_heads_(n_kv_heads) {
   departures_.reserve(positions_.size());
   for (int p : positions_) departures_.push_back({p});
 }
 
-void EvidenceObserver::on_edit(const cache::CacheEdit& edit, const cache::KVCache& before, const observation::StepInfo&) {
+void EvidenceObserver::on_edit(const cache::CacheEdit& edit, const cache::KVCache& before,
+                               const observation::StepInfo&) {
   if (positions_.empty()) return;
   // The step being run is the row after the steps that ended.
   for (const cache::HeadEdit& head : edit.heads) {

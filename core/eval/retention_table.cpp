@@ -12,7 +12,8 @@ RetentionTable retention_table(const std::vector<RetentionOutcome>& outcomes, co
     for (int correct = 0; correct < 2; ++correct) {
       std::vector<double> indicator;
       indicator.reserve(outcomes.size());
-      for (const auto& o : outcomes) indicator.push_back(o.lost == (lost == 1) && o.correct == (correct == 1) ? 1.0 : 0.0);
+      for (const auto& o : outcomes)
+        indicator.push_back(o.lost == (lost == 1) && o.correct == (correct == 1) ? 1.0 : 0.0);
       RetentionCell& cell = t.cells[lost][correct];
       cell.share = bootstrap_mean(indicator, settings);
       for (double x : indicator) cell.count += x > 0.5;

@@ -44,8 +44,7 @@ void SampleTrace::annotate(const SampleFacts& sample, const SampleRunFacts& run,
   const auto& kept = report.retention.kept;
   std::vector<double> flat;
   for (const auto& layer : kept) flat.insert(flat.end(), layer.begin(), layer.end());
-  w.write_run_dataset(r, "evidence/kept", {kept.size(), kept.empty() ? 0 : kept[0].size()}, flat,
-                      {"layer", "kv_head"});
+  w.write_run_dataset(r, "evidence/kept", {kept.size(), kept.empty() ? 0 : kept[0].size()}, flat, {"layer", "kv_head"});
   // Where each evidence token first left: one row per token, -1 where it never left.
   const std::size_t n = report.departures.size();
   std::vector<int32_t> tokens, step, layer, kv_head, merged;

@@ -674,16 +674,18 @@ std::vector<char> bytes_of(const std::vector<T>& values) {
 }
 }  // namespace
 
-void Hdf5Writer::write_run_dataset(const std::string& run, const std::string& path, const std::vector<std::size_t>& dims,
-                                   const std::vector<int32_t>& values, const std::vector<std::string>& labels) {
+void Hdf5Writer::write_run_dataset(const std::string& run, const std::string& path,
+                                   const std::vector<std::size_t>& dims, const std::vector<int32_t>& values,
+                                   const std::vector<std::string>& labels) {
   if (element_count(dims) != values.size())
     throw Error("dataset '" + path + "' of run '" + run + "': " + std::to_string(values.size()) +
                 " values do not fill its shape");
   write_run_bytes(run, path, dims, bytes_of(values), ElementType::Int32, 0, labels);
 }
 
-void Hdf5Writer::write_run_dataset(const std::string& run, const std::string& path, const std::vector<std::size_t>& dims,
-                                   const std::vector<double>& values, const std::vector<std::string>& labels) {
+void Hdf5Writer::write_run_dataset(const std::string& run, const std::string& path,
+                                   const std::vector<std::size_t>& dims, const std::vector<double>& values,
+                                   const std::vector<std::string>& labels) {
   if (element_count(dims) != values.size())
     throw Error("dataset '" + path + "' of run '" + run + "': " + std::to_string(values.size()) +
                 " values do not fill its shape");
@@ -720,7 +722,8 @@ void Hdf5Writer::write_run_bytes(const std::string& run, const std::string& path
     }
     const std::vector<hsize_t> extent(dims.begin(), dims.end());
     Handle d = h5::create_dataset(parent, leaf, {file_type, extent, {}, {}, 0, labels});
-    if (!shared->empty()) h5::write_slab(d, memory_type, std::vector<hsize_t>(extent.size(), 0), extent, shared->data());
+    if (!shared->empty())
+      h5::write_slab(d, memory_type, std::vector<hsize_t>(extent.size(), 0), extent, shared->data());
   });
   rethrow_if_failed();
 }
