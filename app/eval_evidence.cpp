@@ -94,7 +94,7 @@ void RetentionSummary::print(const std::string& policy, const eval::BootstrapSet
     std::printf("  %4d  %5.1f%% [%5.1f, %5.1f]", c.count, 100.0 * c.share.mean, 100.0 * c.share.low,
                 100.0 * c.share.high);
   };
-  std::printf("  %-14s %-30s %-30s\n", "", "correct", "wrong");
+  std::printf("  %-14s  %-27s  %-27s\n", "", "correct", "wrong");
   std::printf("  %-14s", "mostly kept");
   cell(0, 1), cell(0, 0);
   std::printf("\n  %-14s", "mostly lost");
