@@ -1,10 +1,14 @@
 // kvscope eval fidelity|ppl|needle: what a policy costs in quality against the full cache on the same
 // tokens. One (policy, budget) per call; `kvscope sweep` runs grids of them.
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "app/eval_evidence.h"
 #include "app/eval_prompts.h"
 #include "app/eval_report.h"
 #include "app/eval_subcommands.h"
@@ -35,6 +39,8 @@ struct EvalArgs {
   std::vector<int> lengths = NeedleGrid{}.lengths;
   std::vector<std::string> depths = {"0", "25", "50", "75", "100"};
   uint64_t seed = 1;
+  TraceOptions traces;                // needle only
+  eval::BootstrapSettings bootstrap;  // needle only: the evidence retention table's intervals
 };
 
 std::string mib(double bytes) {
@@ -170,8 +176,17 @@ int run_needle(const EvalArgs& a) {
                                 run_input_files(&a.model, nullptr, {cell.policy}));
     check_output_path(a.write_samples, existing_policy(a.force), "--write-samples");
   }
+  a.traces.prepare();
+  // A case's trace: needle_<length>_<depth percent>.h5, every one refused before the first run.
+  std::vector<std::filesystem::path> trace_paths;
+  if (a.traces.enabled())
+    for (int length : grid.lengths)
+      for (double depth : grid.depths)
+        trace_paths.push_back(a.traces.sample_path(
+            "needle_" + std::to_string(length) + "_" + std::to_string(std::lround(depth * 100.0)) + ".h5", a.force));
   const model::Model model = a.model.load();
   eval::Evaluator evaluator(model);
+  RetentionSummary retention;
   const auto prompts = needle_prompts(model, grid);
   // Put in place once every case is scored: a failed run leaves the previous file untouched.
   std::unique_ptr<AtomicFile> written;
@@ -182,29 +197,48 @@ int run_needle(const EvalArgs& a) {
   ProgressLine line("needle " + cell.policy, static_cast<long>(prompts.size()));
   int full_total = 0;  // the full cache's hits on the same cases
   for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const auto trace = a.traces.open(a.traces.enabled() ? trace_paths[i] : std::filesystem::path(), a.force);
+    const eval::TraceTarget target = trace ? trace->target() : eval::TraceTarget{};
+    const bool full_policy = cell.policy == "full";  // then the trace holds one run
     // The plain prompt (Evaluator::encode without a template), with each token's bytes for the needle's span.
     const model::Encoding encoded = model.tokenizer->encode_prompt_with_bytes(prompts[i].text);
-    const auto evidence = evidence_json(eval::evidence_token_spans(prompts[i].evidence, encoded.bytes));
-    const auto reference = evaluator.needle_reference(encoded.ids, prompts[i].value, a.settings.answer_tokens);
-    const auto r = evaluator.needle(reference, cell, a.settings.answer_tokens);
+    const auto reference = evaluator.needle_reference(
+        encoded.ids, prompts[i].value, a.settings.answer_tokens,
+        a.traces.evidence_for(eval::evidence_token_spans(prompts[i].evidence, encoded.bytes)),
+        full_policy ? eval::TraceTarget{} : target);
+    const auto r = evaluator.needle(reference, cell, a.settings.answer_tokens, target);
     scores[i % grid.depths.size()][i / grid.depths.size()] = r.match ? 1.0 : 0.0;
     full_total += r.full_match;
-    cases.push_back({{"case", prompts[i].name},
-                     {"value", prompts[i].value},
-                     {"answer", r.answer},
-                     {"match", r.match},
-                     {"evidence", evidence},
-                     {"metrics", metrics_json(r.metrics())}});
+    nlohmann::json row = {{"case", prompts[i].name},
+                          {"value", prompts[i].value},
+                          {"answer", r.answer},
+                          {"match", r.match},
+                          {"metrics", metrics_json(r.metrics())}};
+    add_evidence_fields(row, reference.evidence, r.retention);
+    retention.add(r.retention, r.match ? 1.0 : 0.0);
     if (written)
       written->write(nlohmann::json{{"case", prompts[i].name},
                                     {"key", prompts[i].key},
                                     {"value", prompts[i].value},
                                     {"prompt_ids", encoded.ids},
-                                    {"evidence", evidence},
+                                    {"evidence", row["evidence"]},
                                     {"answer", r.answer},
                                     {"match", r.match}}
                          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
                      "\n");
+    if (trace) {
+      const eval::SampleFacts facts{
+          "needle", static_cast<int64_t>(i), {prompts[i].value}, static_cast<int>(reference.prompt.size()),
+          0,        reference.evidence};
+      std::optional<eval::SampleRunFacts> full;
+      if (!full_policy)
+        full = eval::SampleRunFacts{reference.run_name,          false,
+                                    reference.match ? 1.0 : 0.0, reference.answer,
+                                    reference.first_answer_step, reference.retention};
+      a.traces.finish(*trace, facts,
+                      {r.run_name, true, r.match ? 1.0 : 0.0, r.answer, r.first_answer_step, r.retention}, full, row);
+    }
+    cases.push_back(std::move(row));
     line.update(static_cast<long>(i + 1));
   }
   line.finish();
@@ -218,11 +252,13 @@ int run_needle(const EvalArgs& a) {
   if (!a.figure.empty()) throw Error("this kvscope was built without the GUI libraries, which --figure needs");
 #endif
   if (a.json) {
-    std::cout << nlohmann::json{{"eval", "needle"}, {"policy", cell.policy},   {"budget", cell.budget},
-                                {"seed", a.seed},   {"lengths", grid.lengths}, {"depths", grid.depths},
-                                {"cases", cases}}
-                     .dump(2)
-              << "\n";
+    std::cout
+        << nlohmann::json{{"eval", "needle"},        {"policy", cell.policy},
+                          {"budget", cell.budget},   {"seed", a.seed},
+                          {"lengths", grid.lengths}, {"depths", grid.depths},
+                          {"cases", cases},          {"evidence_retention", retention.json(cell.policy, a.bootstrap)}}
+               .dump(2)
+        << "\n";
     return 0;
   }
   std::printf("needle retrieval of %s at budget %s (exact match of the 7-digit value; seed %llu)\n",
@@ -239,6 +275,7 @@ int run_needle(const EvalArgs& a) {
   }
   std::printf("accuracy %.3f over %zu cases (the full cache: %.3f)\n", total / prompts.size(), prompts.size(),
               static_cast<double>(full_total) / prompts.size());
+  retention.print(cell.policy, a.bootstrap);
   return 0;
 }
 
@@ -290,7 +327,12 @@ Command register_eval(CLI::App& root) {
                      "write every case (key, value, prompt ids, evidence spans, answer) as JSONL (put in place when "
                      "every case is done)");
   needle->add_flag("--force", a->force,
-                   "replace an existing --figure or --write-samples file (a link is replaced, never written through)");
+                   "replace an existing --figure, --write-samples or --traces file (a link is replaced, never "
+                   "written through)");
+  a->traces.add_to(needle);
+  needle->add_option("--bootstrap-resamples", a->bootstrap.resamples, "bootstrap resamples of the evidence table")
+      ->check(kPositive);
+  needle->add_option("--bootstrap-seed", a->bootstrap.seed, "bootstrap seed of the evidence table");
   const Command longbench = add_eval_longbench(*cmd);
   const Command ruler = add_eval_ruler(*cmd);
   return {cmd, [a, fidelity, ppl, longbench, ruler]() {

@@ -1,12 +1,15 @@
 // kvscope eval longbench: LongBench (v1) records run under a policy and scored as LongBench scores them, with
 // bootstrap intervals; or, with --score-only, its metrics on given (prediction, reference) pairs.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "app/eval_evidence.h"
 #include "app/eval_report.h"
 #include "app/eval_subcommands.h"
 #include "app/number_checks.h"
@@ -36,6 +39,7 @@ struct LongBenchArgs {
   bool score_only = false;
   std::string metric, pairs, classes;
   eval::BootstrapSettings bootstrap;
+  TraceOptions traces;
 };
 
 std::vector<eval::MetricPair> parse_pairs(const std::string& pairs_json, const std::string& classes_json) {
@@ -96,6 +100,7 @@ int run_records(const LongBenchArgs& a) {
   const eval::Protocol protocol = eval::parse_protocol(a.protocol);
   const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget};
   policy::make_policy(cell.policy);  // a bad spec fails before anything loads
+  a.traces.prepare();
   if (!a.predictions.empty()) {
     std::vector<NamedPath> inputs = run_input_files(&a.model, nullptr, {cell.policy});
     inputs.push_back({"--data", a.data});
@@ -120,8 +125,15 @@ int run_records(const LongBenchArgs& a) {
     if (!tasks_by_name.count(r.dataset)) tasks_by_name.emplace(r.dataset, eval::longbench_task(r.dataset, prompts_json));
   }
   if (a.limit > 0 && static_cast<int>(records.size()) > a.limit) records.resize(a.limit);
+  // Every record's trace file is refused before the first run, not halfway through.
+  std::vector<std::filesystem::path> trace_paths;
+  if (a.traces.enabled())
+    for (std::size_t i = 0; i < records.size(); ++i)
+      trace_paths.push_back(
+          a.traces.sample_path(eval::sample_trace_name(records[i].dataset, static_cast<int64_t>(i)), a.force));
   const model::Model model = a.model.load();
   eval::Evaluator evaluator(model);
+  RetentionSummary retention;
   // Written beside --predictions and put in place once every record is scored: a failed run leaves no
   // file that passes for a whole prediction set, and the previous one untouched.
   std::unique_ptr<AtomicFile> predictions;
@@ -141,19 +153,25 @@ int run_records(const LongBenchArgs& a) {
     parts.evidence = eval::longbench_answer_evidence(parts.text, parts.question, record);
     const eval::PreparedPrompt prepared =
         eval::prepare_prompt(model, parts, task.chat && !a.no_chat, protocol, task.max_new_tokens, a.max_length);
-    eval::AnswerRequest request{prepared.prompt, prepared.appended, task.max_new_tokens};
+    eval::AnswerRequest request{prepared.prompt, prepared.appended, task.max_new_tokens,
+                                a.traces.evidence_for(prepared.evidence)};
+    const auto trace = a.traces.open(a.traces.enabled() ? trace_paths[i] : std::filesystem::path(), a.force);
+    const eval::TraceTarget target = trace ? trace->target() : eval::TraceTarget{};
     std::size_t full_peak = 0;
     double full_score = -1.0;
     std::string full_text;
-    if (a.vs_full && cell.policy != "full") {
-      const auto full = evaluator.answer(request, {"full", ""});
-      full_peak = full.memory.peak_bytes;
-      full_text = eval::first_line_if(task.stop_at_newline, full.text);
+    std::optional<eval::AnswerResult> full;
+    if ((a.vs_full || trace) && cell.policy != "full") {  // a trace holds the full cache's run beside the policy's
+      full = evaluator.answer(request, {"full", ""}, 0, target);
+      full_peak = full->memory.peak_bytes;
+      full_text = eval::first_line_if(task.stop_at_newline, full->text);
       full_score = eval::longbench_record_score(task, full_text, record);
-      full_by_task[task.name].push_back(full_score);
-      full_all.push_back(full_score);
+      if (a.vs_full) {
+        full_by_task[task.name].push_back(full_score);
+        full_all.push_back(full_score);
+      }
     }
-    const auto answer = evaluator.answer(request, cell, full_peak);
+    const auto answer = evaluator.answer(request, cell, full_peak, target);
     const std::string text = eval::first_line_if(task.stop_at_newline, answer.text);
     const double score = eval::longbench_record_score(task, text, record);
     by_task[task.name].push_back(score);
@@ -164,10 +182,25 @@ int run_records(const LongBenchArgs& a) {
                           {"prompt_tokens", prepared.prompt.size()},
                           {"appended_tokens", prepared.appended.size()},
                           {"truncated", prepared.truncated},
-                          {"evidence", evidence_json(prepared.evidence)},
                           {"prediction", text},
                           {"score", score}};
     if (full_score >= 0) row["full_score"] = full_score, row["full_prediction"] = full_text;
+    add_evidence_fields(row, request.evidence, answer.retention);
+    retention.add(answer.retention, score);
+    if (trace) {
+      const eval::SampleFacts facts{task.name,
+                                    static_cast<int64_t>(i),
+                                    record.answers,
+                                    static_cast<int>(prepared.prompt.size()),
+                                    static_cast<int>(prepared.appended.size()),
+                                    request.evidence};
+      std::optional<eval::SampleRunFacts> full_run;
+      if (full)
+        full_run = eval::SampleRunFacts{full->run_name,          false,          full_score, full_text,
+                                        full->first_answer_step, full->retention};
+      a.traces.finish(*trace, facts, {answer.run_name, true, score, text, answer.first_answer_step, answer.retention},
+                      full_run, row);
+    }
     rows.push_back(std::move(row));
     // LongBench's own pred/*.jsonl layout, so its eval.py can score the same predictions; with the exact prompt
     // ids and the evidence spans on them, which eval.py ignores.
@@ -202,6 +235,7 @@ int run_records(const LongBenchArgs& a) {
   overall.erase("full");
   overall.erase("difference");
   out["overall"] = std::move(overall);
+  out["evidence_retention"] = retention.json(cell.policy, a.bootstrap);
   if (a.json) {
     std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
@@ -210,6 +244,7 @@ int run_records(const LongBenchArgs& a) {
               cell.policy.c_str(), cell.budget.empty() ? "(whole prompt)" : cell.budget.c_str(),
               eval::protocol_name(protocol).c_str(), static_cast<int>(a.bootstrap.level * 100), a.bootstrap.resamples);
   for (const auto& [name, t] : tasks.items()) print_scored_group(name, t, 22, /*show_n=*/true);
+  retention.print(cell.policy, a.bootstrap);
   return 0;
 }
 
@@ -239,7 +274,9 @@ Command add_eval_longbench(CLI::App& eval) {
   cmd->add_option("--predictions", a->predictions,
                   "write the predictions as LongBench's pred JSONL (put in place when every record is done)");
   cmd->add_flag("--force", a->force,
-                "replace an existing --predictions file (a link is replaced, never written through)");
+                "replace an existing --predictions file or --traces files (a link is replaced, never written "
+                "through)");
+  a->traces.add_to(cmd);
   cmd->add_option("--bootstrap-resamples", a->bootstrap.resamples, "bootstrap resamples")->check(kPositive);
   cmd->add_option("--bootstrap-seed", a->bootstrap.seed, "bootstrap seed");
   cmd->add_flag("--json", a->json, "print a machine-readable record");

@@ -2,11 +2,14 @@
 // a policy and scored as RULER scores them, with bootstrap intervals per task and for the average.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "app/eval_evidence.h"
 #include "app/eval_prompts.h"
 #include "app/eval_report.h"
 #include "app/eval_subcommands.h"
@@ -34,6 +37,7 @@ struct RulerArgs {
   eval::RulerSettings settings;
   bool no_chat = false, vs_full = false, json = false, force = false;
   eval::BootstrapSettings bootstrap;
+  TraceOptions traces;
 };
 
 int run_ruler(const RulerArgs& a) {
@@ -46,6 +50,7 @@ int run_ruler(const RulerArgs& a) {
     refuse_output_that_is_input({"--write-samples", a.write_samples}, inputs);
     check_output_path(a.write_samples, existing_policy(a.force), "--write-samples");
   }
+  a.traces.prepare();
   eval::RulerSettings settings = a.settings;
   settings.tasks = a.tasks;
   settings.essay = eval::ruler_essay(a.haystack);
@@ -55,7 +60,13 @@ int run_ruler(const RulerArgs& a) {
   const model::Model model = a.model.load();
   std::fprintf(stderr, "generating RULER samples at %d tokens...\n", settings.length);
   const auto samples = ruler_samples(model, settings, !a.no_chat);
+  // Every sample's trace file is refused before the first run, not halfway through.
+  std::vector<std::filesystem::path> trace_paths;
+  if (a.traces.enabled())
+    for (const auto& s : samples)
+      trace_paths.push_back(a.traces.sample_path(eval::sample_trace_name(s.task, s.index), a.force));
   eval::Evaluator evaluator(model);
+  RetentionSummary retention;
   // Put in place once every sample is scored: a failed run leaves the previous file untouched.
   std::unique_ptr<AtomicFile> written;
   if (!a.write_samples.empty())
@@ -70,28 +81,46 @@ int run_ruler(const RulerArgs& a) {
     eval::PromptParts parts{s.input, s.question, s.answer_prefix, s.evidence};
     const auto prepared = eval::prepare_prompt(model, parts, !a.no_chat, protocol, s.max_new_tokens,
                                                model.config.context_length - s.max_new_tokens);
-    eval::AnswerRequest request{prepared.prompt, prepared.appended, s.max_new_tokens};
-    nlohmann::json row = {{"task", s.task},
-                          {"index", s.index},
-                          {"outputs", s.outputs},
-                          {"prompt_tokens", prepared.prompt.size()},
-                          {"appended_tokens", prepared.appended.size()},
-                          {"evidence", evidence_json(prepared.evidence)}};
+    eval::AnswerRequest request{prepared.prompt, prepared.appended, s.max_new_tokens,
+                                a.traces.evidence_for(prepared.evidence)};
+    nlohmann::json row = {{"task", s.task}, {"index", s.index}, {"outputs", s.outputs},
+                          {"prompt_tokens", prepared.prompt.size()}, {"appended_tokens", prepared.appended.size()}};
+    const auto trace = a.traces.open(a.traces.enabled() ? trace_paths[i] : std::filesystem::path(), a.force);
+    const eval::TraceTarget target = trace ? trace->target() : eval::TraceTarget{};
     std::size_t full_peak = 0;
-    if (a.vs_full && cell.policy != "full") {
-      const auto full = evaluator.answer(request, {"full", ""});
-      full_peak = full.memory.peak_bytes;
-      const double score = eval::ruler_score(full.text, s.outputs);
-      full_by_task[s.task].push_back(score);
-      row["full_prediction"] = full.text;
+    std::optional<eval::AnswerResult> full;
+    if ((a.vs_full || trace) && cell.policy != "full") {  // a trace holds the full cache's run beside the policy's
+      full = evaluator.answer(request, {"full", ""}, 0, target);
+      full_peak = full->memory.peak_bytes;
+      const double score = eval::ruler_score(full->text, s.outputs);
+      if (a.vs_full) full_by_task[s.task].push_back(score);
+      row["full_prediction"] = full->text;
       row["full_score"] = score;
     }
-    const auto answer = evaluator.answer(request, cell, full_peak);
+    const auto answer = evaluator.answer(request, cell, full_peak, target);
     const double score = eval::ruler_score(answer.text, s.outputs);
     by_task[s.task].push_back(score);
     row["prediction"] = answer.text;
     row["score"] = score;
     row["peak_cache_bytes"] = answer.memory.peak_bytes;
+    add_evidence_fields(row, request.evidence, answer.retention);
+    retention.add(answer.retention, score);
+    if (trace) {
+      const eval::SampleFacts facts{s.task,
+                                    static_cast<int64_t>(s.index),
+                                    s.outputs,
+                                    static_cast<int>(prepared.prompt.size()),
+                                    static_cast<int>(prepared.appended.size()),
+                                    request.evidence};
+      std::optional<eval::SampleRunFacts> full_run;
+      if (full)
+        full_run =
+            eval::SampleRunFacts{full->run_name,          false,          row["full_score"].get<double>(), full->text,
+                                 full->first_answer_step, full->retention};
+      a.traces.finish(*trace, facts,
+                      {answer.run_name, true, score, answer.text, answer.first_answer_step, answer.retention}, full_run,
+                      row);
+    }
     if (written)  // what an independent run needs to score the same samples: the exact prompt ids
       written->write(nlohmann::json{{"task", s.task},
                                     {"index", s.index},
@@ -102,7 +131,7 @@ int run_ruler(const RulerArgs& a) {
                                     {"prompt_ids", prepared.prompt},
                                     {"appended_ids", prepared.appended},
                                     {"chat", prepared.chat},
-                                    {"evidence", evidence_json(prepared.evidence)},
+                                    {"evidence", evidence_json(request.evidence)},
                                     {"prediction", answer.text},
                                     {"score", score}}
                          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
@@ -139,6 +168,7 @@ int run_ruler(const RulerArgs& a) {
                         {"tasks", tasks},
                         {"records", rows}};
   out["average"] = average;
+  out["evidence_retention"] = retention.json(cell.policy, a.bootstrap);
   out["average"].erase("full");
   out["average"].erase("difference");
   if (average.contains("full")) out["full_average"] = average["full"], out["difference"] = average["difference"];
@@ -151,6 +181,7 @@ int run_ruler(const RulerArgs& a) {
               eval::protocol_name(protocol).c_str(), settings.samples, static_cast<int>(a.bootstrap.level * 100));
   for (const auto& name : order) print_scored_group(name, tasks[name], 18, /*show_n=*/false);
   print_scored_group("average", average, 18, /*show_n=*/false);
+  retention.print(cell.policy, a.bootstrap);
   return 0;
 }
 
@@ -185,7 +216,9 @@ Command add_eval_ruler(CLI::App& eval) {
       "write every sample (text, prompt ids, expected answers, evidence spans, prediction) as JSONL (put in place when "
       "every sample is done)");
   cmd->add_flag("--force", a->force,
-                "replace an existing --write-samples file (a link is replaced, never written through)");
+                "replace an existing --write-samples file or --traces files (a link is replaced, never written "
+                "through)");
+  a->traces.add_to(cmd);
   cmd->add_option("--bootstrap-resamples", a->bootstrap.resamples, "bootstrap resamples")->check(kPositive);
   cmd->add_option("--bootstrap-seed", a->bootstrap.seed, "bootstrap seed");
   cmd->add_flag("--json", a->json, "print a machine-readable record");

@@ -130,7 +130,7 @@ std::vector<int> Evaluator::encode(const std::string& text, bool chat, bool pars
 
 engine::RunResult Evaluator::run(const std::vector<int>& prompt, engine::GenerateOptions options,
                                  const CellPolicy& cell, const std::vector<engine::RunObserver*>& observers,
-                                 double& run_ms, bool stop_at_end) {
+                                 double& run_ms, bool stop_at_end, const TraceTarget& trace, std::string* run_name) {
   run::RunSpec spec;
   spec.policy = cell.policy;
   spec.budget = cell.budget;
@@ -139,6 +139,10 @@ engine::RunResult Evaluator::run(const std::vector<int>& prompt, engine::Generat
   spec.generation = std::move(options);
   spec.source = "kvscope eval";
   run::RunSinks sinks;
+  if (trace.sink) {
+    spec.record = trace.record;
+    sinks.traces.push_back(trace.sink);
+  }
   sinks.observers = observers;
   sinks.progress = progress;
   sinks.prefills = prefills_;
@@ -147,6 +151,7 @@ engine::RunResult Evaluator::run(const std::vector<int>& prompt, engine::Generat
   run::RunOutcome outcome = run::execute(spec, model_, sinks);
   run_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (outcome.result.cancelled) throw EvalCancelled("evaluation of " + cell.policy + " cancelled");
+  if (run_name) *run_name = outcome.name;
   return std::move(outcome.result);
 }
 
@@ -212,39 +217,53 @@ PplResult Evaluator::ppl(const PplReference& reference, const CellPolicy& cell) 
   return out;
 }
 
-NeedleReference Evaluator::needle_reference(const std::vector<int>& prompt, const std::string& value,
-                                            int answer_tokens) {
+NeedleReference Evaluator::needle_reference(const std::vector<int>& prompt, const std::string& value, int answer_tokens,
+                                            const std::vector<EvidenceSpan>& evidence, const TraceTarget& trace) {
   engine::GenerateOptions options;
   options.max_new_tokens = answer_tokens;
   NeedleReference ref;
-  const auto r = run(prompt, options, kFullCache, {}, ref.run_ms);
+  EvidenceObserver watch(evidence, 0, model_.config.n_layers, model_.config.n_kv_heads);
+  const auto r = run(prompt, options, kFullCache, {&watch}, ref.run_ms, false, trace, &ref.run_name);
   ref.prompt = prompt;
   ref.value = value;
+  ref.evidence = evidence;
+  ref.answer = r.text;
+  ref.retention = watch.report();
+  ref.first_answer_step = watch.first_answer_step();
   ref.match = needle_answer_matches(r.text, value);
   ref.peak_bytes = r.cache_peak_bytes;
   return ref;
 }
 
-NeedleResult Evaluator::needle(const NeedleReference& reference, const CellPolicy& cell, int answer_tokens) {
+NeedleResult Evaluator::needle(const NeedleReference& reference, const CellPolicy& cell, int answer_tokens,
+                               const TraceTarget& trace) {
   engine::GenerateOptions options;
   options.max_new_tokens = answer_tokens;
   NeedleResult out;
-  const auto r = run(reference.prompt, options, cell, {}, out.run_ms);
+  EvidenceObserver watch(reference.evidence, 0, model_.config.n_layers, model_.config.n_kv_heads);
+  const auto r = run(reference.prompt, options, cell, {&watch}, out.run_ms, false, trace, &out.run_name);
   out.answer = r.text;
+  out.retention = watch.report();
+  out.first_answer_step = watch.first_answer_step();
   out.match = needle_answer_matches(r.text, reference.value);
   out.full_match = reference.match;
   out.memory = memory_of(r, reference.peak_bytes);
   return out;
 }
 
-AnswerResult Evaluator::answer(const AnswerRequest& request, const CellPolicy& cell, std::size_t full_peak_bytes) {
+AnswerResult Evaluator::answer(const AnswerRequest& request, const CellPolicy& cell, std::size_t full_peak_bytes,
+                               const TraceTarget& trace) {
   if (request.max_new_tokens < 1) throw UsageError("an answer needs at least 1 new token");
   engine::GenerateOptions options;
   options.forced_tokens = request.appended;
   options.sample_after_forced = true;
   options.max_new_tokens = static_cast<int>(request.appended.size()) + request.max_new_tokens;
   AnswerResult out;
-  const auto r = run(request.prompt, options, cell, {}, out.run_ms, /*stop_at_end=*/true);
+  EvidenceObserver watch(request.evidence, static_cast<int>(request.appended.size()), model_.config.n_layers,
+                         model_.config.n_kv_heads);
+  const auto r = run(request.prompt, options, cell, {&watch}, out.run_ms, /*stop_at_end=*/true, trace, &out.run_name);
+  out.retention = watch.report();
+  out.first_answer_step = watch.first_answer_step();
   out.tokens.assign(r.generated_tokens.begin() + std::min(request.appended.size(), r.generated_tokens.size()),
                     r.generated_tokens.end());
   out.stop_reason = r.stop_reason;

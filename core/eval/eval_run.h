@@ -7,15 +7,19 @@
 #include <atomic>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/common/error.h"
 #include "core/engine/engine.h"
+#include "core/eval/evidence.h"
+#include "core/eval/evidence_observer.h"
 #include "core/eval/metrics.h"
 #include "core/model/model.h"
 #include "core/run/prefill_store.h"
+#include "core/trace/trace_sink.h"
 
 namespace kvscope::eval {
 
@@ -77,17 +81,32 @@ struct PplResult {
   Metrics metrics() const;
 };
 
+// Where a run is recorded besides being scored (eval --traces): a trace sink and what to record
+// (trace::RecordOptions). No sink: not recorded.
+struct TraceTarget {
+  trace::TraceSink* sink = nullptr;
+  std::string record;
+};
+
 // --- needle: greedy answer after a haystack prompt, exact match of the value ---
 struct NeedleReference {
   std::vector<int> prompt;
   std::string value;
+  std::vector<EvidenceSpan> evidence;  // the needle's tokens in `prompt` (may be empty)
   bool match = false;  // the full cache's own answer
+  std::string answer;  // its text
+  std::optional<EvidenceReport> retention;  // the full cache's (set when evidence is)
+  std::string run_name;                     // the full cache's run, as in a trace
+  int first_answer_step = -1;               // the steps/ row that sampled the first answer token
   std::size_t peak_bytes = 0;
   double run_ms = 0.0;
 };
 struct NeedleResult {
   bool match = false, full_match = false;
   std::string answer;
+  std::optional<EvidenceReport> retention;  // set when the reference has evidence
+  std::string run_name;                     // the policy's run, as in a trace
+  int first_answer_step = -1;               // the steps/ row that sampled the first answer token
   CacheMemory memory;
   double run_ms = 0.0;
   Metrics metrics() const;
@@ -100,6 +119,8 @@ struct AnswerRequest {
   // question is not seen when the context is compressed); empty: the question is in the prompt.
   std::vector<int> appended;
   int max_new_tokens = 32;
+  // Token positions of prompt + appended that hold what the answer needs (PreparedPrompt::evidence); may be empty.
+  std::vector<EvidenceSpan> evidence{};
 };
 struct AnswerResult {
   std::vector<int> tokens;  // the answer, without a final end-of-generation token
@@ -107,6 +128,11 @@ struct AnswerResult {
   std::string stop_reason;  // "end_of_generation" or "max_new_tokens"
   CacheMemory memory;
   double run_ms = 0.0;
+  // The evidence's retention at the first answer token and where each token first left; empty when the
+  // request has no evidence (never a made-up 1.0).
+  std::optional<EvidenceReport> retention;
+  std::string run_name;        // the run's name, as in a trace ("full", "snapkv_b25pct", ...)
+  int first_answer_step = -1;  // the steps/ row that sampled the first answer token (docs/trace-format.md)
 };
 
 // A scored answer in a sweep cell (RULER): the policy's score and the full cache's on the same sample (0-1).
@@ -141,11 +167,15 @@ class Evaluator {
   PplReference ppl_reference(const std::vector<int>& tokens, int prompt_tokens);
   PplResult ppl(const PplReference& reference, const CellPolicy& cell);
 
-  NeedleReference needle_reference(const std::vector<int>& prompt, const std::string& value, int answer_tokens);
-  NeedleResult needle(const NeedleReference& reference, const CellPolicy& cell, int answer_tokens);
+  // evidence: the needle's token positions in `prompt` (empty: no retention is measured).
+  NeedleReference needle_reference(const std::vector<int>& prompt, const std::string& value, int answer_tokens,
+                                   const std::vector<EvidenceSpan>& evidence = {}, const TraceTarget& trace = {});
+  NeedleResult needle(const NeedleReference& reference, const CellPolicy& cell, int answer_tokens,
+                      const TraceTarget& trace = {});
   // Greedy, stopping at the model's end of generation (as transformers' generate does). full_peak_bytes: the
-  // full cache's peak on the same request, for memory.saved() (0: unknown).
-  AnswerResult answer(const AnswerRequest& request, const CellPolicy& cell, std::size_t full_peak_bytes = 0);
+  // full cache's peak on the same request, for memory.saved() (0: unknown). trace: also record the run there.
+  AnswerResult answer(const AnswerRequest& request, const CellPolicy& cell, std::size_t full_peak_bytes = 0,
+                      const TraceTarget& trace = {});
 
   // Called with the engine's progress of every run (prefill blocks, decode steps).
   std::function<void(const engine::Progress&)> progress;
@@ -164,8 +194,10 @@ class Evaluator {
 
  private:
   // Every cell scores the same number of tokens unless stop_at_end (answers end where the model ends them).
+  // run_name (when given) receives the run's name; trace: where it is recorded too.
   engine::RunResult run(const std::vector<int>& prompt, engine::GenerateOptions options, const CellPolicy& cell,
-                        const std::vector<engine::RunObserver*>& observers, double& run_ms, bool stop_at_end = false);
+                        const std::vector<engine::RunObserver*>& observers, double& run_ms, bool stop_at_end = false,
+                        const TraceTarget& trace = {}, std::string* run_name = nullptr);
 
   const model::Model& model_;
   // One prompt at a time: grids run prompt by prompt, and a capture of a long prompt is large.

@@ -635,3 +635,97 @@ void Hdf5Writer::end_run(int run, const std::map<std::string, std::string>& fina
 }
 
 }  // namespace kvscope::trace
+
+namespace kvscope::trace {
+
+int Hdf5Writer::run_id(const std::string& run) const {
+  const auto it = std::find(run_names_.begin(), run_names_.end(), run);
+  if (it == run_names_.end())
+    throw UsageError("trace file '" + path_.string() + "' has no run named '" + run + "' to add to");
+  return static_cast<int>(it - run_names_.begin());
+}
+
+template <typename T>
+void Hdf5Writer::set_run_attribute_of(const std::string& run, const std::string& name, T value) {
+  const int id = run_id(run);
+  post(64 + name.size(), [this, id, name, value] { h5::set_attr(state_->runs.at(id).group, name, value); });
+}
+
+void Hdf5Writer::set_run_attribute(const std::string& run, const std::string& name, const std::string& value) {
+  set_run_attribute_of(run, name, value);
+}
+void Hdf5Writer::set_run_attribute(const std::string& run, const std::string& name, int64_t value) {
+  set_run_attribute_of(run, name, value);
+}
+void Hdf5Writer::set_run_attribute(const std::string& run, const std::string& name, double value) {
+  set_run_attribute_of(run, name, value);
+}
+
+namespace {
+std::size_t element_count(const std::vector<std::size_t>& dims) {
+  std::size_t n = 1;
+  for (std::size_t d : dims) n *= d;
+  return n;
+}
+template <typename T>
+std::vector<char> bytes_of(const std::vector<T>& values) {
+  const char* p = reinterpret_cast<const char*>(values.data());
+  return {p, p + values.size() * sizeof(T)};
+}
+}  // namespace
+
+void Hdf5Writer::write_run_dataset(const std::string& run, const std::string& path,
+                                   const std::vector<std::size_t>& dims, const std::vector<int32_t>& values,
+                                   const std::vector<std::string>& labels) {
+  if (element_count(dims) != values.size())
+    throw Error("dataset '" + path + "' of run '" + run + "': " + std::to_string(values.size()) +
+                " values do not fill its shape");
+  write_run_bytes(run, path, dims, bytes_of(values), ElementType::Int32, 0, labels);
+}
+
+void Hdf5Writer::write_run_dataset(const std::string& run, const std::string& path,
+                                   const std::vector<std::size_t>& dims, const std::vector<double>& values,
+                                   const std::vector<std::string>& labels) {
+  if (element_count(dims) != values.size())
+    throw Error("dataset '" + path + "' of run '" + run + "': " + std::to_string(values.size()) +
+                " values do not fill its shape");
+  write_run_bytes(run, path, dims, bytes_of(values), ElementType::Float64, 0, labels);
+}
+
+void Hdf5Writer::write_run_strings(const std::string& run, const std::string& path,
+                                   const std::vector<std::string>& values, const std::string& label) {
+  std::size_t width = 1;
+  for (const auto& v : values) width = std::max(width, v.size());
+  std::vector<char> packed(values.size() * width, '\0');
+  for (std::size_t i = 0; i < values.size(); ++i)
+    std::copy(values[i].begin(), values[i].end(), packed.begin() + static_cast<std::ptrdiff_t>(i * width));
+  write_run_bytes(run, path, {values.size()}, std::move(packed), ElementType::FixedString, width, {label});
+}
+
+void Hdf5Writer::write_run_bytes(const std::string& run, const std::string& path, std::vector<std::size_t> dims,
+                                 std::vector<char> data, ElementType type, std::size_t string_width,
+                                 std::vector<std::string> labels) {
+  const int id = run_id(run);
+  auto shared = std::make_shared<std::vector<char>>(std::move(data));
+  post(shared->size() + 64, [this, id, path, dims, shared, type, string_width, labels] {
+    auto& r = state_->runs.at(id);
+    const auto slash = path.rfind('/');
+    Handle parent = slash == std::string::npos ? Handle(H5Gopen2(r.group, ".", H5P_DEFAULT))
+                                               : h5::ensure_group(r.group, path.substr(0, slash));
+    const std::string leaf = slash == std::string::npos ? path : path.substr(slash + 1);
+    Handle string_type;
+    hid_t file_type = H5T_STD_I32LE, memory_type = H5T_NATIVE_INT32;
+    if (type == ElementType::Float64) file_type = H5T_IEEE_F64LE, memory_type = H5T_NATIVE_DOUBLE;
+    if (type == ElementType::FixedString) {
+      string_type = h5::fixed_string_type(string_width);
+      file_type = memory_type = string_type;
+    }
+    const std::vector<hsize_t> extent(dims.begin(), dims.end());
+    Handle d = h5::create_dataset(parent, leaf, {file_type, extent, {}, {}, 0, labels});
+    if (!shared->empty())
+      h5::write_slab(d, memory_type, std::vector<hsize_t>(extent.size(), 0), extent, shared->data());
+  });
+  rethrow_if_failed();
+}
+
+}  // namespace kvscope::trace

@@ -73,6 +73,22 @@ class Hdf5Writer final : public TraceSink {
   // Final attributes (stop reason, timings ...) and complete = 1.
   void end_run(int run, const std::map<std::string, std::string>& final_metadata) override;
 
+  // What a caller adds to a run it knows by name (begun by a recorder, possibly ended): typed attributes and
+  // small datasets under the run's group, e.g. an evaluation's eval_* attributes and evidence/ (issue 35).
+  // `path` is relative to the run ("evidence/kept"); its groups are created. Throws UsageError for a run this
+  // writer never began; HDF5 failures surface like every other write (at the next call or close()).
+  void set_run_attribute(const std::string& run, const std::string& name, const std::string& value);
+  void set_run_attribute(const std::string& run, const std::string& name, int64_t value);
+  void set_run_attribute(const std::string& run, const std::string& name, double value);
+  // Row-major values of shape `dims` (their product must equal values.size()), dimension labels `labels`.
+  void write_run_dataset(const std::string& run, const std::string& path, const std::vector<std::size_t>& dims,
+                         const std::vector<int32_t>& values, const std::vector<std::string>& labels);
+  void write_run_dataset(const std::string& run, const std::string& path, const std::vector<std::size_t>& dims,
+                         const std::vector<double>& values, const std::vector<std::string>& labels);
+  // A 1-D fixed-length UTF-8 string dataset as wide as its longest value (the trace's string convention).
+  void write_run_strings(const std::string& run, const std::string& path, const std::vector<std::string>& values,
+                         const std::string& label);
+
   // Queues a flush of everything queued so far, without waiting for it: a long prefill calls it after
   // each layer so a killed run keeps the layers it finished.
   void flush() override;
@@ -90,6 +106,15 @@ class Hdf5Writer final : public TraceSink {
   struct State;
 
   void post(std::size_t bytes, std::function<void()> fn);
+  int run_id(const std::string& run) const;  // UsageError for a name begin_run never saw
+  enum class ElementType { Int32, Float64, FixedString };
+  // Queues a dataset at `path` under the run; `data` holds its row-major bytes (strings: `string_width` bytes
+  // each, null-padded).
+  void write_run_bytes(const std::string& run, const std::string& path, std::vector<std::size_t> dims,
+                       std::vector<char> data, ElementType type, std::size_t string_width,
+                       std::vector<std::string> labels);
+  template <typename T>
+  void set_run_attribute_of(const std::string& run, const std::string& name, T value);
   void thread_main();
   void rethrow_if_failed();
 
