@@ -244,6 +244,15 @@ def body(root):
     res = kvscope("explain", no_evidence)
     check(res.returncode == 0 and "evidence: unknown" in res.stdout and "largest lost attention" in res.stdout,
           f"a run without evidence still gets its blame, the evidence said to be unknown ({res.returncode}: {res.stderr.strip()})")
+    # The evidence figure (a GUI build: `figure` shares the window's renderer).
+    png = os.path.join(root, "evidence.png")
+    res = kvscope("figure", trace, "--view", "evidence", "--out", png, "--size", "900x500")
+    if "built without the GUI" not in res.stderr:
+        with open(png, "rb") if os.path.exists(png) else open(os.devnull, "rb") as f:
+            signature = f.read(8)
+        check(res.returncode == 0 and signature == b"\x89PNG\r\n\x1a\n", f"figure --view evidence writes a PNG ({res.returncode}: {res.stderr.strip()})")
+        res = kvscope("figure", no_evidence, "--view", "evidence", "--out", os.path.join(root, "none.png"))
+        check(res.returncode == 1 and "no evidence/ group" in res.stderr, f"figure --view evidence refuses a run without evidence ({res.stderr.strip()})")
     res = kvscope("explain", trace)
     check(res.returncode == 0 and "where the evidence went" in res.stdout and NEEDLE[0] in res.stdout,
           f"the text report shows where the evidence went ({res.returncode})")
