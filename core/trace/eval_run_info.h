@@ -1,6 +1,6 @@
 #pragma once
 // What an evaluation wrote about one of its runs in a per-sample trace (`eval ... --traces DIR`, issue 35): the
-// eval_* run attributes (docs/trace-format.md, "Runs of an evaluation"), and how the policy's run finds the full
+// eval_* run attributes (issue 35; docs/evaluation.md, "Why did it fail"), and how the policy's run finds the full
 // cache's run it is measured against. A trace made by `kvscope trace` has none of them: its runs read as if the
 // answer started right after the prompt (no appended question), so explain and the evidence view work on it too.
 #include <optional>

@@ -2,7 +2,7 @@
 
 A trace of one prompt with a needle in the middle is recorded under the full cache and StreamingLLM at a budget far
 smaller than the distance to the needle (--record qk=on). The evaluation's run attributes and evidence spans
-(docs/trace-format.md, "Runs of an evaluation") are added with h5py, the evidence found by searching the decoded
+(issue 35; docs/evaluation.md, "Why did it fail") are added with h5py, the evidence found by searching the decoded
 prompt for the needle. Then, from the stored float16 queries and keys, the log-sum-exp and the kept masks:
   - the lost attention mass p = exp(score_scale * q.k - lse) summed over the evicted set, and the mass on the
     evidence, of every (layer, query head), equal `explain --json` to 1e-5;
