@@ -39,7 +39,8 @@ Command register_figure(CLI::App& root) {
 #ifdef KVSCOPE_HAVE_GUI
   auto a = std::make_shared<FigureArgs>();
   cmd->add_option("trace", a->trace, "HDF5 trace file")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--view", a->view, "attention, similarity, layer_stats, budget, timeline, summary, compare, evidence");
+  cmd->add_option("--view", a->view,
+                  "attention, similarity, layer_stats, budget, timeline, summary, compare, evidence");
   cmd->add_option("--out", a->out, "output file, .png or .svg (SVG: line/bar views)")->required();
   cmd->add_flag("--force", a->force,
                 "replace an existing --out file (a link at --out is replaced, never written through)");

@@ -11,6 +11,7 @@
 namespace kvscope::viewers {
 
 // Throws Error naming the run when it has no kept masks or `first_answer_step` is outside its steps.
-Figure evidence_figure(const trace::RunTrace& run, const std::vector<eval::EvidenceSpan>& evidence, int first_answer_step);
+Figure evidence_figure(const trace::RunTrace& run, const std::vector<eval::EvidenceSpan>& evidence,
+                       int first_answer_step);
 
 }  // namespace kvscope::viewers

@@ -111,7 +111,8 @@ Figure view_figure(AppState& state, const std::string& view, const ViewOptions& 
     if (f.empty()) throw Error("run '" + run->name + "' has no per-layer budgets");
   } else if (view == "evidence") {
     if (!o.evidence)
-      throw Error("run '" + run->name + "' has no evidence/ group: the evidence view needs a trace written by `eval ... --traces DIR` "
+      throw Error("run '" + run->name +
+                  "' has no evidence/ group: the evidence view needs a trace written by `eval ... --traces DIR` "
                   "(docs/trace-format.md)");
     f = evidence_figure(*run, *o.evidence, o.first_answer_step);
   } else if (view == "summary") {

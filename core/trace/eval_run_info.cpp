@@ -53,23 +53,25 @@ EvalRunInfo eval_run_info(const RunTrace& run) {
     const nlohmann::json refs = parse_json_text(it->second, where(run, "eval_references"));
     if (!refs.is_array()) throw Error(where(run, "eval_references") + " is not a JSON array");
     for (const auto& r : refs) {
-      if (!r.is_string()) throw Error(where(run, "eval_references") + " holds a " + r.type_name() + ", expected strings");
+      if (!r.is_string())
+        throw Error(where(run, "eval_references") + " holds a " + r.type_name() + ", expected strings");
       info.references.push_back(r.get<std::string>());
     }
   }
   info.prompt_tokens = static_cast<int>(int_attr(run, "eval_prompt_tokens").value_or(run.prompt_length));
   info.appended_tokens = static_cast<int>(int_attr(run, "eval_appended_tokens").value_or(0));
   // Without the evaluation's word: the answer's first token is sampled at the end of the last prefill block.
-  info.first_answer_step = static_cast<int>(int_attr(run, "eval_first_answer_step").value_or(run.first_decode_step() - 1));
+  info.first_answer_step =
+      static_cast<int>(int_attr(run, "eval_first_answer_step").value_or(run.first_decode_step() - 1));
   if (info.prompt_tokens != run.prompt_length)
-    throw Error(where(run, "eval_prompt_tokens") + " is " + std::to_string(info.prompt_tokens) + " but the run's prompt_length is " +
-                std::to_string(run.prompt_length));
+    throw Error(where(run, "eval_prompt_tokens") + " is " + std::to_string(info.prompt_tokens) +
+                " but the run's prompt_length is " + std::to_string(run.prompt_length));
   if (info.appended_tokens < 0 || info.appended_tokens > run.n_generated())
     throw Error(where(run, "eval_appended_tokens") + " is " + std::to_string(info.appended_tokens) + ", outside 0.." +
                 std::to_string(run.n_generated()) + " (the run's generated tokens, appended question included)");
   if (info.first_answer_step < 0 || info.first_answer_step >= run.n_steps())
-    throw Error(where(run, "eval_first_answer_step") + " is " + std::to_string(info.first_answer_step) + ", outside the run's " +
-                std::to_string(run.n_steps()) + " recorded steps");
+    throw Error(where(run, "eval_first_answer_step") + " is " + std::to_string(info.first_answer_step) +
+                ", outside the run's " + std::to_string(run.n_steps()) + " recorded steps");
   return info;
 }
 
@@ -85,7 +87,9 @@ std::string answer_text(const RunTrace& run, const EvalRunInfo& info) {
 }
 
 namespace {
-bool is_full_cache(const RunTrace& run) { return run.name == "full" || run.meta("policy") == "full" || run.meta("eval_role") == "full"; }
+bool is_full_cache(const RunTrace& run) {
+  return run.name == "full" || run.meta("policy") == "full" || run.meta("eval_role") == "full";
+}
 
 std::string run_names(const TraceView& view) {
   std::string names;
@@ -98,8 +102,9 @@ const RunTrace& reference_run(const TraceView& view, const RunTrace& policy) {
   const std::string named = policy.meta("eval_reference_run");
   if (!named.empty()) {
     if (const RunTrace* r = view.find(named)) return *r;
-    throw Error("run '" + policy.name + "' names '" + named + "' as its full-cache run (eval_reference_run), but the trace has no such run (runs: " +
-                run_names(view) + ")");
+    throw Error(
+        "run '" + policy.name + "' names '" + named +
+        "' as its full-cache run (eval_reference_run), but the trace has no such run (runs: " + run_names(view) + ")");
   }
   if (is_full_cache(policy)) return policy;
   if (const RunTrace* r = view.find("full")) return *r;

@@ -20,18 +20,18 @@ namespace kvscope::trace {
 
 struct HeadBlame {
   int layer = 0, head = 0;
-  double lost_mass = 0.0;           // NaN when a cell could not be rebuilt (exact_attention.h)
+  double lost_mass = 0.0;  // NaN when a cell could not be rebuilt (exact_attention.h)
   double evidence_mass = 0.0;
   double evidence_lost_mass = 0.0;  // on evidence positions in E
 };
 
 struct EvidenceBlame {
-  int divergence = 0;     // t
-  bool diverged = false;  // the answers differ (t is where); false: t = 0 by definition
-  int query = 0;          // q
-  int mask_step = 0;      // r, a row of the policy run's steps/
-  std::vector<std::vector<int>> n_lost;  // [layer][kv head]: |E|
-  std::vector<HeadBlame> heads;          // every (layer, query head), layer-major
+  int divergence = 0;                                // t
+  bool diverged = false;                             // the answers differ (t is where); false: t = 0 by definition
+  int query = 0;                                     // q
+  int mask_step = 0;                                 // r, a row of the policy run's steps/
+  std::vector<std::vector<int>> n_lost;              // [layer][kv head]: |E|
+  std::vector<HeadBlame> heads;                      // every (layer, query head), layer-major
   double mean_lost_mass = 0.0, max_lost_mass = 0.0;  // over heads (NaN cells left out)
   // The n heads with the largest lost mass, largest first (NaN last).
   std::vector<HeadBlame> largest(int n) const;
@@ -40,7 +40,7 @@ struct EvidenceBlame {
 // `policy` may be `full` itself (then E is what the full cache did not hold: nothing). Throws Error naming the run
 // and what is missing: no q/k in the full run, no kept masks in the policy run, runs of different prompts or model
 // shapes, a divergence whose query the full run never computed.
-EvidenceBlame evidence_blame(const RunTrace& policy, const EvalRunInfo& policy_info, const RunTrace& full, const EvalRunInfo& full_info,
-                             const std::vector<int>& evidence_positions);
+EvidenceBlame evidence_blame(const RunTrace& policy, const EvalRunInfo& policy_info, const RunTrace& full,
+                             const EvalRunInfo& full_info, const std::vector<int>& evidence_positions);
 
 }  // namespace kvscope::trace

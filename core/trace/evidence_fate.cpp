@@ -9,15 +9,17 @@
 namespace kvscope::trace {
 
 int EvidenceFate::evicted() const {
-  return static_cast<int>(std::count_if(departures.begin(), departures.end(), [](const auto& d) { return d.action == EventAction::Evicted; }));
+  return static_cast<int>(std::count_if(departures.begin(), departures.end(),
+                                        [](const auto& d) { return d.action == EventAction::Evicted; }));
 }
 
 int EvidenceFate::merged() const { return static_cast<int>(departures.size()) - evicted(); }
 
 std::vector<EvidenceFate> evidence_fate(const RunTrace& run, const std::vector<eval::EvidenceSpan>& spans, int step) {
   if (static_cast<int>(run.kept_mask.size()) != run.n_layers || step < 0 || step >= run.n_steps())
-    throw Error("run '" + run.name + "' has no kept masks at step " + std::to_string(step) + " (" + std::to_string(run.kept_mask.size()) +
-                " layers' masks, " + std::to_string(run.n_steps()) + " steps): where the evidence went cannot be read");
+    throw Error("run '" + run.name + "' has no kept masks at step " + std::to_string(step) + " (" +
+                std::to_string(run.kept_mask.size()) + " layers' masks, " + std::to_string(run.n_steps()) +
+                " steps): where the evidence went cannot be read");
   std::vector<EvidenceFate> out;
   std::map<int, std::size_t> index;
   for (int p : eval::evidence_positions(spans)) {
@@ -41,7 +43,8 @@ std::vector<EvidenceFate> evidence_fate(const RunTrace& run, const std::vector<e
     const auto it = index.find(e.position);
     const int row = run.step_row(e);
     if (it == index.end() || row > step) continue;
-    out[it->second].departures.push_back({e.layer, e.kv_head, row, e.action, e.action == EventAction::Merged ? e.merge_target : -1});
+    out[it->second].departures.push_back(
+        {e.layer, e.kv_head, row, e.action, e.action == EventAction::Merged ? e.merge_target : -1});
   }
   for (auto& f : out)
     std::stable_sort(f.departures.begin(), f.departures.end(), [](const auto& a, const auto& b) {

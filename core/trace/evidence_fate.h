@@ -18,9 +18,9 @@ struct EvidenceDeparture {
 
 struct EvidenceFate {
   int position = 0;
-  std::string kind;  // of the first span holding it
-  int caches = 0;    // (layer, KV head) caches of the run
-  int kept = 0;      // of those, holding it (kept mask 1) at the end of the step asked for
+  std::string kind;                           // of the first span holding it
+  int caches = 0;                             // (layer, KV head) caches of the run
+  int kept = 0;                               // of those, holding it (kept mask 1) at the end of the step asked for
   std::vector<EvidenceDeparture> departures;  // up to that step, earliest first
   int evicted() const;
   int merged() const;

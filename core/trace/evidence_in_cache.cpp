@@ -23,16 +23,18 @@ eval::EvidenceRetention evidence_in_cache(const RunTrace& run, const std::vector
     throw Error("run '" + run.name + "' has kept masks for " + std::to_string(run.kept_mask.size()) + " of its " +
                 std::to_string(run.n_layers) + " layers: evidence retention needs every layer's");
   if (step < 0 || step >= run.n_steps())
-    throw Error("run '" + run.name + "': step " + std::to_string(step) + " is outside its " + std::to_string(run.n_steps()) +
-                " recorded steps");
+    throw Error("run '" + run.name + "': step " + std::to_string(step) + " is outside its " +
+                std::to_string(run.n_steps()) + " recorded steps");
   for (const KeptMask& m : run.kept_mask)
     if (step >= m.n_steps || m.n_kv_heads != run.n_kv_heads)
-      throw Error("run '" + run.name + "': a kept mask holds " + std::to_string(m.n_steps) + " steps and " + std::to_string(m.n_kv_heads) +
-                  " KV heads, short of step " + std::to_string(step) + " or of the run's " + std::to_string(run.n_kv_heads) + " KV heads");
-  return eval::evidence_retention(processed_by(run, positions, step), run.n_layers, run.n_kv_heads, [&](int layer, int kv_head, int p) {
-    const KeptMask& m = run.kept_mask[static_cast<std::size_t>(layer)];
-    return p < m.n_positions && m.at(kv_head, p, step) == kKept;
-  });
+      throw Error("run '" + run.name + "': a kept mask holds " + std::to_string(m.n_steps) + " steps and " +
+                  std::to_string(m.n_kv_heads) + " KV heads, short of step " + std::to_string(step) +
+                  " or of the run's " + std::to_string(run.n_kv_heads) + " KV heads");
+  return eval::evidence_retention(processed_by(run, positions, step), run.n_layers, run.n_kv_heads,
+                                  [&](int layer, int kv_head, int p) {
+                                    const KeptMask& m = run.kept_mask[static_cast<std::size_t>(layer)];
+                                    return p < m.n_positions && m.at(kv_head, p, step) == kKept;
+                                  });
 }
 
 std::vector<std::vector<double>> evidence_kept_by_step(const RunTrace& run, const std::vector<int>& positions) {

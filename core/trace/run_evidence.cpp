@@ -5,7 +5,8 @@
 
 namespace kvscope::trace {
 
-std::optional<std::vector<eval::EvidenceSpan>> read_run_evidence(const std::filesystem::path& trace, const std::string& run) {
+std::optional<std::vector<eval::EvidenceSpan>> read_run_evidence(const std::filesystem::path& trace,
+                                                                 const std::string& run) {
   h5::silence_errors();
   const std::string p = trace.string();
   const h5::Handle file = h5::open_read_only(p);
@@ -16,7 +17,8 @@ std::optional<std::vector<eval::EvidenceSpan>> read_run_evidence(const std::file
   const std::string where = "trace file '" + p + "', /" + group + "/evidence";
   auto open = [&](const std::string& name) {
     if (!h5::exists(file, group + "/evidence/" + name)) throw Error(where + " has no dataset '" + name + "'");
-    return h5::Handle(h5::check(H5Dopen2(file, (group + "/evidence/" + name).c_str(), H5P_DEFAULT), where + "/" + name));
+    return h5::Handle(
+        h5::check(H5Dopen2(file, (group + "/evidence/" + name).c_str(), H5P_DEFAULT), where + "/" + name));
   };
   try {
     const h5::Handle positions = open("positions"), kinds = open("kinds");
@@ -31,8 +33,8 @@ std::optional<std::vector<eval::EvidenceSpan>> read_run_evidence(const std::file
     for (std::size_t i = 0; i < names.size(); ++i) {
       eval::EvidenceSpan s{values[2 * i], values[2 * i + 1], names[i]};
       if (s.first < 0 || s.last < s.first)
-        throw Error(where + "/positions: span " + std::to_string(i) + " is [" + std::to_string(s.first) + ", " + std::to_string(s.last) +
-                    "], expected 0 <= first <= last");
+        throw Error(where + "/positions: span " + std::to_string(i) + " is [" + std::to_string(s.first) + ", " +
+                    std::to_string(s.last) + "], expected 0 <= first <= last");
       spans.push_back(std::move(s));
     }
     return spans;

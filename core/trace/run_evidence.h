@@ -15,6 +15,7 @@ namespace kvscope::trace {
 // nullopt: the run has no `evidence` group (a trace made by `kvscope trace`, or a sample whose evidence is not
 // known). Throws Error naming the file and the dataset when the group is there but malformed (shapes that
 // disagree, a span with first > last or a negative position), and UsageError when the run does not exist.
-std::optional<std::vector<eval::EvidenceSpan>> read_run_evidence(const std::filesystem::path& trace, const std::string& run);
+std::optional<std::vector<eval::EvidenceSpan>> read_run_evidence(const std::filesystem::path& trace,
+                                                                 const std::string& run);
 
 }  // namespace kvscope::trace

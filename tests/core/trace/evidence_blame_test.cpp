@@ -21,11 +21,14 @@ namespace {
 constexpr int kPrompt = 4, kGenerated = 3, kPositions = kPrompt + kGenerated, kHeads = 2, kDim = 2;
 constexpr double kScale = 0.5;
 // [position][head][dim] queries and [position][dim] keys of the single KV head: multiples of 1/4, exact in float16.
-const double kQueries[kPositions][kHeads][kDim] = {{{1, 0}, {0, 1}},     {{0.5, 1}, {1, -1}}, {{2, 0.25}, {-1, 1}},  {{1, 1}, {0.25, 2}},
-                                                   {{1.5, -0.5}, {2, 1}}, {{0, 2}, {1, 0.5}},   {{1, 1}, {1, 1}}};
+const double kQueries[kPositions][kHeads][kDim] = {{{1, 0}, {0, 1}},    {{0.5, 1}, {1, -1}},   {{2, 0.25}, {-1, 1}},
+                                                   {{1, 1}, {0.25, 2}}, {{1.5, -0.5}, {2, 1}}, {{0, 2}, {1, 0.5}},
+                                                   {{1, 1}, {1, 1}}};
 const double kKeys[kPositions][kDim] = {{1, 0.5}, {2, -1}, {0.25, 1.5}, {-1, 1}, {0.5, 0.5}, {1, 2}, {0, 1}};
 
-double score(int i, int h, int j) { return kScale * (kQueries[i][h][0] * kKeys[j][0] + kQueries[i][h][1] * kKeys[j][1]); }
+double score(int i, int h, int j) {
+  return kScale * (kQueries[i][h][0] * kKeys[j][0] + kQueries[i][h][1] * kKeys[j][1]);
+}
 
 // The full cache's row i over keys 0..i.
 double full_p(int i, int h, int j) {
@@ -35,8 +38,8 @@ double full_p(int i, int h, int j) {
 }
 
 // steps: the prefill (seq_len 4), then decode steps 0 and 1. kept[pos][step] for the single KV head.
-std::shared_ptr<RunTrace> make_run(const std::string& name, const std::vector<int>& generated, const std::vector<std::vector<uint8_t>>& kept,
-                                   bool with_qk) {
+std::shared_ptr<RunTrace> make_run(const std::string& name, const std::vector<int>& generated,
+                                   const std::vector<std::vector<uint8_t>>& kept, bool with_qk) {
   auto r = std::make_shared<RunTrace>();
   r->name = name;
   r->metadata["policy"] = name;
@@ -96,14 +99,16 @@ std::shared_ptr<RunTrace> make_policy(const std::vector<int>& generated) {
   evicted.position = 1;
   r->events.push_back(evicted);
   Event merged;
-  merged.phase = 1, merged.step = 0, merged.position = 2, merged.action = EventAction::Merged, merged.merge_target = 3, merged.merge_weight = 0.5f;
+  merged.phase = 1, merged.step = 0, merged.position = 2, merged.action = EventAction::Merged, merged.merge_target = 3,
+  merged.merge_weight = 0.5f;
   r->events.push_back(merged);
   return r;
 }
 
 }  // namespace
 
-TEST_CASE("blame at the first divergent answer token is the full cache's attention on what the policy evicted", "[evidence]") {
+TEST_CASE("blame at the first divergent answer token is the full cache's attention on what the policy evicted",
+          "[evidence]") {
   const auto full = make_run("full", {10, 11, 12}, all_kept(), true);
   const auto policy = make_policy({10, 13, 14});
   const std::vector<int> evidence = {1, 2};
@@ -142,7 +147,9 @@ TEST_CASE("blame of a later divergence reads the kept mask of the step that samp
   }
 }
 
-TEST_CASE("blame when the answers agree is taken at the first answer token; the full cache against itself loses nothing", "[evidence]") {
+TEST_CASE(
+    "blame when the answers agree is taken at the first answer token; the full cache against itself loses nothing",
+    "[evidence]") {
   const auto full = make_run("full", {10, 11, 12}, all_kept(), true);
   const auto policy = make_policy({10, 11, 12});
   const EvidenceBlame b = evidence_blame(*policy, eval_run_info(*policy), *full, eval_run_info(*full), {});
@@ -164,7 +171,8 @@ TEST_CASE("blame is refused without the full run's q/k and for runs of different
                     Catch::Contains("holds no queries and keys"));
   auto other = make_run("full", {10, 11, 12}, all_kept(), true);
   std::const_pointer_cast<RunTrace>(other)->prompt_ids = {1, 2, 3, 5};
-  CHECK_THROWS_WITH(evidence_blame(*policy, eval_run_info(*policy), *other, eval_run_info(*other), {}), Catch::Contains("different prompts"));
+  CHECK_THROWS_WITH(evidence_blame(*policy, eval_run_info(*policy), *other, eval_run_info(*other), {}),
+                    Catch::Contains("different prompts"));
 }
 
 TEST_CASE("evidence retention and fate read the policy's kept masks and events", "[evidence]") {
