@@ -9,7 +9,9 @@
 #include "core/common/error.h"
 #include "core/common/output_is_input.h"
 #ifdef KVSCOPE_HAVE_GUI
+#include "core/trace/eval_run_info.h"
 #include "core/trace/hdf5_reader.h"
+#include "core/trace/run_evidence.h"
 #include "core/trace/trace_probe.h"
 #include "viewers/figure_export.h"
 #include "viewers/script.h"
@@ -37,11 +39,12 @@ Command register_figure(CLI::App& root) {
 #ifdef KVSCOPE_HAVE_GUI
   auto a = std::make_shared<FigureArgs>();
   cmd->add_option("trace", a->trace, "HDF5 trace file")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--view", a->view, "attention, similarity, layer_stats, budget, timeline, summary, compare");
+  cmd->add_option("--view", a->view,
+                  "attention, similarity, layer_stats, budget, timeline, summary, compare, evidence");
   cmd->add_option("--out", a->out, "output file, .png or .svg (SVG: line/bar views)")->required();
   cmd->add_flag("--force", a->force,
                 "replace an existing --out file (a link at --out is replaced, never written through)");
-  cmd->add_option("--run", a->run, "run name in the trace (default: the first)");
+  cmd->add_option("--run", a->run, "run name in the trace (default: the first; evidence: the policy's run)");
   cmd->add_option("--runs", a->runs, "compare: runs to show, the first is the reference")->delimiter(',');
   cmd->add_option("--layer", a->layer, "layer")->check(kNonNegative);
   cmd->add_option("--head", a->head, "query head")->check(kNonNegative);
@@ -92,6 +95,15 @@ Command register_figure(CLI::App& root) {
             if (!a->keys.empty()) o.keys = viewers::parse_position_range("--keys", a->keys);
             if ((o.queries || o.keys) && a->view != "attention")
               throw UsageError("--queries/--keys belong to --view attention, not '" + a->view + "'");
+            if (a->view == "evidence") {
+              // An evaluation's trace holds the full cache's run beside the policy's: the view is about the policy's.
+              if (a->run.empty())
+                for (int i = 0; i < static_cast<int>(view.runs.size()); ++i)
+                  if (view.runs[i].get() == &trace::default_policy_run(view)) state.active = i;
+              const trace::RunTrace& run = *view.runs[static_cast<std::size_t>(state.active)];
+              o.evidence = trace::read_run_evidence(a->trace, run.name);
+              o.first_answer_step = trace::eval_run_info(run).first_answer_step;
+            }
             o.max_rows = a->height, o.max_cols = a->width;
             o.scale = a->scale == "log" ? viewers::ScaleKind::Log : viewers::ScaleKind::Linear;
             for (viewers::Colormap c : viewers::kAllColormaps)

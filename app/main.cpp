@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
       app::register_policies(root),
       app::register_gui(root),
       app::register_figure(root),
+      app::register_explain(root),
       app::register_eval(root),
       app::register_sweep(root),
       app::register_tokenize(root),

@@ -18,6 +18,7 @@ Command register_inspect(CLI::App& root);
 Command register_policies(CLI::App& root);
 Command register_gui(CLI::App& root);
 Command register_figure(CLI::App& root);
+Command register_explain(CLI::App& root);
 Command register_eval(CLI::App& root);
 Command register_sweep(CLI::App& root);
 Command register_tokenize(CLI::App& root);

@@ -125,6 +125,7 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
     ImPlot::SetupAxisLimits(ImAxis_X1, -0.5, plot.x_tick_labels.size() - 0.5, ImPlotCond_Always);
     use_category_ticks(ImAxis_X1, plot.x_tick_labels);
   }
+  if (plot.y_limits) ImPlot::SetupAxisLimits(ImAxis_Y1, (*plot.y_limits)[0], (*plot.y_limits)[1], ImPlotCond_Always);
   use_spaced_ticks(ImAxis_Y1);
   ImPlot::SetupLegend(ImPlotLocation_NorthEast, plot.legend_outside ? ImPlotLegendFlags_Outside : 0);
   // A series equal to an earlier one is drawn exactly over it: the legend names what it coincides with, and it
@@ -275,6 +276,13 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
         ImPlot::PlotDummy("merged key", mg);
       }
     }
+    if (!plot.marks_x.empty()) {
+      ImPlotSpec spec;
+      spec.LineColor = ImVec4(1.0f, 0.35f, 0.3f, 1.0f);
+      spec.LineWeight = 2.0f;
+      spec.Flags = ImPlotItemFlags_NoLegend;
+      ImPlot::PlotInfLines("##marks", plot.marks_x.data(), static_cast<int>(plot.marks_x.size()), spec);
+    }
     if (plot.mark_legend && !plot.no_attention_label.empty()) {
       ImPlotSpec none;
       none.LineColor = none.FillColor = to_vec4(kNoAttentionColor);
@@ -351,6 +359,7 @@ void line_plot_svg(std::ostringstream& out, const LinePlot& plot, double ox, dou
   }
   if (!std::isfinite(x_lo)) x_lo = 0, x_hi = 1, y_lo = 0, y_hi = 1;
   if (bars && !plot.log_y) y_lo = std::min(y_lo, 0.0), y_hi = std::max(y_hi, 0.0);
+  if (plot.y_limits) y_lo = (*plot.y_limits)[0], y_hi = (*plot.y_limits)[1];
   if (x_hi <= x_lo) x_hi = x_lo + 1;
   if (y_hi <= y_lo) y_hi = y_lo + 1;
   auto ty = [&](double v) { return plot.log_y ? std::log10(std::max(v, 1e-300)) : v; };

@@ -44,6 +44,7 @@ struct LinePlot {
   std::vector<std::string> x_tick_labels;  // non-empty: category names at x = 0, 1, 2 ...
   bool legend_outside = false;             // many series: keep the legend off the data
   bool integer_x = false;                  // x counts whole things (layers): ticks at integers only
+  std::optional<std::array<double, 2>> y_limits;  // a fixed y range (a share: 0..1); unset: fitted to the data
 };
 
 struct Category {
@@ -72,6 +73,8 @@ struct HeatmapPlot {
   // Per plot coordinate (a position: cell p spans [p, p + 1)), the token there: the axis names the cells once
   // they are wide enough for it. Empty: numbers only.
   std::vector<std::string> x_tokens, y_tokens;
+  // Vertical guides at these plot x coordinates (the evidence view's first answer step).
+  std::vector<double> marks_x;
   // x0, x1, y0, y1 the plot shows from this frame on (a script's zoom); unset: the whole map, then the user's view.
   std::optional<std::array<double, 4>> view;
 };

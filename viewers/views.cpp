@@ -7,6 +7,7 @@
 #include "viewers/budget_plot.h"
 #include "viewers/compare_view.h"
 #include "viewers/eviction_timeline.h"
+#include "viewers/evidence_view.h"
 #include "viewers/layer_stats_plot.h"
 #include "viewers/script.h"
 #include "viewers/similarity_map.h"
@@ -108,6 +109,12 @@ Figure view_figure(AppState& state, const std::string& view, const ViewOptions& 
       throw UsageError("run '" + run->name + "' has no diagnostic series '" + o.series + "'");
     f = p.figure(state);
     if (f.empty()) throw Error("run '" + run->name + "' has no per-layer budgets");
+  } else if (view == "evidence") {
+    if (!o.evidence)
+      throw Error("run '" + run->name +
+                  "' has no evidence/ group: the evidence view needs a trace written by `eval ... --traces DIR` "
+                  "(docs/trace-format.md)");
+    f = evidence_figure(*run, *o.evidence, o.first_answer_step);
   } else if (view == "summary") {
     Summary p;
     f = p.figure(state);
@@ -136,6 +143,7 @@ Figure view_figure(AppState& state, const std::string& view, const ViewOptions& 
     for (const char* v : kPanelNames)
       if (std::string(v) != "setup" && std::string(v) != "tokens" && std::string(v) != "quality")
         valid += (valid.empty() ? "" : ", ") + std::string(v);
+    valid += ", evidence";
     throw UsageError("unknown view '" + view + "' (valid: " + valid + ")");
   }
   if (f.empty()) throw Error("view '" + view + "' has nothing to draw for run '" + run->name + "'");

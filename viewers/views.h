@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/eval/evidence.h"
 #include "viewers/panel.h"
 
 namespace kvscope::viewers {
@@ -28,6 +29,10 @@ struct ViewOptions {
   // the other axis whole), pooled only where the figure has fewer than max_rows x max_cols cells for it.
   std::optional<std::pair<int, int>> queries, keys;
   int max_rows = 1024, max_cols = 1024;
+  // evidence: the sample's evidence spans (the run's evidence/ group; unset: the run has none) and the step row
+  // that sampled the first answer token.
+  std::optional<std::vector<eval::EvidenceSpan>> evidence;
+  int first_answer_step = 0;
 };
 
 // "A:B" -> {A, B} (positions, B exclusive); throws UsageError naming `option` for anything else.
