@@ -29,6 +29,11 @@ score-agnostic tie bands are new here. Per case:
 RandomPress draws torch.rand from a torch.Generator seeded with `seed` on every call, which numpy cannot
 reproduce: its golden records the same kept lists, and the contract a port can meet is the count and the
 fact that every layer keeps the same positions (the generator is re-seeded per layer); checked here.
+LeverageScorePress and CompactorPress draw a Gaussian sketch per layer from torch's global generator without a
+seed: here torch.manual_seed(TORCH_SEED) runs right before each forward (`torch_seed` in the case), so layer l's
+sketch is the l-th block of torch.randn draws after that seed, which examples/policies/leverage.py replays in
+numpy (float32 rounding and torch's vectorised log/cos differ by ~1e-6: near ties only). Their float64 run draws
+other numbers (randn in float64), so they have no float64 cross-check.
 """
 
 from __future__ import annotations
@@ -67,37 +72,46 @@ PRESSES = {
     "keydiff": ("KeyDiffPress", [({}, RATIOS)], "keydiff", {}),
     # the default lag_size 128 needs n_sink + 256 tokens before it scores at all (shorter prompts keep the sinks
     # and the most recent tokens): the sample prompts (154-162 tokens) test that path at one ratio, lag_size 32
-    # the scoring at all three
-    "lagkv": ("LagKVPress", [({}, [0.5]), ({"lag_size": 32}, RATIOS)], "lagkv",
+    # the scoring at 0.25 and 0.5; at 0.75 lag_size 32 would keep fewer tokens than its always-kept sinks and
+    # last partition (all exactly tied: a test of nothing but the tie, and 200 KB of bands), lag_size 16 does not
+    "lagkv": ("LagKVPress", [({}, [0.5]), ({"lag_size": 32}, [0.25, 0.5]), ({"lag_size": 16}, [0.75])], "lagkv",
               {"lag_size": "lag_size", "n_sink": "n_sink"}),
     "expected_attention": ("ExpectedAttentionPress", [({}, RATIOS)], "expected_attention", {}),
     "cur": ("CURPress", [({}, RATIOS)], "cur", {}),
     "non_causal_attn": ("NonCausalAttnPress", [({}, RATIOS)], "non_causal_attn", {}),
+    # these two draw their Gaussian sketch from torch's global generator, unseeded; the golden seeds it with
+    # torch.manual_seed(TORCH_SEED) right before the forward, and the files replay that generator (their `seed`)
+    "leverage": ("LeverageScorePress", [({}, RATIOS)], "leverage", {}),
+    "compactor": ("CompactorPress", [({}, RATIOS)], "compactor", {}),
 }
+SEEDED = {"leverage", "compactor"}
+TORCH_SEED = 0
 
 
 @torch.no_grad()
-def run_press(model, ids, cls_name, kwargs, ratio):
+def run_press(model, ids, cls_name, kwargs, ratio, torch_seed=None):
     import kvpress
     from transformers import DynamicCache
 
     press = getattr(kvpress, cls_name)(compression_ratio=ratio, **kwargs)
     obs = PressObserver(press)
     cache = DynamicCache()
+    if torch_seed is not None:
+        torch.manual_seed(torch_seed)
     with press(model):
         model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
     return obs, cache
 
 
 @torch.no_grad()
-def run_case(model, ids, cls_name, kwargs, ratio, band_from=None):
+def run_case(model, ids, cls_name, kwargs, ratio, torch_seed=None):
     from kvpress.utils import compute_n_kept
 
     n_layer = model.config.num_hidden_layers
     q_len = len(ids)
     n_kept = compute_n_kept(q_len, ratio)
     assert n_kept == max(1, int(q_len * (1 - ratio))) and 0 < n_kept < q_len
-    obs, cache = run_press(model, ids, cls_name, kwargs, ratio)
+    obs, cache = run_press(model, ids, cls_name, kwargs, ratio, torch_seed)
     assert sorted(obs.records) == list(range(n_layer)), "press did not run on every layer"
     kept, near, gaps = [], [], []
     for layer in range(n_layer):
@@ -163,11 +177,16 @@ def main() -> int:
         for kwargs, ratios in variants:
             for pi, p in enumerate(prompts):
                 for ratio in ratios:
-                    c = run_case(model, p["ids"], cls_name, kwargs, ratio)
-                    c = {"prompt": pi, "press_kwargs": kwargs,
-                         "policy_params": {param_map[k]: v for k, v in kwargs.items() if k in param_map}, **c}
+                    seed = TORCH_SEED if name in SEEDED else None
+                    c = run_case(model, p["ids"], cls_name, kwargs, ratio, seed)
+                    params = {param_map[k]: v for k, v in kwargs.items() if k in param_map}
+                    if name in SEEDED:
+                        params["seed"] = seed
+                    if name == "compactor":  # kvpress blends with the compression ratio, which no policy is told
+                        params["blending"] = ratio
+                    c = {"prompt": pi, "press_kwargs": kwargs, "torch_seed": seed, "policy_params": params, **c}
                     c["f64_kept_differs"], c["f64_outside_band"] = [], []
-                    if name != "random":  # float64 draws other random numbers: nothing to compare
+                    if name != "random" and name not in SEEDED:  # float64 draws other random numbers
                         c64 = run_case(model64, p["ids"], cls_name, kwargs, ratio)
                         band = {(l, h): {e[0] for e in es} for l, h, es in c["near_boundary"]}
                         for l in range(cfg.num_hidden_layers):

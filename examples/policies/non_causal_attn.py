@@ -27,16 +27,22 @@ def column_sums(q, k, chunk):
     return attn.sum(axis=-2).reshape(H, -1)[:, :S]
 
 
-def score(obs):
-    n, d = obs.n_entries, obs.head_dim
+def scores(obs, hidden_states, positions, keys, values, chunk):
+    """The z-scores of the tokens whose layer inputs, positions, keys and values are given (a slice of the
+    prompt for Compactor): queries projected by q_proj and rotated to their positions."""
+    n, d = len(hidden_states), obs.head_dim
     group = obs.n_heads // obs.n_kv_heads
-    h = obs.hidden_states.astype(np.float64)
-    q = (h @ obs.q_proj.astype(np.float64).T).astype(np.float32).reshape(n, obs.n_heads, d)
-    q = np.asarray(obs.rope.rotate(q, np.broadcast_to(obs.query_positions[:, None], (n, obs.n_heads))),
+    q = (hidden_states.astype(np.float64) @ obs.q_proj.astype(np.float64).T).astype(np.float32)
+    q = q.reshape(n, obs.n_heads, d)
+    q = np.asarray(obs.rope.rotate(q, np.broadcast_to(positions[:, None], (n, obs.n_heads))),
                    dtype=np.float64).transpose(1, 0, 2)
-    k = np.repeat(obs.keys.astype(np.float64), group, axis=0)
-    a = column_sums(q, k, obs.params["chunk_size"]).reshape(obs.n_kv_heads, group, n).mean(axis=1)
-    s = a * np.linalg.norm(obs.values.astype(np.float64), axis=-1)
+    k = np.repeat(keys.astype(np.float64), group, axis=0)
+    a = column_sums(q, k, chunk).reshape(obs.n_kv_heads, group, n).mean(axis=1)
+    s = a * np.linalg.norm(values.astype(np.float64), axis=-1)
     padded = np.pad(s, ((0, 0), (1, 1)))
     s = (padded[:, :-2] + padded[:, 1:-1] + padded[:, 2:]) / 3
     return (s - s.mean()) / max(s.std(ddof=1), 1e-6)
+
+
+def score(obs):
+    return scores(obs, obs.hidden_states, obs.query_positions, obs.keys, obs.values, obs.params["chunk_size"])

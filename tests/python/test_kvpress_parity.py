@@ -75,7 +75,7 @@ def compare(press, golden, case, mask, tally):
     counts = mask.sum(axis=-1)
     check(bool((counts == case["n_kept"]).all()),
           f"{what}: every head keeps kvpress's n_kept {case['n_kept']} (kvscope {sorted(set(counts.flatten()))})")
-    t = tally[(press, ratio)]
+    t = tally[(press, json.dumps(case["press_kwargs"]), ratio)]
     if press == "random":
         same = all((mask[l] == mask[0]).all() for l in range(n_layers))
         check(same == case["same_in_every_layer"] == True, f"{what}: every layer keeps the same positions")  # noqa: E712
@@ -116,8 +116,8 @@ def main(root):
             check(mask is not None, f"{press} r={ratio}: the trace has the run of {spec_of(golden, case)}")
             if mask is not None:
                 compare(press, golden, case, mask, tally)
-    for (press, ratio), t in sorted(tally.items()):
-        print(f"{press:20s} r={ratio}: {t['exact']} heads exact, {t['band']} differ only inside tie bands, "
+    for (press, kwargs, ratio), t in sorted(tally.items()):
+        print(f"{press:20s}{'' if kwargs == '{}' else ' ' + kwargs} r={ratio}: {t['exact']} heads exact, {t['band']} differ only inside tie bands, "
               f"{t['wrong']} wrong" + (f", {t['contract']} heads meet the count/same-in-every-layer contract"
                                        if t["contract"] else ""))
     print(f"{len(runs)} traces in {time.perf_counter() - t0:.1f} s")
