@@ -26,13 +26,12 @@ score-agnostic tie bands are new here. Per case:
   * f64_kept_differs: heads where the same press on the model cast to float64 keeps another set, and
     f64_outside_band: those whose difference is not inside the band (float noise larger than NEAR_REL; a
     parity test must then not expect equality there: they are listed so that it can say so).
-RandomPress draws torch.rand from a torch.Generator seeded with `seed` on every call, which numpy cannot
-reproduce: its golden records the same kept lists, and the contract a port can meet is the count and the
-fact that every layer keeps the same positions (the generator is re-seeded per layer); checked here.
+RandomPress draws torch.rand from a torch.Generator seeded with `seed` on every call (so every layer keeps the
+same positions: `same_in_every_layer`); examples/policies/random_press.py replays that generator bit-exactly.
 LeverageScorePress and CompactorPress draw a Gaussian sketch per layer from torch's global generator without a
 seed: here torch.manual_seed(TORCH_SEED) runs right before each forward (`torch_seed` in the case), so layer l's
 sketch is the l-th block of torch.randn draws after that seed, which examples/policies/leverage.py replays in
-numpy (float32 rounding and torch's vectorised log/cos differ by ~1e-6: near ties only). Their float64 run draws
+numpy (examples/policies/_torch_cpu_rng.py) (float32 rounding and torch's vectorised log/cos differ by ~1e-6: near ties only). Their float64 run draws
 other numbers (randn in float64), so they have no float64 cross-check.
 """
 

@@ -2,9 +2,13 @@
 each token's key is, as its statistical leverage among the prompt's centred keys before RoPE, through a Gaussian
 sketch of `sketch_dimension` columns, with kvpress's Cholesky jitter (1e-2); z-normalised over the layer. kvpress
 draws the sketch from torch's global generator; this file replays that generator in numpy as if
-torch.manual_seed(seed) ran just before the prefill (layer l's sketch is the l-th block of draws) and applies it
-in transformers' head-dimension order, so with the same seed it keeps kvpress's entries at --compression-ratio R (tests/python/test_kvpress_parity.py). A sketch
-of 0 columns uses none: the exact leverage. Prefill only."""
+torch.manual_seed(seed) ran just before the prefill (layer l's sketch is the l-th block of draws;
+_torch_cpu_rng.py) and applies it in transformers' head-dimension order, so with the same seed it keeps
+kvpress's entries at --compression-ratio R (tests/python/test_kvpress_parity.py). A sketch of 0 columns uses
+none: the exact leverage. Prefill only."""
+import importlib.util
+import os
+
 import numpy as np
 
 needs = ["hidden_states", "k_proj"]
@@ -17,27 +21,23 @@ JITTER = 1e-2  # kvpress's first Cholesky try adds 1e-2 I to the Gram matrix
 _draws = {}
 
 
-def torch_cpu_randn(seed, count):
-    """The first `count` values (a multiple of 16) of torch.randn(...) on the CPU in float32 after
-    torch.manual_seed(seed): torch's generator is MT19937 seeded like numpy's legacy seeding; a float32 uniform
-    is the low 24 bits of one 32-bit draw times 2^-24; every 16 uniforms u become normals by Box-Muller, the
-    first 8 as sqrt(-2 ln(1 - u[j])) cos(2 pi u[j+8]), the last 8 with sin."""
-    if _draws.get("key") != (seed, count):
-        bits = np.random.MT19937(0)
-        bits._legacy_seeding(seed)
-        raw = bits.random_raw(count)
-        u = ((raw & 0xFFFFFF).astype(np.float64) * 2.0 ** -24).reshape(-1, 16)
-        radius = np.sqrt(-2.0 * np.log(1.0 - u[:, :8]))
-        angle = 2.0 * np.pi * u[:, 8:]
-        normals = np.concatenate([radius * np.cos(angle), radius * np.sin(angle)], axis=1)
-        _draws.update(key=(seed, count), values=normals.reshape(-1).astype(np.float32))
-    return _draws["values"]
+def _sibling(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(__file__), name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_rng = _sibling("_torch_cpu_rng")
 
 
 def sketch(seed, layer, heads, d, k):
     """kvpress's (heads, d, k) sketch of `layer`: torch.randn(1, heads, d, k) / sqrt(k), one call per layer."""
     block = heads * d * k
-    draws = torch_cpu_randn(seed, -(-(layer + 1) * block // 16) * 16)
+    count = -(-(layer + 1) * block // 16) * 16
+    if _draws.get("seed") != seed or len(_draws["values"]) < count:  # drawn once for a run's layers
+        _draws.update(seed=seed, values=_rng.randn32(seed, max(count, -(-32 * block // 16) * 16)))
+    draws = _draws["values"]
     phi = draws[layer * block:(layer + 1) * block].reshape(heads, d, k)
     return phi.astype(np.float64) * np.float64(np.float32(1 / np.sqrt(k)))
 
