@@ -183,7 +183,8 @@ def main() -> int:
                         params["seed"] = seed
                     if name == "compactor":  # kvpress blends with the compression ratio, which no policy is told
                         params["blending"] = ratio
-                    c = {"prompt": pi, "press_kwargs": kwargs, "torch_seed": seed, "policy_params": params, **c}
+                    c = {"prompt": pi, "press_kwargs": kwargs, **({"torch_seed": seed} if name in SEEDED else {}),
+                         "policy_params": params, **c}
                     c["f64_kept_differs"], c["f64_outside_band"] = [], []
                     if name != "random" and name not in SEEDED:  # float64 draws other random numbers
                         c64 = run_case(model64, p["ids"], cls_name, kwargs, ratio)
