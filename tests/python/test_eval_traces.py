@@ -1,8 +1,9 @@
 """`kvscope eval needle --traces DIR` (issue 35): per-sample traces and evidence retention, checked with h5py alone.
 
 The needle's tokens are found independently: a first run records the full cache's trace of the case
-(--traces-for all), whose token strings are searched for the needle's value. Then, with those tokens given as
-the evidence (--test-evidence: the needle generator does not mark its sentence yet):
+(--traces-for all, with no evidence: --test-evidence ';'), whose token strings are searched for the needle's value.
+Then, with exactly those tokens given as the evidence (--test-evidence), so that the numbers below do not rest on
+the generator's own spans (tests/python/test_evidence_spans.py checks those):
   - StreamingLLM with a budget far smaller than the distance from the needle (mid-prompt) to the end keeps none
     of it: evidence_kept 0, and the retention recomputed from the trace's kept masks at eval_first_answer_step
     equals the JSON's numbers (mean, least-kept layer, every (layer, KV head)); where each token first left
@@ -83,7 +84,7 @@ def first_events(run, positions):
 
 def body(folder):
     # 1. The case's prompt tokens, from the full cache's own trace.
-    res = eval_needle(folder, "full", None, ["--traces-for", "all"])
+    res = eval_needle(folder, "full", None, ["--traces-for", "all", "--test-evidence", ";"])
     check(res.returncode == 0, f"eval needle --traces-for all ran ({res.returncode}): {res.stderr[-400:]}")
     if res.returncode != 0:
         return
