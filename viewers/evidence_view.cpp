@@ -26,10 +26,11 @@ Figure evidence_figure(const trace::RunTrace& run, const std::vector<eval::Evide
   map.scale = {ScaleKind::Linear, 0.0f, 1.0f};
   map.cmap = Colormap::Viridis;
   map.colorbar_label = "share of evidence kept";
-  std::snprintf(buf, sizeof buf, "%s  evidence kept (%zu tokens); line: first answer token", run.name.c_str(),
+  std::snprintf(buf, sizeof buf, "%s: evidence kept (%zu tokens)", run.name.c_str(),
                 positions.size());
   map.title = buf;
-  map.x_label = "step (prefill blocks, then decode)";
+  // The share is read at the end of each step, so the line sits where the first answer token's step ends.
+  map.x_label = "step; line: end of the first answer's step";
   map.y_label = "layer";
   map.marks_x = {static_cast<double>(first_answer_step) + 1.0};
   std::snprintf(buf, sizeof buf, "%p", static_cast<const void*>(&run));
@@ -37,8 +38,8 @@ Figure evidence_figure(const trace::RunTrace& run, const std::vector<eval::Evide
       run.name + buf + "|evidence|" + std::to_string(run.n_steps()) + "|" + std::to_string(positions.size());
 
   LinePlot bars;
-  std::snprintf(buf, sizeof buf, "at the first answer token (step %d): mean %.2f, least %.2f in layer %d",
-                first_answer_step, at_answer.mean, at_answer.min_layer_kept, at_answer.min_layer);
+  std::snprintf(buf, sizeof buf, "at the first answer token (step %d): mean %.2f", first_answer_step,
+                at_answer.mean);
   bars.title = buf;
   bars.x_label = "layer";
   bars.y_label = "share of evidence kept";
