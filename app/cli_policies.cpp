@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "app/subcommands.h"
 #include "core/policy/allocation_catalog.h"
@@ -136,8 +136,8 @@ void print_shipped_files(const std::vector<ShippedFile>& files) {
     }
     const std::string ports = policy::ported_press(f.info->summary);
     const std::string first_line = f.info->summary.substr(0, f.info->summary.find('\n'));
-    std::printf("%s — %s\n  %s\n", f.info->name.c_str(), ports.empty() ? first_line.c_str() : ("ports " + ports).c_str(),
-                f.path.string().c_str());
+    std::printf("%s — %s\n  %s\n", f.info->name.c_str(),
+                ports.empty() ? first_line.c_str() : ("ports " + ports).c_str(), f.path.string().c_str());
     // The framework's parameters (the same on every file but for their defaults) go on one line.
     std::vector<policy::ParamSpec> own;
     std::string framework;
@@ -157,8 +157,8 @@ void print_shipped_files(const std::vector<ShippedFile>& files) {
 
 Command register_policies(CLI::App& root) {
   auto json = std::make_shared<bool>(false);
-  CLI::App* cmd =
-      root.add_subcommand("policies", "list the KV-cache policies, layer allocations and shipped policy files with their parameters");
+  CLI::App* cmd = root.add_subcommand(
+      "policies", "list the KV-cache policies, layer allocations and shipped policy files with their parameters");
   cmd->add_flag("--json", *json, "print a machine-readable list");
   auto protocols = std::make_shared<bool>(false);
   cmd->add_flag("--protocols", *protocols,

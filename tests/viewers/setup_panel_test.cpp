@@ -102,8 +102,8 @@ namespace {
 // The policies under examples/policies, found here without kvscope's listing: the .py files that define score().
 std::set<std::string> policy_files_defining_score() {
   std::set<std::string> stems;
-  for (const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(KVSCOPE_SOURCE_DIR) / "examples" /
-                                                               "policies")) {
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::filesystem::path(KVSCOPE_SOURCE_DIR) / "examples" / "policies")) {
     if (entry.path().extension() != ".py") continue;
     std::ifstream in(entry.path());
     std::stringstream text;
