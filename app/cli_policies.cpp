@@ -1,15 +1,19 @@
 // kvscope policies: every policy and every layer allocation, with parameters, defaults, ranges and the
 // paper each comes from, so a spec like "snapkv:window=32,allocation=pyramid" can be written without
-// reading the source.
+// reading the source; then the policy files kvscope ships (shipped_policies.h), described as `--file` does.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "app/subcommands.h"
 #include "core/policy/allocation_catalog.h"
 #include "core/policy/policy_file.h"
 #include "core/policy/protocol.h"
 #include "core/policy/registry.h"
+#include "core/policy/shipped_policies.h"
+#include "core/policy/user_scorer.h"
 
 namespace kvscope::app {
 
@@ -65,12 +69,96 @@ void print_params(const std::vector<policy::ParamSpec>& params, bool skip_alloca
   if (!any) std::printf("    (no parameters)\n");
 }
 
+nlohmann::json file_json(const policy::PolicyInfo& p) {
+  return {{"name", p.name},
+          {"summary", p.summary},
+          {"reference", p.reference},
+          {"params", params_json(p.params)},
+          {"provenance", p.provenance}};
+}
+
+bool is_framework_or_protocol(const std::string& name) {
+  if (name == "allocation" || policy::is_framework_param(name)) return true;
+  for (const auto& p : policy::protocol_params(policy::Protocol{}))
+    if (p.name == name) return true;
+  return false;
+}
+
+// A shipped policy file as the listing shows it: described by the same loader as `--file`, or why it could not be.
+struct ShippedFile {
+  std::filesystem::path path;
+  std::optional<policy::PolicyInfo> info;
+  std::string error;
+};
+
+std::vector<ShippedFile> describe_shipped_files() {
+  std::vector<ShippedFile> out;
+  for (const auto& path : policy::shipped_policy_files()) {
+    ShippedFile f{path, std::nullopt, ""};
+    try {
+      f.info = policy::describe_policy(policy::policy_file_spec_for(path.string()));
+    } catch (const std::exception& e) {
+      f.error = e.what();
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+nlohmann::json shipped_files_json(const std::vector<ShippedFile>& files) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& f : files) {
+    nlohmann::json j{{"file", f.path.string()}};
+    if (f.info) {
+      j.update(file_json(*f.info));
+      j["ports"] = policy::ported_press(f.info->summary);
+    } else {
+      j["name"] = "python:" + f.path.stem().string();
+      j["error"] = f.error;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+void print_shipped_files(const std::vector<ShippedFile>& files) {
+  const auto dir = policy::shipped_policies_dir();
+  if (!dir) {
+    std::printf("Shipped policy files: none (no examples/policies beside this kvscope)\n");
+    return;
+  }
+  std::printf("Shipped policy files (--policy python:PATH[,name=value...]; in %s)\n\n", dir->string().c_str());
+  for (const auto& f : files) {
+    if (!f.info) {
+      std::printf("python:%s — cannot be loaded: %s\n  %s\n\n", f.path.stem().string().c_str(), f.error.c_str(),
+                  f.path.string().c_str());
+      continue;
+    }
+    const std::string ports = policy::ported_press(f.info->summary);
+    const std::string first_line = f.info->summary.substr(0, f.info->summary.find('\n'));
+    std::printf("%s — %s\n  %s\n", f.info->name.c_str(),
+                ports.empty() ? first_line.c_str() : ("ports " + ports).c_str(), f.path.string().c_str());
+    // The framework's parameters (the same on every file but for their defaults) go on one line.
+    std::vector<policy::ParamSpec> own;
+    std::string framework;
+    for (const auto& p : f.info->params) {
+      if (from_allocation(p)) continue;
+      if (is_framework_or_protocol(p.name))
+        framework += (framework.empty() ? "" : ", ") + p.name + "=" + p.default_text();
+      else
+        own.push_back(p);
+    }
+    print_params(own, true);
+    std::printf("    and the framework's: %s (kvscope policies --file PATH for their ranges)\n\n", framework.c_str());
+  }
+}
+
 }  // namespace
 
 Command register_policies(CLI::App& root) {
   auto json = std::make_shared<bool>(false);
-  CLI::App* cmd =
-      root.add_subcommand("policies", "list the KV-cache policies and layer allocations with their parameters");
+  CLI::App* cmd = root.add_subcommand(
+      "policies", "list the KV-cache policies, layer allocations and shipped policy files with their parameters");
   cmd->add_flag("--json", *json, "print a machine-readable list");
   auto protocols = std::make_shared<bool>(false);
   cmd->add_flag("--protocols", *protocols,
@@ -85,9 +173,7 @@ Command register_policies(CLI::App& root) {
             if (!file->empty()) {
               const policy::PolicyInfo p = policy::describe_policy(policy::policy_file_spec_for(*file));
               if (*json) {
-                nlohmann::json out{{"name", p.name}, {"summary", p.summary}, {"reference", p.reference},
-                                   {"params", params_json(p.params)}, {"provenance", p.provenance}};
-                std::cout << out.dump(2) << "\n";
+                std::cout << file_json(p).dump(2) << "\n";
                 return 0;
               }
               std::printf("%s — %s\n  %s (sha256 %s)\n", p.name.c_str(), p.summary.c_str(), p.reference.c_str(),
@@ -114,6 +200,7 @@ Command register_policies(CLI::App& root) {
                                               {"summary", a.summary},
                                               {"reference", a.reference},
                                               {"params", params_json(a.params)}});
+              out["files"] = shipped_files_json(describe_shipped_files());
               std::cout << out.dump(2) << "\n";
               return 0;
             }
@@ -131,6 +218,7 @@ Command register_policies(CLI::App& root) {
               print_params(a.params, false);
               std::printf("\n");
             }
+            print_shipped_files(describe_shipped_files());
             return 0;
           }};
 }

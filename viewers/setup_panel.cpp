@@ -13,6 +13,7 @@
 #include "core/policy/budget_spec.h"
 #include "core/policy/policy_file.h"
 #include "core/policy/registry.h"
+#include "core/policy/shipped_policies.h"
 #include "kernels/cuda/cuda_device.h"
 
 namespace kvscope::viewers {
@@ -47,7 +48,28 @@ SetupPanel::SetupPanel(Session& session) : Panel("setup", "Set-up"), session_(se
     prompt_ = kFallbackPrompt;
   else
     set_sample(samples_.front());
+  shipped_policies_ = policy::shipped_policy_files();
   reset_params();
+}
+
+std::vector<SetupPanel::PolicyChoice> SetupPanel::policy_choices() const {
+  std::vector<PolicyChoice> out;
+  const auto& all = policy::all_policies();
+  for (std::size_t i = 0; i < all.size(); ++i) out.push_back({"", all[i].name, "", static_cast<int>(i)});
+  const auto loaded = [&](const std::string& path) {
+    for (std::size_t i = 0; i < user_policies_.size(); ++i)
+      if (user_policies_[i].path == path) return static_cast<int>(all.size() + i);
+    return -1;
+  };
+  for (const auto& file : shipped_policies_)
+    out.push_back({"shipped files", "python:" + file.stem().string(), file.string(), loaded(file.string())});
+  for (std::size_t i = 0; i < user_policies_.size(); ++i) {
+    const auto& u = user_policies_[i];
+    const bool shipped = std::any_of(shipped_policies_.begin(), shipped_policies_.end(),
+                                     [&](const auto& f) { return f.string() == u.path; });
+    if (!shipped) out.push_back({"your files", u.info.name, u.path, static_cast<int>(all.size() + i)});
+  }
+  return out;
 }
 
 std::string SetupPanel::sample_shown() const {
@@ -434,20 +456,37 @@ void SetupPanel::draw(AppState& state) {
 
   ImGui::SeparatorText("Policy");
   const auto& all = policy::all_policies();
-  const int builtins = static_cast<int>(all.size()), choices = builtins + static_cast<int>(user_policies_.size());
+  const int builtins = static_cast<int>(all.size());
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
-  if (ImGui::BeginCombo("policy", policy_info().name.c_str())) {
-    for (int i = 0; i < choices; ++i) {
-      const policy::PolicyInfo& info = i < builtins ? all[i] : user_policies_[i - builtins].info;
-      if (i == builtins) ImGui::SeparatorText("your files");
-      if (ImGui::Selectable(info.name.c_str(), i == policy_) && i != policy_) {
-        policy_ = i;
-        reset_params();
-        rerun = true;
+  // Tall enough for the built-ins and the shipped files together, without scrolling on a usual window.
+  if (ImGui::BeginCombo("policy", policy_info().name.c_str(), ImGuiComboFlags_HeightLargest)) {
+    std::string section;
+    std::string to_load;  // a shipped file chosen: loaded after the list, which loading changes
+    for (const auto& choice : policy_choices()) {
+      if (choice.section != section) ImGui::SeparatorText((section = choice.section).c_str());
+      ImGui::PushID(choice.path.empty() ? choice.label.c_str() : choice.path.c_str());
+      const bool chosen = choice.index == policy_;
+      if (ImGui::Selectable(choice.label.c_str(), chosen) && !chosen) {
+        if (choice.index < 0) {
+          to_load = choice.path;
+        } else {
+          policy_ = choice.index;
+          reset_params();
+          rerun = true;
+        }
       }
-      if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s\n%s", info.summary.c_str(), info.reference.c_str());
+      if (ImGui::IsItemHovered()) {
+        if (choice.index >= 0) {
+          const auto& info = choice.index < builtins ? all[choice.index] : user_policies_[choice.index - builtins].info;
+          ImGui::SetTooltip("%s\n%s", info.summary.c_str(), info.reference.c_str());
+        } else {
+          ImGui::SetTooltip("%s\n(loaded when chosen; loading it runs its code)", choice.path.c_str());
+        }
+      }
+      ImGui::PopID();
     }
     ImGui::EndCombo();
+    if (!to_load.empty()) choose_policy_file(to_load, state);  // runs it when live
   }
   ImGui::SameLine();
   if (ImGui::SmallButton("defaults")) reset_params(), rerun = true;

@@ -60,6 +60,19 @@ class SetupPanel final : public Panel {
   // Names of the parameters the form shows: those in effect under the chosen allocation.
   std::vector<std::string> shown_params() const;
 
+  // One entry of the policy chooser. A shipped file (examples/policies, shipped_policies.h) is loaded as a
+  // user's file is when it is chosen; until then it has no index.
+  struct PolicyChoice {
+    std::string section;  // "" (the built-ins), "shipped files" or "your files"
+    std::string label;    // the policy's name: "snapkv", "python:keydiff"
+    std::string path;     // the file; empty for a built-in
+    int index = -1;       // the policy's index once loaded (see policy_), else -1
+  };
+  // What the chooser offers, in its order: the built-ins, the shipped files, the user's loaded files.
+  std::vector<PolicyChoice> policy_choices() const;
+  // The chosen policy's name, as the chooser shows it.
+  std::string policy_name() const { return policy_info().name; }
+
  private:
   // A policy file the user loaded; `spec_prefix` is "python:PATH" or "plugin:PATH".
   struct UserPolicy {
@@ -89,6 +102,7 @@ class SetupPanel final : public Panel {
   bool parse_special_ = true;  // special-token text in a plain prompt is tokens (kvscope --no-parse-special)
   int policy_ = 0;  // an index into all_policies(), then into user_policies_
   std::vector<UserPolicy> user_policies_;
+  std::vector<std::filesystem::path> shipped_policies_;  // found once, when the panel is made
   std::string policy_file_;
   std::string policy_error_;  // why the last load or reload of a policy file failed
   double last_file_check_ = 0.0;

@@ -1,9 +1,13 @@
 // The set-up form without a window: which policy parameters it offers (against the parameter lists of
-// the papers' allocations, written out here), and what its sample chooser says once the prompt changes.
+// the papers' allocations, written out here), what its sample chooser says once the prompt changes, and
+// which shipped policy files its policy chooser offers.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "core/policy/registry.h"
@@ -91,4 +95,59 @@ TEST_CASE("the sample chooser names the sample only while the prompt is that sam
   CHECK(panel.sample_shown() == names[1]);
   panel.set_prompt(sample_prompt(names[1]) + " ");
   CHECK(panel.sample_shown() == "(custom)");
+}
+
+namespace {
+
+// The policies under examples/policies, found here without kvscope's listing: the .py files that define score().
+std::set<std::string> policy_files_defining_score() {
+  std::set<std::string> stems;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::filesystem::path(KVSCOPE_SOURCE_DIR) / "examples" / "policies")) {
+    if (entry.path().extension() != ".py") continue;
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    if (text.str().find("\ndef score(") != std::string::npos) stems.insert(entry.path().stem().string());
+  }
+  return stems;
+}
+
+}  // namespace
+
+TEST_CASE("the policy chooser offers the shipped policy files and loads one when chosen", "[setup]") {
+  Session session(1);
+  SetupPanel panel(session);
+  const auto expected = policy_files_defining_score();
+  REQUIRE(expected.count("lagkv") == 1);  // the kvpress ports are there to be offered
+  std::set<std::string> offered;
+  std::string lagkv_path;
+  for (const auto& c : panel.policy_choices()) {
+    if (c.section != "shipped files") continue;
+    INFO(c.label << " " << c.path);
+    CHECK(c.label.rfind("python:", 0) == 0);
+    CHECK(c.index == -1);  // not loaded before it is chosen
+    offered.insert(c.label.substr(7));
+    if (c.label == "python:lagkv") lagkv_path = c.path;
+  }
+  CHECK(offered == expected);
+  CHECK(offered.count("_torch_cpu_rng") == 0);  // a helper module, not a policy
+  // Built-ins come first, as before.
+  CHECK(panel.policy_choices().front().section.empty());
+
+  // Chosen (as the chooser does, through the file loader), it is the policy with its own parameters, listed
+  // once: under the shipped files, not again under the user's.
+  REQUIRE_FALSE(lagkv_path.empty());
+  panel.set_policy("python:" + lagkv_path);
+  CHECK(panel.policy_name() == "python:lagkv");
+  int listed = 0;
+  for (const auto& c : panel.policy_choices())
+    if (c.path == lagkv_path) {
+      ++listed;
+      CHECK(c.section == "shipped files");
+      CHECK(c.index >= static_cast<int>(policy::all_policies().size()));
+    }
+  CHECK(listed == 1);
+  const auto params = panel.shown_params();
+  CHECK(std::find(params.begin(), params.end(), "lag_size") != params.end());
 }
