@@ -236,7 +236,6 @@ void App::start() {
   for (const auto& f : options_.trace_files) session_.open_trace(f);
   if (!options_.samples_dir.empty()) {
     samples_->open_folder(options_.samples_dir);  // not a folder: an error before any frame
-    state_.focus_panel = samples_->key();
   }
   const bool scripted_defaults = !script_.empty();
   if (options_.trace_files.empty() && options_.samples_dir.empty() && !options_.no_run && !scripted_defaults) {
@@ -594,6 +593,7 @@ void App::frame() {
   ++frame_count_;
   if (frame_count_ == 4) ImGui::SetWindowFocus("Summary");
   if (frame_count_ == 6) ImGui::SetWindowFocus("Attention");
+  if (frame_count_ == 8 && !options_.samples_dir.empty()) ImGui::SetWindowFocus("Samples");  // gui --samples DIR
   draw_dialogs();
   ImGui::Render();
 }
@@ -747,6 +747,8 @@ void App::step_script() {
       } else if (c == "samples") {
         samples_->open_folder(arg);
         state_.focus_panel = samples_->key();
+        frames_left_ = 2;  // a focus change takes effect on the next frame
+        return;
       } else if (c == "select-sample") {
         samples_->poll(state_);
         samples_->select(std::stoi(arg), state_);

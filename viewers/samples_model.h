@@ -61,7 +61,8 @@ std::vector<std::filesystem::path> sample_trace_files(const std::filesystem::pat
 enum class SampleFilter { All, Wrong, WrongEvidenceKept };
 inline constexpr const char* kSampleFilterNames[] = {"all", "wrong", "wrong with the evidence kept"};
 
-enum class SampleColumn { File, Task, Sample, Policy, Score, FullScore, EvidenceKept, Blame };
+// In the table's order: the numbers that tell a failure next to the file name, then where it comes from.
+enum class SampleColumn { File, Score, FullScore, EvidenceKept, Blame, Policy, Task, Sample };
 inline constexpr int kSampleColumns = 8;
 
 // The rows the table shows, as indices into `rows`: those passing `filter`, sorted by `column` (missing values

@@ -131,7 +131,7 @@ bool SamplesPanel::show_sample(int index, AppState& state) {
 
 void SamplesPanel::draw(AppState& state) {
   const float font = ImGui::GetFontSize();
-  ImGui::SetNextItemWidth(font * 18);
+  ImGui::SetNextItemWidth(font * 14);
   input_text("##folder", folder_);
   ImGui::SameLine();
   const bool reading = reader_.busy();
@@ -143,8 +143,8 @@ void SamplesPanel::draw(AppState& state) {
     }
   }
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("the folder `kvscope eval ruler|longbench|needle --traces DIR` wrote");
-  ImGui::SameLine();
-  ImGui::SetNextItemWidth(font * 14);
+  same_line_if_fits(font * 16);
+  ImGui::SetNextItemWidth(font * 13);
   int f = static_cast<int>(filter_);
   if (ImGui::Combo("show", &f, kSampleFilterNames, IM_ARRAYSIZE(kSampleFilterNames))) filter_ = static_cast<SampleFilter>(f);
   if (ImGui::IsItemHovered())
@@ -164,22 +164,23 @@ void SamplesPanel::draw(AppState& state) {
 }
 
 void SamplesPanel::table(AppState& state) {
-  const ImGuiTableFlags flags = ImGuiTableFlags_Sortable | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY |
+  const ImGuiTableFlags flags = ImGuiTableFlags_Sortable | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_ScrollX |
                                 ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_Resizable | ImGuiTableFlags_SizingFixedFit;
   if (!ImGui::BeginTable("##samples", kSampleColumns, flags)) return;
+  // In SampleColumn's order.
   static const std::array<std::pair<const char*, const char*>, kSampleColumns> headers = {{
       {"file", "the trace file (DIR/<task>_<index>.h5)"},
-      {"task", "eval_task: RULER task, LongBench dataset or needle"},
-      {"#", "eval_sample: the sample's index"},
-      {"policy", "the policy run's policy and budget"},
-      {"score", "eval_score of the policy's answer (wrong: below 0.5)"},
+      {"score", "eval_score of the policy's answer (red: wrong, below 0.5)"},
       {"full", "eval_score of the full cache's answer"},
-      {"evidence kept", "share of evidence tokens in the cache when the first answer token was sampled, mean over "
-                        "layers and KV heads (kvscope explain); red: mostly lost (half the layers kept under half)"},
+      {"kept", "evidence kept: the share of evidence tokens in the cache when the first answer token was sampled, "
+               "mean over layers and KV heads (kvscope explain); red: mostly lost (half the layers kept under half)"},
       {"blame", "the largest full-cache attention mass on tokens the policy had evicted, over every (layer, query "
                 "head), at the first answer token where the answers differ (kvscope explain's top row)"},
+      {"policy", "the policy run's policy and budget"},
+      {"task", "eval_task: RULER task, LongBench dataset or needle"},
+      {"#", "eval_sample: the sample's index"},
   }};
-  ImGui::TableSetupScrollFreeze(0, 1);
+  ImGui::TableSetupScrollFreeze(1, 1);  // the header row and the file column stay in view
   for (int c = 0; c < kSampleColumns; ++c)
     ImGui::TableSetupColumn(headers[static_cast<std::size_t>(c)].first,
                             c == 0 ? ImGuiTableColumnFlags_DefaultSort : ImGuiTableColumnFlags_None);
@@ -224,26 +225,26 @@ void SamplesPanel::table(AppState& state) {
     }
     if (r.damaged()) {
       ImGui::TableSetColumnIndex(1);
-      ImGui::TextColored(ImVec4(1.0f, 0.45f, 0.4f, 1.0f), "unreadable: %s", r.error.c_str());
+      ImGui::TextColored(ImVec4(1.0f, 0.45f, 0.4f, 1.0f), "unreadable");  // the row's tooltip and the log say why
       ImGui::PopID();
       continue;
     }
     ImGui::TableSetColumnIndex(1);
-    ImGui::TextUnformatted(r.task.c_str());
-    ImGui::TableSetColumnIndex(2);
-    ImGui::TextUnformatted(r.sample ? std::to_string(*r.sample).c_str() : "-");
-    ImGui::TableSetColumnIndex(3);
-    ImGui::TextUnformatted(r.policy.c_str());
-    ImGui::TableSetColumnIndex(4);
     if (r.wrong()) ImGui::TextColored(ImVec4(1.0f, 0.45f, 0.4f, 1.0f), "%s", number_text(r.score).c_str());
     else ImGui::TextUnformatted(number_text(r.score).c_str());
-    ImGui::TableSetColumnIndex(5);
+    ImGui::TableSetColumnIndex(2);
     ImGui::TextUnformatted(number_text(r.full_score).c_str());
-    ImGui::TableSetColumnIndex(6);
+    ImGui::TableSetColumnIndex(3);
     if (r.evidence_mostly_lost) ImGui::TextColored(ImVec4(1.0f, 0.45f, 0.4f, 1.0f), "%s", number_text(r.evidence_kept, "%.2f").c_str());
     else ImGui::TextUnformatted(r.evidence ? number_text(r.evidence_kept, "%.2f").c_str() : "no evidence");
-    ImGui::TableSetColumnIndex(7);
+    ImGui::TableSetColumnIndex(4);
     ImGui::TextUnformatted(number_text(r.blame_mass, "%.3f").c_str());
+    ImGui::TableSetColumnIndex(5);
+    ImGui::TextUnformatted(r.policy.c_str());
+    ImGui::TableSetColumnIndex(6);
+    ImGui::TextUnformatted(r.task.c_str());
+    ImGui::TableSetColumnIndex(7);
+    ImGui::TextUnformatted(r.sample ? std::to_string(*r.sample).c_str() : "-");
     ImGui::PopID();
   }
   ImGui::EndTable();
