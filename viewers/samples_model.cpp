@@ -86,9 +86,12 @@ namespace {
 
 bool passes(const SampleRow& r, SampleFilter filter) {
   switch (filter) {
-    case SampleFilter::All: return true;
-    case SampleFilter::Wrong: return r.wrong();
-    case SampleFilter::WrongEvidenceKept: return r.wrong_with_evidence_kept();
+    case SampleFilter::All:
+      return true;
+    case SampleFilter::Wrong:
+      return r.wrong();
+    case SampleFilter::WrongEvidenceKept:
+      return r.wrong_with_evidence_kept();
   }
   return true;
 }
@@ -97,21 +100,31 @@ bool passes(const SampleRow& r, SampleFilter filter) {
 std::optional<double> number(const SampleRow& r, SampleColumn c) {
   if (r.damaged()) return std::nullopt;
   switch (c) {
-    case SampleColumn::Sample: return r.sample ? std::optional<double>(static_cast<double>(*r.sample)) : std::nullopt;
-    case SampleColumn::Score: return r.score;
-    case SampleColumn::FullScore: return r.full_score;
-    case SampleColumn::EvidenceKept: return r.evidence_kept;
-    case SampleColumn::Blame: return r.blame_mass;
-    default: return std::nullopt;
+    case SampleColumn::Sample:
+      return r.sample ? std::optional<double>(static_cast<double>(*r.sample)) : std::nullopt;
+    case SampleColumn::Score:
+      return r.score;
+    case SampleColumn::FullScore:
+      return r.full_score;
+    case SampleColumn::EvidenceKept:
+      return r.evidence_kept;
+    case SampleColumn::Blame:
+      return r.blame_mass;
+    default:
+      return std::nullopt;
   }
 }
 
 const std::string* text(const SampleRow& r, SampleColumn c) {
   switch (c) {
-    case SampleColumn::File: return &r.file;
-    case SampleColumn::Task: return r.damaged() ? nullptr : &r.task;
-    case SampleColumn::Policy: return r.damaged() ? nullptr : &r.policy;
-    default: return nullptr;
+    case SampleColumn::File:
+      return &r.file;
+    case SampleColumn::Task:
+      return r.damaged() ? nullptr : &r.task;
+    case SampleColumn::Policy:
+      return r.damaged() ? nullptr : &r.policy;
+    default:
+      return nullptr;
   }
 }
 

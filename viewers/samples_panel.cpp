@@ -73,7 +73,8 @@ void SamplesPanel::select(int shown_row, AppState& state) {
   if (shown_row < 0 || shown_row >= static_cast<int>(order.size()))
     throw UsageError("the Samples table shows " + std::to_string(order.size()) + " row(s)" +
                      (order.empty() ? "" : " (0.." + std::to_string(order.size() - 1) + ")") + ", not row " +
-                     std::to_string(shown_row) + (reader_.busy() ? "; the folder is still being read ('wait' first)" : ""));
+                     std::to_string(shown_row) +
+                     (reader_.busy() ? "; the folder is still being read ('wait' first)" : ""));
   const int index = order[static_cast<std::size_t>(shown_row)];
   const SampleRow& row = rows_[static_cast<std::size_t>(index)];
   if (row.damaged()) throw UsageError("sample file '" + row.file + "' cannot be shown: " + row.error);
@@ -117,10 +118,9 @@ bool SamplesPanel::show_sample(int index, AppState& state) {
     // evidence on (the rows that can attend to it) down to the end of the prompt.
     const int pad = std::max(8, (last - first + 1) / 2);
     const int rows_end = std::max(run.prompt_length, last + 1);
-    state.attention_zoom = std::array<double, 4>{static_cast<double>(std::max(0, first - pad)),
-                                                 static_cast<double>(last + 1 + pad),
-                                                 static_cast<double>(std::max(0, first - pad)),
-                                                 static_cast<double>(rows_end)};
+    state.attention_zoom =
+        std::array<double, 4>{static_cast<double>(std::max(0, first - pad)), static_cast<double>(last + 1 + pad),
+                              static_cast<double>(std::max(0, first - pad)), static_cast<double>(rows_end)};
   }
   state.focus_panel = "compare";
   note(state, "samples: showing " + row.file + " (" + row.policy_run + " beside " + row.full_run + ", step " +
@@ -146,10 +146,12 @@ void SamplesPanel::draw(AppState& state) {
   same_line_if_fits(font * 16);
   ImGui::SetNextItemWidth(font * 13);
   int f = static_cast<int>(filter_);
-  if (ImGui::Combo("show", &f, kSampleFilterNames, IM_ARRAYSIZE(kSampleFilterNames))) filter_ = static_cast<SampleFilter>(f);
+  if (ImGui::Combo("show", &f, kSampleFilterNames, IM_ARRAYSIZE(kSampleFilterNames)))
+    filter_ = static_cast<SampleFilter>(f);
   if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("wrong: score below one half (the evaluations' rule)\nwrong with the evidence kept: wrong although at "
-                      "least half the layers kept at least half of the evidence");
+    ImGui::SetTooltip(
+        "wrong: score below one half (the evaluations' rule)\nwrong with the evidence kept: wrong although at "
+        "least half the layers kept at least half of the evidence");
   if (expected_ > 0) {
     ImGui::SameLine();
     ImGui::TextDisabled("%zu of %zu read", rows_.size(), expected_);
@@ -164,18 +166,21 @@ void SamplesPanel::draw(AppState& state) {
 }
 
 void SamplesPanel::table(AppState& state) {
-  const ImGuiTableFlags flags = ImGuiTableFlags_Sortable | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_ScrollX |
-                                ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_Resizable | ImGuiTableFlags_SizingFixedFit;
+  const ImGuiTableFlags flags = ImGuiTableFlags_Sortable | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY |
+                                ImGuiTableFlags_ScrollX | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_Resizable |
+                                ImGuiTableFlags_SizingFixedFit;
   if (!ImGui::BeginTable("##samples", kSampleColumns, flags)) return;
   // In SampleColumn's order.
   static const std::array<std::pair<const char*, const char*>, kSampleColumns> headers = {{
       {"file", "the trace file (DIR/<task>_<index>.h5)"},
       {"score", "eval_score of the policy's answer (red: wrong, below 0.5)"},
       {"full", "eval_score of the full cache's answer"},
-      {"kept", "evidence kept: the share of evidence tokens in the cache when the first answer token was sampled, "
-               "mean over layers and KV heads (kvscope explain); red: mostly lost (half the layers kept under half)"},
-      {"blame", "the largest full-cache attention mass on tokens the policy had evicted, over every (layer, query "
-                "head), at the first answer token where the answers differ (kvscope explain's top row)"},
+      {"kept",
+       "evidence kept: the share of evidence tokens in the cache when the first answer token was sampled, "
+       "mean over layers and KV heads (kvscope explain); red: mostly lost (half the layers kept under half)"},
+      {"blame",
+       "the largest full-cache attention mass on tokens the policy had evicted, over every (layer, query "
+       "head), at the first answer token where the answers differ (kvscope explain's top row)"},
       {"policy", "the policy run's policy and budget"},
       {"task", "eval_task: RULER task, LongBench dataset or needle"},
       {"#", "eval_sample: the sample's index"},
@@ -230,13 +235,17 @@ void SamplesPanel::table(AppState& state) {
       continue;
     }
     ImGui::TableSetColumnIndex(1);
-    if (r.wrong()) ImGui::TextColored(ImVec4(1.0f, 0.45f, 0.4f, 1.0f), "%s", number_text(r.score).c_str());
-    else ImGui::TextUnformatted(number_text(r.score).c_str());
+    if (r.wrong())
+      ImGui::TextColored(ImVec4(1.0f, 0.45f, 0.4f, 1.0f), "%s", number_text(r.score).c_str());
+    else
+      ImGui::TextUnformatted(number_text(r.score).c_str());
     ImGui::TableSetColumnIndex(2);
     ImGui::TextUnformatted(number_text(r.full_score).c_str());
     ImGui::TableSetColumnIndex(3);
-    if (r.evidence_mostly_lost) ImGui::TextColored(ImVec4(1.0f, 0.45f, 0.4f, 1.0f), "%s", number_text(r.evidence_kept, "%.2f").c_str());
-    else ImGui::TextUnformatted(r.evidence ? number_text(r.evidence_kept, "%.2f").c_str() : "no evidence");
+    if (r.evidence_mostly_lost)
+      ImGui::TextColored(ImVec4(1.0f, 0.45f, 0.4f, 1.0f), "%s", number_text(r.evidence_kept, "%.2f").c_str());
+    else
+      ImGui::TextUnformatted(r.evidence ? number_text(r.evidence_kept, "%.2f").c_str() : "no evidence");
     ImGui::TableSetColumnIndex(4);
     ImGui::TextUnformatted(number_text(r.blame_mass, "%.3f").c_str());
     ImGui::TableSetColumnIndex(5);

@@ -48,10 +48,10 @@ TEST_CASE("the samples table sorts by any column with missing values last and fi
   damaged.file = "d.h5";
   damaged.error = "trace file 'd.h5' is damaged";
   const std::vector<SampleRow> rows = {
-      row("a.h5", 0.0, 0.9, false, 0.5),        // wrong, the evidence kept: the interesting failure
-      row("b.h5", 1.0, 1.0, false, 0.0),        // right
-      row("c.h5", 0.0, 0.1, true, 0.9),         // wrong, the evidence lost
-      damaged,                                  // unreadable
+      row("a.h5", 0.0, 0.9, false, 0.5),                     // wrong, the evidence kept: the interesting failure
+      row("b.h5", 1.0, 1.0, false, 0.0),                     // right
+      row("c.h5", 0.0, 0.1, true, 0.9),                      // wrong, the evidence lost
+      damaged,                                               // unreadable
       row("e.h5", 0.25, std::nullopt, false, std::nullopt),  // wrong, no evidence known, no blame
   };
   CHECK(files(rows, sample_order(rows, SampleFilter::All, SampleColumn::File, true)) ==
@@ -59,7 +59,8 @@ TEST_CASE("the samples table sorts by any column with missing values last and fi
   CHECK(files(rows, sample_order(rows, SampleFilter::All, SampleColumn::File, false)) ==
         Names{"e.h5", "d.h5", "c.h5", "b.h5", "a.h5"});
   // Wrong: score below one half; a damaged file is neither right nor wrong.
-  CHECK(files(rows, sample_order(rows, SampleFilter::Wrong, SampleColumn::File, true)) == Names{"a.h5", "c.h5", "e.h5"});
+  CHECK(files(rows, sample_order(rows, SampleFilter::Wrong, SampleColumn::File, true)) ==
+        Names{"a.h5", "c.h5", "e.h5"});
   // Wrong with the evidence kept: only a sample whose evidence is known and was not mostly lost.
   CHECK(files(rows, sample_order(rows, SampleFilter::WrongEvidenceKept, SampleColumn::File, true)) == Names{"a.h5"});
   // Ties keep the folder's order (a before c); the damaged file is last either way.
@@ -85,8 +86,9 @@ TEST_CASE("a folder of sample traces reads into rows that agree with the evaluat
   // A StreamingLLM sample whose needle (a quarter of the way in) lies far outside its 32-token window, and the
   // full cache on another depth: one run in its file, everything kept, nothing to blame.
   auto eval = [&](const std::string& policy, const std::string& depth) {
-    const auto out = test::run_command(bin + " eval needle --lengths 256 --depths " + depth + " --policy " + policy +
-                                       " --threads 1 --json --traces-for all --traces " + dir.string() + " 2>/dev/null");
+    const auto out =
+        test::run_command(bin + " eval needle --lengths 256 --depths " + depth + " --policy " + policy +
+                          " --threads 1 --json --traces-for all --traces " + dir.string() + " 2>/dev/null");
     REQUIRE(out.exit_code == 0);
     const nlohmann::json j = nlohmann::json::parse(out.output);
     REQUIRE(j.at("cases").size() == 1);
