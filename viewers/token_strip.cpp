@@ -62,6 +62,15 @@ void TokenStrip::draw(AppState& state) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   // Only the visible lines are drawn; long prompts have thousands of tokens.
   const float scroll = ImGui::GetScrollY(), view_h = ImGui::GetWindowHeight();
+  if (state.token != followed_token_) {
+    followed_token_ = state.token;
+    scroll_frames_ = 3;
+  }
+  if (scroll_frames_ > 0 && state.token >= 0 && state.token < n) {
+    --scroll_frames_;
+    const float y = lay.line[state.token] * line_h;
+    if (y < scroll || y + line_h > scroll + view_h) ImGui::SetScrollY(std::max(0.0f, y - view_h / 3));
+  }
   const int first_line = std::max(0, static_cast<int>(scroll / line_h) - 1);
   const int last_line = static_cast<int>((scroll + view_h) / line_h) + 1;
   int hovered = -1;
