@@ -21,6 +21,9 @@ Command register_gui(CLI::App& root) {
   CLI::App* cmd = root.add_subcommand("gui", "open the interactive viewer (runs live, or shows HDF5 traces)");
 #ifdef KVSCOPE_HAVE_GUI
   cmd->add_option("traces", opts->trace_files, "HDF5 trace files to open")->check(CLI::ExistingFile);
+  cmd->add_option("--samples", opts->samples_dir,
+                  "open an evaluation's per-sample trace folder (eval ... --traces DIR) in the Samples panel")
+      ->check(CLI::ExistingDirectory);
   cmd->add_option("--script", opts->script, "run a scripted session (see docs/gui.md)")->check(CLI::ExistingFile);
   cmd->add_option("--screenshot", opts->screenshot, "save the first screen as PNG once the first run is done, then quit");
   cmd->add_option("--width", opts->width, "window width")->check(CLI::Range(320, 8192));

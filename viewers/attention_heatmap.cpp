@@ -291,6 +291,7 @@ void AttentionHeatmap::draw(AppState& state) {
   }
   draw_heatmap("attention", *p, ImGui::GetContentRegionAvail(), *state.textures, [&] {
     draw_exact_region(state, *p);
+    if (const auto* spans = state.evidence_of(state.active)) evidence_bands(*spans);
     token_guides(state.token, !decode);
     if (decode_row >= 0) step_guides(decode_row);
     attention_tooltip(r, *p, sel, decode, exact_.get());

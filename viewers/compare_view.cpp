@@ -259,7 +259,10 @@ void CompareView::draw(AppState& state) {
       if (c.ok) {
         const Selection sel = state.compare_sel[i];
         draw_heatmap(("cmp" + std::to_string(i)).c_str(), c.plot, ImVec2(cell_w, map_h), *state.textures,
-                     [&] { attention_tooltip(*r, c.plot, sel, decode); });
+                     [&] {
+                       if (const auto* spans = state.evidence_of(state.compare[i])) evidence_bands(*spans);
+                       attention_tooltip(*r, c.plot, sel, decode);
+                     });
       } else {
         ImGui::BeginChild("##why", ImVec2(cell_w, map_h), ImGuiChildFlags_Borders);
         ImGui::TextWrapped("%s", c.why.c_str());

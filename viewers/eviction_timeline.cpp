@@ -118,7 +118,9 @@ void EvictionTimeline::draw(AppState& state) {
   }
   const trace::RunTrace& r = *run;
   int clicked_pos = -1, clicked_step = -1;
+  const std::vector<eval::EvidenceSpan>* evidence = state.evidence_of(state.active);
   draw_heatmap("timeline", *p, ImGui::GetContentRegionAvail(), *state.textures, [&] {
+    if (evidence) evidence_bands(*evidence);
     token_guides(state.token, false);
     step_guides(resolve_step(r, state.sel.step));
     const int first_decode = r.first_decode_step();

@@ -27,6 +27,7 @@
 #include "viewers/quality_panel.h"
 #include "viewers/rasteriser_threads.h"
 #include "viewers/redraw_gate.h"
+#include "viewers/samples_panel.h"
 #include "viewers/script.h"
 #include "viewers/session.h"
 #include "viewers/setup_panel.h"
@@ -135,6 +136,9 @@ class App {
     auto quality = std::make_unique<QualityPanel>(session_);
     quality_ = quality.get();
     panels_.push_back(std::move(quality));
+    auto samples = std::make_unique<SamplesPanel>(session_);
+    samples_ = samples.get();
+    panels_.push_back(std::move(samples));
   }
 
   int run();
@@ -168,6 +172,7 @@ class App {
   SetupPanel setup_;
   std::vector<std::unique_ptr<Panel>> panels_;
   QualityPanel* quality_ = nullptr;  // one of panels_
+  SamplesPanel* samples_ = nullptr;  // one of panels_
   bool layout_built_ = false;
   std::string layout_focus_;  // non-empty: the layout with this panel large
   bool quit_ = false;
@@ -176,8 +181,9 @@ class App {
   bool log_open_ = true;
 
   // Dialog state.
-  bool open_dialog_ = false, save_dialog_ = false, sweep_dialog_ = false, policy_dialog_ = false;
+  bool open_dialog_ = false, save_dialog_ = false, sweep_dialog_ = false, policy_dialog_ = false, samples_dialog_ = false;
   std::string open_path_ = "run.h5", save_path_ = "kvscope_run.h5", sweep_path_ = "sweep", policy_path_;
+  std::string samples_path_ = "traces";
   std::string export_path_;
   int export_w_ = 1200, export_h_ = 800;
   float export_font_ = 0.0f;
@@ -228,8 +234,11 @@ void App::start() {
   if (!options_.model.empty()) setup_.set_model(options_.model);
   if (!options_.record.empty()) setup_.set_record(options_.record);
   for (const auto& f : options_.trace_files) session_.open_trace(f);
+  if (!options_.samples_dir.empty()) {
+    samples_->open_folder(options_.samples_dir);  // not a folder: an error before any frame
+  }
   const bool scripted_defaults = !script_.empty();
-  if (options_.trace_files.empty() && !options_.no_run && !scripted_defaults) {
+  if (options_.trace_files.empty() && options_.samples_dir.empty() && !options_.no_run && !scripted_defaults) {
     setup_.load_defaults();
     if (!options_.prompt.empty()) setup_.set_prompt(options_.prompt);
     if (!options_.policy.empty()) setup_.set_policy(options_.policy);
@@ -319,6 +328,7 @@ void App::build_layout(ImGuiID dockspace) {
   ImGui::DockBuilderDockWindow("Quality", top);
   ImGui::DockBuilderDockWindow("Compare", top);
   ImGui::DockBuilderDockWindow("Attention", top);
+  ImGui::DockBuilderDockWindow("Samples", stats);
   ImGui::DockBuilderDockWindow("Layer stats", stats);
   ImGui::DockBuilderDockWindow("Budgets", budget);
   ImGui::DockBuilderDockWindow("Eviction timeline", timeline);
@@ -331,6 +341,7 @@ void App::draw_menu() {
   if (ImGui::BeginMenu("File")) {
     if (ImGui::MenuItem("Open trace...", "Ctrl+O")) open_dialog_ = true;
     if (ImGui::MenuItem("Open sweep...")) sweep_dialog_ = true;
+    if (ImGui::MenuItem("Open samples...")) samples_dialog_ = true;
     if (ImGui::MenuItem("Load policy file...")) policy_dialog_ = true;
     if (ImGui::MenuItem("Save runs as HDF5...")) save_dialog_ = true;
     if (ImGui::BeginMenu("Export figure")) {
@@ -456,6 +467,19 @@ void App::draw_dialogs() {
     ImGui::EndPopup();
   }
 
+  if (samples_dialog_) ImGui::OpenPopup("Open samples");
+  samples_dialog_ = false;
+  if (ImGui::BeginPopupModal("Open samples", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    ImGui::TextUnformatted("A folder of per-sample traces written by `kvscope eval ruler|longbench|needle --traces DIR`.");
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 30);
+    input_text("folder", samples_path_);
+    modal_buttons("Open", state_.log, [&] {
+      samples_->open_folder(samples_path_);
+      state_.focus_panel = samples_->key();
+    });
+    ImGui::EndPopup();
+  }
+
   if (policy_dialog_) ImGui::OpenPopup("Load policy file");
   policy_dialog_ = false;
   if (ImGui::BeginPopupModal("Load policy file", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
@@ -559,6 +583,7 @@ void App::frame() {
     if (docked) ImGui::PopStyleColor();
   };
   quality_->poll(state_);  // rows land and files finish reading while the panel is hidden too
+  samples_->poll(state_);
   window(setup_);
   for (auto& p : panels_) window(*p);
   run_choice();
@@ -568,6 +593,7 @@ void App::frame() {
   ++frame_count_;
   if (frame_count_ == 4) ImGui::SetWindowFocus("Summary");
   if (frame_count_ == 6) ImGui::SetWindowFocus("Attention");
+  if (frame_count_ == 8 && !options_.samples_dir.empty()) ImGui::SetWindowFocus("Samples");  // gui --samples DIR
   draw_dialogs();
   ImGui::Render();
 }
@@ -718,6 +744,14 @@ void App::step_script() {
         for (const bool down : {true, false, true, false}) io.AddMouseButtonEvent(ImGuiMouseButton_Left, down);
         frames_left_ = 6;
         return;
+      } else if (c == "samples") {
+        samples_->open_folder(arg);
+        state_.focus_panel = samples_->key();
+        frames_left_ = 2;  // a focus change takes effect on the next frame
+        return;
+      } else if (c == "select-sample") {
+        samples_->poll(state_);
+        samples_->select(std::stoi(arg), state_);
       } else if (c == "open-sweep") {
         quality_->open_file(arg);
       } else if (c == "sweep") {
@@ -766,7 +800,7 @@ int App::run() {
     if (!busy && !scripted) glfwWaitEventsTimeout(0.25);
     else glfwPollEvents();
     const auto t0 = Clock::now();
-    idle_at_frame_start_ = session_.idle() && !quality_->busy();
+    idle_at_frame_start_ = session_.idle() && !quality_->busy() && !samples_->busy();
     apply_updates();
     frame();
     const auto t_ui = Clock::now();

@@ -13,6 +13,7 @@ inline constexpr int kDefaultWorkerNice = 0;
 
 struct GuiOptions {
   std::vector<std::string> trace_files;  // opened at start; without any, the default run starts
+  std::string samples_dir;               // --samples DIR: an evaluation's trace folder for the Samples panel
   std::string script;                    // --script FILE
   std::string screenshot;                // --screenshot PATH: first screen to PNG, then quit
   int width = 1600, height = 1000;

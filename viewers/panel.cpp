@@ -3,6 +3,7 @@
 #include <imgui.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "viewers/run_names.h"
 #include "viewers/step_cache.h"
@@ -232,6 +233,47 @@ void token_guides(int position, bool horizontal) {
     dl->AddLine(c, d, col, 1.0f);
   }
   ImPlot::PopPlotClipRect();
+}
+
+unsigned evidence_color(const std::string& kind) {
+  if (kind == "needle value" || kind == "needle" || kind == "answer") return IM_COL32(255, 215, 0, 255);
+  if (kind == "needle key") return IM_COL32(0, 210, 255, 255);
+  if (kind == "chain") return IM_COL32(255, 120, 200, 255);
+  return IM_COL32(255, 150, 40, 255);  // "word" and kinds added later
+}
+
+std::string evidence_kinds_at(const std::vector<eval::EvidenceSpan>& spans, int position) {
+  std::string kinds;
+  for (const auto& s : spans)
+    if (position >= s.first && position <= s.last && kinds.find(s.kind) == std::string::npos)
+      kinds += (kinds.empty() ? "" : ", ") + s.kind;
+  return kinds;
+}
+
+void evidence_bands(const std::vector<eval::EvidenceSpan>& spans) {
+  if (spans.empty()) return;
+  ImDrawList* dl = ImPlot::GetPlotDrawList();
+  const ImPlotRect lim = ImPlot::GetPlotLimits();
+  ImPlot::PushPlotClipRect();
+  for (const auto& s : spans) {
+    const ImU32 c = evidence_color(s.kind);
+    const ImVec2 a = ImPlot::PlotToPixels(s.first, lim.Y.Max), b = ImPlot::PlotToPixels(s.last + 1.0, lim.Y.Min);
+    // At least two pixels wide, so a one-token span stays visible on a pooled overview of thousands of keys.
+    const float x1 = std::max(b.x, a.x + 2.0f);
+    dl->AddRectFilled(ImVec2(a.x, a.y), ImVec2(x1, b.y), (c & ~IM_COL32_A_MASK) | IM_COL32(0, 0, 0, 40));
+    dl->AddLine(ImVec2(a.x, a.y), ImVec2(a.x, b.y), (c & ~IM_COL32_A_MASK) | IM_COL32(0, 0, 0, 200), 1.0f);
+    dl->AddLine(ImVec2(x1, a.y), ImVec2(x1, b.y), (c & ~IM_COL32_A_MASK) | IM_COL32(0, 0, 0, 200), 1.0f);
+  }
+  ImPlot::PopPlotClipRect();
+  if (!ImPlot::IsPlotHovered()) return;
+  const int key = static_cast<int>(std::floor(ImPlot::GetPlotMousePos().x));
+  for (const auto& s : spans)
+    if (key >= s.first && key <= s.last) {
+      ImGui::BeginTooltip();  // appends to the map's own read-out
+      ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(evidence_color(s.kind)), "evidence: %s (tokens %d..%d)",
+                         s.kind.c_str(), s.first, s.last);
+      ImGui::EndTooltip();
+    }
 }
 
 void step_guides(int row) {

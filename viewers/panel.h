@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/eval/evidence.h"
 #include "core/trace/trace_view.h"
 #include "viewers/colormap.h"
 #include "viewers/figure.h"
@@ -62,9 +63,19 @@ struct AppState {
   std::optional<std::array<double, 4>> attention_zoom;
   // The attention map's decode switch as a script set it (`decode on|off`), then cleared by the panel.
   std::optional<bool> attention_decode;
+  // The evidence spans of the sample the Samples panel selected (issue 35), marked on the token axes of the runs
+  // read from evidence_source, the sample's trace file.
+  std::string evidence_source;
+  std::vector<eval::EvidenceSpan> evidence;
 
   const trace::RunTrace* active_run() const {
     return active >= 0 && active < static_cast<int>(runs.size()) ? runs[active].run.get() : nullptr;
+  }
+  // The evidence spans to mark on run i's token axes: the selected sample's when run i is from its file, else null.
+  const std::vector<eval::EvidenceSpan>* evidence_of(int i) const {
+    return i >= 0 && i < static_cast<int>(runs.size()) && !evidence.empty() && runs[i].source == evidence_source
+               ? &evidence
+               : nullptr;
   }
   const trace::RunTrace* run(int i) const {
     return i >= 0 && i < static_cast<int>(runs.size()) ? runs[i].run.get() : nullptr;
@@ -139,6 +150,13 @@ bool plot_clicked();
 void token_guides(int position, bool horizontal);
 // Inside a plot whose rows are steps: two lines framing row `row` (the selected step), in a colour of its own.
 void step_guides(int row);
+// Inside a plot whose x axis is key positions: a translucent band over each evidence span, in its kind's colour,
+// and, with the pointer over one, a tooltip line naming the kind and the span.
+void evidence_bands(const std::vector<eval::EvidenceSpan>& spans);
+// The colour evidence of `kind` is marked in ("needle value", "needle key", "chain", ...), RGBA bytes.
+unsigned evidence_color(const std::string& kind);
+// The kinds of the spans holding `position`, joined by ", "; empty when none does.
+std::string evidence_kinds_at(const std::vector<eval::EvidenceSpan>& spans, int position);
 }  // namespace kvscope::viewers
 
 namespace kvscope::viewers {

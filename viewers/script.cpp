@@ -24,7 +24,7 @@ const std::map<std::string, Arity>& commands() {
       {"mouse", {2, 2}},        {"click", {0, 0}},   {"layout", {1, 1}},     {"open-sweep", {1, 1}}, {"sweep", {2, 3}},
       {"metric", {1, 1}},       {"log-y", {1, 1}},   {"pick", {2, 2}},    {"save-file", {2, 2}},  {"minus", {1, 1}},
       {"zoom", {4, 4}},         {"show", {1, 1}},    {"decode", {1, 1}},     {"lock-range", {1, 1}},
-      {"double-click", {0, 0}},
+      {"double-click", {0, 0}}, {"samples", {1, -1}},  {"select-sample", {1, 1}},
   };
   return c;
 }
@@ -92,7 +92,8 @@ std::vector<ScriptStep> parse_script(const std::string& text, const std::string&
     const std::string& c = step.command;
     if (c == "sweep" && n == 3 && !is_integer(step.args[2]))
       throw UsageError(where() + "'sweep' takes new tokens as an integer, got '" + step.args[2] + "'");
-    if ((c == "tokens" || c == "frames" || c == "layer" || c == "head" || c == "token" || c == "step" || c == "show") &&
+    if ((c == "tokens" || c == "frames" || c == "layer" || c == "head" || c == "token" || c == "step" || c == "show" ||
+         c == "select-sample") &&
         !is_integer(step.args[0]))
       throw UsageError(where() + "'" + c + "' needs an integer, got '" + step.args[0] + "'");
     if (c == "mouse" && (!is_integer(step.args[0]) || !is_integer(step.args[1])))

@@ -41,6 +41,7 @@ std::vector<ScriptStep> load_script(const std::string& path);
 void parse_size(const std::string& text, int& width, int& height);
 
 inline constexpr const char* kPanelNames[] = {"setup",    "attention", "similarity", "layer_stats", "budget",
-                                              "timeline", "tokens",    "summary",    "compare",     "quality"};
+                                              "timeline", "tokens",    "summary",    "compare",     "quality",
+                                              "samples"};
 
 }  // namespace kvscope::viewers

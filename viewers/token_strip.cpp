@@ -57,10 +57,20 @@ void TokenStrip::draw(AppState& state) {
     widths[i] = ImGui::CalcTextSize(labels[i].c_str()).x + 2 * pad;
   }
   const TokenLayout lay = layout_tokens(widths, ImGui::GetContentRegionAvail().x, gap);
+  const std::vector<eval::EvidenceSpan>* evidence = state.evidence_of(state.active);
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   ImDrawList* dl = ImGui::GetWindowDrawList();
   // Only the visible lines are drawn; long prompts have thousands of tokens.
   const float scroll = ImGui::GetScrollY(), view_h = ImGui::GetWindowHeight();
+  if (state.token != followed_token_) {
+    followed_token_ = state.token;
+    scroll_frames_ = 3;
+  }
+  if (scroll_frames_ > 0 && state.token >= 0 && state.token < n) {
+    --scroll_frames_;
+    const float y = lay.line[state.token] * line_h;
+    if (y < scroll || y + line_h > scroll + view_h) ImGui::SetScrollY(std::max(0.0f, y - view_h / 3));
+  }
   const int first_line = std::max(0, static_cast<int>(scroll / line_h) - 1);
   const int last_line = static_cast<int>((scroll + view_h) / line_h) + 1;
   int hovered = -1;
@@ -74,6 +84,14 @@ void TokenStrip::draw(AppState& state) {
     const bool light = 0.299f * c.r + 0.587f * c.g + 0.114f * c.b > 140.0f;
     dl->AddText(ImVec2(a.x + pad, a.y + pad), light ? IM_COL32(10, 10, 10, 255) : IM_COL32(245, 245, 245, 255), labels[i].c_str());
     if (i >= n_prompt) dl->AddRect(a, b, IM_COL32(255, 255, 255, 140), 3.0f);  // generated tokens are outlined
+    if (evidence) {
+      // Evidence of the selected sample: a bar under the token in its kind's colour.
+      for (const auto& s : *evidence)
+        if (i >= s.first && i <= s.last) {
+          dl->AddRectFilled(ImVec2(a.x, b.y - 3.0f), ImVec2(b.x, b.y), evidence_color(s.kind));
+          break;
+        }
+    }
     if (i == state.token) dl->AddRect(ImVec2(a.x - 1, a.y - 1), ImVec2(b.x + 1, b.y + 1), IM_COL32(255, 60, 60, 255), 3.0f, 2.0f);
     if (ImGui::IsWindowHovered() && ImGui::IsMouseHoveringRect(a, b)) hovered = i;
   }
@@ -84,6 +102,10 @@ void TokenStrip::draw(AppState& state) {
     const int id = hovered < n_prompt ? (hovered < static_cast<int>(run->prompt_ids.size()) ? run->prompt_ids[hovered] : -1)
                                       : (hovered - n_prompt < run->n_generated() ? run->generated_ids[hovered - n_prompt] : -1);
     ImGui::Text("token id %d", id);
+    if (evidence)
+      if (const std::string kinds = evidence_kinds_at(*evidence, hovered); !kinds.empty())
+        ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(evidence_color(kinds.substr(0, kinds.find(',')))),
+                           "evidence: %s", kinds.c_str());
     if (hovered < static_cast<int>(retention_.size()))
       ImGui::Text("held by %.0f%% of (layer, KV head) caches", retention_[hovered] * 100.0f);
     if (hovered >= n_prompt && hovered - n_prompt < static_cast<int>(run->logprobs.size()))

@@ -14,6 +14,10 @@ class TokenStrip final : public Panel {
  private:
   std::string signature_;
   std::vector<float> retention_;
+  // A token selected elsewhere (a click on a map, a sample's evidence) is scrolled into view: the token followed
+  // and the frames left to try (the scroll limit follows the content of the frame before, which may be another run's).
+  int followed_token_ = -1;
+  int scroll_frames_ = 0;
 };
 
 // Where each token box goes when wrapping boxes of the given widths into lines of `avail` width.

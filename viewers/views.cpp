@@ -141,7 +141,8 @@ Figure view_figure(AppState& state, const std::string& view, const ViewOptions& 
   } else {
     std::string valid;
     for (const char* v : kPanelNames)
-      if (std::string(v) != "setup" && std::string(v) != "tokens" && std::string(v) != "quality")
+      if (std::string(v) != "setup" && std::string(v) != "tokens" && std::string(v) != "quality" &&
+          std::string(v) != "samples")
         valid += (valid.empty() ? "" : ", ") + std::string(v);
     valid += ", evidence";
     throw UsageError("unknown view '" + view + "' (valid: " + valid + ")");
