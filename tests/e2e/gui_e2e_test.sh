@@ -5,23 +5,8 @@
 # window has a handful). Exit 77 = skipped (no Xvfb, ImageMagick or default model).
 set -euo pipefail
 kvscope="${1:?usage: gui_e2e_test.sh path/to/kvscope}"
-for tool in xvfb-run identify; do
-  command -v "$tool" >/dev/null || { echo "skip: $tool not installed"; exit 77; }
-done
-if ! "$kvscope" info >/dev/null 2>&1; then echo "skip: kvscope info fails (no default model?)"; exit 77; fi
-
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-
-# check_png FILE WIDTH HEIGHT MIN_COLOURS
-check_png() {
-  [ -s "$1" ] || fail "$1 was not written"
-  read -r w h k < <(identify -format '%w %h %k\n' "$1")
-  [ "$w" = "$2" ] && [ "$h" = "$3" ] || fail "$1 is ${w}x${h}, expected $2x$3"
-  [ "$k" -ge "$4" ] || fail "$1 has only $k distinct colours (expected >= $4): not a real rendering"
-  echo "ok: $1 ${w}x${h}, $k colours"
-}
+needs="xvfb-run identify"
+source "$(dirname "$0")/gui_test_prelude.sh"
 
 # A sweep's rows as \`kvscope sweep\` writes them, and a malformed one (a row short of a field).
 cat > "$work/sweep.csv" <<CSV

@@ -5,12 +5,9 @@
 # follows the new scorer. Exit 77 = skipped.
 set -euo pipefail
 kvscope="${1:?usage: gui_policy_reload_test.sh path/to/kvscope}"
-command -v xvfb-run >/dev/null || { echo "skip: xvfb-run not installed"; exit 77; }
-if ! "$kvscope" info >/dev/null 2>&1; then echo "skip: kvscope info fails (no default model?)"; exit 77; fi
-
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; echo "--- window output:" >&2; cat "$work/out.txt" >&2; exit 1; }
+needs="xvfb-run"
+source "$(dirname "$0")/gui_test_prelude.sh"
+window_log="$work/out.txt"
 policy="$work/mine.py"
 
 # The versions an editor saves, one after another: smallest key norms kept, a syntax error, an exception
