@@ -38,7 +38,7 @@ struct EvalArgs {
   eval::EvalSettings settings;
   std::vector<int> lengths = NeedleGrid{}.lengths;
   std::vector<std::string> depths = {"0", "25", "50", "75", "100"};
-  uint64_t seed = 1;
+  uint64_t seed = NeedleGrid{}.seed;
   TraceOptions traces;                // needle only
   eval::BootstrapSettings bootstrap;  // needle only: the evidence retention table's intervals
 };

@@ -10,12 +10,14 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "app/number_checks.h"
 #include "app/eval_prompts.h"
 #include "app/progress_line.h"
 #include "app/run_options.h"
 #include "app/subcommands.h"
+#include "app/sweep_retention.h"
 #include "app/sweep_workers.h"
 #include "core/common/error.h"
 #include "core/common/file_text.h"
@@ -44,7 +46,9 @@ struct SweepArgs {
   eval::EvalSettings settings;
   std::vector<int> lengths = NeedleGrid{}.lengths;
   std::vector<std::string> depths = {"0", "25", "50", "75", "100"};
-  uint64_t seed = 1;
+  // Unset: each kind's `kvscope eval` default (needle 1, ruler RulerSettings' 42), so a sweep and an eval of the
+  // same options run the same samples.
+  std::optional<uint64_t> seed;
   eval::RulerSettings ruler;  // --length, --samples, --tasks, --haystack (seed from --seed)
   std::string haystack;
   bool no_chat = false;
@@ -100,7 +104,7 @@ Prepared prepare(const SweepArgs& a, const model::Model* model) {
       throw UsageError(
           "a needle sweep generates its prompts (--lengths, --depths, --seed); drop "
           "--prompt/--prompt-file/--messages/--prompts");
-    NeedleGrid needle{a.lengths, parse_depths(a.depths), a.seed, a.settings.answer_tokens};
+    NeedleGrid needle{a.lengths, parse_depths(a.depths), a.seed.value_or(NeedleGrid{}.seed), a.settings.answer_tokens};
     p.grid.settings["lengths"] = needle.lengths;
     p.grid.settings["depths"] = needle.depths;
     p.grid.settings["seed"] = needle.seed;
@@ -112,7 +116,7 @@ Prepared prepare(const SweepArgs& a, const model::Model* model) {
                        "--prompt/--prompt-file/--messages/--prompts");
     eval::parse_protocol(a.settings.protocol);
     eval::RulerSettings ruler = a.ruler;
-    ruler.seed = a.seed;
+    ruler.seed = a.seed.value_or(eval::RulerSettings{}.seed);
     p.grid.settings["length"] = ruler.length;
     p.grid.settings["samples"] = ruler.samples;
     p.grid.settings["seed"] = ruler.seed;
@@ -310,6 +314,9 @@ int run_sweep(SweepArgs a, const CLI::App& cmd) {
     print_summary(eval::summarize(p.grid, store.rows(), {metric}, a.baseline), p.grid, metric,
                   eval::baseline_policy(p.grid, a.baseline));
     std::fprintf(stderr, "kvscope sweep: intervals in %s\n", store.summary_path().c_str());
+    print_sweep_retention(p.grid, store.rows(), eval::BootstrapSettings{});
+    for (const auto& path : write_sweep_retention(a.out, p.grid, store.rows(), eval::BootstrapSettings{}))
+      std::fprintf(stderr, "kvscope sweep: wrote %s\n", path.c_str());
   }
   std::fprintf(stderr, "kvscope sweep: rows in %s and %s\n", store.csv_path().c_str(), store.hdf5_path().c_str());
   if (failures) {

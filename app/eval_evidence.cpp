@@ -40,11 +40,15 @@ void add_evidence_fields(nlohmann::json& record, const std::vector<eval::Evidenc
 }
 
 void RetentionSummary::add(const std::optional<eval::EvidenceReport>& report, double score) {
-  if (!report) {
+  add(report ? std::optional<bool>(report->retention.mostly_lost()) : std::nullopt, score);
+}
+
+void RetentionSummary::add(std::optional<bool> mostly_lost, double score) {
+  if (!mostly_lost) {
     ++without_evidence_;
     return;
   }
-  outcomes_.push_back({report->retention.mostly_lost(), eval::answer_correct(score)});
+  outcomes_.push_back({*mostly_lost, eval::answer_correct(score)});
 }
 
 namespace {

@@ -28,6 +28,8 @@ void add_evidence_fields(nlohmann::json& record, const std::vector<eval::Evidenc
 class RetentionSummary {
  public:
   void add(const std::optional<eval::EvidenceReport>& report, double score);
+  // One sample from its stored facts: mostly_lost (EvidenceRetention::mostly_lost), nothing without evidence.
+  void add(std::optional<bool> mostly_lost, double score);
   // {"correct_if": "score >= 0.5", "samples", "without_evidence", "cells": {"kept_correct": {"count", "share",
   // "ci_low", "ci_high"}, "kept_wrong", "lost_correct", "lost_wrong"}, "failures_lost": {...} | null,
   // "correct_lost": {...} | null, "sentence"}; shares as fractions 0..1.

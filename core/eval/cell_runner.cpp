@@ -53,7 +53,7 @@ void CellRunner::prepare(std::size_t prompt) {
                                                    settings_.chat, parse_protocol(settings_.protocol), p.max_new_tokens,
                                                    model.config.context_length - p.max_new_tokens);
     AnswerReference ref;
-    ref.request = {prepared.prompt, prepared.appended, p.max_new_tokens};
+    ref.request = {prepared.prompt, prepared.appended, p.max_new_tokens, prepared.evidence};
     const AnswerResult full = evaluator_.answer(ref.request, {"full", ""});
     ref.score = ruler_score(full.text, p.outputs);
     ref.peak_bytes = full.memory.peak_bytes;
@@ -78,7 +78,12 @@ SweepRow CellRunner::run(std::size_t index) {
     row.metrics = evaluator_.ppl(*ppl_, cell.policy).metrics();
   else if (answer_) {
     const AnswerResult r = evaluator_.answer(answer_->request, cell.policy, answer_->peak_bytes);
-    row.metrics = AnswerScore{ruler_score(r.text, prompts_[cell.prompt].outputs), answer_->score, r.memory, r.run_ms}.metrics();
+    AnswerScore scored{ruler_score(r.text, prompts_[cell.prompt].outputs), answer_->score, r.memory, r.run_ms};
+    if (r.retention) {
+      scored.evidence = r.retention->retention;
+      row.evidence_layer_kept = r.retention->retention.layer_kept;
+    }
+    row.metrics = scored.metrics();
   }
   else
     row.metrics = evaluator_.needle(*needle_, cell.policy, settings_.answer_tokens).metrics();

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "core/analysis/output_error.h"
 #include "core/common/error.h"
@@ -101,6 +102,10 @@ Metrics NeedleResult::metrics() const {
 Metrics AnswerScore::metrics() const {
   Metrics m = {{"score", score}, {"full_score", full_score}};
   append_memory(m, memory, run_ms);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  m.emplace_back("evidence_kept", evidence ? evidence->mean : nan);
+  m.emplace_back("evidence_kept_min_layer", evidence ? evidence->min_layer_kept : nan);
+  m.emplace_back("evidence_lost", evidence ? (evidence->mostly_lost() ? 1.0 : 0.0) : nan);
   return m;
 }
 

@@ -135,11 +135,15 @@ struct AnswerResult {
   int first_answer_step = -1;  // the steps/ row that sampled the first answer token (docs/trace-format.md)
 };
 
-// A scored answer in a sweep cell (RULER): the policy's score and the full cache's on the same sample (0-1).
+// A scored answer in a sweep cell (RULER): the policy's score and the full cache's on the same sample (0-1),
+// and what the policy kept of the sample's evidence at the first answer token (issue 35): evidence_kept (mean
+// over layers and KV heads), evidence_kept_min_layer (the least-keeping layer's share) and evidence_lost (1 when
+// under half was kept in at least half the layers), NaN for a sample without evidence (nothing measured).
 struct AnswerScore {
   double score = 0.0, full_score = 0.0;
   CacheMemory memory;
   double run_ms = 0.0;
+  std::optional<EvidenceRetention> evidence{};
   Metrics metrics() const;
 };
 

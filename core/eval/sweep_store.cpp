@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "core/common/atomic_file.h"
@@ -123,7 +125,9 @@ void SweepGrid::validate() const {
 nlohmann::json SweepRow::to_json() const {
   nlohmann::json m = nlohmann::json::object();
   for (const auto& [name, value] : metrics) m[name] = value;
-  return {{"cell", cell}, {"prompt", prompt}, {"policy", policy}, {"budget", budget}, {"metrics", m}};
+  nlohmann::json j = {{"cell", cell}, {"prompt", prompt}, {"policy", policy}, {"budget", budget}, {"metrics", m}};
+  if (!evidence_layer_kept.empty()) j["evidence_layer_kept"] = evidence_layer_kept;
+  return j;
 }
 
 SweepRow SweepRow::from_json(const nlohmann::json& j) {
@@ -133,7 +137,9 @@ SweepRow SweepRow::from_json(const nlohmann::json& j) {
     row.prompt = j.at("prompt").get<std::string>();
     row.policy = j.at("policy").get<std::string>();
     row.budget = j.at("budget").get<std::string>();
-    for (const auto& [name, value] : j.at("metrics").items()) row.metrics.emplace_back(name, value.get<double>());
+    for (const auto& [name, value] : j.at("metrics").items())
+      row.metrics.emplace_back(name, value.is_null() ? std::numeric_limits<double>::quiet_NaN() : value.get<double>());
+    if (j.contains("evidence_layer_kept")) row.evidence_layer_kept = j["evidence_layer_kept"].get<std::vector<double>>();
     return row;
   } catch (const nlohmann::json::exception& e) {
     throw Error("a sweep row needs cell, prompt, policy, budget and metrics: " + std::string(e.what()));
@@ -147,7 +153,7 @@ double cell_mean(const std::vector<SweepRow>& rows, const std::string& policy, c
   for (const auto& r : rows)
     if (r.policy == policy && r.budget == budget)
       for (const auto& [name, value] : r.metrics)
-        if (name == metric) sum += value, ++n;
+        if (name == metric && !std::isnan(value)) sum += value, ++n;  // NaN: not measured for that row
   return n ? sum / n : std::numeric_limits<double>::quiet_NaN();
 }
 
@@ -173,6 +179,7 @@ SweepStore::SweepStore(const fs::path& dir, const SweepGrid& grid) : dir_(dir), 
                          value.dump() +
                          "; nothing was changed. Resume with the same grid, or choose another --out directory");
     if (fs::exists(csv_path())) read_csv();
+    if (fs::exists(evidence_path())) read_evidence();
     return;
   }
   if (fs::exists(dir_) && !fs::is_directory(dir_))
@@ -243,6 +250,27 @@ void SweepStore::read_csv() {
   if (text.size() != fs::file_size(csv_path())) write_file_atomically(csv_path(), text);
 }
 
+void SweepStore::read_evidence() {
+  const std::string text = read_file(evidence_path());
+  std::map<std::size_t, std::vector<double>> by_cell;
+  std::size_t start = 0;
+  for (int line_no = 1; start < text.size(); ++line_no) {
+    const std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) break;  // torn by a kill: its row was never written either
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    try {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      by_cell[j.at("cell").get<std::size_t>()] = j.at("layer_kept").get<std::vector<double>>();
+    } catch (const nlohmann::json::exception& e) {
+      throw Error("'" + evidence_path().string() + "' line " + std::to_string(line_no) +
+                  " is not a {cell, layer_kept} record: " + e.what());
+    }
+  }
+  for (auto& row : rows_)
+    if (auto it = by_cell.find(row.cell); it != by_cell.end()) row.evidence_layer_kept = it->second;
+}
+
 std::string SweepStore::labels_contradiction(const SweepRow& row) const {
   const SweepCell expected = grid_.cell(row.cell);
   if (row.policy == expected.policy.policy && row.budget == expected.policy.budget &&
@@ -272,6 +300,10 @@ void SweepStore::append(const SweepRow& row) {
       throw Error("row for cell " + std::to_string(row.cell) + " lacks metric '" + columns_[i] + "'");
     line += "," + csv_number(it->second);
   }
+  // The retention first: a kill between the two writes leaves a record without a row, and the cell runs again.
+  if (!row.evidence_layer_kept.empty())
+    append_durably(evidence_path(),
+                   nlohmann::json{{"cell", row.cell}, {"layer_kept", row.evidence_layer_kept}}.dump() + "\n");
   append_durably(csv_path(), line + "\n");
   done_.insert(row.cell);
   rows_.push_back(row);
@@ -302,6 +334,20 @@ void write_number_column(hid_t group, const std::string& name, const std::vector
   const hsize_t n = items.size();
   h5::Handle d = h5::create_dataset(group, name, {H5T_IEEE_F64LE, {n}, {}, {}, 0, {}});
   if (n) h5::write_slab(d, H5T_NATIVE_DOUBLE, {0}, {n}, values.data());
+}
+
+// /eval/evidence_layer_kept (rows x layers, NaN for a row without evidence), when any row has evidence.
+void write_evidence_layers(hid_t group, const std::vector<SweepRow>& rows) {
+  namespace h5 = trace::h5;
+  std::size_t layers = 0;
+  for (const auto& r : rows) layers = std::max(layers, r.evidence_layer_kept.size());
+  if (layers == 0) return;
+  std::vector<double> values(rows.size() * layers, std::numeric_limits<double>::quiet_NaN());
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    std::copy(rows[i].evidence_layer_kept.begin(), rows[i].evidence_layer_kept.end(), values.begin() + i * layers);
+  const hsize_t n = rows.size(), l = layers;
+  h5::Handle d = h5::create_dataset(group, "evidence_layer_kept", {H5T_IEEE_F64LE, {n, l}, {}, {}, 0, {}});
+  h5::write_slab(d, H5T_NATIVE_DOUBLE, {0, 0}, {n, l}, values.data());
 }
 
 // /eval/summary: one entry per (policy, budget, metric), as summary.csv; NaN differences without a baseline row.
@@ -363,6 +409,7 @@ void SweepStore::write_hdf5(const std::vector<CellSummary>* summary, const Boots
           if (name == columns_[i]) return value;
         return std::numeric_limits<double>::quiet_NaN();  // append() refuses rows without every metric
       });
+    write_evidence_layers(group, rows_);
     if (summary) write_summary_group(group, *summary, *settings, *baseline);
   }
   out.commit();

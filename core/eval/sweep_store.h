@@ -1,6 +1,7 @@
 #pragma once
 // Where a sweep's results live: <dir>/grid.json (what the sweep is), <dir>/rows.csv (one line per finished
-// cell, appended and flushed at once) and <dir>/eval.h5 (the same rows as an HDF5 /eval group, rewritten
+// cell, appended and flushed at once), <dir>/evidence.jsonl (RULER: per-layer evidence retention of each cell,
+// written before its row) and <dir>/eval.h5 (the same rows as an HDF5 /eval group, rewritten
 // through a temporary file and a rename, so a killed sweep leaves the previous complete file). Opening a
 // directory again resumes it: finished cells are read back and only the missing ones run.
 #include <cstddef>
@@ -44,12 +45,17 @@ struct SweepRow {
   std::size_t cell = 0;
   std::string prompt, policy, budget;
   Metrics metrics;
+  // RULER cells with evidence: per layer, the share of the evidence the cache held at the first answer token
+  // (EvidenceRetention::layer_kept); empty otherwise. Stored apart from rows.csv, whose columns are fixed, in
+  // <dir>/evidence.jsonl and eval.h5's /eval/evidence_layer_kept.
+  std::vector<double> evidence_layer_kept;
   nlohmann::json to_json() const;
   static SweepRow from_json(const nlohmann::json& j);  // throws Error naming the missing field
 };
 
 // Mean of `metric` over the rows of (policy, budget), i.e. over the prompts that have that cell; NaN when
-// no such row has the metric. The number every summary and figure of a sweep shows.
+// no such row has the metric (a NaN value is no measurement and is left out). The number every summary and
+// figure of a sweep shows.
 double cell_mean(const std::vector<SweepRow>& rows, const std::string& policy, const std::string& budget,
                  const std::string& metric);
 
@@ -74,10 +80,14 @@ class SweepStore {
 
   const std::filesystem::path& dir() const { return dir_; }
   std::filesystem::path csv_path() const { return dir_ / "rows.csv"; }
+  std::filesystem::path evidence_path() const { return dir_ / "evidence.jsonl"; }
   std::filesystem::path hdf5_path() const { return dir_ / "eval.h5"; }
 
  private:
   void read_csv();
+  // Attaches evidence.jsonl's per-layer retention to the rows read back (a cell's last line wins; a torn last
+  // line, or a line for a cell rows.csv does not have, belongs to a cell that runs again).
+  void read_evidence();
   // "" when the row's prompt, policy and budget are its cell's in the grid, else what differs.
   std::string labels_contradiction(const SweepRow& row) const;
   void write_hdf5(const std::vector<CellSummary>* summary = nullptr, const BootstrapSettings* settings = nullptr,

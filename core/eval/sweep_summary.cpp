@@ -1,6 +1,7 @@
 #include "core/eval/sweep_summary.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -16,7 +17,7 @@ std::vector<std::pair<std::string, double>> cell_values(const std::vector<SweepR
   for (const auto& r : rows)
     if (r.policy == policy && r.budget == budget)
       for (const auto& [name, value] : r.metrics)
-        if (name == metric) out.emplace_back(r.prompt, value);
+        if (name == metric && !std::isnan(value)) out.emplace_back(r.prompt, value);  // NaN: not measured
   return out;
 }
 

@@ -18,7 +18,8 @@ struct CellSummary {
   std::optional<Interval> difference;  // minus the baseline on the same prompts; none without baseline rows
 };
 
-// The rows' values of `metric` for (policy, budget), by prompt name.
+// The rows' values of `metric` for (policy, budget), by prompt name; NaN values (not measured: a RULER sample
+// without evidence has no evidence_kept) are left out.
 std::vector<std::pair<std::string, double>> cell_values(const std::vector<SweepRow>& rows, const std::string& policy,
                                                         const std::string& budget, const std::string& metric);
 // Mean and interval over prompts; nullopt when no row of the cell has the metric.
