@@ -12,6 +12,13 @@ bool word_byte(char c) {
   return b >= 0x80 || (b >= '0' && b <= '9') || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z');
 }
 
+// ASCII letters lowered, every other byte as it is: byte offsets stay those of the original text.
+std::string ascii_lower(std::string s) {
+  for (char& c : s)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return s;
+}
+
 std::string trimmed(const std::string& s) {
   const auto begin = s.find_first_not_of(" \t\r\n");
   if (begin == std::string::npos) return "";
@@ -35,11 +42,12 @@ std::vector<EvidenceText> longbench_answer_evidence(const std::string& prompt, c
   const std::size_t context_end = context_begin + record.context.size();
 
   std::set<std::pair<std::size_t, std::size_t>> found;
+  const std::string lowered = ascii_lower(prompt);
   for (const std::string& raw : record.answers) {
-    const std::string answer = trimmed(raw);
+    const std::string answer = ascii_lower(trimmed(raw));
     if (answer.empty()) continue;
-    for (std::size_t at = prompt.find(answer, context_begin);
-         at != std::string::npos && at + answer.size() <= context_end; at = prompt.find(answer, at + 1)) {
+    for (std::size_t at = lowered.find(answer, context_begin);
+         at != std::string::npos && at + answer.size() <= context_end; at = lowered.find(answer, at + 1)) {
       const std::size_t end = at + answer.size();
       if (at > 0 && word_byte(prompt[at - 1]) && word_byte(prompt[at])) continue;
       if (end < prompt.size() && word_byte(prompt[end]) && word_byte(prompt[end - 1])) continue;

@@ -189,7 +189,7 @@ def surviving_context(text, context):
 
 def answer_stretches(answers, context):
     """Occurrences of an answer as a whole word (no letter or digit, nor non-ASCII character, just outside an end
-    that is one) inside what survives of the context."""
+    that is one), ASCII letters in any case, inside what survives of the context."""
     def find(text):
         ranges = surviving_context(text, context)
         out = set()
@@ -201,7 +201,8 @@ def answer_stretches(answers, context):
             before = rf"(?<![{word}])" if re.match(rf"[{word}]", answer[0]) else ""
             after = rf"(?![{word}])" if re.match(rf"[{word}]", answer[-1]) else ""
             pattern = before + re.escape(answer) + after
-            out |= {(m.start(), m.end(), "answer") for m in re.finditer(pattern, text)
+            # ASCII letters without case (LongBench's F1 lowers both sides); re.ASCII keeps other letters exact.
+            out |= {(m.start(), m.end(), "answer") for m in re.finditer(pattern, text, re.IGNORECASE | re.ASCII)
                     if any(lo <= m.start() and m.end() <= hi for lo, hi in ranges)}
         return sorted(out)
     return find

@@ -299,3 +299,16 @@ TEST_CASE("LongBench answers are found in the context as whole words", "[evidenc
   CHECK(found == std::vector<std::string>{"Mara Quill@" + std::to_string(c), "Quill@" + std::to_string(c + 5),
                                           "12@" + std::to_string(c + 52), "Quill@" + std::to_string(c + 63)});
 }
+
+TEST_CASE("LongBench answers are found whatever the case of their ASCII letters", "[evidence][longbench]") {
+  LongBenchRecord record;
+  record.context = "the city of paris. PARIS again. Parisian. Ümlaut and ümlaut.";
+  record.answers = {"Paris", "Ümlaut"};
+  const std::string question = "\nWhich city?";
+  const std::string prompt = record.context + question;
+  std::vector<std::string> found;
+  for (const auto& e : longbench_answer_evidence(prompt, question, record))
+    found.push_back(prompt.substr(e.begin, e.end - e.begin));
+  // Not "Parisian" (a longer word); the non-ASCII letter is compared exactly.
+  CHECK(found == std::vector<std::string>{"paris", "PARIS", "Ümlaut"});
+}
