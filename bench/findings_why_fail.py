@@ -74,6 +74,22 @@ def table(args):
         print(f"| {p} | {b} | {n} | {score} | {full} | {share('kept_correct')} | {share('kept_wrong')} | "
               f"{share('lost_correct')} | {share('lost_wrong')} | {lost} |")
 
+    print("\nOnly the samples the full cache answered (full_score >= 0.5), so every failure below is the "
+          "policy's: counts kept-correct / kept-wrong / lost-correct / lost-wrong, and the share of failures that "
+          "had lost the evidence\n")
+    print("| policy | budget | n | counts | failures that lost the evidence |")
+    print("|---|---|---|---|---|")
+    for cell in retention["cells"]:
+        p, b = cell["policy"], cell["budget"]
+        mine = [r for r in rows if r["policy"] == p and r["budget"] == b and float(r["full_score"]) >= 0.5
+                and r["evidence_lost"] not in ("nan", "")]
+        counts = [sum(1 for r in mine if (float(r["evidence_lost"]) == 1.0) == lost
+                      and (float(r["score"]) >= 0.5) == correct)
+                  for lost, correct in ((False, True), (False, False), (True, True), (True, False))]
+        failures = counts[1] + counts[3]
+        share = f"{pct(counts[3] / failures)} % of {failures}" if failures else "-"
+        print(f"| {p} | {b} | {len(mine)} | {'/'.join(map(str, counts))} | {share} |")
+
     print("\nBy task family (counts: kept-correct / kept-wrong / lost-correct / lost-wrong; "
           "kept share = mean evidence_kept):\n")
     families = sorted({family(r["prompt"]) for r in rows})
