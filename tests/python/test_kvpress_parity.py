@@ -36,8 +36,11 @@ def goldens():
 
 
 def spec_of(golden, case):
-    params = "".join(f",{k}={v}" for k, v in sorted(case["policy_params"].items()))
-    return "python:" + os.path.join(SOURCE, golden["policy_file"]) + params
+    """A shipped file's spec (`python:PATH,k=v`), or a built-in's (`snapkv:k=v,...`) for a press kvscope has."""
+    params = [f"{k}={v}" for k, v in sorted(case["policy_params"].items())]
+    if "policy" in golden:
+        return golden["policy"] + (":" + ",".join(params) if params else "")
+    return "python:" + os.path.join(SOURCE, golden["policy_file"]) + "".join("," + p for p in params)
 
 
 def trace(root, name, text, ratio, specs):
@@ -73,8 +76,15 @@ def compare(press, golden, case, mask, tally):
     n_layers, n_kv, _ = mask.shape
     check(mask.shape[:2] == (len(case["kept"]), len(case["kept"][0])), f"{what}: layers and heads {mask.shape}")
     counts = mask.sum(axis=-1)
-    check(bool((counts == case["n_kept"]).all()),
-          f"{what}: every head keeps kvpress's n_kept {case['n_kept']} (kvscope {sorted(set(counts.flatten()))})")
+    if "n_kept_per_layer_head" in case:
+        # AdaKVPress: heads keep different counts, heads x n_kept per layer (which head keeps what is the sets')
+        check(bool((counts.sum(axis=1) == n_kv * case["n_kept"]).all()),
+              f"{what}: every layer keeps {n_kv} x {case['n_kept']} (kvscope {counts.sum(axis=1).tolist()})")
+    else:
+        # PyramidKVPress and ChunkKVPress keep a number per layer; every other press the ratio's n_kept
+        want = np.array(case.get("n_kept_per_layer", [case["n_kept"]] * n_layers))[:, None]
+        check(bool((counts == want).all()),
+              f"{what}: every head keeps kvpress's n_kept {want.flatten().tolist()} (kvscope {counts[:, 0].tolist()})")
     t = tally[(press, json.dumps(case["press_kwargs"]), ratio)]
     bands = {(l, h): {e[0] for e in entries} for l, h, entries in case["near_boundary"]}
     for l in range(n_layers):
