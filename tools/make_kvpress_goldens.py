@@ -26,6 +26,10 @@ score-agnostic tie bands are new here. Per case:
   * f64_kept_differs: heads where the same press on the model cast to float64 keeps another set, and
     f64_outside_band: those whose difference is not inside the band (float noise larger than NEAR_REL; a
     parity test must then not expect equality there: they are listed so that it can say so).
+Besides the ported files (PRESSES), the presses kvscope has as built-ins (BUILTINS: the golden names `policy` and
+its parameters instead of `policy_file`; PyramidKVPress keeps a count per layer, `n_kept_per_layer`) and kvpress's
+wrappers (WRAPPERS: AdaKVPress, ChunkKVPress, CriticalKVPress around a press above, kvscope's `selection=`; run with
+sdpa attention, see run_wrapper_case; AdaKV's heads keep different counts, `n_kept_per_layer_head`).
 RandomPress draws torch.rand from a torch.Generator seeded with `seed` on every call (so every layer keeps the
 same positions: `same_in_every_layer`); examples/policies/random_press.py replays that generator bit-exactly.
 LeverageScorePress and CompactorPress draw a Gaussian sketch per layer from torch's global generator without a
@@ -119,11 +123,17 @@ WRAPPERS = {
                                                                           "alpha_safeguard": 0.2}),
     "chunkkv_snapkv": ("ChunkKVPress", {}, "snapkv", {"selection": "chunkkv", "chunk_length": 20}),
     "chunkkv_knorm": ("ChunkKVPress", {}, "knorm", {"selection": "chunkkv", "chunk_length": 20}),
+    # kvscope's snapkv scores by the window's attention summed over its 64 queries, kvpress's SnapKVPress by their
+    # mean: CriticalKV adds epsilon before it rescales, so the same ranking needs epsilon x 64
     "criticalkv_snapkv": ("CriticalKVPress", {}, "snapkv", {"selection": "criticalkv", "first_stage_ratio": 0.5,
-                                                            "critical_epsilon": 0.0001}),
+                                                            "critical_epsilon": 0.0064}),
     "criticalkv_knorm": ("CriticalKVPress", {}, "knorm", {"selection": "criticalkv", "first_stage_ratio": 0.5,
                                                           "critical_epsilon": 0.0001}),
 }
+# At R = 0.75 the budget (38-40) is below SnapKV's window of 64: kvscope keeps the most recent entries of the
+# protected window, CriticalKVPress ranks the window's entries (all max + 1) by their |W_o v|, a documented
+# difference that a parity case would only restate.
+WRAPPER_RATIOS = {"criticalkv_snapkv": [0.25, 0.5]}
 TORCH_SEED = 0
 
 
@@ -242,7 +252,20 @@ def run_wrapper_case(model, ids, wrapper_cls, wrapper_kwargs, inner_cls, inner_k
         model.set_attn_implementation("eager")
     n_layer = model.config.num_hidden_layers
     assert sorted(records) == list(range(n_layer)), "press did not run on every layer"
-    kept, near = [], []
+    kept, near, stage_ties = [], [], []
+
+    def stage_tie(layer, h, scores, k, stage):
+        """A head whose first-stage boundary (AdaKV's safeguard, CriticalKV's stage 1) is a near tie in kvpress's
+        own scores: which of the tied entries that stage takes is torch.topk's order, and the entries it leaves
+        compete again in the next stage, so the whole kept set may differ (not only inside a band)."""
+        if not 0 < k < scores.numel():
+            return
+        srt = torch.sort(scores, descending=True).values
+        a, b = float(srt[k - 1]), float(srt[k])
+        body = scores[scores != scores.max()] if inner_cls in PADDED else scores
+        if abs(a - b) <= NEAR_REL * max(abs(a + b) / 2, float(body.std())):
+            stage_ties.append([layer, h, stage])
+
     for layer in range(n_layer):
         rec = records[layer]
         s = rec["scores"][0].double()  # (n_kv, q_len)
@@ -260,8 +283,12 @@ def run_wrapper_case(model, ids, wrapper_cls, wrapper_kwargs, inner_cls, inner_k
             joint = s.clone()
             for h in range(n_kv):
                 joint[h, s[h].topk(n_safe).indices] = float("inf")
+                stage_tie(layer, h, s[h], n_safe, "safeguard")
             flat = torch.sort(joint.flatten(), descending=True).values
             hi, lo = float(flat[n_kv * n_kept - 1]), float(flat[n_kv * n_kept])
+            if inner_cls in PADDED and lo == float(s.max()):  # the layer's budget ends inside the padded window
+                for h in range(n_kv):
+                    stage_ties.append([layer, h, "window"])
             finite = joint[torch.isfinite(joint) & ~padded]
             values, pos_of = joint, None
         elif wrapper_cls == "CriticalKVPress":  # per head at n_kept, on the rescaled scores (stage 1 at finfo.max)
@@ -269,7 +296,9 @@ def run_wrapper_case(model, ids, wrapper_cls, wrapper_kwargs, inner_cls, inner_k
             layer_kept = [sorted(match_rows(k_out[0, h], k_in[0, h])) for h in range(n_kv)]
             fin = rec["final"][0].double()
             top = torch.finfo(rec["final"].dtype).max
+            first = int((1 - ratio) * q_len * press.first_stage_ratio)
             for h in range(n_kv):
+                stage_tie(layer, h, s[h], max(1, first), "first stage")
                 srt = torch.sort(fin[h], descending=True).values
                 hi, lo = float(srt[n_kept - 1]), float(srt[n_kept])
                 mid = (hi + lo) / 2 if hi < top else lo
@@ -319,6 +348,7 @@ def run_wrapper_case(model, ids, wrapper_cls, wrapper_kwargs, inner_cls, inner_k
         **({"n_kept_per_layer_head": [[len(k) for k in lk] for lk in kept]} if wrapper_cls == "AdaKVPress" else {}),
         "kept": kept,
         "near_boundary": near,
+        "stage_ties": stage_ties,
     }
 
 
@@ -334,7 +364,7 @@ def write_wrapper_golden(name, model, prompts, args, model_sha, n_tok_checked, t
     cfg = model.config
     cases = []
     for pi, p in enumerate(prompts):
-        for ratio in RATIOS:
+        for ratio in WRAPPER_RATIOS.get(name, RATIOS):
             c = run_wrapper_case(model, p["ids"], wrapper_cls, wrapper_kwargs, inner_cls, {}, ratio)
             c = {"prompt": pi, "press_kwargs": {"wrapper": wrapper_kwargs, "press": inner_cls},
                  "policy_params": {**fixed, **extra}, **c}
