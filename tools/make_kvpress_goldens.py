@@ -26,6 +26,10 @@ score-agnostic tie bands are new here. Per case:
   * f64_kept_differs: heads where the same press on the model cast to float64 keeps another set, and
     f64_outside_band: those whose difference is not inside the band (float noise larger than NEAR_REL; a
     parity test must then not expect equality there: they are listed so that it can say so).
+Besides the ported files (PRESSES), the presses kvscope has as built-ins (BUILTINS: the golden names `policy` and
+its parameters instead of `policy_file`; PyramidKVPress keeps a count per layer, `n_kept_per_layer`) and kvpress's
+wrappers (WRAPPERS: AdaKVPress, ChunkKVPress, CriticalKVPress around a press above, kvscope's `selection=`; run with
+sdpa attention, see run_wrapper_case; AdaKV's heads keep different counts, `n_kept_per_layer_head`).
 RandomPress draws torch.rand from a torch.Generator seeded with `seed` on every call (so every layer keeps the
 same positions: `same_in_every_layer`); examples/policies/random_press.py replays that generator bit-exactly.
 LeverageScorePress and CompactorPress draw a Gaussian sketch per layer from torch's global generator without a
@@ -40,6 +44,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import sys
 import time
@@ -82,8 +87,53 @@ PRESSES = {
     # torch.manual_seed(TORCH_SEED) right before the forward, and the files replay that generator (their `seed`)
     "leverage": ("LeverageScorePress", [({}, RATIOS)], "leverage", {}),
     "compactor": ("CompactorPress", [({}, RATIOS)], "compactor", {}),
+    # examples/policies/key_norm.py; tests/fixtures/kvpress_knorm/knorm_golden.json (0.5 and 0.75, its own
+    # generator) stays for the C++ test that reads it
+    "knorm": ("KnormPress", [({}, RATIOS)], "key_norm", {}),
 }
 SEEDED = {"leverage", "compactor"}
+
+# kvpress presses that are kvscope built-ins: name -> (kvpress class, variants as above, the built-in policy, how
+# press kwargs map to its parameters, and the parameters that make it the press where kvscope's defaults differ
+# (kvpress's SnapKV window 64 and kernel 5, not the paper's 32 and 7; TOVA's one token set per layer; PyramidKV's
+# budget arithmetic). A variant's kwargs are given to both, mapped.
+PADDED = {"SnapKVPress", "PyramidKVPress", "TOVAPress"}
+SNAPKV_PARAMS = {"window": 64, "kernel": 5, "pooling": "avg", "group_reduce": "mean"}
+BUILTINS = {
+    "streaming_llm": ("StreamingLLMPress", [({}, RATIOS)], "streaming_llm", {"n_sink": "sinks"}, {"sinks": 4}),
+    "snapkv": ("SnapKVPress", [({}, RATIOS), ({"window_size": 16}, RATIOS)], "snapkv",
+               {"window_size": "window", "kernel_size": "kernel"}, SNAPKV_PARAMS),
+    "tova": ("TOVAPress", [({}, RATIOS)], "tova", {}, {"heads": "layer"}),
+    # kvpress's default window 64 makes the pyramid fall back to a uniform round(n (1 - R)) on these prompts at
+    # R = 0.25 and 0.75 (its bottom layer would need more than the prompt, or its top less than the window);
+    # window 16 builds the pyramid at 0.25 and 0.5
+    "pyramidkv": ("PyramidKVPress", [({}, RATIOS), ({"window_size": 16}, RATIOS)], "pyramidkv",
+                  {"window_size": "window", "kernel_size": "kernel", "beta": "beta"},
+                  {**SNAPKV_PARAMS, "beta": 20, "pyramid_arithmetic": "kvpress"}),
+}
+
+# kvpress's wrappers around a scorer press, as kvscope's `selection` parameter of any scored policy: name ->
+# (wrapper class, wrapper kwargs, inner press as in PRESSES or BUILTINS, the kvscope spec's extra parameters).
+# kvpress runs both with attn_implementation "sdpa" (AdaKVPress refuses eager; ChunkKVPress refuses attention
+# weights): SnapKVPress then computes its window attention itself.
+WRAPPERS = {
+    "adakv_snapkv": ("AdaKVPress", {}, "snapkv", {"selection": "adakv", "alpha_safeguard": 0.2}),
+    "adakv_knorm": ("AdaKVPress", {}, "knorm", {"selection": "adakv", "alpha_safeguard": 0.2}),
+    "adakv_expected_attention": ("AdaKVPress", {}, "expected_attention", {"selection": "adakv",
+                                                                          "alpha_safeguard": 0.2}),
+    "chunkkv_snapkv": ("ChunkKVPress", {}, "snapkv", {"selection": "chunkkv", "chunk_length": 20}),
+    "chunkkv_knorm": ("ChunkKVPress", {}, "knorm", {"selection": "chunkkv", "chunk_length": 20}),
+    # kvscope's snapkv scores by the window's attention summed over its 64 queries, kvpress's SnapKVPress by their
+    # mean: CriticalKV adds epsilon before it rescales, so the same ranking needs epsilon x 64
+    "criticalkv_snapkv": ("CriticalKVPress", {}, "snapkv", {"selection": "criticalkv", "first_stage_ratio": 0.5,
+                                                            "critical_epsilon": 0.0064}),
+    "criticalkv_knorm": ("CriticalKVPress", {}, "knorm", {"selection": "criticalkv", "first_stage_ratio": 0.5,
+                                                          "critical_epsilon": 0.0001}),
+}
+# At R = 0.75 the budget (38-40) is below SnapKV's window of 64: kvscope keeps the most recent entries of the
+# protected window, CriticalKVPress ranks the window's entries (all max + 1) by their |W_o v|, a documented
+# difference that a parity case would only restate.
+WRAPPER_RATIOS = {"criticalkv_snapkv": [0.25, 0.5]}
 TORCH_SEED = 0
 
 
@@ -108,16 +158,19 @@ def run_case(model, ids, cls_name, kwargs, ratio, torch_seed=None):
 
     n_layer = model.config.num_hidden_layers
     q_len = len(ids)
-    n_kept = compute_n_kept(q_len, ratio)
-    assert n_kept == max(1, int(q_len * (1 - ratio))) and 0 < n_kept < q_len
+    n_kept_ratio = compute_n_kept(q_len, ratio)
+    assert n_kept_ratio == max(1, int(q_len * (1 - ratio))) and 0 < n_kept_ratio < q_len
     obs, cache = run_press(model, ids, cls_name, kwargs, ratio, torch_seed)
     assert sorted(obs.records) == list(range(n_layer)), "press did not run on every layer"
-    kept, near, gaps = [], [], []
+    kept, near, gaps, per_layer = [], [], [], []
     for layer in range(n_layer):
         rec = obs.records[layer]
         k_in, v_in, k_out, v_out, s = (rec[n] for n in ("keys_in", "values_in", "keys_out", "values_out", "scores"))
         n_kv = k_in.shape[1]
-        assert k_out.shape[2] == n_kept and s.shape == (1, n_kv, q_len), (k_out.shape, s.shape)
+        n_kept = k_out.shape[2]  # PyramidKVPress chooses per layer; every other press keeps n_kept_ratio
+        per_layer.append(n_kept)
+        assert (n_kept == n_kept_ratio or cls_name == "PyramidKVPress") and s.shape == (1, n_kv, q_len), \
+            (k_out.shape, s.shape)
         cl = cache.layers[layer]
         assert torch.equal(cl.keys, k_out) and torch.equal(cl.values, v_out)
         layer_kept = []
@@ -129,7 +182,9 @@ def run_case(model, ids, cls_name, kwargs, ratio, torch_seed=None):
             srt = torch.sort(sh, descending=True).values
             gaps.append(float(srt[n_kept - 1] - srt[n_kept]))
             mid = float(srt[n_kept - 1] + srt[n_kept]) / 2
-            tol = NEAR_REL * max(abs(mid), float(sh.std()))
+            # SnapKV, PyramidKV and TOVA pad their protected window with max + 1, which would dominate the std
+            body = sh[sh != sh.max()] if cls_name in PADDED else sh
+            tol = NEAR_REL * max(abs(mid), float(body.std()))
             band = torch.nonzero((sh - mid).abs() <= tol).flatten().tolist()
             kept_set = set(pos)
             if any(p in kept_set for p in band) and any(p not in kept_set for p in band):
@@ -140,17 +195,215 @@ def run_case(model, ids, cls_name, kwargs, ratio, torch_seed=None):
     return {
         "compression_ratio": ratio,
         "q_len": q_len,
-        "n_kept": n_kept,
+        "n_kept": n_kept_ratio,
+        **({"n_kept_per_layer": per_layer} if any(n != n_kept_ratio for n in per_layer) else {}),
         "kept": kept,
         "n_exact_ties": sum(1 for g in gaps if g == 0.0),
         "near_boundary": near,
     }
 
 
+@torch.no_grad()
+def run_wrapper_case(model, ids, wrapper_cls, wrapper_kwargs, inner_cls, inner_kwargs, ratio):
+    """kvpress's wrapper around the inner press on one prefill: kept positions per (layer, KV head), the inner
+    press's scores, and the near-tie band at the wrapper's own boundary (AdaKV: the layer-wide one after the
+    safeguard; ChunkKV: between the last kept and the first evicted chunk)."""
+    import kvpress
+    from kvpress.utils import compute_n_kept
+    from transformers import DynamicCache
+
+    inner = getattr(kvpress, inner_cls)(compression_ratio=ratio, **inner_kwargs)
+    press = getattr(kvpress, wrapper_cls)(press=inner, **wrapper_kwargs)
+    records = {}
+    orig_score, orig_compress = inner.score, press.compress
+
+    def score(module, *a):
+        s = orig_score(module, *a)
+        records.setdefault(module.layer_idx, {})["scores"] = s.detach().clone()  # AdaKV scatters into it
+        return s
+
+    def compress(module, hidden_states, keys, values, attentions, kwargs):
+        rec = records.setdefault(module.layer_idx, {})
+        rec["keys_in"] = keys.detach().clone()
+        k_out, v_out = orig_compress(module, hidden_states, keys, values, attentions, kwargs)
+        rec["keys_out"] = k_out.detach().clone()
+        masked = getattr(module, "masked_key_indices", None)
+        rec["masked"] = None if masked is None else [t.tolist() for t in masked]
+        return k_out, v_out
+
+    inner.score = score
+    press.compress = compress
+    if wrapper_cls == "CriticalKVPress":  # a ScorerPress itself: its own (rescaled) scores decide
+        orig_final = press.score
+
+        def final(module, *a):
+            s = orig_final(module, *a)
+            records.setdefault(module.layer_idx, {})["final"] = s.detach().clone()
+            return s
+
+        press.score = final
+    q_len = len(ids)
+    n_kept = compute_n_kept(q_len, ratio)
+    model.set_attn_implementation("sdpa")
+    try:
+        with press(model):
+            model(input_ids=torch.tensor([ids]), past_key_values=DynamicCache(), use_cache=True)
+    finally:
+        model.set_attn_implementation("eager")
+    n_layer = model.config.num_hidden_layers
+    assert sorted(records) == list(range(n_layer)), "press did not run on every layer"
+    kept, near, stage_ties = [], [], []
+
+    def stage_tie(layer, h, scores, k, stage):
+        """A head whose first-stage boundary (AdaKV's safeguard, CriticalKV's stage 1) is a near tie in kvpress's
+        own scores: which of the tied entries that stage takes is torch.topk's order, and the entries it leaves
+        compete again in the next stage, so the whole kept set may differ (not only inside a band)."""
+        if not 0 < k < scores.numel():
+            return
+        srt = torch.sort(scores, descending=True).values
+        a, b = float(srt[k - 1]), float(srt[k])
+        body = scores[scores != scores.max()] if inner_cls in PADDED else scores
+        if abs(a - b) <= NEAR_REL * max(abs(a + b) / 2, float(body.std())):
+            stage_ties.append([layer, h, stage])
+
+    for layer in range(n_layer):
+        rec = records[layer]
+        s = rec["scores"][0].double()  # (n_kv, q_len)
+        n_kv = s.shape[0]
+        # entries an inner SnapKV pads with max + 1 (its window): left out of the std that scales the band
+        padded = s == s.max() if inner_cls in PADDED else torch.zeros_like(s, dtype=torch.bool)
+        if wrapper_cls == "AdaKVPress":
+            _, heads, seqs = rec["masked"]
+            pruned = [set() for _ in range(n_kv)]
+            for h, j in zip(heads, seqs):
+                pruned[h].add(j)
+            layer_kept = [sorted(set(range(q_len)) - pruned[h]) for h in range(n_kv)]
+            assert sum(len(k) for k in layer_kept) == n_kv * n_kept
+            n_safe = max(1, int(n_kept * wrapper_kwargs.get("alpha_safeguard", 0.2)))
+            joint = s.clone()
+            for h in range(n_kv):
+                joint[h, s[h].topk(n_safe).indices] = float("inf")
+                stage_tie(layer, h, s[h], n_safe, "safeguard")
+            flat = torch.sort(joint.flatten(), descending=True).values
+            hi, lo = float(flat[n_kv * n_kept - 1]), float(flat[n_kv * n_kept])
+            if inner_cls in PADDED and lo == float(s.max()):  # the layer's budget ends inside the padded window
+                for h in range(n_kv):
+                    stage_ties.append([layer, h, "window"])
+            finite = joint[torch.isfinite(joint) & ~padded]
+            values, pos_of = joint, None
+        elif wrapper_cls == "CriticalKVPress":  # per head at n_kept, on the rescaled scores (stage 1 at finfo.max)
+            k_in, k_out = rec["keys_in"], rec["keys_out"]
+            layer_kept = [sorted(match_rows(k_out[0, h], k_in[0, h])) for h in range(n_kv)]
+            fin = rec["final"][0].double()
+            top = torch.finfo(rec["final"].dtype).max
+            first = int((1 - ratio) * q_len * press.first_stage_ratio)
+            for h in range(n_kv):
+                stage_tie(layer, h, s[h], max(1, first), "first stage")
+                srt = torch.sort(fin[h], descending=True).values
+                hi, lo = float(srt[n_kept - 1]), float(srt[n_kept])
+                mid = (hi + lo) / 2 if hi < top else lo
+                body = fin[h][(fin[h] < top) & ~padded[h]]
+                tol = NEAR_REL * max(abs(mid), float(body.std()) if body.numel() > 1 else 0.0)
+                band = torch.nonzero((fin[h] - mid).abs() <= tol).flatten().tolist()
+                kept_set = set(layer_kept[h])
+                if any(p in kept_set for p in band) and any(p not in kept_set for p in band):
+                    entries = sorted([[p, f32(fin[h][p]), int(p in kept_set)] for p in band], key=lambda e: (-e[1], e[0]))
+                    near.append([layer, h, entries])
+            kept.append(layer_kept)
+            continue
+        else:  # ChunkKVPress: chunk scores, as it computes them
+            k_in, k_out = rec["keys_in"], rec["keys_out"]
+            layer_kept = [sorted(match_rows(k_out[0, h], k_in[0, h])) for h in range(n_kv)]
+            assert all(k == layer_kept[0] for k in layer_kept), "chunks differ between heads"
+            length = press.chunk_length
+            summed = s.sum(dim=0)
+            bounds = [(b, min(q_len, b + length)) for b in range(0, q_len, length)]
+            chunk = torch.tensor([float(summed[b:e].mean()) for b, e in bounds], dtype=torch.float64)
+            n_chunks_kept = max(1, int(len(bounds) * (1 - ratio)))
+            srt = torch.sort(chunk, descending=True).values
+            hi, lo = float(srt[n_chunks_kept - 1]), float(srt[n_chunks_kept])
+            finite = chunk[torch.tensor([not bool(padded[:, b:e].any()) for b, e in bounds])]
+            pos_of = bounds
+            values = chunk
+        kept.append(layer_kept)
+        mid = (hi + lo) / 2 if math.isfinite(hi) else lo
+        tol = NEAR_REL * max(abs(mid), float(finite.std()) if finite.numel() > 1 else 0.0)
+        for h in range(n_kv):
+            kept_set = set(layer_kept[h])
+            if pos_of is None:
+                band = torch.nonzero((values[h] - mid).abs() <= tol).flatten().tolist()
+                entries = [[p, f32(values[h][p]), int(p in kept_set)] for p in band]
+            else:  # a chunk in the band puts all its positions there
+                band_chunks = torch.nonzero((values - mid).abs() <= tol).flatten().tolist()
+                entries = [[p, f32(values[c]), int(p in kept_set)] for c in band_chunks for p in range(*pos_of[c])]
+            if any(e[2] for e in entries) and not all(e[2] for e in entries):
+                entries.sort(key=lambda e: (-e[1], e[0]))
+                near.append([layer, h, entries])
+    per_layer = [len(k[0]) for k in kept]
+    return {
+        "compression_ratio": ratio,
+        "q_len": q_len,
+        "n_kept": n_kept,
+        **({"n_kept_per_layer": per_layer} if wrapper_cls == "ChunkKVPress" else {}),
+        **({"n_kept_per_layer_head": [[len(k) for k in lk] for lk in kept]} if wrapper_cls == "AdaKVPress" else {}),
+        "kept": kept,
+        "near_boundary": near,
+        "stage_ties": stage_ties,
+    }
+
+
+def write_wrapper_golden(name, model, prompts, args, model_sha, n_tok_checked, t0):
+    import transformers
+    wrapper_cls, wrapper_kwargs, inner, extra = WRAPPERS[name]
+    if inner in BUILTINS:
+        inner_cls, _, policy, _, fixed = BUILTINS[inner]
+        where = {"policy": policy}
+    else:
+        (inner_cls, _, stem, _), fixed = PRESSES[inner], {}
+        where = {"policy_file": f"examples/policies/{stem}.py"}
+    cfg = model.config
+    cases = []
+    for pi, p in enumerate(prompts):
+        for ratio in WRAPPER_RATIOS.get(name, RATIOS):
+            c = run_wrapper_case(model, p["ids"], wrapper_cls, wrapper_kwargs, inner_cls, {}, ratio)
+            c = {"prompt": pi, "press_kwargs": {"wrapper": wrapper_kwargs, "press": inner_cls},
+                 "policy_params": {**fixed, **extra}, **c}
+            print(f"{name} {p['prompt_file']} r={ratio}: n_kept {c['n_kept']}, "
+                  f"{len(c['near_boundary'])} heads with bands", file=sys.stderr)
+            cases.append(c)
+    out = {
+        "schema_version": SCHEMA_VERSION,
+        "generator": "tools/make_kvpress_goldens.py",
+        "press": f"kvpress.{wrapper_cls}(press=kvpress.{inner_cls}(compression_ratio=r), **{wrapper_kwargs})",
+        **where,
+        "model": {"file": args.model.name, "sha256": model_sha, "n_layer": cfg.num_hidden_layers,
+                  "n_head": cfg.num_attention_heads, "n_head_kv": cfg.num_key_value_heads,
+                  "head_dim": cfg.hidden_size // cfg.num_attention_heads},
+        "reference": {"torch": torch.__version__, "transformers": transformers.__version__,
+                      "kvpress": pkg_version("kvpress"), "numpy": np.__version__, "torch_threads": args.threads,
+                      "tokenizer_checked_against_golden_prompts": n_tok_checked,
+                      "load": "as the other goldens, then model.set_attn_implementation('sdpa') for the forward "
+                              "(AdaKVPress refuses eager attention, ChunkKVPress attention weights)"},
+        "conventions": "As tools/make_kvpress_goldens.py's other goldens. AdaKVPress keeps every key and masks the "
+                       "pruned ones (module.masked_key_indices): kept is the complement per head, and heads keep "
+                       "different counts (n_kept_per_layer_head) summing to heads x n_kept per layer. ChunkKVPress "
+                       "keeps whole chunks, the same positions in every head (n_kept_per_layer). near_boundary: "
+                       "positions whose score (AdaKV: the inner press's score, the safeguard's as +inf, at the "
+                       "layer-wide boundary; ChunkKV: their chunk's score) lies within band_tol of the boundary.",
+        "prompts": prompts,
+        "cases": cases,
+    }
+    path = REPO_ROOT / "tests" / "fixtures" / f"kvpress_{name}" / "golden.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump(out), encoding="utf-8")
+    print(f"wrote {path} ({path.stat().st_size} bytes, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
-    ap.add_argument("--press", action="append", choices=sorted(PRESSES), help="only these (default: all)")
+    ap.add_argument("--press", action="append", choices=sorted({**PRESSES, **BUILTINS, **WRAPPERS}),
+                    help="only these (default: all)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
 
@@ -170,15 +423,21 @@ def main() -> int:
         text = (REPO_ROOT / rel).read_bytes().decode("utf-8")
         prompts.append({"prompt_file": rel, "text": text, "ids": encode(tok, text)})
 
-    for name in args.press or list(PRESSES):
-        cls_name, variants, policy, param_map = PRESSES[name]
+    for name in args.press or list(PRESSES) + list(BUILTINS) + list(WRAPPERS):
+        if name in WRAPPERS:
+            write_wrapper_golden(name, model, prompts, args, model_sha, n_tok_checked, t0)
+            continue
+        if name in BUILTINS:
+            cls_name, variants, policy, param_map, fixed = BUILTINS[name]
+        else:
+            (cls_name, variants, policy, param_map), fixed = PRESSES[name], {}
         cases = []
         for kwargs, ratios in variants:
             for pi, p in enumerate(prompts):
                 for ratio in ratios:
                     seed = TORCH_SEED if name in SEEDED else None
                     c = run_case(model, p["ids"], cls_name, kwargs, ratio, seed)
-                    params = {param_map[k]: v for k, v in kwargs.items() if k in param_map}
+                    params = {**fixed, **{param_map[k]: v for k, v in kwargs.items() if k in param_map}}
                     if name in SEEDED:
                         params["seed"] = seed
                     if name == "compactor":  # kvpress blends with the compression ratio, which no policy is told
@@ -207,7 +466,7 @@ def main() -> int:
             "schema_version": SCHEMA_VERSION,
             "generator": "tools/make_kvpress_goldens.py",
             "press": f"kvpress.{cls_name}",
-            "policy_file": f"examples/policies/{policy}.py",
+            **({"policy": policy} if name in BUILTINS else {"policy_file": f"examples/policies/{policy}.py"}),
             "model": {"file": args.model.name, "sha256": model_sha, "n_layer": cfg.num_hidden_layers,
                       "n_head": cfg.num_attention_heads, "n_head_kv": cfg.num_key_value_heads,
                       "head_dim": cfg.hidden_size // cfg.num_attention_heads},

@@ -385,6 +385,7 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
     info.config = c;
     info.prompt_length = static_cast<int>(prompt.size());
     info.budget = options.budget.value > 0 ? options.budget.resolve(info.prompt_length, c.context_length) : info.prompt_length;
+    if (options.budget.kind == policy::BudgetSpec::Kind::CompressionRatio) info.compression_ratio = options.budget.value;
     info.max_new_tokens = options.max_new_tokens;
     info.weights = &model_.weights;
     hooks.policy->begin(info);

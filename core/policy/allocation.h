@@ -28,9 +28,13 @@ class LayerAllocation {
   // Tokens of every layer's budget the scorer keeps whatever the allocation says (SnapKV's observation
   // window). Shape-based allocations spread only the budget above it, as PyramidKV does.
   void set_reserved(int tokens) { reserved_ = tokens; }
+  // The compression ratio R when the user's budget was `--compression-ratio R` (-1 otherwise): an allocation
+  // that follows kvpress's arithmetic computes with the real n (1 - R), not the truncated average budget.
+  void set_compression_ratio(double ratio) { compression_ratio_ = ratio; }
 
  protected:
   int reserved_ = 0;
+  double compression_ratio_ = -1.0;
 };
 
 // Allocations by name: uniform, pyramid, and the adaptive ones of D2O, DynamicKV and CAKE. The table

@@ -13,12 +13,13 @@ namespace {
 
 class PyramidAllocation final : public LayerAllocation {
  public:
-  explicit PyramidAllocation(double beta) : beta_(beta) {}
+  PyramidAllocation(double beta, bool kvpress) : beta_(beta), kvpress_(kvpress) {}
   std::string name() const override { return "pyramid"; }
   observation::ObservationRequest request(int) const override { return {}; }
   void observe(const observation::AttentionObservation&) override {}
 
   std::vector<int> budgets(int n_layers, int average_budget, int seq_len) override {
+    if (kvpress_) return kvpress_budgets(n_layers, average_budget, seq_len);
     const int reserved = std::max(reserved_, 0);
     top_ = bottom_ = std::max(average_budget - reserved, 0);
     if (n_layers <= 1 || average_budget >= seq_len || average_budget <= reserved)
@@ -53,7 +54,31 @@ class PyramidAllocation final : public LayerAllocation {
   }
 
  private:
+  // kvpress 0.5.5's PyramidKVPress.get_layer_budget, operation for operation in double (Python's floats): the
+  // window counts inside the budget, the mean is the real n (1 - R) (not the truncated average), a pyramid whose
+  // top layer would keep less than the window falls back to a uniform budget, and each layer's budget is
+  // rounded on its own, halves to even (Python's round), so the total is not exactly L x budget.
+  std::vector<int> kvpress_budgets(int n_layers, int average_budget, int seq_len) {
+    const double w = std::max(reserved_, 0), q_len = seq_len;
+    const double kept = compression_ratio_ >= 0.0 ? q_len * (1.0 - compression_ratio_) : average_budget;
+    const double max_capacity = w + kept;
+    const auto round_half_even = [](double x) { return static_cast<int>(std::nearbyint(x)); };  // FE_TONEAREST
+    top_ = (max_capacity - w) / beta_;
+    bottom_ = (max_capacity - w) * 2 - top_;
+    if (bottom_ >= q_len - w) {
+      bottom_ = q_len - w;
+      top_ = (max_capacity - w) * 2 - bottom_;
+    }
+    if (!(q_len >= bottom_ && bottom_ >= top_ && top_ >= w) || n_layers <= 1)
+      return std::vector<int>(n_layers, std::clamp(round_half_even(kept), 1, seq_len));
+    const double steps = (bottom_ - top_) / (n_layers - 1);
+    std::vector<int> out(n_layers);
+    for (int l = 0; l < n_layers; ++l) out[l] = std::clamp(round_half_even(bottom_ - l * steps), 1, seq_len);
+    return out;
+  }
+
   double beta_;
+  bool kvpress_;
   double bottom_ = 0.0, top_ = 0.0;
 };
 
@@ -65,8 +90,15 @@ AllocationInfo pyramid_allocation_info() {
           "Cai et al. 2024, PyramidKV, §3 (KV cache size allocation)",
           {ParamSpec::real("beta", 20.0, 1.0, 1000.0,
                            "PyramidKV §3: top layer keeps (budget - window) / beta above the window; the "
-                           "bottom keeps 2 (budget - window) minus that; larger beta, steeper pyramid")},
-          [](const PolicyParams& p) { return std::make_unique<PyramidAllocation>(p.get_float("beta")); }};
+                           "bottom keeps 2 (budget - window) minus that; larger beta, steeper pyramid"),
+           ParamSpec::choice("pyramid_arithmetic", "reference", {"reference", "kvpress"},
+                             "reference: the authors' code (window on top of the pyramid, total exactly L x budget); "
+                             "kvpress: kvpress's PyramidKVPress (window inside the budget, mean n (1 - R), uniform "
+                             "fallback when the top layer would hold less than the window, per-layer rounding)")},
+          [](const PolicyParams& p) {
+            return std::make_unique<PyramidAllocation>(p.get_float("beta"),
+                                                       p.get_choice("pyramid_arithmetic") == "kvpress");
+          }};
 }
 
 }  // namespace kvscope::policy

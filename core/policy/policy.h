@@ -22,7 +22,8 @@ using observation::Phase;
 struct RunInfo {
   model::ModelConfig config;
   int prompt_length = 0;
-  int budget = 0;          // tokens per (layer, KV head), resolved from the user's budget
+  int budget = 0;                   // tokens per (layer, KV head), resolved from the user's budget
+  double compression_ratio = -1.0;  // R when the budget was given as kvpress states it (cr:R), else -1
   int max_new_tokens = 0;
   const kernels::ModelWeights* weights = nullptr;  // the run's model, read-only; null outside an engine run
 };

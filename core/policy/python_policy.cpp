@@ -285,16 +285,15 @@ class PythonPolicy final : public UserScorer {
 
   // The file's float64 scores rank, not their float32 copies (which the trace records): scores 1e-12 apart
   // are kept by value, not by position.
-  std::vector<int32_t> choose_kept(int layer, int kv_head, std::span<const float> scores, int budget, int n_sinks,
-                                   int n_recent) override {
+  std::vector<double> rank_scores(int layer, int kv_head, std::span<const float> scores) override {
     std::vector<double> precise = std::move(precise_.at(layer).at(kv_head));
     precise_[layer][kv_head].clear();
     // Only this step's scores of this head: the float32 copies the edit carries must be theirs.
     const bool current =
         precise.size() == scores.size() && std::equal(precise.begin(), precise.end(), scores.begin(),
                                                       [](double d, float f) { return static_cast<float>(d) == f; });
-    if (!current) return UserScorer::choose_kept(layer, kv_head, scores, budget, n_sinks, n_recent);
-    return keep_top_scores(std::span<const double>(precise), budget, n_sinks, n_recent);
+    if (!current) return UserScorer::rank_scores(layer, kv_head, scores);
+    return precise;
   }
 
   std::unique_ptr<LayerAllocation> make_layer_allocation() const override {
@@ -538,7 +537,7 @@ PolicyInfo load_python_policy(const std::filesystem::path& file) {
   for (auto& s : scorer_framework_params(framework_defaults)) own.push_back(std::move(s));
   for (const auto& s : own)
     for (const auto& reserved : protocol_params(protocol))
-      if (s.name == reserved.name || s.name == "allocation")
+      if (s.name == reserved.name || s.name == "allocation" || is_selection_param(s.name))
         throw UsageError("policy file '" + file.string() + "' declares parameter '" + s.name +
                          "', which the framework owns (set protocol defaults in `protocol`)");
   const ObservationRequest request = request_for_needs(needs, file);

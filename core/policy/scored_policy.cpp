@@ -1,11 +1,14 @@
 #include "core/policy/scored_policy.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "core/common/error.h"
 #include "core/policy/allocation_catalog.h"
 #include "core/policy/allocation_report.h"
 #include "core/policy/selection.h"
+#include "kernels/common/dequantize.h"
 
 namespace kvscope::policy {
 
@@ -23,11 +26,58 @@ std::vector<ParamSpec> scored_policy_params(std::vector<ParamSpec> own, const Pr
           std::any_of(own.begin(), own.end(), [&](const ParamSpec& s) { return s.name == spec.name; });
       if (!declared) own.push_back(spec);
     }
+  own.push_back(ParamSpec::choice(
+      "selection", "topk", {"topk", "adakv", "chunkkv", "criticalkv"},
+      "how the kept entries are picked from the scores: each KV head its own top budget (topk); AdaKV (Feng et al. "
+      "2024, kvpress AdaKVPress): heads x budget entries by score across the layer's heads, each head keeping at "
+      "least alpha_safeguard x budget; ChunkKV (Liu et al. 2025, kvpress ChunkKVPress): whole chunks of "
+      "chunk_length entries by their mean score summed over heads, the same for every head; CriticalKV (Feng et al. "
+      "2025, kvpress CriticalKVPress): first_stage_ratio of the budget by score, the rest by (score + "
+      "critical_epsilon) x |W_o v|_1. See docs/policies.md, Selection"));
+  own.push_back(ParamSpec::real("alpha_safeguard", 0.2, 0.0, 1.0,
+                                "selection=adakv: share of the budget each head keeps of its own best entries "
+                                "whatever the other heads score (kvpress: 0.20)"));
+  own.push_back(ParamSpec::integer("chunk_length", 20, 1, 1 << 20,
+                                   "selection=chunkkv: entries per chunk, counted from the first (kvpress: 20)"));
+  own.push_back(ParamSpec::real("first_stage_ratio", 0.5, 0.0, 1.0,
+                                "selection=criticalkv: share of the kept entries chosen by the score alone (kvpress: "
+                                "0.5)"));
+  own.push_back(ParamSpec::real("critical_epsilon", 1e-4, 0.0, 1e6,
+                                "selection=criticalkv: added to the score before it is scaled by |W_o v|_1 (kvpress "
+                                "epsilon: 1e-4)"));
   return own;
+}
+
+namespace {
+// Each selection's own parameters and the selection they belong to.
+const std::vector<std::pair<std::string, std::string>>& selection_params() {
+  static const std::vector<std::pair<std::string, std::string>> table = {{"alpha_safeguard", "adakv"},
+                                                                         {"chunk_length", "chunkkv"},
+                                                                         {"first_stage_ratio", "criticalkv"},
+                                                                         {"critical_epsilon", "criticalkv"}};
+  return table;
+}
+}  // namespace
+
+bool is_selection_param(const std::string& name) {
+  if (name == "selection") return true;
+  for (const auto& [param, owner] : selection_params())
+    if (param == name) return true;
+  return false;
 }
 
 void drop_unchosen_allocation_params(const std::string& policy, const std::vector<ParamSpec>& specs,
                                      PolicyParams& params) {
+  if (params.has("selection")) {
+    const std::string& chosen = params.get_choice("selection");
+    for (const auto& [name, owner] : selection_params()) {
+      if (chosen == owner || !params.has(name)) continue;
+      if (params.given(name))
+        throw UsageError("policy '" + policy + "' parameter '" + name + "' belongs to selection=" + owner +
+                         " (this spec has selection=" + chosen + "); add selection=" + owner + " or leave it out");
+      params.erase(name);
+    }
+  }
   if (!params.has("allocation")) return;
   const std::string& chosen = params.get_choice("allocation");
   for (const auto& spec : specs) {
@@ -48,7 +98,16 @@ ScoredPolicy::ScoredPolicy(std::string name, const PolicyParams& params)
     : name_(std::move(name)),
       protocol_(protocol_of(params)),
       params_(params),
-      allocation_name_(params.get_choice("allocation")) {
+      allocation_name_(params.get_choice("allocation")),
+      selection_(!params.has("selection")                         ? Selection::TopK
+                 : params.get_choice("selection") == "adakv"      ? Selection::AdaKV
+                 : params.get_choice("selection") == "chunkkv"    ? Selection::ChunkKV
+                 : params.get_choice("selection") == "criticalkv" ? Selection::CriticalKV
+                                                                  : Selection::TopK),
+      alpha_safeguard_(selection_ == Selection::AdaKV ? params.get_float("alpha_safeguard") : 0.0),
+      chunk_length_(selection_ == Selection::ChunkKV ? params.get_int("chunk_length") : 0),
+      first_stage_ratio_(selection_ == Selection::CriticalKV ? params.get_float("first_stage_ratio") : 0.0),
+      critical_epsilon_(selection_ == Selection::CriticalKV ? params.get_float("critical_epsilon") : 0.0) {
   // Built once here so that a bad allocation parameter fails when the policy is made, not mid-run.
   allocation_ = make_allocation(allocation_name_, params_);
 }
@@ -74,6 +133,7 @@ void ScoredPolicy::begin(const RunInfo& info) {
   budgets_final_ = false;
   pending_.assign(layers, std::vector<std::vector<float>>(heads));
   expected_.assign(static_cast<std::size_t>(layers) * heads, 0);
+  output_projection_.assign(layers, {});
   expected_seq_len_ = 0;
   started_ = false;
   diagnostics_ = Diagnostics();
@@ -126,6 +186,7 @@ void ScoredPolicy::finalize_budgets(int seq_len) {
   // past it, and a reshaped budget would evict in decode what the user's budget allows.
   if (run_.budget < seq_len) {
     allocation_->set_reserved(reserved());
+    allocation_->set_compression_ratio(run_.compression_ratio);
     std::vector<int> b = allocation_->budgets(layers, run_.budget, seq_len);
     if (static_cast<int>(b.size()) != layers)
       throw Error("allocation '" + allocation_name_ + "' gave " + std::to_string(b.size()) + " budgets for " +
@@ -143,12 +204,18 @@ void ScoredPolicy::finalize_budgets(int seq_len) {
                        "policy '" + name_ + "', allocation '" + allocation_name_ + "'", diagnostics_);
 }
 
-std::vector<int32_t> ScoredPolicy::choose_kept(int, int, std::span<const float> scores, int budget, int n_sinks,
-                                               int n_recent) {
-  return keep_top_scores(scores, budget, n_sinks, n_recent);
+std::vector<double> ScoredPolicy::rank_scores(int, int, std::span<const float> scores) {
+  return {scores.begin(), scores.end()};
 }
 
 void ScoredPolicy::evict_layer(int layer, cache::KVCache& cache, cache::CacheEdit& edit) {
+  if (selection_ == Selection::AdaKV) return evict_layer_adakv(layer, cache, edit);
+  if (selection_ == Selection::ChunkKV) return evict_layer_chunks(layer, cache, edit);
+  if (selection_ == Selection::CriticalKV) return evict_layer_critical(layer, cache, edit);
+  evict_layer_topk(layer, cache, edit);
+}
+
+void ScoredPolicy::evict_layer_topk(int layer, cache::KVCache& cache, cache::CacheEdit& edit) {
   const int heads = cache.n_kv_heads();
   for (int h = 0; h < heads; ++h) {
     const int n = cache.size(layer, h), budget = budgets_[layer];
@@ -156,9 +223,141 @@ void ScoredPolicy::evict_layer(int layer, cache::KVCache& cache, cache::CacheEdi
     expected_[static_cast<std::size_t>(layer) * heads + h] = std::min(budget, n);
     if (n <= budget) continue;
     std::vector<float> scores = std::move(pending_[layer][h]);
-    const std::vector<float> ranking = scores.empty() ? std::vector<float>(n, 0.0f) : scores;
+    const std::vector<double> ranking = scores.empty() ? std::vector<double>(n, 0.0) : rank_scores(layer, h, scores);
     edit.heads.push_back(
-        keep_edit(layer, h, choose_kept(layer, h, ranking, budget, sinks(budget), recent(budget)), std::move(scores)));
+        keep_edit(layer, h, keep_top_scores(std::span<const double>(ranking), budget, sinks(budget), recent(budget)),
+                  std::move(scores)));
+    complete_edit(edit.heads.back(), cache);
+  }
+}
+
+void ScoredPolicy::evict_layer_adakv(int layer, cache::KVCache& cache, cache::CacheEdit& edit) {
+  const int heads = cache.n_kv_heads(), budget = budgets_[layer];
+  std::vector<std::vector<float>> scores(heads);
+  std::vector<std::vector<double>> ranking(heads);
+  for (int h = 0; h < heads; ++h) {
+    const int n = cache.size(layer, h);
+    scores[h] = std::move(pending_[layer][h]);
+    ranking[h] = scores[h].empty() ? std::vector<double>(n, 0.0) : rank_scores(layer, h, scores[h]);
+  }
+  // kvpress: n_safe = int(n_kept * alpha_safeguard), at least 1 when alpha_safeguard > 0.
+  int n_safe = static_cast<int>(budget * alpha_safeguard_);
+  if (alpha_safeguard_ > 0.0) n_safe = std::max(1, n_safe);
+  std::vector<std::vector<int32_t>> keep =
+      keep_top_scores_across_heads(ranking, budget, sinks(budget), recent(budget), n_safe);
+  for (int h = 0; h < heads; ++h) {
+    const int n = cache.size(layer, h);
+    // The promise is the selection's own count, which varies by head; the layer holds heads x budget in all.
+    expected_[static_cast<std::size_t>(layer) * heads + h] = static_cast<int>(keep[h].size());
+    if (static_cast<int>(keep[h].size()) >= n) continue;
+    edit.heads.push_back(keep_edit(layer, h, std::move(keep[h]), std::move(scores[h])));
+    complete_edit(edit.heads.back(), cache);
+  }
+}
+
+void ScoredPolicy::evict_layer_chunks(int layer, cache::KVCache& cache, cache::CacheEdit& edit) {
+  const int heads = cache.n_kv_heads(), budget = budgets_[layer], n = cache.size(layer, 0);
+  for (int h = 1; h < heads; ++h)
+    if (cache.size(layer, h) != n)
+      throw Error("policy '" + name_ + "' selection=chunkkv: layer " + std::to_string(layer) + " KV heads 0 and " +
+                  std::to_string(h) + " hold " + std::to_string(n) + " and " + std::to_string(cache.size(layer, h)) +
+                  " entries, but chunks are shared by the layer's heads");
+  const int n_complete = n / chunk_length_, remaining = n % chunk_length_;
+  if (n <= budget || n_complete == 0) return evict_layer_topk(layer, cache, edit);  // kvpress: the scorer's top-k
+  std::vector<std::vector<float>> scores(heads);
+  std::vector<std::vector<double>> ranking(heads);
+  for (int h = 0; h < heads; ++h) {
+    scores[h] = std::move(pending_[layer][h]);
+    ranking[h] = scores[h].empty() ? std::vector<double>(n, 0.0) : rank_scores(layer, h, scores[h]);
+  }
+  // Protected entries (sinks, recent, SnapKV's window) score as kvpress's scorers pad them: the layer's highest
+  // score plus one, so a chunk holding them ranks high but is not kept unconditionally.
+  const int n_sinks = std::clamp(sinks(budget), 0, budget), n_recent = std::clamp(recent(budget), 0, budget - n_sinks);
+  double top = -std::numeric_limits<double>::infinity();
+  for (const auto& r : ranking)
+    for (int j = n_sinks; j < n - n_recent; ++j) top = std::max(top, r[j]);
+  if (!std::isfinite(top)) top = 0.0;
+  std::vector<double> summed(n, 0.0);
+  for (const auto& r : ranking)
+    for (int j = 0; j < n; ++j) summed[j] += j < n_sinks || j >= n - n_recent ? top + 1.0 : r[j];
+  const int n_chunks = n_complete + (remaining > 0 ? 1 : 0);
+  std::vector<double> chunk_score(n_chunks, 0.0);
+  for (int c = 0; c < n_chunks; ++c) {
+    const int begin = c * chunk_length_, end = std::min(n, begin + chunk_length_);
+    for (int j = begin; j < end; ++j) chunk_score[c] += summed[j];
+    chunk_score[c] /= end - begin;
+  }
+  // kvpress: max(1, int(n_chunks * (1 - R)))
+  const int n_chunks_kept = std::clamp(static_cast<int>(n_chunks * kept_share(budget, n)), 1, n_chunks);
+  const std::vector<int32_t> chunks = keep_top_scores(std::span<const double>(chunk_score), n_chunks_kept, 0, 0);
+  std::vector<int32_t> keep;
+  for (int32_t c : chunks)
+    for (int j = c * chunk_length_; j < std::min(n, (c + 1) * chunk_length_); ++j) keep.push_back(j);
+  for (int h = 0; h < heads; ++h) {
+    expected_[static_cast<std::size_t>(layer) * heads + h] = static_cast<int>(keep.size());
+    if (static_cast<int>(keep.size()) >= n) continue;
+    edit.heads.push_back(keep_edit(layer, h, keep, std::move(scores[h])));
+    complete_edit(edit.heads.back(), cache);
+  }
+}
+
+double ScoredPolicy::kept_share(int budget, int n) const {
+  return run_.compression_ratio >= 0.0 && budget == run_.budget ? 1.0 - run_.compression_ratio
+                                                                : static_cast<double>(budget) / n;
+}
+
+void ScoredPolicy::evict_layer_critical(int layer, cache::KVCache& cache, cache::CacheEdit& edit) {
+  const int heads = cache.n_kv_heads(), budget = budgets_[layer];
+  const auto& config = run_.config;
+  const int head_dim = config.head_dim, dim = config.dim, group = config.group_size(), width = config.q_width();
+  std::vector<float>& wo = output_projection_.at(layer);
+  if (wo.empty()) {  // dequantized once per run and layer
+    if (!run_.weights || layer >= static_cast<int>(run_.weights->layers.size()))
+      throw Error("policy '" + name_ +
+                  "' selection=criticalkv needs the model's output projection W_o, which this "
+                  "run does not give");
+    const kernels::QuantMatrix& m = run_.weights->layers[layer].wo;
+    if (m.rows != dim || m.cols != width)
+      throw Error("policy '" + name_ + "' selection=criticalkv: layer " + std::to_string(layer) + "'s W_o is " +
+                  std::to_string(m.rows) + " x " + std::to_string(m.cols) + ", expected " + std::to_string(dim) +
+                  " x " + std::to_string(width));
+    wo.resize(static_cast<std::size_t>(m.rows) * m.cols);
+    for (int r = 0; r < m.rows; ++r)
+      kernels::dequantize_row(m.type, m.row(r), wo.data() + static_cast<std::size_t>(r) * m.cols, m.cols);
+  }
+  for (int h = 0; h < heads; ++h) {
+    const int n = cache.size(layer, h);
+    expected_[static_cast<std::size_t>(layer) * heads + h] = std::min(budget, n);
+    if (n <= budget) continue;
+    std::vector<float> scores = std::move(pending_[layer][h]);
+    std::vector<double> ranking = scores.empty() ? std::vector<double>(n, 0.0) : rank_scores(layer, h, scores);
+    // Stage 1, kvpress's int((1 - R) n first_stage_ratio) (at least 1) by the score alone, after the protected
+    // entries: kept whatever stage 2 says.
+    int first = static_cast<int>(kept_share(budget, n) * n * first_stage_ratio_);
+    if (first_stage_ratio_ > 0.0) first = std::max(1, first);
+    const int n_sinks = std::clamp(sinks(budget), 0, budget);
+    const int n_recent = std::clamp(recent(budget), 0, budget - n_sinks);
+    const std::vector<int32_t> stage1 =
+        keep_top_scores(std::span<const double>(ranking), std::clamp(std::max(first, n_sinks + n_recent), 0, budget),
+                        n_sinks, n_recent);
+    // Stage 2: (score + epsilon) x |W_o v_j|_1 per query head of the group, averaged over the group (CriticalKV's
+    // output-aware importance; kvpress vwl1norm). Values carry no RoPE, so their head dimensions are in W_o's order.
+    const std::span<const float> values = cache.values(layer, h);
+    for (int j = 0; j < n; ++j) {
+      const float* v = values.data() + static_cast<std::size_t>(j) * head_dim;
+      double norm = 0.0;
+      for (int q = h * group; q < (h + 1) * group; ++q)
+        for (int r = 0; r < dim; ++r) {
+          const float* w = wo.data() + static_cast<std::size_t>(r) * width + static_cast<std::size_t>(q) * head_dim;
+          float out = 0.0f;
+          for (int d = 0; d < head_dim; ++d) out += w[d] * v[d];
+          norm += std::fabs(out);
+        }
+      ranking[j] = (ranking[j] + critical_epsilon_) * (norm / group);
+    }
+    for (int32_t j : stage1) ranking[j] = std::numeric_limits<double>::infinity();
+    edit.heads.push_back(
+        keep_edit(layer, h, keep_top_scores(std::span<const double>(ranking), budget, 0, 0), std::move(scores)));
     complete_edit(edit.heads.back(), cache);
   }
 }

@@ -17,14 +17,21 @@ namespace kvscope::policy {
 
 // A scored policy's parameters: its own, the protocol switches (protocol.h) with the policy's paper
 // defaults, then `allocation` (a choice of every registered allocation) and the parameters of every
-// allocation. A name the policy already declares is shared with an allocation that declares it too.
+// allocation, then `selection` (how the kept entries are picked from the scores: per head (topk), AdaKV's
+// head-adaptive split of a layer's budget (adakv, with `alpha_safeguard`) or ChunkKV's whole chunks (chunkkv,
+// with `chunk_length`) or CriticalKV's output-aware rescoring (criticalkv, with `first_stage_ratio` and
+// `critical_epsilon`)). A name the policy already declares is shared with an allocation that declares it too.
 std::vector<ParamSpec> scored_policy_params(std::vector<ParamSpec> own, const Protocol& protocol_defaults,
                                             const std::string& default_allocation = "uniform");
 
 // An allocation's parameters exist only when that allocation is chosen: removes from `params` those of the
 // allocations `params`' `allocation` does not name (kvscope's own copies, as scored_policy_params added them),
 // so that neither the policy nor a trace sees them. Throws UsageError naming `policy` when the spec set one.
-// Does nothing for a policy without an `allocation` parameter.
+// Does nothing for a policy without an `allocation` parameter. Likewise `alpha_safeguard` exists only with
+// selection=adakv, `chunk_length` only with selection=chunkkv, and so on.
+// `selection` and the parameters of every selection (alpha_safeguard, chunk_length, ...): the framework's names.
+bool is_selection_param(const std::string& name);
+
 void drop_unchosen_allocation_params(const std::string& policy, const std::vector<ParamSpec>& specs,
                                      PolicyParams& params);
 
@@ -60,10 +67,9 @@ class ScoredPolicy : public Policy {
   // what it evicts adds the merges here (CaM).
   virtual void complete_edit(cache::HeadEdit& /*edit*/, const cache::KVCache& /*cache*/) {}
 
-  // The kept entries of (layer, kv_head) by `scores` (keep_top_scores); a scorer with more precise scores
-  // than the float32 it hands on (a Python policy's float64) ranks by those instead.
-  virtual std::vector<int32_t> choose_kept(int layer, int kv_head, std::span<const float> scores, int budget,
-                                           int n_sinks, int n_recent);
+  // What ranks the entries of (layer, kv_head): `scores` as doubles by default; a scorer with more precise
+  // scores than the float32 it hands on (a Python policy's float64) returns those instead.
+  virtual std::vector<double> rank_scores(int layer, int kv_head, std::span<const float> scores);
 
   // The run's allocation: by default the `allocation` parameter's; a user's policy file may bring its own.
   virtual std::unique_ptr<LayerAllocation> make_layer_allocation() const;
@@ -76,12 +82,29 @@ class ScoredPolicy : public Policy {
   void finalize_budgets(int seq_len);
   // Evicts (layer, every KV head) to the layer's budget by this step's scores, into `edit`.
   void evict_layer(int layer, cache::KVCache& cache, cache::CacheEdit& edit);
+  // selection=topk: each head keeps its own highest scores.
+  void evict_layer_topk(int layer, cache::KVCache& cache, cache::CacheEdit& edit);
+  // selection=adakv: the layer keeps n_kv_heads x budget entries chosen jointly over its heads.
+  void evict_layer_adakv(int layer, cache::KVCache& cache, cache::CacheEdit& edit);
+  // selection=chunkkv: every head of the layer keeps the same whole chunks.
+  void evict_layer_chunks(int layer, cache::KVCache& cache, cache::CacheEdit& edit);
+  // selection=criticalkv: the first stage by score, the rest by score x |W_o v|_1.
+  void evict_layer_critical(int layer, cache::KVCache& cache, cache::CacheEdit& edit);
+  // kvpress's 1 - R for this layer: the run's when the budget was a compression ratio and the layer has the run's
+  // budget, else the layer's kept share budget / n.
+  double kept_share(int budget, int n) const;
 
   std::string name_;
   Protocol protocol_;
   PolicyParams params_;
   std::string allocation_name_;
   std::unique_ptr<LayerAllocation> allocation_;
+  enum class Selection { TopK, AdaKV, ChunkKV, CriticalKV };
+  Selection selection_ = Selection::TopK;
+  double alpha_safeguard_ = 0.0;                             // selection=adakv
+  int chunk_length_ = 0;                                     // selection=chunkkv
+  double first_stage_ratio_ = 0.0, critical_epsilon_ = 0.0;  // selection=criticalkv
+  std::vector<std::vector<float>> output_projection_;        // [layer]: W_o dequantized, (dim, n_heads x head_dim)
   RunInfo run_;
   std::vector<int> budgets_;  // [layers]
   bool budgets_final_ = false;

@@ -56,6 +56,51 @@ std::vector<int32_t> keep_top_scores(std::span<const double> scores, int budget,
   return keep_top(scores, budget, sinks, recent);
 }
 
+std::vector<std::vector<int32_t>> keep_top_scores_across_heads(const std::vector<std::vector<double>>& scores,
+                                                               int budget, int sinks, int recent, int n_safe) {
+  const int heads = static_cast<int>(scores.size());
+  std::size_t total = 0;
+  for (const auto& s : scores) total += s.size();
+  const std::size_t slots = static_cast<std::size_t>(std::max(budget, 0)) * heads;
+  std::vector<std::vector<int32_t>> keep(heads);
+  if (total <= slots) {
+    for (int h = 0; h < heads; ++h) {
+      keep[h].resize(scores[h].size());
+      std::iota(keep[h].begin(), keep[h].end(), 0);
+    }
+    return keep;
+  }
+  // What each head keeps whatever the others score: its protected entries and its safeguard, i.e. the
+  // single-head selection with a budget of max(n_safe, protected) (never above `budget`).
+  const int n_sinks = std::clamp(sinks, 0, std::max(budget, 0));
+  const int n_recent = std::clamp(recent, 0, std::max(budget, 0) - n_sinks);
+  const int forced = std::clamp(std::max(n_safe, n_sinks + n_recent), 0, std::max(budget, 0));
+  struct Candidate {
+    double score;
+    int head;
+    int32_t entry;
+  };
+  std::vector<Candidate> rest;
+  std::size_t kept = 0;
+  for (int h = 0; h < heads; ++h) {
+    keep[h] = keep_top(std::span<const double>(scores[h]), forced, n_sinks, n_recent);
+    kept += keep[h].size();
+    std::vector<char> taken(scores[h].size(), 0);
+    for (int32_t j : keep[h]) taken[j] = 1;
+    for (std::size_t j = 0; j < scores[h].size(); ++j)
+      if (!taken[j]) rest.push_back({rank_value(scores[h][j]), h, static_cast<int32_t>(j)});
+  }
+  const std::size_t n_more = std::min(rest.size(), slots - std::min(slots, kept));
+  std::partial_sort(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(n_more), rest.end(),
+                    [](const Candidate& a, const Candidate& b) {
+                      if (a.score != b.score) return a.score > b.score;
+                      return a.head != b.head ? a.head < b.head : a.entry < b.entry;
+                    });
+  for (std::size_t i = 0; i < n_more; ++i) keep[rest[i].head].push_back(rest[i].entry);
+  for (auto& k : keep) std::sort(k.begin(), k.end());
+  return keep;
+}
+
 Pooling parse_pooling(const std::string& name) {
   if (name == "none") return Pooling::None;
   if (name == "avg") return Pooling::Avg;

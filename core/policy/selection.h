@@ -18,6 +18,14 @@ std::vector<int32_t> keep_top_scores(std::span<const float> scores, int budget, 
 // The same ranking on float64 scores (a Python policy's, which differ where float32 would tie them).
 std::vector<int32_t> keep_top_scores(std::span<const double> scores, int budget, int sinks, int recent);
 
+// AdaKV's head-adaptive selection (Feng et al. 2024, arXiv 2407.11550, Alg. 1), as kvpress's AdaKVPress computes
+// it: the heads of a layer share heads x `budget` entries. Each head first keeps its sinks and recent entries
+// and at least `n_safe` (the safeguard) of its own highest scores; the rest of the layer's entries are then
+// chosen by score across all heads at once (ties: the lower head, then the earlier entry). Ascending entry
+// indices per head; every entry stays when the heads hold no more than heads x budget together.
+std::vector<std::vector<int32_t>> keep_top_scores_across_heads(const std::vector<std::vector<double>>& scores,
+                                                               int budget, int sinks, int recent, int n_safe);
+
 enum class Pooling { None, Avg, Max };
 Pooling parse_pooling(const std::string& name);  // "none" | "avg" | "max"
 // 1-D pooling with stride 1 and zero padding of kernel/2 on each side, as SnapKV applies it

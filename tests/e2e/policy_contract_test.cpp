@@ -163,7 +163,8 @@ std::set<std::string> with(std::set<std::string> a, const std::set<std::string>&
   return a;
 }
 
-const std::set<std::string> kFramework = {"window", "recent", "sinks", "block", "decode_evict", "trim", "allocation"};
+const std::set<std::string> kFramework = {"window",       "recent", "sinks",      "block",
+                                          "decode_evict", "trim",   "allocation", "selection"};
 
 }  // namespace
 
@@ -172,10 +173,11 @@ TEST_CASE("obs.params holds the file's and the framework's parameters, and only 
   // score() fails the run unless obs.params has exactly the names the test expects, given in `expected`.
   const auto path = write_policy("params_view", R"PY(
 import numpy as np
-params = {"alpha": 0.5, "expected": {"default": "", "choices": ["", "uniform", "pyramid", "dynamickv"]}}
-FRAMEWORK = {"window", "recent", "sinks", "block", "decode_evict", "trim", "allocation"}
-BY_ALLOCATION = {"": set(), "uniform": set(), "pyramid": {"beta"},
-                 "dynamickv": {"kernel", "pooling", "group_reduce", "r_max", "arithmetic"}}
+params = {"alpha": 0.5, "expected": {"default": "", "choices": ["", "uniform", "pyramid", "dynamickv", "adakv"]}}
+FRAMEWORK = {"window", "recent", "sinks", "block", "decode_evict", "trim", "allocation", "selection"}
+BY_ALLOCATION = {"": set(), "uniform": set(), "pyramid": {"beta", "pyramid_arithmetic"},
+                 "dynamickv": {"kernel", "pooling", "group_reduce", "r_max", "arithmetic"},
+                 "adakv": {"alpha_safeguard"}}
 def score(obs):
     want = {"alpha", "expected"} | FRAMEWORK | BY_ALLOCATION[obs.params["expected"]]
     got = set(obs.params)
@@ -186,13 +188,17 @@ def score(obs):
   CHECK(run_error("python:" + path + ",expected=uniform") == "");
   CHECK(run_error("python:" + path + ",expected=pyramid,allocation=pyramid,beta=10") == "");
   CHECK(run_error("python:" + path + ",expected=dynamickv,allocation=dynamickv") == "");
+  CHECK(run_error("python:" + path + ",expected=adakv,selection=adakv") == "");
   // The check inside the file can fail: without the allocation its parameters are not there.
   CHECK_THAT(run_error("python:" + path + ",expected=pyramid"), Catch::Contains("missing ['beta']"));
 
   // What a trace records (policy_params) is the same set.
   const std::set<std::string> file_params = {"alpha", "expected"};
   CHECK(recorded_names("python:" + path) == with(kFramework, file_params));
-  CHECK(recorded_names("python:" + path + ",allocation=pyramid") == with(with(kFramework, file_params), {"beta"}));
+  CHECK(recorded_names("python:" + path + ",allocation=pyramid") ==
+        with(with(kFramework, file_params), {"beta", "pyramid_arithmetic"}));
+  CHECK(recorded_names("python:" + path + ",selection=chunkkv") ==
+        with(with(kFramework, file_params), {"chunk_length"}));
   // Built-ins likewise: SnapKV's own parameters, no allocation's until it is chosen.
   const auto snapkv = recorded_names("snapkv");
   CHECK(snapkv.count("beta") == 0);
@@ -204,6 +210,9 @@ def score(obs):
 }
 
 TEST_CASE("an allocation's parameter given without its allocation is refused", "[e2e][policy_contract]") {
+  CHECK_THAT(make_error("snapkv:alpha_safeguard=0.5"),
+             Catch::Contains("'alpha_safeguard'") && Catch::Contains("selection=adakv"));
+  CHECK(make_error("snapkv:selection=adakv,alpha_safeguard=0.5") == "(no error)");
   CHECK_THAT(make_error("snapkv:beta=10"), Catch::Contains("'beta'") && Catch::Contains("allocation pyramid") &&
                                                Catch::Contains("allocation=uniform"));
   const auto path = write_policy("plain", "def score(obs):\n    return -obs.positions\n");

@@ -78,6 +78,29 @@ TEST_CASE("pyramid budgets follow PyramidKV's arithmetic sequence", "[allocation
   CHECK(a->budgets(3, 50, 40) == std::vector<int>{40, 40, 40});
 }
 
+TEST_CASE("pyramid_arithmetic=kvpress follows kvpress's PyramidKVPress.get_layer_budget", "[allocation]") {
+  auto a = make_allocation("pyramid", PolicyParams("test", allocation_params("pyramid"),
+                                                   {{"beta", "20"}, {"pyramid_arithmetic", "kvpress"}}));
+  // Prompt 40, window 4, R = 0.5, 4 layers: kept = 40 x 0.5 = 20 with the window inside; min = 20 / 20 = 1,
+  // max = 2 x 20 - 1 = 39 >= 40 - 4, so max = 36 and min = 40 - 36 = 4 (>= the window: a pyramid). Steps of
+  // 32 / 3: 36, 25.33, 14.67, 4, each rounded on its own: 36, 25, 15, 4 (sum 80 = 4 x 20 here by chance).
+  a->set_reserved(4);
+  a->set_compression_ratio(0.5);
+  CHECK(a->budgets(4, 20, 40) == std::vector<int>{36, 25, 15, 4});
+  // Prompt 10, window 8: R = 0.75 keeps 2.5, min 0.125, max 4.875 >= 2, so max = 2 and min = 5 - 2 = 3 > max: no
+  // pyramid, every layer keeps round(2.5) = 2 (Python's round: halves to even), not the truncated 2 by chance:
+  // R = 0.25 keeps round(7.5) = 8 where int(10 x 0.75) = 7.
+  a->set_reserved(8);
+  a->set_compression_ratio(0.75);
+  CHECK(a->budgets(3, 2, 10) == std::vector<int>{2, 2, 2});
+  a->set_compression_ratio(0.25);
+  CHECK(a->budgets(3, 7, 10) == std::vector<int>{8, 8, 8});
+  // Without a compression ratio the average budget stands for n (1 - R).
+  a->set_reserved(4);
+  a->set_compression_ratio(-1.0);
+  CHECK(a->budgets(4, 20, 40) == std::vector<int>{36, 25, 15, 4});
+}
+
 TEST_CASE("pyramid budgets sum to L x average and fall monotonically", "[allocation]") {
   for (double beta : {1.0, 2.0, 20.0, 100.0})
     for (int layers : {2, 7, 30})

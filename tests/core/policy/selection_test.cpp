@@ -37,6 +37,28 @@ TEST_CASE("keep_top_scores breaks ties toward the earlier entry", "[selection]")
   CHECK(keep_top_scores(flat, 3, 0, 1) == std::vector<int32_t>{0, 1, 5});
 }
 
+TEST_CASE("keep_top_scores_across_heads shares a layer's budget over its heads (AdaKV)", "[selection]") {
+  // Two heads of 6 entries, budget 3 each: 6 entries for the layer. Head 0's scores are all higher than head
+  // 1's, so without a safeguard head 0 keeps 5 (its best) and head 1 only its one protected recent entry.
+  const std::vector<std::vector<double>> s = {{9, 8, 7, 6, 5, 0}, {1, 0.5, 0.4, 0.3, 0.2, 0.1}};
+  auto keep = keep_top_scores_across_heads(s, 3, 0, 1, 0);
+  CHECK(keep[0] == std::vector<int32_t>{0, 1, 2, 3, 5});
+  CHECK(keep[1] == std::vector<int32_t>{5});
+  // A safeguard of 2: each head first keeps 2 entries, its recent one (5) and its best other (0); the other 2
+  // of the layer's 6 go by score across heads, to head 0's entries 1 (8) and 2 (7).
+  keep = keep_top_scores_across_heads(s, 3, 0, 1, 2);
+  CHECK(keep[0] == std::vector<int32_t>{0, 1, 2, 5});
+  CHECK(keep[1] == std::vector<int32_t>{0, 5});
+  // Everything stays when the heads hold no more than heads x budget together, whatever their own lengths.
+  keep = keep_top_scores_across_heads({{1, 2, 3, 4}, {1, 2}}, 3, 0, 0, 1);
+  CHECK(keep[0] == std::vector<int32_t>{0, 1, 2, 3});
+  CHECK(keep[1] == std::vector<int32_t>{0, 1});
+  // Equal scores across heads: the lower head first, then the earlier entry.
+  keep = keep_top_scores_across_heads({{1, 1, 1}, {1, 1, 1}}, 2, 0, 0, 0);
+  CHECK(keep[0] == std::vector<int32_t>{0, 1, 2});
+  CHECK(keep[1] == std::vector<int32_t>{0});
+}
+
 TEST_CASE("pool1d average counts the zero padding in the divisor", "[selection]") {
   const std::vector<float> x = {1, 2, 3, 4, 5};
   // kernel 3, padding 1: [0+1+2, 1+2+3, 2+3+4, 3+4+5, 4+5+0] / 3
