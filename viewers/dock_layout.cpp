@@ -11,6 +11,7 @@ DockRatios dock_ratios(float width, float height, float font) {
     r.tokens = std::clamp(5.5f * font / std::max(height, 1.0f), 0.10f, 0.17f);
     r.lower = 0.30f;
     r.setup = 0.62f;
+    r.stacked_right = true;
   }
   if (width < 1500.0f) {
     r.stats = 0.36f;

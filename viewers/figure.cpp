@@ -271,29 +271,10 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
       spec.FillColor = to_vec4(c.color);
       ImPlot::PlotDummy(c.name.c_str(), spec);
     }
-    std::optional<KeyStripPixels> key_strip;
     if (marks) {
-      ImDrawList* dl = ImPlot::GetPlotDrawList();
-      ImPlot::PushPlotClipRect();
-      // The strip is drawn on the draw list, not as an item: a fit (double-click) must reach it all the same.
+      // The strip is drawn on the draw list, not as an item: a fit (double-click) must reach it all the same. It is
+      // drawn after the hook, over the exact region a zoom rebuilds (which would cover a strip pinned over the map).
       fit_y_to_include(y0 + m.source_rows + strip);
-      const float area_top = ImPlot::GetPlotPos().y, area_bottom = area_top + ImPlot::GetPlotSize().y;
-      key_strip = key_strip_pixels(ImPlot::PlotToPixels(x0, y0 + m.source_rows).y,
-                                   ImPlot::PlotToPixels(x0, y0 + m.source_rows + strip).y, area_top, area_bottom, font);
-      if (key_strip->pinned)  // over the map: a dark edge sets it apart from the cells under it
-        dl->AddRectFilled(ImVec2(ImPlot::GetPlotPos().x, key_strip->top - 1.0f),
-                          ImVec2(ImPlot::GetPlotPos().x + ImPlot::GetPlotSize().x, key_strip->bottom + 1.0f),
-                          IM_COL32(20, 20, 24, 255));
-      for (int c = 0; c < static_cast<int>(plot.column_marks.size()); ++c) {
-        if (!plot.column_marks[c]) continue;
-        const Rgba col = plot.column_marks[c] == 3 ? kNotYetColor : plot.column_marks[c] == 2 ? kMergedColor : kEvictedColor;
-        const float a = ImPlot::PlotToPixels(x0 + c, y0).x, b = ImPlot::PlotToPixels(x0 + c + 1, y0).x;
-        // At least a pixel wide, so single evicted keys stay visible when zoomed out.
-        dl->AddRectFilled(ImVec2(std::min(a, b), key_strip->top),
-                          ImVec2(std::max({a, b, std::min(a, b) + 1.0f}), key_strip->bottom),
-                          IM_COL32(col.r, col.g, col.b, 255));
-      }
-      ImPlot::PopPlotClipRect();
       if (plot.mark_legend) {
         ImPlotSpec ev, mg;
         ev.LineColor = ev.FillColor = to_vec4(kEvictedColor);
@@ -315,6 +296,29 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
       ImPlot::PlotDummy(plot.no_attention_label.c_str(), none);
     }
     if (hook) hook();
+    // The key-mark strip, over everything the hook drew (a zoom's exact region).
+    std::optional<KeyStripPixels> key_strip;
+    if (marks) {
+      ImDrawList* dl = ImPlot::GetPlotDrawList();
+      ImPlot::PushPlotClipRect();
+      const float area_top = ImPlot::GetPlotPos().y, area_bottom = area_top + ImPlot::GetPlotSize().y;
+      key_strip = key_strip_pixels(ImPlot::PlotToPixels(x0, y0 + m.source_rows).y,
+                                   ImPlot::PlotToPixels(x0, y0 + m.source_rows + strip).y, area_top, area_bottom, font);
+      if (key_strip->pinned)  // over the map: a dark edge sets it apart from the cells under it
+        dl->AddRectFilled(ImVec2(ImPlot::GetPlotPos().x, key_strip->top - 1.0f),
+                          ImVec2(ImPlot::GetPlotPos().x + ImPlot::GetPlotSize().x, key_strip->bottom + 1.0f),
+                          IM_COL32(20, 20, 24, 255));
+      for (int c = 0; c < static_cast<int>(plot.column_marks.size()); ++c) {
+        if (!plot.column_marks[c]) continue;
+        const Rgba col = plot.column_marks[c] == 3 ? kNotYetColor : plot.column_marks[c] == 2 ? kMergedColor : kEvictedColor;
+        const float a = ImPlot::PlotToPixels(x0 + c, y0).x, b = ImPlot::PlotToPixels(x0 + c + 1, y0).x;
+        // At least a pixel wide, so single evicted keys stay visible when zoomed out.
+        dl->AddRectFilled(ImVec2(std::min(a, b), key_strip->top),
+                          ImVec2(std::max({a, b, std::min(a, b) + 1.0f}), key_strip->bottom),
+                          IM_COL32(col.r, col.g, col.b, 255));
+      }
+      ImPlot::PopPlotClipRect();
+    }
     // Over the strip, its read-out replaces the cell's (the strip may lie over the map's cells).
     if (key_strip && ImPlot::IsPlotHovered()) {
       const ImVec2 mouse = ImGui::GetIO().MousePos;

@@ -115,6 +115,15 @@ Image read_framebuffer(int w, int h) {
   return img;
 }
 
+// Scales the remembered sizes of a dock node and every node under it by `factor` (per axis).
+void scale_dock_sizes(ImGuiDockNode* node, ImVec2 factor) {
+  if (!node) return;
+  node->SizeRef = ImVec2(node->SizeRef.x * factor.x, node->SizeRef.y * factor.y);
+  node->Size = ImVec2(node->Size.x * factor.x, node->Size.y * factor.y);
+  scale_dock_sizes(node->ChildNodes[0], factor);
+  scale_dock_sizes(node->ChildNodes[1], factor);
+}
+
 // The confirm / Cancel row of a modal dialog: `confirm` runs on the first button (an error goes to the
 // log), and either button closes the dialog.
 void modal_buttons(const char* confirm_label, std::vector<std::string>& log, const std::function<void()>& confirm) {
@@ -218,6 +227,8 @@ class App {
   float restore_double_click_time_ = -1.0f;  // ImGui's own, while a scripted double-click is handled
   int frame_count_ = 0;
   int frames_since_input_ = 1000;
+  ImVec2 layout_work_size_{0, 0};  // the dock space's size the nodes' sizes are for
+  float frame_wheel_ = 0.0f;  // io.MouseWheel of this frame, read after NewFrame()
 };
 
 void App::register_panel_settings() {
@@ -375,9 +386,16 @@ void App::build_layout(ImGuiID dockspace) {
   ImGui::DockBuilderSplitNode(dockspace, ImGuiDir_Left, r.left, &left, &rest);
   ImGui::DockBuilderSplitNode(left, ImGuiDir_Up, r.setup, &setup, &summary);
   ImGui::DockBuilderSplitNode(rest, ImGuiDir_Down, r.tokens, &tokens, &upper);
-  ImGui::DockBuilderSplitNode(upper, ImGuiDir_Down, r.lower, &lower, &top);
-  ImGui::DockBuilderSplitNode(top, ImGuiDir_Right, r.stats, &stats, &top);
-  ImGui::DockBuilderSplitNode(lower, ImGuiDir_Right, r.budget, &budget, &timeline);
+  if (r.stacked_right) {
+    ImGuiID column;
+    ImGui::DockBuilderSplitNode(upper, ImGuiDir_Right, r.stats, &column, &upper);
+    ImGui::DockBuilderSplitNode(column, ImGuiDir_Down, 0.5f, &budget, &stats);
+    ImGui::DockBuilderSplitNode(upper, ImGuiDir_Down, r.lower, &timeline, &top);
+  } else {
+    ImGui::DockBuilderSplitNode(upper, ImGuiDir_Down, r.lower, &lower, &top);
+    ImGui::DockBuilderSplitNode(top, ImGuiDir_Right, r.stats, &stats, &top);
+    ImGui::DockBuilderSplitNode(lower, ImGuiDir_Right, r.budget, &budget, &timeline);
+  }
   ImGui::DockBuilderDockWindow("Set-up", setup);
   // The last window docked into a node is its visible tab.
   ImGui::DockBuilderDockWindow("Log", summary);
@@ -620,7 +638,8 @@ void App::frame() {
   ImGui_ImplGlfw_NewFrame();
   ImGui::NewFrame();
   // Every notch counts, at a step that reaches single tokens in about ten (wheel_zoom.h).
-  ImPlot::GetInputMap().ZoomRate = wheel_zoom_rate(ImGui::GetIO().MouseWheel);
+  frame_wheel_ = ImGui::GetIO().MouseWheel;  // cleared when the frame ends
+  ImPlot::GetInputMap().ZoomRate = wheel_zoom_rate(frame_wheel_);
   draw_menu();
   draw_status_bar();
   const ImGuiID dockspace = ImGui::GetID("kvscope_dock");
@@ -634,6 +653,15 @@ void App::frame() {
       build_layout(dockspace);
     }
     layout_built_ = true;
+  }
+  {
+    // A resized window keeps its panels' proportions. Docking gives the central node (the attention map's) whatever
+    // the other nodes' remembered sizes leave, so shrinking the window to 1280x720 left the map a sliver and no
+    // plot (issue 38): every node's remembered size scales with the window instead.
+    const ImVec2 work = ImGui::GetMainViewport()->WorkSize;
+    if (layout_work_size_.x > 0 && layout_work_size_.y > 0 && (work.x != layout_work_size_.x || work.y != layout_work_size_.y))
+      scale_dock_sizes(ImGui::DockBuilderGetNode(dockspace), ImVec2(work.x / layout_work_size_.x, work.y / layout_work_size_.y));
+    layout_work_size_ = work;
   }
   // The dock space's host window paints nothing: its nodes hold windows, and empty space shows the clear
   // colour, which is the windows' own background.
@@ -949,7 +977,9 @@ int App::run() {
     const auto now = Clock::now();
     const double interval_ms = std::chrono::duration<double, std::milli>(now - last).count();
     stats_.add(busy, draw, work, interval_ms, ui_ms);
-    log_timing("frame", {{"interval_ms", interval_ms}, {"busy", busy}, {"drawn", draw}, {"work_ms", work}, {"ui_ms", ui_ms}});
+    nlohmann::json frame_fields = {{"interval_ms", interval_ms}, {"busy", busy}, {"drawn", draw}, {"work_ms", work}, {"ui_ms", ui_ms}};
+    if (frame_wheel_ != 0.0f) frame_fields["wheel"] = frame_wheel_;  // wheel notches this frame handled
+    log_timing("frame", frame_fields);
     last = now;
   }
   stats_.report();
@@ -1034,6 +1064,11 @@ int run_gui(const GuiOptions& options) {
     } catch (...) {
       error = std::current_exception();
     }
+    // The layout is saved while the app that writes its open panels is alive; the context must not call into it
+    // once it is gone (DestroyContext saves the ini file too).
+    if (io.IniFilename) ImGui::SaveIniSettingsToDisk(io.IniFilename);
+    io.IniFilename = nullptr;
+    ImGui::RemoveSettingsHandler("KvscopePanels");
   }
   ImGui_ImplOpenGL3_Shutdown();
   ImGui_ImplGlfw_Shutdown();

@@ -586,7 +586,11 @@ void SetupPanel::draw(AppState& state) {
     if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", policy_error_.c_str());
   }
   if (st.busy) {
-    ImGui::ProgressBar(st.fraction, ImVec2(-1, 0), st.task.empty() ? "working..." : st.task.c_str());
+    // A task wider than the bar (a run's name and where its prefill is) goes under it, wrapped, not clipped.
+    const std::string task = st.task.empty() ? "working..." : st.task;
+    const bool fits = ImGui::CalcTextSize(task.c_str()).x + ImGui::GetStyle().FramePadding.x * 2 <= ImGui::GetContentRegionAvail().x;
+    ImGui::ProgressBar(st.fraction, ImVec2(-1, 0), fits ? task.c_str() : nullptr);
+    if (!fits) ImGui::TextWrapped("%s", task.c_str());
   } else {
     ImGui::TextDisabled("idle; %d runs done%s", st.completed,
                         st.last_run_ms > 0 ? (", last " + std::to_string(static_cast<int>(st.last_run_ms)) + " ms").c_str() : "");

@@ -27,7 +27,8 @@ struct RunNumbers {
 };
 
 // The Summary's lines for a run's fidelity to the full cache (label, value as shown): top-1 agreement, KL
-// mean, tokens equal before the first disagreement, tokens compared, peak cache saved, cache saved at the end.
+// mean, tokens equal before the first disagreement, tokens compared, peak cache saved, cache saved at the end, and the
+// log-prob gap as `kvscope eval fidelity` prints it.
 std::vector<std::pair<std::string, std::string>> fidelity_lines(const eval::FidelityResult& fidelity);
 
 // The baseline for `run`: a complete full-cache run of the same prompt ids, or nullptr.

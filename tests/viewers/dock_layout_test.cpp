@@ -19,6 +19,9 @@ TEST_CASE("the default layout gives the attention map room at 1280x720 and keeps
   CHECK(attention_node_height(old_ratios, 674.0f) == Approx(335.7f).epsilon(0.01));
   CHECK(attention_node_height(small, 674.0f) > 0.55f * 674.0f);
   CHECK(attention_node_width(small, 1280.0f) > 600.0f);
+  // Layer stats and Budgets stack in a column of their own (half its height each) instead of crushed rows.
+  CHECK(small.stacked_right);
+  CHECK_FALSE(big.stacked_right);
   // The Tokens strip keeps four lines of text, the set-up column 20 em.
   CHECK(small.tokens * 674.0f * (1.0f - 0.0f) >= 4.0f * font);
   CHECK(small.left * 1280.0f >= 19.9f * font);
