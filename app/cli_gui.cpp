@@ -43,6 +43,9 @@ Command register_gui(CLI::App& root) {
       ->check(CLI::Range(0, 19));
   cmd->add_option("--timing-log", opts->timing_log,
                   "write one JSON line per script step, result shown and frame, with seconds since start (benchmarks)");
+  cmd->add_option("--ini", opts->ini,
+                  "where the layout (panel sizes, docking, open panels) persists between sessions (default: "
+                  "~/.config/kvscope/imgui.ini; scripted sessions use none unless given)");
   cmd->add_option("--record", opts->record,
                   "what live runs record, as `kvscope trace --record` (default 'qk=on': exact attention at any zoom; "
                   "'qk=off' saves memory and time on long prompts, zoom then shows the pooled map)");

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <utility>
 
+#include "core/trace/recorder.h"
+#include "viewers/session.h"
 #include "viewers/step_cache.h"
 
 namespace kvscope::viewers {
@@ -39,6 +41,25 @@ std::vector<std::string> position_tokens(const trace::RunTrace& run) {
   for (const auto& piece : run.prompt_strings) out.push_back(display_token(piece));
   for (const auto& piece : run.generated_strings) out.push_back(display_token(piece));
   return out;
+}
+
+// The active run is still in progress and records q/k: they are published with the end of its prefill, so a map
+// without them yet must not say it was "recorded without q/k".
+bool records_qk_later(const AppState& state) {
+  if (state.active < 0 || state.active >= static_cast<int>(state.runs.size())) return false;
+  const RunEntry& e = state.runs[state.active];
+  if (!e.in_progress || !e.request) return false;
+  try {
+    return trace::RecordOptions::parse(e.request->record).qk;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+std::string format_probability(float p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", p);
+  return buf;
 }
 
 // "queries 12..40" or "query 12".
@@ -133,9 +154,14 @@ void attention_tooltip(const trace::RunTrace& run, const HeatmapPlot& plot, cons
       ImGui::Text("no attention: the key was not in the cache when this row ran (evicted or merged away)");
     else if (std::isnan(p)) ImGui::Text("p absent: not rebuildable exactly (the row's layer was edited before it attended, or a merge changed the key)");
     else ImGui::Text("p %.6g  (exact, from the recorded q/k)", p);
-    if (!plot.map.full_resolution())
-      ImGui::TextDisabled("pooled map: %s %.4g over queries %d..%d / keys %d..%d", plot.map.pooling == trace::Pooling::Max ? "max" : "mean",
-                          plot.map.at(r, c), q_offset + span.row_begin, q_offset + span.row_end - 1, span.col_begin, span.col_end - 1);
+    if (!plot.map.full_resolution()) {
+      const float pooled = plot.map.at(r, c);
+      // A block of masked or evicted cells only has no number: "max nan" read as a broken value.
+      const std::string value = std::isnan(pooled) ? std::string("no attention in the block")
+                                                   : (plot.map.pooling == trace::Pooling::Max ? "max " : "mean ") + format_probability(pooled);
+      ImGui::TextDisabled("pooled map: %s over queries %d..%d / keys %d..%d", value.c_str(), q_offset + span.row_begin,
+                          q_offset + span.row_end - 1, span.col_begin, span.col_end - 1);
+    }
   } else {
     if (decode) {
       ImGui::Text("decode step %d  (query %s)", span.row_begin, token_label(run, run.prompt_length + span.row_begin).c_str());
@@ -147,8 +173,11 @@ void attention_tooltip(const trace::RunTrace& run, const HeatmapPlot& plot, cons
     if (span.col_end - span.col_begin == 1) ImGui::Text("key   %s", token_label(run, span.col_begin).c_str());
     else ImGui::Text("keys  %d..%d  (%s ..)", span.col_begin, span.col_end - 1, token_label(run, span.col_begin).c_str());
     const float v = plot.map.at(r, c);
-    ImGui::Text("%s %.4g%s", plot.map.pooling == trace::Pooling::Max ? "p" : "mean p", v,
-                plot.map.full_resolution() ? "" : plot.map.pooling == trace::Pooling::Max ? "  (max over the block)" : "");
+    if (std::isnan(v))  // masked (after the query) or not in the cache: grey, and no number to give
+      ImGui::Text("%s", plot.map.full_resolution() ? "no attention" : "no attention anywhere in the block");
+    else
+      ImGui::Text("%s %s%s", plot.map.pooling == trace::Pooling::Max ? "p" : "mean p", format_probability(v).c_str(),
+                  plot.map.full_resolution() ? "" : plot.map.pooling == trace::Pooling::Max ? "  (max over the block)" : "");
     if (!plot.map.full_resolution() && !trace::ExactAttention::available(run))
       ImGui::TextDisabled("pooled map only: the run was recorded without q/k (--record qk=on gives exact cells)");
   }
@@ -271,9 +300,15 @@ void AttentionHeatmap::draw(AppState& state) {
   else if (exact_)
     ImGui::TextDisabled("overview pooled %dx%d tokens a cell; zoom in for exact attention from q/k (hover: the exact cell)",
                         p->map.row_block, p->map.col_block);
+  else if (records_qk_later(state))
+    ImGui::TextDisabled("pooled %dx%d tokens a cell so far; the run is in progress, its q/k (exact zoom) arrive with the "
+                        "end of its prefill", p->map.row_block, p->map.col_block);
   else ImGui::TextDisabled("pooled %dx%d tokens a cell; recorded without q/k (--record qk=on), so zooming cannot show single tokens",
                            p->map.row_block, p->map.col_block);
-  {
+  if (r.n_steps() == 0) {
+    // Before its first step a run has no cache to describe: "step -1, no step: holds 0 of 0 tokens" said nothing true.
+    ImGui::TextWrapped("no step recorded yet: the prefill is still running (its progress is in the status bar)");
+  } else {
     const int kv = kv_head_of(state.sel.head, shape);
     const StepCache cache = cache_at_step(r, sel.layer, kv, sel.step);
     ImGui::TextWrapped("step %d, %s: layer %d, kv head %d holds %d of %d tokens (%d evicted, %d merged)", cache.step,

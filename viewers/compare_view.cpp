@@ -48,6 +48,26 @@ void default_compare(AppState& state) {
 
 }  // namespace
 
+void follow_shared_selection(AppState& state) {
+  const auto all_shapes = shapes(state);
+  if (state.compare_sel.size() != state.compare.size()) {
+    state.compare_sel.resize(state.compare.size());
+    for (std::size_t i = 0; i < state.compare.size(); ++i) {
+      state.compare_sel.set_layer(i, state.sel.layer, all_shapes);
+      state.compare_sel.set_head(i, state.sel.head, all_shapes);
+    }
+  }
+  if (!state.compare_sel.linked || state.compare.empty()) return;
+  // set_layer/set_head on a linked selection move every column (each clamped to its run's shape).
+  state.compare_sel.set_layer(0, state.sel.layer, all_shapes);
+  state.compare_sel.set_head(0, state.sel.head, all_shapes);
+}
+
+void CompareView::sync(AppState& state) {
+  default_compare(state);
+  follow_shared_selection(state);
+}
+
 std::string compared_positions(const ComparableSpan& span, bool with_generated) {
   std::string text = span.prompt > 0 ? "prompt positions 0.." + std::to_string(span.prompt - 1) : "no shared prompt";
   if (!with_generated) return text;
@@ -180,7 +200,7 @@ void CompareView::draw(AppState& state) {
                   "the policy or budget and run again, or open a trace file with several runs.");
     return;
   }
-  default_compare(state);
+  sync(state);
   // Run chooser: a checkbox per run, at most four columns.
   if (ImGui::Button("Runs...")) ImGui::OpenPopup("compare_runs");
   if (ImGui::BeginPopup("compare_runs")) {
@@ -213,13 +233,7 @@ void CompareView::draw(AppState& state) {
   color_controls(state);
   same_line_if_fits(ImGui::GetFontSize() * 5);
   export_button(state, key());
-  if (state.compare_sel.size() != state.compare.size()) {
-    state.compare_sel.resize(state.compare.size());
-    for (std::size_t i = 0; i < state.compare.size(); ++i) {
-      state.compare_sel.set_layer(i, state.sel.layer, shapes(state));
-      state.compare_sel.set_head(i, state.sel.head, shapes(state));
-    }
-  }
+  follow_shared_selection(state);  // the run chooser may have changed the columns
   if (state.compare.empty()) return;
   refresh(state);
   if (!columns_.empty() && columns_[0].ok) capture_color_lock(state, columns_[0].plot);
@@ -251,10 +265,17 @@ void CompareView::draw(AppState& state) {
       ImGui::TextUnformatted(state.run_name(state.compare[i]).c_str());
       int layer = state.compare_sel[i].layer, head = state.compare_sel[i].head;
       ImGui::SetNextItemWidth(cell_w * 0.4f);
-      if (ImGui::SliderInt("layer", &layer, 0, std::max(0, all_shapes[i].n_layers - 1))) state.compare_sel.set_layer(i, layer, all_shapes);
+      // Linked, a column's slider is the shared selection: every panel moves with it, as with theirs.
+      if (ImGui::SliderInt("layer", &layer, 0, std::max(0, all_shapes[i].n_layers - 1))) {
+        if (state.compare_sel.linked) state.sel.layer = layer;
+        state.compare_sel.set_layer(i, layer, all_shapes);
+      }
       ImGui::SameLine();
       ImGui::SetNextItemWidth(cell_w * 0.25f);
-      if (ImGui::SliderInt("head", &head, 0, std::max(0, all_shapes[i].n_heads - 1))) state.compare_sel.set_head(i, head, all_shapes);
+      if (ImGui::SliderInt("head", &head, 0, std::max(0, all_shapes[i].n_heads - 1))) {
+        if (state.compare_sel.linked) state.sel.head = head;
+        state.compare_sel.set_head(i, head, all_shapes);
+      }
       Column& c = columns_[i];
       if (c.ok) {
         const Selection sel = state.compare_sel[i];

@@ -11,6 +11,7 @@ class CompareView final : public Panel {
   CompareView() : Panel("compare", "Compare") {}
   void draw(AppState& state) override;
   Figure figure(const AppState& state) override;
+  void sync(AppState& state) override;  // the columns (automatic choice) and their selections
 
   bool decode = false;
   bool show_difference = true;
@@ -34,6 +35,11 @@ class CompareView final : public Panel {
 
 // The automatic column choice: runs of the active run's prompt, full-cache runs first, at most four.
 std::vector<int> auto_compare(const AppState& state);
+
+// With 'linked' on, every column shows the shared selection's layer and query head (the status bar's, clamped to
+// each run's shape); a column's own step stays. Sizes state.compare_sel to the columns, a new column starting at the
+// shared selection. Unlinked, columns keep their own.
+void follow_shared_selection(AppState& state);
 
 // What the kept-set line compares, for its label: "prompt positions 0..N-1" and, with generated
 // positions, how many generated tokens the two runs agree on.

@@ -202,6 +202,21 @@ void plot_map_image(const char* id, ImTextureID texture, double x0, double y0, d
   if (io.DrawCallback_SetSamplerLinear) dl->AddCallback(io.DrawCallback_SetSamplerLinear, nullptr);
 }
 
+KeyStripPixels key_strip_pixels(float below_map, float strip_end, float area_top, float area_bottom, float font) {
+  // As tall as the strip's own space below the map, within 0.5 to 1 em: a fixed size on screen at any zoom.
+  const float h = std::clamp(0.85f * (strip_end - below_map), 0.5f * font, font);
+  KeyStripPixels p;
+  p.top = below_map + 0.15f * h;
+  if (p.top + h > area_bottom) {
+    // The map's bottom edge is below the plot area (zoomed in on earlier rows): the strip keeps to the bottom of
+    // what is visible, over the map, so the keys' fate is on screen at any zoom.
+    p.top = std::max(area_top, area_bottom - h);
+    p.pinned = true;
+  }
+  p.bottom = p.top + h;
+  return p;
+}
+
 void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureStore& textures, const PlotHook& hook) {
   const trace::Map2D& m = plot.map;
   const float font = ImGui::GetFontSize();
@@ -212,10 +227,14 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
                                 std::to_string(static_cast<int>(plot.scale.kind)) + "|" + std::to_string(plot.scale.vmin) +
                                 "|" + std::to_string(plot.scale.vmax);
   const ImTextureID tex = textures.get(id, signature, [&] { return colorize_plot(plot); });
-  Hasher h;
-  h.str(plot.signature);
-  const bool refit = changed_since_last_frame(id, h.h);
+  // Refit when the map's extent changes (another prompt, the decode rows, the strip on or off), not when its
+  // contents do: a budget change, another policy, layer or head over the same tokens keeps the user's zoom.
   const bool marks = !plot.column_marks.empty();
+  Hasher h;
+  for (const double v : {static_cast<double>(m.source_rows), static_cast<double>(m.source_cols), plot.x_origin,
+                         plot.y_origin, marks ? 1.0 : 0.0})
+    h.bytes(&v, sizeof v);
+  const bool refit = changed_since_last_frame(id, h.h);
   const double strip = marks ? std::max(1.0, 0.035 * m.source_rows) : 0.0;
   const std::string title = plot.title + "##" + id;
   // The map covers its plot area: a plot background under it would be painted for nothing (software OpenGL
@@ -253,21 +272,9 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
       ImPlot::PlotDummy(c.name.c_str(), spec);
     }
     if (marks) {
-      ImDrawList* dl = ImPlot::GetPlotDrawList();
-      ImPlot::PushPlotClipRect();
-      const double ys = y0 + m.source_rows + 0.15 * strip, ye = y0 + m.source_rows + strip;
-      // The strip is drawn on the draw list, not as an item: a fit (double-click) must reach it all the same.
-      fit_y_to_include(ye);
-      for (int c = 0; c < static_cast<int>(plot.column_marks.size()); ++c) {
-        if (!plot.column_marks[c]) continue;
-        const Rgba col = plot.column_marks[c] == 3 ? kNotYetColor : plot.column_marks[c] == 2 ? kMergedColor : kEvictedColor;
-        const ImVec2 a = ImPlot::PlotToPixels(x0 + c, ys), b = ImPlot::PlotToPixels(x0 + c + 1, ye);
-        // At least a pixel wide, so single evicted keys stay visible when zoomed out.
-        dl->AddRectFilled(ImVec2(std::min(a.x, b.x), std::min(a.y, b.y)),
-                          ImVec2(std::max({a.x, b.x, std::min(a.x, b.x) + 1.0f}), std::max(a.y, b.y)),
-                          IM_COL32(col.r, col.g, col.b, 255));
-      }
-      ImPlot::PopPlotClipRect();
+      // The strip is drawn on the draw list, not as an item: a fit (double-click) must reach it all the same. It is
+      // drawn after the hook, over the exact region a zoom rebuilds (which would cover a strip pinned over the map).
+      fit_y_to_include(y0 + m.source_rows + strip);
       if (plot.mark_legend) {
         ImPlotSpec ev, mg;
         ev.LineColor = ev.FillColor = to_vec4(kEvictedColor);
@@ -289,6 +296,43 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
       ImPlot::PlotDummy(plot.no_attention_label.c_str(), none);
     }
     if (hook) hook();
+    // The key-mark strip, over everything the hook drew (a zoom's exact region).
+    std::optional<KeyStripPixels> key_strip;
+    if (marks) {
+      ImDrawList* dl = ImPlot::GetPlotDrawList();
+      ImPlot::PushPlotClipRect();
+      const float area_top = ImPlot::GetPlotPos().y, area_bottom = area_top + ImPlot::GetPlotSize().y;
+      key_strip = key_strip_pixels(ImPlot::PlotToPixels(x0, y0 + m.source_rows).y,
+                                   ImPlot::PlotToPixels(x0, y0 + m.source_rows + strip).y, area_top, area_bottom, font);
+      if (key_strip->pinned)  // over the map: a dark edge sets it apart from the cells under it
+        dl->AddRectFilled(ImVec2(ImPlot::GetPlotPos().x, key_strip->top - 1.0f),
+                          ImVec2(ImPlot::GetPlotPos().x + ImPlot::GetPlotSize().x, key_strip->bottom + 1.0f),
+                          IM_COL32(20, 20, 24, 255));
+      for (int c = 0; c < static_cast<int>(plot.column_marks.size()); ++c) {
+        if (!plot.column_marks[c]) continue;
+        const Rgba col = plot.column_marks[c] == 3 ? kNotYetColor : plot.column_marks[c] == 2 ? kMergedColor : kEvictedColor;
+        const float a = ImPlot::PlotToPixels(x0 + c, y0).x, b = ImPlot::PlotToPixels(x0 + c + 1, y0).x;
+        // At least a pixel wide, so single evicted keys stay visible when zoomed out.
+        dl->AddRectFilled(ImVec2(std::min(a, b), key_strip->top),
+                          ImVec2(std::max({a, b, std::min(a, b) + 1.0f}), key_strip->bottom),
+                          IM_COL32(col.r, col.g, col.b, 255));
+      }
+      ImPlot::PopPlotClipRect();
+    }
+    // Over the strip, its read-out replaces the cell's (the strip may lie over the map's cells).
+    if (key_strip && ImPlot::IsPlotHovered()) {
+      const ImVec2 mouse = ImGui::GetIO().MousePos;
+      const int c = static_cast<int>(std::floor(ImPlot::GetPlotMousePos().x - x0));
+      if (mouse.y >= key_strip->top && mouse.y <= key_strip->bottom && c >= 0 &&
+          c < static_cast<int>(plot.column_marks.size())) {
+        static const char* const fate[4] = {"in the cache", "evicted", "merged into another key", "not yet in the cache"};
+        const std::string token = static_cast<std::size_t>(x0) + c < plot.x_tokens.size()
+                                      ? " '" + plot.x_tokens[static_cast<std::size_t>(x0) + c] + "'"
+                                      : "";
+        ImGui::SetTooltip("key %d%s: %s at the selected step\n(strip: red evicted, orange merged, dark grey not yet seen)",
+                          static_cast<int>(x0) + c, token.c_str(), fate[plot.column_marks[c] & 3]);
+      }
+    }
     ImPlot::EndPlot();
   }
   if (!legend) {

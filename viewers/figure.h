@@ -86,6 +86,15 @@ struct Figure {
   bool svg_capable() const;
 };
 
+// Where the key-mark strip of a map is drawn, in pixels (y down): just below the map's last row (`below_map`; the
+// space reserved for it ends at `strip_end`), a constant 0.5-1 em tall; `pinned` to the bottom of the plot area
+// [area_top, area_bottom] over the map when the map's last row is below it (a zoom into earlier rows).
+struct KeyStripPixels {
+  float top = 0, bottom = 0;
+  bool pinned = false;
+};
+KeyStripPixels key_strip_pixels(float below_map, float strip_end, float area_top, float area_bottom, float font);
+
 // Called inside BeginPlot/EndPlot after the data is drawn (hover read-outs, drag tools, clicks).
 using PlotHook = std::function<void()>;
 

@@ -22,6 +22,7 @@
 
 #include "core/common/atomic_file.h"
 #include "core/common/error.h"
+#include "viewers/dock_layout.h"
 #include "viewers/figure_export.h"
 #include "viewers/panel.h"
 #include "viewers/quality_panel.h"
@@ -31,7 +32,9 @@
 #include "viewers/script.h"
 #include "viewers/session.h"
 #include "viewers/setup_panel.h"
+#include "viewers/stale_runs.h"
 #include "viewers/views.h"
+#include "viewers/wheel_zoom.h"
 
 namespace kvscope::viewers {
 
@@ -112,6 +115,15 @@ Image read_framebuffer(int w, int h) {
   return img;
 }
 
+// Scales the remembered sizes of a dock node and every node under it by `factor` (per axis).
+void scale_dock_sizes(ImGuiDockNode* node, ImVec2 factor) {
+  if (!node) return;
+  node->SizeRef = ImVec2(node->SizeRef.x * factor.x, node->SizeRef.y * factor.y);
+  node->Size = ImVec2(node->Size.x * factor.x, node->Size.y * factor.y);
+  scale_dock_sizes(node->ChildNodes[0], factor);
+  scale_dock_sizes(node->ChildNodes[1], factor);
+}
+
 // The confirm / Cancel row of a modal dialog: `confirm` runs on the first button (an error goes to the
 // log), and either button closes the dialog.
 void modal_buttons(const char* confirm_label, std::vector<std::string>& log, const std::function<void()>& confirm) {
@@ -139,12 +151,22 @@ class App {
     auto samples = std::make_unique<SamplesPanel>(session_);
     samples_ = samples.get();
     panels_.push_back(std::move(samples));
+    register_panel_settings();
   }
 
   int run();
+  // Where the layout was read from (empty: built in code); set before the first frame.
+  void set_ini(const std::string& path) { ini_ = path; }
 
  private:
+  // The open panels in Dear ImGui's ini file ([KvscopePanels][open], one `key=0|1` line per panel), beside its own
+  // window sizes and docking.
+  void register_panel_settings();
   void start();
+  // Whether the command line set the first run's form (--prompt, --policy, --budget, --max-new-tokens).
+  bool first_run_options_given() const;
+  // The default form with the command line's --prompt, --policy, --budget and --max-new-tokens over it.
+  void load_first_run_form();
   void apply_updates();
   void frame();
   void draw_menu();
@@ -156,6 +178,8 @@ class App {
   void step_script();
   // Runs the (policy, budget) a panel asked for (AppState::run_choice) as the live run.
   void run_choice();
+  // A red line over panel `key` when it shows runs of a policy file that no longer loads (stale_runs.h).
+  void stale_banner(const std::string& key);
   void fail(const std::string& message);
   // One JSON object per line in the --timing-log file: {"t": seconds since start, "event": ..., fields}.
   void log_timing(const std::string& event, const nlohmann::json& fields = {});
@@ -179,6 +203,7 @@ class App {
   int exit_code_ = 0;
   FrameStats stats_;
   bool log_open_ = true;
+  std::string ini_;  // the ini file in use, or empty
 
   // Dialog state.
   bool open_dialog_ = false, save_dialog_ = false, sweep_dialog_ = false, policy_dialog_ = false, samples_dialog_ = false;
@@ -201,7 +226,38 @@ class App {
   bool release_click_ = false;
   float restore_double_click_time_ = -1.0f;  // ImGui's own, while a scripted double-click is handled
   int frame_count_ = 0;
+  int frames_since_input_ = 1000;
+  ImVec2 layout_work_size_{0, 0};  // the dock space's size the nodes' sizes are for
+  float frame_wheel_ = 0.0f;  // io.MouseWheel of this frame, read after NewFrame()
 };
+
+void App::register_panel_settings() {
+  ImGuiSettingsHandler h;
+  h.TypeName = "KvscopePanels";
+  h.TypeHash = ImHashStr(h.TypeName);
+  h.UserData = this;
+  h.ReadOpenFn = [](ImGuiContext*, ImGuiSettingsHandler*, const char* name) -> void* {
+    return std::string(name) == "open" ? reinterpret_cast<void*>(1) : nullptr;
+  };
+  h.ReadLineFn = [](ImGuiContext*, ImGuiSettingsHandler* handler, void*, const char* line) {
+    App& app = *static_cast<App*>(handler->UserData);
+    const std::string text(line);
+    const std::size_t eq = text.find('=');
+    if (eq == std::string::npos) return;
+    const std::string key = text.substr(0, eq);
+    const bool open = text.substr(eq + 1) == "1";
+    if (key == "log") app.log_open_ = open;
+    else if (Panel* p = app.panel(key)) p->open = open;  // a key from another version is ignored
+  };
+  h.WriteAllFn = [](ImGuiContext*, ImGuiSettingsHandler* handler, ImGuiTextBuffer* out) {
+    App& app = *static_cast<App*>(handler->UserData);
+    out->appendf("[%s][open]\n", handler->TypeName);
+    out->appendf("setup=%d\n", app.setup_.open ? 1 : 0);
+    for (const auto& p : app.panels_) out->appendf("%s=%d\n", p->key().c_str(), p->open ? 1 : 0);
+    out->appendf("log=%d\n\n", app.log_open_ ? 1 : 0);
+  };
+  ImGui::AddSettingsHandler(&h);
+}
 
 Panel* App::panel(const std::string& key) {
   if (key == "setup") return &setup_;
@@ -237,18 +293,30 @@ void App::start() {
   if (!options_.samples_dir.empty()) {
     samples_->open_folder(options_.samples_dir);  // not a folder: an error before any frame
   }
+  // --prompt, --policy, --budget and --max-new-tokens fill the form whenever they are given: the default run
+  // uses it, and so do a script's `run` and `load-default` (a script that ran on a sample prompt while the
+  // command line named another would measure the wrong thing).
+  if (first_run_options_given()) load_first_run_form();
   const bool scripted_defaults = !script_.empty();
   if (options_.trace_files.empty() && options_.samples_dir.empty() && !options_.no_run && !scripted_defaults) {
-    setup_.load_defaults();
-    if (!options_.prompt.empty()) setup_.set_prompt(options_.prompt);
-    if (!options_.policy.empty()) setup_.set_policy(options_.policy);
-    if (!options_.budget.empty()) setup_.set_budget(options_.budget);
-    if (options_.max_new_tokens > 0) setup_.set_tokens(options_.max_new_tokens);
+    if (!first_run_options_given()) setup_.load_defaults();
     setup_.run();
   }
   if (!options_.screenshot.empty() && script_.empty()) {
     script_ = parse_script("wait\nframes 3\nscreenshot " + options_.screenshot + "\nquit\n", "--screenshot");
   }
+}
+
+bool App::first_run_options_given() const {
+  return !options_.prompt.empty() || !options_.policy.empty() || !options_.budget.empty() || options_.max_new_tokens > 0;
+}
+
+void App::load_first_run_form() {
+  setup_.load_defaults();
+  if (!options_.prompt.empty()) setup_.set_prompt(options_.prompt);
+  if (!options_.policy.empty()) setup_.set_policy(options_.policy);
+  if (!options_.budget.empty()) setup_.set_budget(options_.budget);
+  if (options_.max_new_tokens > 0) setup_.set_tokens(options_.max_new_tokens);
 }
 
 void App::log_timing(const std::string& event, const nlohmann::json& fields) {
@@ -314,12 +382,20 @@ void App::build_layout(ImGuiID dockspace) {
     return;
   }
   ImGuiID left, rest, setup, summary, tokens, upper, lower, top, stats, timeline, budget;
-  ImGui::DockBuilderSplitNode(dockspace, ImGuiDir_Left, 0.23f, &left, &rest);
-  ImGui::DockBuilderSplitNode(left, ImGuiDir_Up, 0.66f, &setup, &summary);
-  ImGui::DockBuilderSplitNode(rest, ImGuiDir_Down, 0.17f, &tokens, &upper);
-  ImGui::DockBuilderSplitNode(upper, ImGuiDir_Down, 0.40f, &lower, &top);
-  ImGui::DockBuilderSplitNode(top, ImGuiDir_Right, 0.42f, &stats, &top);
-  ImGui::DockBuilderSplitNode(lower, ImGuiDir_Right, 0.42f, &budget, &timeline);
+  const DockRatios r = dock_ratios(vp->WorkSize.x, vp->WorkSize.y, ImGui::GetFontSize());
+  ImGui::DockBuilderSplitNode(dockspace, ImGuiDir_Left, r.left, &left, &rest);
+  ImGui::DockBuilderSplitNode(left, ImGuiDir_Up, r.setup, &setup, &summary);
+  ImGui::DockBuilderSplitNode(rest, ImGuiDir_Down, r.tokens, &tokens, &upper);
+  if (r.stacked_right) {
+    ImGuiID column;
+    ImGui::DockBuilderSplitNode(upper, ImGuiDir_Right, r.stats, &column, &upper);
+    ImGui::DockBuilderSplitNode(column, ImGuiDir_Down, 0.5f, &budget, &stats);
+    ImGui::DockBuilderSplitNode(upper, ImGuiDir_Down, r.lower, &timeline, &top);
+  } else {
+    ImGui::DockBuilderSplitNode(upper, ImGuiDir_Down, r.lower, &lower, &top);
+    ImGui::DockBuilderSplitNode(top, ImGuiDir_Right, r.stats, &stats, &top);
+    ImGui::DockBuilderSplitNode(lower, ImGuiDir_Right, r.budget, &budget, &timeline);
+  }
   ImGui::DockBuilderDockWindow("Set-up", setup);
   // The last window docked into a node is its visible tab.
   ImGui::DockBuilderDockWindow("Log", summary);
@@ -390,7 +466,10 @@ void App::draw_status_bar() {
       ImGui::Separator();
       if (st.busy) {
         // In 1% steps: finer moves are invisible at this width but would make each frame a new one to draw.
-        ImGui::ProgressBar(std::floor(st.fraction * 100.0f) / 100.0f, ImVec2(ImGui::GetFontSize() * 16, 0), st.task.empty() ? "working" : st.task.c_str());
+        // As wide as its text (a run's name and where its prefill is), so the text is never clipped.
+        const char* task = st.task.empty() ? "working" : st.task.c_str();
+        const float text_w = ImGui::CalcTextSize(task).x + ImGui::GetStyle().FramePadding.x * 2 + ImGui::GetFontSize();
+        ImGui::ProgressBar(std::floor(st.fraction * 100.0f) / 100.0f, ImVec2(std::max(ImGui::GetFontSize() * 16, text_w), 0), task);
       } else {
         ImGui::TextDisabled("idle");
       }
@@ -401,9 +480,13 @@ void App::draw_status_bar() {
         ImGui::Text("showing %s  layer %d head %d%s", state_.run_name(state_.active).c_str(), state_.sel.layer, state_.sel.head,
                     state_.token >= 0 ? ("  token " + token_label(*r, state_.token)).c_str() : "");
       }
-      const float right = ImGui::GetWindowWidth() - ImGui::GetFontSize() * 11;
-      if (ImGui::GetCursorPosX() < right) ImGui::SetCursorPosX(right);
-      ImGui::TextDisabled("%.0f fps, %.0f drawn/s", stats_.shown_frames_per_s, stats_.shown_drawn_per_s);
+      // Only while a run is in progress: idle, the rate moves between 3 and 4 frames a second, and each new number
+      // made a frame to draw every second of an untouched window.
+      if (st.busy) {
+        const float right = ImGui::GetWindowWidth() - ImGui::GetFontSize() * 11;
+        if (ImGui::GetCursorPosX() < right) ImGui::SetCursorPosX(right);
+        ImGui::TextDisabled("%.0f fps, %.0f drawn/s", stats_.shown_frames_per_s, stats_.shown_drawn_per_s);
+      }
       ImGui::EndMenuBar();
     }
   }
@@ -427,6 +510,7 @@ void App::draw_log() {
 void App::export_panel(const std::string& key, const std::string& path, const ExportOptions& options) {
   Panel* p = panel(key);
   if (!p) throw UsageError("no panel '" + key + "'");
+  p->sync(state_);  // a panel never drawn (a hidden tab) exports what it would show
   const Figure f = p->figure(state_);
   if (f.empty()) throw Error("panel '" + p->title() + "' has nothing to export yet");
   export_figure(f, path, options, Existing::Replace);  // the export dialog's own path, as a screenshot's
@@ -508,9 +592,10 @@ void App::draw_dialogs() {
   if (save_dialog_) ImGui::OpenPopup("Save runs");
   save_dialog_ = false;
   if (ImGui::BeginPopupModal("Save runs", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
-    ImGui::TextUnformatted("Records every live run on screen (live, baseline and kept runs) into one file by re-running\n"
-                           "each with the trace writer attached; greedy decoding repeats them exactly, so the file is\n"
-                           "what `kvscope trace` writes. Runs read from files are not included.");
+    // As SetupPanel::save does it (docs/gui.md, Export): from memory, files' runs included, nothing re-run.
+    ImGui::TextUnformatted("Writes every finished run on screen (live, baseline, kept runs and runs read from files) into\n"
+                           "one file from memory, on a background thread; the model does not run again. The file is\n"
+                           "what `kvscope trace` writes for those runs; runs sharing a name get _2, _3 ...");
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 30);
     input_text("file", save_path_);
     modal_buttons("Save", state_.log, [&] {
@@ -528,6 +613,7 @@ void App::draw_dialogs() {
   }
   if (ImGui::BeginPopupModal("Export figure", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
     Panel* p = panel(export_for_);
+    if (p) p->sync(state_);
     const Figure f = p ? p->figure(state_) : Figure{};
     ImGui::Text("%s", p ? p->title().c_str() : "?");
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 24);
@@ -551,12 +637,31 @@ void App::frame() {
   ImGui_ImplOpenGL3_NewFrame();
   ImGui_ImplGlfw_NewFrame();
   ImGui::NewFrame();
+  // Every notch counts, at a step that reaches single tokens in about ten (wheel_zoom.h).
+  frame_wheel_ = ImGui::GetIO().MouseWheel;  // cleared when the frame ends
+  ImPlot::GetInputMap().ZoomRate = wheel_zoom_rate(frame_wheel_);
   draw_menu();
   draw_status_bar();
   const ImGuiID dockspace = ImGui::GetID("kvscope_dock");
   if (!layout_built_) {
-    build_layout(dockspace);
+    // A layout read from the ini file (the first frame loads it) is the user's: kept. View > Reset layout rebuilds.
+    const ImGuiDockNode* saved = frame_count_ == 0 && !ini_.empty() ? ImGui::DockBuilderGetNode(dockspace) : nullptr;
+    if (saved && saved->IsSplitNode()) {
+      state_.log.push_back("layout read from " + ini_);
+      std::fprintf(stderr, "kvscope gui: layout read from %s\n", ini_.c_str());
+    } else {
+      build_layout(dockspace);
+    }
     layout_built_ = true;
+  }
+  {
+    // A resized window keeps its panels' proportions. Docking gives the central node (the attention map's) whatever
+    // the other nodes' remembered sizes leave, so shrinking the window to 1280x720 left the map a sliver and no
+    // plot (issue 38): every node's remembered size scales with the window instead.
+    const ImVec2 work = ImGui::GetMainViewport()->WorkSize;
+    if (layout_work_size_.x > 0 && layout_work_size_.y > 0 && (work.x != layout_work_size_.x || work.y != layout_work_size_.y))
+      scale_dock_sizes(ImGui::DockBuilderGetNode(dockspace), ImVec2(work.x / layout_work_size_.x, work.y / layout_work_size_.y));
+    layout_work_size_ = work;
   }
   // The dock space's host window paints nothing: its nodes hold windows, and empty space shows the clear
   // colour, which is the windows' own background.
@@ -578,7 +683,10 @@ void App::frame() {
     const bool docked =
         previous && previous->DockNode && ImGui::DockNodeGetRootNode(previous->DockNode)->ID == dockspace;
     if (docked) ImGui::PushStyleColor(ImGuiCol_WindowBg, IM_COL32(0, 0, 0, 0));
-    if (ImGui::Begin(p.title().c_str(), &p.open)) p.draw(state_);
+    if (ImGui::Begin(p.title().c_str(), &p.open)) {
+      stale_banner(p.key());
+      p.draw(state_);
+    }
     ImGui::End();
     if (docked) ImGui::PopStyleColor();
   };
@@ -596,6 +704,20 @@ void App::frame() {
   if (frame_count_ == 8 && !options_.samples_dir.empty()) ImGui::SetWindowFocus("Samples");  // gui --samples DIR
   draw_dialogs();
   ImGui::Render();
+}
+
+void App::stale_banner(const std::string& key) {
+  // Panels of the active run, and panels of every run on screen; the set-up form, Quality and Samples show none.
+  static const std::vector<std::string> single = {"attention", "similarity", "timeline", "tokens"};
+  static const std::vector<std::string> every = {"compare", "layer_stats", "budget", "summary"};
+  const bool all_runs = std::find(every.begin(), every.end(), key) != every.end();
+  if (!all_runs && std::find(single.begin(), single.end(), key) == single.end()) return;
+  const std::string notice = stale_notice(state_, all_runs);
+  if (notice.empty()) return;
+  ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1.0f, 0.45f, 0.4f, 1.0f));
+  ImGui::TextUnformatted(notice.c_str());  // one line, clipped at the panel's edge; the tooltip has it all
+  ImGui::PopStyleColor();
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", notice.c_str());
 }
 
 void App::run_choice() {
@@ -643,7 +765,7 @@ void App::step_script() {
       const std::string& c = s.command;
       const std::string arg = s.args.empty() ? "" : s.args[0];
       if (c == "load-default") {
-        setup_.load_defaults();
+        load_first_run_form();  // the defaults, with what the command line set
         setup_.run();
       } else if (c == "prompt") {
         setup_.set_prompt(arg);
@@ -780,6 +902,18 @@ void App::step_script() {
           throw UsageError("the Quality panel has no point for policy '" + arg + "' at budget '" + s.args[1] + "'");
         state_.run_choice = RunChoice{point->policy, point->budget};
         run_choice();  // now, so a following `wait` waits for it
+      } else if (c == "resize") {
+        // As a user dragging the window's corner: the layout must follow (issue 38: the map vanished).
+        glfwSetWindowSize(window_, std::stoi(s.args[0]), std::stoi(s.args[1]));
+        frames_left_ = 4;
+        return;
+      } else if (c == "panel") {
+        Panel* p = panel(arg);
+        if (!p) throw UsageError("no panel '" + arg + "'");
+        if (s.args[1] != "on" && s.args[1] != "off") throw UsageError("panel takes on or off, not '" + s.args[1] + "'");
+        p->open = s.args[1] == "on";
+        frames_left_ = 2;
+        return;
       } else if (c == "quit") {
         quit_ = true;
       }
@@ -796,8 +930,11 @@ int App::run() {
   while (!glfwWindowShouldClose(window_) && !quit_) {
     const bool busy = !session_.idle();
     const bool scripted = next_step_ < script_.size() || waiting_idle_ || frames_left_ > 0 || !screenshot_path_.empty();
-    // Idle and unattended: sleep until input arrives, so an open window costs nothing.
-    if (!busy && !scripted) glfwWaitEventsTimeout(0.25);
+    // Idle and unattended: sleep until input arrives, so an open window costs nothing. Not while Dear ImGui still
+    // holds input events (it takes one key or click a frame: typed text waited 250 ms a character), nor for a few
+    // frames after input (hover, release and the caret settle without a new event).
+    const bool input_pending = GImGui->InputEventsQueue.Size > 0 || frames_since_input_ < 3;
+    if (!busy && !scripted && !input_pending) glfwWaitEventsTimeout(0.25);
     else glfwPollEvents();
     const auto t0 = Clock::now();
     idle_at_frame_start_ = session_.idle() && !quality_->busy() && !samples_->busy();
@@ -807,6 +944,7 @@ int App::run() {
     const double ui_ms = std::chrono::duration<double, std::milli>(t_ui - t0).count();
     const bool exposed = g_window_exposed.exchange(false);
     const bool input = GImGui->InputEventsTrail.Size > 0;  // events NewFrame() handled this frame
+    frames_since_input_ = input ? 0 : std::min(frames_since_input_ + 1, 1000);
     const bool draw = redraw_.should_draw(*ImGui::GetDrawData(), textures_.generation(), input,
                                           exposed || !screenshot_path_.empty() || options_.redraw_every_frame,
                                           std::chrono::duration<double, std::milli>(t_ui - started_).count(), ui_ms);
@@ -839,7 +977,9 @@ int App::run() {
     const auto now = Clock::now();
     const double interval_ms = std::chrono::duration<double, std::milli>(now - last).count();
     stats_.add(busy, draw, work, interval_ms, ui_ms);
-    log_timing("frame", {{"interval_ms", interval_ms}, {"busy", busy}, {"drawn", draw}, {"work_ms", work}, {"ui_ms", ui_ms}});
+    nlohmann::json frame_fields = {{"interval_ms", interval_ms}, {"busy", busy}, {"drawn", draw}, {"work_ms", work}, {"ui_ms", ui_ms}};
+    if (frame_wheel_ != 0.0f) frame_fields["wheel"] = frame_wheel_;  // wheel notches this frame handled
+    log_timing("frame", frame_fields);
     last = now;
   }
   stats_.report();
@@ -851,9 +991,21 @@ void glfw_error(int code, const char* text) { std::fprintf(stderr, "kvscope gui:
 
 }  // namespace
 
+std::string default_ini_path() {
+  const char* config = std::getenv("XDG_CONFIG_HOME");
+  const char* home = std::getenv("HOME");
+  if (config && *config) return (std::filesystem::path(config) / "kvscope" / "imgui.ini").string();
+  if (home && *home) return (std::filesystem::path(home) / ".config" / "kvscope" / "imgui.ini").string();
+  return "";
+}
+
 int run_gui(const GuiOptions& options) {
   // Scripts are parsed before a window opens, so a typo fails fast with a usage error.
   if (!options.script.empty()) (void)load_script(options.script);
+  // --screenshot is a script of its own (wait, screenshot, quit); beside a script it would be dropped unseen.
+  if (!options.script.empty() && !options.screenshot.empty())
+    throw UsageError("--screenshot cannot be combined with --script: put `screenshot " + options.screenshot +
+                     "` in the script where the picture should be taken");
   const std::string rasteriser = share_cpu_with_rasteriser(Session::engine_threads(options.threads));
   if (!rasteriser.empty()) std::fprintf(stderr, "kvscope gui: %s\n", rasteriser.c_str());
   glfwSetErrorCallback(glfw_error);
@@ -878,7 +1030,15 @@ int run_gui(const GuiOptions& options) {
   ImPlot::CreateContext();
   ImGuiIO& io = ImGui::GetIO();
   io.ConfigFlags |= ImGuiConfigFlags_DockingEnable | ImGuiConfigFlags_NavEnableKeyboard;
-  io.IniFilename = nullptr;  // the layout is built in code, so every start (and every screenshot) looks the same
+  // The layout persists in an ini file between interactive sessions; a scripted one (tests, screenshots) builds it in
+  // code, so it looks the same on every machine, unless --ini names a file.
+  std::string ini = options.ini;
+  if (ini.empty() && options.script.empty() && options.screenshot.empty()) ini = default_ini_path();
+  if (!ini.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(ini).parent_path(), ec);
+  }
+  io.IniFilename = ini.empty() ? nullptr : ini.c_str();
   io.Fonts->AddFontDefaultVector();
   ImGui::StyleColorsDark();
   ImPlot::StyleColorsDark();
@@ -898,11 +1058,17 @@ int run_gui(const GuiOptions& options) {
   {
     // The app (and its OpenGL textures) must die while the context is still current.
     App app(options, window);
+    app.set_ini(ini);
     try {
       code = app.run();
     } catch (...) {
       error = std::current_exception();
     }
+    // The layout is saved while the app that writes its open panels is alive; the context must not call into it
+    // once it is gone (DestroyContext saves the ini file too).
+    if (io.IniFilename) ImGui::SaveIniSettingsToDisk(io.IniFilename);
+    io.IniFilename = nullptr;
+    ImGui::RemoveSettingsHandler("KvscopePanels");
   }
   ImGui_ImplOpenGL3_Shutdown();
   ImGui_ImplGlfw_Shutdown();

@@ -28,7 +28,14 @@ struct GuiOptions {
   bool redraw_every_frame = false;       // draw frames identical to the one on screen too (redraw_gate.h)
   int worker_nice = kDefaultWorkerNice;  // the model worker's CPU priority below the window's
   std::string record;                    // what live runs record (trace::RecordOptions); empty: RunRequest's
+  // --ini FILE: where panel sizes, docking and open panels persist between sessions (Dear ImGui's ini file). Empty:
+  // default_ini_path() for an interactive session; a scripted or --screenshot one uses none, so it looks the same
+  // on every machine.
+  std::string ini;
 };
+
+// $XDG_CONFIG_HOME/kvscope/imgui.ini, else ~/.config/kvscope/imgui.ini; empty when neither is set.
+std::string default_ini_path();
 
 // Runs until the window closes or a script quits. Returns the process exit code (0 ok, 1 a script step
 // failed or timed out). Throws Error when no window can be opened (no display).

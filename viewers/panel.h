@@ -3,6 +3,7 @@
 // the selected token), the colour settings, and a few widgets. Panels read runs only through
 // std::shared_ptr<const RunTrace>, the immutable model the Session publishes.
 #include <array>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,6 +68,9 @@ struct AppState {
   // read from evidence_source, the sample's trace file.
   std::string evidence_source;
   std::vector<eval::EvidenceSpan> evidence;
+  // Policy files (by path, as the runs' specs name them) that do not load as saved now, and why: the runs of
+  // such a file are of its previous version (viewers/stale_runs.h). Set and cleared by the set-up form.
+  std::map<std::string, std::string> policy_file_errors;
 
   const trace::RunTrace* active_run() const {
     return active >= 0 && active < static_cast<int>(runs.size()) ? runs[active].run.get() : nullptr;
@@ -97,6 +101,9 @@ class Panel {
   virtual void draw(AppState& state) = 0;
   // What the panel shows now, for export; empty when it has nothing exportable.
   virtual Figure figure(const AppState& /*state*/) { return {}; }
+  // Brings what the panel keeps in the shared state up to date without drawing (Compare's columns), so an export
+  // of a panel never drawn yet shows what drawing it would. draw() does it too.
+  virtual void sync(AppState& /*state*/) {}
   bool open = true;
 
  private:

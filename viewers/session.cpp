@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -53,6 +54,14 @@ run::ChatSpec window_chat(bool chat, bool no_think, bool parse_special) {
 }
 
 }  // namespace
+
+std::string prefill_task(const std::string& run_name, const engine::LayerProgress& p) {
+  const std::string where = p.block_tokens < p.prompt_tokens
+                                ? "block at token " + std::to_string(p.block_first) + " of " + std::to_string(p.prompt_tokens)
+                                : std::to_string(p.prompt_tokens) + " tokens";
+  return run_name + ": prefill " + std::to_string(static_cast<int>(std::floor(100.0 * p.fraction()))) + "% (layer " +
+         std::to_string(p.layers_done + 1) + " of " + std::to_string(p.n_layers) + ", " + where + ")";
+}
 
 std::vector<std::string> sample_prompt_names() {
   std::vector<std::string> names;
@@ -364,8 +373,11 @@ bool Session::execute(const RunRequest& request) {
     const bool prefill = p.phase == observation::Phase::Prefill;
     const int total = request.max_new_tokens + 1;
     set_task(name + (prefill ? ": prefill " : ": decode ") + std::to_string(p.done) + "/" + std::to_string(p.total),
-             prefill ? 0.0f : static_cast<float>(p.done) / total);
+             prefill ? static_cast<float>(p.done) / std::max(1, p.total) : static_cast<float>(p.done) / total);
   };
+  // A one-pass prefill of a long prompt reports no token until it ends (up to a minute on a busy machine): its layers
+  // say how far it is.
+  sinks.prefill_layer_progress = [&](const engine::LayerProgress& p) { set_task(prefill_task(name, p), p.fraction()); };
   set_task(name + ": starting", 0.0f);
   const run::RunOutcome outcome = run::execute(spec, model, sinks);
   const engine::RunResult& result = outcome.result;

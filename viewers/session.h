@@ -202,6 +202,9 @@ class Session {
 // them, and the prompt used when none is installed.
 std::vector<std::string> sample_prompt_names();
 std::string sample_prompt(const std::string& name);
+// The status line of a prefill in progress: "snapkv_b25pct: prefill 41% (layer 12 of 30, 2897 tokens)"; a block-wise
+// prefill names its block ("block at token 512 of 2897").
+std::string prefill_task(const std::string& run_name, const engine::LayerProgress& progress);
 extern const char* const kFallbackPrompt;
 
 }  // namespace kvscope::viewers

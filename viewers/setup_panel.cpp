@@ -158,12 +158,21 @@ bool SetupPanel::reload_changed_policy_file(AppState& state) {
     for (const auto& [k, v] : choices) if (choices_.count(k)) choices_[k] = v;
     note(state, "reloaded " + u.path + " (sha256 " + u.info.provenance.at("policy_file_sha256").substr(0, 12) + ")");
     policy_error_.clear();
+    state.policy_file_errors.erase(u.path);
     return true;
   } catch (const std::exception& e) {
     policy_error_ = e.what();
+    state.policy_file_errors[u.path] = policy_error_;  // every panel showing this file's runs says they are stale
     note(state, "error: " + policy_error_);
     return false;
   }
+}
+
+std::string SetupPanel::policy_file_problem() const {
+  if (policy_error_.empty()) return "";
+  // The first line of the error names the file, the line and the exception; the rest is a traceback.
+  const std::string first = policy_error_.substr(0, policy_error_.find('\n'));
+  return "not run: " + first + ". The panels show the previous version.";
 }
 
 void SetupPanel::choose_policy_file(const std::string& path, AppState& state) {
@@ -172,10 +181,14 @@ void SetupPanel::choose_policy_file(const std::string& path, AppState& state) {
     policy_file_ = path;
     reset_params();
     policy_error_.clear();
+    state.policy_file_errors.erase(path);
     note(state, "loaded policy " + policy_info().name + " from " + path);
     if (live_) run();
   } catch (const std::exception& e) {
     policy_error_ = e.what();
+    // Runs of this file already on screen (it was loaded before) are of a version that no longer loads.
+    if (std::any_of(user_policies_.begin(), user_policies_.end(), [&](const UserPolicy& u) { return u.path == path; }))
+      state.policy_file_errors[path] = policy_error_;
     note(state, std::string("error: ") + e.what());
   }
 }
@@ -508,7 +521,15 @@ void SetupPanel::draw(AppState& state) {
   }
   if (policy_ >= builtins) {
     const auto& sha = policy_info().provenance.at("policy_file_sha256");
-    ImGui::TextDisabled("%s  sha256 %s", user_policies_[policy_ - builtins].path.c_str(), sha.substr(0, 12).c_str());
+    if (policy_error_.empty()) {
+      ImGui::TextDisabled("%s  sha256 %s", user_policies_[policy_ - builtins].path.c_str(), sha.substr(0, 12).c_str());
+    } else {
+      // The version in the form is the last one that loaded, not the file on disk.
+      ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1.0f, 0.45f, 0.4f, 1.0f));
+      ImGui::TextWrapped("%s  sha256 %s: the previous version; the file as saved does not load:",
+                         user_policies_[policy_ - builtins].path.c_str(), sha.substr(0, 12).c_str());
+      ImGui::PopStyleColor();
+    }
   }
   if (!policy_error_.empty()) {
     ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1.0f, 0.45f, 0.4f, 1.0f));
@@ -557,8 +578,19 @@ void SetupPanel::draw(AppState& state) {
   ImGui::TextDisabled("run: %s  budget %s", policy_spec().c_str(), full ? "-" : budget_text().c_str());
 
   const SessionStatus st = session_.status();
+  if (!policy_error_.empty()) {
+    // In the footer, which is always on screen: the form's own message may be scrolled out of view.
+    ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1.0f, 0.45f, 0.4f, 1.0f));
+    ImGui::TextWrapped("%s", policy_file_problem().c_str());
+    ImGui::PopStyleColor();
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", policy_error_.c_str());
+  }
   if (st.busy) {
-    ImGui::ProgressBar(st.fraction, ImVec2(-1, 0), st.task.empty() ? "working..." : st.task.c_str());
+    // A task wider than the bar (a run's name and where its prefill is) goes under it, wrapped, not clipped.
+    const std::string task = st.task.empty() ? "working..." : st.task;
+    const bool fits = ImGui::CalcTextSize(task.c_str()).x + ImGui::GetStyle().FramePadding.x * 2 <= ImGui::GetContentRegionAvail().x;
+    ImGui::ProgressBar(st.fraction, ImVec2(-1, 0), fits ? task.c_str() : nullptr);
+    if (!fits) ImGui::TextWrapped("%s", task.c_str());
   } else {
     ImGui::TextDisabled("idle; %d runs done%s", st.completed,
                         st.last_run_ms > 0 ? (", last " + std::to_string(static_cast<int>(st.last_run_ms)) + " ms").c_str() : "");

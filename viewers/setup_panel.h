@@ -48,6 +48,12 @@ class SetupPanel final : public Panel {
   // Loads a policy file of the user's (PATH.py or a plugin .so) into the chooser and runs it when live; a
   // file that cannot be used leaves the form as it was and shows why.
   void choose_policy_file(const std::string& path, AppState& state);
+  // When the chosen policy is a file that changed on disk: reloads it and returns true (re-run it). A file that
+  // no longer loads keeps the previous version in the form and is entered in state.policy_file_errors.
+  bool reload_changed_policy_file(AppState& state);
+  // Why the chosen policy file was not run ("not run: policy file 'X', line 1: SyntaxError ... The panels show
+  // the previous version."), for the footer that is always on screen; empty when it loaded.
+  std::string policy_file_problem() const;
   // Looks at the chosen policy file's time stamp on the next frame instead of within 250 ms.
   void check_policy_file_soon() { last_file_check_ = -1e9; }
 
@@ -83,8 +89,6 @@ class SetupPanel final : public Panel {
   const policy::PolicyInfo& policy_info() const;
   // Loads (or reloads) a policy file into the chooser; returns its index. Throws for a file that cannot be used.
   int load_policy_file(const std::string& path);
-  // When the chosen policy is a file that changed on disk: reloads it and returns true (re-run it).
-  bool reload_changed_policy_file(AppState& state);
   void reset_params();
   bool in_effect(const policy::ParamSpec& p) const;
   bool param_widgets();

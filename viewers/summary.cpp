@@ -30,6 +30,15 @@ std::vector<const trace::RunTrace*> all_runs(const AppState& state) {
   return runs;
 }
 
+// A full-cache run of `run`'s prompt is still in progress: the numbers against the baseline are yet to come.
+bool baseline_running(const AppState& state, const trace::RunTrace& run) {
+  for (const auto& e : state.runs)
+    if (e.run && e.run.get() != &run && (e.in_progress || !e.run->complete) && e.run->meta("policy") == "full" &&
+        e.run->prompt_ids == run.prompt_ids)
+      return true;
+  return false;
+}
+
 }  // namespace
 
 const trace::RunTrace* find_baseline(const std::vector<const trace::RunTrace*>& runs, const trace::RunTrace& run) {
@@ -57,6 +66,9 @@ std::vector<std::pair<std::string, std::string>> fidelity_lines(const eval::Fide
   out.emplace_back("peak cache saved", buf);
   std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * fidelity.memory.saved_at_end());
   out.emplace_back("cache saved at the end", buf);
+  // `kvscope eval fidelity`'s "log-prob gap", as the table's column: one name, one definition.
+  std::snprintf(buf, sizeof buf, "%.4f nats per token", fidelity.score.logprob_gap);
+  out.emplace_back("log-prob gap (full minus policy)", buf);
   return out;
 }
 
@@ -67,11 +79,12 @@ RunNumbers run_numbers(const trace::RunTrace& run, const trace::RunTrace* baseli
   n.full_cache_bytes = meta_number(run, "full_cache_bytes");
   if (std::isnan(n.full_cache_bytes) && baseline && !baseline->steps.empty())
     n.full_cache_bytes = static_cast<double>(baseline->steps.back().cache_bytes);
-  // Allocated bytes over allocated bytes: the baseline's cache (same growth slack) when there is one, the full cache's
-  // payload otherwise; a full-cache run is its own reference.
+  // Allocated bytes over allocated bytes: the finished baseline's cache (same growth slack); a full-cache run is its own
+  // reference. One definition only: before the baseline finishes there is no number (a payload-based guess shown
+  // then read 32 % and became 26 % when the baseline arrived).
   const double reference_bytes = baseline && !baseline->steps.empty() ? static_cast<double>(baseline->steps.back().cache_bytes)
                                  : run.meta("policy") == "full"          ? n.cache_bytes
-                                                                         : n.full_cache_bytes;
+                                                                         : nan;
   n.bytes_share = reference_bytes > 0 ? n.cache_bytes / reference_bytes : nan;
   // Entries, not bytes: cache_bytes counts reserved capacity, which a full cache overshoots by its growth slack.
   if (!run.steps.empty() && run.n_layers > 0 && run.n_kv_heads > 0 && run.steps.back().seq_len > 0)
@@ -122,15 +135,16 @@ void Summary::draw(AppState& state) {
   if (ImGui::BeginTable(table_id.c_str(), 11, flags, ImVec2(0, table_h))) {
     // Each header says what its number measures; its tooltip says how.
     static const char* const names[] = {"run", "prompt", "gen", "cache KiB", "bytes of full", "entries of full",
-                                        "mean log p", "gap", "diverges at", "top-1 / equal", "prefill / decode ms"};
+                                        "mean log p", "log-prob gap", "diverges at", "top-1 / equal", "prefill / decode ms"};
     static const char* const how[] = {
         "", "prompt tokens", "generated tokens",
         "K/V bytes the cache holds allocated at the end (growth slack included)",
-        "cache KiB / the full-cache baseline's cache KiB (without a baseline: the full cache's K/V payload)",
+        "cache KiB / the full-cache baseline's cache KiB, once the baseline has finished",
         "entries held / (layers x KV heads x tokens processed)",
         "mean natural-log probability of the run's own generated tokens",
-        "mean log p minus the full-cache baseline's, each over its own generated text (not the same tokens once "
-        "they diverge; top-1 / equal and the KL below compare on the same tokens)",
+        "as `kvscope eval fidelity` prints it: mean log p of the full cache's continuation under the full cache minus "
+        "under the policy, teacher-forced on the same tokens (nats per token; positive: the policy finds the full "
+        "cache's text less likely)",
         "first generated token that differs from the baseline",
         "fidelity to the full cache, teacher-forced on its continuation up to its end of generation (as the baseline "
         "stops): share of steps whose most likely token agrees / tokens equal before the first disagreement",
@@ -169,19 +183,25 @@ void Summary::draw(AppState& state) {
         else ImGui::Text(format, v * scale);
       };
       number(n.cache_bytes, "%.0f", 1.0 / 1024.0);
-      number(n.bytes_share, "%.0f%%", 100.0);
+      if (!running && std::isnan(n.bytes_share) && baseline_running(state, *r)) {
+        ImGui::TableNextColumn();
+        ImGui::TextDisabled("baseline...");  // not a number that changes when the baseline arrives
+      } else {
+        number(n.bytes_share, "%.0f%%", 100.0);
+      }
       number(n.kept_share, "%.0f%%", 100.0);
       number(n.mean_logprob, "%.3f", 1.0);
       ImGui::TableNextColumn();
+      const RunEntry& entry = state.runs[i];
       if (running) ImGui::TextDisabled("running...");
-      else if (std::isnan(n.logprob_gap)) ImGui::TextDisabled(n.has_baseline ? "-" : "no baseline");
-      else ImGui::Text("%+.3f", n.logprob_gap);
+      else if (entry.fidelity) ImGui::Text("%.4f", entry.fidelity->score.logprob_gap);
+      else if (r->meta("policy") == "full") ImGui::TextDisabled("reference");
+      else ImGui::TextDisabled(entry.request && entry.request->fidelity ? "measuring..." : "-");
       ImGui::TableNextColumn();
       if (running || !n.has_baseline) ImGui::TextDisabled(running ? "running..." : "-");
       else if (n.first_divergence < 0) ImGui::Text("identical");
       else ImGui::Text("token %d", n.first_divergence);
       ImGui::TableNextColumn();
-      const RunEntry& entry = state.runs[i];
       if (running) ImGui::TextDisabled("running...");
       else if (entry.fidelity)
         ImGui::Text("%.2f / %d of %d", entry.fidelity->score.top1_agreement, entry.fidelity->score.agreeing_prefix,
@@ -232,7 +252,8 @@ Figure Summary::figure(const AppState& state) {
   LinePlot share, gap;
   share.title = "Cache entries kept (entries, not bytes)";
   share.y_label = "% of the full cache";
-  gap.title = "Mean log-prob gap to the full cache";
+  // Not the table's "log-prob gap" (the CLI's, teacher-forced on the same tokens): a name of its own.
+  gap.title = "Mean log p minus the full cache's (own texts)";
   gap.y_label = "nats per token";
   std::vector<std::string> names;  // the shown names of runs[], which are state.runs' entries that have a run
   const std::vector<std::string> all_names = shown_run_names(state.runs);

@@ -14,10 +14,12 @@ namespace kvscope::viewers {
 
 struct RunNumbers {
   double cache_bytes = 0, full_cache_bytes = 0;  // final cache as allocated, and a full cache's payload
-  double bytes_share = 0;  // cache_bytes / the baseline's (else full_cache_bytes; 1 for a full cache); NaN unknown
+  double bytes_share = 0;  // cache_bytes / the finished baseline's (1 for a full cache); NaN without one
   double kept_share = 1;                          // entries kept / (layers x KV heads x tokens processed)
   double mean_logprob = 0;                        // over generated tokens (NaN when none)
-  double logprob_gap = 0;                         // mean_logprob - baseline's (NaN without a baseline)
+  // mean_logprob - the baseline's, each over its own text (NaN without a baseline). Not the "log-prob gap" the table
+  // and `kvscope eval fidelity` show (teacher-forced on the same tokens, full minus policy): that is the fidelity's.
+  double logprob_gap = 0;
   int first_divergence = -1;                      // first generated index that differs from the baseline
   double prefill_ms = 0, decode_ms_per_token = 0;
   bool prefill_replayed = false;                  // the prefill was replayed from a capture: prefill_ms is no forward pass
@@ -25,7 +27,8 @@ struct RunNumbers {
 };
 
 // The Summary's lines for a run's fidelity to the full cache (label, value as shown): top-1 agreement, KL
-// mean, tokens equal before the first disagreement, tokens compared, peak cache saved, cache saved at the end.
+// mean, tokens equal before the first disagreement, tokens compared, peak cache saved, cache saved at the end, and the
+// log-prob gap as `kvscope eval fidelity` prints it.
 std::vector<std::pair<std::string, std::string>> fidelity_lines(const eval::FidelityResult& fidelity);
 
 // The baseline for `run`: a complete full-cache run of the same prompt ids, or nullptr.

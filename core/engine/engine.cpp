@@ -98,6 +98,7 @@ struct Engine::Run {
   BlockPrefixCapture* block_prefix = nullptr;  // read and extended by this run's block-wise prefill
   bool cache_edited = false;                   // a policy edit has changed the cache since the run began
   long long layer_rows_from_blocks = 0;        // rows x layers whose input came from block_prefix
+  int prompt_tokens = 0;                       // for prefill progress (RunHooks::prefill_layer_progress)
   bool cancelled() const { return hooks && hooks->cancel && hooks->cancel->load(std::memory_order_relaxed); }
 };
 
@@ -286,6 +287,8 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
 
   for (int l = 0; l < c.n_layers; ++l) {
     if (run.cancelled()) return;
+    if (step.phase == Phase::Prefill && run.hooks->prefill_layer_progress)
+      run.hooks->prefill_layer_progress({l, c.n_layers, first_position, n, run.prompt_tokens});
     const model::LayerWeights& lw = w.layers[l];
     const bool from_prefix = prefix_holds && !run.cache_edited;
     if (from_prefix) b.from_host(prefix->inputs[step.step][l].data(), s.x, layer_input_size);
@@ -394,6 +397,7 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   const int block = hooks.policy && hooks.policy->prefill_block_size() > 0 ? hooks.policy->prefill_block_size() : n_prompt;
   Run run(c, backend_, options.cache_type, std::min(block, n_prompt));
   run.hooks = &hooks;
+  run.prompt_tokens = n_prompt;
   if (hooks.policy)
     for (RunObserver* o : hooks.observers)
       if (o->wants_full_cache_output()) {

@@ -45,10 +45,25 @@ struct Progress {
   int total = 0;
 };
 
+struct LayerProgress {
+  int layers_done = 0, n_layers = 0;
+  int block_first = 0, block_tokens = 0, prompt_tokens = 0;
+  // The share of the prefill done: the blocks before this one, and this block's layers done.
+  double fraction() const {
+    return prompt_tokens > 0 && n_layers > 0
+               ? (block_first + static_cast<double>(block_tokens) * layers_done / n_layers) / prompt_tokens
+               : 0.0;
+  }
+};
+
 struct RunHooks {
   policy::Policy* policy = nullptr;          // nullptr keeps the full cache
   std::vector<RunObserver*> observers;       // the recorder, tests, ...
   std::function<void(const Progress&)> progress;
+  // Before each layer of a prefill block: layers done of that block, of how many, the block's first token and
+  // its length (and `progress`'s total). A one-pass prefill of a long prompt is one block, and `progress` says
+  // nothing until it ends, which can take a minute.
+  std::function<void(const LayerProgress&)> prefill_layer_progress;
   const std::atomic<bool>* cancel = nullptr;  // checked between layers; a cancelled run returns early
   // Fill this with the prompt's prefill while running it (prefill_capture.h). Only a one-pass prefill is
   // captured; with a block-wise policy the capture stays incomplete.

@@ -130,6 +130,7 @@ RunOutcome execute(const RunSpec& spec, const model::Model& model, const RunSink
   if (recorder) hooks.observers.push_back(recorder.get());
   for (engine::RunObserver* o : sinks.observers) hooks.observers.push_back(o);
   hooks.progress = sinks.progress;
+  hooks.prefill_layer_progress = sinks.prefill_layer_progress;
   hooks.cancel = sinks.cancel;
   if (reuse) {
     if (recorder) recorder->adopt_prefill(*reuse->products);

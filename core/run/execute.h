@@ -22,6 +22,7 @@ struct RunSinks {
   std::vector<engine::RunObserver*> observers;  // more observers (evaluation, tests); they see a replayed
                                                 // prefill as observations only, never as streamed rows
   std::function<void(const engine::Progress&)> progress;
+  std::function<void(const engine::LayerProgress&)> prefill_layer_progress;  // engine::RunHooks's
   const std::atomic<bool>* cancel = nullptr;
   PrefillStore* prefills = nullptr;             // reuse and capture prompts' prefills; null: always run it
 };

@@ -161,3 +161,33 @@ TEST_CASE("with the pre-output trim a step's attention never sees more than the 
     CHECK(seen_after.most_decode == budget + 1);
   }
 }
+
+TEST_CASE("a prefill reports each layer before it runs, one-pass and block-wise") {
+  const model::Model* m = test::default_model();
+  engine::Engine engine(*m);
+  const std::vector<int> ids = prompt(*m);
+  const int n_layers = m->config.n_layers, n = static_cast<int>(ids.size());
+  for (const int block : {0, 8}) {
+    INFO("block " << block);
+    BlockPolicy policy(block, 0);
+    std::vector<engine::LayerProgress> seen;
+    engine::RunHooks hooks;
+    if (block > 0) hooks.policy = &policy;
+    hooks.prefill_layer_progress = [&](const engine::LayerProgress& p) { seen.push_back(p); };
+    engine::GenerateOptions options;
+    options.max_new_tokens = 2;
+    engine.generate(ids, options, hooks);
+    // Every layer of every block, none of the decode steps; the share done only grows, and stays below the whole.
+    const int blocks = block > 0 ? (n + block - 1) / block : 1;
+    REQUIRE(static_cast<int>(seen.size()) == blocks * n_layers);
+    for (std::size_t i = 0; i < seen.size(); ++i) {
+      CHECK(seen[i].layers_done == static_cast<int>(i) % n_layers);
+      CHECK(seen[i].n_layers == n_layers);
+      CHECK(seen[i].prompt_tokens == n);
+      CHECK(seen[i].block_first == static_cast<int>(i) / n_layers * (block > 0 ? block : n));
+      if (i > 0) CHECK(seen[i].fraction() > seen[i - 1].fraction());
+    }
+    CHECK(seen.front().fraction() == 0.0);
+    CHECK(seen.back().fraction() < 1.0);
+  }
+}

@@ -376,7 +376,7 @@ TEST_CASE("the Summary's fidelity of a live run equals kvscope eval fidelity --s
   const nlohmann::json& m = record.at("metrics");
   // What the Summary prints is those numbers.
   const auto lines = fidelity_lines(*fidelity);
-  REQUIRE(lines.size() == 6);
+  REQUIRE(lines.size() == 7);
   char expected[64];
   std::snprintf(expected, sizeof expected, "%.3f", m.at("top1_agreement").get<double>());
   CHECK(lines[0].second == expected);
@@ -394,6 +394,10 @@ TEST_CASE("the Summary's fidelity of a live run equals kvscope eval fidelity --s
   CHECK(lines[5].second == expected);
   CHECK(lines[3].first == "tokens compared");
   CHECK(lines[3].second.rfind(std::to_string(steps) + ", ", 0) == 0);
+  // The log-prob gap is the command's (issue 38: the Summary's "gap" was another number under the same name).
+  std::snprintf(expected, sizeof expected, "%.4f nats per token", m.at("logprob_gap").get<double>());
+  CHECK(lines[6].first == "log-prob gap (full minus policy)");
+  CHECK(lines[6].second == expected);
 
   // A budget change reuses the full-cache reference of the prompt; another prompt must not.
   same(*live_fidelity(prompt, "25%"), cli_record(prompt, "25%"));
@@ -431,7 +435,7 @@ TEST_CASE("the live run's fidelity compares the tokens the baseline shows, to it
   CHECK(fidelity->score.steps == baseline_run->n_generated());
   CHECK(fidelity->reference_stop_reason == "end_of_generation");
   const auto lines = fidelity_lines(*fidelity);
-  REQUIRE(lines.size() == 6);
+  REQUIRE(lines.size() == 7);
   CHECK(lines[3].first == "tokens compared");
   CHECK(lines[3].second ==
         std::to_string(baseline_run->n_generated()) + ", to the full cache's end of generation (where the baseline stops)");

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "core/common/error.h"
 #include "viewers/budget_plot.h"
 #include "viewers/script.h"
@@ -95,6 +97,8 @@ TEST_CASE("run numbers: kept share, log-prob gap and divergence against the base
   CHECK(n.kept_share == Approx(3.0 / 14.0));
   CHECK(n.bytes_share == Approx(1000.0 / 4000.0));  // bytes and entries are different shares: both are shown
   CHECK(run_numbers(full, nullptr).bytes_share == Approx(1.0));
+  // Before the baseline finished there is no share of its bytes: no guess from the payload that changes later.
+  CHECK(std::isnan(run_numbers(run, nullptr).bytes_share));
   CHECK_FALSE(n.prefill_replayed);
   run.metadata["prefill"] = "replayed from a capture of the same prompt's one-pass prefill";
   CHECK(run_numbers(run, &full).prefill_replayed);

@@ -1,9 +1,12 @@
 // The set-up form without a window: which policy parameters it offers (against the parameter lists of
 // the papers' allocations, written out here), what its sample chooser says once the prompt changes, and
-// which shipped policy files its policy chooser offers.
+// which shipped policy files its policy chooser offers; and the runs of a policy file that no longer loads marked
+// stale.
 #include <catch2/catch.hpp>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -13,6 +16,7 @@
 #include "core/policy/registry.h"
 #include "viewers/session.h"
 #include "viewers/setup_panel.h"
+#include "viewers/stale_runs.h"
 
 using namespace kvscope;
 using namespace kvscope::viewers;
@@ -150,4 +154,71 @@ TEST_CASE("the policy chooser offers the shipped policy files and loads one when
   CHECK(listed == 1);
   const auto params = panel.shown_params();
   CHECK(std::find(params.begin(), params.end(), "lag_size") != params.end());
+}
+
+TEST_CASE("a policy file saved with a syntax error marks the runs of its previous version stale", "[setup]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("kvscope_stale_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path file = dir / "mine.py";
+  // Each save gets a later time stamp than the one before, as an editor's would.
+  auto save = [&, stamp = fs::file_time_type::clock::now()](const std::string& text) mutable {
+    std::ofstream(file) << text;
+    stamp += std::chrono::seconds(2);
+    fs::last_write_time(file, stamp);
+  };
+  save("def score(obs):\n    return -(obs.keys ** 2).sum(axis=-1)\n");
+
+  Session session(1);
+  SetupPanel panel(session);
+  AppState state;
+  panel.set_policy("python:" + file.string());
+  // The live run of this version and the full-cache baseline, as the window holds them.
+  for (const std::string& spec : {panel.request().policy_spec, std::string("full")}) {
+    auto run = std::make_shared<trace::RunTrace>();
+    run->name = spec == "full" ? "full" : "python_mine_b25pct";
+    run->prompt_ids = {1, 2, 3};
+    RunEntry e;
+    e.run = run;
+    e.slot = spec == "full" ? "baseline" : "live";
+    e.source = "live";
+    auto request = std::make_shared<RunRequest>();
+    request->policy_spec = spec;
+    e.request = request;
+    state.runs.push_back(e);
+  }
+  state.active = 1;  // the baseline shown
+  CHECK(policy_file_of(state, 0) == file.string());
+  CHECK(policy_file_of(state, 1).empty());
+  CHECK(stale_notice(state, true).empty());
+
+  save("def score(obs)\n    return obs.keys\n");
+  CHECK_FALSE(panel.reload_changed_policy_file(state));  // nothing to re-run
+  REQUIRE(state.policy_file_errors.count(file.string()) == 1);
+  const std::string why = stale_reason(state, 0);
+  INFO(why);
+  CHECK(why.find("previous version of mine.py") != std::string::npos);
+  CHECK(why.find("line 1") != std::string::npos);
+  CHECK(why.find("SyntaxError") != std::string::npos);
+  CHECK(stale_reason(state, 1).empty());  // the full cache ran no file
+  // A single-run panel showing the baseline has nothing stale; Summary, Compare, ... show the live run too.
+  CHECK(stale_notice(state, false).empty());
+  CHECK(stale_notice(state, true) == "STALE: python_mine_b25pct " + why);
+  state.active = 0;
+  CHECK(stale_notice(state, false) == "STALE: python_mine_b25pct " + why);
+  // The footer, always on screen, says the file was not run and why.
+  const std::string footer = panel.policy_file_problem();
+  INFO(footer);
+  CHECK(footer.rfind("not run: ", 0) == 0);
+  CHECK(footer.find(file.string()) != std::string::npos);
+  CHECK(footer.find("line 1") != std::string::npos);
+  CHECK(footer.find("previous version") != std::string::npos);
+
+  // The next good save loads and re-runs: nothing is stale any more.
+  save("def score(obs):\n    return (obs.keys ** 2).sum(axis=-1)\n");
+  CHECK(panel.reload_changed_policy_file(state));
+  CHECK(state.policy_file_errors.empty());
+  CHECK(stale_notice(state, true).empty());
+  CHECK(panel.policy_file_problem().empty());
+  fs::remove_all(dir);
 }

@@ -361,3 +361,55 @@ TEST_CASE("the eviction timeline ends at the last position a run reached, not at
   CHECK(states.map.values[2 * 6 + 2] == S(EntryState::Merged));  // step 2, position 2, as in the uncropped states
   CHECK(states.map.values[0 * 6 + 4] == S(EntryState::NotYetSeen));
 }
+
+TEST_CASE("Compare's columns follow the shared layer and head while linked", "[view_model]") {
+  AppState state;
+  auto add = [&](const std::string& name, int layers, int heads) {
+    auto run = std::make_shared<trace::RunTrace>();
+    run->name = name;
+    run->n_layers = layers;
+    run->n_heads = heads;
+    run->n_kv_heads = 1;
+    run->prompt_ids = {1, 2, 3};
+    RunEntry e;
+    e.run = run;
+    e.slot = name;
+    state.runs.push_back(e);
+  };
+  add("full", 30, 9);
+  add("snapkv_b25pct", 30, 9);
+  add("other_model", 12, 4);  // a smaller model: its column is clamped to its own shape
+  state.active = 1;
+  state.compare_auto = false;
+  state.compare = {0, 1, 2};
+  state.sel.layer = 14, state.sel.head = 3;
+  auto column = [&](std::size_t i) { return std::pair{state.compare_sel[i].layer, state.compare_sel[i].head}; };
+
+  CompareView view;
+  view.sync(state);  // what drawing the panel, or exporting it before it was ever drawn, does first
+  REQUIRE(state.compare_sel.size() == 3);
+  CHECK(column(0) == std::pair{14, 3});
+  CHECK(column(1) == std::pair{14, 3});
+  CHECK(column(2) == std::pair{11, 3});
+  // The shared selection moves (another panel's slider, a script's `layer`): every column follows.
+  state.sel.layer = 20, state.sel.head = 8;
+  view.sync(state);
+  CHECK(column(0) == std::pair{20, 8});
+  CHECK(column(1) == std::pair{20, 8});
+  CHECK(column(2) == std::pair{11, 3});
+  // Unlinked, a column keeps its own choice and the shared selection does not move it.
+  std::vector<RunShape> shapes;
+  for (int i : state.compare) shapes.push_back(shape_of(*state.run(i)));
+  state.compare_sel.linked = false;
+  state.compare_sel.set_layer(1, 2, shapes);
+  state.sel.layer = 5;
+  view.sync(state);
+  CHECK(column(0) == std::pair{20, 8});
+  CHECK(column(1) == std::pair{2, 8});
+  // Linked again: back on the shared selection.
+  state.compare_sel.linked = true;
+  view.sync(state);
+  CHECK(column(0) == std::pair{5, 8});
+  CHECK(column(1) == std::pair{5, 8});
+  CHECK(column(2) == std::pair{5, 3});
+}

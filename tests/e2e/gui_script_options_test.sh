@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# End-to-end (issue 38, item 7): `kvscope gui --script` honours --prompt, --policy, --budget and --max-new-tokens
+# (before, a scripted session ran on the sample prompt whatever the command line said): a script's `run` and its
+# `load-default` both run the form those options filled, checked in the saved trace's attributes. --screenshot
+# beside --script (which it would have been dropped for) is refused before a window opens. Exit 77 = skipped.
+set -euo pipefail
+kvscope="${1:?usage: gui_script_options_test.sh path/to/kvscope}"
+needs="xvfb-run"
+source "$(dirname "$0")/gui_test_prelude.sh"
+python="$(cd "$(dirname "$0")/../.." && pwd)/.deps/venv/bin/python"
+[ -x "$python" ] || { echo "skip: no project venv with h5py"; exit 77; }
+window_log="$work/out.txt"
+prompt="The keeper wrote the weather in his log every night: wind, swell and ships."
+
+for start in run load-default; do
+  cat > "$work/$start.kvs" <<SCRIPT
+$start
+wait 600
+save $work/$start.h5
+wait 600
+quit
+SCRIPT
+  timeout 300 xvfb-run -a -s "-screen 0 1280x720x24" "$kvscope" gui --script "$work/$start.kvs" --prompt "$prompt" \
+    --policy h2o --budget 8 --max-new-tokens 3 > "$window_log" 2>&1 || fail "the window exited with $? ($start)"
+  "$python" - "$work/$start.h5" "$prompt" <<'PY' || fail "'$start' did not run the form the command line set"
+import sys
+import h5py
+path, prompt = sys.argv[1], sys.argv[2]
+with h5py.File(path, "r") as f:
+    runs = {name: f["runs"][name] for name in f["runs"]}
+    live = [r for r in runs.values() if r.attrs["policy"].decode() != "full"]
+    assert len(live) == 1, f"expected one policy run besides the baseline, got {sorted(runs)}"
+    attrs = {k: live[0].attrs[k].decode() for k in ("policy", "budget", "max_new_tokens", "prompt")}
+    want = {"policy": "h2o", "budget": "8", "max_new_tokens": "3", "prompt": prompt}
+    assert attrs == want, f"{attrs} != {want}"
+PY
+  echo "ok: '$start' ran h2o at 8 tokens, 3 new tokens, on the prompt given"
+done
+
+set +e
+DISPLAY= "$kvscope" gui --script "$work/run.kvs" --screenshot "$work/x.png" > "$window_log" 2>&1
+code=$?
+set -e
+[ "$code" -ne 0 ] || fail "--screenshot beside --script was accepted"
+grep -q -- "--screenshot cannot be combined with --script" "$window_log" || fail "the refusal does not say why"
+echo "ok: --screenshot with --script refused: $(head -1 "$window_log")"
