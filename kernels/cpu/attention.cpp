@@ -211,10 +211,11 @@ inline void nibbles(const uint8_t* qs, __m256 q[4]) {
 struct Q4_0Block {
   static constexpr int kBytes = blocks::kQ4_0Bytes;
   static void widen(const uint8_t* block, __m256 x[4]) {
-    const __m256 d = _mm256_set1_ps(blocks::load_half(block));
-    const __m256 eight = _mm256_set1_ps(8.0f);
+    // d * q - 8 d in one fused step: -8 d is exact, so this rounds d (q - 8) once, as the reference does.
+    const float d = blocks::load_half(block);
+    const __m256 scale = _mm256_set1_ps(d), offset = _mm256_set1_ps(-8.0f * d);
     nibbles(block + 2, x);
-    for (int c = 0; c < 4; ++c) x[c] = _mm256_mul_ps(_mm256_sub_ps(x[c], eight), d);
+    for (int c = 0; c < 4; ++c) x[c] = _mm256_fmadd_ps(x[c], scale, offset);
   }
 };
 struct Q4_1Block {
