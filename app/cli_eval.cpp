@@ -36,6 +36,7 @@ struct EvalArgs {
   std::string policy = "full", allocation, budget, figure, write_samples;
   bool json = false, force = false;
   eval::EvalSettings settings;
+  CacheTypeFlags cache_type;  // the cell's; the full-cache reference is float32
   std::vector<int> lengths = NeedleGrid{}.lengths;
   std::vector<std::string> depths = {"0", "25", "50", "75", "100"};
   uint64_t seed = NeedleGrid{}.seed;
@@ -76,7 +77,7 @@ nlohmann::json metrics_json(const eval::Metrics& metrics) {
 }
 
 int run_fidelity(const EvalArgs& a) {
-  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget};
+  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget, a.cache_type.types()};
   policy::make_policy(cell.policy);  // a bad spec or prompt fails before the model loads
   const std::string body = a.prompt.body();
   const run::ChatSpec chat = a.prompt.chat_spec();
@@ -95,6 +96,7 @@ int run_fidelity(const EvalArgs& a) {
     nlohmann::json j = {{"eval", "fidelity"},
                         {"policy", cell.policy},
                         {"budget", cell.budget},
+                        {"cache_type", kernels::cache_type_name(cell.cache_type)},
                         {"prompt_tokens", prompt.size()},
                         {"continuation", model.tokenizer->decode(reference.continuation)},
                         {"continuation_tokens", reference.continuation},
@@ -105,9 +107,10 @@ int run_fidelity(const EvalArgs& a) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::printf("fidelity of %s at budget %s to the full cache: %d teacher-forced tokens after a %zu-token prompt\n",
-              cell.policy.c_str(), cell.budget.empty() ? "(whole prompt)" : cell.budget.c_str(), result.score.steps,
-              prompt.size());
+  std::printf("fidelity of %s at budget %s (cache %s) to the f32 full cache: %d teacher-forced tokens after a "
+              "%zu-token prompt\n",
+              cell.policy.c_str(), cell.budget.empty() ? "(whole prompt)" : cell.budget.c_str(),
+              kernels::cache_type_name(cell.cache_type).c_str(), result.score.steps, prompt.size());
   std::printf("top-1 agreement   %.3f (the first %d tokens agree)\n", result.score.top1_agreement,
               result.score.agreeing_prefix);
   std::printf("KL(full||policy)  mean %.4f  max %.4f nats\n", result.score.kl_mean, result.score.kl_max);
@@ -121,7 +124,7 @@ int run_fidelity(const EvalArgs& a) {
 }
 
 int run_ppl(const EvalArgs& a) {
-  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget};
+  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget, a.cache_type.types()};
   policy::make_policy(cell.policy);
   const std::string body = a.prompt.body();
   const run::ChatSpec chat = a.prompt.chat_spec();
@@ -142,6 +145,7 @@ int run_ppl(const EvalArgs& a) {
     std::cout << nlohmann::json{{"eval", "ppl"},
                                 {"policy", cell.policy},
                                 {"budget", cell.budget},
+                                {"cache_type", kernels::cache_type_name(cell.cache_type)},
                                 {"text_tokens", tokens.size()},
                                 {"prompt_tokens", a.settings.prompt_tokens},
                                 {"metrics", metrics_json(result.metrics())}}
@@ -152,15 +156,16 @@ int run_ppl(const EvalArgs& a) {
   std::printf("perplexity of %zu tokens (the first %d compressed as the prompt, %d decoded teacher-forced)\n",
               tokens.size(), a.settings.prompt_tokens, result.scored_tokens);
   std::printf("%-28s %10s\n", "cache", "perplexity");
-  std::printf("%-28s %10.3f\n", "full", result.ppl_full);
-  std::printf("%-28s %10.3f  (x%.4f)\n", (cell.policy + " " + cell.budget).c_str(), result.ppl,
-              result.ppl / result.ppl_full);
+  std::printf("%-28s %10.3f\n", "full (f32)", result.ppl_full);
+  std::printf("%-28s %10.3f  (x%.4f)\n",
+              (cell.policy + " " + cell.budget + " (" + kernels::cache_type_name(cell.cache_type) + ")").c_str(),
+              result.ppl, result.ppl / result.ppl_full);
   print_memory(result.memory);
   return 0;
 }
 
 int run_needle(const EvalArgs& a) {
-  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget};
+  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget, a.cache_type.types()};
   policy::make_policy(cell.policy);
   NeedleGrid grid{a.lengths, parse_depths(a.depths), a.seed, a.settings.answer_tokens};
 #ifdef KVSCOPE_HAVE_GUI
@@ -292,6 +297,7 @@ Command register_eval(CLI::App& root) {
     sub->add_option("--allocation", a->allocation, "layer budget allocation for the policy");
     add_budget_options(sub, a->budget, "KV tokens per layer and KV head (e.g. 128) or share of the prompt (e.g. 20%)");
     sub->add_flag("--json", a->json, "print a machine-readable record instead of a table");
+    a->cache_type.add_to(sub);
   };
   CLI::App* fidelity = cmd->add_subcommand(
       "fidelity", "top-1 agreement, KL and log-prob gap, teacher-forced on the full cache's continuation");
@@ -316,6 +322,7 @@ Command register_eval(CLI::App& root) {
   needle->add_option("--allocation", a->allocation, "layer budget allocation for the policy");
   add_budget_options(needle, a->budget, "KV tokens per layer and KV head or share of the prompt");
   needle->add_flag("--json", a->json, "print a machine-readable record instead of a table");
+  a->cache_type.add_to(needle);
   needle->add_option("--lengths", a->lengths, "context lengths in tokens, up to the model's context")
       ->delimiter(',')
       ->check(kPositive);

@@ -66,7 +66,10 @@ nlohmann::json result_json(const model::Model& model, const run::RunSpec& spec, 
                   {"decode_ms_per_token", r.decode_ms_per_token()},
                   {"decode_steps_by_threads", steps_by_threads}};
   j["device"] = kernels::device_name(spec.device);
-  j["cache"] = {{"type", kernels::cache_type_name(spec.generation.cache_type)},
+  const kernels::KVCacheTypes types = spec.generation.cache_type;
+  j["cache"] = {{"type", kernels::cache_type_name(types)},
+                {"type_k", kernels::cache_type_name(types.keys)},
+                {"type_v", kernels::cache_type_name(types.values)},
                 {"bytes", r.cache_bytes},
                 {"entry_bytes", r.cache_entry_bytes},
                 {"peak_bytes", r.cache_peak_bytes},

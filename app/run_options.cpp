@@ -108,9 +108,22 @@ void GenerationFlags::add_to(CLI::App* cmd) {
   cmd->add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-generation tokens");
   add_budget_options(cmd, budget, "KV tokens per layer and KV head (e.g. 128) or share of the prompt (e.g. 20%)");
   cmd->add_option("--device", device, "compute backend: cpu (default) or cuda");
-  cmd->add_option("--cache-type", cache_type,
-                  "how the KV cache stores keys and values: f32 (default, exact) or f16 (half the memory and "
-                  "bandwidth; attention still accumulates in float32)");
+  cache_type.add_to(cmd);
+}
+
+void CacheTypeFlags::add_to(CLI::App* cmd) {
+  cmd->add_option("--cache-type", both,
+                  "how the KV cache stores keys and values: f32 (default, exact), f16 or bf16 (half the memory "
+                  "and bandwidth), or llama.cpp's blocks of 32 values q8_0, q4_0, q4_1 (8.5, 4.5, 5 bits a value; "
+                  "head_dim a multiple of 32); attention still accumulates in float32");
+  cmd->add_option("--cache-type-k", keys, "how the KV cache stores keys (default: --cache-type)");
+  cmd->add_option("--cache-type-v", values, "how the KV cache stores values (default: --cache-type)");
+}
+
+kernels::KVCacheTypes CacheTypeFlags::types() const {
+  const kernels::CacheType common = kernels::parse_cache_type(both);
+  return {keys.empty() ? common : kernels::parse_cache_type(keys),
+          values.empty() ? common : kernels::parse_cache_type(values)};
 }
 
 void add_budget_options(CLI::App* cmd, std::string& budget, const std::string& budget_help) {
@@ -129,7 +142,7 @@ engine::GenerateOptions GenerationFlags::options() const {
   o.max_new_tokens = max_new_tokens;
   o.sampling = {temperature, top_k, top_p, seed};
   o.stop_at_end_of_generation = !ignore_eos;
-  o.cache_type = kernels::parse_cache_type(cache_type);
+  o.cache_type = cache_type.types();
   return o;
 }
 

@@ -41,6 +41,15 @@ struct PromptOptions {
   run::ChatSpec chat_spec() const;
 };
 
+// --cache-type, --cache-type-k, --cache-type-v: how the KV cache stores keys and values (kernels/kv_storage.h).
+struct CacheTypeFlags {
+  std::string both = "f32";
+  std::string keys, values;  // empty: `both`
+  void add_to(CLI::App* cmd);
+  // Throws UsageError naming an unknown type and the choices.
+  kernels::KVCacheTypes types() const;
+};
+
 struct GenerationFlags {
   int max_new_tokens = 64;
   float temperature = 0.0f;
@@ -50,7 +59,7 @@ struct GenerationFlags {
   bool ignore_eos = false;
   std::string budget;  // "128", "20%" or "cr:0.25" (--compression-ratio); empty: the whole prompt
   std::string device = "cpu";      // the compute backend (kernels/backend.h)
-  std::string cache_type = "f32";  // how the KV cache stores keys and values
+  CacheTypeFlags cache_type;
   void add_to(CLI::App* cmd);
   engine::GenerateOptions options() const;
   // A run of `policy` on the prompt with these settings (core/run/run_spec.h). Throws UsageError for an unknown

@@ -79,7 +79,7 @@ class Backend {
   // Scratch for one run whose forward calls take at most max_rows tokens.
   virtual std::unique_ptr<RunState> make_run_state(const ModelShape& shape, int max_rows) = 0;
   // Empty K/V storage for a cache of the given geometry.
-  virtual std::unique_ptr<KVStorage> make_kv_storage(int n_layers, int n_kv_heads, int head_dim, CacheType type) = 0;
+  virtual std::unique_ptr<KVStorage> make_kv_storage(int n_layers, int n_kv_heads, int head_dim, KVCacheTypes type) = 0;
   // Copies n floats between backend memory and host memory (synchronous: the data is there when they return).
   virtual void to_host(const float* src, float* host_dst, std::size_t n) = 0;
   virtual void from_host(const float* host_src, float* dst, std::size_t n) = 0;

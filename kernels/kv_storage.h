@@ -12,15 +12,36 @@
 
 namespace kvscope::kernels {
 
-// How cached keys and values are stored. Attention always accumulates in float32; a merge is computed in float32
-// from the stored rows and stored back rounded once.
-enum class CacheType { F32, F16 };
-// "f32" or "f16"; throws UsageError naming the value and the choices.
+enum class KVPart { Keys, Values };
+
+// How cached keys or values are stored. Attention always accumulates in float32; a merge is computed in float32
+// from the stored rows and stored back rounded (or quantized) once. The block formats are llama.cpp's
+// (kernels/common/quant_blocks.h, block_quantize.h): each row of head_dim values is head_dim / 32 blocks of 32
+// values with their scales inline, so a row's bytes are payload plus scales and nothing else.
+enum class CacheType { F32, F16, Q8_0, Q4_0, Q4_1, BF16 };
+// "f32", "f16", "q8_0", "q4_0", "q4_1" or "bf16"; throws UsageError naming the value and the choices.
 CacheType parse_cache_type(std::string_view name);
 const char* cache_type_name(CacheType type);
-std::size_t cache_type_bytes(CacheType type);  // bytes per stored element
+bool is_block_quantized(CacheType type);
+// Bytes one stored row of head_dim values takes: payload and scales. head_dim must suit the type
+// (check_cache_types).
+std::size_t cache_row_bytes(CacheType type, int head_dim);
 
-enum class KVPart { Keys, Values };
+// The types of keys and values, which may differ (llama.cpp's --cache-type-k / --cache-type-v). One type
+// converts to the pair that stores both parts in it.
+struct KVCacheTypes {
+  CacheType keys = CacheType::F32;
+  CacheType values = CacheType::F32;
+  KVCacheTypes() = default;
+  KVCacheTypes(CacheType both) : keys(both), values(both) {}  // NOLINT(google-explicit-constructor): a shorthand
+  KVCacheTypes(CacheType keys_type, CacheType values_type) : keys(keys_type), values(values_type) {}
+  CacheType of(KVPart part) const { return part == KVPart::Keys ? keys : values; }
+  bool operator==(const KVCacheTypes&) const = default;
+};
+// "q8_0" when both parts share a type, else "k=q8_0,v=f16".
+std::string cache_type_name(const KVCacheTypes& types);
+// Throws UsageError when a block format cannot store rows of head_dim values (not a multiple of 32).
+void check_cache_types(const KVCacheTypes& types, int head_dim);
 
 // Folds `sources` into the kept entry `target`: K = w[0]*K[target] + sum_i w[1+i]*K[sources[i]], V likewise.
 // Indices refer to the entries before the edit; sources are not kept. (cache::MergeGroup is this type.)
@@ -41,7 +62,7 @@ struct ValueMerge {
 
 class KVStorage {
  public:
-  KVStorage(int n_layers, int n_kv_heads, int head_dim, CacheType type)
+  KVStorage(int n_layers, int n_kv_heads, int head_dim, KVCacheTypes type)
       : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), type_(type) {}
   virtual ~KVStorage() = default;
   KVStorage(const KVStorage&) = delete;
@@ -50,7 +71,9 @@ class KVStorage {
   int n_layers() const { return n_layers_; }
   int n_kv_heads() const { return n_kv_heads_; }
   int head_dim() const { return head_dim_; }
-  CacheType type() const { return type_; }
+  KVCacheTypes type() const { return type_; }
+  // Bytes one stored key or value row takes.
+  std::size_t row_bytes(KVPart part) const { return cache_row_bytes(type_.of(part), head_dim_); }
 
   virtual int size(int layer, int kv_head) const = 0;
   // Original positions of the entries, host memory (the backend keeps a host copy next to any device copy).
@@ -66,7 +89,8 @@ class KVStorage {
   virtual void edit(int layer, int kv_head, std::span<const int32_t> keep, std::span<const RowMerge> merges,
                     std::span<const ValueMerge> value_merges = {}) = 0;
 
-  // Copies rows [first, first + count) of the keys or values to host memory as float (f16 rows widened).
+  // Copies rows [first, first + count) of the keys or values to host memory as float (f16 rows widened, block
+  // formats dequantized).
   virtual void read_rows(int layer, int kv_head, KVPart part, int first, int count, float* host_out) const = 0;
   // The rows themselves when they are float32 in host memory (the CPU backend with CacheType::F32), so readers
   // skip the copy; nullptr otherwise.
@@ -79,7 +103,7 @@ class KVStorage {
 
  private:
   int n_layers_, n_kv_heads_, head_dim_;
-  CacheType type_;
+  KVCacheTypes type_;
 };
 
 }  // namespace kvscope::kernels

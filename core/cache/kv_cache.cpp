@@ -14,7 +14,7 @@ std::string where(const HeadEdit& e) {
 }
 }  // namespace
 
-KVCache::KVCache(int n_layers, int n_kv_heads, int head_dim, kernels::CacheType type, kernels::Backend* backend)
+KVCache::KVCache(int n_layers, int n_kv_heads, int head_dim, kernels::KVCacheTypes type, kernels::Backend* backend)
     : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim),
       storage_((backend ? *backend : kernels::default_cpu_backend()).make_kv_storage(n_layers, n_kv_heads, head_dim, type)),
       heads_(static_cast<std::size_t>(n_layers) * n_kv_heads),
@@ -154,7 +154,7 @@ void KVCache::update_bytes() {
 }
 
 std::size_t KVCache::full_cache_bytes(int seq_len) const {
-  return static_cast<std::size_t>(seq_len) * n_layers_ * n_kv_heads_ * head_dim_ * 2 * element_bytes();
+  return static_cast<std::size_t>(seq_len) * n_layers_ * n_kv_heads_ * entry_row_bytes();
 }
 
 int KVCache::total_entries() const {

@@ -22,13 +22,13 @@ namespace kvscope::cache {
 class KVCache {
  public:
   // A cache on `backend`'s storage; without one, the process-wide CPU backend's.
-  KVCache(int n_layers, int n_kv_heads, int head_dim, kernels::CacheType type = kernels::CacheType::F32,
+  KVCache(int n_layers, int n_kv_heads, int head_dim, kernels::KVCacheTypes type = kernels::CacheType::F32,
           kernels::Backend* backend = nullptr);
 
   int n_layers() const { return n_layers_; }
   int n_kv_heads() const { return n_kv_heads_; }
   int head_dim() const { return head_dim_; }
-  kernels::CacheType type() const { return storage_->type(); }
+  kernels::KVCacheTypes type() const { return storage_->type(); }
   const kernels::KVStorage& storage() const { return *storage_; }
 
   int size(int layer, int kv_head) const { return storage_->size(layer, kv_head); }
@@ -54,8 +54,9 @@ class KVCache {
   std::size_t peak_bytes() const { return peak_bytes_; }
   std::size_t layer_bytes(int layer) const { return storage_->layer_bytes(layer); }
   std::size_t layer_peak_bytes(int layer) const { return layer_peak_bytes_[layer]; }
-  // Bytes the entries themselves take (K and V rows), without allocation slack.
-  std::size_t entry_bytes() const { return static_cast<std::size_t>(total_entries()) * head_dim_ * 2 * element_bytes(); }
+  // Bytes the entries themselves take (K and V rows as stored: a block format's payload and scales), without
+  // allocation slack.
+  std::size_t entry_bytes() const { return static_cast<std::size_t>(total_entries()) * entry_row_bytes(); }
   // Bytes the same entries would take in a full (uncompressed) cache of seq_len tokens.
   std::size_t full_cache_bytes(int seq_len) const;
   int total_entries() const;
@@ -75,7 +76,10 @@ class KVCache {
     return heads_[static_cast<std::size_t>(layer) * n_kv_heads_ + kv_head];
   }
   std::span<const float> rows(int layer, int kv_head, kernels::KVPart part) const;
-  std::size_t element_bytes() const { return kernels::cache_type_bytes(storage_->type()); }
+  // Bytes of one entry's key row plus value row as stored.
+  std::size_t entry_row_bytes() const {
+    return storage_->row_bytes(kernels::KVPart::Keys) + storage_->row_bytes(kernels::KVPart::Values);
+  }
   void apply_head(const HeadEdit& edit);
   void update_bytes();
 

@@ -9,7 +9,7 @@ std::size_t BlockPrefixCapture::bytes() const {
   return n;
 }
 
-void BlockPrefixCapture::adopt(const std::vector<int>& run_prompt, int run_block, kernels::CacheType run_cache_type) {
+void BlockPrefixCapture::adopt(const std::vector<int>& run_prompt, int run_block, kernels::KVCacheTypes run_cache_type) {
   if (prompt == run_prompt && block == run_block && cache_type == run_cache_type) return;
   prompt = run_prompt;
   block = run_block;

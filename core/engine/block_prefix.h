@@ -21,7 +21,7 @@ struct BlockPrefixCapture {
 
   std::vector<int> prompt;
   int block = 0;
-  kernels::CacheType cache_type = kernels::CacheType::F32;
+  kernels::KVCacheTypes cache_type = kernels::CacheType::F32;
   // inputs[b][l]: [rows of block b][dim], the residual stream entering layer l of block b; inputs[b][n_layers]
   // leaves the last layer. Only blocks whose every layer ran while the capturing run's cache was unedited.
   std::vector<std::vector<std::vector<float>>> inputs;
@@ -30,7 +30,7 @@ struct BlockPrefixCapture {
   std::size_t bytes() const;
   // Whether this capture belongs to a run of `prompt` in blocks of `block` rows; if not, empties it and
   // takes that run's identity, so the run fills it afresh.
-  void adopt(const std::vector<int>& prompt, int block, kernels::CacheType cache_type);
+  void adopt(const std::vector<int>& prompt, int block, kernels::KVCacheTypes cache_type);
 };
 
 }  // namespace kvscope::engine

@@ -84,7 +84,7 @@ void set_threads(int threads, bool adapt_decode) {
 
 struct Engine::Run {
   // max_rows: the most tokens one forward call of this run takes (its prefill block).
-  Run(const model::ModelConfig& c, kernels::Backend& backend, kernels::CacheType cache_type, int max_rows)
+  Run(const model::ModelConfig& c, kernels::Backend& backend, kernels::KVCacheTypes cache_type, int max_rows)
       : cache(c.n_layers, c.n_kv_heads, c.head_dim, cache_type, &backend),
         state(backend.make_run_state(c, max_rows)) {}
   cache::KVCache cache;
@@ -515,7 +515,7 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   return result;
 }
 
-std::vector<float> Engine::prompt_logits(const std::vector<int>& prompt, kernels::CacheType cache_type) {
+std::vector<float> Engine::prompt_logits(const std::vector<int>& prompt, kernels::KVCacheTypes cache_type) {
   if (prompt.empty() || static_cast<int>(prompt.size()) > model_.config.context_length)
     throw UsageError("prompt of " + std::to_string(prompt.size()) + " tokens does not fit the context of " +
                      std::to_string(model_.config.context_length));

@@ -36,7 +36,7 @@ struct GenerateOptions {
   std::vector<int> forced_tokens;
   bool sample_after_forced = false;
   // How the cache stores keys and values (attention accumulates in float32 either way).
-  kernels::CacheType cache_type = kernels::CacheType::F32;
+  kernels::KVCacheTypes cache_type = kernels::CacheType::F32;
 };
 
 struct Progress {
@@ -111,7 +111,7 @@ class Engine {
 
   // Final-position logits of a prompt run in one pass with a fresh full cache.
   std::vector<float> prompt_logits(const std::vector<int>& prompt,
-                                   kernels::CacheType cache_type = kernels::CacheType::F32);
+                                   kernels::KVCacheTypes cache_type = kernels::CacheType::F32);
 
   const model::Model& model() const { return model_; }
   kernels::Backend& backend() const { return backend_; }

@@ -142,6 +142,7 @@ engine::RunResult Evaluator::run(const std::vector<int>& prompt, engine::Generat
   spec.prompt_ids = prompt;
   options.stop_at_end_of_generation = stop_at_end;
   spec.generation = std::move(options);
+  spec.generation.cache_type = cell.cache_type;
   spec.source = "kvscope eval";
   run::RunSinks sinks;
   if (trace.sink) {

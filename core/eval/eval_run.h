@@ -23,11 +23,13 @@
 
 namespace kvscope::eval {
 
-// A cell's compression: a policy spec ("snapkv:window=32", see `kvscope policies`) and a budget ("10%",
-// "128"; empty: the whole prompt, which only `full` accepts).
+// A cell's compression: a policy spec ("snapkv:window=32", see `kvscope policies`), a budget ("10%",
+// "128"; empty: the whole prompt, which only `full` accepts) and how its cache stores keys and values. The
+// reference a cell is compared with is always the float32 full cache.
 struct CellPolicy {
   std::string policy = "full";
   std::string budget;
+  kernels::KVCacheTypes cache_type = kernels::CacheType::F32;
 };
 
 // A cell's numbers by name, in column order (the sweep's CSV columns).

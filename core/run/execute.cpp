@@ -27,6 +27,8 @@ PrefillKey prefill_key(const model::Model& model, const std::vector<int>& prompt
   PrefillKey key;
   // The backend too: another device's kernels need not give the same bits.
   key.model = path.string() + "#" + std::to_string(ec ? 0 : size) + "@" + kernels::device_name(spec.device);
+  // And the cache type: prefill attention reads the rows as stored (rounded or quantized).
+  key.model += "/" + kernels::cache_type_name(spec.generation.cache_type);
   key.prompt = prompt;
   if (recording) key.record = trace::RecordOptions::parse(spec.record).to_json();
   return key;

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/error.h"
+#include "kernels/common/block_quantize.h"
 #include "kernels/common/quant_blocks.h"
 
 namespace kvscope::kernels {
@@ -23,31 +24,7 @@ float fp16_to_fp32(uint16_t h) { return blocks::half_to_float(h); }
 float bf16_to_fp32(uint16_t h) { return blocks::bf16_to_float(h); }
 
 // Round to nearest, ties to even; overflow goes to infinity, NaN stays a (quiet) NaN.
-uint16_t fp32_to_fp16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t magnitude = bits & 0x7FFFFFFFu;
-  if (magnitude > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u | ((magnitude >> 13) & 0x3FFu));
-  if (magnitude >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520 rounds past 65504
-  if (magnitude >= 0x38800000u) {                                               // normal half (>= 2^-14)
-    const uint32_t rebiased = magnitude - 0x38000000u;                          // exponent bias 127 -> 15
-    uint32_t half = rebiased >> 13;
-    const uint32_t rest = rebiased & 0x1FFFu;
-    if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;  // a carry into the exponent is correct
-    return static_cast<uint16_t>(sign | half);
-  }
-  if (magnitude <= 0x33000000u) return sign;  // <= 2^-25: rounds (ties to even) to zero
-  // Subnormal half: count units of 2^-24.
-  const uint32_t exponent = magnitude >> 23;
-  const uint32_t mantissa = (magnitude & 0x7FFFFFu) | 0x800000u;
-  const uint32_t shift = 126u - exponent;  // 14..24
-  uint32_t half = mantissa >> shift;
-  const uint32_t rest = mantissa & ((1u << shift) - 1u);
-  const uint32_t halfway = 1u << (shift - 1u);
-  if (rest > halfway || (rest == halfway && (half & 1u))) ++half;
-  return static_cast<uint16_t>(sign | half);
-}
+uint16_t fp32_to_fp16(float f) { return blocks::float_to_half(f); }
 
 void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
   const GgmlTypeTraits* traits = ggml_type_traits(static_cast<uint32_t>(type));

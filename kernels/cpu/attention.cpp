@@ -8,10 +8,11 @@
 #include <cmath>
 #include <exception>
 #include <mutex>
-#include <type_traits>
 #include <vector>
 
+#include "kernels/common/block_quantize.h"
 #include "kernels/common/float16.h"
+#include "kernels/common/quant_blocks.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace kvscope::kernels::cpu {
@@ -91,6 +92,11 @@ inline __m256 load8(const float* row) { return _mm256_loadu_ps(row); }
 inline __m256 load8(const uint16_t* row) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
 }
+// bfloat16 is the top half of a float32: widen to 32 bits and shift into place.
+inline __m256 load8(const BFloat16* row) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
 // Decode streams the cache from memory once per step; the hardware prefetcher alone leaves the loads waiting
 // (the same holds for the weights, quant_dot.h), so each loop asks for the rows it reaches kRowsAhead rows
 // later.
@@ -101,6 +107,7 @@ inline void prefetch(const Row* p) {
 }
 inline float widen(float x) { return x; }
 inline float widen(uint16_t x) { return half_to_float(x); }
+inline float widen(BFloat16 x) { return blocks::bf16_to_float(x.bits); }
 
 // scores[j] = scale * q . k_j for the m rows of k. Decode reads every cached key once per query head, so this
 // and weighted_sum are what a long context costs: four keys at a time keep four independent FMA chains in
@@ -176,17 +183,128 @@ void weighted_sum(const float* p, const Row* v, int m, int d, float* out) {
   }
 }
 
-// Decode: one query per head; heads run in parallel over the rows as stored.
-// The rows of a (layer, KV head) as stored: float32 or half.
-template <typename Row>
-const Row* stored_rows(const CpuKVStorage& kv, int layer, int kv_head, KVPart part) {
-  if constexpr (std::is_same_v<Row, float>)
-    return kv.f32(layer, kv_head, part);
-  else
-    return kv.f16(layer, kv_head, part);
+// A block of a llama.cpp format widened to 32 floats in four registers, x = d * (q - 8) (q4_0), d * q + m (q4_1)
+// or d * q (q8_0): the same values as quant_blocks.h's dequantize_block_*, formed in registers so that
+// attention reads the stored blocks and never a dequantized copy of the cache.
+struct Q8_0Block {
+  static constexpr int kBytes = blocks::kQ8_0Bytes;
+  static void widen(const uint8_t* block, __m256 x[4]) {
+    const __m256 d = _mm256_set1_ps(blocks::load_half(block));
+    for (int c = 0; c < 4; ++c) {
+      const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + 2 + 8 * c));
+      x[c] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+    }
+  }
+};
+// The 16 code bytes of a 4-bit block as four groups of eight codes in element order: low nibbles are
+// elements 0..15, high nibbles 16..31.
+inline void nibbles(const uint8_t* qs, __m256 q[4]) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(raw, mask);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
+  q[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo));
+  q[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)));
+  q[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi));
+  q[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)));
+}
+struct Q4_0Block {
+  static constexpr int kBytes = blocks::kQ4_0Bytes;
+  static void widen(const uint8_t* block, __m256 x[4]) {
+    // d * q - 8 d in one fused step: -8 d is exact, so this rounds d (q - 8) once, as the reference does.
+    const float d = blocks::load_half(block);
+    const __m256 scale = _mm256_set1_ps(d), offset = _mm256_set1_ps(-8.0f * d);
+    nibbles(block + 2, x);
+    for (int c = 0; c < 4; ++c) x[c] = _mm256_fmadd_ps(x[c], scale, offset);
+  }
+};
+struct Q4_1Block {
+  static constexpr int kBytes = blocks::kQ4_1Bytes;
+  static void widen(const uint8_t* block, __m256 x[4]) {
+    const __m256 d = _mm256_set1_ps(blocks::load_half(block));
+    const __m256 m = _mm256_set1_ps(blocks::load_half(block + 2));
+    nibbles(block + 4, x);
+    for (int c = 0; c < 4; ++c) x[c] = _mm256_fmadd_ps(x[c], d, m);
+  }
+};
+
+inline float horizontal_sum(__m256 a) {
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+  return _mm_cvtss_f32(lo);
 }
 
-template <typename Row>
+// scores() over keys stored in a block format (head_dim a multiple of 32): each block is widened in registers
+// and multiplied into four accumulators, one per eight dimensions (four independent FMA chains per key).
+template <typename Block>
+void block_scores(const float* q, const uint8_t* k, int m, int d, float scale, float* out) {
+  const int n_blocks = d / blocks::kQuantBlockElements;
+  const std::size_t row_bytes = static_cast<std::size_t>(n_blocks) * Block::kBytes;
+  for (int j = 0; j < m; ++j) {
+    const uint8_t* row = k + j * row_bytes;
+    for (std::size_t ahead = 0; ahead < row_bytes; ahead += 64) prefetch(row + kRowsAhead * row_bytes + ahead);
+    __m256 a[4], x[4];
+    for (__m256& r : a) r = _mm256_setzero_ps();
+    for (int b = 0; b < n_blocks; ++b) {
+      Block::widen(row + b * Block::kBytes, x);
+      const float* qb = q + b * blocks::kQuantBlockElements;
+      for (int c = 0; c < 4; ++c) a[c] = _mm256_fmadd_ps(_mm256_loadu_ps(qb + 8 * c), x[c], a[c]);
+    }
+    out[j] = horizontal_sum(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]))) * scale;
+  }
+}
+
+// weighted_sum() over values stored in a block format: two blocks (64 output dimensions) at a time held in
+// registers across all rows, then a last single block.
+template <typename Block>
+void block_weighted_sum(const float* p, const uint8_t* v, int m, int d, float* out) {
+  const int n_blocks = d / blocks::kQuantBlockElements;
+  const std::size_t row_bytes = static_cast<std::size_t>(n_blocks) * Block::kBytes;
+  int b0 = 0;
+  for (; b0 < n_blocks; b0 += 2) {
+    const int width = std::min(2, n_blocks - b0);
+    __m256 a[8], x[4];
+    for (__m256& r : a) r = _mm256_setzero_ps();
+    for (int j = 0; j < m; ++j) {
+      const __m256 pj = _mm256_set1_ps(p[j]);
+      const uint8_t* row = v + j * row_bytes + b0 * Block::kBytes;
+      prefetch(row + kRowsAhead * row_bytes);
+      for (int w = 0; w < width; ++w) {
+        Block::widen(row + w * Block::kBytes, x);
+        for (int c = 0; c < 4; ++c) a[4 * w + c] = _mm256_fmadd_ps(pj, x[c], a[4 * w + c]);
+      }
+    }
+    for (int c = 0; c < 4 * width; ++c) _mm256_storeu_ps(out + b0 * blocks::kQuantBlockElements + 8 * c, a[c]);
+  }
+}
+
+// The keys' scores and the values' weighted sum of one (layer, KV head), reading each part as stored.
+void key_scores(const CpuKVStorage& kv, int layer, int kv_head, const float* q, int m, float scale, float* out) {
+  const int d = kv.head_dim();
+  switch (kv.type().keys) {
+    case CacheType::F32: return scores(q, kv.f32(layer, kv_head, KVPart::Keys), m, d, scale, out);
+    case CacheType::F16: return scores(q, kv.f16(layer, kv_head, KVPart::Keys), m, d, scale, out);
+    case CacheType::BF16: return scores(q, kv.bf16(layer, kv_head, KVPart::Keys), m, d, scale, out);
+    case CacheType::Q8_0: return block_scores<Q8_0Block>(q, kv.blocks(layer, kv_head, KVPart::Keys), m, d, scale, out);
+    case CacheType::Q4_0: return block_scores<Q4_0Block>(q, kv.blocks(layer, kv_head, KVPart::Keys), m, d, scale, out);
+    case CacheType::Q4_1: return block_scores<Q4_1Block>(q, kv.blocks(layer, kv_head, KVPart::Keys), m, d, scale, out);
+  }
+}
+
+void value_sum(const CpuKVStorage& kv, int layer, int kv_head, const float* p, int m, float* out) {
+  const int d = kv.head_dim();
+  switch (kv.type().values) {
+    case CacheType::F32: return weighted_sum(p, kv.f32(layer, kv_head, KVPart::Values), m, d, out);
+    case CacheType::F16: return weighted_sum(p, kv.f16(layer, kv_head, KVPart::Values), m, d, out);
+    case CacheType::BF16: return weighted_sum(p, kv.bf16(layer, kv_head, KVPart::Values), m, d, out);
+    case CacheType::Q8_0: return block_weighted_sum<Q8_0Block>(p, kv.blocks(layer, kv_head, KVPart::Values), m, d, out);
+    case CacheType::Q4_0: return block_weighted_sum<Q4_0Block>(p, kv.blocks(layer, kv_head, KVPart::Values), m, d, out);
+    case CacheType::Q4_1: return block_weighted_sum<Q4_1Block>(p, kv.blocks(layer, kv_head, KVPart::Values), m, d, out);
+  }
+}
+
+// Decode: one query per head; heads run in parallel over the rows as stored.
 void decode(const CpuKVStorage& kv, const AttentionCall& call, Reductions& reductions, RowDelivery& delivery,
             float* out) {
   const int d = kv.head_dim();
@@ -196,21 +314,19 @@ void decode(const CpuKVStorage& kv, const AttentionCall& call, Reductions& reduc
   for (int h = 0; h < call.n_heads; ++h) {
     const int g = h / group;
     const int m = reductions.side.n_keys[g];
-    const Row* k = stored_rows<Row>(kv, call.layer, g, KVPart::Keys);
-    const Row* v = stored_rows<Row>(kv, call.layer, g, KVPart::Values);
     const float* qh = call.q + static_cast<std::size_t>(h) * d;
     std::vector<float> p(m);
-    scores(qh, k, m, d, scale, p.data());
+    key_scores(kv, call.layer, g, qh, m, scale, p.data());
     const float lse = softmax_lse(p.data(), m);
-    weighted_sum(p.data(), v, m, d, out + static_cast<std::size_t>(h) * d);
+    value_sum(kv, call.layer, g, p.data(), m, out + static_cast<std::size_t>(h) * d);
     reductions.allocate(h, m);
     reductions.add_row(h, 0, p.data(), m, m, lse);
     delivery.deliver(h, 0, 1, m, p.data());
   }
 }
 
-// Prefill: heads run in parallel, each with single-threaded BLAS on blocks of queries. Half rows are widened
-// once per head into float scratch.
+// Prefill: heads run in parallel, each with single-threaded BLAS on blocks of queries. Half and block-format
+// rows are widened (dequantized) once per head and call into float scratch, which BLAS needs.
 void prefill(const CpuKVStorage& kv, const AttentionCall& call, Reductions& reductions, RowDelivery& delivery,
              float* out) {
   const int d = kv.head_dim();
@@ -230,10 +346,12 @@ void prefill(const CpuKVStorage& kv, const AttentionCall& call, Reductions& redu
       const float* values = kv.host_f32_rows(call.layer, g, KVPart::Values);
       if (!keys) {
         wide_keys.resize(static_cast<std::size_t>(m) * d);
-        wide_values.resize(wide_keys.size());
         kv.read_rows(call.layer, g, KVPart::Keys, 0, m, wide_keys.data());
-        kv.read_rows(call.layer, g, KVPart::Values, 0, m, wide_values.data());
         keys = wide_keys.data();
+      }
+      if (!values) {
+        wide_values.resize(static_cast<std::size_t>(m) * d);
+        kv.read_rows(call.layer, g, KVPart::Values, 0, m, wide_values.data());
         values = wide_values.data();
       }
       reductions.allocate(h, m);
@@ -287,10 +405,7 @@ void attention(const CpuKVStorage& kv, const AttentionCall& call, const Attentio
   RowDelivery delivery(request.rows ? rows : nullptr);
 
   if (call.n == 1) {
-    if (kv.type() == CacheType::F32)
-      decode<float>(kv, call, reductions, delivery, out);
-    else
-      decode<uint16_t>(kv, call, reductions, delivery, out);
+    decode(kv, call, reductions, delivery, out);
   } else {
     prefill(kv, call, reductions, delivery, out);
   }

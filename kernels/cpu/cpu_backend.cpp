@@ -46,7 +46,7 @@ std::unique_ptr<RunState> CpuBackend::make_run_state(const ModelShape& shape, in
   return state;
 }
 
-std::unique_ptr<KVStorage> CpuBackend::make_kv_storage(int n_layers, int n_kv_heads, int head_dim, CacheType type) {
+std::unique_ptr<KVStorage> CpuBackend::make_kv_storage(int n_layers, int n_kv_heads, int head_dim, KVCacheTypes type) {
   return std::make_unique<CpuKVStorage>(n_layers, n_kv_heads, head_dim, type);
 }
 

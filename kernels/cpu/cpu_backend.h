@@ -14,7 +14,7 @@ class CpuBackend final : public Backend {
 
   void upload_weights(const ModelWeights&) override {}  // the mapped file is the weights' home
   std::unique_ptr<RunState> make_run_state(const ModelShape& shape, int max_rows) override;
-  std::unique_ptr<KVStorage> make_kv_storage(int n_layers, int n_kv_heads, int head_dim, CacheType type) override;
+  std::unique_ptr<KVStorage> make_kv_storage(int n_layers, int n_kv_heads, int head_dim, KVCacheTypes type) override;
   void to_host(const float* src, float* host_dst, std::size_t n) override;
   void from_host(const float* host_src, float* dst, std::size_t n) override;
 

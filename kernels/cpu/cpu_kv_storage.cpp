@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include "kernels/common/block_quantize.h"
 #include "kernels/common/float16.h"
+#include "kernels/common/quant_blocks.h"
+#include "kernels/error.h"
 
 namespace kvscope::kernels::cpu {
 
@@ -19,23 +22,70 @@ void shrink_to(Vec& vec, std::size_t capacity) {
   fresh.assign(vec.begin(), vec.end());
   vec.swap(fresh);
 }
+
+// Calls fn(vector, elements per row) on the vector a part of `type` keeps its rows in.
+template <typename Part, typename Fn>
+void on_stored(Part& rows, CacheType type, int head_dim, Fn&& fn) {
+  switch (type) {
+    case CacheType::F32: fn(rows.f32, static_cast<std::size_t>(head_dim)); break;
+    case CacheType::F16: fn(rows.f16, static_cast<std::size_t>(head_dim)); break;
+    case CacheType::BF16: fn(rows.bf16, static_cast<std::size_t>(head_dim)); break;
+    default: fn(rows.blocks, cache_row_bytes(type, head_dim)); break;
+  }
+}
+
+void quantize_row(CacheType type, const float* x, int head_dim, uint8_t* out) {
+  const std::size_t block_bytes = cache_row_bytes(type, blocks::kQuantBlockElements);
+  for (int b = 0; b < head_dim / blocks::kQuantBlockElements; ++b) {
+    const float* in = x + b * blocks::kQuantBlockElements;
+    uint8_t* block = out + b * block_bytes;
+    switch (type) {
+      case CacheType::Q8_0: blocks::quantize_block_q8_0(in, block); break;
+      case CacheType::Q4_0: blocks::quantize_block_q4_0(in, block); break;
+      case CacheType::Q4_1: blocks::quantize_block_q4_1(in, block); break;
+      default: throw Error(std::string("quantize_row: ") + cache_type_name(type) + " is not a block format");
+    }
+  }
+}
+
+void dequantize_row(CacheType type, const uint8_t* row, int head_dim, float* out) {
+  const std::size_t block_bytes = cache_row_bytes(type, blocks::kQuantBlockElements);
+  for (int b = 0; b < head_dim / blocks::kQuantBlockElements; ++b) {
+    const uint8_t* block = row + b * block_bytes;
+    float* y = out + b * blocks::kQuantBlockElements;
+    switch (type) {
+      case CacheType::Q8_0: blocks::dequantize_block_q8_0(block, y); break;
+      case CacheType::Q4_0: blocks::dequantize_block_q4_0(block, y); break;
+      case CacheType::Q4_1: blocks::dequantize_block_q4_1(block, y); break;
+      default: throw Error(std::string("dequantize_row: ") + cache_type_name(type) + " is not a block format");
+    }
+  }
+}
 }  // namespace
 
-CpuKVStorage::CpuKVStorage(int n_layers, int n_kv_heads, int head_dim, CacheType type)
-    : KVStorage(n_layers, n_kv_heads, head_dim, type), heads_(static_cast<std::size_t>(n_layers) * n_kv_heads) {}
+CpuKVStorage::CpuKVStorage(int n_layers, int n_kv_heads, int head_dim, KVCacheTypes type)
+    : KVStorage(n_layers, n_kv_heads, head_dim, type), heads_(static_cast<std::size_t>(n_layers) * n_kv_heads) {
+  check_cache_types(type, head_dim);
+}
 
 const float* CpuKVStorage::f32(int layer, int kv_head, KVPart part) const {
-  const HeadRows& head = at(layer, kv_head);
-  return part == KVPart::Keys ? head.keys.data() : head.values.data();
+  return at(layer, kv_head).part(part).f32.data();
 }
 
 const uint16_t* CpuKVStorage::f16(int layer, int kv_head, KVPart part) const {
-  const HeadRows& head = at(layer, kv_head);
-  return part == KVPart::Keys ? head.keys16.data() : head.values16.data();
+  return at(layer, kv_head).part(part).f16.data();
+}
+
+const BFloat16* CpuKVStorage::bf16(int layer, int kv_head, KVPart part) const {
+  return at(layer, kv_head).part(part).bf16.data();
+}
+
+const uint8_t* CpuKVStorage::blocks(int layer, int kv_head, KVPart part) const {
+  return at(layer, kv_head).part(part).blocks.data();
 }
 
 const float* CpuKVStorage::host_f32_rows(int layer, int kv_head, KVPart part) const {
-  return type() == CacheType::F32 ? f32(layer, kv_head, part) : nullptr;
+  return type().of(part) == CacheType::F32 ? f32(layer, kv_head, part) : nullptr;
 }
 
 void CpuKVStorage::reserve_for(HeadRows& head, std::size_t entries) {
@@ -45,82 +95,108 @@ void CpuKVStorage::reserve_for(HeadRows& head, std::size_t entries) {
   const std::size_t target =
       head.positions.empty() ? entries
                              : std::max(entries, head.positions.size() + head.positions.size() / 4 + kMinSlackEntries);
-  const std::size_t d = head_dim();
-  if (type() == CacheType::F32) {
-    head.keys.reserve(target * d);
-    head.values.reserve(target * d);
-  } else {
-    head.keys16.reserve(target * d);
-    head.values16.reserve(target * d);
-  }
+  for (KVPart part : {KVPart::Keys, KVPart::Values})
+    on_stored(head.part(part), type().of(part), head_dim(), [&](auto& rows, std::size_t width) {
+      rows.reserve(target * width);
+    });
   head.positions.reserve(target);
 }
 
-void CpuKVStorage::append(int layer, const float* k, const float* v, int n, const int32_t* positions) {
-  const std::size_t d = head_dim();
-  for (int h = 0; h < n_kv_heads(); ++h) {
-    HeadRows& head = at(layer, h);
-    reserve_for(head, head.positions.size() + n);
-    for (int t = 0; t < n; ++t) {
-      const std::size_t offset = (static_cast<std::size_t>(t) * n_kv_heads() + h) * d;
-      if (type() == CacheType::F32) {
-        head.keys.insert(head.keys.end(), k + offset, k + offset + d);
-        head.values.insert(head.values.end(), v + offset, v + offset + d);
-      } else {
-        const std::size_t at_row = head.keys16.size();
-        head.keys16.resize(at_row + d);
-        head.values16.resize(at_row + d);
-        floats_to_half(k + offset, d, head.keys16.data() + at_row);
-        floats_to_half(v + offset, d, head.values16.data() + at_row);
-      }
-      head.positions.push_back(positions[t]);
+void CpuKVStorage::push_rows(HeadRows& head, KVPart part, const float* rows, std::size_t row_stride, int count) {
+  const int d = head_dim();
+  const CacheType t = type().of(part);
+  PartRows& stored = head.part(part);
+  for (int r = 0; r < count; ++r) {
+    const float* row = rows + r * row_stride;
+    if (t == CacheType::F32) {
+      stored.f32.insert(stored.f32.end(), row, row + d);
+    } else if (t == CacheType::F16) {
+      const std::size_t end = stored.f16.size();
+      stored.f16.resize(end + d);
+      floats_to_half(row, d, stored.f16.data() + end);
+    } else if (t == CacheType::BF16) {
+      const std::size_t end = stored.bf16.size();
+      stored.bf16.resize(end + d);
+      floats_to_bf16(row, d, stored.bf16.data() + end);
+    } else {
+      const std::size_t end = stored.blocks.size();
+      stored.blocks.resize(end + cache_row_bytes(t, d));
+      quantize_row(t, row, d, stored.blocks.data() + end);
     }
   }
 }
 
-void CpuKVStorage::load_row(const HeadRows& head, KVPart part, std::size_t i, float* out) const {
+void CpuKVStorage::append(int layer, const float* k, const float* v, int n, const int32_t* positions) {
   const std::size_t d = head_dim();
-  if (type() == CacheType::F32) {
-    const float* rows = part == KVPart::Keys ? head.keys.data() : head.values.data();
-    std::copy_n(rows + i * d, d, out);
+  const std::size_t token_stride = static_cast<std::size_t>(n_kv_heads()) * d;
+  for (int h = 0; h < n_kv_heads(); ++h) {
+    HeadRows& head = at(layer, h);
+    reserve_for(head, head.positions.size() + n);
+    push_rows(head, KVPart::Keys, k + h * d, token_stride, n);
+    push_rows(head, KVPart::Values, v + h * d, token_stride, n);
+    head.positions.insert(head.positions.end(), positions, positions + n);
+  }
+}
+
+void CpuKVStorage::load_rows(const HeadRows& head, KVPart part, std::size_t first, std::size_t count,
+                             float* out) const {
+  const int d = head_dim();
+  const CacheType t = type().of(part);
+  const PartRows& stored = head.part(part);
+  if (t == CacheType::F32) {
+    std::copy_n(stored.f32.data() + first * d, count * d, out);
+  } else if (t == CacheType::F16) {
+    halves_to_float(stored.f16.data() + first * d, count * d, out);
+  } else if (t == CacheType::BF16) {
+    bf16s_to_float(stored.bf16.data() + first * d, count * d, out);
   } else {
-    halves_to_float((part == KVPart::Keys ? head.keys16.data() : head.values16.data()) + i * d, d, out);
+    const std::size_t row_bytes = cache_row_bytes(t, d);
+    for (std::size_t r = 0; r < count; ++r)
+      dequantize_row(t, stored.blocks.data() + (first + r) * row_bytes, d, out + r * d);
   }
 }
 
 void CpuKVStorage::store_row(HeadRows& head, KVPart part, std::size_t i, const float* row) {
-  const std::size_t d = head_dim();
-  if (type() == CacheType::F32)
-    std::copy_n(row, d, (part == KVPart::Keys ? head.keys.data() : head.values.data()) + i * d);
+  const int d = head_dim();
+  const CacheType t = type().of(part);
+  PartRows& stored = head.part(part);
+  if (t == CacheType::F32)
+    std::copy_n(row, d, stored.f32.data() + i * d);
+  else if (t == CacheType::F16)
+    floats_to_half(row, d, stored.f16.data() + i * d);
+  else if (t == CacheType::BF16)
+    floats_to_bf16(row, d, stored.bf16.data() + i * d);
   else
-    floats_to_half(row, d, (part == KVPart::Keys ? head.keys16.data() : head.values16.data()) + i * d);
+    quantize_row(t, row, d, stored.blocks.data() + i * cache_row_bytes(t, d));
 }
 
 void CpuKVStorage::edit(int layer, int kv_head, std::span<const int32_t> keep, std::span<const RowMerge> merges,
                         std::span<const ValueMerge> value_merges) {
   HeadRows& head = at(layer, kv_head);
   const std::size_t d = head_dim();
-  // Merges first, while source indices still refer to the old layout; float32 whatever the storage.
+  // Merges first, while source indices still refer to the old layout; float32 whatever the storage (a block
+  // format is dequantized, merged and quantized again).
   std::vector<float> row(d), merged(d);
   for (const ValueMerge& m : value_merges) {
-    load_row(head, KVPart::Values, m.source, row.data());
+    load_rows(head, KVPart::Values, m.source, 1, row.data());
     for (int32_t t : m.targets) {
-      load_row(head, KVPart::Values, t, merged.data());
+      load_rows(head, KVPart::Values, t, 1, merged.data());
       for (std::size_t j = 0; j < d; ++j) merged[j] += m.weight * row[j];
       store_row(head, KVPart::Values, t, merged.data());
     }
   }
   for (const RowMerge& g : merges)
     for (KVPart part : {KVPart::Keys, KVPart::Values}) {
-      load_row(head, part, g.target, row.data());
+      load_rows(head, part, g.target, 1, row.data());
       for (std::size_t j = 0; j < d; ++j) merged[j] = g.weights[0] * row[j];
       for (std::size_t s = 0; s < g.sources.size(); ++s) {
-        load_row(head, part, g.sources[s], row.data());
+        load_rows(head, part, g.sources[s], 1, row.data());
         for (std::size_t j = 0; j < d; ++j) merged[j] += g.weights[s + 1] * row[j];
       }
       store_row(head, part, g.target, merged.data());
     }
-  // Compaction in place: keep is increasing, so each kept row moves down or stays.
+  // Compaction in place: keep is increasing, so each kept row moves down or stays. A block row moves whole
+  // (its scales with it), so evicting frees an entry's payload and scales together.
   auto compact = [&](auto& rows, std::size_t width) {
     std::size_t out = 0;
     for (int32_t i : keep) {
@@ -129,13 +205,7 @@ void CpuKVStorage::edit(int layer, int kv_head, std::span<const int32_t> keep, s
     }
     rows.resize(out * width);
   };
-  if (type() == CacheType::F32) {
-    compact(head.keys, d);
-    compact(head.values, d);
-  } else {
-    compact(head.keys16, d);
-    compact(head.values16, d);
-  }
+  for (KVPart part : {KVPart::Keys, KVPart::Values}) on_stored(head.part(part), type().of(part), head_dim(), compact);
   compact(head.positions, 1);
   release_slack(head);
 }
@@ -145,36 +215,25 @@ void CpuKVStorage::release_slack(HeadRows& head) {
   const std::size_t capacity = head.positions.capacity();
   if (capacity - n <= kMinSlackEntries || static_cast<double>(capacity - n) <= kMaxSlackShare * capacity) return;
   const std::size_t keep_capacity = n + kMinSlackEntries;
-  const std::size_t d = head_dim();
-  if (type() == CacheType::F32) {
-    shrink_to(head.keys, keep_capacity * d);
-    shrink_to(head.values, keep_capacity * d);
-  } else {
-    shrink_to(head.keys16, keep_capacity * d);
-    shrink_to(head.values16, keep_capacity * d);
-  }
+  for (KVPart part : {KVPart::Keys, KVPart::Values})
+    on_stored(head.part(part), type().of(part), head_dim(), [&](auto& rows, std::size_t width) {
+      shrink_to(rows, keep_capacity * width);
+    });
   shrink_to(head.positions, keep_capacity);
 }
 
 void CpuKVStorage::read_rows(int layer, int kv_head, KVPart part, int first, int count, float* host_out) const {
-  const HeadRows& head = at(layer, kv_head);
-  const std::size_t d = head_dim();
-  if (type() == CacheType::F32) {
-    const float* rows = part == KVPart::Keys ? head.keys.data() : head.values.data();
-    std::copy_n(rows + first * d, count * d, host_out);
-  } else {
-    halves_to_float((part == KVPart::Keys ? head.keys16.data() : head.values16.data()) + first * d, count * d,
-                    host_out);
-  }
+  load_rows(at(layer, kv_head), part, first, count, host_out);
 }
 
 std::size_t CpuKVStorage::layer_bytes(int layer) const {
   std::size_t total = 0;
-  for (int h = 0; h < n_kv_heads(); ++h) {
-    const HeadRows& head = at(layer, h);
-    total += (head.keys.capacity() + head.values.capacity()) * sizeof(float) +
-             (head.keys16.capacity() + head.values16.capacity()) * sizeof(uint16_t);
-  }
+  for (int h = 0; h < n_kv_heads(); ++h)
+    for (KVPart part : {KVPart::Keys, KVPart::Values}) {
+      const PartRows& rows = at(layer, h).part(part);
+      total += rows.f32.capacity() * sizeof(float) + rows.f16.capacity() * sizeof(uint16_t) +
+               rows.bf16.capacity() * sizeof(BFloat16) + rows.blocks.capacity();
+    }
   return total;
 }
 

@@ -1,15 +1,17 @@
 #pragma once
-// K/V rows in host memory, float32 or IEEE half per CacheType, per (layer, KV head) in ragged vectors.
+// K/V rows in host memory per (layer, KV head), in ragged vectors: float32, IEEE half, bfloat16 or llama.cpp
+// blocks (q8_0, q4_0, q4_1), keys and values each in their own CacheType.
 #include <cstdint>
 #include <vector>
 
+#include "kernels/common/float16.h"
 #include "kernels/kv_storage.h"
 
 namespace kvscope::kernels::cpu {
 
 class CpuKVStorage final : public KVStorage {
  public:
-  CpuKVStorage(int n_layers, int n_kv_heads, int head_dim, CacheType type);
+  CpuKVStorage(int n_layers, int n_kv_heads, int head_dim, KVCacheTypes type);
 
   int size(int layer, int kv_head) const override { return static_cast<int>(at(layer, kv_head).positions.size()); }
   std::span<const int32_t> positions(int layer, int kv_head) const override { return at(layer, kv_head).positions; }
@@ -20,15 +22,26 @@ class CpuKVStorage final : public KVStorage {
   const float* host_f32_rows(int layer, int kv_head, KVPart part) const override;
   std::size_t layer_bytes(int layer) const override;
 
-  // The stored rows of one head, [size][head_dim]: f32() when type() is F32, f16() when F16 (else empty).
+  // The stored rows of one head's part, [size][head_dim]: f32() when its type is F32, f16() when F16, bf16()
+  // when BF16, blocks() (row_bytes(part) bytes a row) for a block format; the others are empty.
   const float* f32(int layer, int kv_head, KVPart part) const;
   const uint16_t* f16(int layer, int kv_head, KVPart part) const;
+  const BFloat16* bf16(int layer, int kv_head, KVPart part) const;
+  const uint8_t* blocks(int layer, int kv_head, KVPart part) const;
 
  private:
+  // One part's rows in the vector its type uses.
+  struct PartRows {
+    std::vector<float> f32;
+    std::vector<uint16_t> f16;
+    std::vector<BFloat16> bf16;
+    std::vector<uint8_t> blocks;
+  };
   struct HeadRows {
-    std::vector<float> keys, values;         // CacheType::F32
-    std::vector<uint16_t> keys16, values16;  // CacheType::F16
+    PartRows keys, values;
     std::vector<int32_t> positions;
+    PartRows& part(KVPart p) { return p == KVPart::Keys ? keys : values; }
+    const PartRows& part(KVPart p) const { return p == KVPart::Keys ? keys : values; }
   };
   HeadRows& at(int layer, int kv_head) { return heads_[static_cast<std::size_t>(layer) * n_kv_heads() + kv_head]; }
   const HeadRows& at(int layer, int kv_head) const {
@@ -36,9 +49,11 @@ class CpuKVStorage final : public KVStorage {
   }
   void reserve_for(HeadRows& head, std::size_t entries);
   void release_slack(HeadRows& head);
-  // Row i of a head as float (a copy for f16) and back.
-  void load_row(const HeadRows& head, KVPart part, std::size_t i, float* out) const;
+  // Rows [first, first + count) of a part as float (a copy, widened or dequantized) and one row back.
+  void load_rows(const HeadRows& head, KVPart part, std::size_t first, std::size_t count, float* out) const;
   void store_row(HeadRows& head, KVPart part, std::size_t i, const float* row);
+  // Adds `count` rows, row t at rows + t * row_stride floats.
+  void push_rows(HeadRows& head, KVPart part, const float* rows, std::size_t row_stride, int count);
 
   std::vector<HeadRows> heads_;
 };

@@ -96,7 +96,7 @@ class CudaBackend final : public Backend {
     return state;
   }
 
-  std::unique_ptr<KVStorage> make_kv_storage(int n_layers, int n_kv_heads, int head_dim, CacheType type) override {
+  std::unique_ptr<KVStorage> make_kv_storage(int n_layers, int n_kv_heads, int head_dim, KVCacheTypes type) override {
     return std::make_unique<CudaKVStorage>(n_layers, n_kv_heads, head_dim, type, stream_);
   }
 

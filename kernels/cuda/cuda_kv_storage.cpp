@@ -21,7 +21,7 @@ void upload_into(DeviceBuffer<T>& buffer, const std::vector<T>& host, cudaStream
 
 }  // namespace
 
-CudaKVStorage::CudaKVStorage(int n_layers, int n_kv_heads, int head_dim, CacheType type, cudaStream_t stream)
+CudaKVStorage::CudaKVStorage(int n_layers, int n_kv_heads, int head_dim, KVCacheTypes type, cudaStream_t stream)
     : KVStorage(n_layers, n_kv_heads, head_dim, type), stream_(stream), layers_(n_layers) {
   if (type != CacheType::F32)
     throw UsageError(std::string("the CUDA backend stores the cache as f32 only; cache type '") +

@@ -15,8 +15,8 @@ namespace kvscope::kernels::cuda {
 
 class CudaKVStorage final : public KVStorage {
  public:
-  // Throws UsageError for CacheType::F16 (not implemented on the device yet).
-  CudaKVStorage(int n_layers, int n_kv_heads, int head_dim, CacheType type, cudaStream_t stream);
+  // Throws UsageError for any cache type but f32 (not implemented on the device yet).
+  CudaKVStorage(int n_layers, int n_kv_heads, int head_dim, KVCacheTypes type, cudaStream_t stream);
 
   int size(int layer, int kv_head) const override;
   std::span<const int32_t> positions(int layer, int kv_head) const override;

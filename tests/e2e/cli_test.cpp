@@ -58,7 +58,7 @@ TEST_CASE("bad usage exits 2 with a message naming what was wrong") {
   CHECK_THAT(o.output, Catch::Contains("unknown device 'tpu'") && Catch::Contains("cpu or cuda"));
   o = run("trace --prompt hi --cache-type f8 --out /tmp/kvscope_cli_never.h5");
   CHECK(o.exit_code == 2);
-  CHECK_THAT(o.output, Catch::Contains("unknown cache type 'f8'") && Catch::Contains("f32 or f16"));
+  CHECK_THAT(o.output, Catch::Contains("unknown cache type 'f8'") && Catch::Contains("expected one of f32, f16, q8_0, q4_0, q4_1, bf16"));
 }
 
 TEST_CASE("bad model files exit 1 naming the file") {

@@ -1,5 +1,5 @@
 // The CPU backend's attention (ragged cache, GQA, causal by original position, side outputs, streamed rows,
-// float32 and half storage) against a direct O(n^2) loop in double over the same stored rows.
+// float32, half and llama.cpp block storage) against a direct O(n^2) loop in double over the same stored rows.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -23,7 +23,7 @@ struct Setup {
 
 // Cache entries per KV head: an evicted-looking prefix (gappy positions) followed by the step's own n keys.
 Setup make_setup(int n_heads, int n_kv_heads, int d, int n, unsigned seed,
-                 kernels::CacheType type = kernels::CacheType::F32) {
+                 kernels::KVCacheTypes type = kernels::CacheType::F32) {
   kernels::ModelShape c;
   c.n_heads = n_heads;
   c.n_kv_heads = n_kv_heads;
@@ -50,7 +50,8 @@ Setup make_setup(int n_heads, int n_kv_heads, int d, int n, unsigned seed,
   return s;
 }
 
-// Direct reference over the rows as stored (half rows widened): probabilities[h][i][j], log-sum-exp[h][i] and
+// Direct reference over the rows as stored (half rows widened, block rows dequantized by KVCache's copy, not
+// by the kernels' in-register widening): probabilities[h][i][j], log-sum-exp[h][i] and
 // outputs.
 void reference(const Setup& s, int n, std::vector<std::vector<std::vector<double>>>& probs,
                std::vector<std::vector<double>>& lse, std::vector<double>& out) {
@@ -114,7 +115,7 @@ observation::AttentionObservation attend(const Setup& s, int n, const observatio
   return obs;
 }
 
-void check(int n_heads, int n_kv_heads, int n, kernels::CacheType type = kernels::CacheType::F32, int d = 16) {
+void check(int n_heads, int n_kv_heads, int n, kernels::KVCacheTypes type = kernels::CacheType::F32, int d = 16) {
   const int window = 3;
   Setup s = make_setup(n_heads, n_kv_heads, d, n, 11 + n, type);
   observation::ObservationRequest req;
@@ -166,13 +167,46 @@ TEST_CASE("attention over a half-precision cache matches the direct loop over th
   check(6, 2, 1, kernels::CacheType::F16);
   check(3, 3, 1, kernels::CacheType::F16);
 }
+TEST_CASE("attention over a bfloat16 cache matches the direct loop over the stored rows") {
+  check(6, 2, 70, kernels::CacheType::BF16);
+  check(6, 2, 1, kernels::CacheType::BF16);
+  check(3, 3, 1, kernels::CacheType::BF16);
+}
 TEST_CASE("decode attention for head sizes beyond one register block and not a multiple of 8") {
-  for (auto type : {kernels::CacheType::F32, kernels::CacheType::F16})
+  for (auto type : {kernels::CacheType::F32, kernels::CacheType::F16, kernels::CacheType::BF16})
     for (int d : {72, 128, 12}) {
       INFO("head_dim " << d);
       check(6, 2, 1, type, d);
       check(4, 4, 9, type, d);
     }
+}
+
+TEST_CASE("attention over q8_0, q4_0 and q4_1 caches matches the direct loop over the dequantized rows") {
+  using kernels::CacheType;
+  for (CacheType type : {CacheType::Q8_0, CacheType::Q4_0, CacheType::Q4_1})
+    for (int d : {32, 64, 96, 128}) {
+      INFO("cache " << kernels::cache_type_name(type) << ", head_dim " << d);
+      check(6, 2, 1, type, d);   // decode: the blocks read in place
+      check(3, 3, 1, type, d);
+      check(6, 2, 70, type, d);  // prefill: rows dequantized into scratch for BLAS
+    }
+  // Keys and values in different types, each read as stored.
+  for (kernels::KVCacheTypes types : {kernels::KVCacheTypes(CacheType::Q8_0, CacheType::Q4_1),
+                                      kernels::KVCacheTypes(CacheType::F16, CacheType::Q4_0),
+                                      kernels::KVCacheTypes(CacheType::Q4_1, CacheType::F32)}) {
+    INFO("cache " << kernels::cache_type_name(types));
+    check(6, 2, 1, types, 64);
+    check(6, 2, 9, types, 64);
+  }
+}
+
+TEST_CASE("a block cache type refuses a head_dim that is not a whole number of blocks") {
+  REQUIRE_THROWS_WITH(cache::KVCache(1, 1, 48, kernels::CacheType::Q4_0),
+                      "cache type q4_0 stores blocks of 32 values, but this model's head_dim 48 is not a multiple "
+                      "of 32 (use f32, f16 or bf16)");
+  REQUIRE_THROWS_WITH(cache::KVCache(1, 1, 16, kernels::KVCacheTypes(kernels::CacheType::F16, kernels::CacheType::Q8_0)),
+                      Catch::Contains("cache type q8_0 stores blocks of 32 values"));
+  REQUIRE_NOTHROW(cache::KVCache(1, 1, 48, kernels::CacheType::F16));
 }
 
 TEST_CASE("side outputs are only computed when asked for") {

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 
@@ -164,8 +165,38 @@ cache::HeadEdit random_edit(int layer, int kv_head, int size, std::mt19937& rng)
   return h;
 }
 
-void check_edit_against_direct_loop(kernels::CacheType type, double relative_tolerance) {
-  const int layers = 2, heads = 3, d = 67, n = 40;  // d not a multiple of 8: the vector loops' tails run too
+// How far a stored element may be from the exact value x, element t of its row (the whole row given).
+using Tolerance = std::function<double(const std::vector<double>& row, int t)>;
+
+Tolerance relative(double relative_tolerance) {
+  return [relative_tolerance](const std::vector<double>& row, int t) {
+    return relative_tolerance * std::abs(row[t]) + 1e-6;
+  };
+}
+
+// A block format's largest error for element t: half a step of its 32-value block (a whole step for q4_0's
+// capped code, where the value of largest magnitude is positive), plus the rounding of the scale (and minimum)
+// to half.
+Tolerance block_format(kernels::CacheType type) {
+  return [type](const std::vector<double>& row, int t) {
+    const int first = t / 32 * 32;
+    double lo = row[first], hi = row[first], amax = 0.0;
+    for (int j = first; j < first + 32; ++j) {
+      lo = std::min(lo, row[j]);
+      hi = std::max(hi, row[j]);
+      amax = std::max(amax, std::abs(row[j]));
+    }
+    const double half_rounding = std::ldexp(1.0, -11);
+    switch (type) {
+      case kernels::CacheType::Q8_0: return amax / 127 * 0.5 + amax * half_rounding + 1e-6;
+      case kernels::CacheType::Q4_0: return amax / 8 + amax * half_rounding + 1e-6;
+      default: return (hi - lo) / 15 * 0.5 + (hi - lo) * half_rounding + std::abs(lo) * half_rounding + 1e-6;
+    }
+  };
+}
+
+void check_edit_against_direct_loop(kernels::CacheType type, const Tolerance& tolerance, int d = 67) {
+  const int layers = 2, heads = 3, n = 40;  // d = 67 is not a multiple of 8: the vector loops' tails run too
   std::mt19937 rng(7);
   cache::KVCache c(layers, heads, d, type);
   std::vector<int32_t> positions(n);
@@ -211,21 +242,73 @@ void check_edit_against_direct_loop(kernels::CacheType type, double relative_tol
       REQUIRE(c.size(l, g) == static_cast<int>(h.keep.size()));
       for (std::size_t e = 0; e < h.keep.size(); ++e) REQUIRE(c.positions(l, g)[e] == h.keep[e]);
       const auto keys = c.keys(l, g), values = c.values(l, g);
-      for (std::size_t i = 0; i < expected_keys[index].size(); ++i) {
-        REQUIRE(std::abs(keys[i] - expected_keys[index][i]) <= relative_tolerance * std::abs(expected_keys[index][i]) + 1e-6);
-        REQUIRE(std::abs(values[i] - expected_values[index][i]) <= relative_tolerance * std::abs(expected_values[index][i]) + 1e-6);
+      for (std::size_t e = 0; e < h.keep.size(); ++e) {
+        const std::vector<double> key_row(expected_keys[index].begin() + e * d,
+                                          expected_keys[index].begin() + (e + 1) * d);
+        const std::vector<double> value_row(expected_values[index].begin() + e * d,
+                                            expected_values[index].begin() + (e + 1) * d);
+        for (int t = 0; t < d; ++t) {
+          REQUIRE(std::abs(keys[e * d + t] - key_row[t]) <= tolerance(key_row, t));
+          REQUIRE(std::abs(values[e * d + t] - value_row[t]) <= tolerance(value_row, t));
+        }
       }
     }
 }
 }  // namespace
 
 TEST_CASE("random gathers and merges equal a direct loop (float32 cache)") {
-  check_edit_against_direct_loop(kernels::CacheType::F32, 1e-6);
+  check_edit_against_direct_loop(kernels::CacheType::F32, relative(1e-6));
 }
 
 TEST_CASE("random gathers and merges equal a direct loop (half cache: merged in float32, rounded once)") {
   // One rounding to half: relative error at most 2^-11 for normal values, plus float32 accumulation.
-  check_edit_against_direct_loop(kernels::CacheType::F16, std::ldexp(1.0, -11) + 1e-6);
+  check_edit_against_direct_loop(kernels::CacheType::F16, relative(std::ldexp(1.0, -11) + 1e-6));
+}
+
+TEST_CASE("random gathers and merges equal a direct loop (bfloat16 cache: merged in float32, rounded once)") {
+  // One rounding to bfloat16: relative error at most 2^-8.
+  check_edit_against_direct_loop(kernels::CacheType::BF16, relative(std::ldexp(1.0, -8) + 1e-6));
+}
+
+TEST_CASE("random gathers and merges on block caches: dequantized, merged in float32, quantized once") {
+  using kernels::CacheType;
+  for (CacheType type : {CacheType::Q8_0, CacheType::Q4_0, CacheType::Q4_1}) {
+    INFO("cache " << kernels::cache_type_name(type));
+    check_edit_against_direct_loop(type, block_format(type), 96);
+  }
+}
+
+TEST_CASE("a block cache's entries take payload and scales, and eviction gives whole entries back") {
+  using kernels::CacheType;
+  const int d = 64, n = 300;
+  std::mt19937 rng(5);
+  const auto k = random_rows(static_cast<std::size_t>(n) * 2 * d, rng, 2.0f);
+  std::vector<int32_t> positions(n);
+  std::iota(positions.begin(), positions.end(), 0);
+  // Bytes of a key row plus a value row: llama.cpp's block sizes (half scale, half minimum, codes).
+  for (const auto& [types, entry] : {std::pair{kernels::KVCacheTypes(CacheType::Q8_0), 2 * 2 * (2 + 32)},
+                                     std::pair{kernels::KVCacheTypes(CacheType::Q4_0), 2 * 2 * (2 + 16)},
+                                     std::pair{kernels::KVCacheTypes(CacheType::Q4_1), 2 * 2 * (2 + 2 + 16)},
+                                     std::pair{kernels::KVCacheTypes(CacheType::Q8_0, CacheType::F16), 2 * 34 + 2 * d}}) {
+    INFO("cache " << kernels::cache_type_name(types));
+    cache::KVCache c(1, 2, d, types);
+    c.append(0, k.data(), k.data(), n, positions.data());
+    CHECK(c.entry_bytes() == static_cast<std::size_t>(2 * n * entry));
+    CHECK(c.bytes() == c.entry_bytes());  // a prefill reserves exactly
+    cache::CacheEdit edit;
+    for (int g = 0; g < 2; ++g) {
+      cache::HeadEdit h{0, g, {}, {}, {}, {}, {}};
+      for (int i = 0; i < n; i += 10) h.keep.push_back(i);
+      edit.heads.push_back(h);
+    }
+    const auto before = std::vector<float>(c.keys(0, 1).begin(), c.keys(0, 1).end());
+    c.apply(edit);
+    CHECK(c.entry_bytes() == static_cast<std::size_t>(2 * (n / 10) * entry));
+    CHECK(c.bytes() < c.peak_bytes() / 4);  // the slack went back
+    // The kept rows read back unchanged: their blocks moved whole.
+    for (int e = 0; e < n / 10; ++e)
+      for (int t = 0; t < d; ++t) REQUIRE(c.keys(0, 1)[e * d + t] == before[e * 10 * d + t]);
+  }
 }
 
 TEST_CASE("a half cache stores each value rounded to the nearest half and reads it back as float") {
