@@ -190,7 +190,8 @@ def score(obs):
   CHECK(run_error("python:" + path + ",expected=dynamickv,allocation=dynamickv") == "");
   CHECK(run_error("python:" + path + ",expected=adakv,selection=adakv") == "");
   // The check inside the file can fail: without the allocation its parameters are not there.
-  CHECK_THAT(run_error("python:" + path + ",expected=pyramid"), Catch::Contains("missing ['beta']"));
+  CHECK_THAT(run_error("python:" + path + ",expected=pyramid"),
+             Catch::Contains("missing ['beta', 'pyramid_arithmetic']"));
 
   // What a trace records (policy_params) is the same set.
   const std::set<std::string> file_params = {"alpha", "expected"};
