@@ -1,0 +1,49 @@
+// What a decode step's attention costs per cache type (printed, not a timed test: hidden from ctest, run with
+// `test_kernels "[.cost]"`). The default model's shape: 9 query heads over 3 KV heads of 64 dimensions, one layer.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "core/cache/kv_cache.h"
+#include "core/observation/attention_observation.h"
+#include "kernels/backend.h"
+
+using namespace kvscope;
+
+TEST_CASE("decode attention time per cache type", "[.cost]") {
+  const int n_heads = 9, n_kv = 3, d = 64, repeats = 200;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist;
+  for (int n : {977, 4096}) {
+    std::vector<float> k(static_cast<std::size_t>(n) * n_kv * d), v(k.size()), q(static_cast<std::size_t>(n_heads) * d);
+    for (auto& x : k) x = dist(rng);
+    for (auto& x : v) x = dist(rng);
+    for (auto& x : q) x = dist(rng);
+    std::vector<int32_t> positions(n);
+    for (int i = 0; i < n; ++i) positions[i] = i;
+    double f32_us = 0.0;
+    for (kernels::CacheType type : {kernels::CacheType::F32, kernels::CacheType::F16, kernels::CacheType::BF16,
+                                    kernels::CacheType::Q8_0, kernels::CacheType::Q4_1, kernels::CacheType::Q4_0}) {
+      cache::KVCache c(1, n_kv, d, type);
+      c.append(0, k.data(), v.data(), n, positions.data());
+      std::vector<float> out(q.size());
+      const int32_t query_position = n;
+      double best = 1e300;
+      for (int r = 0; r < repeats; ++r) {
+        observation::AttentionObservation side;
+        const auto t0 = std::chrono::steady_clock::now();
+        kernels::default_cpu_backend().attention(c.storage(), {0, n_heads, q.data(), 1, &query_position}, {}, nullptr,
+                                                 side, out.data());
+        best = std::min(best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      }
+      if (type == kernels::CacheType::F32) f32_us = best;
+      std::printf("%5d keys  %-5s  %7.1f us per layer (best of %d)  x%.2f of f32  %6.2f MB of K/V per layer\n", n,
+                  kernels::cache_type_name(type), best, repeats, best / f32_us, c.entry_bytes() / 1e6);
+    }
+  }
+  SUCCEED();
+}
