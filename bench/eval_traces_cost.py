@@ -3,7 +3,7 @@
 `--traces DIR --traces-for all` (every sample's file kept: the most a run can cost), printing the wall time of
 each, the ratio, and the traces' size on disk in total, per sample and per 1K prompt tokens.
 
-    bench/eval_traces_cost.py [--build build] [--policy snapkv] [--budget 25%] [--length 4096] [--samples 50]
+    bench/eval_traces_cost.py [--build build | --binary PATH] [--policy snapkv] [--budget 25%] [--length 4096] [--samples 50]
                               [--tasks niah_single_1] [--record SPEC]
 
 The run with traces also runs the full cache on every sample (a trace holds both runs), so the run without
@@ -33,6 +33,8 @@ def run(cmd):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--binary", help="the kvscope executable (default BUILD/app/kvscope); give a copy when the build "
+                                     "may change while the two runs go")
     ap.add_argument("--policy", default="snapkv")
     ap.add_argument("--budget", default="25%")
     ap.add_argument("--length", type=int, default=4096)
@@ -40,7 +42,7 @@ def main():
     ap.add_argument("--tasks", default="niah_single_1")
     ap.add_argument("--record", default=None, help="--traces-record SPEC (default: the evaluation's)")
     a = ap.parse_args()
-    binary = os.path.join(a.build, "app", "kvscope")
+    binary = a.binary or os.path.join(a.build, "app", "kvscope")
     common = [binary, "eval", "ruler", "--policy", a.policy, "--budget", a.budget, "--length", str(a.length),
               "--samples", str(a.samples), "--tasks", a.tasks, "--json", "--vs-full"]
     folder = tempfile.mkdtemp(prefix="kvscope-traces-cost-")
