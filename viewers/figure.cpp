@@ -365,7 +365,9 @@ void draw_colour_bar(const ColorScale& scale, Colormap cmap, const std::string& 
     dl->AddText(ImVec2(x1 + tick + font * 0.25f, y - ts.y / 2), ink, t.label.c_str());
     widest = std::max(widest, ts.x);
   }
-  const std::string title = colour_bar_title(label, scale.kind);
+  std::string title = colour_bar_title(label, scale.kind);
+  // No longer than the bar: a short bar (a difference map of a few decode steps) must not write into the row above.
+  while (title.size() > 1 && ImGui::CalcTextSize(title.c_str()).x > h) title.pop_back();
   if (title.empty()) return;
   const ImVec2 ts = ImGui::CalcTextSize(title.c_str());
   // ImPlot's vertical text reads upwards from `pos`, its baseline at pos.x + the line height.
@@ -419,15 +421,18 @@ void draw_figure(const Figure& figure, ImVec2 size, TextureStore& textures) {
     }
   const float bar_w = std::round(font * static_cast<float>(kColorbarEm));
   const float grid_w = size.x - bar_w * shared.size();
-  const int per_row = parts_per_row(figure, size.x, font);
+  // The rows the vector layout picks for the whole figure (this size is the window's content, a margin less).
+  const int per_row = parts_per_row(figure, size.x + 2 * style.WindowPadding.x, font);
   const int rows = (n + per_row - 1) / per_row;
-  const float w = (grid_w - style.ItemSpacing.x * (per_row - 1)) / per_row;
+  const float cell_w = (grid_w - style.ItemSpacing.x * (per_row - 1)) / per_row;
   const float h = (size.y - style.ItemSpacing.y * (rows - 1)) / rows;
   float maps_top = std::numeric_limits<float>::max(), maps_bottom = 0;  // the plot areas of maps sharing a bar
   ImGui::BeginGroup();
   for (int i = 0; i < n; ++i) {
     if (i % per_row) ImGui::SameLine();
     const std::string id = "part" + std::to_string(i);
+    // The last part takes the rest of its row (a difference map beside its own colour bar needs the room).
+    const float w = i + 1 == n ? grid_w - (i % per_row) * (cell_w + style.ItemSpacing.x) : cell_w;
     ImGui::BeginGroup();
     // The title above the plot, wrapped to its width, rather than ImPlot's one line cut at the plot's edges.
     auto title_lines = [&](const std::string& title) {

@@ -98,7 +98,9 @@ Image FigureRenderer::draw(const Figure& figure, const ExportOptions& options, b
     plot.Colors[ImPlotCol_InlayText] = ImVec4(0, 0, 0, 1);
   }
   style.FontSizeBase = export_font_px(options);
-  style.WindowPadding = ImVec2(style.FontSizeBase * 0.6f, style.FontSizeBase * 0.6f);
+  // A narrow margin: the figure's parts are laid out on nearly its whole width, as the SVG and PDF lay them
+  // (figure_size.h decides the rows from that width).
+  style.WindowPadding = ImVec2(style.FontSizeBase * 0.25f, style.FontSizeBase * 0.25f);
   style.WindowBorderSize = 0.0f;  // the figure is the whole picture; a window frame would read as part of it
   ImPlot::GetStyle().PlotPadding = ImVec2(style.FontSizeBase * 0.6f, style.FontSizeBase * 0.6f);
   // Label padding grows with the font, so the x label at the plot's left edge (a "0") may reach as far

@@ -98,13 +98,27 @@ std::vector<std::string> wrap(const Look& lk, const std::string& text, double wi
 // the part's edges allow; returns the height they take.
 double draw_title(Look& lk, const std::string& title, double x, double y, double w, double mid, bool draw = true) {
   if (title.empty()) return lk.fs * 0.5;
-  const auto lines = wrap(lk, title, w - lk.fs * 0.6, lk.title_fs, lk.title_bold);
-  const double lh = lk.title_fs * 1.2;
+  // A word wider than the part (a long run name in a narrow column) first makes the title smaller, down to 0.8
+  // of the body text's size; only then is it cut.
+  double size = lk.title_fs;
+  std::size_t longest_at = 0, longest_n = 0;
+  for (std::size_t i = 0; i <= title.size();) {
+    std::size_t j = title.find(' ', i);
+    if (j == std::string::npos) j = title.size();
+    if (lk.width(title.substr(i, j - i), 1.0, lk.title_bold) > lk.width(title.substr(longest_at, longest_n), 1.0, lk.title_bold))
+      longest_at = i, longest_n = j - i;
+    i = j + 1;
+  }
+  const double room = w - lk.fs * 0.6;
+  const double longest = lk.width(title.substr(longest_at, longest_n), size, lk.title_bold);
+  if (longest > room) size = std::max(0.8 * lk.fs, 0.98 * size * room / longest);
+  const auto lines = wrap(lk, title, room, size, lk.title_bold);
+  const double lh = size * 1.2;
   if (draw)
     for (std::size_t i = 0; i < lines.size(); ++i) {
-      const double half = lk.width(lines[i], lk.title_fs, lk.title_bold) / 2;
+      const double half = lk.width(lines[i], size, lk.title_bold) / 2;
       const double cx = std::clamp(mid, x + half + lk.fs * 0.3, std::max(x + half + lk.fs * 0.3, x + w - half - lk.fs * 0.3));
-      lk.text(cx, y + lh * i + lk.title_fs, lines[i], lk.title_fs, 0.5, lk.title_bold);
+      lk.text(cx, y + lh * i + size, lines[i], size, 0.5, lk.title_bold);
     }
   return lh * lines.size() + lk.fs * 0.5;
 }
@@ -504,12 +518,14 @@ void draw_figure_vector(VectorCanvas& canvas, const Figure& figure, const Vector
   double bar_top = options.height, bar_bottom = 0;
   for (std::size_t i = 0; i < figure.parts.size(); ++i) {
     const double cx = cell_w * (i % per_row), cy = cell_h * (i / per_row);
+    // The last part takes the rest of its row (a difference map beside its own colour bar needs the room).
+    const double cell_w_here = i + 1 == figure.parts.size() ? area_w - cx : cell_w;
     if (const auto* lp = std::get_if<LinePlot>(&figure.parts[i])) {
-      draw_line_part(lk, *lp, cx, cy, cell_w, cell_h);
+      draw_line_part(lk, *lp, cx, cy, cell_w_here, cell_h);
     } else {
       const auto& hp = std::get<HeatmapPlot>(figure.parts[i]);
       const bool own = colour_scale_key(hp).empty() || counts[colour_scale_key(hp)] < 2;
-      const auto [top, plot_h] = draw_heatmap_part(lk, hp, cx, cy, cell_w, cell_h, own);
+      const auto [top, plot_h] = draw_heatmap_part(lk, hp, cx, cy, cell_w_here, cell_h, own);
       if (!own) bar_top = std::min(bar_top, top), bar_bottom = std::max(bar_bottom, top + plot_h);
     }
   }
