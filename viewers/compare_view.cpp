@@ -344,7 +344,21 @@ bool all_zero(const trace::Map2D& m) {
 }  // namespace
 
 Figure CompareView::figure(const AppState& state) {
-  if (state.compare_sel.size() == state.compare.size()) refresh(state);
+  if (state.compare.empty() || state.compare_sel.size() != state.compare.size()) {
+    // Not drawn yet (a script's `export compare` first thing): the columns the panel would show, on the shared
+    // layer and head.
+    AppState shown = state;
+    default_compare(shown);
+    if (shown.compare.empty()) shown.compare = auto_compare(shown);
+    if (shown.compare.size() < 2) return {};
+    shown.compare_sel.resize(shown.compare.size());
+    for (std::size_t i = 0; i < shown.compare.size(); ++i) {
+      shown.compare_sel.set_layer(i, state.sel.layer, shapes(shown));
+      shown.compare_sel.set_head(i, state.sel.head, shapes(shown));
+    }
+    return figure(shown);
+  }
+  refresh(state);
   Figure f;
   f.title = "compare";
   for (const auto& c : columns_)
