@@ -14,6 +14,7 @@
 #include "core/trace/run_evidence.h"
 #include "core/trace/trace_probe.h"
 #include "viewers/figure_export.h"
+#include "viewers/figure_size.h"
 #include "viewers/script.h"
 #include "viewers/views.h"
 #endif
@@ -24,10 +25,12 @@ namespace kvscope::app {
 namespace {
 
 struct FigureArgs {
-  std::string trace, view = "attention", out, run, size, scale = "log", cmap = "viridis", stat, series, queries, keys;
+  std::string trace, view = "attention", out, run, size, scale = "log", cmap = "viridis", stat, series, queries, keys,
+      style = "kvscope";
   std::vector<std::string> runs;
   int layer = 0, head = 0, kv_head = 0, step = -1, token = -1, width = 1200, height = 800;
   float font = 0.0f;
+  double dpi = 300;
   bool decode = false, values = false, aggregate = false, dark = false, force = false;
 };
 
@@ -35,13 +38,13 @@ struct FigureArgs {
 #endif
 
 Command register_figure(CLI::App& root) {
-  CLI::App* cmd = root.add_subcommand("figure", "render a view of an HDF5 trace to PNG or SVG (no display needed)");
+  CLI::App* cmd = root.add_subcommand("figure", "render a view of an HDF5 trace to PNG, SVG or PDF (no display needed)");
 #ifdef KVSCOPE_HAVE_GUI
   auto a = std::make_shared<FigureArgs>();
   cmd->add_option("trace", a->trace, "HDF5 trace file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--view", a->view,
                   "attention, similarity, layer_stats, budget, timeline, summary, compare, evidence");
-  cmd->add_option("--out", a->out, "output file, .png or .svg (SVG: line/bar views)")->required();
+  cmd->add_option("--out", a->out, "output file: .png, .svg or .pdf (vector, maps embedded as pictures)")->required();
   cmd->add_flag("--force", a->force,
                 "replace an existing --out file (a link at --out is replaced, never written through)");
   cmd->add_option("--run", a->run, "run name in the trace (default: the first; evidence: the policy's run)");
@@ -63,11 +66,19 @@ Command register_figure(CLI::App& root) {
   cmd->add_option("--scale", a->scale, "colour scale: log or linear")->check(CLI::IsMember({"log", "linear"}));
   cmd->add_option("--cmap", a->cmap, "colormap: viridis, magma, inferno, greys")
       ->check(CLI::IsMember({"viridis", "magma", "inferno", "greys"}));
-  cmd->add_option("--size", a->size, "WIDTHxHEIGHT in pixels (default 1200x800)");
-  cmd->add_option("--font", a->font, "font size in pixels (default: height / 50)")->check(CLI::Range(6.0f, 200.0f));
+  cmd->add_option("--size", a->size,
+                  "column (3.3 in wide), page (7 in), WIDTHxHEIGHT pixels or WxHin inches (default 1200x800); "
+                  "column and page are as tall as the view needs, with 9 pt text");
+  cmd->add_option("--dpi", a->dpi, "pixels per inch for --size and a PDF's page (default 300)")->check(CLI::Range(50.0, 1200.0));
+  cmd->add_option("--font", a->font, "font size in pixels (default: height / 50, or the --size or --style size in points)")
+      ->check(CLI::Range(6.0f, 200.0f));
+  cmd->add_option("--style", a->style, "kvscope (the window's colours) or matplotlib (its defaults: tab10, 10 pt, no grid)")
+      ->check(CLI::IsMember({"kvscope", "matplotlib"}));
   cmd->add_flag("--dark", a->dark, "dark background, as in the window");
   return {cmd, [a]() {
-            if (!a->size.empty()) viewers::parse_size(a->size, a->width, a->height);
+            // The size is checked before the trace is read; its height may follow the view (sized_export).
+            const viewers::FigureSize size = a->size.empty() ? viewers::FigureSize{} : viewers::parse_figure_size(a->size, a->dpi);
+            a->width = size.width, a->height = size.height;
             refuse_output_that_is_input({"--out", a->out}, {{"trace", a->trace}});
             check_output_path(a->out, existing_policy(a->force), "figure");
             trace::probe_trace(a->trace);
@@ -109,8 +120,9 @@ Command register_figure(CLI::App& root) {
             for (viewers::Colormap c : viewers::kAllColormaps)
               if (a->cmap == viewers::colormap_name(c)) o.cmap = c;
             const viewers::Figure fig = viewers::view_figure(state, a->view, o);
-            viewers::export_figure(fig, a->out, viewers::ExportOptions{a->width, a->height, a->font, a->dark},
-                                   existing_policy(a->force));
+            viewers::ExportOptions e = viewers::sized_export(fig, a->size, viewers::parse_figure_look(a->style), a->dpi, a->font);
+            e.dark = a->dark;
+            viewers::export_figure(fig, a->out, e, existing_policy(a->force));
             std::printf("%s\n", a->out.c_str());
             return 0;
           }};

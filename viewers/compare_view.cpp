@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "viewers/attention_heatmap.h"
 
@@ -110,6 +111,7 @@ void CompareView::refresh(const AppState& state) {
     if (sig == columns_[i].signature) continue;
     columns_[i].signature = sig;
     columns_[i].ok = attention_plot(*r, sel, decode, true, state.scale, state.cmap, 512, columns_[i].plot, columns_[i].why);
+    columns_[i].fitted = columns_[i].plot.scale;
     if (columns_[i].ok) apply_color_lock(state, columns_[i].plot);
     // Columns are narrow: the run name and place are the whole title.
     if (columns_[i].ok) {
@@ -117,6 +119,7 @@ void CompareView::refresh(const AppState& state) {
       columns_[i].plot.mark_legend = false;
     }
   }
+  share_color_range(state);
   diff_.ok = false;
   const int n_columns = static_cast<int>(columns_.size());
   if (n_columns >= 2) {
@@ -156,6 +159,24 @@ void CompareView::refresh(const AppState& state) {
       diff_.ok = diff_.signature == "ok";
     }
   }
+}
+
+void CompareView::share_color_range(const AppState& state) {
+  // A colour means one value in every column: the columns share the range that covers all of theirs (a held lock
+  // already gives each the same range). Figures then draw one colour bar for them (draw_figure).
+  if (state.lock_color_range) return;
+  std::optional<ColorScale> shared;
+  for (const Column& c : columns_) {
+    if (!c.ok) continue;
+    if (!shared) shared = c.fitted;
+    else if (shared->kind == c.fitted.kind)
+      shared->vmin = std::min(shared->vmin, c.fitted.vmin), shared->vmax = std::max(shared->vmax, c.fitted.vmax);
+  }
+  // As ColorScale::fit floors a log scale: four decades below the top, so one column's near-zero tail does not
+  // take every column's colours.
+  if (shared && shared->kind == ScaleKind::Log) shared->vmin = std::max(shared->vmin, shared->vmax * 1e-4f);
+  for (Column& c : columns_)
+    if (c.ok && shared && c.fitted.kind == shared->kind) c.plot.scale = *shared;
 }
 
 int CompareView::difference_header(AppState& state, float width) {
@@ -335,13 +356,59 @@ void CompareView::draw(AppState& state) {
   ImGui::EndChild();
 }
 
+namespace {
+
+bool all_zero(const trace::Map2D& m) {
+  return std::all_of(m.values.begin(), m.values.end(), [](float x) { return x == 0.0f || std::isnan(x); });
+}
+
+}  // namespace
+
 Figure CompareView::figure(const AppState& state) {
-  if (state.compare_sel.size() == state.compare.size()) refresh(state);
+  if (state.compare.empty() || state.compare_sel.size() != state.compare.size()) {
+    // Not drawn yet (a script's `export compare` first thing): the columns the panel would show, on the shared
+    // layer and head.
+    AppState shown = state;
+    default_compare(shown);
+    if (shown.compare.empty()) shown.compare = auto_compare(shown);
+    if (shown.compare.size() < 2) return {};
+    shown.compare_sel.resize(shown.compare.size());
+    for (std::size_t i = 0; i < shown.compare.size(); ++i) {
+      shown.compare_sel.set_layer(i, state.sel.layer, shapes(shown));
+      shown.compare_sel.set_head(i, state.sel.head, shapes(shown));
+    }
+    return figure(shown);
+  }
+  refresh(state);
   Figure f;
   f.title = "compare";
   for (const auto& c : columns_)
     if (c.ok) f.parts.push_back(c.plot);
-  if (diff_.ok) f.parts.push_back(diff_.plot);
+  if (!diff_.ok) return f;
+  HeatmapPlot d = diff_.plot;
+  // A policy that compresses after prefill leaves the prefill map as the full cache's: that difference is a blank
+  // map. A figure shows where the runs do differ, the decode steps, and says why; the window says it in words.
+  if (!decode && all_zero(d.map)) {
+    const trace::RunTrace* a = state.run(state.compare[diff_subtrahend]);
+    const trace::RunTrace* b = state.run(state.compare[diff_minuend]);
+    const Selection sa = state.compare_sel[diff_subtrahend], sb = state.compare_sel[diff_minuend];
+    const trace::Map2D* ma = a ? a->decode_attention_map(sa.layer, sa.head) : nullptr;
+    const trace::Map2D* mb = b ? b->decode_attention_map(sb.layer, sb.head) : nullptr;
+    if (ma && mb && !ma->empty() && !mb->empty()) {
+      try {
+        d.map = pool_for_display(difference(*mb, *ma), 512, 512);
+        d.scale = ColorScale::symmetric(d.map.values.data(), d.map.values.size());
+        d.y_label = "decode step";
+        d.title += " (decode; prefill maps identical)";
+        d.signature += "|decode";
+      } catch (const std::exception&) {
+        d.title += " (prefill maps identical)";
+      }
+    } else {
+      d.title += " (prefill maps identical)";
+    }
+  }
+  f.parts.push_back(d);
   return f;
 }
 

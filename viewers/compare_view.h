@@ -22,9 +22,11 @@ class CompareView final : public Panel {
   struct Column {
     std::string signature, why;
     HeatmapPlot plot;
+    ColorScale fitted;  // the map's own range, before the columns share one
     bool ok = false;
   };
   void refresh(const AppState& state);
+  void share_color_range(const AppState& state);
   // The difference cell's title: the pair chooser (three or more columns), what it shows, where tokens diverge.
   // Returns the first diverging generated token of the pair (first_divergent_token), -1 for none.
   int difference_header(AppState& state, float width);

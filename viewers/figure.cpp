@@ -1,15 +1,18 @@
 #include "viewers/figure.h"
 
 #include <implot.h>
+#include <implot_internal.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <sstream>
 
 #include "core/common/error.h"
 #include "viewers/axis_ticks.h"
+#include "viewers/figure_size.h"
 #include "viewers/plot_fit.h"
 #include "viewers/plot_readout.h"
 
@@ -55,7 +58,9 @@ std::string y_label_fitting(const std::string& label, float plot_height) {
   return label.substr(0, paren);
 }
 
-Image colorize_plot(const HeatmapPlot& p) {
+}  // namespace
+
+Image map_image(const HeatmapPlot& p) {
   const trace::Map2D& m = p.map;
   if (p.categories.empty())
     return p.no_attention_label.empty() ? colorize(m.values.data(), m.rows, m.cols, p.scale, p.cmap)
@@ -70,28 +75,22 @@ Image colorize_plot(const HeatmapPlot& p) {
   return img;
 }
 
+namespace {
+
 // A fitted line or bar plot keeps this share of its data's span free at each end, as the SVG writer does.
 constexpr double kLinePlotMargin = 0.05;
 
-constexpr Rgba kEvictedColor{214, 39, 40, 255};
-constexpr Rgba kMergedColor{255, 160, 20, 255};
 
 }  // namespace
 
-Rgba series_color(int index) {
-  static const Rgba deep[] = {{76, 114, 176, 255}, {221, 132, 82, 255}, {85, 168, 104, 255}, {196, 78, 82, 255},
-                              {129, 114, 179, 255}, {147, 120, 96, 255}, {218, 139, 195, 255}, {140, 140, 140, 255},
-                              {204, 185, 116, 255}, {100, 181, 205, 255}};
-  const int n = static_cast<int>(std::size(deep));
-  return deep[((index % n) + n) % n];
-}
+namespace {
+thread_local FigureLook current_look = FigureLook::Kvscope;
+}  // namespace
 
-bool Figure::svg_capable() const {
-  if (parts.empty()) return false;
-  for (const auto& p : parts)
-    if (!std::holds_alternative<LinePlot>(p)) return false;
-  return true;
-}
+SeriesLookScope::SeriesLookScope(FigureLook look) : previous_(current_look) { current_look = look; }
+SeriesLookScope::~SeriesLookScope() { current_look = previous_; }
+
+Rgba series_color(int index) { return look_series_color(current_look, index); }
 
 int implot_colormap(Colormap cmap) {
   const std::string name = std::string("kv_") + colormap_name(cmap);
@@ -146,14 +145,27 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
     if (s.y_low.size() == s.x.size() && s.y_high.size() == s.x.size()) {
       ImPlotSpec band = spec;
       band.FillAlpha = 0.25f;
-      ImPlot::PlotShaded(label, s.x.data(), s.y_low.data(), s.y_high.data(), n, band);
+      // A point without an interval (NaN bounds: one prompt) breaks the band.
+      for (int a = 0; a < n;) {
+        if (!std::isfinite(s.y_low[a]) || !std::isfinite(s.y_high[a])) {
+          ++a;
+          continue;
+        }
+        int b = a;
+        while (b < n && std::isfinite(s.y_low[b]) && std::isfinite(s.y_high[b])) ++b;
+        ImPlot::PlotShaded(label, s.x.data() + a, s.y_low.data() + a, s.y_high.data() + a, b - a, band);
+        a = b;
+      }
     }
     switch (s.kind) {
       case LineSeries::Kind::Line:
         if (n <= 64 || !identical[i].empty()) {
-          spec.Marker = identical[i].empty() ? ImPlotMarker_Circle : ImPlotMarker_Square;
-          spec.MarkerSize = identical[i].empty() ? 2.5f : 4.5f;
-          if (!identical[i].empty()) spec.MarkerFillColor = ImVec4(0, 0, 0, 0);
+          // Few points: hollow markers of a shape per series, so curves drawn over each other stay apart.
+          static const ImPlotMarker shapes[] = {ImPlotMarker_Circle, ImPlotMarker_Square, ImPlotMarker_Up,
+                                                ImPlotMarker_Diamond, ImPlotMarker_Down};
+          spec.Marker = identical[i].empty() ? shapes[i % std::size(shapes)] : ImPlotMarker_Square;
+          spec.MarkerSize = std::max(3.0f, ImGui::GetFontSize() * 0.28f);
+          spec.MarkerFillColor = ImVec4(0, 0, 0, 0);
         }
         ImPlot::PlotLine(label, s.x.data(), s.y.data(), n, spec);
         break;
@@ -221,12 +233,12 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
   const trace::Map2D& m = plot.map;
   const float font = ImGui::GetFontSize();
   const bool legend = !plot.categories.empty();
-  const float bar_w = legend ? 0.0f : std::round(font * 5.5f);
+  const float bar_w = legend || !plot.colorbar ? 0.0f : std::round(font * 5.5f);
   const ImVec2 plot_size(std::max(50.0f, size.x - bar_w), size.y);
   const std::string signature = plot.signature + "|" + colormap_name(plot.cmap) + "|" +
                                 std::to_string(static_cast<int>(plot.scale.kind)) + "|" + std::to_string(plot.scale.vmin) +
                                 "|" + std::to_string(plot.scale.vmax);
-  const ImTextureID tex = textures.get(id, signature, [&] { return colorize_plot(plot); });
+  const ImTextureID tex = textures.get(id, signature, [&] { return map_image(plot); });
   // Refit when the map's extent changes (another prompt, the decode rows, the strip on or off), not when its
   // contents do: a budget change, another policy, layer or head over the same tokens keeps the user's zoom.
   const bool marks = !plot.column_marks.empty();
@@ -240,6 +252,8 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
   // The map covers its plot area: a plot background under it would be painted for nothing (software OpenGL
   // pays per pixel painted). Only the key-mark strip below the map shows through, now in the frame's colour.
   ImPlot::PushStyleColor(ImPlotCol_PlotBg, ImVec4(0, 0, 0, 0));
+  // The plot area's top and bottom on screen, for the colour bar beside it.
+  float plot_top = ImGui::GetCursorScreenPos().y, plot_bottom = plot_top + size.y;
   const bool open = ImPlot::BeginPlot(title.c_str(), plot_size,
                                       legend || (plot.mark_legend && (marks || !plot.no_attention_label.empty())) ? 0 : ImPlotFlags_NoLegend);
   if (!open) ImPlot::PopStyleColor();
@@ -333,221 +347,174 @@ void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureS
                           static_cast<int>(x0) + c, token.c_str(), fate[plot.column_marks[c] & 3]);
       }
     }
+    plot_top = ImPlot::GetPlotPos().y;
+    plot_bottom = plot_top + ImPlot::GetPlotSize().y;
     ImPlot::EndPlot();
   }
-  if (!legend) {
+  if (bar_w > 0) {
     ImGui::SameLine(0, 0);
-    const std::string label = plot.colorbar_label + "##cb" + id;
-    ImPlot::ColormapScale(label.c_str(), plot.scale.axis_min(), plot.scale.axis_max(), ImVec2(bar_w, size.y), "%.3g",
-                          0, implot_colormap(plot.cmap));
-  }
-}
-
-void draw_figure(const Figure& figure, ImVec2 size, TextureStore& textures) {
-  const int n = static_cast<int>(figure.parts.size());
-  if (n == 0) return;
-  const float gap = ImGui::GetStyle().ItemSpacing.x;
-  const float w = (size.x - gap * (n - 1)) / n;
-  for (int i = 0; i < n; ++i) {
-    if (i) ImGui::SameLine();
-    const std::string id = "part" + std::to_string(i);
-    ImGui::BeginGroup();
-    if (const auto* lp = std::get_if<LinePlot>(&figure.parts[i])) draw_line_plot(id.c_str(), *lp, ImVec2(w, size.y));
-    else draw_heatmap(id.c_str(), std::get<HeatmapPlot>(figure.parts[i]), ImVec2(w, size.y), textures);
-    ImGui::EndGroup();
+    ImGui::PushID(id);
+    draw_colour_bar(plot.scale, plot.cmap, plot.colorbar_label, ImVec2(bar_w, size.y), plot_top, plot_bottom);
+    ImGui::PopID();
   }
 }
 
 namespace {
 
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += ch;
-    }
-  }
-  return out;
-}
-
-std::string hex_color(Rgba c) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "#%02x%02x%02x", c.r, c.g, c.b);
-  return buf;
-}
-
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-
-void line_plot_svg(std::ostringstream& out, const LinePlot& plot, double ox, double width, double height, float font) {
-  const double left = ox + font * 5.0, right = ox + width - font * 1.2, top = font * 2.6, bottom = height - font * 3.6;
-  double x_lo = std::numeric_limits<double>::infinity(), x_hi = -x_lo, y_lo = x_lo, y_hi = -x_lo;
-  bool bars = false;
-  for (const auto& s : plot.series) {
-    const double half = s.kind == LineSeries::Kind::Bars ? s.bar_width / 2 : 0.0;
-    bars |= s.kind == LineSeries::Kind::Bars;
-    for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
-      if (!std::isfinite(s.y[i]) || (plot.log_y && s.y[i] <= 0)) continue;
-      x_lo = std::min(x_lo, s.x[i] - half), x_hi = std::max(x_hi, s.x[i] + half);
-      y_lo = std::min(y_lo, s.y[i]), y_hi = std::max(y_hi, s.y[i]);
-      if (i < s.y_low.size() && std::isfinite(s.y_low[i])) y_lo = std::min(y_lo, s.y_low[i]);
-      if (i < s.y_high.size() && std::isfinite(s.y_high[i])) y_hi = std::max(y_hi, s.y_high[i]);
-    }
-  }
-  if (!std::isfinite(x_lo)) x_lo = 0, x_hi = 1, y_lo = 0, y_hi = 1;
-  if (bars && !plot.log_y) y_lo = std::min(y_lo, 0.0), y_hi = std::max(y_hi, 0.0);
-  if (plot.y_limits) y_lo = (*plot.y_limits)[0], y_hi = (*plot.y_limits)[1];
-  if (x_hi <= x_lo) x_hi = x_lo + 1;
-  if (y_hi <= y_lo) y_hi = y_lo + 1;
-  auto ty = [&](double v) { return plot.log_y ? std::log10(std::max(v, 1e-300)) : v; };
-  double a = ty(y_lo), b = ty(y_hi);
-  const double pad = kLinePlotMargin * (b - a);
-  a -= pad, b += pad;
-  const double xpad = kLinePlotMargin * (x_hi - x_lo);
-  // Categories get one slot each, as in draw_line_plot.
-  const double xa = plot.x_tick_labels.empty() ? x_lo - xpad : -0.5;
-  const double xb = plot.x_tick_labels.empty() ? x_hi + xpad : plot.x_tick_labels.size() - 0.5;
-  auto px = [&](double x) { return left + (x - xa) / (xb - xa) * (right - left); };
-  auto py = [&](double y) { return bottom - (ty(y) - a) / (b - a) * (bottom - top); };
-
-  out << "<g font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"" << num(font) << "\">\n";
-  out << "<text x=\"" << num((left + right) / 2) << "\" y=\"" << num(font * 1.6) << "\" text-anchor=\"middle\" font-weight=\"bold\">"
-      << xml_escape(plot.title) << "</text>\n";
-  // Grid and ticks, spaced by their labels. The viewer picks the font; DejaVu Sans (named first) sets
-  // digits 0.64 em wide, so that is the width assumed per character.
-  const LabelExtent across = [font](const std::string& s) { return 0.64f * font * static_cast<float>(s.size()); };
-  const LabelExtent up = [font](const std::string&) { return 1.2f * font; };
-  const double inf = std::numeric_limits<double>::infinity();  // y labels may overhang: nothing is beside them
-  const std::vector<AxisTick> yt =
-      plot.log_y ? spaced_log_ticks(std::pow(10.0, a), std::pow(10.0, b), bottom - top, kLabelGapUpEm * font, inf,
-                                    tick_text, up)
-                 : spaced_linear_ticks(a, b, bottom - top, kLabelGapUpEm * font, inf, tick_text, up);
-  for (const AxisTick& t : yt) {
-    if (!t.major) continue;
-    out << "<line x1=\"" << num(left) << "\" x2=\"" << num(right) << "\" y1=\"" << num(py(t.value)) << "\" y2=\""
-        << num(py(t.value)) << "\" stroke=\"#e0e0e0\"/>\n";
-    out << "<text x=\"" << num(left - font * 0.4) << "\" y=\"" << num(py(t.value) + font * 0.35)
-        << "\" text-anchor=\"end\">" << xml_escape(t.label) << "</text>\n";
-  }
-  const std::vector<AxisTick> xt =
-      plot.x_tick_labels.empty()
-          ? spaced_linear_ticks(xa, xb, right - left, kLabelGapAcrossEm * font, 0.4 * font, tick_text, across)
-          : spaced_category_ticks(xa, xb, right - left, kLabelGapAcrossEm * font, 0.4 * font, plot.x_tick_labels,
-                                  across);
-  for (const AxisTick& t : xt) {
-    if (!t.major) continue;
-    out << "<line x1=\"" << num(px(t.value)) << "\" x2=\"" << num(px(t.value)) << "\" y1=\"" << num(top) << "\" y2=\""
-        << num(bottom) << "\" stroke=\"#eeeeee\"/>\n";
-    out << "<text x=\"" << num(px(t.value)) << "\" y=\"" << num(bottom + font * 1.3) << "\" text-anchor=\"middle\">"
-        << xml_escape(t.label) << "</text>\n";
-  }
-  const std::vector<std::string> identical = identical_to(plot);
-  // Data, clipped to the plot area.
-  const std::string clip = "clip" + std::to_string(static_cast<long>(ox));
-  out << "<clipPath id=\"" << clip << "\"><rect x=\"" << num(left) << "\" y=\"" << num(top) << "\" width=\"" << num(right - left)
-      << "\" height=\"" << num(bottom - top) << "\"/></clipPath>\n<g clip-path=\"url(#" << clip << ")\">\n";
-  for (std::size_t si = 0; si < plot.series.size(); ++si) {
-    const LineSeries& s = plot.series[si];
-    const std::string col = hex_color(series_color(s.color >= 0 ? s.color : static_cast<int>(si)));
-    const std::size_t n = std::min(s.x.size(), s.y.size());
-    if (s.y_low.size() == s.x.size() && s.y_high.size() == s.x.size() && n > 0) {
-      out << "<polygon fill=\"" << col << "\" fill-opacity=\"0.25\" stroke=\"none\" points=\"";
-      for (std::size_t i = 0; i < n; ++i) out << num(px(s.x[i])) << "," << num(py(s.y_high[i])) << " ";
-      for (std::size_t i = n; i-- > 0;) out << num(px(s.x[i])) << "," << num(py(s.y_low[i])) << " ";
-      out << "\"/>\n";
-    }
-    if (s.kind == LineSeries::Kind::Bars) {
-      const double base = plot.log_y ? std::pow(10.0, a) : 0.0;
-      for (std::size_t i = 0; i < n; ++i) {
-        if (!std::isfinite(s.y[i])) continue;
-        const double x0 = px(s.x[i] - s.bar_width / 2), x1 = px(s.x[i] + s.bar_width / 2);
-        const double y0 = py(std::max(s.y[i], base)), y1 = py(base);
-        out << "<rect x=\"" << num(x0) << "\" y=\"" << num(std::min(y0, y1)) << "\" width=\"" << num(x1 - x0)
-            << "\" height=\"" << num(std::fabs(y1 - y0)) << "\" fill=\"" << col << "\" fill-opacity=\"0.85\"/>\n";
-      }
-    } else if (s.kind == LineSeries::Kind::Markers) {
-      for (std::size_t i = 0; i < n; ++i)
-        if (std::isfinite(s.y[i]))
-          out << "<circle cx=\"" << num(px(s.x[i])) << "\" cy=\"" << num(py(s.y[i])) << "\" r=\"3\" fill=\"" << col << "\"/>\n";
-    } else {
-      // NaN breaks the line, as in ImPlot.
-      std::string path;
-      bool pen = false;
-      for (std::size_t i = 0; i < n; ++i) {
-        if (!std::isfinite(s.y[i]) || (plot.log_y && s.y[i] <= 0)) {
-          pen = false;
-          continue;
-        }
-        if (s.kind == LineSeries::Kind::Stairs && pen) path += "H" + num(px(s.x[i])) + " ";
-        path += (pen ? "L" : "M") + num(px(s.x[i])) + "," + num(py(s.y[i])) + " ";
-        pen = true;
-      }
-      out << "<path d=\"" << path << "\" fill=\"none\" stroke=\"" << col << "\" stroke-width=\"2\"/>\n";
-      // As in the window: a series drawn exactly over an earlier one shows hollow squares at its points.
-      if (!identical[si].empty())
-        for (std::size_t i = 0; i < n; ++i)
-          if (std::isfinite(s.y[i]) && !(plot.log_y && s.y[i] <= 0))
-            out << "<rect x=\"" << num(px(s.x[i]) - 4) << "\" y=\"" << num(py(s.y[i]) - 4)
-                << "\" width=\"8\" height=\"8\" fill=\"none\" stroke=\"" << col << "\" stroke-width=\"1.5\"/>\n";
-    }
-  }
-  for (double xm : plot.marks_x)
-    out << "<line x1=\"" << num(px(xm)) << "\" x2=\"" << num(px(xm)) << "\" y1=\"" << num(top) << "\" y2=\"" << num(bottom)
-        << "\" stroke=\"#999999\" stroke-dasharray=\"4,3\"/>\n";
-  out << "</g>\n";
-  out << "<rect x=\"" << num(left) << "\" y=\"" << num(top) << "\" width=\"" << num(right - left) << "\" height=\""
-      << num(bottom - top) << "\" fill=\"none\" stroke=\"#333333\"/>\n";
-  out << "<text x=\"" << num((left + right) / 2) << "\" y=\"" << num(height - font * 0.8) << "\" text-anchor=\"middle\">"
-      << xml_escape(plot.x_label) << "</text>\n";
-  out << "<text transform=\"translate(" << num(ox + font * 1.2) << "," << num((top + bottom) / 2)
-      << ") rotate(-90)\" text-anchor=\"middle\">" << xml_escape(plot.y_label) << "</text>\n";
-  // Legend, top right inside the plot, as wide as its longest name (at the width assumed per character above).
-  std::vector<std::pair<std::string, std::string>> entries;  // (name, colour)
-  double widest = 0;
-  for (std::size_t si = 0; si < plot.series.size(); ++si) {
-    const LineSeries& s = plot.series[si];
-    if (s.name.empty() || s.name.rfind("##", 0) == 0) continue;
-    const std::string label = legend_name(plot, si, identical);
-    entries.emplace_back(label.substr(0, label.find("##")),
-                         hex_color(series_color(s.color >= 0 ? s.color : static_cast<int>(si))));
-    widest = std::max(widest, static_cast<double>(across(entries.back().first)));
-  }
-  if (!entries.empty()) {
-    const double box_right = right - font * 0.4, box_left = std::max(left + font * 0.4, box_right - widest - font * 2.0);
-    out << "<rect x=\"" << num(box_left) << "\" y=\"" << num(top + font * 0.4) << "\" width=\"" << num(box_right - box_left)
-        << "\" height=\"" << num(font * (0.5 + 1.3 * entries.size())) << "\" fill=\"white\" fill-opacity=\"0.85\" stroke=\"#cccccc\"/>\n";
-    double ly = top + font * 1.6;
-    for (const auto& [name, col] : entries) {
-      out << "<rect x=\"" << num(box_left + font * 0.4) << "\" y=\"" << num(ly - font * 0.75) << "\" width=\"" << num(font * 0.8)
-          << "\" height=\"" << num(font * 0.8) << "\" fill=\"" << col << "\"/>\n";
-      out << "<text x=\"" << num(box_left + font * 1.5) << "\" y=\"" << num(ly) << "\">" << xml_escape(name) << "</text>\n";
-      ly += font * 1.3;
-    }
-  }
-  out << "</g>\n";
+std::string log_tick_text(double exponent) {
+  const int k = static_cast<int>(std::lround(exponent));
+  if (k >= -2 && k <= 3) return tick_text(std::pow(10.0, k));
+  return "1e" + std::to_string(k);
 }
 
 }  // namespace
 
-std::string figure_svg(const Figure& figure, int width, int height, float font_px) {
-  if (!figure.svg_capable())
-    throw Error("figure '" + figure.title + "' has heatmap parts; SVG export covers line and bar plots only (use .png)");
-  std::ostringstream out;
-  out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width
-      << "\" height=\"" << height << "\" viewBox=\"0 0 " << width << " " << height << "\">\n";
-  out << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  const double part_w = static_cast<double>(width) / figure.parts.size();
-  for (std::size_t i = 0; i < figure.parts.size(); ++i)
-    line_plot_svg(out, std::get<LinePlot>(figure.parts[i]), part_w * i, part_w, height, font_px);
-  out << "</svg>\n";
-  return out.str();
+std::vector<AxisTick> colour_bar_ticks(const ColorScale& scale, double pixels, double gap, const LabelExtent& extent) {
+  const double lo = scale.axis_min(), hi = scale.axis_max();
+  const double inf = std::numeric_limits<double>::infinity();
+  if (scale.kind == ScaleKind::Log) return spaced_integer_ticks(lo, hi, pixels, gap, inf, log_tick_text, extent);
+  return spaced_linear_ticks(lo, hi, pixels, gap, inf, tick_text, extent);
+}
+
+std::string colour_bar_title(const std::string& label, ScaleKind kind) {
+  if (kind == ScaleKind::Log && label.rfind("log10 ", 0) == 0) return label.substr(6) + " (log scale)";
+  return label;
+}
+
+void draw_colour_bar(const ColorScale& scale, Colormap cmap, const std::string& label, ImVec2 size, float top,
+                     float bottom) {
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  ImGui::Dummy(size);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float font = ImGui::GetFontSize();
+  const float x0 = p.x + font * 0.5f, x1 = x0 + font * 1.0f;
+  const float h = std::max(1.0f, bottom - top);
+  constexpr int kSlices = 128;
+  for (int i = 0; i < kSlices; ++i) {
+    const Rgba c = sample_colormap(cmap, 1.0f - (i + 0.5f) / kSlices);
+    dl->AddRectFilled(ImVec2(x0, top + h * i / kSlices), ImVec2(x1, top + h * (i + 1) / kSlices + 0.5f),
+                      IM_COL32(c.r, c.g, c.b, 255));
+  }
+  const ImU32 ink = ImGui::GetColorU32(ImGuiCol_Text);
+  dl->AddRect(ImVec2(x0, top), ImVec2(x1, top + h), ink);
+  const LabelExtent up = [font](const std::string&) { return 1.2f * font; };
+  const double lo = scale.axis_min(), hi = scale.axis_max();
+  float widest = 0;
+  const float tick = font * 0.3f;
+  for (const AxisTick& t : colour_bar_ticks(scale, h, kLabelGapUpEm * font, up)) {
+    if (!t.major || !(hi > lo)) continue;
+    const float y = top + h - static_cast<float>((t.value - lo) / (hi - lo)) * h;
+    dl->AddLine(ImVec2(x1, y), ImVec2(x1 + tick, y), ink);
+    const ImVec2 ts = ImGui::CalcTextSize(t.label.c_str());
+    dl->AddText(ImVec2(x1 + tick + font * 0.25f, y - ts.y / 2), ink, t.label.c_str());
+    widest = std::max(widest, ts.x);
+  }
+  std::string title = colour_bar_title(label, scale.kind);
+  // No longer than the bar: a short bar (a difference map of a few decode steps) must not write into the row above.
+  while (title.size() > 1 && ImGui::CalcTextSize(title.c_str()).x > h) title.pop_back();
+  if (title.empty()) return;
+  const ImVec2 ts = ImGui::CalcTextSize(title.c_str());
+  // ImPlot's vertical text reads upwards from `pos`, its baseline at pos.x + the line height.
+  ImPlot::AddTextVertical(dl, ImVec2(x1 + tick + font * 0.5f + widest, top + h / 2 + std::min(ts.x, h) / 2), ink,
+                          title.c_str());
+}
+
+std::string colour_scale_key(const HeatmapPlot& p) {
+  if (!p.categories.empty()) return "";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%d|%d|%.6g|%.6g|", static_cast<int>(p.cmap), static_cast<int>(p.scale.kind),
+                p.scale.vmin, p.scale.vmax);
+  return buf + p.colorbar_label;
+}
+
+namespace {
+
+// `text` in lines no wider than `width` at the current font, broken between words (a longer word stays whole).
+std::vector<std::string> wrap_words(const std::string& text, float width) {
+  std::vector<std::string> lines;
+  std::string line;
+  std::istringstream words(text);
+  for (std::string w; words >> w;) {
+    const std::string joined = line.empty() ? w : line + " " + w;
+    if (!line.empty() && ImGui::CalcTextSize(joined.c_str()).x > width) lines.push_back(line), line = w;
+    else line = joined;
+  }
+  if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace
+
+void draw_figure(const Figure& figure, ImVec2 size, TextureStore& textures) {
+  const int n = static_cast<int>(figure.parts.size());
+  if (n == 0) return;
+  const float font = ImGui::GetFontSize();
+  const ImGuiStyle& style = ImGui::GetStyle();
+  // Maps on one scale (compare columns) share one bar at the right.
+  std::map<std::string, int> counts;
+  for (const auto& p : figure.parts)
+    if (const auto* hp = std::get_if<HeatmapPlot>(&p))
+      if (!colour_scale_key(*hp).empty()) ++counts[colour_scale_key(*hp)];
+  std::vector<const HeatmapPlot*> shared;
+  for (const auto& p : figure.parts)
+    if (const auto* hp = std::get_if<HeatmapPlot>(&p)) {
+      const std::string key = colour_scale_key(*hp);
+      if (!key.empty() && counts[key] >= 2 &&
+          std::none_of(shared.begin(), shared.end(), [&](const HeatmapPlot* s) { return colour_scale_key(*s) == key; }))
+        shared.push_back(hp);
+    }
+  const float bar_w = std::round(font * static_cast<float>(kColorbarEm));
+  const float grid_w = size.x - bar_w * shared.size();
+  // The rows the vector layout picks for the whole figure (this size is the window's content, a margin less).
+  const int per_row = parts_per_row(figure, size.x + 2 * style.WindowPadding.x, font);
+  const int rows = (n + per_row - 1) / per_row;
+  const float cell_w = (grid_w - style.ItemSpacing.x * (per_row - 1)) / per_row;
+  const float h = (size.y - style.ItemSpacing.y * (rows - 1)) / rows;
+  float maps_top = std::numeric_limits<float>::max(), maps_bottom = 0;  // the plot areas of maps sharing a bar
+  ImGui::BeginGroup();
+  for (int i = 0; i < n; ++i) {
+    if (i % per_row) ImGui::SameLine();
+    const std::string id = "part" + std::to_string(i);
+    // The last part takes the rest of its row (a difference map beside its own colour bar needs the room).
+    const float w = i + 1 == n ? grid_w - (i % per_row) * (cell_w + style.ItemSpacing.x) : cell_w;
+    ImGui::BeginGroup();
+    // The title above the plot, wrapped to its width, rather than ImPlot's one line cut at the plot's edges.
+    auto title_lines = [&](const std::string& title) {
+      const std::vector<std::string> lines = wrap_words(title, w - font);
+      const ImVec2 start = ImGui::GetCursorPos();
+      for (const auto& line : lines) {
+        ImGui::SetCursorPosX(start.x + std::max(0.0f, (w - ImGui::CalcTextSize(line.c_str()).x) / 2));
+        ImGui::TextUnformatted(line.c_str());
+      }
+      return static_cast<float>(lines.size()) * ImGui::GetTextLineHeightWithSpacing();
+    };
+    if (const auto* lp = std::get_if<LinePlot>(&figure.parts[i])) {
+      LinePlot p = *lp;
+      const float used = title_lines(p.title);
+      p.title.clear();
+      draw_line_plot(id.c_str(), p, ImVec2(w, h - used));
+    } else {
+      HeatmapPlot p = std::get<HeatmapPlot>(figure.parts[i]);
+      const std::string key = colour_scale_key(p);
+      p.colorbar = key.empty() || counts[key] < 2;
+      const float used = title_lines(p.title);
+      p.title.clear();
+      draw_heatmap(id.c_str(), p, ImVec2(w, h - used), textures, [&] {
+        if (p.colorbar) return;
+        maps_top = std::min(maps_top, ImPlot::GetPlotPos().y);
+        maps_bottom = std::max(maps_bottom, ImPlot::GetPlotPos().y + ImPlot::GetPlotSize().y);
+      });
+    }
+    ImGui::EndGroup();
+  }
+  ImGui::EndGroup();
+  for (std::size_t s = 0; s < shared.size(); ++s) {
+    ImGui::SameLine(0, 0);
+    ImGui::PushID(static_cast<int>(s));
+    draw_colour_bar(shared[s]->scale, shared[s]->cmap, shared[s]->colorbar_label, ImVec2(bar_w, size.y), maps_top,
+                    std::max(maps_top + 1, maps_bottom));
+    ImGui::PopID();
+  }
 }
 
 }  // namespace kvscope::viewers

@@ -1,7 +1,7 @@
 #pragma once
 // What a panel shows, as data: line/bar plots and heatmaps with their titles, axes, labels and colour
 // scales. The window draws them with ImPlot; figure_export draws the same specs offscreen to PNG (and
-// line/bar plots to SVG), so an exported figure is the panel the user was looking at.
+// to SVG and PDF, figure_vector.h), so an exported figure is the panel the user was looking at.
 #include <array>
 #include <optional>
 #include <functional>
@@ -12,7 +12,9 @@
 #include <imgui.h>
 
 #include "core/trace/trace_view.h"
+#include "viewers/axis_ticks.h"
 #include "viewers/colormap.h"
+#include "viewers/figure_style.h"
 #include "viewers/texture.h"
 
 namespace kvscope::viewers {
@@ -23,8 +25,24 @@ inline constexpr Rgba kNoAttentionColor{118, 118, 126, 255};
 // Positions the cache had not reached yet at the selected step (the key-mark strip).
 inline constexpr Rgba kNotYetColor{70, 70, 78, 255};
 
-// The series palette (ImPlot's "Deep"), shared by ImPlot drawing and SVG so both agree.
+// Key marks under a map: evicted and merged keys.
+inline constexpr Rgba kEvictedColor{214, 39, 40, 255};
+inline constexpr Rgba kMergedColor{255, 160, 20, 255};
+
+// The series palette of the current look (figure_style.h: the window's "Deep", or matplotlib's tab10 while an
+// export in that style draws), shared by ImPlot drawing and the vector writers so they agree.
 Rgba series_color(int index);
+// Sets the look series_color answers with on this thread until the scope ends.
+class SeriesLookScope {
+ public:
+  explicit SeriesLookScope(FigureLook look);
+  ~SeriesLookScope();
+  SeriesLookScope(const SeriesLookScope&) = delete;
+  SeriesLookScope& operator=(const SeriesLookScope&) = delete;
+
+ private:
+  FigureLook previous_;
+};
 
 struct LineSeries {
   enum class Kind { Line, Bars, Stairs, Markers };
@@ -75,6 +93,7 @@ struct HeatmapPlot {
   std::vector<std::string> x_tokens, y_tokens;
   // Vertical guides at these plot x coordinates (the evidence view's first answer step).
   std::vector<double> marks_x;
+  bool colorbar = true;  // off: a figure draws one bar for several maps on the same scale (colour_scale_key)
   // x0, x1, y0, y1 the plot shows from this frame on (a script's zoom); unset: the whole map, then the user's view.
   std::optional<std::array<double, 4>> view;
 };
@@ -83,7 +102,6 @@ struct Figure {
   std::string title;  // for the export dialog and file names
   std::vector<std::variant<LinePlot, HeatmapPlot>> parts;  // laid out left to right
   bool empty() const { return parts.empty(); }
-  bool svg_capable() const;
 };
 
 // Where the key-mark strip of a map is drawn, in pixels (y down): just below the map's last row (`below_map`; the
@@ -101,6 +119,8 @@ using PlotHook = std::function<void()>;
 // Draws into the current ImGui window with ImPlot, `size` including the colourbar or legend.
 void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const PlotHook& hook = {});
 void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureStore& textures, const PlotHook& hook = {});
+// A whole figure for export: parts in rows (figure_size.h's parts_per_row), titles wrapped over their part, maps on
+// one colour scale sharing one colour bar at the right.
 void draw_figure(const Figure& figure, ImVec2 size, TextureStore& textures);
 
 // Draws an image texture over plot coordinates [x0, x1) x [y0, y1) of the current plot (y axis inverted, as in
@@ -110,8 +130,19 @@ void plot_map_image(const char* id, ImTextureID texture, double x0, double y0, d
 // Adds our colormaps to the current ImPlot context (once per context) and returns its ImPlot index.
 int implot_colormap(Colormap cmap);
 
-// A standalone SVG of the line/bar parts of a figure (throws Error for heatmaps: they are pictures,
-// export them as PNG).
-std::string figure_svg(const Figure& figure, int width, int height, float font_px = 14.0f);
+// A colour bar's ticks along `pixels`, in the scale's axis units (log10 of the data on a log scale, ticked at whole
+// powers of ten and labelled with the data's own numbers: 0.01, 1e-3), spaced by their labels as axes are.
+std::vector<AxisTick> colour_bar_ticks(const ColorScale& scale, double pixels, double gap, const LabelExtent& extent);
+// A colour bar's title: `label` ("log10 attention" reads "attention (log scale)", its ticks being the data's numbers).
+std::string colour_bar_title(const std::string& label, ScaleKind kind);
+// A colour bar at the cursor taking `size`, its gradient from screen y `top` to `bottom` (the maps' plot area),
+// with ticks and title as the SVG and PDF draw them.
+void draw_colour_bar(const ColorScale& scale, Colormap cmap, const std::string& label, ImVec2 size, float top, float bottom);
+
+// Maps with equal keys are drawn on the same colour scale and can share one colour bar; "" for category maps.
+std::string colour_scale_key(const HeatmapPlot& plot);
+
+// A map's cells as a picture, one pixel a cell: its colour scale, categories or no-attention colour.
+Image map_image(const HeatmapPlot& plot);
 
 }  // namespace kvscope::viewers

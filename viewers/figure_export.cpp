@@ -10,6 +10,9 @@
 
 #include "core/common/atomic_file.h"
 #include "core/common/error.h"
+#include "viewers/figure_size.h"
+#include "viewers/figure_vector.h"
+#include "viewers/font_metrics.h"
 #include "viewers/soft_render.h"
 
 namespace kvscope::viewers {
@@ -24,8 +27,14 @@ FigureRenderer::FigureRenderer() {
   io.LogFilename = nullptr;
   io.BackendRendererName = "kvscope_soft";
   io.BackendFlags |= ImGuiBackendFlags_RendererHasTextures | ImGuiBackendFlags_RendererHasVtxOffset;
-  // The scalable embedded font: figures are exported at many sizes and the pixel font only suits 13 px.
-  io.Fonts->AddFontDefaultVector();
+  // DejaVu Sans, the SVG and PDF font, so every format of a figure reads alike; without the file, the
+  // scalable embedded font (figures are exported at many sizes and the pixel font only suits 13 px).
+  const FigureFont& font = figure_font();
+  ImFontConfig config;
+  config.FontDataOwnedByAtlas = false;
+  if (!font.loaded() || !io.Fonts->AddFontFromMemoryTTF(const_cast<char*>(font.regular_bytes.data()),
+                                                        static_cast<int>(font.regular_bytes.size()), 0.0f, &config))
+    io.Fonts->AddFontDefaultVector();
   implot_ = ImPlot::CreateContext();
   ImGui::SetCurrentContext(prev);
   ImPlot::SetCurrentContext(prev_plot);
@@ -67,17 +76,31 @@ Image FigureRenderer::draw(const Figure& figure, const ExportOptions& options, b
   io.DisplaySize = ImVec2(static_cast<float>(options.width), static_cast<float>(options.height));
   io.DeltaTime = 1.0f / 60.0f;
   ImGuiStyle& style = ImGui::GetStyle();
+  const SeriesLookScope look(options.look);
   if (options.dark) {
     ImGui::StyleColorsDark();
     ImPlot::StyleColorsDark();
   } else {
     ImGui::StyleColorsLight();
     ImPlot::StyleColorsLight();
-    ImPlot::GetStyle().Colors[ImPlotCol_PlotBg] = ImVec4(1, 1, 1, 1);
-    ImPlot::GetStyle().Colors[ImPlotCol_FrameBg] = ImVec4(1, 1, 1, 1);
+    // Paper: white everywhere (ImGui's light window is grey), black text and axes, no grey frame.
+    style.Colors[ImGuiCol_WindowBg] = ImVec4(1, 1, 1, 1);
+    style.Colors[ImGuiCol_Text] = ImVec4(0, 0, 0, 1);
+    ImPlotStyle& plot = ImPlot::GetStyle();
+    plot.Colors[ImPlotCol_PlotBg] = ImVec4(1, 1, 1, 1);
+    plot.Colors[ImPlotCol_FrameBg] = ImVec4(1, 1, 1, 1);
+    plot.Colors[ImPlotCol_PlotBorder] = ImVec4(0.2f, 0.2f, 0.2f, 1);
+    plot.Colors[ImPlotCol_LegendBg] = ImVec4(1, 1, 1, 0.9f);
+    plot.Colors[ImPlotCol_LegendBorder] = ImVec4(0.8f, 0.8f, 0.8f, 1);
+    plot.Colors[ImPlotCol_AxisGrid] = options.look == FigureLook::Matplotlib ? ImVec4(0, 0, 0, 0) : ImVec4(0.88f, 0.88f, 0.88f, 1);
+    plot.Colors[ImPlotCol_AxisText] = ImVec4(0, 0, 0, 1);
+    plot.Colors[ImPlotCol_TitleText] = ImVec4(0, 0, 0, 1);
+    plot.Colors[ImPlotCol_InlayText] = ImVec4(0, 0, 0, 1);
   }
-  style.FontSizeBase = options.font_px > 0 ? options.font_px : std::max(13.0f, std::round(options.height / 50.0f));
-  style.WindowPadding = ImVec2(style.FontSizeBase * 0.6f, style.FontSizeBase * 0.6f);
+  style.FontSizeBase = export_font_px(options);
+  // A narrow margin: the figure's parts are laid out on nearly its whole width, as the SVG and PDF lay them
+  // (figure_size.h decides the rows from that width).
+  style.WindowPadding = ImVec2(style.FontSizeBase * 0.25f, style.FontSizeBase * 0.25f);
   style.WindowBorderSize = 0.0f;  // the figure is the whole picture; a window frame would read as part of it
   ImPlot::GetStyle().PlotPadding = ImVec2(style.FontSizeBase * 0.6f, style.FontSizeBase * 0.6f);
   // Label padding grows with the font, so the x label at the plot's left edge (a "0") may reach as far
@@ -146,6 +169,21 @@ std::vector<TickLabelBox> FigureRenderer::tick_labels() const {
   return boxes;
 }
 
+float export_font_px(const ExportOptions& options) {
+  return options.font_px > 0 ? options.font_px : std::max(13.0f, std::round(options.height / 50.0f));
+}
+
+ExportOptions sized_export(const Figure& figure, const std::string& size_text, FigureLook look, double dpi,
+                           float font_px) {
+  const FigureSize size = size_text.empty() ? FigureSize{} : parse_figure_size(size_text, dpi);
+  ExportOptions e;
+  e.width = size.width, e.height = size.height, e.font_px = font_px, e.look = look, e.dpi = dpi;
+  const double points = size.points > 0 && look == FigureLook::Matplotlib ? 10.0 : size.points;
+  if (e.font_px <= 0 && points > 0) e.font_px = static_cast<float>(points * dpi / 72.0);
+  if (size.auto_height) e.height = figure_height(figure, e.width, export_font_px(e));
+  return e;
+}
+
 namespace {
 
 std::string lower_extension(const std::string& path) {
@@ -160,13 +198,18 @@ std::string lower_extension(const std::string& path) {
 
 void export_figure(const Figure& figure, const std::string& path, const ExportOptions& options, Existing existing) {
   const std::string ext = lower_extension(path);
-  if (ext == "svg") {
-    const float font = options.font_px > 0 ? options.font_px : std::max(12.0f, std::round(options.height / 50.0f));
-    const std::string svg = figure_svg(figure, options.width, options.height, font);
-    write_file_atomically(path, svg, "SVG", existing);
+  if (ext == "svg" || ext == "pdf") {
+    if (options.width < 64 || options.height < 64 || options.width > 16384 || options.height > 16384)
+      throw UsageError("figure size " + std::to_string(options.width) + "x" + std::to_string(options.height) +
+                       " is out of range (64..16384 pixels per side)");
+    VectorOptions v;
+    v.width = options.width, v.height = options.height, v.font_px = export_font_px(options), v.dpi = options.dpi;
+    v.look = options.look;
+    if (ext == "svg") write_file_atomically(path, figure_svg(figure, v), "SVG", existing);
+    else write_file_atomically(path, figure_pdf(figure, v), "PDF", existing);
     return;
   }
-  if (ext != "png") throw UsageError("cannot export to '" + path + "': use a .png or .svg file name");
+  if (ext != "png") throw UsageError("cannot export to '" + path + "': use a .png, .svg or .pdf file name");
   FigureRenderer renderer;
   write_png(renderer.render(figure, options), path, existing);
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "viewers/figure.h"
+#include "viewers/figure_style.h"
 #include "viewers/image.h"
 
 struct ImGuiContext;
@@ -17,8 +18,19 @@ namespace kvscope::viewers {
 struct ExportOptions {
   int width = 1200, height = 800;
   float font_px = 0.0f;   // 0: scaled with the figure (height / 50, at least 13)
-  bool dark = false;      // the window's dark style; off gives white paper for print
+  bool dark = false;      // the window's dark style (PNG only); off gives white paper for print
+  FigureLook look = FigureLook::Kvscope;
+  double dpi = 300;       // pixels per inch: a PDF's page size, and the resolution a PNG says it has
 };
+
+// The options for a size as `kvscope figure --size` takes it (figure_size.h; empty: 1200x800), a look and a
+// resolution: print sizes set the text in points (9 pt; matplotlib's 10 pt in its look) and column and page figures
+// are as tall as `figure` needs. `font_px` > 0 overrides the text size.
+ExportOptions sized_export(const Figure& figure, const std::string& size, FigureLook look, double dpi = 300,
+                           float font_px = 0.0f);
+
+// The font size an export uses: options.font_px, or the default for its height.
+float export_font_px(const ExportOptions& options);
 
 // Where a tick label was drawn, in figure pixels.
 struct TickLabelBox {
@@ -51,9 +63,10 @@ class FigureRenderer {
   ImPlotContext* implot_ = nullptr;
 };
 
-// Writes PNG or SVG by the path's extension (.png, .svg) through an AtomicFile (an existing file is replaced
-// or refused as `existing` says); throws Error for other extensions, for SVG of heatmaps, or when the file
-// cannot be written.
+// Writes PNG, SVG or PDF by the path's extension (.png, .svg, .pdf) through an AtomicFile (an existing file is
+// replaced or refused as `existing` says); throws UsageError for other extensions, Error when the file cannot be
+// written. PNG is ImPlot's drawing of the figure, as the window shows it; SVG and PDF are one vector drawing
+// (figure_vector.h) in the same look: white, frameless, DejaVu Sans.
 void export_figure(const Figure& figure, const std::string& path, const ExportOptions& options, Existing existing);
 
 }  // namespace kvscope::viewers

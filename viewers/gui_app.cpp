@@ -212,7 +212,8 @@ class App {
   std::string export_path_;
   int export_w_ = 1200, export_h_ = 800;
   float export_font_ = 0.0f;
-  bool export_dark_ = false;
+  bool export_dark_ = false, export_matplotlib_ = false;
+  std::string export_size_;  // "column" or "page" once chosen; empty: the width and height fields
   std::string export_for_;
 
   // Script state.
@@ -617,17 +618,29 @@ void App::draw_dialogs() {
     const Figure f = p ? p->figure(state_) : Figure{};
     ImGui::Text("%s", p ? p->title().c_str() : "?");
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 24);
-    input_text("file (.png or .svg)", export_path_);
+    input_text("file (.png, .svg or .pdf)", export_path_);
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 12);
-    ImGui::InputInt("width", &export_w_, 100);
+    if (ImGui::InputInt("width", &export_w_, 100)) export_size_.clear();
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 12);
-    ImGui::InputInt("height", &export_h_, 100);
+    if (ImGui::InputInt("height", &export_h_, 100)) export_size_.clear();
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 12);
     ImGui::InputFloat("font px (0: auto)", &export_font_, 1.0f, 4.0f, "%.0f");
-    ImGui::Checkbox("dark background", &export_dark_);
-    if (!f.svg_capable()) ImGui::TextDisabled("SVG: line and bar plots only; heatmaps export as PNG");
+    ImGui::Checkbox("dark background (PNG)", &export_dark_);
+    ImGui::Checkbox("matplotlib style", &export_matplotlib_);
+    ImGui::TextDisabled("print sizes (300 dpi, 9 pt text, height to fit):");
+    ImGui::SameLine();
+    if (ImGui::SmallButton("column 3.3 in")) export_size_ = "column";
+    ImGui::SameLine();
+    if (ImGui::SmallButton("page 7 in")) export_size_ = "page";
+    if (!export_size_.empty()) {
+      ImGui::TextDisabled("size: %s (edit width or height for pixels)", export_size_.c_str());
+    }
     modal_buttons("Export", state_.log, [&] {
-      export_panel(export_for_, export_path_, ExportOptions{export_w_, export_h_, export_font_, export_dark_});
+      const FigureLook look = export_matplotlib_ ? FigureLook::Matplotlib : FigureLook::Kvscope;
+      ExportOptions o = export_size_.empty() ? ExportOptions{export_w_, export_h_, export_font_, export_dark_, look}
+                                             : sized_export(f, export_size_, look, 300, export_font_);
+      o.dark = export_dark_;
+      export_panel(export_for_, export_path_, o);
     });
     ImGui::EndPopup();
   }
@@ -823,9 +836,10 @@ void App::step_script() {
         screenshot_path_ = arg;
         return;
       } else if (c == "export") {
-        ExportOptions o;
-        if (s.args.size() == 3) parse_size(s.args[2], o.width, o.height);
-        export_panel(arg, s.args[1], o);
+        // The size as `kvscope figure --size` takes it (column, page, WxH, WxHin): one export path for both.
+        Panel* p = panel(arg);
+        export_panel(arg, s.args[1], sized_export(p ? p->figure(state_) : Figure{}, s.args.size() == 3 ? s.args[2] : "",
+                                                  FigureLook::Kvscope));
       } else if (c == "mouse") {
         // A real pointer move (Xvfb warps its cursor), so hover read-outs behave as they do for a user.
         glfwSetCursorPos(window_, std::stoi(s.args[0]), std::stoi(s.args[1]));

@@ -33,8 +33,8 @@ std::size_t Image::distinct_colors() const {
   return seen.size();
 }
 
-void write_png(const Image& image, const std::string& path, Existing existing) {
-  if (image.empty()) throw Error("cannot write '" + path + "': the image is empty");
+std::string encode_png(const Image& image) {
+  if (image.empty()) throw Error("cannot encode an empty image as PNG");
   std::vector<uint8_t> rgb(static_cast<std::size_t>(image.width) * image.height * 3);
   for (std::size_t i = 0, j = 0; i < image.rgba.size(); i += 4, j += 3) {
     rgb[j] = image.rgba[i], rgb[j + 1] = image.rgba[i + 1], rgb[j + 2] = image.rgba[i + 2];
@@ -42,7 +42,18 @@ void write_png(const Image& image, const std::string& path, Existing existing) {
   std::string png;
   auto append = [](void* out, void* data, int size) { static_cast<std::string*>(out)->append(static_cast<const char*>(data), size); };
   if (!stbi_write_png_to_func(append, &png, image.width, image.height, 3, rgb.data(), image.width * 3))
+    throw Error("PNG encoding failed");
+  return png;
+}
+
+void write_png(const Image& image, const std::string& path, Existing existing) {
+  if (image.empty()) throw Error("cannot write '" + path + "': the image is empty");
+  std::string png;
+  try {
+    png = encode_png(image);
+  } catch (const Error&) {
     throw Error("cannot write PNG '" + path + "': encoding failed");
+  }
   write_file_atomically(path, png, "PNG", existing);
 }
 

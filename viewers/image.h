@@ -34,6 +34,9 @@ struct Image {
   std::size_t distinct_colors() const;
 };
 
+// The PNG file's bytes (RGB, alpha dropped); throws Error when encoding fails.
+std::string encode_png(const Image& image);
+
 // Writes RGB (alpha dropped) PNG through an AtomicFile (an existing file replaced or refused as `existing` says);
 // throws Error naming the path when it cannot be written.
 void write_png(const Image& image, const std::string& path, Existing existing);

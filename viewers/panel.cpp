@@ -196,7 +196,7 @@ std::string color_lock_signature(const AppState& state) {
 
 void export_button(AppState& state, const std::string& panel_key) {
   if (ImGui::SmallButton("Export...")) state.export_panel = panel_key;
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Save this panel's plot as PNG (or SVG for line/bar plots)");
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Save this panel's plot as PNG, SVG or PDF, at a pixel or print size");
 }
 
 void centered_hint(const char* text) {

@@ -40,13 +40,28 @@ void set_budget_axis(LinePlot& plot, const BudgetAxis& axis, const std::vector<s
   if (axis.categorical) plot.x_tick_labels = budgets;
 }
 
+// What the bands are, for the title: a point over one prompt has no interval, and saying "bands" then would
+// promise what the plot cannot show.
+std::string band_note(int most_prompts, const char* what) {
+  if (most_prompts <= 1) return " (one prompt per point: no intervals)";
+  return std::string(" (bands: 95% bootstrap intervals ") + what + ", up to " + std::to_string(most_prompts) + " prompts)";
+}
+
+// A band only where a point has more than one prompt; one prompt draws none.
+void add_point(LineSeries& s, double x, const eval::Interval& ci) {
+  s.x.push_back(x);
+  s.y.push_back(ci.mean);
+  s.y_low.push_back(ci.n > 1 ? ci.low : std::nan(""));
+  s.y_high.push_back(ci.n > 1 ? ci.high : std::nan(""));
+}
+
 }  // namespace
 
 Figure quality_vs_budget(const std::vector<eval::SweepRow>& rows, const std::vector<std::string>& policies,
                          const std::vector<std::string>& budgets, const std::string& metric, const std::string& title) {
   LinePlot plot;
-  plot.title = title + " (bands: 95% bootstrap intervals over prompts)";
   plot.y_label = metric;
+  int most_prompts = 0;
   const BudgetAxis axis = budget_axis(budgets);
   set_budget_axis(plot, axis, budgets);
   bool any = false;
@@ -56,16 +71,15 @@ Figure quality_vs_budget(const std::vector<eval::SweepRow>& rows, const std::vec
     for (std::size_t b = 0; b < budgets.size(); ++b) {
       const auto ci = eval::cell_interval(rows, policy, budgets[b], metric);
       if (!ci) continue;
-      s.x.push_back(axis.x[b]);
-      s.y.push_back(ci->mean);
-      s.y_low.push_back(ci->low);  // the shaded band: a 95 % bootstrap interval over the prompts
-      s.y_high.push_back(ci->high);
+      add_point(s, axis.x[b], *ci);  // the shaded band: a 95 % bootstrap interval over the prompts
+      most_prompts = std::max(most_prompts, ci->n);
       any = true;
     }
     plot.series.push_back(std::move(s));
   }
   if (!any) throw Error("no sweep row has the metric '" + metric + "'");
-  plot.legend_outside = policies.size() > 4;
+  plot.title = title + band_note(most_prompts, "over prompts");
+  plot.legend_outside = true;  // curves reach every corner of a quality plot: the legend goes beside it
   Figure fig;
   fig.title = title;
   fig.parts.push_back(std::move(plot));
@@ -76,8 +90,8 @@ Figure quality_difference_vs_budget(const std::vector<eval::SweepRow>& rows, con
                                     const std::vector<std::string>& budgets, const std::string& metric,
                                     const std::string& baseline, const std::string& title) {
   LinePlot plot;
-  plot.title = title + " (bands: 95% intervals)";
   plot.y_label = metric + " minus " + baseline;
+  int most_prompts = 0;
   const BudgetAxis axis = budget_axis(budgets);
   set_budget_axis(plot, axis, budgets);
   bool any = false;
@@ -89,16 +103,15 @@ Figure quality_difference_vs_budget(const std::vector<eval::SweepRow>& rows, con
     for (std::size_t b = 0; b < budgets.size(); ++b) {
       const auto d = eval::paired_interval(rows, policies[p], baseline, budgets[b], metric);
       if (!d) continue;
-      s.x.push_back(axis.x[b]);
-      s.y.push_back(d->mean);
-      s.y_low.push_back(d->low);
-      s.y_high.push_back(d->high);
+      add_point(s, axis.x[b], *d);
+      most_prompts = std::max(most_prompts, d->n);
       any = true;
     }
     plot.series.push_back(std::move(s));
   }
   if (!any) throw Error("no prompt has both a " + baseline + " row and another policy's row for '" + metric + "'");
-  plot.legend_outside = policies.size() > 4;
+  plot.title = title + band_note(most_prompts, "of the paired difference");
+  plot.legend_outside = true;
   Figure fig;
   fig.title = title;
   fig.parts.push_back(std::move(plot));

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/common/error.h"
+#include "viewers/figure_size.h"
 
 namespace kvscope::viewers {
 
@@ -119,9 +120,8 @@ std::vector<ScriptStep> parse_script(const std::string& text, const std::string&
       }
     }
     if (c == "export" && n == 3) {
-      int w = 0, h = 0;
       try {
-        parse_size(step.args[2], w, h);
+        parse_figure_size(step.args[2], 300);  // as `kvscope figure --size` takes it
       } catch (const UsageError& e) {
         throw UsageError(where() + e.what());
       }

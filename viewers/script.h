@@ -16,7 +16,7 @@
 //   mouse X Y | click         move the pointer to window pixel (X, Y) | left click there (hover read-outs)
 //   wait [SECONDS]            until no run is queued or running (default 600 s; fails on timeout)
 //   frames N                  render N frames
-//   screenshot PATH           save the window as PNG         export VIEW PATH [WxH]   a panel's figure
+//   screenshot PATH           save the window as PNG         export VIEW PATH [SIZE]  a panel's figure (SIZE: WxH, WxHin, column, page)
 //   open-sweep PATH           read a sweep (folder, rows.csv or eval.h5) into the Quality panel
 //   sweep POLICIES BUDGETS [N]  a fidelity sweep on the live run's prompt, N new tokens (default 8)
 //   metric NAME               the Quality panel's metric     pick POLICY BUDGET  as a click on that point

@@ -250,6 +250,7 @@ Figure Summary::figure(const AppState& state) {
   f.title = "summary";
   const auto runs = all_runs(state);
   LinePlot share, gap;
+  share.legend_outside = gap.legend_outside = true;  // bars fill the plot: the legend goes beside them
   share.title = "Cache entries kept (entries, not bytes)";
   share.y_label = "% of the full cache";
   // Not the table's "log-prob gap" (the CLI's, teacher-forced on the same tokens): a name of its own.
@@ -262,7 +263,9 @@ Figure Summary::figure(const AppState& state) {
   for (int i = 0; i < static_cast<int>(runs.size()); ++i) {
     const RunNumbers n = run_numbers(*runs[i], find_baseline(runs, *runs[i]));
     LineSeries a, b;
-    a.name = b.name = "##" + names[i];  // the tick labels name the runs; no legend needed
+    // The tick labels name the runs, and so does a legend: a figure whose names turn upright or thin out still
+    // says which bar is which.
+    a.name = b.name = names[i];
     a.kind = b.kind = LineSeries::Kind::Bars;
     a.color = b.color = i;
     a.x = {static_cast<double>(share.x_tick_labels.size())};
