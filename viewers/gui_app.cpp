@@ -885,6 +885,15 @@ void App::step_script() {
         state_.focus_panel = samples_->key();
         frames_left_ = 2;  // a focus change takes effect on the next frame
         return;
+      } else if (c == "samples-filter") {
+        samples_->set_filter(parse_sample_filter(arg));
+      } else if (c == "samples-sort") {
+        const std::string direction = s.args.size() == 2 ? s.args[1] : "asc";
+        if (direction != "asc" && direction != "desc")
+          throw UsageError("samples-sort takes asc or desc after the column, not '" + direction + "'");
+        samples_->sort_by(parse_sample_column(arg), direction == "asc");
+        frames_left_ = 1;  // the header takes the sort on the next frame
+        return;
       } else if (c == "select-sample") {
         samples_->poll(state_);
         samples_->select(std::stoi(arg), state_);

@@ -130,6 +130,22 @@ const std::string* text(const SampleRow& r, SampleColumn c) {
 
 }  // namespace
 
+SampleFilter parse_sample_filter(const std::string& name) {
+  if (name == "all" || name == kSampleFilterNames[0]) return SampleFilter::All;
+  if (name == "wrong" || name == kSampleFilterNames[1]) return SampleFilter::Wrong;
+  if (name == "wrong-kept" || name == kSampleFilterNames[2]) return SampleFilter::WrongEvidenceKept;
+  throw UsageError("samples filter '" + name + "': expected all, wrong or wrong-kept (wrong with the evidence kept)");
+}
+
+SampleColumn parse_sample_column(const std::string& name) {
+  for (int c = 0; c < kSampleColumns; ++c)
+    if (name == kSampleColumnNames[c]) return static_cast<SampleColumn>(c);
+  if (name == "sample") return SampleColumn::Sample;
+  std::string names;
+  for (const char* n : kSampleColumnNames) names += (names.empty() ? "" : ", ") + std::string(n);
+  throw UsageError("samples column '" + name + "': expected one of " + names + " (or sample)");
+}
+
 std::vector<int> sample_order(const std::vector<SampleRow>& rows, SampleFilter filter, SampleColumn column,
                               bool ascending) {
   std::vector<int> order;

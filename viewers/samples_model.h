@@ -64,6 +64,14 @@ inline constexpr const char* kSampleFilterNames[] = {"all", "wrong", "wrong with
 // In the table's order: the numbers that tell a failure next to the file name, then where it comes from.
 enum class SampleColumn { File, Score, FullScore, EvidenceKept, Blame, Policy, Task, Sample };
 inline constexpr int kSampleColumns = 8;
+// The columns' headers, in SampleColumn's order; the script's `samples-sort` takes them.
+inline constexpr const char* kSampleColumnNames[kSampleColumns] = {"file", "score", "full", "kept",
+                                                                  "blame", "policy", "task", "#"};
+
+// The script's names: all, wrong, wrong-kept (or kSampleFilterNames' own); column names as kSampleColumnNames
+// ("sample" for "#"). UsageError naming the choices.
+SampleFilter parse_sample_filter(const std::string& name);
+SampleColumn parse_sample_column(const std::string& name);
 
 // The rows the table shows, as indices into `rows`: those passing `filter`, sorted by `column` (missing values
 // and damaged files last in either direction; ties keep the folder's order, by file name).

@@ -1,6 +1,7 @@
 #include "viewers/samples_panel.h"
 
 #include <imgui.h>
+#include <imgui_internal.h>  // TableSetColumnSortDirection: a script sets the sort
 
 #include <algorithm>
 #include <array>
@@ -165,36 +166,46 @@ void SamplesPanel::draw(AppState& state) {
   table(state);
 }
 
+void SamplesPanel::sort_by(SampleColumn column, bool ascending) {
+  column_ = column;
+  ascending_ = ascending;
+  sort_from_script_ = true;
+}
+
 void SamplesPanel::table(AppState& state) {
   const ImGuiTableFlags flags = ImGuiTableFlags_Sortable | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY |
                                 ImGuiTableFlags_ScrollX | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_Resizable |
                                 ImGuiTableFlags_SizingFixedFit;
   if (!ImGui::BeginTable("##samples", kSampleColumns, flags)) return;
-  // In SampleColumn's order.
-  static const std::array<std::pair<const char*, const char*>, kSampleColumns> headers = {{
-      {"file", "the trace file (DIR/<task>_<index>.h5)"},
-      {"score", "eval_score of the policy's answer (red: wrong, below 0.5)"},
-      {"full", "eval_score of the full cache's answer"},
-      {"kept",
-       "evidence kept: the share of evidence tokens in the cache when the first answer token was sampled, "
-       "mean over layers and KV heads (kvscope explain); red: mostly lost (half the layers kept under half)"},
-      {"blame",
-       "the largest full-cache attention mass on tokens the policy had evicted, over every (layer, query "
-       "head), at the first answer token where the answers differ (kvscope explain's top row)"},
-      {"policy", "the policy run's policy and budget"},
-      {"task", "eval_task: RULER task, LongBench dataset or needle"},
-      {"#", "eval_sample: the sample's index"},
-  }};
+  // Each header's tooltip, in SampleColumn's order (the names: kSampleColumnNames).
+  static const std::array<const char*, kSampleColumns> tooltips = {
+      "the trace file (DIR/<task>_<index>.h5)",
+      "eval_score of the policy's answer (red: wrong, below 0.5)",
+      "eval_score of the full cache's answer",
+      "evidence kept: the share of evidence tokens in the cache when the first answer token was sampled, "
+         "mean over layers and KV heads (kvscope explain); red: mostly lost (half the layers kept under half)",
+      "the largest full-cache attention mass on tokens the policy had evicted, over every (layer, query "
+         "head), at the first answer token where the answers differ (kvscope explain's top row)",
+      "the policy run's policy and budget",
+      "eval_task: RULER task, LongBench dataset or needle",
+      "eval_sample: the sample's index",
+  };
   ImGui::TableSetupScrollFreeze(1, 1);  // the header row and the file column stay in view
   for (int c = 0; c < kSampleColumns; ++c)
-    ImGui::TableSetupColumn(headers[static_cast<std::size_t>(c)].first,
+    ImGui::TableSetupColumn(kSampleColumnNames[c],
                             c == 0 ? ImGuiTableColumnFlags_DefaultSort : ImGuiTableColumnFlags_None);
   // The header row by hand, so each header names what its column holds in a tooltip.
   ImGui::TableNextRow(ImGuiTableRowFlags_Headers);
   for (int c = 0; c < kSampleColumns; ++c) {
     ImGui::TableSetColumnIndex(c);
     ImGui::TableHeader(ImGui::TableGetColumnName(c));
-    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", headers[static_cast<std::size_t>(c)].second);
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", tooltips[static_cast<std::size_t>(c)]);
+  }
+  if (sort_from_script_) {  // ImGui keeps the sort in the table: tell it, so the header's arrow agrees
+    ImGui::TableSetColumnSortDirection(static_cast<int>(column_),
+                                       ascending_ ? ImGuiSortDirection_Ascending : ImGuiSortDirection_Descending,
+                                       false);
+    sort_from_script_ = false;
   }
   if (ImGuiTableSortSpecs* specs = ImGui::TableGetSortSpecs(); specs && specs->SpecsDirty) {
     if (specs->SpecsCount > 0) {

@@ -30,6 +30,9 @@ class SamplesPanel final : public Panel {
   void select(int shown, AppState& state);
   // Reading the folder, or a selected sample's runs not on screen yet.
   bool busy();
+  // What the *show* combo and a header click choose, for scripts; the header shows the sort from the next frame.
+  void set_filter(SampleFilter filter) { filter_ = filter; }
+  void sort_by(SampleColumn column, bool ascending);
 
   const std::vector<SampleRow>& rows() const { return rows_; }
   std::vector<int> shown() const { return sample_order(rows_, filter_, column_, ascending_); }
@@ -47,6 +50,7 @@ class SamplesPanel final : public Panel {
   SampleFilter filter_ = SampleFilter::All;
   SampleColumn column_ = SampleColumn::File;
   bool ascending_ = true;
+  bool sort_from_script_ = false;  // sort_by was called: the table's header takes column_/ascending_ next frame
   int selected_ = -1;            // index into rows_
   std::optional<int> pending_;   // index into rows_ whose runs are being read
   int pending_idle_frames_ = 0;  // frames the Session was idle with the pending runs missing (a failed read)

@@ -52,6 +52,19 @@ check_png "$work/attention.png" 1600 1000 400
 # KVSCOPE_SCREENSHOT_DIR=DIR keeps the pictures (docs/screenshots/samples_panel.png is compare.png).
 if [ -n "${KVSCOPE_SCREENSHOT_DIR:-}" ]; then cp "$work/table.png" "$work/compare.png" "$work/attention.png" "$KVSCOPE_SCREENSHOT_DIR/"; fi
 
+# The script's sort and filter: by score descending the full cache's right answer comes first (the cut trace, with
+# no score, stays last in either direction); filtered to wrong answers, the StreamingLLM sample is row 0.
+printf 'wait 300\nsamples-sort score desc\nselect-sample 0\nwait 300\nsamples-filter wrong\nsamples-sort file\nselect-sample 0\nwait 300\nquit\n' \
+  > "$work/sorted.kvs"
+window "$work/sorted.kvs" 1024x700
+[ "$code" = 0 ] || fail "the sort and filter script exited $code"
+grep -q "samples: showing needle_256_75.h5" "$work/gui.log" || fail "samples-sort score desc did not put the right answer first"
+grep -q "samples: showing needle_256_25.h5" "$work/gui.log" || fail "samples-filter wrong did not leave the wrong sample first"
+printf 'samples-sort size\nquit\n' > "$work/badsort.kvs"
+window "$work/badsort.kvs" 1024x700
+[ "$code" = 1 ] || fail "an unknown sort column exited $code, expected 1"
+grep -q "samples column 'size': expected one of file, score" "$work/gui.log" || fail "no error naming the unknown column"
+
 # Selecting the cut trace's row (the last in file order) is a script error naming the file; the window exits 1.
 printf 'wait 300\nselect-sample 2\nquit\n' > "$work/bad.kvs"
 window "$work/bad.kvs" 1024x700

@@ -176,3 +176,14 @@ TEST_CASE("a folder of sample traces reads into rows that agree with the evaluat
 TEST_CASE("a samples folder that is not a folder is an error naming it", "[samples]") {
   CHECK_THROWS_WITH(sample_trace_files("/nonexistent/kvscope/traces"), Catch::Contains("/nonexistent/kvscope/traces"));
 }
+
+TEST_CASE("the script's samples-filter and samples-sort names", "[samples]") {
+  CHECK(parse_sample_filter("wrong-kept") == SampleFilter::WrongEvidenceKept);
+  CHECK(parse_sample_filter("wrong with the evidence kept") == SampleFilter::WrongEvidenceKept);
+  CHECK(parse_sample_filter("all") == SampleFilter::All);
+  CHECK_THROWS_WITH(parse_sample_filter("kept"), Catch::Contains("all, wrong or wrong-kept"));
+  CHECK(parse_sample_column("blame") == SampleColumn::Blame);
+  CHECK(parse_sample_column("#") == SampleColumn::Sample);
+  CHECK(parse_sample_column("sample") == SampleColumn::Sample);
+  CHECK_THROWS_WITH(parse_sample_column("size"), Catch::Contains("file, score, full, kept"));
+}
