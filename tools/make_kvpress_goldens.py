@@ -204,6 +204,13 @@ def run_case(model, ids, cls_name, kwargs, ratio, torch_seed=None):
 
 
 @torch.no_grad()
+def model_record(args, model_sha, cfg):
+    """The golden's "model" field: the GGUF file and the shapes the parity test checks before comparing."""
+    return {"file": args.model.name, "sha256": model_sha, "n_layer": cfg.num_hidden_layers,
+            "n_head": cfg.num_attention_heads, "n_head_kv": cfg.num_key_value_heads,
+            "head_dim": cfg.hidden_size // cfg.num_attention_heads}
+
+
 def run_wrapper_case(model, ids, wrapper_cls, wrapper_kwargs, inner_cls, inner_kwargs, ratio):
     """kvpress's wrapper around the inner press on one prefill: kept positions per (layer, KV head), the inner
     press's scores, and the near-tie band at the wrapper's own boundary (AdaKV: the layer-wide one after the
@@ -376,9 +383,7 @@ def write_wrapper_golden(name, model, prompts, args, model_sha, n_tok_checked, t
         "generator": "tools/make_kvpress_goldens.py",
         "press": f"kvpress.{wrapper_cls}(press=kvpress.{inner_cls}(compression_ratio=r), **{wrapper_kwargs})",
         **where,
-        "model": {"file": args.model.name, "sha256": model_sha, "n_layer": cfg.num_hidden_layers,
-                  "n_head": cfg.num_attention_heads, "n_head_kv": cfg.num_key_value_heads,
-                  "head_dim": cfg.hidden_size // cfg.num_attention_heads},
+        "model": model_record(args, model_sha, cfg),
         "reference": {"torch": torch.__version__, "transformers": transformers.__version__,
                       "kvpress": pkg_version("kvpress"), "numpy": np.__version__, "torch_threads": args.threads,
                       "tokenizer_checked_against_golden_prompts": n_tok_checked,
@@ -467,9 +472,7 @@ def main() -> int:
             "generator": "tools/make_kvpress_goldens.py",
             "press": f"kvpress.{cls_name}",
             **({"policy": policy} if name in BUILTINS else {"policy_file": f"examples/policies/{policy}.py"}),
-            "model": {"file": args.model.name, "sha256": model_sha, "n_layer": cfg.num_hidden_layers,
-                      "n_head": cfg.num_attention_heads, "n_head_kv": cfg.num_key_value_heads,
-                      "head_dim": cfg.hidden_size // cfg.num_attention_heads},
+            "model": model_record(args, model_sha, cfg),
             "reference": {"torch": torch.__version__, "transformers": transformers.__version__,
                           "kvpress": pkg_version("kvpress"), "numpy": np.__version__, "torch_threads": args.threads,
                           "tokenizer_checked_against_golden_prompts": n_tok_checked,
