@@ -211,6 +211,15 @@ def model_record(args, model_sha, cfg):
             "head_dim": cfg.hidden_size // cfg.num_attention_heads}
 
 
+def reference_record(args, n_tok_checked, **how):
+    """The golden's "reference" field: the versions that made it, and how the model was loaded and pressed."""
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "kvpress": pkg_version("kvpress"),
+            "numpy": np.__version__, "torch_threads": args.threads,
+            "tokenizer_checked_against_golden_prompts": n_tok_checked, **how}
+
+
 def run_wrapper_case(model, ids, wrapper_cls, wrapper_kwargs, inner_cls, inner_kwargs, ratio):
     """kvpress's wrapper around the inner press on one prefill: kept positions per (layer, KV head), the inner
     press's scores, and the near-tie band at the wrapper's own boundary (AdaKV: the layer-wide one after the
@@ -384,11 +393,10 @@ def write_wrapper_golden(name, model, prompts, args, model_sha, n_tok_checked, t
         "press": f"kvpress.{wrapper_cls}(press=kvpress.{inner_cls}(compression_ratio=r), **{wrapper_kwargs})",
         **where,
         "model": model_record(args, model_sha, cfg),
-        "reference": {"torch": torch.__version__, "transformers": transformers.__version__,
-                      "kvpress": pkg_version("kvpress"), "numpy": np.__version__, "torch_threads": args.threads,
-                      "tokenizer_checked_against_golden_prompts": n_tok_checked,
-                      "load": "as the other goldens, then model.set_attn_implementation('sdpa') for the forward "
-                              "(AdaKVPress refuses eager attention, ChunkKVPress attention weights)"},
+        "reference": reference_record(
+            args, n_tok_checked,
+            load="as the other goldens, then model.set_attn_implementation('sdpa') for the forward "
+                 "(AdaKVPress refuses eager attention, ChunkKVPress attention weights)"),
         "conventions": "As tools/make_kvpress_goldens.py's other goldens. AdaKVPress keeps every key and masks the "
                        "pruned ones (module.masked_key_indices): kept is the complement per head, and heads keep "
                        "different counts (n_kept_per_layer_head) summing to heads x n_kept per layer. ChunkKVPress "
@@ -473,13 +481,12 @@ def main() -> int:
             "press": f"kvpress.{cls_name}",
             **({"policy": policy} if name in BUILTINS else {"policy_file": f"examples/policies/{policy}.py"}),
             "model": model_record(args, model_sha, cfg),
-            "reference": {"torch": torch.__version__, "transformers": transformers.__version__,
-                          "kvpress": pkg_version("kvpress"), "numpy": np.__version__, "torch_threads": args.threads,
-                          "tokenizer_checked_against_golden_prompts": n_tok_checked,
-                          "load": "AutoModelForCausalLM.from_pretrained(dir, gguf_file=file, dtype=torch.float32, "
-                                  "attn_implementation='eager'), CPU",
-                          "press": f"kvpress.{cls_name}(compression_ratio=r, **press_kwargs), applied with `with "
-                                   f"press(model): model(input_ids, past_key_values=DynamicCache())`"},
+            "reference": reference_record(
+                args, n_tok_checked,
+                load="AutoModelForCausalLM.from_pretrained(dir, gguf_file=file, dtype=torch.float32, "
+                     "attn_implementation='eager'), CPU",
+                press=f"kvpress.{cls_name}(compression_ratio=r, **press_kwargs), applied with `with "
+                      f"press(model): model(input_ids, past_key_values=DynamicCache())`"),
             "conventions": "See tools/make_kvpress_goldens.py's docstring and tests/fixtures/kvpress_knorm/README.md "
                            "(text, ids, positions, kept as there). prompts[i] holds text and ids once; a case names "
                            "its prompt by index. near_boundary entries are [position, score, kept] sorted by "
