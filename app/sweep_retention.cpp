@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
+#include <string>
 
 #include "app/eval_evidence.h"
 #include "core/common/atomic_file.h"
@@ -15,23 +17,27 @@ namespace kvscope::app {
 
 namespace {
 
-double metric_of(const eval::SweepRow& row, const std::string& name) {
-  for (const auto& [metric, value] : row.metrics)
-    if (metric == name) return value;
-  return std::nan("");
-}
+struct CellRetention {
+  std::string policy, budget;
+  RetentionSummary summary;
+};
 
-// The cell's samples; false when none of them has evidence (nothing to tabulate).
-bool summarise_cell(const std::vector<eval::SweepRow>& rows, const std::string& policy, const std::string& budget,
-                    RetentionSummary& summary) {
-  bool any = false;
-  for (const auto& row : rows) {
-    if (row.policy != policy || row.budget != budget) continue;
-    const double lost = metric_of(row, "evidence_lost");
-    summary.add(std::isnan(lost) ? std::nullopt : std::optional<bool>(lost >= 0.5), metric_of(row, "score"));
-    any = any || !std::isnan(lost);
-  }
-  return any;
+// Every (policy, budget) of the grid, in its order, whose rows have evidence (the others have nothing to tabulate).
+std::vector<CellRetention> cells_with_evidence(const eval::SweepGrid& grid, const std::vector<eval::SweepRow>& rows) {
+  std::vector<CellRetention> cells;
+  for (const auto& budget : grid.budgets)
+    for (const auto& policy : grid.policies) {
+      CellRetention cell{policy, budget, {}};
+      bool any = false;
+      for (const auto& row : rows) {
+        if (row.policy != policy || row.budget != budget) continue;
+        const double lost = row.metric("evidence_lost");
+        cell.summary.add(std::isnan(lost) ? std::nullopt : std::optional<bool>(lost >= 0.5), row.metric("score"));
+        any = any || !std::isnan(lost);
+      }
+      if (any) cells.push_back(std::move(cell));
+    }
+  return cells;
 }
 
 }  // namespace
@@ -40,30 +46,24 @@ nlohmann::json sweep_retention_json(const eval::SweepGrid& grid, const std::vect
                                     const eval::BootstrapSettings& settings) {
   nlohmann::json cells = nlohmann::json::array();
   nlohmann::json out;
-  for (const auto& budget : grid.budgets)
-    for (const auto& policy : grid.policies) {
-      RetentionSummary summary;
-      if (!summarise_cell(rows, policy, budget, summary)) continue;
-      nlohmann::json cell = summary.json(policy, settings);
-      if (out.empty()) out = {{"correct_if", cell["correct_if"]}, {"lost_if", cell["lost_if"]}};
-      cell.erase("correct_if"), cell.erase("lost_if");
-      cell["policy"] = policy;
-      cell["budget"] = budget;
-      cells.push_back(std::move(cell));
-    }
+  for (const auto& c : cells_with_evidence(grid, rows)) {
+    nlohmann::json cell = c.summary.json(c.policy, settings);
+    if (out.empty()) out = {{"correct_if", cell["correct_if"]}, {"lost_if", cell["lost_if"]}};
+    cell.erase("correct_if"), cell.erase("lost_if");
+    cell["policy"] = c.policy;
+    cell["budget"] = c.budget;
+    cells.push_back(std::move(cell));
+  }
   out["cells"] = std::move(cells);
   return out;
 }
 
 void print_sweep_retention(const eval::SweepGrid& grid, const std::vector<eval::SweepRow>& rows,
                            const eval::BootstrapSettings& settings) {
-  for (const auto& budget : grid.budgets)
-    for (const auto& policy : grid.policies) {
-      RetentionSummary summary;
-      if (!summarise_cell(rows, policy, budget, summary)) continue;
-      std::printf("%s at %s: ", policy.c_str(), budget.c_str());
-      summary.print(policy, settings);
-    }
+  for (const auto& c : cells_with_evidence(grid, rows)) {
+    std::printf("%s at %s: ", c.policy.c_str(), c.budget.c_str());
+    c.summary.print(c.policy, settings);
+  }
 }
 
 std::vector<std::filesystem::path> write_sweep_retention(const std::filesystem::path& dir, const eval::SweepGrid& grid,

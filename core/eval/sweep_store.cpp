@@ -122,6 +122,12 @@ void SweepGrid::validate() const {
   if (budgets.empty()) throw UsageError("the sweep has no budgets: pass --budgets 10%,25%,...");
 }
 
+double SweepRow::metric(const std::string& name) const {
+  for (const auto& [metric_name, value] : metrics)
+    if (metric_name == name) return value;
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
 nlohmann::json SweepRow::to_json() const {
   nlohmann::json m = nlohmann::json::object();
   for (const auto& [name, value] : metrics) m[name] = value;
@@ -151,9 +157,8 @@ double cell_mean(const std::vector<SweepRow>& rows, const std::string& policy, c
   double sum = 0.0;
   int n = 0;
   for (const auto& r : rows)
-    if (r.policy == policy && r.budget == budget)
-      for (const auto& [name, value] : r.metrics)
-        if (name == metric && !std::isnan(value)) sum += value, ++n;  // NaN: not measured for that row
+    if (const double value = r.metric(metric); r.policy == policy && r.budget == budget && !std::isnan(value))
+      sum += value, ++n;  // NaN: not measured for that row (or no such metric)
   return n ? sum / n : std::numeric_limits<double>::quiet_NaN();
 }
 
@@ -404,11 +409,8 @@ void SweepStore::write_hdf5(const std::vector<CellSummary>* summary, const Boots
     h5::Handle cell_set = h5::create_dataset(group, "cell", {H5T_STD_I64LE, {n}, {}, {}, 0, {}});
     if (n) h5::write_slab(cell_set, H5T_NATIVE_INT64, {0}, {n}, cells.data());
     for (std::size_t i = 4; i < columns_.size(); ++i)
-      write_number_column(group, columns_[i], rows_, [&](const SweepRow& r) {
-        for (const auto& [name, value] : r.metrics)
-          if (name == columns_[i]) return value;
-        return std::numeric_limits<double>::quiet_NaN();  // append() refuses rows without every metric
-      });
+      // append() refuses rows without every metric, so NaN here is a value that was not measured.
+      write_number_column(group, columns_[i], rows_, [&](const SweepRow& r) { return r.metric(columns_[i]); });
     write_evidence_layers(group, rows_);
     if (summary) write_summary_group(group, *summary, *settings, *baseline);
   }

@@ -49,6 +49,8 @@ struct SweepRow {
   // (EvidenceRetention::layer_kept); empty otherwise. Stored apart from rows.csv, whose columns are fixed, in
   // <dir>/evidence.jsonl and eval.h5's /eval/evidence_layer_kept.
   std::vector<double> evidence_layer_kept;
+  // The value of `name`, NaN when the row has no such metric (or it was not measured).
+  double metric(const std::string& name) const;
   nlohmann::json to_json() const;
   static SweepRow from_json(const nlohmann::json& j);  // throws Error naming the missing field
 };

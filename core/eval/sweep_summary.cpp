@@ -15,9 +15,8 @@ std::vector<std::pair<std::string, double>> cell_values(const std::vector<SweepR
                                                         const std::string& budget, const std::string& metric) {
   std::vector<std::pair<std::string, double>> out;
   for (const auto& r : rows)
-    if (r.policy == policy && r.budget == budget)
-      for (const auto& [name, value] : r.metrics)
-        if (name == metric && !std::isnan(value)) out.emplace_back(r.prompt, value);  // NaN: not measured
+    if (const double value = r.metric(metric); r.policy == policy && r.budget == budget && !std::isnan(value))
+      out.emplace_back(r.prompt, value);  // NaN: not measured (or no such metric)
   return out;
 }
 
