@@ -1,0 +1,59 @@
+#!/bin/bash
+# Runs the GPU checks on a machine with an NVIDIA GPU from a bundle of tests/gpu/make_gpu_bundle.sh, writing logs to
+# $OUT (or ./gpu-out). Stages, so that a bundle can arrive in two transfers:
+#   kernels  unpack the bundle, list the device, run test_gpu_kernels and a CUDA generate on a tiny fixture model
+#   model    join the model's parts (this transfer's .gpu/model.xz.part-b and the part-a kept from the first), then
+#            tests/gpu/cuda_vs_cpu_model.py, tests/gpu/cuda_vs_cpu_policies.py and bench/gpu_bench.py
+# usage: tests/gpu/run_on_gpu_machine.sh kernels|model|all
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+stage=${1:-all}
+out=${OUT:-$root/gpu-out}
+keep=/tmp/kvscope-gpu   # outlives one transfer on a machine kept warm between two
+mkdir -p "$out" "$keep"
+if [ ! -x "$keep/bin/kvscope" ] && [ -f "$root/.gpu/bundle.tar.xz" ]; then tar -C "$keep" -xJf "$root/.gpu/bundle.tar.xz"; fi
+[ -f "$root/.gpu/model.xz.part-a" ] && cp "$root/.gpu/model.xz.part-a" "$root/.gpu/model.sha256" "$keep/"
+if [ ! -x "$keep/bin/kvscope" ]; then echo "no bundle: neither .gpu/bundle.tar.xz nor an earlier unpacked one"; exit 1; fi
+# Our copy of a library only where the machine has none of that soname.
+mkdir -p "$keep/uselib"
+for lib in "$keep"/lib/*; do
+  name=$(basename "$lib")
+  ldconfig -p | grep -q "^[[:space:]]*$name " || ln -sf "$lib" "$keep/uselib/$name"
+done
+export LD_LIBRARY_PATH=$keep/uselib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+if [ -z "${KVSCOPE_CUBLAS_LIBRARY:-}" ] && ! ldconfig -p | grep -q 'libcublas\.so\.13 '; then
+  KVSCOPE_CUBLAS_LIBRARY=$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublas.so.13*' 2>/dev/null | sort | head -1)
+  export KVSCOPE_CUBLAS_LIBRARY
+fi
+export KVSCOPE_BINARY=$keep/bin/kvscope PYTHONUNBUFFERED=1
+echo "cuBLAS: ${KVSCOPE_CUBLAS_LIBRARY:-from the loader's path}; our libraries used: $(ls "$keep/uselib" | tr '\n' ' ')"
+missing=$(ldd "$KVSCOPE_BINARY" | grep 'not found'); [ -n "$missing" ] && echo "missing libraries: $missing"
+python=$(command -v python3)
+
+if [ "$stage" = kernels ] || [ "$stage" = all ]; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$out/nvidia-smi.txt"
+  "$KVSCOPE_BINARY" info --json > "$out/info.json" 2>&1; tail -c 600 "$out/info.json"; echo
+  timeout 300 "$keep/bin/test_gpu_kernels" --durations yes > "$out/test_gpu_kernels.log" 2>&1
+  echo "test_gpu_kernels exit $?"; grep -E "FAILED|passed|failed|SKIPPED|assertions" "$out/test_gpu_kernels.log" | tail -40
+  tiny=$root/tests/fixtures/hf_synthetic/llama3.gguf
+  for device in cpu cuda; do
+    timeout 120 "$KVSCOPE_BINARY" generate --device "$device" --model "$tiny" --prompt "The lighthouse keeper" \
+      --max-new-tokens 12 --json > "$out/tiny_$device.json" 2> "$out/tiny_$device.err"
+    echo "tiny $device exit $?: $("$python" -c "import json,sys; j=json.load(open(sys.argv[1])); print(j['generated_tokens'], [round(x,4) for x in j['logprobs']])" "$out/tiny_$device.json" 2>&1 | tail -1) $(tail -c 300 "$out/tiny_$device.err")"
+  done
+fi
+
+if [ "$stage" = model ] || [ "$stage" = all ]; then
+  mkdir -p "$root/.deps/models"
+  model=$root/.deps/models/SmolLM2-135M-Instruct.Q4_1.gguf
+  cat "$keep/model.xz.part-a" "$root/.gpu/model.xz.part-b" | xz -d > "$model" || { echo "model parts missing"; exit 1; }
+  [ "$(sha256sum "$model" | cut -d' ' -f1)" = "$(cat "$keep/model.sha256")" ] || { echo "model SHA-256 differs"; exit 1; }
+  export KVSCOPE_MODEL=$model OMP_WAIT_POLICY=passive
+  timeout 240 "$python" "$root/tests/gpu/cuda_vs_cpu_model.py" --kvscope "$KVSCOPE_BINARY" --model "$model" \
+    --out "$out/model" 2>&1 | tee "$out/cuda_vs_cpu_model.log" | grep -v "^ok"
+  echo "cuda_vs_cpu_model exit ${PIPESTATUS[0]}"
+  KVSCOPE_SOURCE_DIR=$root timeout 150 "$python" "$root/tests/gpu/cuda_vs_cpu_policies.py" > "$out/policies.log" 2>&1
+  echo "cuda_vs_cpu_policies exit $?"; grep -v "^ok" "$out/policies.log" | tail -20
+  timeout 200 "$python" "$root/bench/gpu_bench.py" --kvscope "$KVSCOPE_BINARY" --model "$model" \
+    --lengths 1024,4096,8000 2>&1 | tee "$out/gpu_bench.log"
+fi
