@@ -26,7 +26,7 @@ if [ -z "${KVSCOPE_CUBLAS_LIBRARY:-}" ] && ! ldconfig -p | grep -q 'libcublas\.s
   export KVSCOPE_CUBLAS_LIBRARY
 fi
 export KVSCOPE_BINARY=$keep/bin/kvscope PYTHONUNBUFFERED=1
-echo "cuBLAS: ${KVSCOPE_CUBLAS_LIBRARY:-from the loader's path}; our libraries used: $(ls "$keep/uselib" | tr '\n' ' ')"
+echo "cuBLAS: ${KVSCOPE_CUBLAS_LIBRARY:-from the loader path}; our libraries used: $(ls "$keep/uselib" | tr '\n' ' ')"
 missing=$(ldd "$KVSCOPE_BINARY" | grep 'not found'); [ -n "$missing" ] && echo "missing libraries: $missing"
 python=$(command -v python3)
 
@@ -39,7 +39,9 @@ if [ "$stage" = kernels ] || [ "$stage" = all ]; then
   for device in cpu cuda; do
     timeout 120 "$KVSCOPE_BINARY" generate --device "$device" --model "$tiny" --prompt "The lighthouse keeper" \
       --max-new-tokens 12 --json > "$out/tiny_$device.json" 2> "$out/tiny_$device.err"
-    echo "tiny $device exit $?: $("$python" -c "import json,sys; j=json.load(open(sys.argv[1])); print(j['generated_tokens'], [round(x,4) for x in j['logprobs']])" "$out/tiny_$device.json" 2>&1 | tail -1) $(tail -c 300 "$out/tiny_$device.err")"
+    status=$?
+    summary=$("$python" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["generated_tokens"], [round(x, 4) for x in j["logprobs"]])' "$out/tiny_$device.json" 2>&1 | tail -1)
+    echo "tiny $device exit $status: $summary $(tail -c 300 "$out/tiny_$device.err")"
   done
 fi
 
