@@ -18,6 +18,7 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/matmul.h"
+#include "kernels/cuda/pinned_staging.h"
 #include "kernels/error.h"
 
 namespace kvscope::kernels::cuda {
@@ -47,6 +48,7 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(int device_index) {
     check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
     cublas_ = std::make_unique<CublasHandle>(stream_);
+    staging_ = std::make_unique<PinnedStaging>(stream_, kStagingBytes);
     cudaDeviceProp prop{};
     check_cuda(cudaGetDeviceProperties(&prop, device_index), "cudaGetDeviceProperties");
     char memory[32];
@@ -56,6 +58,7 @@ class CudaBackend final : public Backend {
                    std::to_string(prop.minor) + ", " + memory + ")";
   }
   ~CudaBackend() override {
+    staging_.reset();
     cublas_.reset();
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -92,6 +95,7 @@ class CudaBackend final : public Backend {
     const std::size_t widest = std::max({shape.dim, shape.ffn_dim, shape.q_width()});
     room(activation_scratch_, rows * widest * 2);  // two uint16 per value: room for f32 as well
     room(row_positions_, rows);
+    uploaded_positions_.clear();  // room() may have reallocated the buffer
     room(row_ids_, rows);
     return state;
   }
@@ -121,7 +125,20 @@ class CudaBackend final : public Backend {
   }
 
   void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, int n) override {
-    for (const MatmulTarget& t : targets) matmul(*t.w, x, n, t.y);
+    // Converted to the weights' device type once for all the products (q, k, v; gate, up) when they share it.
+    if (targets.empty()) return;
+    const DeviceMatrix& first = device_matrix(*targets.front().w);
+    const bool shared = std::all_of(targets.begin(), targets.end(), [&](const MatmulTarget& t) {
+      const DeviceMatrix& m = device_matrix(*t.w);
+      return m.type == first.type && m.cols == first.cols;
+    });
+    if (!shared) {
+      for (const MatmulTarget& t : targets) matmul(*t.w, x, n, t.y);
+      return;
+    }
+    void* scratch = room(activation_scratch_, static_cast<std::size_t>(n) * first.cols * 2);
+    const void* typed = convert_input(first, x, n, scratch, stream_);
+    for (const MatmulTarget& t : targets) cuda::gemm(*cublas_, device_matrix(*t.w), typed, n, t.y);
   }
 
   void rmsnorm(const float* x, const float* weight, int rows, int dim, float eps, float* out) override {
@@ -133,11 +150,12 @@ class CudaBackend final : public Backend {
     if (!shape.rope_freq_divisors.empty()) {
       if (rope_divisors_host_ != shape.rope_freq_divisors) {
         rope_divisors_host_ = shape.rope_freq_divisors;
-        rope_divisors_.upload(rope_divisors_host_, stream_);
+        rope_divisors_.resize(rope_divisors_host_.size());
+        staging_->upload(rope_divisors_.data(), rope_divisors_host_);
       }
       divisors = rope_divisors_.data();
     }
-    rope_rows(x, rows, heads_per_row, shape.head_dim, shape.rope_dim, upload_ints(row_positions_, positions, rows),
+    rope_rows(x, rows, heads_per_row, shape.head_dim, shape.rope_dim, upload_positions(positions, rows),
               shape.rope_base, shape.rope_style == RopeStyle::AdjacentPairs, divisors, stream_);
   }
 
@@ -174,7 +192,7 @@ class CudaBackend final : public Backend {
     if (o.key_splits > 1)
       o.split_partials =
           room(split_partials_, static_cast<std::size_t>(o.key_splits) * heads * n * (kv.head_dim() + 2));
-    cuda::attention(call.q, upload_ints(row_positions_, call.query_positions, n), cache, shape, o, stream_);
+    cuda::attention(call.q, upload_positions(call.query_positions, n), cache, shape, o, stream_);
 
     side.n_keys.assign(n_kv, 0);
     for (int g = 0; g < n_kv; ++g) side.n_keys[g] = kv.size(call.layer, g);
@@ -253,8 +271,18 @@ class CudaBackend final : public Backend {
 
   const int32_t* upload_ints(DeviceBuffer<int32_t>& buffer, const int32_t* host, int n) {
     int32_t* d = room(buffer, std::max(n, 1));
-    if (n > 0)
-      check_cuda(cudaMemcpyAsync(d, host, n * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload indices");
+    if (n > 0) staging_->upload(d, host, n * sizeof(int32_t));
+    return d;
+  }
+
+  // A step's positions go to RoPE for q and k and to attention, in every layer: uploaded once while they stay the
+  // same (row_positions_ is written nowhere else).
+  const int32_t* upload_positions(const int32_t* host, int n) {
+    if (row_positions_.size() >= static_cast<std::size_t>(std::max(n, 1)) &&
+        std::equal(host, host + n, uploaded_positions_.begin(), uploaded_positions_.end()))
+      return row_positions_.data();
+    const int32_t* d = upload_ints(row_positions_, host, n);
+    uploaded_positions_.assign(host, host + n);
     return d;
   }
 
@@ -267,8 +295,11 @@ class CudaBackend final : public Backend {
     return host;
   }
 
+  static constexpr std::size_t kStagingBytes = std::size_t{4} << 20;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<CublasHandle> cublas_;
+  std::unique_ptr<PinnedStaging> staging_;  // small uploads (ids, positions) that must not stall the stream
+  std::vector<int32_t> uploaded_positions_;  // what row_positions_ holds
   std::string description_;
   const ModelWeights* uploaded_ = nullptr;
   const uint8_t* uploaded_embedding_ = nullptr;

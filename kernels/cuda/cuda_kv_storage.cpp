@@ -12,17 +12,16 @@ namespace {
 constexpr int kMinCapacity = 64;
 
 template <typename T>
-void upload_into(DeviceBuffer<T>& buffer, const std::vector<T>& host, cudaStream_t stream) {
+void upload_into(DeviceBuffer<T>& buffer, const std::vector<T>& host, PinnedStaging& staging) {
   if (buffer.size() < host.size()) buffer.resize(host.size());
-  if (!host.empty())
-    check_cuda(cudaMemcpyAsync(buffer.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream),
-               "KV edit upload");
+  staging.upload(buffer.data(), host);
 }
 
 }  // namespace
 
 CudaKVStorage::CudaKVStorage(int n_layers, int n_kv_heads, int head_dim, KVCacheTypes type, cudaStream_t stream)
-    : KVStorage(n_layers, n_kv_heads, head_dim, type), stream_(stream), layers_(n_layers) {
+    : KVStorage(n_layers, n_kv_heads, head_dim, type), stream_(stream), staging_(stream, kStagingBytes),
+      layers_(n_layers) {
   if (type != CacheType::F32)
     throw UsageError(std::string("the CUDA backend stores the cache as f32 only; cache type '") +
                      cache_type_name(type) + "' is not implemented on the device yet");
@@ -59,10 +58,7 @@ std::span<const int32_t> CudaKVStorage::positions(int layer, int kv_head) const 
 void CudaKVStorage::upload_lengths(Layer& layer) {
   std::vector<int32_t> lengths(n_kv_heads());
   for (int g = 0; g < n_kv_heads(); ++g) lengths[g] = static_cast<int32_t>(layer.host_positions[g].size());
-  check_cuda(cudaMemcpyAsync(layer.lengths.data(), lengths.data(), lengths.size() * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, stream_),
-             "KV lengths upload");
-  check_cuda(cudaStreamSynchronize(stream_), "KV lengths upload");  // `lengths` dies here
+  staging_.upload(layer.lengths.data(), lengths);
 }
 
 // Moves every head's rows into an allocation of `capacity` rows per head (capacity >= every head's length).
@@ -109,9 +105,7 @@ void CudaKVStorage::append(int layer_index, const float* k, const float* v, int 
     check_cuda(cudaMemcpy2DAsync(layer.values.data() + first * d, row_bytes, v + g * d, heads * row_bytes, row_bytes, n,
                                  cudaMemcpyDeviceToDevice, stream_),
                "KV append (values)");
-    check_cuda(cudaMemcpyAsync(layer.positions.data() + first, positions, n * sizeof(int32_t), cudaMemcpyHostToDevice,
-                               stream_),
-               "KV append (positions)");
+    staging_.upload(layer.positions.data() + first, positions, n * sizeof(int32_t));
     host.insert(host.end(), positions, positions + n);
   }
   upload_lengths(layer);
@@ -133,9 +127,9 @@ void CudaKVStorage::edit(int layer_index, int kv_head, std::span<const int32_t> 
       weights.insert(weights.end(), {1.0f, m.weight});
       offsets.push_back(static_cast<int32_t>(members.size()));
     }
-    upload_into(edit_offsets_, offsets, stream_);
-    upload_into(edit_members_, members, stream_);
-    upload_into(edit_weights_, weights, stream_);
+    upload_into(edit_offsets_, offsets, staging_);
+    upload_into(edit_members_, members, staging_);
+    upload_into(edit_weights_, weights, staging_);
     merge_rows(values, d, {edit_offsets_.data(), edit_members_.data(), edit_weights_.data(),
                            static_cast<int>(m.targets.size())}, stream_);
   }
@@ -148,16 +142,16 @@ void CudaKVStorage::edit(int layer_index, int kv_head, std::span<const int32_t> 
       weights.insert(weights.end(), m.weights.begin(), m.weights.end());
       offsets.push_back(static_cast<int32_t>(members.size()));
     }
-    upload_into(edit_offsets_, offsets, stream_);
-    upload_into(edit_members_, members, stream_);
-    upload_into(edit_weights_, weights, stream_);
+    upload_into(edit_offsets_, offsets, staging_);
+    upload_into(edit_members_, members, staging_);
+    upload_into(edit_weights_, weights, staging_);
     const DeviceMergeGroups groups{edit_offsets_.data(), edit_members_.data(), edit_weights_.data(),
                                    static_cast<int>(merges.size())};
     merge_rows(keys, d, groups, stream_);
     merge_rows(values, d, groups, stream_);
   }
   const int kept = static_cast<int>(keep.size());
-  upload_into(edit_keep_, std::vector<int32_t>(keep.begin(), keep.end()), stream_);
+  upload_into(edit_keep_, std::vector<int32_t>(keep.begin(), keep.end()), staging_);
   if (edit_rows_.size() < static_cast<std::size_t>(kept) * d) edit_rows_.resize(static_cast<std::size_t>(kept) * d);
   for (float* rows : {keys, values}) {
     gather_rows(rows, edit_keep_.data(), kept, d, edit_rows_.data(), stream_);
@@ -169,10 +163,8 @@ void CudaKVStorage::edit(int layer_index, int kv_head, std::span<const int32_t> 
   std::vector<int32_t> kept_positions(kept);
   for (int i = 0; i < kept; ++i) kept_positions[i] = host[keep[i]];
   host = std::move(kept_positions);
-  if (kept > 0)
-    check_cuda(cudaMemcpyAsync(layer.positions.data() + static_cast<std::size_t>(kv_head) * layer.capacity, host.data(),
-                               kept * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
-               "KV edit (positions)");
+  staging_.upload(layer.positions.data() + static_cast<std::size_t>(kv_head) * layer.capacity, host.data(),
+                  kept * sizeof(int32_t));
   upload_lengths(layer);
   int longest = 0;
   for (const auto& p : layer.host_positions) longest = std::max(longest, static_cast<int>(p.size()));

@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/pinned_staging.h"
 #include "kernels/kv_storage.h"
 
 namespace kvscope::kernels::cuda {
@@ -42,7 +43,9 @@ class CudaKVStorage final : public KVStorage {
   Layer& checked(int layer, int kv_head, const char* what);
   const Layer& checked(int layer, int kv_head, const char* what) const;
 
+  static constexpr std::size_t kStagingBytes = std::size_t{1} << 20;
   cudaStream_t stream_;
+  PinnedStaging staging_;  // positions, lengths and edit lists: uploads that must not stall the stream
   std::vector<Layer> layers_;
   // Edit scratch: merge groups in CSR form and the kept indices, reused across edits.
   DeviceBuffer<int32_t> edit_offsets_, edit_members_, edit_keep_;

@@ -28,7 +28,13 @@ struct DeviceMatrix {
   int rows = 0, cols = 0;
 };
 
-// y[n][w.rows] = x[n][w.cols] * w^T. x_scratch holds n * w.cols values of w.type (unused for F32).
+// x[n][w.cols] as w's device type: x itself for F32, else converted into x_scratch (n * w.cols values of w.type).
+const void* convert_input(const DeviceMatrix& w, const float* x, int n, void* x_scratch, cudaStream_t stream);
+
+// y[n][w.rows] = x_typed[n][w.cols] * w^T, x_typed already of w's device type (convert_input); on the handle's stream.
+void gemm(const CublasHandle& cublas, const DeviceMatrix& w, const void* x_typed, int n, float* y);
+
+// y[n][w.rows] = x[n][w.cols] * w^T: convert_input, then gemm.
 void matmul(const CublasHandle& cublas, const DeviceMatrix& w, const float* x, int n, void* x_scratch, float* y,
             cudaStream_t stream);
 
