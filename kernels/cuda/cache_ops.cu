@@ -1,5 +1,7 @@
 #include "kernels/cuda/cache_ops.h"
 
+#include <algorithm>
+
 #include "kernels/common/merge_math.h"
 #include "kernels/cuda/cuda_check.h"
 
@@ -34,7 +36,33 @@ __global__ void gather_positions_kernel(const int32_t* src, const int32_t* index
   if (i < n_index) dst[i] = src[index[i]];
 }
 
+// A thread per (row, head, element) of the keys and of the values; element 0 also writes the position, and
+// the first n_kv_heads threads the new lengths.
+__global__ void append_rows_kernel(const float* k, const float* v, const int32_t* new_positions, int n,
+                                   DeviceAppendTarget t) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < t.n_kv_heads) t.lengths[i] = t.starts[i] + n;
+  const int64_t per_row = static_cast<int64_t>(t.n_kv_heads) * t.head_dim;
+  if (i >= n * per_row) return;
+  const int row = static_cast<int>(i / per_row);
+  const int g = static_cast<int>(i % per_row / t.head_dim), e = static_cast<int>(i % t.head_dim);
+  const int64_t slot = static_cast<int64_t>(g) * t.capacity + t.starts[g] + row;
+  t.keys[slot * t.head_dim + e] = k[i];
+  t.values[slot * t.head_dim + e] = v[i];
+  if (e == 0) t.positions[slot] = new_positions[row];
+}
+
 }  // namespace
+
+void append_rows(const float* k, const float* v, const int32_t* new_positions, int n, const DeviceAppendTarget& target,
+                 cudaStream_t stream) {
+  const int64_t total = std::max<int64_t>(static_cast<int64_t>(n) * target.n_kv_heads * target.head_dim,
+                                          target.n_kv_heads);
+  if (n <= 0 || total <= 0) return;
+  append_rows_kernel<<<static_cast<unsigned>((total + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      k, v, new_positions, n, target);
+  check_launch("append_rows");
+}
 
 void merge_rows(float* rows, int row_length, const DeviceMergeGroups& groups, cudaStream_t stream) {
   if (groups.n_groups <= 0 || row_length <= 0) return;

@@ -1,6 +1,6 @@
 #pragma once
 // Cache edits on the device (the CUDA mirror of KVCache::apply): weighted merges of rows into a target
-// row, then compaction by gathering the kept rows. Appending new rows is a plain copy (cudaMemcpyAsync).
+// row, then compaction by gathering the kept rows, and appending new rows to every KV head of a layer in one launch.
 // Host reference: cache_ops_reference.h. Device pointers throughout.
 #include <cuda_runtime_api.h>
 
@@ -23,5 +23,25 @@ void merge_rows(float* rows, int row_length, const DeviceMergeGroups& groups, cu
 // dst[i] = src[index[i]] for n_index rows of row_length values (src and dst must not overlap).
 void gather_rows(const float* src, const int32_t* index, int n_index, int row_length, float* dst, cudaStream_t stream);
 void gather_positions(const int32_t* src, const int32_t* index, int n_index, int32_t* dst, cudaStream_t stream);
+
+// One layer's cache as append_rows writes it: [n_kv_heads][capacity][head_dim] rows, [n_kv_heads][capacity]
+// positions, [n_kv_heads] lengths; starts[g] is head g's length before the append (the host knows it, so no
+// thread reads a length another writes).
+constexpr int kMaxAppendHeads = 64;
+struct DeviceAppendTarget {
+  float* keys = nullptr;
+  float* values = nullptr;
+  int32_t* positions = nullptr;
+  int32_t* lengths = nullptr;
+  int capacity = 0, n_kv_heads = 0, head_dim = 0;
+  int starts[kMaxAppendHeads] = {};
+};
+
+// Appends n rows per KV head: k and v are [n][n_kv_heads][head_dim] (as the projections write them),
+// new_positions [n] on the device; head g's rows go to starts[g] .. starts[g] + n, and lengths[g] becomes
+// starts[g] + n. One launch instead of a strided copy per head and part (an append runs in every layer of every
+// decode step, where each launch's latency counts). The caller guarantees starts[g] + n <= capacity.
+void append_rows(const float* k, const float* v, const int32_t* new_positions, int n, const DeviceAppendTarget& target,
+                 cudaStream_t stream);
 
 }  // namespace kvscope::kernels::cuda

@@ -21,4 +21,22 @@ std::vector<float> merge_and_compact_reference(const std::vector<float>& rows, i
   return out;
 }
 
+void append_rows_reference(const std::vector<float>& k, const std::vector<float>& v,
+                           const std::vector<int32_t>& new_positions, int n_kv_heads, int head_dim,
+                           HostLayerCache& cache) {
+  const int n = static_cast<int>(new_positions.size()), d = head_dim;
+  for (int g = 0; g < n_kv_heads; ++g) {
+    for (int row = 0; row < n; ++row) {
+      const std::size_t slot = static_cast<std::size_t>(g) * cache.capacity + cache.lengths[g] + row;
+      const std::size_t source = (static_cast<std::size_t>(row) * n_kv_heads + g) * d;
+      for (int e = 0; e < d; ++e) {
+        cache.keys[slot * d + e] = k[source + e];
+        cache.values[slot * d + e] = v[source + e];
+      }
+      cache.positions[slot] = new_positions[row];
+    }
+    cache.lengths[g] += n;
+  }
+}
+
 }  // namespace kvscope::kernels::cuda

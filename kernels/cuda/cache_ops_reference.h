@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cuda/attention_reference.h"  // HostLayerCache
+
 namespace kvscope::kernels::cuda {
 
 struct HostMergeGroup {
@@ -15,5 +17,11 @@ struct HostMergeGroup {
 std::vector<float> merge_and_compact_reference(const std::vector<float>& rows, int row_length,
                                                const std::vector<HostMergeGroup>& groups,
                                                const std::vector<int32_t>& keep);
+
+// The reference of append_rows: k, v [n][n_kv_heads][head_dim], new_positions [n], each head's rows placed after
+// its current length, which grows by n.
+void append_rows_reference(const std::vector<float>& k, const std::vector<float>& v,
+                           const std::vector<int32_t>& new_positions, int n_kv_heads, int head_dim,
+                           HostLayerCache& cache);
 
 }  // namespace kvscope::kernels::cuda

@@ -94,6 +94,19 @@ void CudaKVStorage::append(int layer_index, const float* k, const float* v, int 
   int longest = 0;
   for (const auto& p : layer.host_positions) longest = std::max(longest, static_cast<int>(p.size()));
   if (longest + n > layer.capacity) reallocate(layer, std::max({longest + n, 2 * layer.capacity, kMinCapacity}));
+  if (heads <= static_cast<std::size_t>(kMaxAppendHeads)) {
+    // One upload of the positions and one launch for every head, keys, values, positions and lengths.
+    DeviceAppendTarget target;
+    target.keys = layer.keys.data(), target.values = layer.values.data(), target.positions = layer.positions.data();
+    target.lengths = layer.lengths.data(), target.capacity = layer.capacity;
+    target.n_kv_heads = static_cast<int>(heads), target.head_dim = static_cast<int>(d);
+    for (std::size_t g = 0; g < heads; ++g) target.starts[g] = static_cast<int>(layer.host_positions[g].size());
+    if (append_positions_.size() < static_cast<std::size_t>(n)) append_positions_.resize(n);
+    staging_.upload(append_positions_.data(), positions, n * sizeof(int32_t));
+    append_rows(k, v, append_positions_.data(), n, target, stream_);
+    for (auto& host : layer.host_positions) host.insert(host.end(), positions, positions + n);
+    return;
+  }
   const std::size_t row_bytes = d * sizeof(float);
   for (std::size_t g = 0; g < heads; ++g) {
     auto& host = layer.host_positions[g];

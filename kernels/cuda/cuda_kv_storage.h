@@ -51,6 +51,7 @@ class CudaKVStorage final : public KVStorage {
   DeviceBuffer<int32_t> edit_offsets_, edit_members_, edit_keep_;
   DeviceBuffer<float> edit_weights_, edit_rows_;
   DeviceBuffer<int32_t> edit_positions_;
+  DeviceBuffer<int32_t> append_positions_;  // the appended rows' positions, read by append_rows
 };
 
 }  // namespace kvscope::kernels::cuda

@@ -178,6 +178,44 @@ TEST_CASE("merge_rows then gather_rows equals the reference edit") {
   test::require_all_close(compact.download(), want, 1e-6);
 }
 
+TEST_CASE("append_rows places every head's new rows after its own length, as the reference does") {
+  // Heads of different lengths (as after an eviction), a prefill block and a decode row.
+  for (const int n : {7, 1}) {
+    const int heads = 3, d = 64;
+    HostLayerCache host;
+    host.capacity = 40;
+    const std::size_t rows = static_cast<std::size_t>(heads) * host.capacity;
+    host.keys = test::random_normal_floats(rows * d, 11);
+    host.values = test::random_normal_floats(rows * d, 12);
+    host.positions.assign(rows, -1);
+    host.lengths = {5, 0, 31};
+    const auto k = test::random_normal_floats(static_cast<std::size_t>(n) * heads * d, 13);
+    const auto v = test::random_normal_floats(k.size(), 14);
+    std::vector<int32_t> new_positions(n);
+    for (int i = 0; i < n; ++i) new_positions[i] = 100 + 3 * i;
+
+    DeviceBuffer<float> dkeys, dvalues, dk, dv;
+    DeviceBuffer<int32_t> dpositions, dlengths, dnew;
+    dkeys.upload(host.keys);
+    dvalues.upload(host.values);
+    dpositions.upload(host.positions);
+    dlengths.upload(host.lengths);
+    dk.upload(k);
+    dv.upload(v);
+    dnew.upload(new_positions);
+    DeviceAppendTarget target;
+    target.keys = dkeys.data(), target.values = dvalues.data(), target.positions = dpositions.data();
+    target.lengths = dlengths.data(), target.capacity = host.capacity, target.n_kv_heads = heads, target.head_dim = d;
+    for (int g = 0; g < heads; ++g) target.starts[g] = host.lengths[g];
+    append_rows(dk.data(), dv.data(), dnew.data(), n, target, nullptr);
+    append_rows_reference(k, v, new_positions, heads, d, host);
+    REQUIRE(dkeys.download() == host.keys);  // copies: bit-equal
+    REQUIRE(dvalues.download() == host.values);
+    REQUIRE(dpositions.download() == host.positions);
+    REQUIRE(dlengths.download() == host.lengths);
+  }
+}
+
 TEST_CASE("pooled cosine-similarity maps match the reference, max and mean pooling") {
   const int n = 50, d = 32, block = 3;
   auto x = test::random_normal_floats(static_cast<std::size_t>(n) * d, 5);

@@ -2,6 +2,7 @@
 // CPU backend's attention and K/V storage, and core/analysis's cosine-similarity maps. Runs on every machine.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -96,6 +97,52 @@ TEST_CASE("merge_and_compact_reference agrees with the CPU backend's K/V edit") 
   const auto want = kernels::cuda::merge_and_compact_reference(
       k, d, {{{3, 1, 2}, {0.5f, 0.25f, 0.25f}}, {{8, 9}, {0.6f, 0.4f}}}, keep);
   test::require_all_close(got, want, 1e-6);
+}
+
+TEST_CASE("append_rows_reference agrees with the CPU backend's append to heads of different lengths") {
+  kernels::Backend& cpu = kernels::default_cpu_backend();
+  const int heads = 2, d = 8, first = 6, more = 3;
+  auto storage = cpu.make_kv_storage(1, heads, d, kernels::CacheType::F32);
+  kernels::cuda::HostLayerCache host;
+  host.capacity = 16;
+  host.keys.assign(static_cast<std::size_t>(heads) * host.capacity * d, 0.0f);
+  host.values = host.keys;
+  host.positions.assign(static_cast<std::size_t>(heads) * host.capacity, -1);
+  host.lengths.assign(heads, 0);
+  auto append_both = [&](int n, int seed, int first_position) {
+    const auto k = test::random_normal_floats(static_cast<std::size_t>(n) * heads * d, seed);
+    const auto v = test::random_normal_floats(k.size(), seed + 1);
+    std::vector<int32_t> positions(n);
+    for (int i = 0; i < n; ++i) positions[i] = first_position + i;
+    storage->append(0, k.data(), v.data(), n, positions.data());
+    kernels::cuda::append_rows_reference(k, v, positions, heads, d, host);
+  };
+  append_both(first, 7, 0);
+  // Head 1 loses entries 0, 2 and 5 in both, so the next append lands at different offsets per head.
+  const std::vector<int32_t> keep = {1, 3, 4};
+  storage->edit(0, 1, keep, {});
+  for (auto* part : {&host.keys, &host.values}) {
+    float* head = part->data() + static_cast<std::size_t>(host.capacity) * d;
+    for (std::size_t j = 0; j < keep.size(); ++j) std::copy_n(head + keep[j] * d, d, head + j * d);
+  }
+  int32_t* head_positions = host.positions.data() + host.capacity;
+  for (std::size_t j = 0; j < keep.size(); ++j) head_positions[j] = head_positions[keep[j]];
+  host.lengths[1] = static_cast<int32_t>(keep.size());
+  append_both(more, 9, first);
+
+  for (int g = 0; g < heads; ++g) {
+    const int m = storage->size(0, g);
+    REQUIRE(m == host.lengths[g]);
+    const auto positions = storage->positions(0, g);
+    REQUIRE(std::vector<int32_t>(positions.begin(), positions.end()) ==
+            std::vector<int32_t>(host.positions.begin() + g * host.capacity, host.positions.begin() + g * host.capacity + m));
+    for (const auto& [part, rows] : {std::pair{kernels::KVPart::Keys, &host.keys}, std::pair{kernels::KVPart::Values, &host.values}}) {
+      std::vector<float> got(static_cast<std::size_t>(m) * d);
+      storage->read_rows(0, g, part, 0, m, got.data());
+      REQUIRE(got == std::vector<float>(rows->begin() + static_cast<std::ptrdiff_t>(g) * host.capacity * d,
+                                        rows->begin() + (static_cast<std::ptrdiff_t>(g) * host.capacity + m) * d));
+    }
+  }
 }
 
 TEST_CASE("pooled_cosine_similarity_reference agrees with core/analysis's map") {
