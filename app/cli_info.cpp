@@ -22,6 +22,7 @@ namespace {
 struct InfoArgs {
   std::string model_path;
   bool json = false;
+  bool devices_only = false;
 };
 
 struct TypeUsage {
@@ -195,7 +196,18 @@ Command register_info(CLI::App& root) {
   cmd->add_option("--model", args->model_path,
                   "GGUF file or Hugging Face folder (default: $KVSCOPE_MODEL, then SmolLM2-135M-Instruct)");
   cmd->add_flag("--json", args->json, "print a JSON object instead of text");
+  cmd->add_flag("--devices", args->devices_only,
+                "list the CUDA devices only (no model is read: for a GPU machine before a model is there)")
+      ->excludes(cmd->get_option("--model"));
   return {cmd, [args] {
+            if (args->devices_only) {
+              const kernels::cuda::CudaDeviceList devices = kernels::cuda::list_cuda_devices();
+              if (args->json)
+                std::printf("%s\n", nlohmann::json{{"cuda", devices_json(devices)}}.dump(2).c_str());
+              else
+                print_devices(devices);
+              return 0;
+            }
             const auto path = model::resolve_model_path(args->model_path);
             std::error_code ec;
             const ModelSummary summary =

@@ -32,7 +32,7 @@ python=$(command -v python3)
 
 if [ "$stage" = kernels ] || [ "$stage" = all ]; then
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$out/nvidia-smi.txt"
-  "$KVSCOPE_BINARY" info --json > "$out/info.json" 2>&1; tail -c 600 "$out/info.json"; echo
+  "$KVSCOPE_BINARY" info --devices --json > "$out/info.json" 2>&1; tail -c 600 "$out/info.json"; echo
   timeout 300 "$keep/bin/test_gpu_kernels" --durations yes > "$out/test_gpu_kernels.log" 2>&1
   echo "test_gpu_kernels exit $?"; grep -E "FAILED|passed|failed|SKIPPED|assertions" "$out/test_gpu_kernels.log" | tail -40
   tiny=$root/tests/fixtures/hf_synthetic/llama3.gguf

@@ -18,6 +18,12 @@ def main():
     check(info.returncode == 0, f"info --json exits 0 (stderr: {info.stderr.strip()})")
     cuda = json.loads(info.stdout)["cuda"] if info.returncode == 0 else {"devices": [], "why_none": "?"}
     check(bool(cuda["devices"]) or bool(cuda["why_none"]), "info says why no CUDA device is listed")
+    # --devices reads no model: it answers where the default model is missing.
+    env = dict(os.environ, KVSCOPE_MODEL="/nonexistent/model.gguf")
+    only = subprocess.run([binary, "info", "--devices", "--json"], capture_output=True, text=True, env=env)
+    names = lambda c: ([(d["index"], d["name"]) for d in c["devices"]], c["why_none"])  # free memory may move
+    check(only.returncode == 0 and names(json.loads(only.stdout)["cuda"]) == names(cuda),
+          f"info --devices --json lists the same devices without a model (stderr: {only.stderr.strip()})")
     text = subprocess.run([binary, "info"], capture_output=True, text=True)
     check("cuda devices" in text.stdout, "info's text names the CUDA devices line")
 
