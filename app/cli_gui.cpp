@@ -35,6 +35,8 @@ Command register_gui(CLI::App& root) {
   cmd->add_option("--policy", opts->policy, "policy of the first run, e.g. snapkv:window=32");
   add_budget_options(cmd, opts->budget, "budget of the first run (tokens or a percentage, default 25%)");
   cmd->add_option("--max-new-tokens", opts->max_new_tokens, "tokens the first run generates")->check(kPositive);
+  cmd->add_option("--device", opts->device, "compute backend of the window's runs: cpu (default) or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--no-run", opts->no_run, "do not start the default run");
   cmd->add_flag("--redraw-every-frame", opts->redraw_every_frame,
                 "draw every frame even when nothing on screen changed (compare the redraw gate's cost)");

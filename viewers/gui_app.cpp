@@ -309,7 +309,8 @@ void App::start() {
 }
 
 bool App::first_run_options_given() const {
-  return !options_.prompt.empty() || !options_.policy.empty() || !options_.budget.empty() || options_.max_new_tokens > 0;
+  return !options_.prompt.empty() || !options_.policy.empty() || !options_.budget.empty() || options_.max_new_tokens > 0 ||
+         !options_.device.empty();
 }
 
 void App::load_first_run_form() {
@@ -318,6 +319,7 @@ void App::load_first_run_form() {
   if (!options_.policy.empty()) setup_.set_policy(options_.policy);
   if (!options_.budget.empty()) setup_.set_budget(options_.budget);
   if (options_.max_new_tokens > 0) setup_.set_tokens(options_.max_new_tokens);
+  if (!options_.device.empty()) setup_.set_device(options_.device);
 }
 
 void App::log_timing(const std::string& event, const nlohmann::json& fields) {
@@ -790,6 +792,8 @@ void App::step_script() {
         setup_.set_budget(arg);
       } else if (c == "tokens") {
         setup_.set_tokens(std::stoi(arg));
+      } else if (c == "device") {
+        setup_.set_device(arg);
       } else if (c == "run") {
         setup_.run();
       } else if (c == "pin") {

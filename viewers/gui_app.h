@@ -23,6 +23,7 @@ struct GuiOptions {
   std::string policy;                    // policy spec for the default run (empty: automatic)
   std::string budget;                    // budget for the default run (empty: 25%)
   int max_new_tokens = 0;                // 0: automatic
+  std::string device;                    // compute backend of live runs, "cpu" or "cuda" (empty: cpu)
   bool no_run = false;                   // open the window without starting the default run
   std::string timing_log;                // --timing-log FILE: JSON lines of script steps, results shown, frames
   bool redraw_every_frame = false;       // draw frames identical to the one on screen too (redraw_gate.h)

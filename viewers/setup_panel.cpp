@@ -225,6 +225,17 @@ void SetupPanel::set_budget(const std::string& text) {
   if (b.kind == policy::BudgetSpec::Kind::Tokens) budget_tokens_ = static_cast<int>(b.value);
 }
 
+void SetupPanel::set_device(const std::string& name) {
+  if (name == "cpu") {
+    use_cuda_ = false;
+    return;
+  }
+  if (name != "cuda") throw UsageError("device '" + name + "': expected cpu or cuda");
+  const kernels::cuda::CudaDeviceList cuda = kernels::cuda::list_cuda_devices();
+  if (cuda.devices.empty()) throw UsageError("device cuda: no CUDA device: " + cuda.why_none);
+  use_cuda_ = true;
+}
+
 std::string SetupPanel::policy_spec() const {
   const auto& info = policy_info();
   const auto& all = policy::all_policies();

@@ -33,6 +33,8 @@ class SetupPanel final : public Panel {
   void set_policy(const std::string& spec);  // "name:k=v,..." or "python:PATH,k=v", checked against the ParamSpecs
   void set_budget(const std::string& text);  // "64", "25%" or "cr:0.75"
   void set_tokens(int n) { max_new_tokens_ = n; }
+  // "cpu" or "cuda", as the form's device chooser; cuda without a device is an error naming the runtime's reason.
+  void set_device(const std::string& name);
   // What live runs record (a trace::RecordOptions spec; `kvscope gui --record`).
   void set_record(const std::string& spec) { record_ = spec; }
   // The default first screen: default model, the first sample prompt, a policy that evicts.

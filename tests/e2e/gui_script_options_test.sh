@@ -44,3 +44,24 @@ set -e
 [ "$code" -ne 0 ] || fail "--screenshot beside --script was accepted"
 grep -q -- "--screenshot cannot be combined with --script" "$window_log" || fail "the refusal does not say why"
 echo "ok: --screenshot with --script refused: $(head -1 "$window_log")"
+
+# The script's `device` (and --device, which fills the form the same way): a name other than cpu or cuda, and
+# cuda where no CUDA device exists, fail the script naming why; `device cpu` runs.
+for case in "gpu:expected cpu or cuda" "cuda:no CUDA device"; do
+  name=${case%%:*} want=${case#*:}
+  printf 'device %s\nrun\nwait 600\nquit\n' "$name" > "$work/device.kvs"
+  if "$kvscope" info --devices --json | grep -q '"devices": \[\]' || [ "$name" != cuda ]; then
+    set +e
+    timeout 300 xvfb-run -a -s "-screen 0 1280x720x24" "$kvscope" gui --script "$work/device.kvs" > "$window_log" 2>&1
+    code=$?
+    set -e
+    [ "$code" -ne 0 ] || fail "script 'device $name' was accepted"
+    grep -q -- "$want" "$window_log" || fail "script 'device $name' failed without saying '$want': $(tail -3 "$window_log")"
+    echo "ok: script 'device $name' refused: $(grep -m1 -- "$want" "$window_log")"
+  fi
+done
+printf 'device cpu\nrun\nwait 600\nsave %s\nwait 600\nquit\n' "$work/cpu.h5" > "$work/device.kvs"
+timeout 300 xvfb-run -a -s "-screen 0 1280x720x24" "$kvscope" gui --script "$work/device.kvs" --policy h2o --budget 8 \
+  --max-new-tokens 2 > "$window_log" 2>&1 || fail "script 'device cpu' failed: $(tail -3 "$window_log")"
+[ -s "$work/cpu.h5" ] || fail "script 'device cpu' saved no trace"
+echo "ok: script 'device cpu' ran and saved its runs"
