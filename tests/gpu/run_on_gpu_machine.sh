@@ -4,7 +4,9 @@
 #   kernels  unpack the bundle, list the device, run test_gpu_kernels and a CUDA generate on a tiny fixture model
 #   model    join the model's parts (this transfer's .gpu/model.xz.part-b and the part-a kept from the first), then
 #            tests/gpu/cuda_vs_cpu_model.py, tests/gpu/cuda_vs_cpu_policies.py and bench/gpu_bench.py
-# usage: tests/gpu/run_on_gpu_machine.sh kernels|model|all
+#   window   the window on --device cuda by script under Xvfb (Xvfb and Mesa from the Debian packages in
+#            .gpu/xdebs/, unpacked under /tmp/xroot; a tiny fixture model), its screenshots in $OUT
+# usage: tests/gpu/run_on_gpu_machine.sh kernels|model|window|all
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 stage=${1:-all}
@@ -58,4 +60,36 @@ if [ "$stage" = model ] || [ "$stage" = all ]; then
   echo "cuda_vs_cpu_policies exit $?"; grep -v "^ok" "$out/policies.log" | tail -20
   timeout 200 "$python" "$root/bench/gpu_bench.py" --kvscope "$KVSCOPE_BINARY" --model "$model" \
     --lengths 1024,4096,8000 2>&1 | tee "$out/gpu_bench.log"
+fi
+
+if [ "$stage" = window ]; then
+  x=/tmp/xroot
+  mkdir -p "$x"
+  for deb in "$root"/.gpu/xdebs/*.deb; do dpkg -x "$deb" "$x"; done
+  # Xvfb runs xkbcomp from /usr/bin and reads /usr/share/X11/xkb, paths compiled in: linked where missing.
+  [ -e /usr/bin/xkbcomp ] || ln -s "$x/usr/bin/xkbcomp" /usr/bin/xkbcomp
+  [ -e /usr/share/X11/xkb ] || { mkdir -p /usr/share/X11 && ln -s "$x/usr/share/X11/xkb" /usr/share/X11/xkb; }
+  export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$x/usr/lib/x86_64-linux-gnu LIBGL_DRIVERS_PATH=$x/usr/lib/x86_64-linux-gnu/dri
+  "$x/usr/bin/Xvfb" :7 -screen 0 1600x1000x24 -nolisten tcp > "$out/xvfb.log" 2>&1 &
+  sleep 3
+  export DISPLAY=:7
+  cat > /tmp/window.kvs <<SCRIPT
+policy h2o
+budget 50%
+tokens 8
+run
+wait 300
+screenshot $out/window_cuda_b50.png
+budget 25%
+run
+wait 300
+screenshot $out/window_cuda_b25.png
+save /tmp/window_runs.h5
+wait 300
+quit
+SCRIPT
+  timeout 240 "$KVSCOPE_BINARY" gui --device cuda --model "$root/tests/fixtures/hf_synthetic/llama3.gguf" \
+    --script /tmp/window.kvs --width 1600 --height 1000 > "$out/window.log" 2>&1
+  echo "window exit $?"; tail -5 "$out/window.log"; tail -3 "$out/xvfb.log"
+  "$python" -c 'import h5py,sys; f=h5py.File(sys.argv[1]); [print(n, {k: f["runs"][n].attrs[k] for k in ("policy", "budget", "device") if k in f["runs"][n].attrs}) for n in f["runs"]]' /tmp/window_runs.h5
 fi
