@@ -84,6 +84,7 @@ if [ "$stage" = window ]; then
   sleep 3
   export DISPLAY=:7
   cat > /tmp/window.kvs <<SCRIPT
+prompt The lighthouse keeper wrote the weather in his log every night: wind, swell, and the ships that passed the rocks.
 policy h2o
 budget 50%
 tokens 8
