@@ -14,6 +14,9 @@ convert_hf_to_gguf.py lays them out, written with gguf-py) and tests/fixtures/hf
             the merged ffn_gate_exps / ffn_up_exps / ffn_down_exps)
   mixtral   MixtralForCausalLM: 4 experts, top-2 (always renormalised), 4 heads / 1 KV head; GGUF `llama` with
             llama.expert_count (q/k rows permuted for adjacent-pair RoPE, merged experts)
+  qwen3moe_mxfp4.gguf  the qwen3moe GGUF with its gate and up experts quantized to MXFP4 by gguf-py (as
+            llama-quantize's MXFP4_MOE does); its golden is transformers on the folder with those experts
+            dequantized by gguf-py, plus one dequantized row (`dequantized_row`)
 
 golden.json, per checkpoint and for each of three prompts: the prompt ids, the last position's logits, 24 greedy
 tokens with top-1/top-2 margins from transformers' forward over its DynamicCache, one token per call (as kvscope
@@ -183,7 +186,7 @@ def write_phi3(writer, config, w):
     writer.add_tensor("rope_factors_short.weight", np.array(rope["short_factor"], dtype=np.float32))
 
 
-def write_moe(writer, config, w, arch):
+def write_moe(writer, config, w, arch, mxfp4=False):
     """convert_hf_to_gguf.py LlamaModel (Mixtral) / Qwen3MoeModel: experts stacked into [n_expert, rows, cols]."""
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     mixtral = arch == "llama"
@@ -215,10 +218,15 @@ def write_moe(writer, config, w, arch):
         writer.add_tensor(g + "ffn_gate_inp.weight", w[hf + f"{moe}.gate.weight"])
         for part, hf_name in names.items():
             stacked = np.stack([w[hf + f"{moe}.experts.{e}.{hf_name}.weight"] for e in range(config.num_local_experts)])
-            writer.add_tensor(g + f"ffn_{part}_exps.weight", stacked)
+            if mxfp4 and stacked.shape[-1] % 32 == 0:  # llama-quantize's MXFP4_MOE: experts whose rows are whole blocks
+                mxfp4_type = gguf.GGMLQuantizationType.MXFP4
+                writer.add_tensor(g + f"ffn_{part}_exps.weight", gguf.quants.quantize(stacked, mxfp4_type),
+                                  raw_dtype=mxfp4_type)
+            else:
+                writer.add_tensor(g + f"ffn_{part}_exps.weight", stacked)
 
 
-def write_gguf(folder, path, arch, tok, tok_spec):
+def write_gguf(folder, path, arch, tok, tok_spec, mxfp4=False):
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     config = model.config
     w = {}
@@ -230,7 +238,7 @@ def write_gguf(folder, path, arch, tok, tok_spec):
     if arch == "phi3":
         write_phi3(writer, config, w)
     else:
-        write_moe(writer, config, w, arch)
+        write_moe(writer, config, w, arch, mxfp4)
     add_tokenizer(writer, tok, tok_spec, "llama-bpe" if arch == "llama" else "qwen2")
     writer.add_tensor("output_norm.weight", w["model.norm.weight"])
     writer.add_tensor("output.weight", w["lm_head.weight"])
@@ -238,6 +246,28 @@ def write_gguf(folder, path, arch, tok, tok_spec):
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def mxfp4_reference(folder, path):
+    """The folder with the GGUF's MXFP4 experts dequantized by gguf-py: what transformers runs as the reference."""
+    from safetensors.numpy import load_file, save_file
+    reader = gguf.GGUFReader(path)
+    reference = folder.parent / (folder.name + "_mxfp4_reference")
+    shutil.rmtree(reference, ignore_errors=True)
+    shutil.copytree(folder, reference)
+    weights = load_file(folder / "model.safetensors")
+    check = None
+    for t in reader.tensors:
+        if t.tensor_type != gguf.GGMLQuantizationType.MXFP4:
+            continue
+        values = gguf.quants.dequantize(t.data, t.tensor_type)  # [n_expert, rows, cols]
+        layer, part = int(t.name.split(".")[1]), t.name.split(".")[2].split("_")[1]
+        for e in range(values.shape[0]):
+            weights[f"model.layers.{layer}.mlp.experts.{e}.{part}_proj.weight"] = values[e].astype(np.float32)
+        if check is None:
+            check = {"tensor": t.name, "expert": 1, "row": 2, "values": shortest(values[1, 2])}
+    save_file(weights, reference / "model.safetensors", metadata={"format": "pt"})
+    return reference, check
 
 
 GGUF_ARCH = {"phi3": "phi3", "qwen3moe": "qwen3moe", "mixtral": "llama"}
@@ -271,6 +301,12 @@ def main():
         golden["checkpoints"][name] = golden_for(folder)
         write_gguf(folder, OUT / f"{name}.gguf", GGUF_ARCH[name], tok, tok_spec)
         golden["checkpoints"][name]["gguf"] = f"{name}.gguf"
+        if name == "qwen3moe":  # its gate and up experts as MXFP4 (down's 16-value rows are not whole blocks)
+            write_gguf(folder, OUT / "qwen3moe_mxfp4.gguf", "qwen3moe", tok, tok_spec, mxfp4=True)
+            reference, check = mxfp4_reference(folder, OUT / "qwen3moe_mxfp4.gguf")
+            golden["checkpoints"]["qwen3moe_mxfp4"] = golden_for(reference)
+            golden["checkpoints"]["qwen3moe_mxfp4"].update(gguf="qwen3moe_mxfp4.gguf", dequantized_row=check)
+            shutil.rmtree(reference)
         g = golden["checkpoints"][name]
         print(name, [len(p["ids"]) for p in g["prompts"]], "greedy", g["prompts"][0]["greedy"]["ids"][:8],
               "min margin", min(min(p["greedy"]["margin_top1_top2"]) for p in g["prompts"]))

@@ -15,6 +15,7 @@
 #include "core/engine/engine.h"
 #include "core/model/model.h"
 #include "core/trace/hdf5_reader.h"
+#include "kernels/common/dequantize.h"
 #include "core/trace/hdf5_writer.h"
 #include "core/trace/live_trace.h"
 #include "tests/support/golden_compare.h"
@@ -153,6 +154,21 @@ TEST_CASE("Mixtral (routed experts, llama GGUF with merged expert tensors) match
   CHECK(gguf.config.n_experts == 4);
   check_against_golden("mixtral", "mixtral");
   check_against_golden("mixtral", "mixtral.gguf");
+}
+
+TEST_CASE("MXFP4 experts (llama.cpp's MXFP4_MOE) dequantize as gguf-py does and run as transformers on those values",
+          "[gguf][moe][mxfp4]") {
+  const nlohmann::json& g = golden()["checkpoints"]["qwen3moe_mxfp4"];
+  const model::Model m = model::load_model(kDir / g["gguf"].get<std::string>());
+  CHECK(m.weights.layers[0].expert_gate[0].type == kernels::GgmlType::MXFP4);
+  CHECK(m.weights.layers[0].expert_down[0].type == kernels::GgmlType::F32);  // 16-value rows are no whole block
+  const auto& check = g["dequantized_row"];
+  REQUIRE(check["tensor"] == "blk.0.ffn_gate_exps.weight");
+  const kernels::QuantMatrix& expert = m.weights.layers[0].expert_gate[check["expert"].get<int>()];
+  std::vector<float> row(static_cast<std::size_t>(expert.cols));
+  kernels::dequantize_row(expert.type, expert.row(check["row"].get<int>()), row.data(), expert.cols);
+  CHECK(test::max_abs_diff(row, check["values"].get<std::vector<double>>()) == 0.0);  // powers of two times e2m1
+  check_against_golden("qwen3moe_mxfp4", g["gguf"].get<std::string>());
 }
 
 TEST_CASE("the Phi-3 and MoE fixtures are sensitive to each convention they prove", "[hf][moe]") {
