@@ -26,7 +26,7 @@ const std::map<std::string, Arity>& commands() {
       {"metric", {1, 1}},       {"log-y", {1, 1}},   {"pick", {2, 2}},    {"save-file", {2, 2}},  {"minus", {1, 1}},
       {"zoom", {4, 4}},         {"show", {1, 1}},    {"decode", {1, 1}},     {"lock-range", {1, 1}},
       {"double-click", {0, 0}}, {"samples", {1, -1}},  {"select-sample", {1, 1}}, {"resize", {2, 2}},
-      {"panel", {2, 2}},        {"samples-filter", {1, 1}}, {"samples-sort", {1, 2}},
+      {"panel", {2, 2}},        {"samples-filter", {1, 1}}, {"samples-sort", {1, 2}}, {"stat", {1, 1}},
   };
   return c;
 }
