@@ -10,6 +10,8 @@ convert_hf_to_gguf.py lays them out, written with gguf-py) and tests/fixtures/hf
             sqrt(1 + ln(256/32) / ln 32) from max_position_embeddings / original_max_position_embeddings;
             GGUF `phi3` (attn_qkv, ffn_up holding gate and up rows, rope_factors_short/long tensors,
             rope.scaling.attn_factor, rope.scaling.original_context_length)
+  phi4mini  Phi3ForCausalLM with partial_rotary_factor 0.75 (Phi-4-mini's layout): RoPE turns 12 of each head's 16
+            dimensions, with longrope; GGUF rope.dimension_count 12
   qwen3moe  Qwen3MoeForCausalLM: 8 experts, top-2, norm_topk_prob, q/k RMSNorm; GGUF `qwen3moe` (ffn_gate_inp and
             the merged ffn_gate_exps / ffn_up_exps / ffn_down_exps)
   mixtral   MixtralForCausalLM: 4 experts, top-2 (always renormalised), 4 heads / 1 KV head; GGUF `llama` with
@@ -73,6 +75,15 @@ CHECKPOINTS = [
                                     num_key_value_heads=1, num_local_experts=4, num_experts_per_tok=2,
                                     rope_parameters=dict(rope_type="default", rope_theta=1e6)),
      LLAMA3_TOKENIZER),
+    # Last, so that the seeds of those above stay. Phi-4-mini's layout: Phi3ForCausalLM rotating 3/4 of each head.
+    ("phi4mini", Phi3Config, dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=2,
+                                  num_key_value_heads=1, sliding_window=None, pad_token_id=None,
+                                  original_max_position_embeddings=32, partial_rotary_factor=0.75,
+                                  rope_parameters=dict(rope_type="longrope", rope_theta=10000.0,
+                                                       original_max_position_embeddings=32,
+                                                       short_factor=[1.0 + 0.1 * i for i in range(6)],
+                                                       long_factor=[1.0 + 2.0 * i for i in range(6)])),
+     QWEN3_TOKENIZER),
 ]
 
 
@@ -168,7 +179,8 @@ def write_phi3(writer, config, w):
     """convert_hf_to_gguf.py Phi3MiniModel: fused tensors kept, longrope factors as tensors."""
     rope = config.rope_parameters
     head_dim = config.hidden_size // config.num_attention_heads
-    add_shape(writer, config, head_dim, head_dim, config.intermediate_size)
+    rope_dims = int(rope.get("partial_rotary_factor", 1.0) * config.hidden_size) // config.num_attention_heads
+    add_shape(writer, config, head_dim, rope_dims, config.intermediate_size)
     writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
     writer.add_sliding_window(0)
     scale = config.max_position_embeddings / rope["original_max_position_embeddings"]
@@ -270,7 +282,7 @@ def mxfp4_reference(folder, path):
     return reference, check
 
 
-GGUF_ARCH = {"phi3": "phi3", "qwen3moe": "qwen3moe", "mixtral": "llama"}
+GGUF_ARCH = {"phi3": "phi3", "phi4mini": "phi3", "qwen3moe": "qwen3moe", "mixtral": "llama"}
 
 
 def main():

@@ -136,6 +136,22 @@ TEST_CASE("Phi-3 (fused qkv and gate_up, longrope) matches transformers as a fol
   check_against_golden("phi3", "phi3.gguf");
 }
 
+TEST_CASE("Phi-4-mini's layout (partial_rotary_factor 0.75) rotates 12 of 16 dimensions, as a folder and a GGUF",
+          "[hf][moe][phi3]") {
+  const model::Model folder = model::load_model(kDir / "phi4mini");
+  CHECK(folder.config.head_dim == 16);
+  CHECK(folder.config.rope_dim == 12);
+  CHECK(folder.config.rope_freq_divisors.size() == 6);
+  CHECK(model::load_model(kDir / "phi4mini.gguf").config.rope_dim == 12);
+  check_against_golden("phi4mini", "phi4mini");
+  check_against_golden("phi4mini", "phi4mini.gguf");
+  model::Model whole = model::load_model(kDir / "phi4mini");
+  whole.config.rope_dim = 16;  // every dimension rotated: the factors of pairs 6, 7 would be missing, so drop them
+  whole.config.rope_freq_divisors.clear();
+  whole.config.rope_freq_divisors_long.clear();
+  CHECK(prompt_logit_diff(whole, golden()["checkpoints"]["phi4mini"]["prompts"][0]) > 100 * kLogitTolerance);
+}
+
 TEST_CASE("Qwen3-MoE (routed experts, norm_topk_prob) matches transformers as a folder and as a GGUF",
           "[hf][moe][qwen3moe]") {
   const model::Model folder = model::load_model(kDir / "qwen3moe");
