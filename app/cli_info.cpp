@@ -107,28 +107,35 @@ nlohmann::json info_json(const ModelSummary& s) {
   const model::ModelConfig& c = s.config;
   nlohmann::json types = nlohmann::json::object();
   for (const auto& [name, usage] : s.types) types[name] = {{"tensors", usage.tensors}, {"bytes", usage.bytes}};
-  return {{"path", s.path},
-          {"format", s.format},
-          {"file_size", s.file_bytes},
-          {"architecture", c.architecture},
-          {"name", c.name},
-          {"n_layers", c.n_layers},
-          {"n_heads", c.n_heads},
-          {"n_kv_heads", c.n_kv_heads},
-          {"dim", c.dim},
-          {"head_dim", c.head_dim},
-          {"ffn_dim", c.ffn_dim},
-          {"vocab_size", c.vocab_size},
-          {"context_length", c.context_length},
-          {"rope_base", c.rope_base},
-          {"rope_dim", c.rope_dim},
-          {"rope_style", c.rope_style == model::RopeStyle::HalfSplit ? "rotate-half" : "adjacent-pairs"},
-          {"rms_eps", c.rms_eps},
-          {"tied_embeddings", c.tied_embeddings},
-          {"tokenizer", s.tokenizer},
-          {"chat_template", s.chat_template},
-          {"tensor_count", s.tensor_count},
-          {"tensor_types", types}};
+  nlohmann::json j = {{"path", s.path},
+                      {"format", s.format},
+                      {"file_size", s.file_bytes},
+                      {"architecture", c.architecture},
+                      {"name", c.name},
+                      {"n_layers", c.n_layers},
+                      {"n_heads", c.n_heads},
+                      {"n_kv_heads", c.n_kv_heads},
+                      {"dim", c.dim},
+                      {"head_dim", c.head_dim},
+                      {"ffn_dim", c.ffn_dim},
+                      {"vocab_size", c.vocab_size},
+                      {"context_length", c.context_length},
+                      {"rope_base", c.rope_base},
+                      {"rope_dim", c.rope_dim},
+                      {"rope_style", c.rope_style == model::RopeStyle::HalfSplit ? "rotate-half" : "adjacent-pairs"},
+                      {"rms_eps", c.rms_eps},
+                      {"tied_embeddings", c.tied_embeddings},
+                      {"tokenizer", s.tokenizer},
+                      {"chat_template", s.chat_template},
+                      {"tensor_count", s.tensor_count},
+                      {"tensor_types", types}};
+  if (c.n_experts > 0) {
+    j["n_experts"] = c.n_experts;
+    j["n_experts_used"] = c.n_experts_used;
+    j["expert_weights_norm"] = c.expert_weights_norm;
+  }
+  if (c.rope_scaling.type != "default") j["rope_scaling"] = c.rope_scaling.type;
+  return j;
 }
 
 std::string cuda_version(int v) { return v > 0 ? std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10) : "none"; }
@@ -173,11 +180,19 @@ void print_text(const ModelSummary& s) {
   std::printf("layers          %d\n", c.n_layers);
   std::printf("heads           %d query, %d key/value (group size %d)\n", c.n_heads, c.n_kv_heads, c.group_size());
   std::printf("dims            embedding %d, head %d\n", c.dim, c.head_dim);
-  std::printf("ffn             %d\n", c.ffn_dim);
+  std::printf("ffn             %d%s\n", c.ffn_dim, c.n_experts > 0 ? " per expert" : "");
+  if (c.n_experts > 0)
+    std::printf("experts         %d, %d per token (%s)\n", c.n_experts, c.n_experts_used,
+                c.expert_weights_norm ? "renormalised" : "softmax probabilities");
   std::printf("vocab           %d\n", c.vocab_size);
   std::printf("context length  %d\n", c.context_length);
   std::printf("rope            base %g, %d dims per head, %s\n", static_cast<double>(c.rope_base), c.rope_dim,
               c.rope_style == model::RopeStyle::HalfSplit ? "rotate-half" : "adjacent pairs");
+  if (c.rope_scaling.type == "longrope")
+    std::printf("rope scaling    longrope: long factors past %d positions, attention factor %g\n", c.rope_long_after,
+                static_cast<double>(c.rope_attention_factor));
+  else if (c.rope_scaling.type != "default")
+    std::printf("rope scaling    %s\n", c.rope_scaling.type.c_str());
   std::printf("rms eps         %g\n", static_cast<double>(c.rms_eps));
   std::printf("tied embeddings %s\n", c.tied_embeddings ? "yes" : "no");
   std::printf("tokenizer       %s\n", s.tokenizer.c_str());

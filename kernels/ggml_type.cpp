@@ -14,7 +14,8 @@ struct TypeEntry {
 };
 
 // Block geometry as in ggml-common.h. Types kvscope cannot dequantize still get an entry so that a file
-// using them opens (and `kvscope info` can describe it) and only binding the weights fails.
+// using them opens (and `kvscope info` can describe it) and only binding the weights fails. MXFP4 (llama.cpp's
+// MXFP4_MOE experts, gpt-oss) is dequantized on the CPU only.
 constexpr std::array kTypes = {
     TypeEntry{0, {"F32", 1, 4, true}},
     TypeEntry{1, {"F16", 1, 2, true}},
@@ -48,7 +49,7 @@ constexpr std::array kTypes = {
     TypeEntry{30, {"BF16", 1, 2, true}},
     TypeEntry{34, {"TQ1_0", 256, 54, false}},
     TypeEntry{35, {"TQ2_0", 256, 66, false}},
-    TypeEntry{39, {"MXFP4", 32, 17, false}},
+    TypeEntry{39, {"MXFP4", 32, 17, true}},
 };
 
 }  // namespace

@@ -28,6 +28,19 @@ struct ModelShape {
   bool o_bias = false;    // the output projection adds a bias (attention_bias in Llama/Qwen3 configs)
   bool qk_norm = false;   // q and k get a per-head RMSNorm before RoPE (Qwen3)
 
+  // --- Phi-3 longrope and mixture of experts (issue 39) ---
+  // Longrope (Phi-3/3.5): a forward call whose last position + 1 exceeds rope_long_after rotates with these
+  // divisors instead of rope_freq_divisors, as transformers' longrope_frequency_update switches its frequencies
+  // per call (empty: one set for every position).
+  std::vector<float> rope_freq_divisors_long;
+  int rope_long_after = 0;
+  float rope_attention_factor = 1.0f;  // multiplies cos and sin (longrope's attention scaling), so q.k by its square
+  // Routed experts (Mixtral, Qwen3-MoE): every layer's FFN is n_experts SwiGLUs of ffn_dim, of which a router picks
+  // n_experts_used per token (core/engine/expert_routing.h). 0: a dense SwiGLU.
+  int n_experts = 0;
+  int n_experts_used = 0;
+  bool expert_weights_norm = true;  // the chosen experts' probabilities are renormalised to sum to 1
+
   int group_size() const { return n_heads / n_kv_heads; }  // query heads per KV head
   int q_width() const { return n_heads * head_dim; }
   int kv_width() const { return n_kv_heads * head_dim; }

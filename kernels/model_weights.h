@@ -39,6 +39,11 @@ struct LayerWeights {
   std::vector<float> bq, bk, bv;      // [n_heads*head_dim], [n_kv_heads*head_dim] x2
   std::vector<float> bo;              // [dim]
   std::vector<float> q_norm, k_norm;  // [head_dim], shared by all heads
+  // Mixture of experts (ModelShape::n_experts > 0; w_gate, w_up, w_down are then empty): the router and each
+  // expert's SwiGLU, views into the files' per-expert or merged 3-D tensors.
+  QuantMatrix router;                               // [n_experts][dim]
+  std::vector<QuantMatrix> expert_gate, expert_up;  // n_experts x [ffn_dim][dim]
+  std::vector<QuantMatrix> expert_down;             // n_experts x [dim][ffn_dim]
 };
 
 struct ModelWeights {

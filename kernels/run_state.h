@@ -27,6 +27,7 @@ struct RunState {
   float* up = nullptr;            // [max_rows][ffn_dim]
   float* proj = nullptr;          // [max_rows][dim] output of wo / w_down
   float* logits = nullptr;        // [vocab] of the last row
+  float* router_logits = nullptr;  // [max_rows][n_experts] (mixture-of-experts models; one float otherwise)
 };
 
 // Every buffer of a RunState with the floats it needs for max_rows rows (at least one row), so that each
@@ -35,7 +36,7 @@ struct RunStateBuffer {
   float** field;
   std::size_t floats;
 };
-inline std::array<RunStateBuffer, 11> run_state_buffers(RunState& s, const ModelShape& shape, int max_rows) {
+inline std::array<RunStateBuffer, 12> run_state_buffers(RunState& s, const ModelShape& shape, int max_rows) {
   const std::size_t rows = static_cast<std::size_t>(std::max(max_rows, 1));
   return {{{&s.x, rows * shape.dim},
            {&s.xb, rows * shape.dim},
@@ -47,7 +48,8 @@ inline std::array<RunStateBuffer, 11> run_state_buffers(RunState& s, const Model
            {&s.gate, rows * shape.ffn_dim},
            {&s.up, rows * shape.ffn_dim},
            {&s.proj, rows * shape.dim},
-           {&s.logits, static_cast<std::size_t>(shape.vocab_size)}}};
+           {&s.logits, static_cast<std::size_t>(shape.vocab_size)},
+           {&s.router_logits, rows * static_cast<std::size_t>(std::max(shape.n_experts, 1))}}};
 }
 
 }  // namespace kvscope::kernels

@@ -24,6 +24,7 @@
 #include "core/common/error.h"
 #include "viewers/dock_layout.h"
 #include "viewers/figure_export.h"
+#include "viewers/layer_stats_plot.h"
 #include "viewers/panel.h"
 #include "viewers/quality_panel.h"
 #include "viewers/rasteriser_threads.h"
@@ -909,6 +910,9 @@ void App::step_script() {
       } else if (c == "log-y") {
         if (arg != "on" && arg != "off") throw UsageError("log-y takes on or off, not '" + arg + "'");
         quality_->set_log_y(arg == "on");
+      } else if (c == "stat") {
+        for (auto& panel : panels_)
+          if (auto* stats = dynamic_cast<LayerStatsPlot*>(panel.get())) stats->stat = arg;
       } else if (c == "metric") {
         quality_->poll(state_);
         quality_->set_metric(arg);

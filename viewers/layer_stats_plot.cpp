@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/analysis/router_load.h"
+
 namespace kvscope::viewers {
 
 std::vector<std::string> layer_stat_names(const std::vector<const trace::RunTrace*>& runs) {
@@ -19,6 +21,8 @@ std::vector<std::string> layer_stat_names(const std::vector<const trace::RunTrac
     for (const auto& [n, s] : r->layer_stats) add(n);
   for (const auto* r : runs)
     if (!r->layer_budgets.empty()) add("layer_budget");
+  for (const auto* r : runs)
+    if (!r->routing.empty()) add("router_load_entropy");
   return names;
 }
 
@@ -33,6 +37,16 @@ bool layer_stat_series(const trace::RunTrace& run, const std::string& name, bool
       out.y.push_back(run.layer_budgets[l]);
     }
     if (description) *description = "tokens per (layer, KV head) the policy allocated, at the end of the run";
+    return true;
+  }
+  if (name == "router_load_entropy") {
+    const std::vector<double> entropy = analysis::router_load_entropy(run);
+    if (entropy.empty()) return false;
+    for (std::size_t l = 0; l < entropy.size(); ++l) out.x.push_back(static_cast<double>(l));
+    out.y = entropy;
+    if (description)
+      *description = "bits: entropy of the share of the router's top-k choices each expert took, over every token the "
+                     "run fed (log2 of the expert count: perfectly even; 0: one expert took all)";
     return true;
   }
   if (const trace::LayerHeadStat* s = run.stat(name)) {

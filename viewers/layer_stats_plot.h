@@ -20,7 +20,8 @@ class LayerStatsPlot final : public Panel {
   LinePlot build(const AppState& state) const;
 };
 
-// Statistic names across runs: per-(layer, head) stats, per-layer stats, then "layer_budget".
+// Statistic names across runs: per-(layer, head) stats, per-layer stats, then "layer_budget", then
+// "router_load_entropy" (mixture-of-experts runs, core/analysis/router_load.h).
 std::vector<std::string> layer_stat_names(const std::vector<const trace::RunTrace*>& runs);
 std::string default_layer_stat(const std::vector<std::string>& names);
 // One series for `run` (false when the run lacks it). Budgets come from layer_budgets.

@@ -6,6 +6,8 @@ std::size_t BlockPrefixCapture::bytes() const {
   std::size_t n = 0;
   for (const auto& block_inputs : inputs)
     for (const auto& layer_input : block_inputs) n += layer_input.size() * sizeof(float);
+  for (const auto& block_routing : routing)
+    for (const auto& layer_routing : block_routing) n += layer_routing.size() * sizeof(ExpertChoice);
   return n;
 }
 
@@ -15,6 +17,7 @@ void BlockPrefixCapture::adopt(const std::vector<int>& run_prompt, int run_block
   block = run_block;
   cache_type = run_cache_type;
   inputs.clear();
+  routing.clear();
 }
 
 }  // namespace kvscope::engine

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "core/engine/expert_routing.h"
 #include "kernels/backend.h"
 
 namespace kvscope::engine {
@@ -25,6 +26,9 @@ struct BlockPrefixCapture {
   // inputs[b][l]: [rows of block b][dim], the residual stream entering layer l of block b; inputs[b][n_layers]
   // leaves the last layer. Only blocks whose every layer ran while the capturing run's cache was unedited.
   std::vector<std::vector<std::vector<float>>> inputs;
+  // routing[b][l]: layer l's expert choices for block b's rows (mixture-of-experts models), which a layer taken
+  // from the capture still reports to the observers.
+  std::vector<std::vector<std::vector<ExpertChoice>>> routing;
 
   int blocks() const { return static_cast<int>(inputs.size()); }
   std::size_t bytes() const;

@@ -12,6 +12,7 @@
 
 #include "core/common/error.h"
 #include "core/engine/decode_threads.h"
+#include "core/engine/routed_ffn.h"
 #include "core/policy/policy.h"
 #include "kernels/backend.h"
 
@@ -44,8 +45,21 @@ void finish_qk(kernels::Backend& b, const model::ModelConfig& c, const model::La
     b.rmsnorm(s.k, lw.k_norm.data(), n * c.n_kv_heads, c.head_dim, c.rms_eps, s.k);
   }
   before_rope();
+  // Longrope: transformers switches to the long factors for a forward call that reaches past the original context.
+  if (!c.rope_freq_divisors_long.empty() && positions[n - 1] + 1 > c.rope_long_after) {
+    kernels::ModelShape long_rope = c;
+    long_rope.rope_freq_divisors = c.rope_freq_divisors_long;
+    b.rope(s.q, n, c.n_heads, positions, long_rope);
+    b.rope(s.k, n, c.n_kv_heads, positions, long_rope);
+    return;
+  }
   b.rope(s.q, n, c.n_heads, positions, c);
   b.rope(s.k, n, c.n_kv_heads, positions, c);
+}
+
+void report_routing(const std::vector<RunObserver*>& observers, int layer, const StepInfo& step, int first_position,
+                    int n, int k, const std::vector<ExpertChoice>& choices) {
+  for (RunObserver* o : observers) o->on_routing(layer, step, first_position, n, k, choices.data());
 }
 
 // Hands attention rows to the observers of one layer. Observers that take heads concurrently get rows straight
@@ -249,6 +263,7 @@ void Engine::replay_prefill(Run& run, const PrefillCapture& capture, const StepI
     obs.step = step.step;
     obs.prefill_done = step.prefill_done;
     deliver(run, requests, obs, step);
+    if (c.n_experts > 0) report_routing(run.hooks->observers, l, step, 0, n, c.n_experts_used, cl.routing);
   }
 }
 
@@ -276,6 +291,8 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
   const bool prefix_holds = prefix && step.step < prefix->blocks();
   const std::size_t layer_input_size = rows * c.dim;
   std::vector<std::vector<float>> extension;
+  std::vector<std::vector<ExpertChoice>> extension_routing;
+  std::vector<ExpertChoice> routing;
   bool extending = prefix && !prefix_holds && step.step == prefix->blocks() && !run.cache_edited &&
                    prefix->bytes() + (c.n_layers + 1) * layer_input_size * sizeof(float) <= BlockPrefixCapture::kMaxBytes;
   auto record_input = [&] {
@@ -316,6 +333,9 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
     // layer's captured input, and the layer is finished from it.
     if (from_prefix && !run.cache_edited) {
       run.layer_rows_from_blocks += n;
+      if (c.n_experts > 0)
+        report_routing(run.hooks->observers, l, step, first_position, n, c.n_experts_used,
+                       prefix->routing[step.step][l]);
       continue;
     }
 
@@ -323,6 +343,13 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
     if (c.o_bias) b.add_bias(s.proj, lw.bo.data(), n, c.dim);
     b.add(s.x, s.proj, rows * c.dim);
     b.rmsnorm(s.x, lw.ffn_norm.data(), n, c.dim, c.rms_eps, s.xb);
+    if (c.n_experts > 0) {
+      routed_ffn(b, c, lw, s, n, routing);
+      report_routing(run.hooks->observers, l, step, first_position, n, c.n_experts_used, routing);
+      if (run.capture && step.phase == Phase::Prefill) run.capture->layers[l].routing = routing;
+      if (extending) extension_routing.push_back(routing);
+      continue;
+    }
     const kernels::MatmulTarget gate_up[] = {{&lw.w_gate, s.gate}, {&lw.w_up, s.up}};
     b.matmul_shared_input(gate_up, s.xb, n);
     b.swiglu(s.gate, s.up, s.gate, rows * c.ffn_dim);
@@ -332,7 +359,10 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
   if (logits && prefix_holds && !run.cache_edited)
     b.from_host(prefix->inputs[step.step][c.n_layers].data(), s.x, layer_input_size);
   record_input();
-  if (extending && !run.cache_edited) prefix->inputs.push_back(std::move(extension));
+  if (extending && !run.cache_edited) {
+    prefix->inputs.push_back(std::move(extension));
+    prefix->routing.push_back(std::move(extension_routing));
+  }
   if (logits) {
     b.rmsnorm(s.x + (rows - 1) * c.dim, w.output_norm.data(), 1, c.dim, c.rms_eps, s.xb);
     b.matmul(w.output, s.xb, 1, s.logits);

@@ -25,7 +25,7 @@ bool PrefillCapture::covers(int layer, const ObservationRequest& request) const 
 std::size_t PrefillCapture::bytes() const {
   std::size_t n = last_logits.size() * sizeof(float);
   for (const Layer& l : layers) {
-    n += (l.keys.size() + l.values.size()) * sizeof(float);
+    n += (l.keys.size() + l.values.size()) * sizeof(float) + l.routing.size() * sizeof(ExpertChoice);
     for (const auto* part : {&l.observation.column_sums, &l.observation.window_sums, &l.observation.window_rows,
                              &l.observation.last_row, &l.observation.log_sum_exp})
       for (const auto& v : *part) n += v.size() * sizeof(float);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/engine/expert_routing.h"
 #include "core/observation/attention_observation.h"
 
 namespace kvscope::engine {
@@ -24,6 +25,7 @@ struct PrefillCapture {
   struct Layer {
     std::vector<float> keys, values;  // [n][n_kv_heads][head_dim], as appended to the cache
     AttentionObservation observation;  // column sums, window sums and rows (window >= kMinWindow), last row
+    std::vector<ExpertChoice> routing;  // [n][n_experts_used] (mixture-of-experts models; empty otherwise)
   };
   std::vector<int> prompt;
   std::vector<int32_t> positions;      // 0..n-1

@@ -3,6 +3,7 @@
 // applied, and the end of every step. The recorder implements it; so can tests and the GUI.
 #include "core/cache/cache_edit.h"
 #include "core/cache/kv_cache.h"
+#include "core/engine/expert_routing.h"
 #include "core/observation/attention_observation.h"
 #include "core/observation/step.h"
 
@@ -34,6 +35,10 @@ class RunObserver : public AttentionObserver {
   virtual bool wants_full_cache_output() const { return false; }
   virtual void on_full_cache_output(int /*layer*/, const StepInfo& /*step*/, int /*n_queries*/, int /*width*/,
                                     const float* /*compressed*/, const float* /*full*/) {}
+  // Mixture-of-experts models: the experts layer `layer` chose for the tokens at positions first_position ..
+  // first_position + n_tokens - 1 of this forward call, n_tokens * k choices row-major, most probable first.
+  virtual void on_routing(int /*layer*/, const StepInfo& /*step*/, int /*first_position*/, int /*n_tokens*/, int /*k*/,
+                          const ExpertChoice* /*choices*/) {}
 };
 
 }  // namespace kvscope::engine

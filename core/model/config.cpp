@@ -1,5 +1,6 @@
 #include "core/model/config.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -13,17 +14,23 @@ namespace {
 
 // Architectures whose GGUF files use llama's key and tensor names. llama.cpp's converter permutes llama's q/k
 // rows for adjacent-pair RoPE; qwen2/qwen3 keep Hugging Face's order and llama.cpp rotates them NEOX-style
-// (half split). qwen2 adds q/k/v biases, qwen3 a per-head RMSNorm of q and k.
+// (half split). qwen2 adds q/k/v biases, qwen3 a per-head RMSNorm of q and k. phi3 keeps Phi-3's fused attn_qkv
+// and ffn_up (gate and up rows) tensors, NEOX RoPE; qwen3moe is qwen3 with routed experts, and a llama file with
+// llama.expert_count is Mixtral (merged expert tensors, gguf_expert_names in weight_binding.h).
 struct GgufArchitecture {
   const char* name;
   RopeStyle rope_style;
   bool qkv_bias;
   bool qk_norm;
+  bool fused_projections;
 };
-constexpr std::array<GgufArchitecture, 4> kSupportedArchitectures = {{{"llama", RopeStyle::AdjacentPairs, false, false},
-                                                                      {"mistral", RopeStyle::AdjacentPairs, false, false},
-                                                                      {"qwen2", RopeStyle::HalfSplit, true, false},
-                                                                      {"qwen3", RopeStyle::HalfSplit, false, true}}};
+constexpr std::array<GgufArchitecture, 6> kSupportedArchitectures = {
+    {{"llama", RopeStyle::AdjacentPairs, false, false, false},
+     {"mistral", RopeStyle::AdjacentPairs, false, false, false},
+     {"qwen2", RopeStyle::HalfSplit, true, false, false},
+     {"qwen3", RopeStyle::HalfSplit, false, true, false},
+     {"phi3", RopeStyle::HalfSplit, false, false, true},
+     {"qwen3moe", RopeStyle::HalfSplit, false, true, false}}};
 
 class ConfigReader {
  public:
@@ -133,6 +140,53 @@ void read_positions(const ConfigReader& reader, ModelConfig& config) {
   config.rms_eps = reader.positive_float(eps_key, reader.file().get_float(eps_key), 1.0);
 }
 
+// Phi-3's longrope as llama.cpp's converter writes it: rope_factors_short/long tensors (one divisor per rotated
+// pair), rope.scaling.original_context_length and rope.scaling.attn_factor. llama.cpp picks one set by the
+// context size; kvscope switches per forward call as transformers does (ModelShape::rope_long_after).
+void read_longrope(const ConfigReader& reader, ModelConfig& config) {
+  const GgufTensorInfo* short_factors = reader.file().find_tensor("rope_factors_short.weight");
+  const GgufTensorInfo* long_factors = reader.file().find_tensor("rope_factors_long.weight");
+  if (!short_factors && !long_factors) return;
+  const auto factors = [&](const GgufTensorInfo* info, const char* name) {
+    if (!info) reader.fail(name, "tensor missing (expected both rope_factors_short and rope_factors_long)");
+    if (info->type != GgmlType::F32 || info->shape.size() != 1 ||
+        info->shape[0] != static_cast<uint64_t>(config.rope_dim / 2))
+      reader.fail(name,
+                  "tensor must be F32 of " + std::to_string(config.rope_dim / 2) + " values (one per rotated pair)");
+    std::vector<float> values(static_cast<std::size_t>(config.rope_dim / 2));
+    std::memcpy(values.data(), info->data, values.size() * sizeof(float));
+    for (float v : values)
+      if (!std::isfinite(v) || v <= 0.0f)
+        reader.fail(name, "holds " + std::to_string(v) + " (expected positive factors)");
+    return values;
+  };
+  RopeScaling& scaling = config.rope_scaling;
+  scaling.type = "longrope";
+  scaling.short_factor = factors(short_factors, "rope_factors_short.weight");
+  scaling.long_factor = factors(long_factors, "rope_factors_long.weight");
+  scaling.original_context = reader.integer("rope.scaling.original_context_length", 1, kMaxContext);
+  const std::string attn_key = reader.key("rope.scaling.attn_factor");
+  scaling.attention_factor = reader.positive_float(attn_key, reader.file().get_float(attn_key, 1.0), 100.0);
+  scaling.factor = static_cast<double>(config.context_length) / scaling.original_context;
+  config.rope_freq_divisors = scaling.short_factor;
+  config.rope_freq_divisors_long = scaling.long_factor;
+  config.rope_long_after = scaling.original_context;
+  config.rope_attention_factor = static_cast<float>(scaling.attention_factor);
+}
+
+// Routed experts (qwen3moe; llama files of Mixtral): expert_count, expert_used_count, the experts' FFN size
+// (expert_feed_forward_length, else feed_forward_length) and expert_weights_norm (absent: renormalised, as
+// llama.cpp's llama and qwen3moe graphs do).
+void read_experts(const ConfigReader& reader, ModelConfig& config) {
+  config.n_experts = reader.integer("expert_count", 0, kMaxExperts, 0);
+  if (config.architecture == "qwen3moe" && config.n_experts == 0)
+    reader.fail(reader.key("expert_count"), "missing or 0 (expected the number of experts of a qwen3moe file)");
+  if (config.n_experts == 0) return;
+  config.n_experts_used = reader.integer("expert_used_count", 1, config.n_experts);
+  config.ffn_dim = reader.integer("expert_feed_forward_length", 1, kMaxFfnDim, config.ffn_dim);
+  config.expert_weights_norm = reader.file().get_bool(reader.key("expert_weights_norm"), true);
+}
+
 }  // namespace
 
 ModelConfig read_config(const GgufFile& file) {
@@ -142,10 +196,17 @@ ModelConfig read_config(const GgufFile& file) {
   config.rope_style = architecture.rope_style;
   config.qkv_bias = architecture.qkv_bias;
   config.qk_norm = architecture.qk_norm;
+  config.fused_projections = architecture.fused_projections;
   config.name = file.get_string("general.name", file.path().stem().string());
   const ConfigReader reader(file, config.architecture);
   read_shape(reader, config);
   read_positions(reader, config);
+  read_longrope(reader, config);
+  read_experts(reader, config);
+  // Phi-3 mini 4k attends within a 2047-token window: full attention equals it up to there (as for Mistral folders).
+  if (config.architecture == "phi3")
+    if (const int window = reader.integer("attention.sliding_window", 0, kMaxContext, 0); window > 0)
+      config.context_length = std::min(config.context_length, window);
   config.vocab_size = read_vocab_size(reader);
   config.tied_embeddings = file.find_tensor("output.weight") == nullptr;
   return config;

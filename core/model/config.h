@@ -22,6 +22,7 @@ inline constexpr int64_t kMaxDim = 1 << 16;
 inline constexpr int64_t kMaxFfnDim = 1 << 20;
 inline constexpr int64_t kMaxVocab = 1 << 22;
 inline constexpr int64_t kMaxContext = 1 << 24;
+inline constexpr int64_t kMaxExperts = 1 << 12;
 
 // The kernels' ModelShape (layer sizes, RoPE, biases, norms) plus what only readers and front ends use.
 struct ModelConfig : kernels::ModelShape {
@@ -32,6 +33,11 @@ struct ModelConfig : kernels::ModelShape {
   // The rope scaling the checkpoint declares (its divisors are ModelShape::rope_freq_divisors); "rope_freqs"
   // for a GGUF that gives the divisors as a tensor, without naming the scaling.
   RopeScaling rope_scaling;
+
+  // --- Phi-3 and mixture of experts (issue 39) ---
+  // Phi-3 stores one qkv projection (q rows, then k, then v) and one gate_up projection (gate rows, then up);
+  // the readers split them into views (core/model/fused_tensors.h).
+  bool fused_projections = false;
 };
 
 // Reads and validates the hyperparameters; throws Error naming the file and key.

@@ -12,16 +12,22 @@
 namespace kvscope::model {
 namespace {
 
-// What an architecture adds to Llama's computation. Tensor names are Llama's for all of them.
+// What an architecture adds to Llama's computation. Tensor names are Llama's, but for Phi-3's fused projections
+// and the experts of the mixture-of-experts families (weight_binding.h).
 struct Architecture {
   const char* hf_class;
-  bool qkv_bias;  // always (Qwen2), whatever attention_bias says
-  bool qk_norm;   // per-head RMSNorm of q and k (Qwen3)
+  bool qkv_bias;           // always (Qwen2), whatever attention_bias says
+  bool qk_norm;            // per-head RMSNorm of q and k (Qwen3)
+  bool fused_projections;  // qkv_proj and gate_up_proj (Phi-3)
+  bool experts;            // routed experts (Mixtral, Qwen3-MoE)
 };
-constexpr std::array<Architecture, 4> kSupported = {{{"LlamaForCausalLM", false, false},
-                                                     {"MistralForCausalLM", false, false},
-                                                     {"Qwen2ForCausalLM", true, false},
-                                                     {"Qwen3ForCausalLM", false, true}}};
+constexpr std::array<Architecture, 7> kSupported = {{{"LlamaForCausalLM", false, false, false, false},
+                                                     {"MistralForCausalLM", false, false, false, false},
+                                                     {"Qwen2ForCausalLM", true, false, false, false},
+                                                     {"Qwen3ForCausalLM", false, true, false, false},
+                                                     {"Phi3ForCausalLM", false, false, true, false},
+                                                     {"MixtralForCausalLM", false, false, false, true},
+                                                     {"Qwen3MoeForCausalLM", false, true, false, true}}};
 
 class JsonConfigReader {
  public:
@@ -33,6 +39,7 @@ class JsonConfigReader {
   }
   bool has(const std::string& key) const { return json_.contains(key) && !json_[key].is_null(); }
   const nlohmann::json& at(const std::string& key) const { return json_[key]; }
+  const nlohmann::json& json() const { return json_; }
 
   int integer(const std::string& key, int64_t low, int64_t high) const {
     if (!has(key))
@@ -97,6 +104,46 @@ double number(const JsonConfigReader& reader, const std::string& key, const nloh
   return object[field].get<double>();
 }
 
+std::vector<float> factor_list(const JsonConfigReader& reader, const std::string& key, const nlohmann::json& rope,
+                               const char* field, int pairs) {
+  const std::string name = key + "." + field;
+  if (!rope.contains(field) || !rope[field].is_array() || rope[field].size() != static_cast<std::size_t>(pairs))
+    reader.fail(name, (rope.contains(field) ? rope[field].dump() : std::string("missing")) + " (expected a list of " +
+                          std::to_string(pairs) + " numbers, one per rotated pair)");
+  std::vector<float> factors;
+  for (const auto& v : rope[field]) {
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0)
+      reader.fail(name, v.dump() + " (expected positive numbers)");
+    factors.push_back(static_cast<float>(v.get<double>()));
+  }
+  return factors;
+}
+
+// Phi-3's longrope (transformers' _compute_longrope_parameters): short factors up to the original context, long
+// beyond it, and cos/sin multiplied by attention_factor, by default sqrt(1 + ln(factor) / ln(original context))
+// with factor = max_position_embeddings / original_max_position_embeddings.
+void read_longrope(const JsonConfigReader& reader, const std::string& key, const nlohmann::json& rope,
+                   ModelConfig& config, RopeScaling& scaling) {
+  const int pairs = config.rope_dim / 2;
+  scaling.short_factor = factor_list(reader, key, rope, "short_factor", pairs);
+  scaling.long_factor = factor_list(reader, key, rope, "long_factor", pairs);
+  // transformers 5 moves original_max_position_embeddings into rope_parameters; transformers 4 keeps it beside.
+  const int max_positions = reader.integer("max_position_embeddings", 1, kMaxContext);
+  scaling.original_context = rope.contains("original_max_position_embeddings")
+                                 ? reader.integer_value(key + ".original_max_position_embeddings",
+                                                        rope["original_max_position_embeddings"], 1, kMaxContext)
+                                 : reader.integer("original_max_position_embeddings", 1, kMaxContext, max_positions);
+  scaling.factor = number(reader, key, rope, "factor", static_cast<double>(max_positions) / scaling.original_context);
+  const double default_attention =
+      scaling.factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(scaling.factor) / std::log(scaling.original_context));
+  scaling.attention_factor = number(reader, key, rope, "attention_factor", default_attention);
+  config.rope_freq_divisors = scaling.short_factor;
+  config.rope_freq_divisors_long = scaling.long_factor;
+  config.rope_long_after = scaling.original_context;
+  config.rope_attention_factor = static_cast<float>(scaling.attention_factor);
+  config.rope_scaling = scaling;
+}
+
 // rope_scaling (transformers 4) or rope_parameters (transformers 5, which also holds rope_theta).
 void read_rope(const JsonConfigReader& reader, ModelConfig& config) {
   const char* key = reader.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
@@ -110,10 +157,15 @@ void read_rope(const JsonConfigReader& reader, ModelConfig& config) {
   const auto type = rope.contains("rope_type") ? rope["rope_type"] : rope.value("type", nlohmann::json("default"));
   if (!type.is_string()) reader.fail(std::string(key) + ".rope_type", type.dump() + " (expected a string)");
   scaling.type = type.get<std::string>();
-  if (scaling.type != "default" && scaling.type != "linear" && scaling.type != "llama3")
+  if (scaling.type == "su") scaling.type = "longrope";  // Phi-3's first configs; transformers reads it as longrope
+  if (scaling.type != "default" && scaling.type != "linear" && scaling.type != "llama3" && scaling.type != "longrope")
     reader.fail(std::string(key) + ".rope_type",
-                "\"" + scaling.type + "\" is not supported (supported: default, linear, llama3)");
+                "\"" + scaling.type + "\" is not supported (supported: default, linear, llama3, longrope)");
   if (scaling.type == "default") return;
+  if (scaling.type == "longrope") {
+    read_longrope(reader, key, rope, config, scaling);
+    return;
+  }
   scaling.factor = number(reader, key, rope, "factor", 0.0);
   if (scaling.factor < 1.0)
     reader.fail(std::string(key) + ".factor", "missing or below 1 (expected the scaling factor >= 1)");
@@ -126,6 +178,44 @@ void read_rope(const JsonConfigReader& reader, ModelConfig& config) {
   }
   config.rope_freq_divisors = rope_freq_divisors(scaling, config.rope_dim, config.rope_base);
   config.rope_scaling = scaling;
+}
+
+// Phi-3 (transformers' Phi3Attention) rotates only the first head_dim * partial_rotary_factor dimensions
+// (rope_parameters in transformers 5, beside them in 4; Phi-4-mini uses 0.75).
+void read_partial_rotary(const JsonConfigReader& reader, ModelConfig& config) {
+  const char* rope_key = reader.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  double fraction = 1.0;
+  std::string field = "partial_rotary_factor";
+  if (reader.has(rope_key) && reader.at(rope_key).is_object() &&
+      reader.at(rope_key).contains("partial_rotary_factor")) {
+    fraction = number(reader, rope_key, reader.at(rope_key), "partial_rotary_factor", 1.0);
+    field = std::string(rope_key) + ".partial_rotary_factor";
+  } else {
+    fraction = reader.has(field) ? reader.positive(field, 1.0, 1.0) : 1.0;
+  }
+  config.rope_dim = static_cast<int>(config.head_dim * fraction);
+  if (fraction > 1.0 || config.rope_dim < 2 || config.rope_dim % 2 != 0)
+    reader.fail(field, std::to_string(fraction) + " rotates " + std::to_string(config.rope_dim) + " of " +
+                           std::to_string(config.head_dim) + " dimensions (expected an even number >= 2)");
+}
+
+// Mixtral (num_local_experts, every layer routed, always renormalised) and Qwen3-MoE (num_experts in transformers
+// 4, num_local_experts in 5; moe_intermediate_size; norm_topk_prob). A Qwen3-MoE with dense layers among the routed
+// ones (mlp_only_layers, decoder_sparse_step) is refused.
+void read_experts(const JsonConfigReader& reader, ModelConfig& config) {
+  const char* count_key = reader.has("num_local_experts") ? "num_local_experts" : "num_experts";
+  config.n_experts = reader.integer(count_key, 1, kMaxExperts);
+  config.n_experts_used = reader.integer("num_experts_per_tok", 1, config.n_experts);
+  const bool mixtral = config.architecture == "MixtralForCausalLM";
+  config.expert_weights_norm = mixtral || reader.boolean("norm_topk_prob", false);
+  if (mixtral) return;
+  config.ffn_dim = reader.integer("moe_intermediate_size", 1, kMaxFfnDim);
+  if (reader.integer("decoder_sparse_step", 1, kMaxLayers, 1) != 1)
+    reader.fail("decoder_sparse_step", "only 1 (every layer routed) is supported");
+  if (reader.has("mlp_only_layers") &&
+      !(reader.at("mlp_only_layers").is_array() && reader.at("mlp_only_layers").empty()))
+    reader.fail("mlp_only_layers",
+                reader.at("mlp_only_layers").dump() + " is not supported (expected [], every layer routed)");
 }
 
 }  // namespace
@@ -159,11 +249,14 @@ ModelConfig read_config(const HfFolder& folder) {
   if (reader.boolean("use_sliding_window", true) && reader.has("sliding_window"))
     config.context_length = std::min(config.context_length, reader.integer("sliding_window", 1, kMaxContext));
   config.rope_dim = config.head_dim;
+  if (architecture.fused_projections) read_partial_rotary(reader, config);
   read_rope(reader, config);
   const bool attention_bias = reader.boolean("attention_bias", false);
   config.qkv_bias = architecture.qkv_bias || attention_bias;
   config.o_bias = attention_bias;
   config.qk_norm = architecture.qk_norm;
+  config.fused_projections = architecture.fused_projections;
+  if (architecture.experts) read_experts(reader, config);
   config.rms_eps = reader.positive("rms_norm_eps", 1e-6, 1.0);
   config.tied_embeddings = reader.boolean("tie_word_embeddings", false);
   // Hugging Face's Llama rotates dimension i with i + head_dim/2 (rotate_half).

@@ -50,9 +50,16 @@ ModelWeights bind_weights(const HfFolder& folder, const ModelConfig& config) {
     return bind_matrix(folder, name, rows, cols);
   };
   const auto vector = [&](const std::string& name, int length) { return bind_vector(folder, name, length); };
+  // transformers 4 and 5 both save one tensor per expert (model.layers.N.mlp.experts.E.gate_proj.weight ...).
+  const auto experts = [&](const std::string& pattern, int n_experts, int rows, int cols) {
+    std::vector<QuantMatrix> matrices;
+    for (int e = 0; e < n_experts; ++e)
+      matrices.push_back(bind_matrix(folder, expert_tensor_name(pattern, e), rows, cols));
+    return matrices;
+  };
   // transformers ties the head to the embedding when config.json says so, whatever lm_head the files hold.
   return bind_model({"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", hf_layer_names}, config,
-                    !config.tied_embeddings, matrix, vector);
+                    !config.tied_embeddings, matrix, vector, experts);
 }
 
 }  // namespace kvscope::model

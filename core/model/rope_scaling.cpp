@@ -7,6 +7,7 @@ namespace kvscope::model {
 
 std::vector<float> rope_freq_divisors(const RopeScaling& scaling, int rope_dim, double base) {
   if (scaling.type == "default") return {};
+  if (scaling.type == "longrope") return scaling.short_factor;  // inv_freq = 1 / (factor_i * base^(2i/d))
   std::vector<float> divisors(static_cast<std::size_t>(rope_dim / 2), static_cast<float>(scaling.factor));
   if (scaling.type == "linear") return divisors;  // theta_i = (position / factor) * base^(-2i/d)
   // Llama 3.1 (transformers _compute_llama3_parameters): wavelengths longer than original_context / low_freq_factor

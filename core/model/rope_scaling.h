@@ -1,20 +1,25 @@
 #pragma once
 // RoPE frequency scaling of long-context checkpoints, as per-pair divisors of the frequency (ModelConfig::
-// rope_freq_divisors): "linear" (position interpolation) and "llama3" (Llama 3.1/3.2).
+// rope_freq_divisors): "linear" (position interpolation), "llama3" (Llama 3.1/3.2) and "longrope" (Phi-3/3.5,
+// transformers' _compute_longrope_parameters: short or long factors, and an attention factor on cos and sin).
 #include <string>
 #include <vector>
 
 namespace kvscope::model {
 
 struct RopeScaling {
-  std::string type = "default";  // "default", "linear" or "llama3"
+  std::string type = "default";  // "default", "linear", "llama3" or "longrope"
   double factor = 1.0;
   double low_freq_factor = 1.0;   // llama3 only
   double high_freq_factor = 4.0;  // llama3 only
-  int original_context = 8192;    // llama3 only: original_max_position_embeddings
+  int original_context = 8192;    // llama3 and longrope: original_max_position_embeddings
+  // longrope only: per-pair frequency divisors for sequences up to original_context (short) and beyond (long),
+  // and the factor multiplying cos and sin.
+  std::vector<float> short_factor, long_factor;
+  double attention_factor = 1.0;
 };
 
-// One divisor per rotated pair (rope_dim / 2 values); empty for "default".
+// One divisor per rotated pair (rope_dim / 2 values); empty for "default"; the short factors for "longrope".
 std::vector<float> rope_freq_divisors(const RopeScaling& scaling, int rope_dim, double base);
 
 }  // namespace kvscope::model

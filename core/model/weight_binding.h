@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/model/config.h"
+#include "core/model/fused_tensors.h"
 #include "core/model/weights.h"
 
 namespace kvscope::model {
@@ -11,50 +12,120 @@ namespace kvscope::model {
 struct LayerTensorNames {
   std::string attn_norm, ffn_norm, wq, wk, wv, wo, w_gate, w_up, w_down;
   std::string bq, bk, bv, bo, q_norm, k_norm;  // read only when the config asks for them
+  // --- Phi-3 and mixture of experts (issue 39), read only when the config asks for them ---
+  std::string qkv, gate_up;  // fused projections (ModelConfig::fused_projections)
+  // The router and the experts' gate, up and down matrices (ModelShape::n_experts > 0): one merged tensor each,
+  // or per-expert names with "{e}" standing for the expert's index.
+  std::string router, expert_gate, expert_up, expert_down;
 };
 
 struct ModelTensorNames {
   std::string embedding, output_norm, output;
-  LayerTensorNames (*layer)(int layer);
+  LayerTensorNames (*layer)(int layer, const ModelConfig& config);
 };
 
-// llama.cpp's names (blk.N.attn_q.weight ...).
-inline LayerTensorNames gguf_layer_names(int layer) {
+// llama.cpp's names (blk.N.attn_q.weight ...). Phi-3's fused gate and up rows are ffn_up (2 x ffn_dim rows).
+inline LayerTensorNames gguf_layer_names(int layer, const ModelConfig&) {
   const std::string p = "blk." + std::to_string(layer) + ".";
-  return {p + "attn_norm.weight", p + "ffn_norm.weight",    p + "attn_q.weight",     p + "attn_k.weight",
-          p + "attn_v.weight",    p + "attn_output.weight", p + "ffn_gate.weight",   p + "ffn_up.weight",
-          p + "ffn_down.weight",  p + "attn_q.bias",        p + "attn_k.bias",       p + "attn_v.bias",
-          p + "attn_output.bias", p + "attn_q_norm.weight", p + "attn_k_norm.weight"};
+  LayerTensorNames n;
+  n.attn_norm = p + "attn_norm.weight";
+  n.ffn_norm = p + "ffn_norm.weight";
+  n.wq = p + "attn_q.weight";
+  n.wk = p + "attn_k.weight";
+  n.wv = p + "attn_v.weight";
+  n.wo = p + "attn_output.weight";
+  n.w_gate = p + "ffn_gate.weight";
+  n.w_up = p + "ffn_up.weight";
+  n.w_down = p + "ffn_down.weight";
+  n.bq = p + "attn_q.bias";
+  n.bk = p + "attn_k.bias";
+  n.bv = p + "attn_v.bias";
+  n.bo = p + "attn_output.bias";
+  n.q_norm = p + "attn_q_norm.weight";
+  n.k_norm = p + "attn_k_norm.weight";
+  n.qkv = p + "attn_qkv.weight";
+  n.gate_up = p + "ffn_up.weight";
+  n.router = p + "ffn_gate_inp.weight";
+  n.expert_gate = p + "ffn_gate_exps.weight";
+  n.expert_up = p + "ffn_up_exps.weight";
+  n.expert_down = p + "ffn_down_exps.weight";
+  return n;
 }
 
-// Hugging Face's names (model.layers.N.self_attn.q_proj.weight ...).
-inline LayerTensorNames hf_layer_names(int layer) {
+// Hugging Face's names (model.layers.N.self_attn.q_proj.weight ...); Mixtral's experts are
+// block_sparse_moe.experts.E.w1 (gate), w3 (up), w2 (down), Qwen3-MoE's mlp.experts.E.gate_proj ....
+inline LayerTensorNames hf_layer_names(int layer, const ModelConfig& config) {
   const std::string p = "model.layers." + std::to_string(layer) + ".";
-  return {p + "input_layernorm.weight",  p + "post_attention_layernorm.weight",
-          p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
-          p + "self_attn.v_proj.weight", p + "self_attn.o_proj.weight",
-          p + "mlp.gate_proj.weight",    p + "mlp.up_proj.weight",
-          p + "mlp.down_proj.weight",    p + "self_attn.q_proj.bias",
-          p + "self_attn.k_proj.bias",   p + "self_attn.v_proj.bias",
-          p + "self_attn.o_proj.bias",   p + "self_attn.q_norm.weight",
-          p + "self_attn.k_norm.weight"};
+  LayerTensorNames n;
+  n.attn_norm = p + "input_layernorm.weight";
+  n.ffn_norm = p + "post_attention_layernorm.weight";
+  n.wq = p + "self_attn.q_proj.weight";
+  n.wk = p + "self_attn.k_proj.weight";
+  n.wv = p + "self_attn.v_proj.weight";
+  n.wo = p + "self_attn.o_proj.weight";
+  n.w_gate = p + "mlp.gate_proj.weight";
+  n.w_up = p + "mlp.up_proj.weight";
+  n.w_down = p + "mlp.down_proj.weight";
+  n.bq = p + "self_attn.q_proj.bias";
+  n.bk = p + "self_attn.k_proj.bias";
+  n.bv = p + "self_attn.v_proj.bias";
+  n.bo = p + "self_attn.o_proj.bias";
+  n.q_norm = p + "self_attn.q_norm.weight";
+  n.k_norm = p + "self_attn.k_norm.weight";
+  n.qkv = p + "self_attn.qkv_proj.weight";
+  n.gate_up = p + "mlp.gate_up_proj.weight";
+  const std::string moe = config.architecture == "MixtralForCausalLM" ? "block_sparse_moe." : "mlp.";
+  const bool mixtral = moe == "block_sparse_moe.";
+  n.router = p + moe + "gate.weight";
+  n.expert_gate = p + moe + "experts.{e}." + (mixtral ? "w1" : "gate_proj") + ".weight";
+  n.expert_up = p + moe + "experts.{e}." + (mixtral ? "w3" : "up_proj") + ".weight";
+  n.expert_down = p + moe + "experts.{e}." + (mixtral ? "w2" : "down_proj") + ".weight";
+  return n;
 }
 
-// matrix(name, rows, cols) -> QuantMatrix, vector(name, length) -> std::vector<float>.
-template <class BindMatrix, class BindVector>
-LayerWeights bind_layer(const LayerTensorNames& n, const ModelConfig& c, BindMatrix&& matrix, BindVector&& vector) {
+// `pattern` with its "{e}" replaced by `expert`.
+inline std::string expert_tensor_name(const std::string& pattern, int expert) {
+  std::string name = pattern;
+  if (const auto at = name.find("{e}"); at != std::string::npos) name.replace(at, 3, std::to_string(expert));
+  return name;
+}
+
+// matrix(name, rows, cols) -> QuantMatrix, vector(name, length) -> std::vector<float>,
+// experts(name, n_experts, rows, cols) -> std::vector<QuantMatrix>.
+template <class BindMatrix, class BindVector, class BindExperts>
+LayerWeights bind_layer(const LayerTensorNames& n, const ModelConfig& c, BindMatrix&& matrix, BindVector&& vector,
+                        BindExperts&& experts) {
   const int q_dim = c.n_heads * c.head_dim;
   const int kv_dim = c.n_kv_heads * c.head_dim;
   LayerWeights w;
   w.attn_norm = vector(n.attn_norm, c.dim);
   w.ffn_norm = vector(n.ffn_norm, c.dim);
-  w.wq = matrix(n.wq, q_dim, c.dim);
-  w.wk = matrix(n.wk, kv_dim, c.dim);
-  w.wv = matrix(n.wv, kv_dim, c.dim);
+  if (c.fused_projections) {
+    const auto qkv = split_rows(matrix(n.qkv, q_dim + 2 * kv_dim, c.dim), {q_dim, kv_dim, kv_dim});
+    w.wq = qkv[0];
+    w.wk = qkv[1];
+    w.wv = qkv[2];
+  } else {
+    w.wq = matrix(n.wq, q_dim, c.dim);
+    w.wk = matrix(n.wk, kv_dim, c.dim);
+    w.wv = matrix(n.wv, kv_dim, c.dim);
+  }
   w.wo = matrix(n.wo, c.dim, q_dim);
-  w.w_gate = matrix(n.w_gate, c.ffn_dim, c.dim);
-  w.w_up = matrix(n.w_up, c.ffn_dim, c.dim);
-  w.w_down = matrix(n.w_down, c.dim, c.ffn_dim);
+  if (c.n_experts > 0) {
+    w.router = matrix(n.router, c.n_experts, c.dim);
+    w.expert_gate = experts(n.expert_gate, c.n_experts, c.ffn_dim, c.dim);
+    w.expert_up = experts(n.expert_up, c.n_experts, c.ffn_dim, c.dim);
+    w.expert_down = experts(n.expert_down, c.n_experts, c.dim, c.ffn_dim);
+  } else if (c.fused_projections) {
+    const auto gate_up = split_rows(matrix(n.gate_up, 2 * c.ffn_dim, c.dim), {c.ffn_dim, c.ffn_dim});
+    w.w_gate = gate_up[0];
+    w.w_up = gate_up[1];
+    w.w_down = matrix(n.w_down, c.dim, c.ffn_dim);
+  } else {
+    w.w_gate = matrix(n.w_gate, c.ffn_dim, c.dim);
+    w.w_up = matrix(n.w_up, c.ffn_dim, c.dim);
+    w.w_down = matrix(n.w_down, c.dim, c.ffn_dim);
+  }
   if (c.qkv_bias) {
     w.bq = vector(n.bq, q_dim);
     w.bk = vector(n.bk, kv_dim);
@@ -69,16 +140,16 @@ LayerWeights bind_layer(const LayerTensorNames& n, const ModelConfig& c, BindMat
 }
 
 // The embedding, final norm, output head (the embedding itself unless `separate_output`) and every layer.
-template <class BindMatrix, class BindVector>
+template <class BindMatrix, class BindVector, class BindExperts>
 ModelWeights bind_model(const ModelTensorNames& n, const ModelConfig& c, bool separate_output, BindMatrix&& matrix,
-                        BindVector&& vector) {
+                        BindVector&& vector, BindExperts&& experts) {
   ModelWeights weights;
   weights.token_embedding = matrix(n.embedding, c.vocab_size, c.dim);
   weights.output_norm = vector(n.output_norm, c.dim);
   weights.output = separate_output ? matrix(n.output, c.vocab_size, c.dim) : weights.token_embedding;
   weights.layers.reserve(static_cast<std::size_t>(c.n_layers));
   for (int layer = 0; layer < c.n_layers; ++layer)
-    weights.layers.push_back(bind_layer(n.layer(layer), c, matrix, vector));
+    weights.layers.push_back(bind_layer(n.layer(layer, c), c, matrix, vector, experts));
   return weights;
 }
 

@@ -57,14 +57,33 @@ std::vector<float> bind_vector(const GgufFile& file, const std::string& name, in
   return values;
 }
 
+// llama.cpp's merged expert tensors: shape [cols, rows, n_experts] (ne0 contiguous), expert e's rows x cols
+// matrix at e * rows rows.
+std::vector<QuantMatrix> bind_experts(const GgufFile& file, const std::string& name, int n_experts, int rows,
+                                      int cols) {
+  const GgufTensorInfo& info = file.tensor(name);
+  const std::vector<uint64_t> expected = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows),
+                                          static_cast<uint64_t>(n_experts)};
+  if (info.shape != expected)
+    tensor_error(file, info,
+                 "shape: " + shape_text(info.shape) + " (expected " + shape_text(expected) + " for " +
+                     std::to_string(n_experts) + " experts of " + std::to_string(rows) + " rows of " +
+                     std::to_string(cols) + " values)");
+  check_supported_type(file, info);
+  return split_experts(QuantMatrix::view(info.type, rows * n_experts, cols, info.data), n_experts);
+}
+
 }  // namespace
 
 ModelWeights bind_weights(const GgufFile& file, const ModelConfig& config) {
   const auto matrix = [&](const std::string& name, int rows, int cols) { return bind_matrix(file, name, rows, cols); };
   const auto vector = [&](const std::string& name, int length) { return bind_vector(file, name, length); };
+  const auto experts = [&](const std::string& name, int n_experts, int rows, int cols) {
+    return bind_experts(file, name, n_experts, rows, cols);
+  };
   // llama.cpp leaves output.weight out when the head is tied to the embedding.
   return bind_model({"token_embd.weight", "output_norm.weight", "output.weight", gguf_layer_names}, config,
-                    file.find_tensor("output.weight") != nullptr, matrix, vector);
+                    file.find_tensor("output.weight") != nullptr, matrix, vector, experts);
 }
 
 }  // namespace kvscope::model

@@ -80,6 +80,15 @@ py::object make_python_rope(const model::ModelConfig& config) {
   py::dict scaling;
   scaling["type"] = s.type;
   if (s.type == "linear" || s.type == "llama3") scaling["factor"] = s.factor;
+  if (s.type == "longrope") {  // rotate() uses the short factors and no attention factor (the first call's)
+    py::list short_factor, long_factor;
+    for (float f : s.short_factor) short_factor.append(f);
+    for (float f : s.long_factor) long_factor.append(f);
+    scaling["short_factor"] = short_factor;
+    scaling["long_factor"] = long_factor;
+    scaling["attention_factor"] = s.attention_factor;
+    scaling["original_max_position_embeddings"] = s.original_context;
+  }
   if (s.type == "llama3") {
     scaling["low_freq_factor"] = s.low_freq_factor;
     scaling["high_freq_factor"] = s.high_freq_factor;

@@ -32,6 +32,7 @@ void emit_run(const RunTrace& run, TraceSink& sink, const std::string& name) {
   layout.nmse = !run.nmse.empty();
   layout.qk = !run.qk.empty();
   layout.qk_scale = run.qk_scale;
+  layout.router_k = run.router_k;
   const int id = sink.begin_run(std::move(layout));
 
   auto send_maps = [&](MapKind kind, const RunTrace::MapTable& table) {
@@ -71,6 +72,7 @@ void emit_run(const RunTrace& run, TraceSink& sink, const std::string& name) {
       rec.logprob = generated < static_cast<int>(run.logprobs.size()) ? run.logprobs[generated] : 0.0f;
       ++generated;
     }
+    if (s == 0) rec.routing.assign(run.routing.begin(), run.routing.end());  // rows in position order, whichever step
     if (rec.stats.phase == 1) {
       if (!decode_maps.empty() && decode_step < first_decode->rows)
         for (const Map2D* m : decode_maps) {

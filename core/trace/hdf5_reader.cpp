@@ -305,6 +305,28 @@ void read_run_body(hid_t g, RunTrace& r, const ReadOptions& options, const std::
     });
   }
   if (options.qk && have("qk")) part("qk", [&] { read_qk(open_group(g, "qk"), r); });
+  if (have("router_experts") && have("router_weights")) {
+    part("router", [&] {
+      Handle experts = open_dataset(g, "router_experts");
+      const auto dims = h5::dataset_dims(experts);
+      if (dims.size() != 3 || dims[1] != static_cast<hsize_t>(r.n_layers))
+        throw Error("'" + h5::name_of(experts) + "' should have shape [position][" + std::to_string(r.n_layers) +
+                    "][k]");
+      const std::vector<int32_t> ids = h5::read_ints(experts);
+      const std::vector<float> weights = h5::read_floats(open_dataset(g, "router_weights"));
+      const std::size_t width = static_cast<std::size_t>(dims[1] * dims[2]);
+      if (weights.size() != ids.size()) throw Error("'router_weights' differs in shape from 'router_experts'");
+      r.router_k = static_cast<int>(dims[2]);
+      for (std::size_t p = 0; p < dims[0]; ++p) {
+        TokenRouting token;
+        token.experts.assign(ids.begin() + static_cast<std::ptrdiff_t>(p * width),
+                             ids.begin() + static_cast<std::ptrdiff_t>((p + 1) * width));
+        token.weights.assign(weights.begin() + static_cast<std::ptrdiff_t>(p * width),
+                             weights.begin() + static_cast<std::ptrdiff_t>((p + 1) * width));
+        r.routing.push_back(std::move(token));
+      }
+    });
+  }
   if (have("nmse")) {
     part("nmse", [&] {
       Handle d = open_dataset(g, "nmse");

@@ -56,7 +56,7 @@ struct Hdf5Writer::State {
   struct Run {
     RunLayout layout;
     Handle group;
-    Handle generated_ids, generated_strings, logprobs, events, nmse;
+    Handle generated_ids, generated_strings, logprobs, events, nmse, router_experts, router_weights;
     std::vector<Handle> steps;  // parallel to kStepFields
     std::vector<Handle> kept, decode;
     std::vector<Handle> qk_queries, qk_keys, qk_lse;  // per layer, when the run records q/k
@@ -366,6 +366,31 @@ int Hdf5Writer::begin_run(RunLayout layout) {
                    std::string("CAOTE Fig. 3: ||o_compressed - o_full||^2 / ||o_full||^2 of the layer's attention output "
                                "(all query heads concatenated), compressed cache vs a shadow full cache, same query"));
     }
+    if (L.router_k > 0) {
+      const hsize_t layers = static_cast<hsize_t>(L.n_layers), k = static_cast<hsize_t>(L.router_k);
+      run.router_experts = h5::create_dataset(g, "router_experts",
+                                              {H5T_STD_I16LE,
+                                               {0, layers, k},
+                                               {unlimited, layers, k},
+                                               {256, layers, k},
+                                               options_.gzip_level,
+                                               {"position", "layer", "choice"}});
+      h5::set_attr(run.router_experts, "definition",
+                   std::string("the experts each layer's router chose for the token at this position (prompt tokens, "
+                               "then generated tokens as they were fed back), most probable first: softmax over the "
+                               "router logits, top k"));
+      run.router_weights = h5::create_dataset(g, "router_weights",
+                                              {H5T_IEEE_F32LE,
+                                               {0, layers, k},
+                                               {unlimited, layers, k},
+                                               {256, layers, k},
+                                               options_.gzip_level,
+                                               {"position", "layer", "choice"}});
+      h5::set_attr(
+          run.router_weights, "definition",
+          std::string("the factor on each chosen expert's output: its softmax probability, renormalised over the "
+                      "k chosen where the model does (Mixtral; Qwen3-MoE with norm_topk_prob)"));
+    }
     if (L.qk) create_qk_group_datasets(g, L, options_.gzip_level, run.qk_queries, run.qk_keys, run.qk_lse);
     H5Fflush(s.file, H5F_SCOPE_LOCAL);
     s.runs.push_back(std::move(run));
@@ -566,6 +591,7 @@ void Hdf5Writer::write_layer_budgets(int run, const std::vector<int>& budgets) {
 
 void Hdf5Writer::append_step(int run, StepRecord record) {
   std::size_t bytes = record.events.size() * sizeof(Event) + record.decode_attention.size() * 2 + record.nmse.size() * 4;
+  for (const TokenRouting& token : record.routing) bytes += token.experts.size() * 6;
   for (const auto& k : record.kept) bytes += k.size();
   auto decode_half = std::make_shared<std::vector<uint16_t>>(to_half(record.decode_attention.data(), record.decode_attention.size()));
   record.decode_attention.clear();
@@ -598,6 +624,11 @@ void Hdf5Writer::append_step(int run, StepRecord record) {
         h5::append_rows(r.decode[l], h5::half_type(), 1, decode_half->data() + l * per_layer);
     }
     if (!rec.nmse.empty() && r.nmse.valid()) h5::append_rows(r.nmse, H5T_NATIVE_FLOAT, 1, rec.nmse.data());
+    if (r.router_experts.valid())
+      for (const TokenRouting& token : rec.routing) {
+        h5::append_rows(r.router_experts, H5T_NATIVE_INT16, 1, token.experts.data());
+        h5::append_rows(r.router_weights, H5T_NATIVE_FLOAT, 1, token.weights.data());
+      }
     ++r.n_steps;
     h5::check_status(H5Fflush(s.file, H5F_SCOPE_LOCAL), "cannot flush after step " + std::to_string(step));
   });

@@ -40,6 +40,7 @@ int LiveTrace::begin_run(RunLayout layout) {
   trace_.prompt_ids = layout_.prompt_ids;
   trace_.prompt_strings = layout_.prompt_strings;
   trace_.qk_scale = layout_.qk ? layout_.qk_scale : 0.0;
+  trace_.router_k = layout_.router_k;
   const std::size_t mask_row = static_cast<std::size_t>(layout_.n_kv_heads) * layout_.max_positions;
   kept_.assign(static_cast<std::size_t>(layout_.n_layers), AppendOnlyRows<uint8_t>(mask_row, 16));
   decode_ = AppendOnlyRows<float>(static_cast<std::size_t>(layout_.n_layers) * layout_.n_heads * layout_.decode_cols, 16);
@@ -121,6 +122,10 @@ void LiveTrace::append_step(int run, StepRecord rec) {
     trace_.generated_ids.push_back(rec.token);
     trace_.generated_strings.push_back(std::move(rec.token_string));
     trace_.logprobs.push_back(rec.logprob);
+  }
+  if (!rec.routing.empty()) {
+    trace_.routing.append(std::make_move_iterator(rec.routing.begin()), std::make_move_iterator(rec.routing.end()));
+    bytes_since_publish_ += trace_.routing.moved_by_last_append() * sizeof(TokenRouting);
   }
   if (!rec.nmse.empty()) {
     trace_.nmse.push_back(std::move(rec.nmse));

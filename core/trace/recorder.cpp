@@ -179,6 +179,7 @@ Recorder::Recorder(RecordOptions options, std::vector<TraceSink*> sinks, Recorde
     layout.decode_pooling = options_.pooling;
   }
   layout.nmse = options_.nmse;
+  layout.router_k = c.n_experts > 0 ? c.n_experts_used : 0;
   if (options_.qk) {
     qk_ = std::make_unique<QKRecording>(c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim);
     layout.qk = true;
@@ -507,6 +508,23 @@ void Recorder::on_edit(const cache::CacheEdit& edit, const cache::KVCache& befor
   }
 }
 
+void Recorder::on_routing(int layer, const observation::StepInfo&, int first_position, int n_tokens, int k,
+                          const engine::ExpertChoice* choices) {
+  const auto& c = run_.config;
+  if (layer < 0 || layer >= c.n_layers || k != c.n_experts_used) return;
+  const std::size_t width = static_cast<std::size_t>(c.n_layers) * k;
+  for (int t = 0; t < n_tokens; ++t) {
+    TokenRouting& row = step_routing_[first_position + t];
+    row.experts.resize(width, -1);
+    row.weights.resize(width, 0.0f);
+    for (int j = 0; j < k; ++j) {
+      const engine::ExpertChoice& choice = choices[static_cast<std::size_t>(t) * k + j];
+      row.experts[static_cast<std::size_t>(layer) * k + j] = static_cast<int16_t>(choice.expert);
+      row.weights[static_cast<std::size_t>(layer) * k + j] = choice.weight;
+    }
+  }
+}
+
 void Recorder::on_full_cache_output(int layer, const observation::StepInfo& step, int n_queries, int width,
                                     const float* compressed, const float* full) {
   if (!options_.nmse || step.phase != Phase::Decode || layer < 0 || layer >= run_.config.n_layers) return;
@@ -582,6 +600,8 @@ void Recorder::on_step_end(const observation::StepInfo& step, const cache::KVCac
     rec.decode_attention = decode_rows_;
     std::fill(decode_rows_.begin(), decode_rows_.end(), 0.0f);
   }
+  for (auto& [position, routing] : step_routing_) rec.routing.push_back(std::move(routing));
+  step_routing_.clear();
   if (step.phase == Phase::Decode && options_.nmse && nmse_seen_) {
     rec.nmse = nmse_row_;
     std::fill(nmse_row_.begin(), nmse_row_.end(), 0.0f);

@@ -81,6 +81,8 @@ class Recorder : public engine::RunObserver {
   bool wants_full_cache_output() const override { return options_.nmse; }
   void on_full_cache_output(int layer, const observation::StepInfo& step, int n_queries, int width, const float* compressed,
                             const float* full) override;
+  void on_routing(int layer, const observation::StepInfo& step, int first_position, int n_tokens, int k,
+                  const engine::ExpertChoice* choices) override;
 
  private:
   struct MapBuild;
@@ -128,6 +130,8 @@ class Recorder : public engine::RunObserver {
   std::vector<float> decode_rows_;
   std::vector<float> nmse_row_;
   bool nmse_seen_ = false;
+  // Router choices of the tokens this step fed, by position (mixture-of-experts models).
+  std::map<int, TokenRouting> step_routing_;
 
   // Exact attention's inputs of the current step (null without `qk=on`), and those of an adopted prefill.
   std::unique_ptr<QKRecording> qk_;

@@ -26,13 +26,17 @@ std::string host_name() {
 }
 
 std::string model_sizes(const model::ModelConfig& c) {
-  return nlohmann::json{{"n_layers", c.n_layers},           {"n_heads", c.n_heads},
-                        {"n_kv_heads", c.n_kv_heads},       {"dim", c.dim},
-                        {"ffn_dim", c.ffn_dim},             {"head_dim", c.head_dim},
-                        {"vocab_size", c.vocab_size},       {"context_length", c.context_length},
-                        {"rope_dim", c.rope_dim},           {"rope_base", c.rope_base},
-                        {"rms_eps", c.rms_eps},             {"tied_embeddings", c.tied_embeddings}}
-      .dump();
+  nlohmann::json sizes{{"n_layers", c.n_layers},     {"n_heads", c.n_heads},
+                       {"n_kv_heads", c.n_kv_heads}, {"dim", c.dim},
+                       {"ffn_dim", c.ffn_dim},       {"head_dim", c.head_dim},
+                       {"vocab_size", c.vocab_size}, {"context_length", c.context_length},
+                       {"rope_dim", c.rope_dim},     {"rope_base", c.rope_base},
+                       {"rms_eps", c.rms_eps},       {"tied_embeddings", c.tied_embeddings}};
+  if (c.n_experts > 0) {
+    sizes["n_experts"] = c.n_experts;
+    sizes["n_experts_used"] = c.n_experts_used;
+  }
+  return sizes.dump();
 }
 
 std::string tokenizer_description(const model::Model& model) {

@@ -31,6 +31,7 @@ struct RunLayout {
   bool nmse = false;
   bool qk = false;                               // exact attention's queries, keys and log-sum-exp (qk_span.h)
   double qk_scale = 0.0;                         // the score scale attention used, when qk
+  int router_k = 0;                              // experts chosen per token and layer (mixture of experts; 0: none)
 };
 
 // Everything one engine step adds to a run.
@@ -44,6 +45,7 @@ struct StepRecord {
   float logprob = 0.0f;
   std::vector<float> decode_attention;           // [layers][heads][decode_cols], decode steps only
   std::vector<float> nmse;                       // [layers], decode steps with NMSE only
+  std::vector<TokenRouting> routing;             // the tokens this step fed, in position order (router_k > 0)
 };
 
 // Which map a dataset is: prefill attention of (layer, query head), or key / value similarity of (layer,

@@ -91,6 +91,14 @@ struct StepStats {
   int32_t token = -1;            // token sampled at the end of the step
 };
 
+// Mixture-of-experts runs: what each layer's router chose for one token fed to the model (a prompt token or a
+// generated one fed back), most probable first.
+struct TokenRouting {
+  std::vector<int16_t> experts;  // [layers][k]
+  std::vector<float> weights;    // [layers][k], the factors on the experts' outputs
+  bool operator==(const TokenRouting&) const = default;
+};
+
 struct RunTrace {
   std::string name;                                // e.g. "h2o_b128"
   // model, model_sha256, policy, policy_params (JSON), budget, allocation, prompt, kvscope_version,
@@ -130,6 +138,9 @@ struct RunTrace {
   // per step; a file holds one). Empty when not recorded (`--record qk=off`, traces before it).
   AppendOnlyLog<QKSpanRef> qk;
   double qk_scale = 0.0;                              // the score scale attention used (1 / sqrt(head_dim))
+  // Router choices, one per fed position from 0 (router_k experts per layer); empty for dense models.
+  int router_k = 0;
+  AppendOnlyLog<TokenRouting> routing;
 
   bool complete = false;
 

@@ -53,6 +53,9 @@ void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
       return dequantize_blocks(blocks::dequantize_block_q4_k, blocks::kQ4_KElements, blocks::kQ4_KBytes, src, dst, n);
     case GgmlType::Q6_K:
       return dequantize_blocks(blocks::dequantize_block_q6_k, blocks::kQ6_KElements, blocks::kQ6_KBytes, src, dst, n);
+    case GgmlType::MXFP4:
+      return dequantize_blocks(blocks::dequantize_block_mxfp4, blocks::kMXFP4Elements, blocks::kMXFP4Bytes, src, dst,
+                               n);
     default:
       throw Error("dequantize: type " + name + " is marked supported but has no dequantizer");
   }

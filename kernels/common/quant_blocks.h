@@ -16,6 +16,7 @@ constexpr int kQ4_1Elements = 32, kQ4_1Bytes = 20;    // half d; half m; uint8 q
 constexpr int kQ8_0Elements = 32, kQ8_0Bytes = 34;    // half d; int8 qs[32]
 constexpr int kQ4_KElements = 256, kQ4_KBytes = 144;  // half d; half dmin; uint8 scales[12]; uint8 qs[128]
 constexpr int kQ6_KElements = 256, kQ6_KBytes = 210;  // uint8 ql[128]; uint8 qh[64]; int8 scales[16]; half d
+constexpr int kMXFP4Elements = 32, kMXFP4Bytes = 17;  // uint8 e (E8M0 exponent); uint8 qs[16] (E2M1 codes)
 
 KVSCOPE_HD inline uint16_t load_u16(const uint8_t* p) {
   return static_cast<uint16_t>(p[0] | (p[1] << 8));
@@ -48,6 +49,20 @@ KVSCOPE_HD inline float half_to_float(uint16_t h) {
 KVSCOPE_HD inline float bf16_to_float(uint16_t h) { return float_from_bits(static_cast<uint32_t>(h) << 16); }
 
 KVSCOPE_HD inline float load_half(const uint8_t* p) { return half_to_float(load_u16(p)); }
+
+// OCP microscaling FP4 (gpt-oss, llama.cpp's MXFP4_MOE): x = e2m1(q) * 2^(e - 127), with the E2M1 values doubled
+// to integers and the scale halved as ggml does (ggml_e8m0_to_fp32_half, 2^(e - 128); e < 2 gives a subnormal);
+// the low nibbles hold elements 0..15, the high nibbles 16..31.
+KVSCOPE_HD inline void dequantize_block_mxfp4(const uint8_t* block, float* out) {
+  const int8_t kDoubledE2M1[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  const uint32_t e = block[0];
+  const float d = float_from_bits(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+  const uint8_t* qs = block + 1;
+  for (int j = 0; j < 16; ++j) {
+    out[j] = d * static_cast<float>(kDoubledE2M1[qs[j] & 0x0F]);
+    out[j + 16] = d * static_cast<float>(kDoubledE2M1[qs[j] >> 4]);
+  }
+}
 
 // x = d * (q - 8), q a 4-bit value; the low nibbles hold elements 0..15, the high nibbles 16..31.
 KVSCOPE_HD inline void dequantize_block_q4_0(const uint8_t* block, float* out) {

@@ -1,6 +1,6 @@
 #pragma once
 // RoPE per-pair math shared by CPU and CUDA: theta_i = position * base^(-2i/rope_dim) / divisor_i (RoFormer eq. 34;
-// the divisor is 1 without rope scaling).
+// the divisor is 1 without rope scaling). `scale` multiplies cos and sin (longrope's attention factor; 1 otherwise).
 #include <cmath>
 
 #include "kernels/common/host_device.h"
@@ -8,10 +8,10 @@
 namespace kvscope::kernels {
 
 KVSCOPE_HD inline void rope_rotate_pair(float& a, float& b, int pair, int rope_dim, int position, float base,
-                                        float divisor = 1.0f) {
+                                        float divisor = 1.0f, float scale = 1.0f) {
   const float freq = powf(base, -2.0f * static_cast<float>(pair) / static_cast<float>(rope_dim)) / divisor;
   const float angle = static_cast<float>(position) * freq;
-  const float c = cosf(angle), s = sinf(angle);
+  const float c = cosf(angle) * scale, s = sinf(angle) * scale;
   const float ra = a * c - b * s;
   const float rb = a * s + b * c;
   a = ra;

@@ -75,7 +75,7 @@ void CpuBackend::rope(float* x, int rows, int heads_per_row, const int32_t* posi
 #pragma omp parallel for schedule(static) if (rows > 1)
   for (int r = 0; r < rows; ++r)
     kernels::rope(x + r * width, heads_per_row, shape.head_dim, shape.rope_dim, positions[r], shape.rope_base,
-                  shape.rope_style, divisors);
+                  shape.rope_style, divisors, shape.rope_attention_factor);
 }
 
 void CpuBackend::add_bias(float* x, const float* bias, int rows, int width) { kernels::add_bias(x, bias, rows, width); }

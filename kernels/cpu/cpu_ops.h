@@ -23,9 +23,10 @@ void embedding_row(const QuantMatrix& table, int id, float* out);
 void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out);
 
 // Rotates the first rope_dim dimensions of each of n_heads vectors (each head_dim long) to `position`;
-// freq_divisors (rope_dim/2 values, or null for none) scale each pair's frequency down (rope scaling).
+// freq_divisors (rope_dim/2 values, or null for none) scale each pair's frequency down (rope scaling); the rotated
+// dimensions are multiplied by `scale` (longrope's attention factor).
 void rope(float* heads, int n_heads, int head_dim, int rope_dim, int position, float base, RopeStyle style,
-          const float* freq_divisors = nullptr);
+          const float* freq_divisors = nullptr, float scale = 1.0f);
 
 // x[r][j] += bias[j] for rows r < rows, j < width.
 void add_bias(float* x, const float* bias, int rows, int width);

@@ -25,14 +25,14 @@ void rmsnorm(const float* x, const float* weight, int dim, float eps, float* out
 }
 
 void rope(float* heads, int n_heads, int head_dim, int rope_dim, int position, float base, RopeStyle style,
-          const float* freq_divisors) {
+          const float* freq_divisors, float scale) {
   for (int h = 0; h < n_heads; ++h) {
     float* v = heads + static_cast<long>(h) * head_dim;
     for (int pair = 0; pair < rope_dim / 2; ++pair) {
       const float divisor = freq_divisors ? freq_divisors[pair] : 1.0f;
       int first, second;
       rope_pair_indices(style == RopeStyle::AdjacentPairs, pair, rope_dim, &first, &second);
-      rope_rotate_pair(v[first], v[second], pair, rope_dim, position, base, divisor);
+      rope_rotate_pair(v[first], v[second], pair, rope_dim, position, base, divisor, scale);
     }
   }
 }

@@ -70,6 +70,11 @@ class CudaBackend final : public Backend {
     // Every Engine calls this; the copy stays while the same weights come back (the embedding's address too,
     // in case another ModelWeights object was made at the same place).
     if (&weights == uploaded_ && weights.token_embedding.data == uploaded_embedding_) return;
+    for (const LayerWeights& l : weights.layers)
+      if (!l.expert_gate.empty())
+        throw Error(
+            "the CUDA backend does not run mixture-of-experts models (routed experts); run this model with "
+            "--device cpu");
     matrices_.clear();
     vectors_.clear();
     uploaded_ = &weights;
@@ -146,6 +151,10 @@ class CudaBackend final : public Backend {
   }
 
   void rope(float* x, int rows, int heads_per_row, const int32_t* positions, const ModelShape& shape) override {
+    if (shape.rope_attention_factor != 1.0f)
+      throw Error("the CUDA backend does not apply longrope's attention factor (" +
+                  std::to_string(shape.rope_attention_factor) +
+                  ", Phi-3 rope scaling); run this model with --device cpu");
     const float* divisors = nullptr;
     if (!shape.rope_freq_divisors.empty()) {
       if (rope_divisors_host_ != shape.rope_freq_divisors) {
