@@ -32,6 +32,7 @@ void emit_run(const RunTrace& run, TraceSink& sink, const std::string& name) {
   layout.nmse = !run.nmse.empty();
   layout.qk = !run.qk.empty();
   layout.qk_scale = run.qk_scale;
+  if (layout.qk) layout.qk_layers = run.qk_layers;
   const int id = sink.begin_run(std::move(layout));
 
   auto send_maps = [&](MapKind kind, const RunTrace::MapTable& table) {

@@ -2,6 +2,7 @@
 // The read-only model of recorded runs that viewers draw from. It is the same whether it was filled by a
 // live Recorder or read back from an HDF5 trace, so a panel never needs to know where its data came from.
 // Plain data plus small accessors; shapes are written the way the papers write them.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -130,6 +131,15 @@ struct RunTrace {
   // per step; a file holds one). Empty when not recorded (`--record qk=off`, traces before it).
   AppendOnlyLog<QKSpanRef> qk;
   double qk_scale = 0.0;                              // the score scale attention used (1 / sqrt(head_dim))
+  // The layers whose q/k the spans hold (`--record qk=layers:0-3,14`; the others' span layers are empty), sorted;
+  // empty: every layer (files written before the option).
+  std::vector<int> qk_layers;
+  bool holds_qk(int layer) const {
+    return !qk.empty() && layer >= 0 && layer < n_layers &&
+           (qk_layers.empty() || std::binary_search(qk_layers.begin(), qk_layers.end(), layer));
+  }
+  // "0-3,14" or "all": what holds_qk answers, for messages.
+  std::string qk_layers_text() const;
 
   bool complete = false;
 
@@ -181,6 +191,9 @@ struct RunTrace {
     return it == m.end() ? nullptr : it->second.get();
   }
 };
+
+// Layers as ranges, "0-3,14" (sorted input; empty: "none"): how a trace names the layers holding q/k.
+std::string format_layer_list(const std::vector<int>& layers);
 
 struct TraceView {
   std::vector<std::shared_ptr<const RunTrace>> runs;
