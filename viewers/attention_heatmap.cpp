@@ -303,9 +303,12 @@ void AttentionHeatmap::draw(AppState& state) {
   else if (records_qk_later(state))
     ImGui::TextDisabled("pooled %dx%d tokens a cell so far; the run is in progress, its q/k (exact zoom) arrive with the "
                         "end of its prefill", p->map.row_block, p->map.col_block);
-  else if (trace::ExactAttention::available(r))  // q/k of other layers only: a choice of the user's to point out
-    ImGui::TextColored(ImVec4(1.0f, 0.8f, 0.35f, 1.0f), "pooled %dx%d tokens a cell; %s, so zooming cannot show single tokens",
-                       p->map.row_block, p->map.col_block, trace::ExactAttention::unavailable_reason(r, sel.layer).c_str());
+  else if (trace::ExactAttention::available(r)) {  // q/k of other layers only: a choice of the user's to point out
+    ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1.0f, 0.8f, 0.35f, 1.0f));
+    ImGui::TextWrapped("pooled %dx%d tokens a cell; %s, so zooming cannot show single tokens", p->map.row_block,
+                       p->map.col_block, trace::ExactAttention::unavailable_reason(r, sel.layer).c_str());
+    ImGui::PopStyleColor();
+  }
   else ImGui::TextDisabled("pooled %dx%d tokens a cell; recorded without q/k (--record qk=on), so zooming cannot show single tokens",
                            p->map.row_block, p->map.col_block);
   if (r.n_steps() == 0) {
