@@ -133,6 +133,7 @@ nlohmann::json to_json(const std::string& file, const Explanation& x) {
                 {"mean_lost_mass", number(b.mean_lost_mass)},
                 {"max_lost_mass", number(b.max_lost_mass)},
                 {"n_lost", b.n_lost},
+                {"layers_without_qk", b.layers_without_qk},
                 {"largest", largest},
                 {"heads", heads}};
   return j;
@@ -207,6 +208,9 @@ void print_text(const std::string& file, const Explanation& x) {
       "mean %.4f, "
       "max %.4f over (layer, head)\n",
       b.query, x.policy->name.c_str(), b.mask_step, b.mean_lost_mass, b.max_lost_mass);
+  if (!b.layers_without_qk.empty())
+    std::printf("  (layers %s left out: %s recorded no queries and keys of them, --record qk=layers:%s)\n",
+                trace::format_layer_list(b.layers_without_qk).c_str(), x.full->name.c_str(), x.full->qk_layers_text().c_str());
   std::printf("largest lost attention (layer, head):%s\n",
               x.evidence ? "   lost    on evidence   evidence lost" : "   lost");
   for (const auto& h : b.largest(kLargest)) {

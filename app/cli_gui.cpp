@@ -50,7 +50,8 @@ Command register_gui(CLI::App& root) {
                   "~/.config/kvscope/imgui.ini; scripted sessions use none unless given)");
   cmd->add_option("--record", opts->record,
                   "what live runs record, as `kvscope trace --record` (default 'qk=on': exact attention at any zoom; "
-                  "'qk=off' saves memory and time on long prompts, zoom then shows the pooled map)");
+                  "'qk=off' saves memory and time on long prompts, zoom then shows the pooled map; 'qk=layers:0-3,14' keeps "
+                  "those layers' q/k only)");
   return {cmd, [opts]() {
             if (!opts->record.empty()) trace::RecordOptions::parse(opts->record);  // fails before the window opens
             prefer_passive_openmp_wait();

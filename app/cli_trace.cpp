@@ -65,7 +65,8 @@ Command register_trace(CLI::App& root) {
   cmd->add_option("--record", args->record,
                   "what to record: 'layers=0,3;heads=0;pooling=max|mean;size=512;similarity=on;decode=on;nmse=off;"
                   "attention=on;stats=on;qk=off' (layers/heads: stored at full resolution; the rest pooled to size; "
-                  "qk=on: queries, keys and log-sum-exp for exact attention at any zoom, ~41 KB per token)");
+                  "qk=on: queries, keys and log-sum-exp for exact attention at any zoom, ~41 KB per token; qk=layers:0-3,14: "
+                  "those layers' only)");
   cmd->add_flag("--record-nmse", args->record_nmse,
                 "record the per-layer attention-output error against a shadow full cache (CAOTE Fig. 3)");
   cmd->add_flag("--quiet", args->quiet, "no progress on stderr");

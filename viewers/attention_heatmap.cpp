@@ -50,7 +50,7 @@ bool records_qk_later(const AppState& state) {
   const RunEntry& e = state.runs[state.active];
   if (!e.in_progress || !e.request) return false;
   try {
-    return trace::RecordOptions::parse(e.request->record).qk;
+    return trace::RecordOptions::parse(e.request->record).records_qk(state.sel.layer);
   } catch (const std::exception&) {
     return false;
   }
@@ -178,8 +178,8 @@ void attention_tooltip(const trace::RunTrace& run, const HeatmapPlot& plot, cons
     else
       ImGui::Text("%s %s%s", plot.map.pooling == trace::Pooling::Max ? "p" : "mean p", format_probability(v).c_str(),
                   plot.map.full_resolution() ? "" : plot.map.pooling == trace::Pooling::Max ? "  (max over the block)" : "");
-    if (!plot.map.full_resolution() && !trace::ExactAttention::available(run))
-      ImGui::TextDisabled("pooled map only: the run was recorded without q/k (--record qk=on gives exact cells)");
+    if (!plot.map.full_resolution() && !trace::ExactAttention::available(run, sel.layer))
+      ImGui::TextDisabled("pooled map only: %s", trace::ExactAttention::unavailable_reason(run, sel.layer).c_str());
   }
   const int kv = kv_head_of(sel.head, shape_of(run));
   const StepCache cache = cache_at_step(run, sel.layer, kv, sel.step);
@@ -242,7 +242,7 @@ const HeatmapPlot* AttentionHeatmap::plot(const AppState& state) {
     exact_.reset();
     exact_run_ = state.runs[state.active].run;
     region_signature_.clear();
-    if (have_plot_ && trace::ExactAttention::available(*run))
+    if (have_plot_ && trace::ExactAttention::available(*run, state.sel.layer))
       exact_ = std::make_unique<trace::ExactAttention>(*exact_run_, state.sel.layer, state.sel.head);
     // Token names on the axes wherever a zoom shows single tokens: a full-resolution map, or any map with q/k. (A
     // pooled map without them would put one token's name under a block of several.) Names for the map's own
@@ -303,6 +303,12 @@ void AttentionHeatmap::draw(AppState& state) {
   else if (records_qk_later(state))
     ImGui::TextDisabled("pooled %dx%d tokens a cell so far; the run is in progress, its q/k (exact zoom) arrive with the "
                         "end of its prefill", p->map.row_block, p->map.col_block);
+  else if (trace::ExactAttention::available(r)) {  // q/k of other layers only: a choice of the user's to point out
+    ImGui::PushStyleColor(ImGuiCol_Text, ImVec4(1.0f, 0.8f, 0.35f, 1.0f));
+    ImGui::TextWrapped("pooled %dx%d tokens a cell; %s, so zooming cannot show single tokens", p->map.row_block,
+                       p->map.col_block, trace::ExactAttention::unavailable_reason(r, sel.layer).c_str());
+    ImGui::PopStyleColor();
+  }
   else ImGui::TextDisabled("pooled %dx%d tokens a cell; recorded without q/k (--record qk=on), so zooming cannot show single tokens",
                            p->map.row_block, p->map.col_block);
   if (r.n_steps() == 0) {

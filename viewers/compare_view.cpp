@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <optional>
 
 #include "viewers/attention_heatmap.h"
+#include "viewers/figure_size.h"
 
 namespace kvscope::viewers {
 
@@ -263,9 +265,16 @@ void CompareView::draw(AppState& state) {
   // Cells wrap into rows when the panel is too narrow for every column, and the grid scrolls, so a
   // map never shrinks below a readable size.
   ImGui::BeginChild("##grid", ImVec2(0, 0), ImGuiChildFlags_None);
-  const ImVec2 avail = ImGui::GetContentRegionAvail();
   const ImGuiStyle& style = ImGui::GetStyle();
   const float font = ImGui::GetFontSize();
+  // The runs' maps share one colour range (share_color_range, or a held lock), so one colour bar at the right
+  // stands for all of them, as in the exported figure (draw_figure); the difference map keeps its own.
+  const HeatmapPlot* shared_bar = shared_colour_bar();
+  const float shared_bar_w = shared_bar ? std::round(font * static_cast<float>(kColorbarEm)) : 0.0f;
+  float maps_top = std::numeric_limits<float>::max(), maps_bottom = 0;
+  ImVec2 avail = ImGui::GetContentRegionAvail();
+  avail.x -= shared_bar_w;
+  ImGui::BeginGroup();
   const float min_w = font * 22.0f, min_h = font * 26.0f;
   const int per_row = std::clamp(static_cast<int>((avail.x + style.ItemSpacing.x) / (min_w + style.ItemSpacing.x)), 1, n_cells);
   const int rows = (n_cells + per_row - 1) / per_row;
@@ -300,8 +309,12 @@ void CompareView::draw(AppState& state) {
       Column& c = columns_[i];
       if (c.ok) {
         const Selection sel = state.compare_sel[i];
-        draw_heatmap(("cmp" + std::to_string(i)).c_str(), c.plot, ImVec2(cell_w, map_h), *state.textures,
+        HeatmapPlot plot = c.plot;
+        plot.colorbar = !shared_bar;
+        draw_heatmap(("cmp" + std::to_string(i)).c_str(), plot, ImVec2(cell_w, map_h), *state.textures,
                      [&] {
+                       maps_top = std::min(maps_top, ImPlot::GetPlotPos().y);
+                       maps_bottom = std::max(maps_bottom, ImPlot::GetPlotPos().y + ImPlot::GetPlotSize().y);
                        if (const auto* spans = state.evidence_of(state.compare[i])) evidence_bands(*spans);
                        attention_tooltip(*r, c.plot, sel, decode);
                      });
@@ -353,7 +366,25 @@ void CompareView::draw(AppState& state) {
     ImGui::PopID();
     ImGui::EndGroup();
   }
+  ImGui::EndGroup();
+  if (shared_bar && maps_bottom > maps_top) {
+    ImGui::SameLine(0, 0);
+    draw_colour_bar(shared_bar->scale, shared_bar->cmap, shared_bar->colorbar_label,
+                    ImVec2(shared_bar_w, ImGui::GetItemRectSize().y), maps_top, maps_bottom);
+  }
   ImGui::EndChild();
+}
+
+const HeatmapPlot* CompareView::shared_colour_bar() const {
+  const HeatmapPlot* first = nullptr;
+  int n = 0;
+  for (const Column& c : columns_) {
+    if (!c.ok) continue;
+    if (!first) first = &c.plot;
+    else if (colour_scale_key(c.plot) != colour_scale_key(*first) || colour_scale_key(*first).empty()) return nullptr;
+    ++n;
+  }
+  return n >= 2 ? first : nullptr;
 }
 
 namespace {

@@ -27,6 +27,8 @@ class CompareView final : public Panel {
   };
   void refresh(const AppState& state);
   void share_color_range(const AppState& state);
+  // The plot whose scale every shown run column uses, when two or more do (one colour bar for them); else null.
+  const HeatmapPlot* shared_colour_bar() const;
   // The difference cell's title: the pair chooser (three or more columns), what it shows, where tokens diverge.
   // Returns the first diverging generated token of the pair (first_divergent_token), -1 for none.
   int difference_header(AppState& state, float width);

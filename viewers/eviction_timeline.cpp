@@ -119,7 +119,18 @@ void EvictionTimeline::draw(AppState& state) {
   const trace::RunTrace& r = *run;
   int clicked_pos = -1, clicked_step = -1;
   const std::vector<eval::EvidenceSpan>* evidence = state.evidence_of(state.active);
-  draw_heatmap("timeline", *p, ImGui::GetContentRegionAvail(), *state.textures, [&] {
+  // A short panel (the 1280x720 layout's lower row) left the steps a strip 20 px tall under the title and the axis
+  // names: there those go, so the rows get the height. The toolbar's sliders already say which cache this is.
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  HeatmapPlot compact;
+  if (avail.y < timeline_compact_height(ImGui::GetFontSize())) {
+    compact = *p;
+    compact.title.clear();
+    compact.x_label.clear();
+    compact.y_label.clear();
+    p = &compact;
+  }
+  draw_heatmap("timeline", *p, avail, *state.textures, [&] {
     if (evidence) evidence_bands(*evidence);
     token_guides(state.token, false);
     step_guides(resolve_step(r, state.sel.step));

@@ -23,6 +23,9 @@ class EvictionTimeline final : public Panel {
 };
 
 // [steps][positions] categories for one cache, or the kept share over all caches when aggregate.
+// Below this height (pixels, at font size `font`) the panel drops the plot's title and axis names.
+inline float timeline_compact_height(float font) { return 12.0f * font; }
+
 bool timeline_plot(const trace::RunTrace& run, int layer, int kv_head, bool aggregate, HeatmapPlot& out, std::string& why);
 
 }  // namespace kvscope::viewers

@@ -85,12 +85,15 @@ constexpr double kLinePlotMargin = 0.05;
 
 namespace {
 thread_local FigureLook current_look = FigureLook::Kvscope;
+thread_local ImFont* title_font = nullptr;  // draw_figure's titles (set_figure_title_font)
 }  // namespace
 
 SeriesLookScope::SeriesLookScope(FigureLook look) : previous_(current_look) { current_look = look; }
 SeriesLookScope::~SeriesLookScope() { current_look = previous_; }
 
 Rgba series_color(int index) { return look_series_color(current_look, index); }
+
+void set_figure_title_font(ImFont* bold) { title_font = bold; }
 
 int implot_colormap(Colormap cmap) {
   const std::string name = std::string("kv_") + colormap_name(cmap);
@@ -480,13 +483,19 @@ void draw_figure(const Figure& figure, ImVec2 size, TextureStore& textures) {
     ImGui::BeginGroup();
     // The title above the plot, wrapped to its width, rather than ImPlot's one line cut at the plot's edges.
     auto title_lines = [&](const std::string& title) {
+      // As the SVG and PDF draw them (figure_vector.cpp): 1.2 times the text, bold in kvscope's look, regular in
+      // matplotlib's. Without a title font (the window), the text font.
+      const bool styled = title_font != nullptr;
+      if (styled) ImGui::PushFont(current_look == FigureLook::Matplotlib ? nullptr : title_font, font * 1.2f);
       const std::vector<std::string> lines = wrap_words(title, w - font);
       const ImVec2 start = ImGui::GetCursorPos();
       for (const auto& line : lines) {
         ImGui::SetCursorPosX(start.x + std::max(0.0f, (w - ImGui::CalcTextSize(line.c_str()).x) / 2));
         ImGui::TextUnformatted(line.c_str());
       }
-      return static_cast<float>(lines.size()) * ImGui::GetTextLineHeightWithSpacing();
+      const float used = static_cast<float>(lines.size()) * ImGui::GetTextLineHeightWithSpacing();
+      if (styled) ImGui::PopFont();
+      return used;
     };
     if (const auto* lp = std::get_if<LinePlot>(&figure.parts[i])) {
       LinePlot p = *lp;

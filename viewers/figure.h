@@ -118,6 +118,10 @@ using PlotHook = std::function<void()>;
 
 // Draws into the current ImGui window with ImPlot, `size` including the colourbar or legend.
 void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const PlotHook& hook = {});
+// The font draw_figure sets titles in (bold DejaVu Sans, in an export's context), at 1.2 times the text, as the
+// vector figures do; null (the window): the text font.
+void set_figure_title_font(ImFont* bold);
+
 void draw_heatmap(const char* id, const HeatmapPlot& plot, ImVec2 size, TextureStore& textures, const PlotHook& hook = {});
 // A whole figure for export: parts in rows (figure_size.h's parts_per_row), titles wrapped over their part, maps on
 // one colour scale sharing one colour bar at the right.

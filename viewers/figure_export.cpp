@@ -35,6 +35,9 @@ FigureRenderer::FigureRenderer() {
   if (!font.loaded() || !io.Fonts->AddFontFromMemoryTTF(const_cast<char*>(font.regular_bytes.data()),
                                                         static_cast<int>(font.regular_bytes.size()), 0.0f, &config))
     io.Fonts->AddFontDefaultVector();
+  if (font.loaded() && !font.bold_bytes.empty())
+    title_font_ = io.Fonts->AddFontFromMemoryTTF(const_cast<char*>(font.bold_bytes.data()),
+                                                 static_cast<int>(font.bold_bytes.size()), 0.0f, &config);
   implot_ = ImPlot::CreateContext();
   ImGui::SetCurrentContext(prev);
   ImPlot::SetCurrentContext(prev_plot);
@@ -122,7 +125,9 @@ Image FigureRenderer::draw(const Figure& figure, const ExportOptions& options, b
     ImGui::Begin("##figure", nullptr,
                  ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoSavedSettings |
                      ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoScrollWithMouse);
+    set_figure_title_font(title_font_);
     draw_figure(figure, ImGui::GetContentRegionAvail(), textures);
+    set_figure_title_font(nullptr);
     ImGui::End();
     ImGui::Render();
     ImDrawData* dd = ImGui::GetDrawData();

@@ -61,6 +61,7 @@ class FigureRenderer {
   Image draw(const Figure& figure, const ExportOptions& options, bool to_pixels);
   ImGuiContext* imgui_ = nullptr;
   ImPlotContext* implot_ = nullptr;
+  ImFont* title_font_ = nullptr;  // bold DejaVu Sans for titles, as the vector figures set them (null: none)
 };
 
 // Writes PNG, SVG or PDF by the path's extension (.png, .svg, .pdf) through an AtomicFile (an existing file is

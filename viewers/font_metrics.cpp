@@ -29,7 +29,7 @@ std::string read_all(const std::string& path) {
 }
 
 // Fills widths[] from the font's hmtx table; false when the bytes are not a font stb_truetype reads.
-bool measure(const std::string& bytes, int (&widths)[95]) {
+bool measure(const std::string& bytes, int (&widths)[95], std::vector<int>& glyphs) {
   const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
   stbtt_fontinfo info;
   if (!stbtt_InitFont(&info, data, stbtt_GetFontOffsetForIndex(data, 0))) return false;
@@ -38,6 +38,7 @@ bool measure(const std::string& bytes, int (&widths)[95]) {
     int advance = 0, lsb = 0;
     stbtt_GetCodepointHMetrics(&info, c, &advance, &lsb);
     widths[c - 32] = static_cast<int>(advance * scale + 0.5f);
+    glyphs.push_back(stbtt_FindGlyphIndex(&info, c));
   }
   return true;
 }
@@ -48,9 +49,9 @@ FigureFont load() {
   const std::string dir = env && *env ? env : "/usr/share/fonts/truetype/dejavu";
   f.regular_bytes = read_all(dir + "/DejaVuSans.ttf");
   f.bold_bytes = read_all(dir + "/DejaVuSans-Bold.ttf");
-  if (!f.regular_bytes.empty() && measure(f.regular_bytes, f.widths)) f.regular_path = dir + "/DejaVuSans.ttf";
+  if (!f.regular_bytes.empty() && measure(f.regular_bytes, f.widths, f.glyphs)) f.regular_path = dir + "/DejaVuSans.ttf";
   else f.regular_bytes.clear();
-  if (!f.bold_bytes.empty() && measure(f.bold_bytes, f.bold_widths)) f.bold_path = dir + "/DejaVuSans-Bold.ttf";
+  if (!f.bold_bytes.empty() && measure(f.bold_bytes, f.bold_widths, f.bold_glyphs)) f.bold_path = dir + "/DejaVuSans-Bold.ttf";
   else f.bold_bytes.clear();
   // No file: DejaVu Sans' widest ordinary characters are about 0.7 em, its digits 0.64 em.
   for (int i = 0; i < 95; ++i) {

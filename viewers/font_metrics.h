@@ -4,6 +4,7 @@
 // fit text by the widths a viewer will draw it with. Without the file, a width per character that
 // over-estimates DejaVu Sans keeps text from overlapping, and PDF falls back to Helvetica.
 #include <string>
+#include <vector>
 
 namespace kvscope::viewers {
 
@@ -12,6 +13,8 @@ struct FigureFont {
   std::string regular_bytes, bold_bytes;
   // Advance widths of characters 32..126 in ems (1000 units per em, as PDF's /Widths wants them).
   int widths[95] = {}, bold_widths[95] = {};
+  // Glyph ids of characters 32..126 (what a PDF's WinAnsi text can show), for the embedded subset (font_subset.h).
+  std::vector<int> glyphs, bold_glyphs;
   bool loaded() const { return !regular_bytes.empty(); }
   // The width of `text` at `size` pixels; characters outside 32..126 count as a wide one.
   double text_width(const std::string& text, double size, bool bold = false) const;

@@ -230,6 +230,7 @@ class App {
   int frame_count_ = 0;
   int frames_since_input_ = 1000;
   ImVec2 layout_work_size_{0, 0};  // the dock space's size the nodes' sizes are for
+  ImVec2 saved_layout_size_{0, 0};  // that size as the ini file read at start saved it (0: not given)
   float frame_wheel_ = 0.0f;  // io.MouseWheel of this frame, read after NewFrame()
 };
 
@@ -247,6 +248,11 @@ void App::register_panel_settings() {
     const std::size_t eq = text.find('=');
     if (eq == std::string::npos) return;
     const std::string key = text.substr(0, eq);
+    if (key == "layout_size") {  // the window's work area the saved dock sizes are in pixels of
+      float w = 0, h = 0;
+      if (std::sscanf(text.c_str() + eq + 1, "%fx%f", &w, &h) == 2 && w > 0 && h > 0) app.saved_layout_size_ = ImVec2(w, h);
+      return;
+    }
     const bool open = text.substr(eq + 1) == "1";
     if (key == "log") app.log_open_ = open;
     else if (Panel* p = app.panel(key)) p->open = open;  // a key from another version is ignored
@@ -256,7 +262,10 @@ void App::register_panel_settings() {
     out->appendf("[%s][open]\n", handler->TypeName);
     out->appendf("setup=%d\n", app.setup_.open ? 1 : 0);
     for (const auto& p : app.panels_) out->appendf("%s=%d\n", p->key().c_str(), p->open ? 1 : 0);
-    out->appendf("log=%d\n\n", app.log_open_ ? 1 : 0);
+    out->appendf("log=%d\n", app.log_open_ ? 1 : 0);
+    if (app.layout_work_size_.x > 0 && app.layout_work_size_.y > 0)
+      out->appendf("layout_size=%.0fx%.0f\n", app.layout_work_size_.x, app.layout_work_size_.y);
+    out->appendf("\n");
   };
   ImGui::AddSettingsHandler(&h);
 }
@@ -665,6 +674,15 @@ void App::frame() {
     if (saved && saved->IsSplitNode()) {
       state_.log.push_back("layout read from " + ini_);
       std::fprintf(stderr, "kvscope gui: layout read from %s\n", ini_.c_str());
+      // Its sizes are pixels of the window it was saved from: a window of another size scales them below, as a
+      // resize does (an ini without the size, from before, is taken as it is).
+      if (saved_layout_size_.x > 0) {
+        layout_work_size_ = saved_layout_size_;
+        const ImVec2 work = ImGui::GetMainViewport()->WorkSize;
+        if (work.x != saved_layout_size_.x || work.y != saved_layout_size_.y)
+          std::fprintf(stderr, "kvscope gui: the layout was saved at %.0fx%.0f; scaled to %.0fx%.0f\n", saved_layout_size_.x,
+                       saved_layout_size_.y, work.x, work.y);
+      }
     } else {
       build_layout(dockspace);
     }

@@ -4,6 +4,7 @@
 
 #include <imgui.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <cstdio>
@@ -64,12 +65,26 @@ std::vector<std::pair<std::string, std::string>> fidelity_lines(const eval::Fide
                                                 ", all new tokens (the full cache did not end sooner)");
   std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * fidelity.memory.saved());
   out.emplace_back("peak cache saved", buf);
-  std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * fidelity.memory.saved_at_end());
-  out.emplace_back("cache saved at the end", buf);
   // `kvscope eval fidelity`'s "log-prob gap", as the table's column: one name, one definition.
   std::snprintf(buf, sizeof buf, "%.4f nats per token", fidelity.score.logprob_gap);
   out.emplace_back("log-prob gap (full minus policy)", buf);
   return out;
+}
+
+const char* const kCacheColumnsLegend =
+    "bytes of full: K/V bytes allocated at the run's end / the full-cache baseline's at its end. entries of full: "
+    "entries held at the end / (layers x KV heads x tokens the run processed). Both at each run's own end; they differ "
+    "by allocation slack and when the run and the baseline generated different numbers of tokens.";
+
+std::pair<std::string, std::string> cache_at_end_line(const RunNumbers& n) {
+  auto percent = [](double share) {
+    if (std::isnan(share)) return std::string("-");
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.0f%%", 100.0 * share);
+    return std::string(buf);
+  };
+  return {"cache at the end, of the full cache's",
+          percent(n.bytes_share) + " of its bytes, " + percent(n.kept_share) + " of its entries (the table's columns)"};
 }
 
 RunNumbers run_numbers(const trace::RunTrace& run, const trace::RunTrace* baseline) {
@@ -215,16 +230,26 @@ void Summary::draw(AppState& state) {
     }
     ImGui::EndTable();
   }
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TextWrapped("%s", kCacheColumnsLegend);
+  ImGui::PopStyleColor();
   if (const trace::RunTrace* r = state.active_run()) {
     const RunEntry& entry = state.runs[state.active];
     if (entry.fidelity) {
       ImGui::SeparatorText(("fidelity to the full cache, " + r->name).c_str());
       if (ImGui::BeginTable("##fidelity", 2, ImGuiTableFlags_SizingFixedFit)) {
-        for (const auto& [label, value] : fidelity_lines(*entry.fidelity)) {
+        auto lines = fidelity_lines(*entry.fidelity);
+        // What the budget kept, under the peak, from the table's columns of this run: one number, one definition.
+        const auto end_line = cache_at_end_line(run_numbers(*r, find_baseline(runs, *r)));
+        const auto peak = std::find_if(lines.begin(), lines.end(), [](const auto& l) { return l.first == "peak cache saved"; });
+        lines.insert(peak == lines.end() ? peak : peak + 1, end_line);
+        for (const auto& [label, value] : lines) {
           ImGui::TableNextColumn();
           ImGui::TextDisabled("%s", label.c_str());
+          if (label == end_line.first && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", kCacheColumnsLegend);
           if (label == "peak cache saved" && ImGui::IsItemHovered())
-            ImGui::SetTooltip("1 - the policy's largest cache / the full cache's, over prefill and decode.\n"
+            ImGui::SetTooltip("1 - the policy's largest cache / the full cache's, over prefill and decode, in the\n"
+                              "teacher-forced runs fidelity measures (as `kvscope eval fidelity` prints memory_saved).\n"
                               "A policy that compresses after prefill holds the whole prompt first, so its peak\n"
                               "is the same at every budget; the line below says what the budget kept.");
           ImGui::TableNextColumn();

@@ -27,9 +27,18 @@ struct RunNumbers {
 };
 
 // The Summary's lines for a run's fidelity to the full cache (label, value as shown): top-1 agreement, KL
-// mean, tokens equal before the first disagreement, tokens compared, peak cache saved, cache saved at the end, and the
-// log-prob gap as `kvscope eval fidelity` prints it.
+// mean, tokens equal before the first disagreement, tokens compared, peak cache saved and the log-prob gap, as
+// `kvscope eval fidelity` prints them.
 std::vector<std::pair<std::string, std::string>> fidelity_lines(const eval::FidelityResult& fidelity);
+
+// The run's cache at its end against the full cache's (label, value as shown), from the table's own columns
+// ("bytes of full", "entries of full"), so the fidelity block cannot contradict the table. (It used to print
+// 1 - the teacher-forced fidelity run's bytes / its reference's peak: another run, over other tokens, which read
+// "saved 73.7 %" beside "bytes of full 40 %".)
+std::pair<std::string, std::string> cache_at_end_line(const RunNumbers& numbers);
+
+// How the table's cache columns are computed, shown under it.
+extern const char* const kCacheColumnsLegend;
 
 // The baseline for `run`: a complete full-cache run of the same prompt ids, or nullptr.
 const trace::RunTrace* find_baseline(const std::vector<const trace::RunTrace*>& runs, const trace::RunTrace& run);

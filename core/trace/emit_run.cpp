@@ -33,6 +33,7 @@ void emit_run(const RunTrace& run, TraceSink& sink, const std::string& name) {
   layout.qk = !run.qk.empty();
   layout.qk_scale = run.qk_scale;
   layout.router_k = run.router_k;
+  if (layout.qk) layout.qk_layers = run.qk_layers;
   const int id = sink.begin_run(std::move(layout));
 
   auto send_maps = [&](MapKind kind, const RunTrace::MapTable& table) {

@@ -82,6 +82,10 @@ EvidenceBlame evidence_blame(const RunTrace& policy, const EvalRunInfo& pi, cons
     for (int g = 0; g < policy.n_kv_heads; ++g)
       for (int j = 0; j <= b.query && j < processed; ++j)
         if (mask.at(g, j, b.mask_step) != kKept) lost[g][j] = 1, ++b.n_lost[l][g];
+    if (!ExactAttention::available(full, l)) {
+      b.layers_without_qk.push_back(l);
+      continue;
+    }
     for (int h = 0; h < policy.n_heads; ++h) {
       const ExactAttention exact(full, l, h);
       if (b.query >= exact.n_queries())

@@ -31,7 +31,8 @@ struct EvidenceBlame {
   int query = 0;                                     // q
   int mask_step = 0;                                 // r, a row of the policy run's steps/
   std::vector<std::vector<int>> n_lost;              // [layer][kv head]: |E|
-  std::vector<HeadBlame> heads;                      // every (layer, query head), layer-major
+  std::vector<HeadBlame> heads;                      // every (layer, query head) of layers with q/k, layer-major
+  std::vector<int> layers_without_qk;                // layers the full run recorded no q/k of (`qk=layers:...`): not in heads
   double mean_lost_mass = 0.0, max_lost_mass = 0.0;  // over heads (NaN cells left out)
   // The n heads with the largest lost mass, largest first (NaN last).
   std::vector<HeadBlame> largest(int n) const;

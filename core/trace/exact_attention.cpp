@@ -26,6 +26,7 @@ ExactAttention::ExactAttention(const RunTrace& run, int layer, int head)
     throw Error("run '" + run.name + "' holds no queries and keys (recorded without --record qk=on): exact attention "
                 "cannot be rebuilt; only its pooled maps can be shown");
   if (layer < 0 || layer >= run.n_layers) throw UsageError("layer " + std::to_string(layer) + " is outside 0.." + std::to_string(run.n_layers - 1));
+  if (!run.holds_qk(layer)) throw Error("run '" + run.name + "': " + unavailable_reason(run, layer));
   if (head < 0 || head >= run.n_heads) throw UsageError("head " + std::to_string(head) + " is outside 0.." + std::to_string(run.n_heads - 1));
   n_heads_ = run.n_heads;
   n_kv_heads_ = run.n_kv_heads;
@@ -49,6 +50,14 @@ ExactAttention::ExactAttention(const RunTrace& run, int layer, int head)
     int& changed = key_changed_[static_cast<std::size_t>(e.merge_target)];
     changed = std::min(changed, from);
   }
+}
+
+std::string ExactAttention::unavailable_reason(const RunTrace& run, int layer) {
+  if (!available(run)) return "recorded without queries and keys (--record qk=on gives exact cells)";
+  if (!run.holds_qk(layer))
+    return "layer " + std::to_string(layer) + "'s queries and keys were not recorded (q/k of layers " + run.qk_layers_text() +
+           " only: --record qk=layers:...)";
+  return "";
 }
 
 ExactAttention::SpanRow ExactAttention::locate(int position) const {

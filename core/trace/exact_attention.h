@@ -24,10 +24,15 @@ struct AttentionRegion {
 
 class ExactAttention {
  public:
-  // Throws Error naming what is missing when the run has no q/k or layer / head are out of range.
+  // Throws Error naming what is missing when the run has no q/k, none of this layer (`--record qk=layers:...`), or
+  // layer / head are out of range.
   ExactAttention(const RunTrace& run, int layer, int head);
 
+  // Whether the run holds q/k of any layer, and of this one.
   static bool available(const RunTrace& run) { return !run.qk.empty() && run.qk_scale > 0.0; }
+  static bool available(const RunTrace& run, int layer) { return available(run) && run.holds_qk(layer); }
+  // Why exact attention of `layer` cannot be rebuilt ("" when it can): no q/k at all, or not of this layer.
+  static std::string unavailable_reason(const RunTrace& run, int layer);
   // Positions with a recorded query row (the prompt, then one per decode step) and with a recorded key.
   int n_queries() const { return n_positions_; }
   int n_keys() const { return n_positions_; }

@@ -99,7 +99,19 @@ void read_qk(hid_t qk, RunTrace& r) {
   auto span = std::make_shared<QKSpan>();
   const auto scale = h5::get_double_attr(qk, "score_scale");
   if (!scale || !(*scale > 0.0)) throw Error("'" + h5::name_of(qk) + "' has no positive attribute 'score_scale'");
+  // `layers` names the layers recorded (`--record qk=layers:...`); files written before it hold every layer.
+  std::vector<int> layers;
+  for (int32_t l : h5::get_int_array_attr(qk, "layers")) {
+    if (l < 0 || l >= r.n_layers || (!layers.empty() && l <= layers.back()))
+      throw Error("'" + h5::name_of(qk) + "': attribute 'layers' must list layers of 0.." + std::to_string(r.n_layers - 1) +
+                  " in increasing order; it holds " + std::to_string(l) + " out of place");
+    layers.push_back(l);
+  }
+  const bool every_layer = layers.empty() || static_cast<int>(layers.size()) == r.n_layers;
+  span->layers.resize(static_cast<std::size_t>(std::max(0, r.n_layers)));
+  bool first = true;
   for (int l = 0; l < r.n_layers; ++l) {
+    if (!every_layer && !std::binary_search(layers.begin(), layers.end(), l)) continue;
     Handle lg = open_group(qk, indexed_name("layer_", l));
     Handle q = open_dataset(lg, "queries"), k = open_dataset(lg, "keys"), lse = open_dataset(lg, "lse");
     const auto qd = h5::dataset_dims(q), kd = h5::dataset_dims(k), ld = h5::dataset_dims(lse);
@@ -110,13 +122,15 @@ void read_qk(hid_t qk, RunTrace& r) {
       throw Error("'" + h5::name_of(lg) + "': queries, keys and lse disagree with each other or with the run's shape (" +
                   std::to_string(r.n_heads) + " heads, " + std::to_string(r.n_kv_heads) + " kv heads, head_dim " +
                   std::to_string(r.head_dim) + ")");
-    if (l > 0 && static_cast<int>(want_q[0]) != span->n_positions)
-      throw Error("'" + h5::name_of(lg) + "' holds " + std::to_string(want_q[0]) + " positions, layer 0 holds " +
-                  std::to_string(span->n_positions));
+    if (!first && static_cast<int>(want_q[0]) != span->n_positions)
+      throw Error("'" + h5::name_of(lg) + "' holds " + std::to_string(want_q[0]) + " positions, layer " +
+                  std::to_string(every_layer ? 0 : layers.front()) + " holds " + std::to_string(span->n_positions));
+    first = false;
     span->n_positions = static_cast<int>(want_q[0]);
-    span->layers.push_back({h5::read_half_bits(q), h5::read_half_bits(k), h5::read_floats(lse)});
+    span->layers[static_cast<std::size_t>(l)] = {h5::read_half_bits(q), h5::read_half_bits(k), h5::read_floats(lse)};
   }
   r.qk_scale = *scale;
+  if (!every_layer) r.qk_layers = layers;
   if (span->n_positions > 0) r.qk.push_back(std::move(span));
 }
 

@@ -249,20 +249,29 @@ void create_qk_group_datasets(hid_t run_group, const RunLayout& L, int gzip, std
                 d = static_cast<hsize_t>(L.head_dim);
   h5::Handle qk = h5::ensure_group(run_group, "qk");
   h5::set_attr(qk, "score_scale", L.qk_scale);
+  // Which layers have a layer_LL group (`--record qk=layers:...`); readers take its absence as every layer.
+  std::vector<int32_t> layers(L.qk_layers.begin(), L.qk_layers.end());
+  if (layers.empty())
+    for (int l = 0; l < L.n_layers; ++l) layers.push_back(l);
+  h5::set_attr(qk, "layers", layers);
   h5::set_attr(qk, "definition",
                std::string("per layer: post-RoPE queries [position][head][dim] and keys [position][kv_head][dim] (float16) "
                            "and each attention row's log-sum-exp lse [position][head] (float32, NaN: row not rebuildable). "
                            "Attention of query head h at row i to key j = exp(score_scale * q_i.k_j - lse_i) with k of KV "
                            "head h / (heads / kv_heads), for keys the row attended to (kept mask of the previous step, plus "
                            "the step's own positions up to i) whose key no merge had changed"));
-  for (int l = 0; l < L.n_layers; ++l) {
+  queries.resize(static_cast<std::size_t>(L.n_layers));
+  keys.resize(static_cast<std::size_t>(L.n_layers));
+  lse.resize(static_cast<std::size_t>(L.n_layers));
+  for (int l : layers) {
+    if (l < 0 || l >= L.n_layers) throw Error("q/k layer " + std::to_string(l) + " is outside the run's " + std::to_string(L.n_layers) + " layers");
     h5::Handle lg = h5::ensure_group(qk, indexed_name("layer_", l));
-    queries.push_back(h5::create_dataset(lg, "queries", {h5::half_type(), {0, heads, d}, {unlimited, heads, d}, {rows, heads, d},
-                                                          gzip, {"position", "head", "dim"}}));
-    keys.push_back(h5::create_dataset(lg, "keys", {h5::half_type(), {0, kv, d}, {unlimited, kv, d}, {rows, kv, d}, gzip,
-                                                    {"position", "kv_head", "dim"}}));
-    lse.push_back(h5::create_dataset(lg, "lse", {H5T_IEEE_F32LE, {0, heads}, {unlimited, heads}, {rows * 16, heads}, gzip,
-                                                  {"position", "head"}}));
+    queries[l] = h5::create_dataset(lg, "queries", {h5::half_type(), {0, heads, d}, {unlimited, heads, d}, {rows, heads, d},
+                                                     gzip, {"position", "head", "dim"}});
+    keys[l] = h5::create_dataset(lg, "keys", {h5::half_type(), {0, kv, d}, {unlimited, kv, d}, {rows, kv, d}, gzip,
+                                               {"position", "kv_head", "dim"}});
+    lse[l] = h5::create_dataset(lg, "lse", {H5T_IEEE_F32LE, {0, heads}, {unlimited, heads}, {rows * 16, heads}, gzip,
+                                             {"position", "head"}});
   }
 }
 }  // namespace
@@ -639,14 +648,19 @@ void Hdf5Writer::append_qk(int run, const QKSpanRef& span) {
   for (const auto& l : span->layers) bytes += (l.queries.size() + l.keys.size()) * 2 + l.lse.size() * 4;
   post(bytes, [this, run, span] {
     auto& r = state_->runs.at(run);
-    if (r.qk_queries.empty()) throw Error("run '" + r.layout.name + "' was begun without q/k datasets");
-    const hsize_t first = h5::dataset_dims(r.qk_lse.front())[0];
+    const auto recorded = std::find_if(r.qk_lse.begin(), r.qk_lse.end(), [](const h5::Handle& h) { return h.valid(); });
+    if (recorded == r.qk_lse.end()) throw Error("run '" + r.layout.name + "' was begun without q/k datasets");
+    const hsize_t first = h5::dataset_dims(*recorded)[0];
     if (first != static_cast<hsize_t>(span->first_position))
       throw Error("q/k span starts at position " + std::to_string(span->first_position) + ", the file holds " +
                   std::to_string(first));
     const hsize_t n = static_cast<hsize_t>(span->n_positions);
     for (std::size_t l = 0; l < r.qk_queries.size() && l < span->layers.size(); ++l) {
+      if (!r.qk_queries[l].valid()) continue;  // a layer not recorded
       const QKSpan::Layer& layer = span->layers[l];
+      if (layer.lse.size() != static_cast<std::size_t>(n) * r.layout.n_heads)
+        throw Error("run '" + r.layout.name + "': the q/k span holds no data for layer " + std::to_string(l) +
+                    ", which the file records");
       h5::append_rows(r.qk_queries[l], h5::half_type(), n, layer.queries.data());
       h5::append_rows(r.qk_keys[l], h5::half_type(), n, layer.keys.data());
       h5::append_rows(r.qk_lse[l], H5T_NATIVE_FLOAT, n, layer.lse.data());

@@ -13,8 +13,12 @@ constexpr uint16_t kHalfNaN = 0x7E00;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 }  // namespace
 
-QKRecording::QKRecording(int n_layers, int n_heads, int n_kv_heads, int head_dim)
-    : n_layers_(n_layers), n_heads_(n_heads), n_kv_heads_(n_kv_heads), head_dim_(head_dim) {}
+QKRecording::QKRecording(int n_layers, int n_heads, int n_kv_heads, int head_dim, std::vector<int> layers)
+    : n_layers_(n_layers), n_heads_(n_heads), n_kv_heads_(n_kv_heads), head_dim_(head_dim),
+      recorded_(static_cast<std::size_t>(std::max(0, n_layers)), false) {
+  for (int l : layers)
+    if (l >= 0 && l < n_layers) recorded_[static_cast<std::size_t>(l)] = true;
+}
 
 void QKRecording::begin_step(int first, int end) {
   if (span_) return;
@@ -23,7 +27,9 @@ void QKRecording::begin_step(int first, int end) {
   span_->n_positions = std::max(0, end - first);
   const std::size_t n = static_cast<std::size_t>(span_->n_positions);
   span_->layers.resize(static_cast<std::size_t>(n_layers_));
-  for (auto& l : span_->layers) {
+  for (int layer = 0; layer < n_layers_; ++layer) {
+    if (!records(layer)) continue;
+    QKSpan::Layer& l = span_->layers[static_cast<std::size_t>(layer)];
     l.queries.assign(n * n_heads_ * head_dim_, kHalfNaN);
     l.keys.assign(n * n_kv_heads_ * head_dim_, kHalfNaN);
     l.lse.assign(n * n_heads_, kNaN);
@@ -34,7 +40,7 @@ void QKRecording::begin_step(int first, int end) {
 }
 
 void QKRecording::add_observation(const observation::AttentionObservation& obs) {
-  if (!span_ || obs.layer < 0 || obs.layer >= n_layers_) return;
+  if (!span_ || !records(obs.layer)) return;
   QKSpan::Layer& l = span_->layers[static_cast<std::size_t>(obs.layer)];
   const std::size_t q_row = static_cast<std::size_t>(n_heads_) * head_dim_;
   if (obs.queries.size() != obs.query_positions.size() * q_row ||
@@ -52,7 +58,7 @@ void QKRecording::add_observation(const observation::AttentionObservation& obs) 
 }
 
 void QKRecording::before_edit(const cache::KVCache& before, int layer, int kv_head) {
-  if (!span_ || layer < 0 || layer >= n_layers_ || kv_head < 0 || kv_head >= n_kv_heads_) return;
+  if (!span_ || !records(layer) || kv_head < 0 || kv_head >= n_kv_heads_) return;
   if (!observed_[layer]) edited_before_observed_[layer] = true;
   keep_keys(before, layer, kv_head);
 }
@@ -76,7 +82,8 @@ void QKRecording::keep_keys(const cache::KVCache& cache, int layer, int kv_head)
 QKSpanRef QKRecording::finish_step(const cache::KVCache& cache) {
   if (!span_) return nullptr;
   for (int l = 0; l < n_layers_; ++l)
-    for (int g = 0; g < n_kv_heads_; ++g) keep_keys(cache, l, g);
+    if (records(l))
+      for (int g = 0; g < n_kv_heads_; ++g) keep_keys(cache, l, g);
   QKSpanRef out = std::move(span_);
   span_.reset();
   return out;

@@ -14,7 +14,8 @@ namespace kvscope::trace {
 
 class QKRecording {
  public:
-  QKRecording(int n_layers, int n_heads, int n_kv_heads, int head_dim);
+  // Only `layers` (sorted) are kept; the span's other layers stay empty.
+  QKRecording(int n_layers, int n_heads, int n_kv_heads, int head_dim, std::vector<int> layers);
 
   // The step covers positions [first, end); idempotent within a step.
   void begin_step(int first, int end);
@@ -33,7 +34,10 @@ class QKRecording {
  private:
   void keep_keys(const cache::KVCache& cache, int layer, int kv_head);
 
+  bool records(int layer) const { return layer >= 0 && layer < n_layers_ && recorded_[static_cast<std::size_t>(layer)]; }
+
   int n_layers_, n_heads_, n_kv_heads_, head_dim_;
+  std::vector<bool> recorded_;  // per layer
   std::shared_ptr<QKSpan> span_;
   std::vector<std::vector<bool>> key_seen_;  // [layers][position - first][kv_head]
   std::vector<bool> observed_, edited_before_observed_;  // per layer, this step

@@ -45,6 +45,36 @@ std::vector<int> parse_list(const std::string& key, const std::string& value) {
   return out;
 }
 
+// "0-3,14" -> 0,1,2,3,14 (sorted, without repeats): the layers of `qk=layers:...`.
+std::vector<int> parse_layer_ranges(const std::string& value) {
+  auto bad = [&] {
+    return UsageError("--record: qk=layers: takes layer indices and ranges like 0-3,14, not '" + value + "'");
+  };
+  auto index = [&](const std::string& text) {
+    std::size_t used = 0;
+    int v = -1;
+    try {
+      v = std::stoi(text, &used);
+    } catch (const std::exception&) {
+      throw bad();
+    }
+    if (used != text.size() || v < 0 || text.empty() || text[0] == '+' || text[0] == '-') throw bad();
+    return v;
+  };
+  std::set<int> layers;
+  std::stringstream ss(value);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto dash = item.find('-');
+    const int first = index(item.substr(0, dash));
+    const int last = dash == std::string::npos ? first : index(item.substr(dash + 1));
+    if (last < first) throw bad();
+    for (int l = first; l <= last; ++l) layers.insert(l);
+  }
+  if (layers.empty()) throw bad();
+  return {layers.begin(), layers.end()};
+}
+
 // Adds the lifetime of the scope to a millisecond counter.
 class BusyTimer {
  public:
@@ -91,7 +121,18 @@ RecordOptions RecordOptions::parse(const std::string& spec) {
     } else if (key == "stats") {
       o.stats = parse_switch(key, value);
     } else if (key == "qk") {
-      o.qk = parse_switch(key, value);
+      static const std::string kLayers = "layers:";
+      if (value.rfind(kLayers, 0) == 0) {
+        o.qk = true;
+        o.qk_layers = parse_layer_ranges(value.substr(kLayers.size()));
+      } else {
+        try {
+          o.qk = parse_switch(key, value);
+        } catch (const UsageError&) {
+          throw UsageError("--record: 'qk' takes on, off or layers:LIST (like layers:0-3,14), not '" + value + "'");
+        }
+        o.qk_layers.clear();
+      }
     } else {
       throw UsageError("--record: unknown key '" + key +
                        "' (valid: layers, heads, pooling, size, similarity, nmse, decode, attention, stats, qk)");
@@ -112,12 +153,17 @@ std::string RecordOptions::to_json() const {
   j["decode_attention"] = decode_attention;
   j["nmse"] = nmse;
   j["qk"] = qk;
+  if (qk && !qk_layers.empty()) j["qk_layers"] = qk_layers;
   return j.dump();
 }
 
 bool RecordOptions::full_resolution(int layer, int head) const {
   if (std::find(full_layers.begin(), full_layers.end(), layer) == full_layers.end()) return false;
   return full_heads.empty() || std::find(full_heads.begin(), full_heads.end(), head) != full_heads.end();
+}
+
+bool RecordOptions::records_qk(int layer) const {
+  return qk && (qk_layers.empty() || std::binary_search(qk_layers.begin(), qk_layers.end(), layer));
 }
 
 std::string run_name(const std::string& policy, const std::string& budget) {
@@ -181,7 +227,13 @@ Recorder::Recorder(RecordOptions options, std::vector<TraceSink*> sinks, Recorde
   layout.nmse = options_.nmse;
   layout.router_k = c.n_experts > 0 ? c.n_experts_used : 0;
   if (options_.qk) {
-    qk_ = std::make_unique<QKRecording>(c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim);
+    for (int l : options_.qk_layers)
+      if (l >= c.n_layers)
+        throw UsageError("--record: qk=layers: names layer " + std::to_string(l) + ", but the model has layers 0.." +
+                         std::to_string(c.n_layers - 1));
+    for (int l = 0; l < c.n_layers; ++l)
+      if (options_.records_qk(l)) layout.qk_layers.push_back(l);
+    qk_ = std::make_unique<QKRecording>(c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, layout.qk_layers);
     layout.qk = true;
     // The scale every backend's attention applies to q.k (kernels/cpu/attention.cpp, kernels/cuda/attention.cu).
     layout.qk_scale = 1.0 / std::sqrt(static_cast<double>(static_cast<float>(c.head_dim)));
@@ -192,11 +244,11 @@ Recorder::Recorder(RecordOptions options, std::vector<TraceSink*> sinks, Recorde
 
 Recorder::~Recorder() = default;
 
-observation::ObservationRequest Recorder::request(int, Phase phase) const {
+observation::ObservationRequest Recorder::request(int layer, Phase phase) const {
   observation::ObservationRequest r;
   r.rows = phase == Phase::Prefill ? (options_.attention || options_.stats) && !prefill_adopted_ : options_.decode_attention;
   // An adopted prefill brings its q/k with it (and a replayed prefill has no queries to give).
-  r.queries = r.log_sum_exp = options_.qk && !(phase == Phase::Prefill && prefill_adopted_);
+  r.queries = r.log_sum_exp = options_.records_qk(layer) && !(phase == Phase::Prefill && prefill_adopted_);
   return r;
 }
 
@@ -211,6 +263,10 @@ void Recorder::adopt_prefill(const RunTrace& source) {
     if (held != prompt_length_)
       throw Error("recorder: cannot adopt the prefill of run '" + source.name + "': it holds q/k of " + std::to_string(held) +
                   " of the prompt's " + std::to_string(prompt_length_) + " positions (recorded without qk=on?)");
+    for (int l = 0; l < c.n_layers; ++l)
+      if (options_.records_qk(l) && !source.holds_qk(l))
+        throw Error("recorder: cannot adopt the prefill of run '" + source.name + "': it holds no q/k of layer " +
+                    std::to_string(l) + " (it holds q/k of layers " + source.qk_layers_text() + ")");
   }
   prefill_adopted_ = true;
   std::fill(layer_done_.begin(), layer_done_.end(), true);

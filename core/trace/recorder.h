@@ -38,12 +38,15 @@ struct RecordOptions {
   bool decode_attention = true;  // one pooled row per decode step, layer and head
   bool nmse = false;             // CAOTE Fig. 3 output error against a shadow full cache (costs a second attention)
   bool qk = false;               // post-RoPE queries, keys and row log-sum-exp: exact attention at any zoom (qk_span.h)
+  std::vector<int> qk_layers;    // with qk: the layers whose q/k are kept (`qk=layers:0-3,14`); empty: every layer
 
   // "layers=0,3;heads=0;pooling=max;size=512;similarity=on;nmse=off;decode=on;attention=on;stats=on;qk=off"
-  // (',' and ';' both separate keys from each other only through ';'). Throws UsageError naming the key.
+  // (keys are separated by ';', list items by ','); qk also takes "layers:0-3,14". Throws UsageError naming the key.
   static RecordOptions parse(const std::string& spec);
   std::string to_json() const;
   bool full_resolution(int layer, int head) const;
+  // Whether layer's q/k are recorded.
+  bool records_qk(int layer) const;
 };
 
 // What the recorder needs to know before the run.

@@ -32,6 +32,7 @@ struct RunLayout {
   bool qk = false;                               // exact attention's queries, keys and log-sum-exp (qk_span.h)
   double qk_scale = 0.0;                         // the score scale attention used, when qk
   int router_k = 0;                              // experts chosen per token and layer (mixture of experts; 0: none)
+  std::vector<int> qk_layers{};                  // when qk: the layers whose q/k are recorded, sorted
 };
 
 // Everything one engine step adds to a run.

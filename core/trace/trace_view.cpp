@@ -1,6 +1,7 @@
 #include "core/trace/trace_view.h"
 
 #include <algorithm>
+#include <string>
 
 namespace kvscope::trace {
 
@@ -25,6 +26,25 @@ bool KeptMask::operator==(const KeptMask& other) const {
   for (int s = 0; s < n_steps; ++s)
     if (!std::equal(rows.row(s), rows.row(s) + row, other.rows.row(s))) return false;
   return true;
+}
+
+std::string format_layer_list(const std::vector<int>& layers) {
+  if (layers.empty()) return "none";
+  std::string out;
+  for (std::size_t i = 0; i < layers.size();) {
+    std::size_t j = i;
+    while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(layers[i]);
+    if (j > i) out += "-" + std::to_string(layers[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string RunTrace::qk_layers_text() const {
+  if (qk.empty()) return "none";
+  return qk_layers.empty() ? "all" : format_layer_list(qk_layers);
 }
 
 const Map2D* RunTrace::decode_attention_map(int layer, int head) const {

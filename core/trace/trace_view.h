@@ -2,6 +2,7 @@
 // The read-only model of recorded runs that viewers draw from. It is the same whether it was filled by a
 // live Recorder or read back from an HDF5 trace, so a panel never needs to know where its data came from.
 // Plain data plus small accessors; shapes are written the way the papers write them.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -141,6 +142,15 @@ struct RunTrace {
   // Router choices, one per fed position from 0 (router_k experts per layer); empty for dense models.
   int router_k = 0;
   AppendOnlyLog<TokenRouting> routing;
+  // The layers whose q/k the spans hold (`--record qk=layers:0-3,14`; the others' span layers are empty), sorted;
+  // empty: every layer (files written before the option).
+  std::vector<int> qk_layers;
+  bool holds_qk(int layer) const {
+    return !qk.empty() && layer >= 0 && layer < n_layers &&
+           (qk_layers.empty() || std::binary_search(qk_layers.begin(), qk_layers.end(), layer));
+  }
+  // "0-3,14" or "all": what holds_qk answers, for messages.
+  std::string qk_layers_text() const;
 
   bool complete = false;
 
@@ -192,6 +202,9 @@ struct RunTrace {
     return it == m.end() ? nullptr : it->second.get();
   }
 };
+
+// Layers as ranges, "0-3,14" (sorted input; empty: "none"): how a trace names the layers holding q/k.
+std::string format_layer_list(const std::vector<int>& layers);
 
 struct TraceView {
   std::vector<std::shared_ptr<const RunTrace>> runs;

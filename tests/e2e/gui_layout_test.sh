@@ -41,4 +41,19 @@ timeout 300 xvfb-run -a -s "-screen 0 1600x1000x24" "$kvscope" gui --no-run --in
 grep -q "layout read from $ini" "$window_log" || fail "the second session did not read the saved layout"
 grep -q '^similarity=0' "$ini" || fail "the second session did not keep Similarity closed"
 check_png "$work/second.png" 1600 1000 8
-echo "ok: layout and open panels persisted in $ini across two sessions; resized to 1280x720 and back"
+grep -Eq '^layout_size=1600x[0-9]+$' "$ini" || fail "the ini file does not say the window size its layout is for"
+
+# A third session in a smaller window reads the layout saved at 1600x1000 and scales it, as a resize would.
+cat > "$work/third.kvs" <<SCRIPT
+frames 4
+screenshot $work/third.png
+quit
+SCRIPT
+timeout 300 xvfb-run -a -s "-screen 0 1600x1000x24" "$kvscope" gui --no-run --width 1280 --height 720 --ini "$ini" \
+  --script "$work/third.kvs" > "$window_log" 2>&1 || fail "the third session exited with $?"
+grep -q "layout read from $ini" "$window_log" || fail "the third session did not read the saved layout"
+grep -Eq "the layout was saved at 1600x[0-9]+; scaled to 1280x[0-9]+" "$window_log" ||
+  fail "the third session did not scale the layout saved at 1600x1000 to its 1280x720 window"
+check_png "$work/third.png" 1280 720 8
+grep -Eq '^layout_size=1280x[0-9]+$' "$ini" || fail "the third session did not save its own window size"
+echo "ok: layout and open panels persisted in $ini across two sessions; resized to 1280x720 and back; read at 1280x720"

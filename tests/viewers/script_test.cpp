@@ -108,6 +108,15 @@ TEST_CASE("run numbers: kept share, log-prob gap and divergence against the base
   CHECK(n.first_divergence == 2);
   CHECK(n.prefill_ms == Approx(12.5));
   CHECK(n.decode_ms_per_token == Approx(10.0));
+
+  // The fidelity block's cache line is the table's two columns, to the digit (issue 38: it said "saved 73.7 %"
+  // beside "bytes of full 40 %", from another run).
+  const auto [label, value] = cache_at_end_line(n);
+  CHECK(label == "cache at the end, of the full cache's");
+  CHECK(value == "25% of its bytes, 21% of its entries (the table's columns)");  // 1000 / 4000, 3 / 14
+  CHECK(cache_at_end_line(run_numbers(run, nullptr)).second.rfind("- of its bytes, 21% of its entries", 0) == 0);
+  CHECK(std::string(kCacheColumnsLegend).find("bytes of full") != std::string::npos);
+  CHECK(std::string(kCacheColumnsLegend).find("entries of full") != std::string::npos);
 }
 
 TEST_CASE("diagnostic series become one line per stage over layers", "[budget]") {

@@ -8,10 +8,12 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "core/common/error.h"
 #include "core/trace/exact_attention.h"
+#include "core/trace/emit_run.h"
 #include "core/trace/float16.h"
 #include "core/trace/hdf5_reader.h"
 #include "core/trace/hdf5_writer.h"
@@ -68,8 +70,8 @@ struct Recorded {
 };
 
 Recorded record(const model::Model& model, const std::vector<int>& prompt, const std::string& policy,
-                const std::string& budget, const std::filesystem::path& file = {}) {
-  const trace::RecordOptions options = trace::RecordOptions::parse("qk=on");
+                const std::string& budget, const std::filesystem::path& file = {}, const std::string& spec = "qk=on") {
+  const trace::RecordOptions options = trace::RecordOptions::parse(spec);
   trace::LiveTrace live(std::chrono::milliseconds(0));
   std::unique_ptr<trace::Hdf5Writer> writer;
   std::vector<trace::TraceSink*> sinks{&live};
@@ -288,4 +290,59 @@ TEST_CASE("q/k written to HDF5 read back bit for bit; traces without them say so
   without.qk.clear();
   CHECK_FALSE(trace::ExactAttention::available(without));
   CHECK_THROWS_WITH(trace::ExactAttention(without, 0, 0), Catch::Contains("--record qk=on"));
+}
+
+TEST_CASE("qk=layers: keeps the q/k of the layers asked for, says which, and refuses the others by name", "[trace][model][exact]") {
+  const model::Model* model = test::default_model();
+  const auto prompt = test::sample_prompt_tokens(*model, "lighthouse_story.txt");
+  const auto all_path = test::temp_file("exact_attention_qk_all"), some_path = test::temp_file("exact_attention_qk_some");
+  const Recorded all = record(*model, prompt, "h2o:block=32", "48", all_path);
+  const Recorded some = record(*model, prompt, "h2o:block=32", "48", some_path, "qk=layers:0-3,14");
+  const trace::TraceView all_view = trace::read_trace(all_path), some_view = trace::read_trace(some_path);
+  const trace::RunTrace &file = *some_view.runs.at(0), &live = *some.trace, &full = *all_view.runs.at(0);
+  const std::vector<int> asked{0, 1, 2, 3, 14};
+
+  for (const trace::RunTrace* t : {&file, &live}) {
+    CHECK(t->qk_layers == asked);
+    CHECK(t->qk_layers_text() == "0-3,14");
+    for (int l = 0; l < t->n_layers; ++l) {
+      const bool want = std::find(asked.begin(), asked.end(), l) != asked.end();
+      CHECK(t->holds_qk(l) == want);
+      CHECK(trace::ExactAttention::available(*t, l) == want);
+      for (const auto& span : t->qk) CHECK(span->layers.at(static_cast<std::size_t>(l)).queries.empty() == !want);
+    }
+    // A layer not recorded is refused, naming it and the layers that were.
+    CHECK_THROWS_WITH(trace::ExactAttention(*t, 5, 0), Catch::Contains("layer 5") && Catch::Contains("0-3,14"));
+    CHECK(trace::ExactAttention::unavailable_reason(*t, 5).find("layer 5's queries and keys were not recorded") != std::string::npos);
+    CHECK(trace::ExactAttention::unavailable_reason(*t, 14).empty());
+  }
+  // A file of every layer (the attribute lists them all) reads as every layer.
+  CHECK(full.qk_layers.empty());
+  CHECK(full.holds_qk(29));
+  CHECK(full.qk_layers_text() == "all");
+
+  // The layers kept hold what a recording of every layer holds, bit for bit.
+  for (int l : {0, 14})
+    for (int h : {0, 8}) {
+      const trace::ExactAttention a(file, l, h), b(full, l, h);
+      const int n = a.n_queries();
+      REQUIRE(n == b.n_queries());
+      const auto ra = a.region(0, n, 0, n, n, n, trace::Pooling::Max), rb = b.region(0, n, 0, n, n, n, trace::Pooling::Max);
+      CHECK(std::memcmp(ra.map.values.data(), rb.map.values.data(), ra.map.values.size() * sizeof(float)) == 0);
+    }
+  // And the file is smaller by about the 25 layers left out (q/k dominate neither file at this length, so only less).
+  CHECK(std::filesystem::file_size(some_path) < std::filesystem::file_size(all_path));
+
+  // Written again from memory (saving from the window), the layers stay the ones recorded.
+  const auto again = test::temp_file("exact_attention_qk_again");
+  {
+    trace::Hdf5Writer writer(again);
+    trace::emit_run(file, writer);
+    writer.close();
+  }
+  CHECK(trace::read_trace(again).runs.at(0)->qk_layers == asked);
+
+  // A layer the model does not have is refused before the run.
+  CHECK_THROWS_WITH(record(*model, prompt, "full", "", {}, "qk=layers:2,40"),
+                    Catch::Contains("layer 40") && Catch::Contains("0..29"));
 }

@@ -264,3 +264,25 @@ TEST_CASE("record options parse and reject bad keys", "[trace]") {
   CHECK_THROWS_AS(RecordOptions::parse("nmse=maybe"), UsageError);
   CHECK_THROWS_AS(RecordOptions::parse("size=3"), UsageError);
 }
+
+TEST_CASE("qk=layers: records q/k of the layers listed, as ranges", "[trace]") {
+  const auto some = RecordOptions::parse("qk=layers:0-3,14;size=64");
+  CHECK(some.qk);
+  CHECK(some.qk_layers == std::vector<int>{0, 1, 2, 3, 14});
+  CHECK(some.records_qk(2));
+  CHECK(some.records_qk(14));
+  CHECK_FALSE(some.records_qk(4));
+  CHECK(some.max_map_size == 64);
+  CHECK(RecordOptions::parse("qk=layers:5,1-2,2").qk_layers == std::vector<int>{1, 2, 5});  // sorted, once each
+  const auto all = RecordOptions::parse("qk=on");
+  CHECK(all.qk_layers.empty());
+  CHECK(all.records_qk(29));
+  CHECK_FALSE(RecordOptions::parse("qk=off").records_qk(0));
+  // A capture recorded for other layers is not reused: the options' JSON differs.
+  CHECK(some.to_json() != all.to_json());
+  CHECK(format_layer_list(some.qk_layers) == "0-3,14");
+  CHECK(format_layer_list({7}) == "7");
+  for (const char* bad : {"qk=layers:", "qk=layers:3-1", "qk=layers:a", "qk=layers:-2", "qk=layers:1,,2", "qk=layers:1-"})
+    CHECK_THROWS_WITH(RecordOptions::parse(bad), Catch::Contains("layers") && Catch::Contains("0-3,14"));
+  CHECK_THROWS_WITH(RecordOptions::parse("qk=maybe"), Catch::Contains("on, off or layers:"));
+}
