@@ -29,7 +29,7 @@ namespace {
 
 struct FigureArgs {
   std::string trace, view = "attention", out, run, size, scale = "log", cmap = "viridis", stat, series, queries, keys,
-      style = "kvscope", metric;
+      style = "kvscope", metric, bytes = "cache_bytes";
   std::vector<std::string> runs;
   int layer = 0, head = 0, kv_head = 0, step = -1, token = -1, width = 1200, height = 800;
   float font = 0.0f;
@@ -43,7 +43,7 @@ int pareto(const FigureArgs& a) {
   const std::string metric = a.metric.empty() ? viewers::default_pareto_metric(table.eval_kind) : a.metric;
   if (std::find(table.metrics.begin(), table.metrics.end(), metric) == table.metrics.end())
     throw UsageError("--metric '" + metric + "' is not a column of the sweep '" + table.path.string() + "'");
-  const viewers::ParetoView points = viewers::pareto_points(table.rows, metric);
+  const viewers::ParetoView points = viewers::pareto_points(table.rows, metric, a.bytes);
   const viewers::Figure fig = viewers::pareto_figure(
       points, (table.eval_kind.empty() ? std::string("sweep") : table.eval_kind) + ": " + metric + " vs cache bytes");
   const std::string sidecar = a.out + ".front.json";
@@ -75,6 +75,10 @@ Command register_figure(CLI::App& root) {
                   "front marked and written to OUT.front.json)");
   cmd->add_option("--metric", a->metric,
                   "pareto: the quality metric (default: kl_mean for fidelity, score for ruler, exact_match for needle)");
+  cmd->add_option("--bytes", a->bytes,
+                  "pareto: the bytes axis: cache_bytes (default: what the cache holds at the end, after its "
+                  "evictions) or cache_peak_bytes (the most it held, often the prefill before a policy evicts)")
+      ->check(CLI::IsMember({"cache_bytes", "cache_peak_bytes"}));
   cmd->add_option("--out", a->out, "output file: .png, .svg or .pdf (vector, maps embedded as pictures)")->required();
   cmd->add_flag("--force", a->force,
                 "replace an existing --out file (a link at --out is replaced, never written through)");
@@ -113,7 +117,8 @@ Command register_figure(CLI::App& root) {
             refuse_output_that_is_input({"--out", a->out}, {{"trace", a->trace}});
             check_output_path(a->out, existing_policy(a->force), "figure");
             if (a->view == "pareto") return pareto(*a);
-            if (!a->metric.empty()) throw UsageError("--metric belongs to --view pareto, not '" + a->view + "'");
+            if (!a->metric.empty() || a->bytes != "cache_bytes")
+              throw UsageError("--metric and --bytes belong to --view pareto, not '" + a->view + "'");
             trace::probe_trace(a->trace);
             trace::TraceView view = trace::read_trace(a->trace);
             for (const auto& w : view.warnings) std::fprintf(stderr, "kvscope figure: warning: %s\n", w.c_str());

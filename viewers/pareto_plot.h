@@ -1,6 +1,7 @@
 #pragma once
 // "Quantize or evict?" drawn: a sweep's quality (fidelity KL or top-1, RULER score, ...) against the bytes its
-// cache really held (the cell's mean peak, as allocated: payload, scales, zero points, full-precision residual),
+// cache really held (the cell's mean over prompts of cache_bytes at the end of the run, or cache_peak_bytes, as
+// allocated: payload, scales, zero points, full-precision residual),
 // one curve per (policy, cache type) over the budgets, with the quality's bootstrap interval, and the Pareto
 // front marked: the cells no other cell beats on both (as few bytes or fewer and as good or better, one of them
 // strictly). The front is also written as data (pareto_json) beside the picture.
@@ -37,7 +38,7 @@ std::string default_pareto_metric(const std::string& eval_kind);
 
 // Throws Error when no row has both metrics.
 ParetoView pareto_points(const std::vector<eval::SweepRow>& rows, const std::string& metric,
-                         const std::string& bytes_metric = "cache_peak_bytes",
+                         const std::string& bytes_metric = "cache_bytes",
                          const eval::BootstrapSettings& settings = {});
 Figure pareto_figure(const ParetoView& view, const std::string& title);
 // {"metric", "bytes_metric", "higher_is_better", "points": [{series, budget, bytes, quality, low, high, n,

@@ -118,13 +118,14 @@ def all_checks(root):
         points = {}
         for policy, ctype, budget in cells:
             rs = [r for r in rows if (r["policy"], r["cache_type"], r["budget"]) == (policy, ctype, budget)]
-            points[(f"{policy} @{ctype}", budget)] = (sum(float(r["cache_peak_bytes"]) for r in rs) / len(rs),
+            points[(f"{policy} @{ctype}", budget)] = (sum(float(r[marked["bytes_metric"]]) for r in rs) / len(rs),
                                                       sum(float(r[metric]) for r in rs) / len(rs))
         expected = front_of(points, higher)
         got = {(p["series"], p["budget"]) for p in marked["front"]}
         check(got == expected, f"{metric}: the marked front {sorted(got)} equals the one computed from rows.csv "
                                f"{sorted(expected)}")
-        check(marked["higher_is_better"] == higher, f"{metric}: direction {marked['higher_is_better']}")
+        check(marked["higher_is_better"] == higher and marked["bytes_metric"] == "cache_bytes",
+              f"{metric}: direction {marked['higher_is_better']}, bytes {marked['bytes_metric']}")
         check(len(marked["points"]) == len(points), f"{metric}: every cell is a point ({len(marked['points'])})")
         with open(svg) as f:
             text = f.read()
