@@ -40,6 +40,7 @@ struct LongBenchArgs {
   std::string metric, pairs, classes;
   eval::BootstrapSettings bootstrap;
   TraceOptions traces;
+  CacheTypeFlags cache_type;  // the cell's; a --vs-full full-cache run stays float32
 };
 
 std::vector<eval::MetricPair> parse_pairs(const std::string& pairs_json, const std::string& classes_json) {
@@ -98,7 +99,7 @@ int run_score_only(const LongBenchArgs& a) {
 int run_records(const LongBenchArgs& a) {
   if (a.data.empty()) throw UsageError("eval longbench needs --data FILE.jsonl (or --score-only)");
   const eval::Protocol protocol = eval::parse_protocol(a.protocol);
-  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget};
+  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget, a.cache_type.types()};
   policy::make_policy(cell.policy);  // a bad spec fails before anything loads
   a.traces.prepare();
   if (!a.predictions.empty()) {
@@ -225,6 +226,7 @@ int run_records(const LongBenchArgs& a) {
   nlohmann::json out = {{"eval", "longbench"},
                         {"policy", cell.policy},
                         {"budget", cell.budget},
+                        {"cache_type", kernels::cache_type_name(cell.cache_type)},
                         {"protocol", eval::protocol_name(protocol)},
                         {"data", a.data},
                         {"bootstrap", bootstrap_json(a.bootstrap)},
@@ -240,9 +242,9 @@ int run_records(const LongBenchArgs& a) {
     std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
-  std::printf("LongBench, %s at budget %s, %s (scores x100, %d%% bootstrap intervals, %d resamples)\n",
+  std::printf("LongBench, %s at budget %s, cache %s, %s (scores x100, %d%% bootstrap intervals, %d resamples)\n",
               cell.policy.c_str(), cell.budget.empty() ? "(whole prompt)" : cell.budget.c_str(),
-              eval::protocol_name(protocol).c_str(), static_cast<int>(a.bootstrap.level * 100), a.bootstrap.resamples);
+              kernels::cache_type_name(cell.cache_type).c_str(), eval::protocol_name(protocol).c_str(), static_cast<int>(a.bootstrap.level * 100), a.bootstrap.resamples);
   for (const auto& [name, t] : tasks.items()) print_scored_group(name, t, 22, /*show_n=*/true);
   retention.print(cell.policy, a.bootstrap);
   return 0;
@@ -261,6 +263,7 @@ Command add_eval_longbench(CLI::App& eval) {
   cmd->add_option("--policy", a->policy, "policy spec (see `kvscope policies`)");
   cmd->add_option("--allocation", a->allocation, "layer budget allocation for the policy");
   add_budget_options(cmd, a->budget, "KV tokens per layer and KV head or share of the prompt");
+  a->cache_type.add_to(cmd);
   cmd->add_option("--protocol", a->protocol,
                   "query-aware (the whole prompt compressed at once, LongBench's and the papers' setting) or "
                   "query-agnostic (the context compressed alone, the question appended after: kvpress's)");

@@ -38,11 +38,12 @@ struct RulerArgs {
   bool no_chat = false, vs_full = false, json = false, force = false;
   eval::BootstrapSettings bootstrap;
   TraceOptions traces;
+  CacheTypeFlags cache_type;  // the cell's; a --vs-full full-cache run stays float32
 };
 
 int run_ruler(const RulerArgs& a) {
   const eval::Protocol protocol = eval::parse_protocol(a.protocol);
-  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget};
+  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget, a.cache_type.types()};
   policy::make_policy(cell.policy);
   if (!a.write_samples.empty()) {
     std::vector<NamedPath> inputs = run_input_files(&a.model, nullptr, {cell.policy});
@@ -159,6 +160,7 @@ int run_ruler(const RulerArgs& a) {
   nlohmann::json out = {{"eval", "ruler"},
                         {"policy", cell.policy},
                         {"budget", cell.budget},
+                        {"cache_type", kernels::cache_type_name(cell.cache_type)},
                         {"protocol", eval::protocol_name(protocol)},
                         {"length", settings.length},
                         {"samples", settings.samples},
@@ -176,9 +178,10 @@ int run_ruler(const RulerArgs& a) {
     std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
-  std::printf("RULER at %d tokens, %s at budget %s, %s, %d samples per task (scores x100, %d%% bootstrap intervals)\n",
+  std::printf("RULER at %d tokens, %s at budget %s, cache %s, %s, %d samples per task (scores x100, %d%% bootstrap "
+              "intervals)\n",
               settings.length, cell.policy.c_str(), cell.budget.empty() ? "(whole prompt)" : cell.budget.c_str(),
-              eval::protocol_name(protocol).c_str(), settings.samples, static_cast<int>(a.bootstrap.level * 100));
+              kernels::cache_type_name(cell.cache_type).c_str(), eval::protocol_name(protocol).c_str(), settings.samples, static_cast<int>(a.bootstrap.level * 100));
   for (const auto& name : order) print_scored_group(name, tasks[name], 18, /*show_n=*/false);
   print_scored_group("average", average, 18, /*show_n=*/false);
   retention.print(cell.policy, a.bootstrap);
@@ -196,6 +199,7 @@ Command add_eval_ruler(CLI::App& eval) {
   cmd->add_option("--policy", a->policy, "policy spec (see `kvscope policies`)");
   cmd->add_option("--allocation", a->allocation, "layer budget allocation for the policy");
   add_budget_options(cmd, a->budget, "KV tokens per layer and KV head or share of the prompt");
+  a->cache_type.add_to(cmd);
   cmd->add_option("--length", a->settings.length,
                   "context length in the model's tokens: prompt, answer prefix and the task's new tokens")
       ->check(CLI::Range(256, 1 << 20));

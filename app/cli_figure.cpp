@@ -1,6 +1,7 @@
 // kvscope figure: render one view of a recorded trace to PNG (or SVG for line/bar views) without a
 // display: the GUI's own figure builders, laid out by ImPlot in an offscreen context and rasterised in
 // software.
+#include <algorithm>
 #include <cstdio>
 
 #include "app/number_checks.h"
@@ -9,12 +10,14 @@
 #include "core/common/error.h"
 #include "core/common/output_is_input.h"
 #ifdef KVSCOPE_HAVE_GUI
+#include "core/eval/sweep_file.h"
 #include "core/trace/eval_run_info.h"
 #include "core/trace/hdf5_reader.h"
 #include "core/trace/run_evidence.h"
 #include "core/trace/trace_probe.h"
 #include "viewers/figure_export.h"
 #include "viewers/figure_size.h"
+#include "viewers/pareto_plot.h"
 #include "viewers/script.h"
 #include "viewers/views.h"
 #endif
@@ -26,13 +29,35 @@ namespace {
 
 struct FigureArgs {
   std::string trace, view = "attention", out, run, size, scale = "log", cmap = "viridis", stat, series, queries, keys,
-      style = "kvscope";
+      style = "kvscope", metric, bytes = "cache_bytes";
   std::vector<std::string> runs;
   int layer = 0, head = 0, kv_head = 0, step = -1, token = -1, width = 1200, height = 800;
   float font = 0.0f;
   double dpi = 300;
   bool decode = false, values = false, aggregate = false, dark = false, force = false;
 };
+
+// A sweep's quality against its cache's bytes, and the front beside the picture as data.
+int pareto(const FigureArgs& a) {
+  const eval::SweepTable table = eval::open_sweep_file(a.trace);
+  const std::string metric = a.metric.empty() ? viewers::default_pareto_metric(table.eval_kind) : a.metric;
+  if (std::find(table.metrics.begin(), table.metrics.end(), metric) == table.metrics.end())
+    throw UsageError("--metric '" + metric + "' is not a column of the sweep '" + table.path.string() + "'");
+  const viewers::ParetoView points = viewers::pareto_points(table.rows, metric, a.bytes);
+  const viewers::Figure fig = viewers::pareto_figure(
+      points, (table.eval_kind.empty() ? std::string("sweep") : table.eval_kind) + ": " + metric + " vs cache bytes");
+  const std::string sidecar = a.out + ".front.json";
+  refuse_output_that_is_input({"--out", sidecar}, {{"sweep", a.trace}});
+  check_output_path(sidecar, existing_policy(a.force), "Pareto front");
+  viewers::ExportOptions e = viewers::sized_export(fig, a.size, viewers::parse_figure_look(a.style), a.dpi, a.font);
+  e.dark = a.dark;
+  viewers::export_figure(fig, a.out, e, existing_policy(a.force));
+  AtomicFile front(sidecar, existing_policy(a.force), "Pareto front");
+  front.write(viewers::pareto_json(points).dump(2) + "\n");
+  front.commit();
+  std::printf("%s\n%s\n", a.out.c_str(), sidecar.c_str());
+  return 0;
+}
 
 }  // namespace
 #endif
@@ -41,9 +66,19 @@ Command register_figure(CLI::App& root) {
   CLI::App* cmd = root.add_subcommand("figure", "render a view of an HDF5 trace to PNG, SVG or PDF (no display needed)");
 #ifdef KVSCOPE_HAVE_GUI
   auto a = std::make_shared<FigureArgs>();
-  cmd->add_option("trace", a->trace, "HDF5 trace file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("trace", a->trace, "HDF5 trace file (--view pareto: a sweep folder, its eval.h5 or rows.csv)")
+      ->required()
+      ->check(CLI::ExistingPath);
   cmd->add_option("--view", a->view,
-                  "attention, similarity, layer_stats, budget, timeline, summary, compare, evidence");
+                  "attention, similarity, layer_stats, budget, timeline, summary, compare, evidence; pareto (of a "
+                  "sweep: quality against the cache's real bytes, one curve per policy and cache type, the Pareto "
+                  "front marked and written to OUT.front.json)");
+  cmd->add_option("--metric", a->metric,
+                  "pareto: the quality metric (default: kl_mean for fidelity, score for ruler, exact_match for needle)");
+  cmd->add_option("--bytes", a->bytes,
+                  "pareto: the bytes axis: cache_bytes (default: what the cache holds at the end, after its "
+                  "evictions) or cache_peak_bytes (the most it held, often the prefill before a policy evicts)")
+      ->check(CLI::IsMember({"cache_bytes", "cache_peak_bytes"}));
   cmd->add_option("--out", a->out, "output file: .png, .svg or .pdf (vector, maps embedded as pictures)")->required();
   cmd->add_flag("--force", a->force,
                 "replace an existing --out file (a link at --out is replaced, never written through)");
@@ -81,6 +116,9 @@ Command register_figure(CLI::App& root) {
             a->width = size.width, a->height = size.height;
             refuse_output_that_is_input({"--out", a->out}, {{"trace", a->trace}});
             check_output_path(a->out, existing_policy(a->force), "figure");
+            if (a->view == "pareto") return pareto(*a);
+            if (!a->metric.empty() || a->bytes != "cache_bytes")
+              throw UsageError("--metric and --bytes belong to --view pareto, not '" + a->view + "'");
             trace::probe_trace(a->trace);
             trace::TraceView view = trace::read_trace(a->trace);
             for (const auto& w : view.warnings) std::fprintf(stderr, "kvscope figure: warning: %s\n", w.c_str());

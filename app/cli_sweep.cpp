@@ -39,7 +39,7 @@ namespace {
 struct SweepArgs {
   ModelOptions model;
   PromptOptions prompt;
-  std::string prompts_dir, policies, budgets, compression_ratios, eval_kind, out, ray_address, metric;
+  std::string prompts_dir, policies, budgets, compression_ratios, eval_kind, out, ray_address, metric, cache_types;
   std::string ray_python = "python3";
   int workers = 1;
   bool serve = false;
@@ -96,6 +96,18 @@ Prepared prepare(const SweepArgs& a, const model::Model* model) {
     if (!added)
       throw UsageError("--budgets names the budget '" + b + "' twice" +
                        (seen->second == b ? "" : " (as '" + seen->second + "' too)") + "; give each budget once");
+  }
+  if (!a.cache_types.empty()) {
+    // An item with '=' and no ':' continues the previous type's options, as for policies:
+    // kivi2:group=32,residual=128,q8_0 is two types.
+    p.grid.cache_types = eval::split_policy_list(a.cache_types);
+    std::map<std::string, std::string> types_seen;
+    for (const auto& type : p.grid.cache_types) {
+      const std::string name = kernels::cache_type_name(kernels::parse_cache_types(type));
+      if (const auto [seen, added] = types_seen.emplace(name, type); !added)
+        throw UsageError("--cache-types names the cache type '" + type + "' twice" +
+                         (seen->second == type ? "" : " (as '" + seen->second + "' too)") + "; give each type once");
+    }
   }
   p.grid.settings = a.settings.to_json(a.eval_kind);
   if (a.eval_kind == "needle") {
@@ -265,8 +277,10 @@ int run_sweep(SweepArgs a, const CLI::App& cmd) {
   for (std::size_t i = 0; i < p.grid.size(); ++i)
     if (!store.done(i)) pending.push_back(i);
   std::fprintf(stderr,
-               "kvscope sweep: %zu cells (%zu prompts x %zu policies x %zu budgets), %zu done, %zu to run -> %s\n",
-               p.grid.size(), p.grid.prompts.size(), p.grid.policies.size(), p.grid.budgets.size(), store.done_count(),
+               "kvscope sweep: %zu cells (%zu prompts x %zu policies x %zu cache types x %zu budgets), %zu done, %zu "
+               "to run -> %s\n",
+               p.grid.size(), p.grid.prompts.size(), p.grid.policies.size(), p.grid.cache_type_count(),
+               p.grid.budgets.size(), store.done_count(),
                pending.size(), a.out.c_str());
   ProgressLine progress("sweep", static_cast<long>(p.grid.size()), static_cast<long>(store.done_count()));
   int failures = 0;
@@ -300,7 +314,7 @@ int run_sweep(SweepArgs a, const CLI::App& cmd) {
 
 #ifdef KVSCOPE_HAVE_GUI
   if (!store.rows().empty()) {
-    const auto fig = viewers::quality_vs_budget(store.rows(), p.grid.policies, p.grid.budgets, metric,
+    const auto fig = viewers::quality_vs_budget(store.rows(), p.grid.series(), p.grid.budgets, metric,
                                                 a.eval_kind + ": " + metric + " vs budget");
     for (const char* ext : {".png", ".svg"}) {
       const auto path = std::filesystem::path(a.out) / ("quality_" + metric + ext);
@@ -344,6 +358,10 @@ Command register_sweep(CLI::App& root) {
   cmd->add_option("--compression-ratios", a->compression_ratios,
                   "compression ratios, comma-separated, as kvpress states them (0.25,0.5: keep int(n * (1 - R)) "
                   "tokens); with --budgets too, both sets run");
+  cmd->add_option("--cache-types", a->cache_types,
+                  "KV cache types, comma-separated, a grid dimension (f32,f16,q8_0,q4_0,kivi2:group=32,residual=128; "
+                  "see --cache-type of `kvscope generate`); rows, eval.h5 and grid.json carry each cell's type, and "
+                  "summaries and figures draw one curve per policy and type ('snapkv @q8_0'). Default: f32 only");
   cmd->add_option("--eval", a->eval_kind, "fidelity, ppl, needle or ruler")->required();
   cmd->add_option("--out", a->out, "sweep folder (created; an existing sweep is resumed)");
   cmd->add_option("--metric", a->metric, "metric of the figure and summary (default: kl_mean, ppl or exact_match)");

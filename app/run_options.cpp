@@ -115,15 +115,15 @@ void CacheTypeFlags::add_to(CLI::App* cmd) {
   cmd->add_option("--cache-type", both,
                   "how the KV cache stores keys and values: f32 (default, exact), f16 or bf16 (half the memory "
                   "and bandwidth), or llama.cpp's blocks of 32 values q8_0, q4_0, q4_1 (8.5, 4.5, 5 bits a value; "
-                  "head_dim a multiple of 32); attention still accumulates in float32");
+                  "head_dim a multiple of 32), or KIVI's kivi2, kivi4 (keys per channel, values per token, the newest "
+                  "tokens in full precision; options kivi2:group=32,residual=128); attention still accumulates in "
+                  "float32");
   cmd->add_option("--cache-type-k", keys, "how the KV cache stores keys (default: --cache-type)");
   cmd->add_option("--cache-type-v", values, "how the KV cache stores values (default: --cache-type)");
 }
 
 kernels::KVCacheTypes CacheTypeFlags::types() const {
-  const kernels::CacheType common = kernels::parse_cache_type(both);
-  return {keys.empty() ? common : kernels::parse_cache_type(keys),
-          values.empty() ? common : kernels::parse_cache_type(values)};
+  return kernels::parse_cache_types(both, keys, values);
 }
 
 void add_budget_options(CLI::App* cmd, std::string& budget, const std::string& budget_help) {

@@ -26,11 +26,11 @@ struct CellRetention {
 std::vector<CellRetention> cells_with_evidence(const eval::SweepGrid& grid, const std::vector<eval::SweepRow>& rows) {
   std::vector<CellRetention> cells;
   for (const auto& budget : grid.budgets)
-    for (const auto& policy : grid.policies) {
+    for (const auto& policy : grid.series()) {
       CellRetention cell{policy, budget, {}};
       bool any = false;
       for (const auto& row : rows) {
-        if (row.policy != policy || row.budget != budget) continue;
+        if (row.series() != policy || row.budget != budget) continue;
         const double lost = row.metric("evidence_lost");
         cell.summary.add(std::isnan(lost) ? std::nullopt : std::optional<bool>(lost >= 0.5), row.metric("score"));
         any = any || !std::isnan(lost);
@@ -75,7 +75,7 @@ std::vector<std::filesystem::path> write_sweep_retention(const std::filesystem::
   write_file_atomically(written.back(), table.dump(2) + "\n", "sweep retention", Existing::Replace);
 #ifdef KVSCOPE_HAVE_GUI
   for (const auto& budget : grid.budgets) {
-    const auto figure = viewers::evidence_retention_by_layer(rows, grid.policies, budget, settings);
+    const auto figure = viewers::evidence_retention_by_layer(rows, grid.series(), budget, settings);
     if (!figure) continue;
     for (const char* ext : {".png", ".svg"}) {
       written.push_back(dir / (trace::run_name("retention_by_layer", budget) + ext));

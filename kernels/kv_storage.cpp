@@ -1,5 +1,9 @@
 #include "kernels/kv_storage.h"
 
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
 #include "kernels/common/quant_blocks.h"
 #include "kernels/error.h"
 
@@ -19,7 +23,55 @@ constexpr CacheTypeInfo kCacheTypes[] = {
     {CacheType::Q4_0, "q4_0", blocks::kQ4_0Elements, blocks::kQ4_0Bytes},
     {CacheType::Q4_1, "q4_1", blocks::kQ4_1Elements, blocks::kQ4_1Bytes},
     {CacheType::BF16, "bf16", 1, 2},
+    {CacheType::KIVI2, "kivi2", 0, 0},
+    {CacheType::KIVI4, "kivi4", 0, 0},
 };
+// KIVI's code rows pack 32 channels at a time (kernels/cpu/kivi_part.h).
+constexpr int kKiviChunk = 32;
+// A KIVI scale or zero point is a half.
+constexpr std::size_t kKiviHalf = 2;
+
+int parse_option_value(std::string_view spec, std::string_view key, std::string_view text) {
+  int value = 0;
+  std::size_t used = 0;
+  try {
+    value = std::stoi(std::string(text), &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size())
+    throw UsageError("cache type '" + std::string(spec) + "': " + std::string(key) + "=" + std::string(text) +
+                     " is not an integer");
+  return value;
+}
+
+struct PartSpec {
+  CacheType type;
+  bool has_options = false;
+  KiviOptions kivi;
+};
+
+PartSpec parse_part(std::string_view spec) {
+  const std::size_t colon = spec.find(':');
+  PartSpec part{parse_cache_type(spec.substr(0, colon)), false, {}};
+  if (colon == std::string_view::npos) return part;
+  if (!is_kivi(part.type))
+    throw UsageError("cache type '" + std::string(spec) + "': only kivi2 and kivi4 take options (group=, residual=)");
+  part.has_options = true;
+  std::string_view rest = spec.substr(colon + 1);
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    const std::size_t eq = item.find('=');
+    const std::string_view key = item.substr(0, eq);
+    if (eq == std::string_view::npos || (key != "group" && key != "residual"))
+      throw UsageError("cache type '" + std::string(spec) + "': unknown option '" + std::string(item) +
+                       "' (expected group=N or residual=N)");
+    (key == "group" ? part.kivi.group : part.kivi.residual) = parse_option_value(spec, key, item.substr(eq + 1));
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+  }
+  return part;
+}
 const CacheTypeInfo& info(CacheType type) { return kCacheTypes[static_cast<int>(type)]; }
 }  // namespace
 
@@ -36,18 +88,70 @@ const char* cache_type_name(CacheType type) { return info(type).name; }
 
 bool is_block_quantized(CacheType type) { return info(type).block_elements > 1; }
 
+bool is_kivi(CacheType type) { return type == CacheType::KIVI2 || type == CacheType::KIVI4; }
+
+int kivi_bits(CacheType type) { return type == CacheType::KIVI2 ? 2 : type == CacheType::KIVI4 ? 4 : 0; }
+
 std::size_t cache_row_bytes(CacheType type, int head_dim) {
   const CacheTypeInfo& t = info(type);
+  if (is_kivi(type)) throw Error(std::string("cache type ") + t.name + " has no fixed row size");
   return static_cast<std::size_t>(head_dim / t.block_elements) * t.block_bytes;
 }
 
 std::string cache_type_name(const KVCacheTypes& types) {
-  if (types.keys == types.values) return cache_type_name(types.keys);
-  return std::string("k=") + cache_type_name(types.keys) + ",v=" + cache_type_name(types.values);
+  auto name = [&](CacheType type) {
+    std::string text = cache_type_name(type);
+    if (is_kivi(type) && types.kivi != KiviOptions{})
+      text += ":group=" + std::to_string(types.kivi.group) + ",residual=" + std::to_string(types.kivi.residual);
+    return text;
+  };
+  if (types.keys == types.values) return name(types.keys);
+  return "k=" + name(types.keys) + ",v=" + name(types.values);
+}
+
+KVCacheTypes parse_cache_types(std::string_view both, std::string_view keys, std::string_view values) {
+  const PartSpec common = parse_part(both.empty() ? "f32" : both);
+  const PartSpec k = keys.empty() ? common : parse_part(keys);
+  const PartSpec v = values.empty() ? common : parse_part(values);
+  KVCacheTypes types(k.type, v.type);
+  if (k.has_options && v.has_options && k.kivi != v.kivi)
+    throw UsageError("keys and values must share KIVI's options (got '" + std::string(keys.empty() ? both : keys) +
+                     "' and '" + std::string(values.empty() ? both : values) + "')");
+  types.kivi = k.has_options ? k.kivi : v.kivi;
+  return types;
+}
+
+std::size_t cache_part_bytes(const KVCacheTypes& types, KVPart part, int head_dim, std::size_t entries) {
+  const CacheType type = types.of(part);
+  if (!is_kivi(type)) return entries * cache_row_bytes(type, head_dim);
+  const auto d = static_cast<std::size_t>(head_dim);
+  const auto g = static_cast<std::size_t>(types.kivi.group), r = static_cast<std::size_t>(types.kivi.residual);
+  const std::size_t code_row = d * kivi_bits(type) / 8, full_row = d * sizeof(float);
+  if (part == KVPart::Keys) {
+    // Keys stay in full precision until R + G of them are, then the oldest G form a group.
+    const std::size_t residual = entries < r + g ? entries : r + (entries - r) % g;
+    const std::size_t groups = (entries - residual) / g;
+    return groups * (2 * kKiviHalf * d + g * code_row) + residual * full_row;
+  }
+  const std::size_t residual = std::min(entries, r);
+  return (entries - residual) * (2 * kKiviHalf * (d / g) + code_row) + residual * full_row;
 }
 
 void check_cache_types(const KVCacheTypes& types, int head_dim) {
+  if (is_kivi(types.keys) || is_kivi(types.values)) {
+    const KiviOptions& o = types.kivi;
+    if (head_dim % kKiviChunk != 0)
+      throw UsageError("KIVI packs codes 32 channels at a time, but this model's head_dim " +
+                       std::to_string(head_dim) + " is not a multiple of 32 (use f32, f16 or bf16)");
+    if (o.group < 8 || o.group % 8 != 0 || head_dim % o.group != 0)
+      throw UsageError("KIVI group=" + std::to_string(o.group) +
+                       ": a group must be a multiple of 8 that divides head_dim " + std::to_string(head_dim) +
+                       " (a value group spans channels)");
+    if (o.residual < 0)
+      throw UsageError("KIVI residual=" + std::to_string(o.residual) + ": the full-precision tokens cannot be negative");
+  }
   for (CacheType type : {types.keys, types.values}) {
+    if (is_kivi(type)) continue;
     const int block = info(type).block_elements;
     if (head_dim % block != 0)
       throw UsageError(std::string("cache type ") + cache_type_name(type) + " stores blocks of " +

@@ -17,31 +17,55 @@ enum class KVPart { Keys, Values };
 // How cached keys or values are stored. Attention always accumulates in float32; a merge is computed in float32
 // from the stored rows and stored back rounded (or quantized) once. The block formats are llama.cpp's
 // (kernels/common/quant_blocks.h, block_quantize.h): each row of head_dim values is head_dim / 32 blocks of 32
-// values with their scales inline, so a row's bytes are payload plus scales and nothing else.
-enum class CacheType { F32, F16, Q8_0, Q4_0, Q4_1, BF16 };
-// "f32", "f16", "q8_0", "q4_0", "q4_1" or "bf16"; throws UsageError naming the value and the choices.
+// values with their scales inline, so a row's bytes are payload plus scales and nothing else. KIVI2 and KIVI4
+// are KIVI's 2- and 4-bit asymmetric quantization (Liu et al. 2024; kernels/cpu/kivi_part.h): keys per channel
+// over groups of tokens, values per token over groups of channels, the newest tokens in full precision; their
+// rows have no fixed size.
+enum class CacheType { F32, F16, Q8_0, Q4_0, Q4_1, BF16, KIVI2, KIVI4 };
+// "f32", "f16", "q8_0", "q4_0", "q4_1", "bf16", "kivi2" or "kivi4"; throws UsageError naming the value and the
+// choices.
 CacheType parse_cache_type(std::string_view name);
 const char* cache_type_name(CacheType type);
 bool is_block_quantized(CacheType type);
+bool is_kivi(CacheType type);
+// 2 or 4 for the KIVI types.
+int kivi_bits(CacheType type);
 // Bytes one stored row of head_dim values takes: payload and scales. head_dim must suit the type
-// (check_cache_types).
+// (check_cache_types); a KIVI type has no fixed row size (throws).
 std::size_t cache_row_bytes(CacheType type, int head_dim);
+
+// KIVI's two knobs (`kivi2:group=32,residual=128`): G, the tokens a key group spans (one scale and zero point per
+// channel) and the channels a value group spans (one per token); R, the newest tokens kept in full precision.
+struct KiviOptions {
+  int group = 32;
+  int residual = 128;
+  bool operator==(const KiviOptions&) const = default;
+};
 
 // The types of keys and values, which may differ (llama.cpp's --cache-type-k / --cache-type-v). One type
 // converts to the pair that stores both parts in it.
 struct KVCacheTypes {
   CacheType keys = CacheType::F32;
   CacheType values = CacheType::F32;
+  KiviOptions kivi;  // for a part of a KIVI type (both parts share them)
   KVCacheTypes() = default;
   KVCacheTypes(CacheType both) : keys(both), values(both) {}  // NOLINT(google-explicit-constructor): a shorthand
   KVCacheTypes(CacheType keys_type, CacheType values_type) : keys(keys_type), values(values_type) {}
   CacheType of(KVPart part) const { return part == KVPart::Keys ? keys : values; }
   bool operator==(const KVCacheTypes&) const = default;
 };
-// "q8_0" when both parts share a type, else "k=q8_0,v=f16".
+// "q8_0" when both parts share a type, else "k=q8_0,v=f16"; a KIVI type with options other than the defaults
+// carries them ("kivi2:group=16,residual=64").
 std::string cache_type_name(const KVCacheTypes& types);
-// Throws UsageError when a block format cannot store rows of head_dim values (not a multiple of 32).
+// The command line's --cache-type, --cache-type-k and --cache-type-v (empty: `both`): a type name, and for the
+// KIVI types optional `:group=G,residual=R`. Throws UsageError naming what was wrong.
+KVCacheTypes parse_cache_types(std::string_view both, std::string_view keys = {}, std::string_view values = {});
+// Throws UsageError when a block format cannot store rows of head_dim values (not a multiple of 32), or KIVI's
+// options do not suit head_dim.
 void check_cache_types(const KVCacheTypes& types, int head_dim);
+// Bytes `entries` tokens of one part of one (layer, KV head) take in a cache that kept every token it was given
+// (closed form: for KIVI, the quantized groups and rows and the full-precision residual its append rule leaves).
+std::size_t cache_part_bytes(const KVCacheTypes& types, KVPart part, int head_dim, std::size_t entries);
 
 // Folds `sources` into the kept entry `target`: K = w[0]*K[target] + sum_i w[1+i]*K[sources[i]], V likewise.
 // Indices refer to the entries before the edit; sources are not kept. (cache::MergeGroup is this type.)
@@ -60,6 +84,20 @@ struct ValueMerge {
   float weight = 0.0f;
 };
 
+// The error a cache type made storing rows: sums over every row it quantized or rounded of ||x - x'||^2 and
+// ||x||^2 (x the float32 row, x' what the cache reads back). relative_nmse() = error / reference, 0 without rows.
+struct StorageError {
+  double error = 0.0, reference = 0.0;
+  double relative_nmse() const { return reference > 0.0 ? error / reference : 0.0; }
+  void add(const float* x, const float* stored, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const double d = static_cast<double>(x[i]) - stored[i];
+      error += d * d;
+      reference += static_cast<double>(x[i]) * x[i];
+    }
+  }
+};
+
 class KVStorage {
  public:
   KVStorage(int n_layers, int n_kv_heads, int head_dim, KVCacheTypes type)
@@ -72,8 +110,13 @@ class KVStorage {
   int n_kv_heads() const { return n_kv_heads_; }
   int head_dim() const { return head_dim_; }
   KVCacheTypes type() const { return type_; }
-  // Bytes one stored key or value row takes.
+  // Bytes one stored key or value row takes (not for a KIVI part: entry_bytes).
   std::size_t row_bytes(KVPart part) const { return cache_row_bytes(type_.of(part), head_dim_); }
+  // Bytes one (layer, KV head)'s entries take as stored, keys and values: payload, scales and zero points, and
+  // full-precision rows, without allocation slack.
+  virtual std::size_t entry_bytes(int layer, int kv_head) const {
+    return static_cast<std::size_t>(size(layer, kv_head)) * (row_bytes(KVPart::Keys) + row_bytes(KVPart::Values));
+  }
 
   virtual int size(int layer, int kv_head) const = 0;
   // Original positions of the entries, host memory (the backend keeps a host copy next to any device copy).
@@ -100,6 +143,11 @@ class KVStorage {
   // gives memory back after an edit once more than a quarter of a head's allocation is unused, so evicting
   // really shrinks the footprint while decode appends do not reallocate every step.
   virtual std::size_t layer_bytes(int layer) const = 0;
+
+  // Per layer, the error of storing the rows appended so far (as_merged false: each row when it was quantized
+  // or rounded; a KIVI row when it left the full-precision residual) or of storing merge results again (true:
+  // the float32 merged row against what the cache holds after it). All zero for a float32 part.
+  virtual StorageError storage_error(int /*layer*/, KVPart /*part*/, bool /*as_merged*/) const { return {}; }
 
  private:
   int n_layers_, n_kv_heads_, head_dim_;

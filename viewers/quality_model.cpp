@@ -16,7 +16,7 @@ bool budget_less(const std::string& a, const std::string& b) {
 }
 
 void QualityCurves::add(eval::SweepRow row) {
-  if (std::find(policies.begin(), policies.end(), row.policy) == policies.end()) policies.push_back(row.policy);
+  if (std::find(policies.begin(), policies.end(), row.series()) == policies.end()) policies.push_back(row.series());
   if (std::find(budgets.begin(), budgets.end(), row.budget) == budgets.end()) {
     budgets.insert(std::upper_bound(budgets.begin(), budgets.end(), row.budget, budget_less), row.budget);
   }

@@ -14,7 +14,7 @@ std::optional<Figure> evidence_retention_by_layer(const std::vector<eval::SweepR
   for (std::size_t p = 0; p < policies.size(); ++p) {
     std::vector<std::vector<double>> by_layer;  // [layer][sample]
     for (const auto& row : rows) {
-      if (row.policy != policies[p] || row.budget != budget || row.evidence_layer_kept.empty()) continue;
+      if (row.series() != policies[p] || row.budget != budget || row.evidence_layer_kept.empty()) continue;
       if (by_layer.size() < row.evidence_layer_kept.size()) by_layer.resize(row.evidence_layer_kept.size());
       for (std::size_t l = 0; l < row.evidence_layer_kept.size(); ++l)
         by_layer[l].push_back(row.evidence_layer_kept[l]);

@@ -153,8 +153,18 @@ void KVCache::update_bytes() {
   peak_bytes_ = std::max(peak_bytes_, bytes_);
 }
 
+std::size_t KVCache::entry_bytes() const {
+  std::size_t total = 0;
+  for (int l = 0; l < n_layers_; ++l)
+    for (int h = 0; h < n_kv_heads_; ++h) total += storage_->entry_bytes(l, h);
+  return total;
+}
+
 std::size_t KVCache::full_cache_bytes(int seq_len) const {
-  return static_cast<std::size_t>(seq_len) * n_layers_ * n_kv_heads_ * entry_row_bytes();
+  const auto n = static_cast<std::size_t>(std::max(seq_len, 0));
+  return static_cast<std::size_t>(n_layers_) * n_kv_heads_ *
+         (kernels::cache_part_bytes(type(), kernels::KVPart::Keys, head_dim_, n) +
+          kernels::cache_part_bytes(type(), kernels::KVPart::Values, head_dim_, n));
 }
 
 int KVCache::total_entries() const {

@@ -54,9 +54,9 @@ class KVCache {
   std::size_t peak_bytes() const { return peak_bytes_; }
   std::size_t layer_bytes(int layer) const { return storage_->layer_bytes(layer); }
   std::size_t layer_peak_bytes(int layer) const { return layer_peak_bytes_[layer]; }
-  // Bytes the entries themselves take (K and V rows as stored: a block format's payload and scales), without
-  // allocation slack.
-  std::size_t entry_bytes() const { return static_cast<std::size_t>(total_entries()) * entry_row_bytes(); }
+  // Bytes the entries themselves take (K and V rows as stored: a block format's payload and scales, KIVI's
+  // payload, scales, zero points and full-precision residual), without allocation slack.
+  std::size_t entry_bytes() const;
   // Bytes the same entries would take in a full (uncompressed) cache of seq_len tokens.
   std::size_t full_cache_bytes(int seq_len) const;
   int total_entries() const;
@@ -76,10 +76,6 @@ class KVCache {
     return heads_[static_cast<std::size_t>(layer) * n_kv_heads_ + kv_head];
   }
   std::span<const float> rows(int layer, int kv_head, kernels::KVPart part) const;
-  // Bytes of one entry's key row plus value row as stored.
-  std::size_t entry_row_bytes() const {
-    return storage_->row_bytes(kernels::KVPart::Keys) + storage_->row_bytes(kernels::KVPart::Values);
-  }
   void apply_head(const HeadEdit& edit);
   void update_bytes();
 

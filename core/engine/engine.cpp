@@ -428,10 +428,13 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   Run run(c, backend_, options.cache_type, std::min(block, n_prompt));
   run.hooks = &hooks;
   run.prompt_tokens = n_prompt;
-  if (hooks.policy)
+  // The shadow is a float32 full cache: what a compressed or quantized cache's attention output is compared with
+  // (the error of eviction and of storage together; a full cache in float32 has nothing to compare).
+  if (hooks.policy || options.cache_type != kernels::KVCacheTypes(kernels::CacheType::F32))
     for (RunObserver* o : hooks.observers)
       if (o->wants_full_cache_output()) {
-        run.shadow = std::make_unique<cache::KVCache>(c.n_layers, c.n_kv_heads, c.head_dim, options.cache_type, &backend_);
+        run.shadow = std::make_unique<cache::KVCache>(c.n_layers, c.n_kv_heads, c.head_dim,
+                                                      kernels::KVCacheTypes(kernels::CacheType::F32), &backend_);
         break;
       }
   RunResult result;
@@ -537,6 +540,14 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   for (int l = 0; l < c.n_layers; ++l) {
     result.layer_bytes.push_back(run.cache.layer_bytes(l));
     result.layer_peak_bytes.push_back(run.cache.layer_peak_bytes(l));
+    const kernels::KVStorage& storage = run.cache.storage();
+    result.key_storage_nmse.push_back(storage.storage_error(l, kernels::KVPart::Keys, false).relative_nmse());
+    result.value_storage_nmse.push_back(storage.storage_error(l, kernels::KVPart::Values, false).relative_nmse());
+    const kernels::StorageError key_merge = storage.storage_error(l, kernels::KVPart::Keys, true);
+    const kernels::StorageError value_merge = storage.storage_error(l, kernels::KVPart::Values, true);
+    result.key_merge_nmse.push_back(key_merge.relative_nmse());
+    result.value_merge_nmse.push_back(value_merge.relative_nmse());
+    result.merges_stored = result.merges_stored || key_merge.reference > 0.0 || value_merge.reference > 0.0;
     std::vector<int> heads;
     for (int h = 0; h < c.n_kv_heads; ++h) heads.push_back(run.cache.size(l, h));
     result.kept.push_back(std::move(heads));

@@ -87,6 +87,10 @@ struct RunResult {
   // Allocated bytes now and at peak; bytes of the entries themselves; what a full cache would hold.
   std::size_t cache_bytes = 0, cache_peak_bytes = 0, cache_entry_bytes = 0, full_cache_bytes = 0;
   std::vector<std::size_t> layer_bytes, layer_peak_bytes;
+  // Per layer, the relative NMSE of the stored keys and values against the float32 rows they were made from
+  // (kernels::KVStorage::storage_error), and of merge results stored again (0 without merges or for f32).
+  std::vector<double> key_storage_nmse, value_storage_nmse, key_merge_nmse, value_merge_nmse;
+  bool merges_stored = false;  // some merge result was stored in a non-float32 part
   std::vector<std::vector<int>> kept;  // [layers][kv_heads] entries at the end
   std::vector<int> layer_budgets;      // the policy's budgets at the end (empty without a policy)
   bool cancelled = false;

@@ -72,6 +72,7 @@ SweepRow CellRunner::run(std::size_t index) {
   row.prompt = grid_.prompts[cell.prompt];
   row.policy = cell.policy.policy;
   row.budget = cell.policy.budget;
+  row.cache_type = cell.cache_type;
   if (fidelity_)
     row.metrics = evaluator_.fidelity(*fidelity_, cell.policy).metrics();
   else if (ppl_)

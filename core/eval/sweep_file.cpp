@@ -48,6 +48,7 @@ SweepTable read_csv(const fs::path& path) {
   SweepTable table;
   table.path = path;
   std::vector<std::string> columns;
+  std::size_t key_columns = kKeyColumns.size();
   std::size_t start = 0;
   for (int line_no = 1; start < text.size(); ++line_no) {
     std::size_t end = text.find('\n', start);
@@ -62,7 +63,9 @@ SweepTable read_csv(const fs::path& path) {
         throw Error(name + " is not a sweep's rows.csv: its header '" + line +
                     "' should start with cell,prompt,policy,budget and name at least one metric");
       columns = fields;
-      table.metrics.assign(fields.begin() + kKeyColumns.size(), fields.end());
+      // A sweep with --cache-types has a cache_type column after the key columns.
+      key_columns = kKeyColumns.size() + (fields.size() > kKeyColumns.size() + 1 && fields[4] == "cache_type");
+      table.metrics.assign(fields.begin() + static_cast<std::ptrdiff_t>(key_columns), fields.end());
       continue;
     }
     if (torn && fields.size() != columns.size()) break;
@@ -75,7 +78,8 @@ SweepTable read_csv(const fs::path& path) {
     row.cell = static_cast<std::size_t>(cell);
     row.prompt = fields[1], row.policy = fields[2], row.budget = fields[3];
     if (row.policy.empty()) throw Error(where + " has an empty policy");
-    for (std::size_t i = kKeyColumns.size(); i < fields.size(); ++i)
+    if (key_columns > kKeyColumns.size()) row.cache_type = fields[4];
+    for (std::size_t i = key_columns; i < fields.size(); ++i)
       row.metrics.emplace_back(columns[i], parse_number(fields[i], where + ", column " + columns[i]));
     table.rows.push_back(std::move(row));
   }
@@ -112,7 +116,8 @@ SweepTable read_hdf5(const fs::path& path) {
       throw Error(name + ": /eval datasets differ in length (" + std::to_string(column->size()) + " and " +
                   std::to_string(n) + " rows)");
   for (const auto& d : h5::list_group(group))
-    if (std::find(kKeyColumns.begin(), kKeyColumns.end(), d) == kKeyColumns.end()) table.metrics.push_back(d);
+    if (std::find(kKeyColumns.begin(), kKeyColumns.end(), d) == kKeyColumns.end() && d != "cache_type")
+      table.metrics.push_back(d);
   if (table.metrics.empty()) throw Error(name + ": /eval has no metric datasets");
   // The store's column order when the metrics are a known kind's (list_group sorts by name).
   const auto stored_kind = h5::get_string_attr(group, "eval");
@@ -125,6 +130,13 @@ SweepTable read_hdf5(const fs::path& path) {
     }
   }
   table.rows.resize(n);
+  if (h5::exists(group, "cache_type")) {  // a sweep with --cache-types
+    const auto types = h5::read_strings(dataset("cache_type"));
+    if (types.size() != n)
+      throw Error(name + ": /eval/cache_type has " + std::to_string(types.size()) + " values for " +
+                  std::to_string(n) + " rows");
+    for (std::size_t i = 0; i < n; ++i) table.rows[i].cache_type = types[i];
+  }
   for (std::size_t i = 0; i < n; ++i) {
     if (cells[i] < 0) throw Error(name + ": /eval/cell[" + std::to_string(i) + "] is negative");
     if (policies[i].empty()) throw Error(name + ": /eval/policy[" + std::to_string(i) + "] is empty");

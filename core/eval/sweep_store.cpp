@@ -79,13 +79,25 @@ std::vector<std::string> split_policy_list(const std::string& text) {
 SweepCell SweepGrid::cell(std::size_t index) const {
   if (index >= size())
     throw Error("cell " + std::to_string(index) + " is outside the grid of " + std::to_string(size()) + " cells");
-  const std::size_t per_prompt = policies.size() * budgets.size();
+  const std::size_t per_policy = cache_type_count() * budgets.size(), per_prompt = policies.size() * per_policy;
   SweepCell c;
   c.index = index;
   c.prompt = index / per_prompt;
-  c.policy.policy = policies[(index % per_prompt) / budgets.size()];
+  c.policy.policy = policies[(index % per_prompt) / per_policy];
   c.policy.budget = budgets[index % budgets.size()];
+  if (!cache_types.empty()) {
+    c.cache_type = cache_types[(index % per_policy) / budgets.size()];
+    c.policy.cache_type = kernels::parse_cache_types(c.cache_type);
+  }
   return c;
+}
+
+std::vector<std::string> SweepGrid::series() const {
+  if (cache_types.empty()) return policies;
+  std::vector<std::string> out;
+  for (const auto& policy : policies)
+    for (const auto& type : cache_types) out.push_back(SweepRow::series_label(policy, type));
+  return out;
 }
 
 nlohmann::json SweepGrid::to_json() const {
@@ -93,6 +105,7 @@ nlohmann::json SweepGrid::to_json() const {
                       {"policies", policies}, {"budgets", budgets}, {"settings", settings}};
   if (std::any_of(policy_digests.begin(), policy_digests.end(), [](const std::string& d) { return !d.empty(); }))
     j["policy_sha256"] = policy_digests;
+  if (!cache_types.empty()) j["cache_types"] = cache_types;
   return j;
 }
 
@@ -120,6 +133,7 @@ void SweepGrid::validate() const {
   if (prompts.empty()) throw UsageError("the sweep has no prompts");
   if (policies.empty()) throw UsageError("the sweep has no policies: pass --policies a,b,...");
   if (budgets.empty()) throw UsageError("the sweep has no budgets: pass --budgets 10%,25%,...");
+  for (const auto& type : cache_types) kernels::parse_cache_types(type);  // names the bad one
 }
 
 double SweepRow::metric(const std::string& name) const {
@@ -132,6 +146,7 @@ nlohmann::json SweepRow::to_json() const {
   nlohmann::json m = nlohmann::json::object();
   for (const auto& [name, value] : metrics) m[name] = value;
   nlohmann::json j = {{"cell", cell}, {"prompt", prompt}, {"policy", policy}, {"budget", budget}, {"metrics", m}};
+  if (!cache_type.empty()) j["cache_type"] = cache_type;
   if (!evidence_layer_kept.empty()) j["evidence_layer_kept"] = evidence_layer_kept;
   return j;
 }
@@ -143,6 +158,7 @@ SweepRow SweepRow::from_json(const nlohmann::json& j) {
     row.prompt = j.at("prompt").get<std::string>();
     row.policy = j.at("policy").get<std::string>();
     row.budget = j.at("budget").get<std::string>();
+    row.cache_type = j.value("cache_type", std::string());
     for (const auto& [name, value] : j.at("metrics").items())
       row.metrics.emplace_back(name, value.is_null() ? std::numeric_limits<double>::quiet_NaN() : value.get<double>());
     if (j.contains("evidence_layer_kept")) row.evidence_layer_kept = j["evidence_layer_kept"].get<std::vector<double>>();
@@ -157,7 +173,7 @@ double cell_mean(const std::vector<SweepRow>& rows, const std::string& policy, c
   double sum = 0.0;
   int n = 0;
   for (const auto& r : rows)
-    if (const double value = r.metric(metric); r.policy == policy && r.budget == budget && !std::isnan(value))
+    if (const double value = r.metric(metric); r.series() == policy && r.budget == budget && !std::isnan(value))
       sum += value, ++n;  // NaN: not measured for that row (or no such metric)
   return n ? sum / n : std::numeric_limits<double>::quiet_NaN();
 }
@@ -165,6 +181,8 @@ double cell_mean(const std::vector<SweepRow>& rows, const std::string& policy, c
 SweepStore::SweepStore(const fs::path& dir, const SweepGrid& grid) : dir_(dir), grid_(grid) {
   grid_.validate();
   columns_ = {"cell", "prompt", "policy", "budget"};
+  if (!grid_.cache_types.empty()) columns_.push_back("cache_type");
+  first_metric_ = columns_.size();
   for (const auto& name : metric_names(grid.eval_kind)) columns_.push_back(name);
   const fs::path grid_path = dir_ / "grid.json";
   if (fs::exists(grid_path)) {
@@ -234,12 +252,13 @@ void SweepStore::read_csv() {
     SweepRow row;
     try {
       row.cell = std::stoul(fields[0]);
-      for (std::size_t i = 4; i < fields.size(); ++i) row.metrics.emplace_back(columns_[i], std::stod(fields[i]));
+      for (std::size_t i = first_metric_; i < fields.size(); ++i) row.metrics.emplace_back(columns_[i], std::stod(fields[i]));
     } catch (const std::exception&) {
       throw Error("'" + csv_path().string() + "' line " + std::to_string(line_no) +
                   " has a field that is not a number");
     }
     row.prompt = fields[1], row.policy = fields[2], row.budget = fields[3];
+    if (first_metric_ > 4) row.cache_type = fields[4];
     if (row.cell >= grid_.size() || done_.count(row.cell))
       throw Error("'" + csv_path().string() + "' line " + std::to_string(line_no) + ": cell " + fields[0] +
                   " is outside the grid or appears twice");
@@ -279,11 +298,12 @@ void SweepStore::read_evidence() {
 std::string SweepStore::labels_contradiction(const SweepRow& row) const {
   const SweepCell expected = grid_.cell(row.cell);
   if (row.policy == expected.policy.policy && row.budget == expected.policy.budget &&
-      row.prompt == grid_.prompts[expected.prompt])
+      row.prompt == grid_.prompts[expected.prompt] && row.cache_type == expected.cache_type)
     return "";
-  return "the row for cell " + std::to_string(row.cell) + " is (" + row.prompt + ", " + row.policy + ", " + row.budget +
-         ") but the grid says (" + grid_.prompts[expected.prompt] + ", " + expected.policy.policy + ", " +
-         expected.policy.budget + ")";
+  auto cache = [](const std::string& type) { return type.empty() ? std::string() : ", " + type; };
+  return "the row for cell " + std::to_string(row.cell) + " is (" + row.prompt + ", " + row.policy + cache(row.cache_type) +
+         ", " + row.budget + ") but the grid says (" + grid_.prompts[expected.prompt] + ", " + expected.policy.policy +
+         cache(expected.cache_type) + ", " + expected.policy.budget + ")";
 }
 
 void SweepStore::append(const SweepRow& row) {
@@ -298,7 +318,8 @@ void SweepStore::append(const SweepRow& row) {
   }
   line += std::to_string(row.cell) + "," + csv_field(row.prompt) + "," + csv_field(row.policy) + "," +
           csv_field(row.budget);
-  for (std::size_t i = 4; i < columns_.size(); ++i) {
+  if (first_metric_ > 4) line += "," + csv_field(row.cache_type);
+  for (std::size_t i = first_metric_; i < columns_.size(); ++i) {
     auto it =
         std::find_if(row.metrics.begin(), row.metrics.end(), [&](const auto& m) { return m.first == columns_[i]; });
     if (it == row.metrics.end())
@@ -382,7 +403,9 @@ void write_summary_group(hid_t eval_group, const std::vector<CellSummary>& summa
 }  // namespace
 
 void SweepStore::write_summary(const std::string& baseline, const BootstrapSettings& settings) {
-  const auto summary = summarize(grid_, rows_, {columns_.begin() + 4, columns_.end()}, baseline, settings);
+  const auto summary =
+      summarize(grid_, rows_, {columns_.begin() + static_cast<std::ptrdiff_t>(first_metric_), columns_.end()}, baseline,
+                settings);
   const std::string base = baseline_policy(grid_, baseline);
   write_summary_csv(summary_path(), summary, base);
   write_hdf5(&summary, &settings, &base);
@@ -404,11 +427,12 @@ void SweepStore::write_hdf5(const std::vector<CellSummary>* summary, const Boots
     strings("prompt", [](const SweepRow& r) { return r.prompt; });
     strings("policy", [](const SweepRow& r) { return r.policy; });
     strings("budget", [](const SweepRow& r) { return r.budget; });
+    if (!grid_.cache_types.empty()) strings("cache_type", [](const SweepRow& r) { return r.cache_type; });
     std::vector<int64_t> cells;
     for (const auto& r : rows_) cells.push_back(static_cast<int64_t>(r.cell));
     h5::Handle cell_set = h5::create_dataset(group, "cell", {H5T_STD_I64LE, {n}, {}, {}, 0, {}});
     if (n) h5::write_slab(cell_set, H5T_NATIVE_INT64, {0}, {n}, cells.data());
-    for (std::size_t i = 4; i < columns_.size(); ++i)
+    for (std::size_t i = first_metric_; i < columns_.size(); ++i)
       // append() refuses rows without every metric, so NaN here is a value that was not measured.
       write_number_column(group, columns_[i], rows_, [&](const SweepRow& r) { return r.metric(columns_[i]); });
     write_evidence_layers(group, rows_);

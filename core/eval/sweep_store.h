@@ -21,6 +21,7 @@ struct SweepCell {
   std::size_t index = 0;
   std::size_t prompt = 0;  // index into SweepGrid::prompts
   CellPolicy policy;
+  std::string cache_type;  // the grid's name of policy.cache_type; empty in a grid without cache types
 };
 
 struct SweepGrid {
@@ -28,12 +29,19 @@ struct SweepGrid {
   std::vector<std::string> prompts;         // names (file names, or generated needle cases)
   std::vector<std::string> prompt_digests;  // sha256 of each prompt's text: an edited prompt is another grid
   std::vector<std::string> policies, budgets;
+  // --cache-types: how each cell's KV cache stores keys and values (kernels/kv_storage.h), a grid dimension
+  // between policies and budgets; empty: every cell float32, and grid.json and rows.csv stay as before the option.
+  std::vector<std::string> cache_types;
   // sha256 of each policy's file (python:FILE, plugin:FILE), "" for a built-in: an edited scorer is another
   // grid. Recorded (as policy_sha256) only when the grid has a policy file, so built-in grids stay as they were.
   std::vector<std::string> policy_digests;
   nlohmann::json settings = nlohmann::json::object();  // new tokens, prompt tokens, model, ...
 
-  std::size_t size() const { return prompts.size() * policies.size() * budgets.size(); }
+  std::size_t size() const { return prompts.size() * policies.size() * cache_type_count() * budgets.size(); }
+  std::size_t cache_type_count() const { return cache_types.empty() ? 1 : cache_types.size(); }
+  // The curves a summary or figure draws: the policies, or with cache types every (policy, cache type) as
+  // "policy @type" (SweepRow::series).
+  std::vector<std::string> series() const;
   // Cells run prompt by prompt, so a worker reuses one prompt's reference for all its cells.
   SweepCell cell(std::size_t index) const;
   nlohmann::json to_json() const;
@@ -44,6 +52,12 @@ struct SweepGrid {
 struct SweepRow {
   std::size_t cell = 0;
   std::string prompt, policy, budget;
+  std::string cache_type;  // the cell's, as the grid names it; empty in a grid without cache types
+  // "policy", or "policy @cache_type": what summaries and figures group rows by.
+  std::string series() const { return cache_type.empty() ? policy : series_label(policy, cache_type); }
+  static std::string series_label(const std::string& policy, const std::string& cache_type) {
+    return policy + " @" + cache_type;
+  }
   Metrics metrics;
   // RULER cells with evidence: per layer, the share of the evidence the cache held at the first answer token
   // (EvidenceRetention::layer_kept); empty otherwise. Stored apart from rows.csv, whose columns are fixed, in
@@ -55,7 +69,7 @@ struct SweepRow {
   static SweepRow from_json(const nlohmann::json& j);  // throws Error naming the missing field
 };
 
-// Mean of `metric` over the rows of (policy, budget), i.e. over the prompts that have that cell; NaN when
+// Mean of `metric` over the rows of (series, budget), i.e. over the prompts that have that cell; NaN when
 // no such row has the metric (a NaN value is no measurement and is left out). The number every summary and
 // figure of a sweep shows.
 double cell_mean(const std::vector<SweepRow>& rows, const std::string& policy, const std::string& budget,
@@ -98,6 +112,7 @@ class SweepStore {
   std::filesystem::path dir_;
   SweepGrid grid_;
   std::vector<std::string> columns_;
+  std::size_t first_metric_ = 4;  // columns_[first_metric_...] are the metrics
   std::vector<SweepRow> rows_;
   std::set<std::size_t> done_;
 };

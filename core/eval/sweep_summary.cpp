@@ -15,7 +15,7 @@ std::vector<std::pair<std::string, double>> cell_values(const std::vector<SweepR
                                                         const std::string& budget, const std::string& metric) {
   std::vector<std::pair<std::string, double>> out;
   for (const auto& r : rows)
-    if (const double value = r.metric(metric); r.policy == policy && r.budget == budget && !std::isnan(value))
+    if (const double value = r.metric(metric); r.series() == policy && r.budget == budget && !std::isnan(value))
       out.emplace_back(r.prompt, value);  // NaN: not measured (or no such metric)
   return out;
 }
@@ -42,11 +42,15 @@ std::optional<Interval> paired_interval(const std::vector<SweepRow>& rows, const
 }
 
 std::string baseline_policy(const SweepGrid& grid, const std::string& requested) {
-  const bool in_grid = std::find(grid.policies.begin(), grid.policies.end(),
-                                 requested.empty() ? "full" : requested) != grid.policies.end();
+  // With cache types a baseline is a series ("full @f16"); the default is the full cache in the first type.
+  const std::vector<std::string> series = grid.series();
+  const std::string fallback =
+      grid.cache_types.empty() ? std::string("full") : SweepRow::series_label("full", grid.cache_types.front());
+  const bool in_grid = std::find(series.begin(), series.end(), requested.empty() ? fallback : requested) != series.end();
   if (!requested.empty() && !in_grid)
-    throw UsageError("--baseline '" + requested + "' is not one of the sweep's policies");
-  return in_grid ? (requested.empty() ? "full" : requested) : "";
+    throw UsageError("--baseline '" + requested + "' is not one of the sweep's policies" +
+                     (grid.cache_types.empty() ? "" : " (with --cache-types: 'policy @type')"));
+  return in_grid ? (requested.empty() ? fallback : requested) : "";
 }
 
 std::vector<CellSummary> summarize(const SweepGrid& grid, const std::vector<SweepRow>& rows,
@@ -54,7 +58,7 @@ std::vector<CellSummary> summarize(const SweepGrid& grid, const std::vector<Swee
                                    const BootstrapSettings& settings) {
   const std::string base = baseline_policy(grid, baseline);
   std::vector<CellSummary> out;
-  for (const auto& policy : grid.policies)
+  for (const auto& policy : grid.series())
     for (const auto& budget : grid.budgets)
       for (const auto& metric : metrics) {
         const auto values = cell_values(rows, policy, budget, metric);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <exception>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -698,6 +699,24 @@ void Recorder::finish(const engine::RunResult& result) {
       {"cache_peak_bytes", std::to_string(result.cache_peak_bytes)},
       {"full_cache_bytes", std::to_string(result.full_cache_bytes)},
   };
+  // How far the stored rows are from float32, per layer (a quantized or half cache; issue 37).
+  if (const auto type = run_.metadata.find("cache_type"); type != run_.metadata.end() && type->second != "f32") {
+    auto per_layer = [](const std::vector<double>& values) {
+      std::string text;
+      char buf[32];
+      for (double v : values) {
+        std::snprintf(buf, sizeof buf, "%.6g", v);
+        text += (text.empty() ? "" : ",") + std::string(buf);
+      }
+      return text;
+    };
+    final_meta["storage_nmse_keys"] = per_layer(result.key_storage_nmse);
+    final_meta["storage_nmse_values"] = per_layer(result.value_storage_nmse);
+    if (result.merges_stored) {
+      final_meta["merge_storage_nmse_keys"] = per_layer(result.key_merge_nmse);
+      final_meta["merge_storage_nmse_values"] = per_layer(result.value_merge_nmse);
+    }
+  }
   if (result.prefill_share_from_blocks > 0.0)
     final_meta["prefill"] = "computed, " + std::to_string(result.prefill_percent_from_blocks()) +
                             " % of its layers (rows x layers) finished from a capture of the same prompt's "

@@ -289,6 +289,8 @@ void key_scores(const CpuKVStorage& kv, int layer, int kv_head, const float* q, 
     case CacheType::Q8_0: return block_scores<Q8_0Block>(q, kv.blocks(layer, kv_head, KVPart::Keys), m, d, scale, out);
     case CacheType::Q4_0: return block_scores<Q4_0Block>(q, kv.blocks(layer, kv_head, KVPart::Keys), m, d, scale, out);
     case CacheType::Q4_1: return block_scores<Q4_1Block>(q, kv.blocks(layer, kv_head, KVPart::Keys), m, d, scale, out);
+    case CacheType::KIVI2:
+    case CacheType::KIVI4: return kv.kivi(layer, kv_head, KVPart::Keys).scores(q, scale, out);
   }
 }
 
@@ -301,6 +303,8 @@ void value_sum(const CpuKVStorage& kv, int layer, int kv_head, const float* p, i
     case CacheType::Q8_0: return block_weighted_sum<Q8_0Block>(p, kv.blocks(layer, kv_head, KVPart::Values), m, d, out);
     case CacheType::Q4_0: return block_weighted_sum<Q4_0Block>(p, kv.blocks(layer, kv_head, KVPart::Values), m, d, out);
     case CacheType::Q4_1: return block_weighted_sum<Q4_1Block>(p, kv.blocks(layer, kv_head, KVPart::Values), m, d, out);
+    case CacheType::KIVI2:
+    case CacheType::KIVI4: return kv.kivi(layer, kv_head, KVPart::Values).weighted_sum(p, out);
   }
 }
 

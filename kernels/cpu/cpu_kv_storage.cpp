@@ -1,6 +1,7 @@
 #include "kernels/cpu/cpu_kv_storage.h"
 
 #include <algorithm>
+#include <map>
 
 #include "kernels/common/block_quantize.h"
 #include "kernels/common/float16.h"
@@ -64,8 +65,15 @@ void dequantize_row(CacheType type, const uint8_t* row, int head_dim, float* out
 }  // namespace
 
 CpuKVStorage::CpuKVStorage(int n_layers, int n_kv_heads, int head_dim, KVCacheTypes type)
-    : KVStorage(n_layers, n_kv_heads, head_dim, type), heads_(static_cast<std::size_t>(n_layers) * n_kv_heads) {
+    : KVStorage(n_layers, n_kv_heads, head_dim, type), heads_(static_cast<std::size_t>(n_layers) * n_kv_heads),
+      errors_(static_cast<std::size_t>(n_layers)) {
   check_cache_types(type, head_dim);
+  for (KVPart part : {KVPart::Keys, KVPart::Values}) {
+    if (!is_kivi(type.of(part))) continue;
+    const KiviLayout layout{kivi_bits(type.of(part)), type.kivi.group, type.kivi.residual, head_dim,
+                            part == KVPart::Keys};
+    for (HeadRows& head : heads_) head.part(part).kivi.emplace(layout);
+  }
 }
 
 const float* CpuKVStorage::f32(int layer, int kv_head, KVPart part) const {
@@ -95,17 +103,26 @@ void CpuKVStorage::reserve_for(HeadRows& head, std::size_t entries) {
   const std::size_t target =
       head.positions.empty() ? entries
                              : std::max(entries, head.positions.size() + head.positions.size() / 4 + kMinSlackEntries);
-  for (KVPart part : {KVPart::Keys, KVPart::Values})
+  for (KVPart part : {KVPart::Keys, KVPart::Values}) {
+    if (head.part(part).kivi) {
+      head.part(part).kivi->reserve(target);
+      continue;
+    }
     on_stored(head.part(part), type().of(part), head_dim(), [&](auto& rows, std::size_t width) {
       rows.reserve(target * width);
     });
+  }
   head.positions.reserve(target);
 }
 
-void CpuKVStorage::push_rows(HeadRows& head, KVPart part, const float* rows, std::size_t row_stride, int count) {
+void CpuKVStorage::push_rows(int layer, HeadRows& head, KVPart part, const float* rows, std::size_t row_stride,
+                             int count) {
   const int d = head_dim();
   const CacheType t = type().of(part);
   PartRows& stored = head.part(part);
+  StorageError& error = errors_[layer][part == KVPart::Values][0];
+  if (stored.kivi) return stored.kivi->append(rows, row_stride, count, &error);
+  const std::size_t first = head.positions.size();
   for (int r = 0; r < count; ++r) {
     const float* row = rows + r * row_stride;
     if (t == CacheType::F32) {
@@ -124,6 +141,12 @@ void CpuKVStorage::push_rows(HeadRows& head, KVPart part, const float* rows, std
       quantize_row(t, row, d, stored.blocks.data() + end);
     }
   }
+  if (t == CacheType::F32) return;
+  std::vector<float> back(static_cast<std::size_t>(d));
+  for (int r = 0; r < count; ++r) {
+    load_rows(head, part, first + r, 1, back.data());
+    error.add(rows + r * row_stride, back.data(), d);
+  }
 }
 
 void CpuKVStorage::append(int layer, const float* k, const float* v, int n, const int32_t* positions) {
@@ -132,8 +155,8 @@ void CpuKVStorage::append(int layer, const float* k, const float* v, int n, cons
   for (int h = 0; h < n_kv_heads(); ++h) {
     HeadRows& head = at(layer, h);
     reserve_for(head, head.positions.size() + n);
-    push_rows(head, KVPart::Keys, k + h * d, token_stride, n);
-    push_rows(head, KVPart::Values, v + h * d, token_stride, n);
+    push_rows(layer, head, KVPart::Keys, k + h * d, token_stride, n);
+    push_rows(layer, head, KVPart::Values, v + h * d, token_stride, n);
     head.positions.insert(head.positions.end(), positions, positions + n);
   }
 }
@@ -143,7 +166,9 @@ void CpuKVStorage::load_rows(const HeadRows& head, KVPart part, std::size_t firs
   const int d = head_dim();
   const CacheType t = type().of(part);
   const PartRows& stored = head.part(part);
-  if (t == CacheType::F32) {
+  if (stored.kivi) {
+    stored.kivi->load(first, count, out);
+  } else if (t == CacheType::F32) {
     std::copy_n(stored.f32.data() + first * d, count * d, out);
   } else if (t == CacheType::F16) {
     halves_to_float(stored.f16.data() + first * d, count * d, out);
@@ -174,29 +199,54 @@ void CpuKVStorage::edit(int layer, int kv_head, std::span<const int32_t> keep, s
                         std::span<const ValueMerge> value_merges) {
   HeadRows& head = at(layer, kv_head);
   const std::size_t d = head_dim();
-  // Merges first, while source indices still refer to the old layout; float32 whatever the storage (a block
-  // format is dequantized, merged and quantized again).
-  std::vector<float> row(d), merged(d);
+  // Merges first, while source indices still refer to the old layout; float32 whatever the storage (a quantized
+  // row is dequantized). Results are kept in float32 until all merges are done, so a later merge reads an earlier
+  // one's result exactly and each merged row is stored (rounded or quantized) once.
+  std::map<int32_t, std::vector<float>> merged[2];
+  auto read = [&](KVPart part, int32_t i, float* out) {
+    const auto& results = merged[part == KVPart::Values];
+    if (const auto it = results.find(i); it != results.end())
+      std::copy(it->second.begin(), it->second.end(), out);
+    else
+      load_rows(head, part, i, 1, out);
+  };
+  std::vector<float> row(d), sum(d);
   for (const ValueMerge& m : value_merges) {
-    load_rows(head, KVPart::Values, m.source, 1, row.data());
+    read(KVPart::Values, m.source, row.data());
     for (int32_t t : m.targets) {
-      load_rows(head, KVPart::Values, t, 1, merged.data());
-      for (std::size_t j = 0; j < d; ++j) merged[j] += m.weight * row[j];
-      store_row(head, KVPart::Values, t, merged.data());
+      read(KVPart::Values, t, sum.data());
+      for (std::size_t j = 0; j < d; ++j) sum[j] += m.weight * row[j];
+      merged[1][t] = sum;
     }
   }
   for (const RowMerge& g : merges)
     for (KVPart part : {KVPart::Keys, KVPart::Values}) {
-      load_rows(head, part, g.target, 1, row.data());
-      for (std::size_t j = 0; j < d; ++j) merged[j] = g.weights[0] * row[j];
+      read(part, g.target, row.data());
+      for (std::size_t j = 0; j < d; ++j) sum[j] = g.weights[0] * row[j];
       for (std::size_t s = 0; s < g.sources.size(); ++s) {
-        load_rows(head, part, g.sources[s], 1, row.data());
-        for (std::size_t j = 0; j < d; ++j) merged[j] += g.weights[s + 1] * row[j];
+        read(part, g.sources[s], row.data());
+        for (std::size_t j = 0; j < d; ++j) sum[j] += g.weights[s + 1] * row[j];
       }
-      store_row(head, part, g.target, merged.data());
+      merged[part == KVPart::Values][g.target] = sum;
     }
+  for (KVPart part : {KVPart::Keys, KVPart::Values}) {
+    const auto& results = merged[part == KVPart::Values];
+    StorageError& error = errors_[layer][part == KVPart::Values][1];
+    if (KiviPart* kivi = head.part(part).kivi ? &*head.part(part).kivi : nullptr) {
+      const std::vector<std::pair<int32_t, std::vector<float>>> rows(results.begin(), results.end());
+      kivi->store(rows, &error);
+    } else {
+      for (const auto& [i, values] : results) {
+        store_row(head, part, i, values.data());
+        if (type().of(part) == CacheType::F32) continue;
+        load_rows(head, part, i, 1, row.data());
+        error.add(values.data(), row.data(), d);
+      }
+    }
+  }
   // Compaction in place: keep is increasing, so each kept row moves down or stays. A block row moves whole
-  // (its scales with it), so evicting frees an entry's payload and scales together.
+  // (its scales with it), so evicting frees an entry's payload and scales together; a KIVI part re-packs its
+  // groups (kivi_part.h).
   auto compact = [&](auto& rows, std::size_t width) {
     std::size_t out = 0;
     for (int32_t i : keep) {
@@ -205,20 +255,29 @@ void CpuKVStorage::edit(int layer, int kv_head, std::span<const int32_t> keep, s
     }
     rows.resize(out * width);
   };
-  for (KVPart part : {KVPart::Keys, KVPart::Values}) on_stored(head.part(part), type().of(part), head_dim(), compact);
+  for (KVPart part : {KVPart::Keys, KVPart::Values}) {
+    if (head.part(part).kivi)
+      head.part(part).kivi->compact(keep);
+    else
+      on_stored(head.part(part), type().of(part), head_dim(), compact);
+  }
   compact(head.positions, 1);
   release_slack(head);
 }
 
 void CpuKVStorage::release_slack(HeadRows& head) {
+  for (KVPart part : {KVPart::Keys, KVPart::Values})
+    if (head.part(part).kivi) head.part(part).kivi->release_slack();
   const std::size_t n = head.positions.size();
   const std::size_t capacity = head.positions.capacity();
   if (capacity - n <= kMinSlackEntries || static_cast<double>(capacity - n) <= kMaxSlackShare * capacity) return;
   const std::size_t keep_capacity = n + kMinSlackEntries;
-  for (KVPart part : {KVPart::Keys, KVPart::Values})
+  for (KVPart part : {KVPart::Keys, KVPart::Values}) {
+    if (head.part(part).kivi) continue;
     on_stored(head.part(part), type().of(part), head_dim(), [&](auto& rows, std::size_t width) {
       shrink_to(rows, keep_capacity * width);
     });
+  }
   shrink_to(head.positions, keep_capacity);
 }
 
@@ -232,8 +291,21 @@ std::size_t CpuKVStorage::layer_bytes(int layer) const {
     for (KVPart part : {KVPart::Keys, KVPart::Values}) {
       const PartRows& rows = at(layer, h).part(part);
       total += rows.f32.capacity() * sizeof(float) + rows.f16.capacity() * sizeof(uint16_t) +
-               rows.bf16.capacity() * sizeof(BFloat16) + rows.blocks.capacity();
+               rows.bf16.capacity() * sizeof(BFloat16) + rows.blocks.capacity() +
+               (rows.kivi ? rows.kivi->allocated_bytes() : 0);
     }
+  return total;
+}
+
+StorageError CpuKVStorage::storage_error(int layer, KVPart part, bool as_merged) const {
+  return errors_[layer][part == KVPart::Values][as_merged ? 1 : 0];
+}
+
+std::size_t CpuKVStorage::entry_bytes(int layer, int kv_head) const {
+  const HeadRows& head = at(layer, kv_head);
+  std::size_t total = 0;
+  for (KVPart part : {KVPart::Keys, KVPart::Values})
+    total += head.part(part).kivi ? head.part(part).kivi->entry_bytes() : head.positions.size() * row_bytes(part);
   return total;
 }
 

@@ -1,10 +1,13 @@
 #pragma once
-// K/V rows in host memory per (layer, KV head), in ragged vectors: float32, IEEE half, bfloat16 or llama.cpp
-// blocks (q8_0, q4_0, q4_1), keys and values each in their own CacheType.
+// K/V rows in host memory per (layer, KV head), in ragged vectors: float32, IEEE half, bfloat16, llama.cpp
+// blocks (q8_0, q4_0, q4_1) or KIVI's groups (kivi_part.h), keys and values each in their own CacheType.
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "kernels/common/float16.h"
+#include "kernels/cpu/kivi_part.h"
 #include "kernels/kv_storage.h"
 
 namespace kvscope::kernels::cpu {
@@ -21,6 +24,8 @@ class CpuKVStorage final : public KVStorage {
   void read_rows(int layer, int kv_head, KVPart part, int first, int count, float* host_out) const override;
   const float* host_f32_rows(int layer, int kv_head, KVPart part) const override;
   std::size_t layer_bytes(int layer) const override;
+  std::size_t entry_bytes(int layer, int kv_head) const override;
+  StorageError storage_error(int layer, KVPart part, bool as_merged) const override;
 
   // The stored rows of one head's part, [size][head_dim]: f32() when its type is F32, f16() when F16, bf16()
   // when BF16, blocks() (row_bytes(part) bytes a row) for a block format; the others are empty.
@@ -28,6 +33,8 @@ class CpuKVStorage final : public KVStorage {
   const uint16_t* f16(int layer, int kv_head, KVPart part) const;
   const BFloat16* bf16(int layer, int kv_head, KVPart part) const;
   const uint8_t* blocks(int layer, int kv_head, KVPart part) const;
+  // The part when its type is KIVI2 or KIVI4.
+  const KiviPart& kivi(int layer, int kv_head, KVPart part) const { return *at(layer, kv_head).part(part).kivi; }
 
  private:
   // One part's rows in the vector its type uses.
@@ -36,6 +43,7 @@ class CpuKVStorage final : public KVStorage {
     std::vector<uint16_t> f16;
     std::vector<BFloat16> bf16;
     std::vector<uint8_t> blocks;
+    std::optional<KiviPart> kivi;
   };
   struct HeadRows {
     PartRows keys, values;
@@ -53,9 +61,12 @@ class CpuKVStorage final : public KVStorage {
   void load_rows(const HeadRows& head, KVPart part, std::size_t first, std::size_t count, float* out) const;
   void store_row(HeadRows& head, KVPart part, std::size_t i, const float* row);
   // Adds `count` rows, row t at rows + t * row_stride floats.
-  void push_rows(HeadRows& head, KVPart part, const float* rows, std::size_t row_stride, int count);
+  void push_rows(int layer, HeadRows& head, KVPart part, const float* rows, std::size_t row_stride, int count);
 
   std::vector<HeadRows> heads_;
+  // [layer][keys, values][appended, merged]; heads of one layer append in one call, so a layer's sums are
+  // written by one thread.
+  std::vector<std::array<std::array<StorageError, 2>, 2>> errors_;
 };
 
 }  // namespace kvscope::kernels::cpu

@@ -23,7 +23,7 @@ struct Setup {
 
 // Cache entries per KV head: an evicted-looking prefix (gappy positions) followed by the step's own n keys.
 Setup make_setup(int n_heads, int n_kv_heads, int d, int n, unsigned seed,
-                 kernels::KVCacheTypes type = kernels::CacheType::F32) {
+                 kernels::KVCacheTypes type = kernels::CacheType::F32, int old = 6) {
   kernels::ModelShape c;
   c.n_heads = n_heads;
   c.n_kv_heads = n_kv_heads;
@@ -33,7 +33,6 @@ Setup make_setup(int n_heads, int n_kv_heads, int d, int n, unsigned seed,
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist;
   // Old entries: positions 0, 2, 5, 9, ... (a compressed history), same for all heads for append's sake.
-  const int old = 6;
   std::vector<int32_t> old_positions;
   for (int i = 0; i < old; ++i) old_positions.push_back(i * (i + 1) / 2 + i);
   const int first_new = old_positions.back() + 3;
@@ -115,9 +114,10 @@ observation::AttentionObservation attend(const Setup& s, int n, const observatio
   return obs;
 }
 
-void check(int n_heads, int n_kv_heads, int n, kernels::KVCacheTypes type = kernels::CacheType::F32, int d = 16) {
+void check(int n_heads, int n_kv_heads, int n, kernels::KVCacheTypes type = kernels::CacheType::F32, int d = 16,
+           int old = 6) {
   const int window = 3;
-  Setup s = make_setup(n_heads, n_kv_heads, d, n, 11 + n, type);
+  Setup s = make_setup(n_heads, n_kv_heads, d, n, 11 + n, type, old);
   observation::ObservationRequest req;
   req.window = window;
   req.column_sums = req.window_sums = req.window_rows = req.last_row = req.log_sum_exp = req.rows = true;
@@ -198,6 +198,45 @@ TEST_CASE("attention over q8_0, q4_0 and q4_1 caches matches the direct loop ove
     check(6, 2, 1, types, 64);
     check(6, 2, 9, types, 64);
   }
+}
+
+TEST_CASE("attention over KIVI caches matches the direct loop over the dequantized rows") {
+  using kernels::CacheType;
+  // Small groups and residuals so that the cache holds quantized key groups, quantized value rows and
+  // full-precision rows at once; 90 older entries appended one at a time.
+  for (CacheType type : {CacheType::KIVI2, CacheType::KIVI4})
+    for (const auto& [group, residual] : {std::pair{8, 4}, std::pair{32, 16}, std::pair{16, 0}})
+      for (int d : {32, 64, 128}) {
+        kernels::KVCacheTypes types(type);
+        types.kivi = {group, residual};
+        INFO("cache " << kernels::cache_type_name(types) << ", head_dim " << d);
+        check(6, 2, 1, types, d, 90);   // decode: codes read in place
+        check(3, 3, 1, types, d, 37);
+        check(6, 2, 40, types, d, 50);  // prefill: rows dequantized into scratch for BLAS
+      }
+  for (kernels::KVCacheTypes types :
+       {kernels::KVCacheTypes(CacheType::KIVI2, CacheType::Q8_0), kernels::KVCacheTypes(CacheType::F16, CacheType::KIVI4)}) {
+    types.kivi = {8, 8};
+    INFO("cache " << kernels::cache_type_name(types));
+    check(6, 2, 1, types, 64, 60);
+  }
+}
+
+TEST_CASE("KIVI's options are checked against the model's head_dim") {
+  kernels::KVCacheTypes types(kernels::CacheType::KIVI2);
+  types.kivi = {24, 16};
+  REQUIRE_THROWS_WITH(cache::KVCache(1, 1, 64, types), Catch::Contains("KIVI group=24: a group must be a multiple of 8"));
+  REQUIRE_THROWS_WITH(cache::KVCache(1, 1, 48, kernels::CacheType::KIVI4), Catch::Contains("head_dim 48 is not a multiple of 32"));
+  REQUIRE_THROWS_WITH(kernels::parse_cache_types("kivi2:group=32,window=4"), Catch::Contains("unknown option 'window=4'"));
+  REQUIRE_THROWS_WITH(kernels::parse_cache_types("q8_0:group=32"), Catch::Contains("only kivi2 and kivi4 take options"));
+  REQUIRE_THROWS_WITH(kernels::parse_cache_types("f32", "kivi2:group=8", "kivi4:group=16"),
+                      Catch::Contains("keys and values must share KIVI's options"));
+  const auto parsed = kernels::parse_cache_types("f16", "kivi2:group=16,residual=64", "");
+  REQUIRE(parsed.keys == kernels::CacheType::KIVI2);
+  REQUIRE(parsed.values == kernels::CacheType::F16);
+  REQUIRE(parsed.kivi == kernels::KiviOptions{16, 64});
+  REQUIRE(kernels::cache_type_name(parsed) == "k=kivi2:group=16,residual=64,v=f16");
+  REQUIRE(kernels::cache_type_name(kernels::parse_cache_types("kivi4")) == "kivi4");
 }
 
 TEST_CASE("a block cache type refuses a head_dim that is not a whole number of blocks") {

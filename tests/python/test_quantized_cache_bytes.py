@@ -108,8 +108,32 @@ def all_checks(root):
         check(abs(metrics["memory_saved"] - (1 - q8 / f32)) < 1e-9,
               f"eval: memory_saved {metrics['memory_saved']} == 1 - {q8}/{f32}")
         check(metrics["top1_agreement"] >= 0.75, f"eval: q8_0 keeps the full cache's top-1 ({metrics['top1_agreement']})")
+    # KIVI: no fixed row size; a full cache's bytes per (layer, KV head) follow the append rule's closed form
+    # (kernels/cpu/kivi_part.h; test_kivi_cache.py checks the rule itself against numpy).
+    for spec, bits, group, residual in (("kivi2:group=8,residual=8", 2, 8, 8), ("kivi4:group=32,residual=16", 4, 32, 16),
+                                        ("kivi2", 2, 32, 128)):
+        res = subprocess.run([BINARY, "generate", "--json", "--prompt", PROMPT, "--max-new-tokens", str(NEW_TOKENS),
+                              "--ignore-eos", "--cache-type", spec], capture_output=True, text=True, timeout=600)
+        check(res.returncode == 0, f"{spec}: generate exits 0 ({res.stderr.strip()[-300:]})")
+        if res.returncode != 0:
+            continue
+        record = json.loads(res.stdout)
+        cache = record["cache"]
+        tokens = len(record["prompt_tokens"]) + len(record["generated_tokens"]) - 1
+        codes, full = head_dim * bits // 8, 4 * head_dim
+        key_residual = tokens if tokens < residual + group else residual + (tokens - residual) % group
+        keys = (tokens - key_residual) // group * (2 * HALF * head_dim + group * codes) + key_residual * full
+        value_residual = min(tokens, residual)
+        values = (tokens - value_residual) * (2 * HALF * head_dim // group + codes) + value_residual * full
+        expected = layers * kv_heads * (keys + values)
+        check(cache["type"] == ("kivi2" if spec == "kivi2" else spec), f"{spec}: the record names the type ({cache['type']})")
+        check(cache["entry_bytes"] == expected and cache["full_cache_bytes"] == expected,
+              f"{spec}: entry_bytes {cache['entry_bytes']} and full_cache_bytes {cache['full_cache_bytes']} == "
+              f"closed form {expected} ({tokens} tokens: keys {keys}, values {values} bytes per layer and KV head)")
+        check(cache["bytes"] >= cache["entry_bytes"], f"{spec}: the allocation holds the entries")
+        per_token[spec] = expected / tokens
     for name, size in per_token.items():
-        print(f"cache {name}: {size} bytes per token ({size / per_token['f32']:.4f} of f32)")
+        print(f"cache {name}: {size:.1f} bytes per token ({size / per_token['f32']:.4f} of f32)")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,12 @@
 //   kv_block_tool quantize TYPE HEAD_DIM < rows.f32 > out
 //     appends float32 rows [n][HEAD_DIM] to a one-head CPU cache of TYPE and writes the stored rows' bytes
 //     (n * row bytes) followed by the rows as the cache reads them back (float32 [n][HEAD_DIM]);
+//   kv_block_tool kivi SPEC HEAD_DIM PREFILL KEEP < keys.f32 values.f32
+//     (tests/python/test_kivi_cache.py) reads n key rows then n value rows (float32 [n][HEAD_DIM] each), appends
+//     the first PREFILL to a one-head CPU cache of SPEC (e.g. kivi2:group=8,residual=16) at once, keeps the
+//     entries KEEP (comma-separated indices, or "all"), appends the rest one at a time, and writes one JSON line
+//     {"size", "key_bytes", "value_bytes", "allocated"} followed by the keys and the values as the cache reads them
+//     back (float32 [size][HEAD_DIM] each);
 //   kv_block_tool rows OUT.f32 "PROMPT"
 //     runs the default model (or $KVSCOPE_MODEL) over PROMPT with a float32 cache and writes every post-RoPE key
 //     and value row at the end of the prefill to OUT.f32 as float32 [layers][kv_heads][keys, values][n][head_dim];
@@ -61,6 +67,54 @@ int quantize(const std::string& type_name, int head_dim) {
   return 0;
 }
 
+int kivi(const std::string& spec, int head_dim, int prefill, const std::string& keep_list) {
+  std::vector<char> input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  const std::size_t d = static_cast<std::size_t>(head_dim), pair_bytes = 2 * d * sizeof(float);
+  if (input.size() % pair_bytes != 0)
+    throw Error("kivi: stdin holds " + std::to_string(input.size()) + " bytes, not n key rows and n value rows of " +
+                std::to_string(head_dim));
+  const int n = static_cast<int>(input.size() / pair_bytes);
+  if (prefill < 1 || prefill > n) throw Error("kivi: PREFILL " + std::to_string(prefill) + " not in [1, " + std::to_string(n) + "]");
+  std::vector<float> keys(static_cast<std::size_t>(n) * d), values(keys.size());
+  std::memcpy(keys.data(), input.data(), keys.size() * sizeof(float));
+  std::memcpy(values.data(), input.data() + keys.size() * sizeof(float), values.size() * sizeof(float));
+
+  kernels::cpu::CpuKVStorage storage(1, 1, head_dim, kernels::parse_cache_types(spec));
+  std::vector<int32_t> positions(n);
+  for (int i = 0; i < n; ++i) positions[i] = i;
+  storage.append(0, keys.data(), values.data(), prefill, positions.data());
+  if (keep_list != "all") {
+    std::vector<int32_t> keep;
+    std::size_t at = 0;
+    while (at < keep_list.size()) {
+      const std::size_t comma = keep_list.find(',', at);
+      keep.push_back(std::stoi(keep_list.substr(at, comma - at)));
+      at = comma == std::string::npos ? keep_list.size() : comma + 1;
+    }
+    storage.edit(0, 0, keep, {}, {});
+  }
+  for (int i = prefill; i < n; ++i)
+    storage.append(0, keys.data() + i * d, values.data() + i * d, 1, positions.data() + i);
+  const int size = storage.size(0, 0);
+  std::vector<float> back_keys(static_cast<std::size_t>(size) * d), back_values(back_keys.size());
+  storage.read_rows(0, 0, kernels::KVPart::Keys, 0, size, back_keys.data());
+  storage.read_rows(0, 0, kernels::KVPart::Values, 0, size, back_values.data());
+  auto part_bytes = [&](kernels::KVPart part) {
+    return kernels::is_kivi(storage.type().of(part)) ? storage.kivi(0, 0, part).entry_bytes()
+                                                     : size * storage.row_bytes(part);
+  };
+  std::cout << nlohmann::json{{"size", size},
+                              {"key_bytes", part_bytes(kernels::KVPart::Keys)},
+                              {"value_bytes", part_bytes(kernels::KVPart::Values)},
+                              {"entry_bytes", storage.entry_bytes(0, 0)},
+                              {"allocated", storage.layer_bytes(0)}}
+            << "\n"
+            << std::flush;
+  std::fwrite(back_keys.data(), sizeof(float), back_keys.size(), stdout);
+  std::fwrite(back_values.data(), sizeof(float), back_values.size(), stdout);
+  return 0;
+}
+
 // Keeps the cache's rows at the end of the prefill.
 class PrefillRows : public engine::RunObserver {
  public:
@@ -108,7 +162,10 @@ int main(int argc, char** argv) {
     const std::vector<std::string> args(argv + 1, argv + argc);
     if (args.size() == 3 && args[0] == "quantize") return quantize(args[1], std::stoi(args[2]));
     if (args.size() == 3 && args[0] == "rows") return dump_rows(args[1], args[2]);
-    std::fprintf(stderr, "usage: kv_block_tool quantize TYPE HEAD_DIM < rows.f32 | rows OUT.f32 PROMPT\n");
+    if (args.size() == 5 && args[0] == "kivi") return kivi(args[1], std::stoi(args[2]), std::stoi(args[3]), args[4]);
+    std::fprintf(stderr,
+                 "usage: kv_block_tool quantize TYPE HEAD_DIM < rows.f32 | kivi SPEC HEAD_DIM PREFILL KEEP < rows.f32 | "
+                 "rows OUT.f32 PROMPT\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kv_block_tool: %s\n", e.what());

@@ -334,3 +334,92 @@ TEST_CASE("a half cache stores each value rounded to the nearest half and reads 
   CHECK(c.entry_bytes() * 2 == f32.entry_bytes());
   CHECK(c.bytes() * 2 == f32.bytes());
 }
+
+TEST_CASE("a KIVI cache: eviction keeps survivors' codes and frees emptied groups; merges re-quantize their group") {
+  using kernels::CacheType;
+  const int d = 64, n = 100, group = 8, residual = 8;
+  std::mt19937 rng(37);
+  const auto k = random_rows(static_cast<std::size_t>(n) * d, rng, 2.0f);
+  const auto v = random_rows(k.size(), rng, 1.0f);
+  std::vector<int32_t> positions(n);
+  std::iota(positions.begin(), positions.end(), 0);
+  for (CacheType type : {CacheType::KIVI2, CacheType::KIVI4}) {
+    INFO("cache " << kernels::cache_type_name(type));
+    const int bits = type == CacheType::KIVI2 ? 2 : 4;
+    kernels::KVCacheTypes types(type);
+    types.kivi = {group, residual};
+    cache::KVCache c(1, 1, d, types);
+    c.append(0, k.data(), v.data(), n, positions.data());
+    // Keys: R + G = 16 > 100 - 88, so 11 groups of 8 and 12 full-precision rows; values: 92 rows and 8.
+    const std::size_t key_group = 2 * 2 * d + group * d * bits / 8, value_row = 2 * 2 * (d / group) + d * bits / 8;
+    CHECK(c.entry_bytes() == 11 * key_group + 12 * 4 * d + 92 * value_row + 8 * 4 * d);
+    CHECK(c.entry_bytes() == c.full_cache_bytes(n));
+    const std::vector<float> keys_before(c.keys(0, 0).begin(), c.keys(0, 0).end());
+    const std::vector<float> values_before(c.values(0, 0).begin(), c.values(0, 0).end());
+    // The full-precision rows are the appended ones; quantized ones moved.
+    for (int t = 0; t < d; ++t) REQUIRE(keys_before[(n - 1) * d + t] == k[(n - 1) * d + t]);
+    REQUIRE(keys_before[0] != k[0]);
+
+    // Evict: every third entry kept, plus all of group 2 (entries 16..23); group 4 (32..39) emptied.
+    cache::HeadEdit h{0, 0, {}, {}, {}, {}, {}};
+    for (int i = 0; i < n; ++i)
+      if ((i % 3 == 0 || (i >= 16 && i < 24)) && !(i >= 32 && i < 40)) h.keep.push_back(i);
+    std::vector<int> survivors(11, 0);
+    int kept_residual = 0, kept_quantized_values = 0;
+    for (int32_t i : h.keep) {
+      if (i < 88) ++survivors[i / group]; else ++kept_residual;
+      if (i < 92) ++kept_quantized_values;
+    }
+    std::size_t expected_keys = kept_residual * 4 * d;
+    for (int s : survivors)
+      if (s > 0) expected_keys += 2 * 2 * d + s * d * bits / 8;
+    const std::size_t expected_values = kept_quantized_values * value_row + (h.keep.size() - kept_quantized_values) * 4 * d;
+    c.apply({{h}});
+    CHECK(c.entry_bytes() == expected_keys + expected_values);
+    REQUIRE(c.size(0, 0) == static_cast<int>(h.keep.size()));
+    for (std::size_t e = 0; e < h.keep.size(); ++e)
+      for (int t = 0; t < d; ++t) {
+        REQUIRE(c.keys(0, 0)[e * d + t] == keys_before[h.keep[e] * d + t]);
+        REQUIRE(c.values(0, 0)[e * d + t] == values_before[h.keep[e] * d + t]);
+      }
+
+    // Appends after the eviction follow the residual rule again, and bytes stay the sum of the parts.
+    const int32_t next = n;
+    c.append(0, k.data(), v.data(), 1, &next);
+    const int size = c.size(0, 0);
+    REQUIRE(size == static_cast<int>(h.keep.size()) + 1);
+
+    // Merge entry 1 (in the first surviving key group) and entry size-1 (full precision) with their neighbours.
+    const std::vector<float> keys_mid(c.keys(0, 0).begin(), c.keys(0, 0).end());
+    const std::vector<float> values_mid(c.values(0, 0).begin(), c.values(0, 0).end());
+    cache::HeadEdit m{0, 0, {}, {}, {}, {}, {}};
+    for (int i = 0; i < size; ++i)
+      if (i != 2 && i != size - 2) m.keep.push_back(i);
+    m.merges.push_back({1, {2}, {0.5f, 0.5f}});
+    m.merges.push_back({size - 1, {size - 2}, {0.25f, 0.75f}});
+    c.apply({{m}});
+    const auto keys = c.keys(0, 0), values = c.values(0, 0);
+    double key_range = 0.0;
+    for (int t = 0; t < d; ++t) {
+      double lo = 1e30, hi = -1e30;
+      for (int e = 0; e < group; ++e) {
+        lo = std::min(lo, double(keys_mid[e * d + t]));
+        hi = std::max(hi, double(keys_mid[e * d + t]));
+      }
+      key_range = std::max(key_range, hi - lo);
+    }
+    for (int t = 0; t < d; ++t) {
+      const double merged_key = 0.5 * keys_mid[1 * d + t] + 0.5 * keys_mid[2 * d + t];
+      // Re-quantized with its group: within one step of the group's range (half a step plus the halves' rounding).
+      REQUIRE(std::abs(keys[1 * d + t] - merged_key) <= key_range / ((1 << bits) - 1) + 1e-2);
+      // The full-precision merge is exact in float32.
+      const double last = 0.25 * keys_mid[(size - 1) * d + t] + 0.75 * keys_mid[(size - 2) * d + t];
+      REQUIRE(keys[(m.keep.size() - 1) * d + t] == Approx(last).margin(1e-6));
+      const double last_value = 0.25 * values_mid[(size - 1) * d + t] + 0.75 * values_mid[(size - 2) * d + t];
+      REQUIRE(values[(m.keep.size() - 1) * d + t] == Approx(last_value).margin(1e-6));
+    }
+    // Rows of key groups no merge touched are unchanged.
+    for (std::size_t e = survivors[0] - 1; e + 1 < m.keep.size() && m.keep[e] < 40; ++e)
+      for (int t = 0; t < d; ++t) REQUIRE(keys[e * d + t] == keys_mid[m.keep[e] * d + t]);
+  }
+}
