@@ -29,6 +29,8 @@ const char* kind_name(policy::ParamSpec::Kind kind) {
       return "choice";
     case policy::ParamSpec::Kind::Bool:
       return "bool";
+    case policy::ParamSpec::Kind::RealList:
+      return "list of float";
   }
   return "?";
 }
@@ -46,6 +48,7 @@ nlohmann::json params_json(const std::vector<policy::ParamSpec>& params) {
     } else if (p.kind != policy::ParamSpec::Kind::Bool) {
       j["min"] = p.min;
       j["max"] = p.max;
+      if (p.max_open) j["max_open"] = true;
     }
     out.push_back(std::move(j));
   }

@@ -136,14 +136,32 @@ WRAPPERS = {
 WRAPPER_RATIOS = {"criticalkv_snapkv": [0.25, 0.5]}
 TORCH_SEED = 0
 
+# kvpress's PerLayerCompressionPress(press, compression_ratios) around a press of PRESSES or BUILTINS: kvscope's
+# `allocation=per_layer,layer_ratios=r0/r1/...` with that press's policy. One list of ratios (the model's 30
+# layers: the three ratios of the other goldens and their neighbours, so that every layer keeps another count
+# than its neighbours), on the three prompts; a case's compression_ratio is the list's mean, as the press's own
+# `compression_ratio` property states it (the parity test passes it as --compression-ratio, which per_layer
+# does not use).
+LAYER_RATIOS = [0.1, 0.25, 0.5, 0.75, 0.9, 0.3] * 5
+PER_LAYER = {"per_layer_knorm": "knorm", "per_layer_snapkv": "snapkv"}
+
+# kvpress's ComposedPress([first(R1), then(R2)]) as kvscope's `compose:first=...,then=...,then_ratio=R2` at
+# --compression-ratio R1: name -> (first, then, R2, the R1s), presses of BUILTINS or PRESSES. The second press
+# scores the first's kept keys; kvscope's second scores every entry and ranks the kept ones, the same for a press
+# whose score of an entry does not depend on the others (KnormPress). SnapKV's window (64) is above the first
+# stage's budget at R1 = 0.75 (all max + 1, exact ties): left out, as for criticalkv_snapkv.
+COMPOSED = {"composed_snapkv_knorm": ("snapkv", "knorm", 0.5, [0.25, 0.5])}
+
 
 @torch.no_grad()
-def run_press(model, ids, cls_name, kwargs, ratio, torch_seed=None):
+def run_press(model, ids, cls_name, kwargs, ratio, torch_seed=None, layer_ratios=None):
     import kvpress
     from transformers import DynamicCache
 
     press = getattr(kvpress, cls_name)(compression_ratio=ratio, **kwargs)
-    obs = PressObserver(press)
+    obs = PressObserver(press)  # PerLayerCompressionPress calls the inner press's compress: observed there
+    if layer_ratios is not None:
+        press = kvpress.PerLayerCompressionPress(press=press, compression_ratios=list(layer_ratios))
     cache = DynamicCache()
     if torch_seed is not None:
         torch.manual_seed(torch_seed)
@@ -153,14 +171,15 @@ def run_press(model, ids, cls_name, kwargs, ratio, torch_seed=None):
 
 
 @torch.no_grad()
-def run_case(model, ids, cls_name, kwargs, ratio, torch_seed=None):
+def run_case(model, ids, cls_name, kwargs, ratio, torch_seed=None, layer_ratios=None):
+    """One press (or PerLayerCompressionPress around it, with `layer_ratios`) on one prefill."""
     from kvpress.utils import compute_n_kept
 
     n_layer = model.config.num_hidden_layers
     q_len = len(ids)
     n_kept_ratio = compute_n_kept(q_len, ratio)
     assert n_kept_ratio == max(1, int(q_len * (1 - ratio))) and 0 < n_kept_ratio < q_len
-    obs, cache = run_press(model, ids, cls_name, kwargs, ratio, torch_seed)
+    obs, cache = run_press(model, ids, cls_name, kwargs, ratio, torch_seed, layer_ratios)
     assert sorted(obs.records) == list(range(n_layer)), "press did not run on every layer"
     kept, near, gaps, per_layer = [], [], [], []
     for layer in range(n_layer):
@@ -169,7 +188,8 @@ def run_case(model, ids, cls_name, kwargs, ratio, torch_seed=None):
         n_kv = k_in.shape[1]
         n_kept = k_out.shape[2]  # PyramidKVPress chooses per layer; every other press keeps n_kept_ratio
         per_layer.append(n_kept)
-        assert (n_kept == n_kept_ratio or cls_name == "PyramidKVPress") and s.shape == (1, n_kv, q_len), \
+        want = n_kept_ratio if layer_ratios is None else compute_n_kept(q_len, layer_ratios[layer])
+        assert (n_kept == want or cls_name == "PyramidKVPress") and s.shape == (1, n_kv, q_len), \
             (k_out.shape, s.shape)
         cl = cache.layers[layer]
         assert torch.equal(cl.keys, k_out) and torch.equal(cl.values, v_out)
@@ -412,10 +432,148 @@ def write_wrapper_golden(name, model, prompts, args, model_sha, n_tok_checked, t
     print(f"wrote {path} ({path.stat().st_size} bytes, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
 
 
+def write_per_layer_golden(name, model, prompts, args, model_sha, n_tok_checked, t0):
+    """PerLayerCompressionPress(press, LAYER_RATIOS) on the three prompts: kept sets as run_case records them."""
+    inner = PER_LAYER[name]
+    if inner in BUILTINS:
+        cls_name, _, policy, _, fixed = BUILTINS[inner]
+        where = {"policy": policy}
+    else:
+        (cls_name, _, stem, _), fixed = PRESSES[inner], {}
+        where = {"policy_file": f"examples/policies/{stem}.py"}
+    assert model.config.num_hidden_layers == len(LAYER_RATIOS)
+    ratio = sum(LAYER_RATIOS) / len(LAYER_RATIOS)
+    ratios_text = "/".join(repr(r) for r in LAYER_RATIOS)
+    cases = []
+    for pi, p in enumerate(prompts):
+        c = run_case(model, p["ids"], cls_name, {}, ratio, layer_ratios=LAYER_RATIOS)
+        c = {"prompt": pi, "press_kwargs": {"compression_ratios": ratios_text},
+             "policy_params": {**fixed, "allocation": "per_layer", "layer_ratios": ratios_text}, **c}
+        print(f"{name} {p['prompt_file']}: n_kept per layer {c.get('n_kept_per_layer')}, "
+              f"{len(c['near_boundary'])} heads with bands", file=sys.stderr)
+        cases.append(c)
+    out = {
+        "schema_version": SCHEMA_VERSION,
+        "generator": "tools/make_kvpress_goldens.py",
+        "press": f"kvpress.PerLayerCompressionPress(press=kvpress.{cls_name}(), compression_ratios=[...])",
+        **where,
+        "model": model_record(args, model_sha, model.config),
+        "reference": reference_record(
+            args, n_tok_checked,
+            load="AutoModelForCausalLM.from_pretrained(dir, gguf_file=file, dtype=torch.float32, "
+                 "attn_implementation='eager'), CPU"),
+        "conventions": "As tools/make_kvpress_goldens.py's other goldens. Layer l keeps compute_n_kept(n, "
+                       "compression_ratios[l]) (n_kept_per_layer); compression_ratio is their mean (the press's "
+                       "own compression_ratio), which kvscope's per_layer allocation does not use.",
+        "prompts": prompts,
+        "cases": cases,
+    }
+    path = REPO_ROOT / "tests" / "fixtures" / f"kvpress_{name}" / "golden.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump(out), encoding="utf-8")
+    print(f"wrote {path} ({path.stat().st_size} bytes, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+
+
+def press_of(name):
+    """(kvpress class, kvscope policy spec, its fixed parameters) of a press in BUILTINS or PRESSES."""
+    if name in BUILTINS:
+        cls_name, _, policy, _, fixed = BUILTINS[name]
+        return cls_name, policy, fixed
+    cls_name, _, stem, _ = PRESSES[name]
+    return cls_name, f"python:examples/policies/{stem}.py", {}
+
+
+@torch.no_grad()
+def run_composed_case(model, ids, first_cls, then_cls, r1, r2):
+    """ComposedPress([first(r1), then(r2)]) on one prefill: kept positions per (layer, KV head), the second
+    stage's near-tie band (positions), and the heads whose first stage ends in a near tie (stage_ties)."""
+    import kvpress
+    from kvpress.utils import compute_n_kept
+    from transformers import DynamicCache
+
+    first = getattr(kvpress, first_cls)(compression_ratio=r1)
+    then = getattr(kvpress, then_cls)(compression_ratio=r2)
+    o1, o2 = PressObserver(first), PressObserver(then)
+    cache = DynamicCache()
+    with kvpress.ComposedPress([first, then])(model):
+        model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+    q_len = len(ids)
+    n1 = compute_n_kept(q_len, r1)
+    n2 = compute_n_kept(n1, r2)
+    kept, near, stage_ties = [], [], []
+    for layer in range(model.config.num_hidden_layers):
+        a, b = o1.records[layer], o2.records[layer]
+        n_kv = a["keys_in"].shape[1]
+        assert b["keys_out"].shape[2] == n2 and torch.equal(cache.layers[layer].keys, b["keys_out"])
+        layer_kept = []
+        for h in range(n_kv):
+            pos1 = match_rows(a["keys_out"][0, h], a["keys_in"][0, h])
+            assert torch.equal(b["keys_in"][0, h], a["keys_out"][0, h])
+            pos = [pos1[i] for i in match_rows(b["keys_out"][0, h], b["keys_in"][0, h])]
+            layer_kept.append(sorted(pos))
+            for stage, scores, k, where in (("first", a["scores"][0, h].double(), n1, None),
+                                            ("then", b["scores"][0, h].double(), n2, pos1)):
+                srt = torch.sort(scores, descending=True).values
+                mid = float(srt[k - 1] + srt[k]) / 2
+                body = scores[scores != scores.max()] if first_cls in PADDED and stage == "first" else scores
+                tol = NEAR_REL * max(abs(mid), float(body.std()))
+                band = torch.nonzero((scores - mid).abs() <= tol).flatten().tolist()
+                kept_idx = set(scores.topk(k).indices.tolist())
+                if not (any(i in kept_idx for i in band) and any(i not in kept_idx for i in band)):
+                    continue
+                if stage == "first":
+                    stage_ties.append([layer, h, "first press"])
+                else:  # indices into the first press's output, as original positions
+                    entries = [[where[i], f32(scores[i]), int(where[i] in set(pos))] for i in band]
+                    near.append([layer, h, sorted(entries, key=lambda e: (-e[1], e[0]))])
+        kept.append(layer_kept)
+    return {"compression_ratio": r1, "q_len": q_len, "n_kept": n2, "kept": kept, "near_boundary": near,
+            "stage_ties": stage_ties}
+
+
+def write_composed_golden(name, model, prompts, args, model_sha, n_tok_checked, t0):
+    first, then, r2, r1s = COMPOSED[name]
+    (first_cls, first_policy, first_fixed), (then_cls, then_policy, then_fixed) = press_of(first), press_of(then)
+    params = {"first": first_policy, "then": then_policy, "then_ratio": r2,
+              **{f"first.{k}": v for k, v in first_fixed.items()}, **{f"then.{k}": v for k, v in then_fixed.items()}}
+    cases = []
+    for pi, p in enumerate(prompts):
+        for r1 in r1s:
+            c = run_composed_case(model, p["ids"], first_cls, then_cls, r1, r2)
+            c = {"prompt": pi, "press_kwargs": {"presses": f"{first_cls}({r1}), {then_cls}({r2})"},
+                 "policy_params": params, **c}
+            print(f"{name} {p['prompt_file']} r1={r1} r2={r2}: n_kept {c['n_kept']}, {len(c['near_boundary'])} "
+                  f"heads with bands, {len(c['stage_ties'])} first-stage ties", file=sys.stderr)
+            cases.append(c)
+    out = {
+        "schema_version": SCHEMA_VERSION,
+        "generator": "tools/make_kvpress_goldens.py",
+        "press": f"kvpress.ComposedPress([kvpress.{first_cls}(compression_ratio=r1), "
+                 f"kvpress.{then_cls}(compression_ratio={r2})])",
+        "policy": "compose",
+        "model": model_record(args, model_sha, model.config),
+        "reference": reference_record(
+            args, n_tok_checked,
+            load="AutoModelForCausalLM.from_pretrained(dir, gguf_file=file, dtype=torch.float32, "
+                 "attn_implementation='eager'), CPU"),
+        "conventions": "As tools/make_kvpress_goldens.py's other goldens. compression_ratio is the first press's "
+                       "(kvscope's --compression-ratio); n_kept = compute_n_kept(compute_n_kept(n, r1), r2). "
+                       "near_boundary: the second press's band, as original positions; stage_ties: heads whose "
+                       "first press ends in a near tie. A policy_params value python:PATH is relative to the "
+                       "repository.",
+        "prompts": prompts,
+        "cases": cases,
+    }
+    path = REPO_ROOT / "tests" / "fixtures" / f"kvpress_{name}" / "golden.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump(out), encoding="utf-8")
+    print(f"wrote {path} ({path.stat().st_size} bytes, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
-    ap.add_argument("--press", action="append", choices=sorted({**PRESSES, **BUILTINS, **WRAPPERS}),
+    ap.add_argument("--press", action="append", choices=sorted({**PRESSES, **BUILTINS, **WRAPPERS, **PER_LAYER, **COMPOSED}),
                     help="only these (default: all)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -436,7 +594,13 @@ def main() -> int:
         text = (REPO_ROOT / rel).read_bytes().decode("utf-8")
         prompts.append({"prompt_file": rel, "text": text, "ids": encode(tok, text)})
 
-    for name in args.press or list(PRESSES) + list(BUILTINS) + list(WRAPPERS):
+    for name in args.press or list(PRESSES) + list(BUILTINS) + list(WRAPPERS) + list(PER_LAYER) + list(COMPOSED):
+        if name in COMPOSED:
+            write_composed_golden(name, model, prompts, args, model_sha, n_tok_checked, t0)
+            continue
+        if name in PER_LAYER:
+            write_per_layer_golden(name, model, prompts, args, model_sha, n_tok_checked, t0)
+            continue
         if name in WRAPPERS:
             write_wrapper_golden(name, model, prompts, args, model_sha, n_tok_checked, t0)
             continue

@@ -33,6 +33,11 @@ std::string format_number(double v, bool integer) {
   return buf;
 }
 
+// Parameters the form holds as text (choices_): a choice's option, a list's values joined by '/'.
+bool is_text(const policy::ParamSpec& p) {
+  return p.kind == policy::ParamSpec::Kind::Choice || p.kind == policy::ParamSpec::Kind::RealList;
+}
+
 }  // namespace
 
 bool param_in_effect(const policy::ParamSpec& p, const std::string& allocation) {
@@ -107,7 +112,7 @@ void SetupPanel::reset_params() {
   choices_.clear();
   const auto& info = policy_info();
   for (const auto& p : info.params) {
-    if (p.kind == policy::ParamSpec::Kind::Choice) choices_[p.name] = p.default_choice;
+    if (is_text(p)) choices_[p.name] = p.default_choice;
     else numbers_[p.name] = p.default_number;
   }
 }
@@ -146,7 +151,7 @@ bool SetupPanel::reload_changed_policy_file(AppState& state) {
     std::map<std::string, double> numbers;
     std::map<std::string, std::string> choices;
     for (const auto& p : u.info.params) {
-      if (p.kind == policy::ParamSpec::Kind::Choice) {
+      if (is_text(p)) {
         if (choices_[p.name] != p.default_choice) choices[p.name] = choices_[p.name];
       } else if (numbers_[p.name] != p.default_number) {
         numbers[p.name] = numbers_[p.name];
@@ -211,7 +216,7 @@ void SetupPanel::set_policy(const std::string& spec) {
   for (const auto& p : info.params) {
     auto it = text.find(p.name);
     if (it == text.end()) continue;
-    if (p.kind == policy::ParamSpec::Kind::Choice) choices_[p.name] = it->second;
+    if (is_text(p)) choices_[p.name] = it->second;
     else if (p.kind == policy::ParamSpec::Kind::Bool) numbers_[p.name] = it->second == "true" || it->second == "1";
     else numbers_[p.name] = std::stod(it->second);
   }
@@ -244,7 +249,7 @@ std::string SetupPanel::policy_spec() const {
   for (const auto& p : info.params) {
     if (!in_effect(p)) continue;  // kept in the form for when its allocation is chosen again, but inert now
     std::string value;
-    if (p.kind == policy::ParamSpec::Kind::Choice) {
+    if (is_text(p)) {
       auto it = choices_.find(p.name);
       if (it == choices_.end() || it->second == p.default_choice) continue;
       value = it->second;
@@ -394,6 +399,11 @@ bool SetupPanel::param_widgets() {
             if (ImGui::Selectable(c.c_str(), c == v)) v = c, changed = true;
           ImGui::EndCombo();
         }
+        break;
+      }
+      case policy::ParamSpec::Kind::RealList: {
+        // Checked when the run starts: a wrong value or count is refused there with what was expected.
+        if (input_text(p.name.c_str(), choices_[p.name])) changed = true;
         break;
       }
     }

@@ -17,6 +17,7 @@ const std::vector<AllocationInfo>& all_allocations() {
       d2o_allocation_info(),
       dynamickv_allocation_info(),
       cake_allocation_info(),
+      per_layer_allocation_info(),
   };
   return allocations;
 }

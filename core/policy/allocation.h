@@ -24,6 +24,12 @@ class LayerAllocation {
   virtual std::vector<int> budgets(int n_layers, int average_budget, int seq_len) = 0;
   // Named numbers behind the last budgets() call (preferences, variances ...), for the trace.
   virtual void publish(Diagnostics& /*out*/) const {}
+  // Whether budgets() decides each layer's count by itself (per_layer's ratios), so that it runs even when the
+  // run's budget holds the whole prompt, and the run's budget is not its average.
+  virtual bool sets_own_budgets() const { return false; }
+  // kvpress's compression ratio of `layer` when the allocation states one (per_layer), else -1: what a selection
+  // that computes with R (chunkkv, criticalkv) uses for that layer.
+  virtual double layer_compression_ratio(int /*layer*/) const { return -1.0; }
 
   // Tokens of every layer's budget the scorer keeps whatever the allocation says (SnapKV's observation
   // window). Shape-based allocations spread only the budget above it, as PyramidKV does.

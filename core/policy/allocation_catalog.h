@@ -38,5 +38,6 @@ AllocationInfo pyramid_allocation_info();    // allocation_pyramid.cpp
 AllocationInfo d2o_allocation_info();        // allocation_d2o.cpp
 AllocationInfo dynamickv_allocation_info();  // allocation_dynamickv.cpp
 AllocationInfo cake_allocation_info();       // allocation_cake.cpp
+AllocationInfo per_layer_allocation_info();  // allocation_per_layer.cpp
 
 }  // namespace kvscope::policy

@@ -41,6 +41,30 @@ std::string join(const std::vector<std::string>& items) {
   return out;
 }
 
+// "0.1/0.25/0.5" -> its numbers, each checked against spec's range; `what` names the policy and parameter.
+std::vector<double> parse_list(const std::string& what, const std::string& text, const ParamSpec& spec) {
+  std::vector<std::string> items;
+  std::string::size_type start = 0;
+  for (auto slash = text.find('/'); ; slash = text.find('/', start)) {
+    items.push_back(text.substr(start, slash == std::string::npos ? std::string::npos : slash - start));
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  std::vector<double> values;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const std::string& item = items[i];
+    const std::string which = what + " value " + std::to_string(i + 1) + " of " + std::to_string(items.size());
+    char* end = nullptr;
+    const double value = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0' || !std::isfinite(value))
+      throw UsageError(which + ", '" + item + "', is not a number; expected " + spec.range_text());
+    if (value < spec.min || value > spec.max || (spec.max_open && value == spec.max))
+      throw UsageError(which + ", " + item + ", is out of range; expected " + spec.range_text());
+    values.push_back(value);
+  }
+  return values;
+}
+
 }  // namespace
 
 ParamSpec ParamSpec::integer(std::string name, int def, int lo, int hi, std::string doc) {
@@ -79,9 +103,17 @@ ParamSpec ParamSpec::flag(std::string name, bool def, std::string doc) {
   return s;
 }
 
+ParamSpec ParamSpec::real_list(std::string name, double lo, double hi, bool hi_open, std::string doc) {
+  ParamSpec s = real(std::move(name), 0.0, lo, hi, std::move(doc));
+  s.kind = Kind::RealList;
+  s.max_open = hi_open;
+  return s;
+}
+
 std::string ParamSpec::default_text() const {
   switch (kind) {
     case Kind::Choice: return default_choice;
+    case Kind::RealList: return "none";
     case Kind::Bool: return default_number != 0.0 ? "true" : "false";
     case Kind::Int: return format_integer(default_number);
     default: return format_number(default_number);
@@ -93,6 +125,9 @@ std::string ParamSpec::range_text() const {
     case Kind::Choice: return join(choices);
     case Kind::Bool: return "true|false";
     case Kind::Int: return "integer in [" + format_integer(min) + ", " + format_integer(max) + "]";
+    case Kind::RealList:
+      return "numbers in [" + format_number(min) + ", " + format_number(max) + (max_open ? ")" : "]") +
+             " separated by '/'";
     default: return "[" + format_number(min) + ", " + format_number(max) + "]";
   }
 }
@@ -113,6 +148,8 @@ PolicyParams::PolicyParams(const std::string& policy, const std::vector<ParamSpe
   for (const auto& s : specs) {
     if (s.kind == ParamSpec::Kind::Choice)
       choices_[s.name] = s.default_choice;
+    else if (s.kind == ParamSpec::Kind::RealList)
+      lists_[s.name] = {};
     else
       numbers_[s.name] = s.default_number;
   }
@@ -135,6 +172,10 @@ PolicyParams::PolicyParams(const std::string& policy, const std::vector<ParamSpe
       if (text == "true" || text == "1" || text == "on") numbers_[key] = 1;
       else if (text == "false" || text == "0" || text == "off") numbers_[key] = 0;
       else throw UsageError(what + " = '" + text + "' is not true or false");
+      continue;
+    }
+    if (spec->kind == ParamSpec::Kind::RealList) {
+      lists_[key] = parse_list(what, text, *spec);
       continue;
     }
     char* end = nullptr;
@@ -165,8 +206,19 @@ const std::string& PolicyParams::get_choice(const std::string& name) const {
   return it->second;
 }
 
+const std::vector<double>& PolicyParams::get_list(const std::string& name) const {
+  auto it = lists_.find(name);
+  if (it == lists_.end()) throw Error("policy '" + policy_ + "' read undeclared parameter '" + name + "'");
+  return it->second;
+}
+
 std::map<std::string, std::string> PolicyParams::as_text() const {
   std::map<std::string, std::string> out = choices_;
+  for (const auto& [k, values] : lists_) {
+    std::string text;
+    for (double v : values) text += (text.empty() ? "" : "/") + format_number(v);
+    out[k] = text;
+  }
   for (const auto& [k, v] : numbers_) out[k] = format_number(v);
   return out;
 }

@@ -201,6 +201,12 @@ py::dict typed_params(const std::vector<ParamSpec>& specs, const PolicyParams& v
       case ParamSpec::Kind::Float: out[py::str(s.name)] = values.get_float(s.name); break;
       case ParamSpec::Kind::Bool: out[py::str(s.name)] = values.get_bool(s.name); break;
       case ParamSpec::Kind::Choice: out[py::str(s.name)] = values.get_choice(s.name); break;
+      case ParamSpec::Kind::RealList: {
+        py::list list;
+        for (double v : values.get_list(s.name)) list.append(v);
+        out[py::str(s.name)] = list;
+        break;
+      }
     }
   }
   return out;

@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/policy/catalog.h"
+#include "core/policy/compose_policy.h"
 #include "core/policy/policy_file.h"
 #include "core/policy/scored_policy.h"
 
@@ -32,6 +33,7 @@ PolicyInfo describe_policy(const std::string& spec_text) {
 }
 
 PolicyInstance make_policy(const std::string& spec_text) {
+  if (is_compose_spec(spec_text)) return make_composed_policy(spec_text);
   const auto file = parse_policy_file_spec(spec_text);
   const PolicyInfo info = describe_policy(spec_text);
   PolicyInstance instance;

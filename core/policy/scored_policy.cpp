@@ -19,7 +19,7 @@ std::vector<ParamSpec> scored_policy_params(std::vector<ParamSpec> own, const Pr
   for (const auto& n : allocation_names()) names += (names.empty() ? "" : ", ") + n;
   own.push_back(ParamSpec::choice("allocation", default_allocation, allocation_names(),
                                   "how the budget is spread over layers (" + names +
-                                      "); the average stays the budget. See docs/policies.md, Allocations"));
+                                      "); the average stays the budget (per_layer: each layer its own ratio). See docs/policies.md, Allocations"));
   for (const auto& info : all_allocations())
     for (const auto& spec : info.params) {
       const bool declared =
@@ -112,6 +112,15 @@ ScoredPolicy::ScoredPolicy(std::string name, const PolicyParams& params)
   allocation_ = make_allocation(allocation_name_, params_);
 }
 
+void ScoredPolicy::chain(std::unique_ptr<ScoredPolicy> then, double then_ratio) {
+  if (selection_ != Selection::TopK || (then && then->selection_ != Selection::TopK))
+    throw UsageError("compose: both policies must select per head (selection=topk); kvpress's ComposedPress does not "
+                     "take AdaKV either");
+  if (then_) throw UsageError("compose: policy '" + name_ + "' is already composed with another");
+  then_ = std::move(then);
+  then_ratio_ = then_ratio;
+}
+
 std::unique_ptr<LayerAllocation> ScoredPolicy::make_layer_allocation() const {
   return make_allocation(params_.get_choice("allocation"), params_);
 }
@@ -121,6 +130,7 @@ ObservationRequest ScoredPolicy::request(int layer, Phase phase) const {
   ObservationRequest r =
       phase == Phase::Prefill || protocol_.decode_evict ? scorer_request(phase) : ObservationRequest{};
   if (phase == Phase::Prefill && allocation_) r.merge(allocation_->request(layer));
+  if (then_ && (phase == Phase::Prefill || protocol_.decode_evict)) r.merge(then_->scorer_request(phase));
   return r;
 }
 
@@ -140,6 +150,10 @@ void ScoredPolicy::begin(const RunInfo& info) {
   publish_protocol(protocol_, info.budget, "policy '" + name_ + "'", diagnostics_);
   diagnostics_.set_setting("allocation", "\"" + allocation_name_ + "\"");
   on_begin(info);
+  if (then_) {
+    then_->begin(info);
+    then_pending_.assign(layers, std::vector<std::vector<float>>(heads));
+  }
 }
 
 bool ScoredPolicy::is_final_prefill(const AttentionObservation& obs) const {
@@ -161,6 +175,13 @@ cache::CacheEdit ScoredPolicy::after_layer(const AttentionObservation& obs, cach
                   std::to_string(obs.layer) + " kv head " + std::to_string(h) + ", which holds " +
                   std::to_string(cache.size(obs.layer, h)));
     pending_[obs.layer][h] = std::move(s);
+    if (!then_) continue;
+    std::vector<float> t = then_->score(obs, h, cache);
+    if (!t.empty() && static_cast<int>(t.size()) != cache.size(obs.layer, h))
+      throw Error("policy '" + then_->name_ + "' (compose's second) scored " + std::to_string(t.size()) +
+                  " entries of layer " + std::to_string(obs.layer) + " kv head " + std::to_string(h) + ", which holds " +
+                  std::to_string(cache.size(obs.layer, h)));
+    then_pending_[obs.layer][h] = std::move(t);
   }
   // Otherwise evicting waits for after_step: no later layer of this step reads this layer's cache, so the
   // result is the same, and adaptive allocations need every layer's observation first.
@@ -183,8 +204,9 @@ void ScoredPolicy::finalize_budgets(int seq_len) {
   budgets_final_ = true;
   const int layers = static_cast<int>(budgets_.size());
   // A budget that holds the whole prompt needs no allocation: nothing is evicted until the cache grows
-  // past it, and a reshaped budget would evict in decode what the user's budget allows.
-  if (run_.budget < seq_len) {
+  // past it, and a reshaped budget would evict in decode what the user's budget allows. An allocation that sets
+  // its own budgets (per_layer's ratios) is not bound by the run's.
+  if (run_.budget < seq_len || allocation_->sets_own_budgets()) {
     allocation_->set_reserved(reserved());
     allocation_->set_compression_ratio(run_.compression_ratio);
     std::vector<int> b = allocation_->budgets(layers, run_.budget, seq_len);
@@ -199,7 +221,10 @@ void ScoredPolicy::finalize_budgets(int seq_len) {
                                      {layers},
                                      {"layer"},
                                      "tokens each KV head of a layer keeps (allocation " + allocation_name_ +
-                                         ", average " + std::to_string(run_.budget) + ")"});
+                                         (allocation_->sets_own_budgets()
+                                              ? ", its own per layer"
+                                              : ", average " + std::to_string(run_.budget)) +
+                                         ")"});
   report_layer_budgets(budgets_, seq_len, run_.budget, reserved(),
                        "policy '" + name_ + "', allocation '" + allocation_name_ + "'", diagnostics_);
 }
@@ -221,12 +246,17 @@ void ScoredPolicy::evict_layer_topk(int layer, cache::KVCache& cache, cache::Cac
     const int n = cache.size(layer, h), budget = budgets_[layer];
     // The promise is independent of the selection below: whatever is kept, it is this many.
     expected_[static_cast<std::size_t>(layer) * heads + h] = std::min(budget, n);
-    if (n <= budget) continue;
+    if (n <= budget && !then_) continue;
     std::vector<float> scores = std::move(pending_[layer][h]);
     const std::vector<double> ranking = scores.empty() ? std::vector<double>(n, 0.0) : rank_scores(layer, h, scores);
-    edit.heads.push_back(
-        keep_edit(layer, h, keep_top_scores(std::span<const double>(ranking), budget, sinks(budget), recent(budget)),
-                  std::move(scores)));
+    std::vector<int32_t> keep =
+        keep_top_scores(std::span<const double>(ranking), budget, sinks(budget), recent(budget));
+    if (then_) {
+      keep = then_keep(layer, h, keep);
+      expected_[static_cast<std::size_t>(layer) * heads + h] = static_cast<int>(keep.size());
+      if (static_cast<int>(keep.size()) >= n) continue;
+    }
+    edit.heads.push_back(keep_edit(layer, h, std::move(keep), std::move(scores)));
     complete_edit(edit.heads.back(), cache);
   }
 }
@@ -288,7 +318,7 @@ void ScoredPolicy::evict_layer_chunks(int layer, cache::KVCache& cache, cache::C
     chunk_score[c] /= end - begin;
   }
   // kvpress: max(1, int(n_chunks * (1 - R)))
-  const int n_chunks_kept = std::clamp(static_cast<int>(n_chunks * kept_share(budget, n)), 1, n_chunks);
+  const int n_chunks_kept = std::clamp(static_cast<int>(n_chunks * kept_share(layer, budget, n)), 1, n_chunks);
   const std::vector<int32_t> chunks = keep_top_scores(std::span<const double>(chunk_score), n_chunks_kept, 0, 0);
   std::vector<int32_t> keep;
   for (int32_t c : chunks)
@@ -301,7 +331,25 @@ void ScoredPolicy::evict_layer_chunks(int layer, cache::KVCache& cache, cache::C
   }
 }
 
-double ScoredPolicy::kept_share(int budget, int n) const {
+std::vector<int32_t> ScoredPolicy::then_keep(int layer, int kv_head, const std::vector<int32_t>& kept) {
+  std::vector<float> scores = std::move(then_pending_[layer][kv_head]);
+  const int k = static_cast<int>(kept.size());
+  // kvpress ScorerPress.compress on the first press's k entries: a ratio of 0 keeps them all, else compute_n_kept
+  if (then_ratio_ == 0.0 || k == 0) return kept;
+  const int n_kept = std::clamp(static_cast<int>(k * (1.0 - then_ratio_)), 1, k);
+  std::vector<double> among(k, 0.0);
+  if (!scores.empty()) {
+    const std::vector<double> all = then_->rank_scores(layer, kv_head, scores);
+    for (int i = 0; i < k; ++i) among[i] = all[kept[i]];
+  }
+  std::vector<int32_t> out;
+  for (int32_t i : keep_top_scores(std::span<const double>(among), n_kept, then_->sinks(n_kept), then_->recent(n_kept)))
+    out.push_back(kept[i]);
+  return out;
+}
+
+double ScoredPolicy::kept_share(int layer, int budget, int n) const {
+  if (const double r = allocation_->layer_compression_ratio(layer); r >= 0.0) return 1.0 - r;
   return run_.compression_ratio >= 0.0 && budget == run_.budget ? 1.0 - run_.compression_ratio
                                                                 : static_cast<double>(budget) / n;
 }
@@ -333,7 +381,7 @@ void ScoredPolicy::evict_layer_critical(int layer, cache::KVCache& cache, cache:
     std::vector<double> ranking = scores.empty() ? std::vector<double>(n, 0.0) : rank_scores(layer, h, scores);
     // Stage 1, kvpress's int((1 - R) n first_stage_ratio) (at least 1) by the score alone, after the protected
     // entries: kept whatever stage 2 says.
-    int first = static_cast<int>(kept_share(budget, n) * n * first_stage_ratio_);
+    int first = static_cast<int>(kept_share(layer, budget, n) * n * first_stage_ratio_);
     if (first_stage_ratio_ > 0.0) first = std::max(1, first);
     const int n_sinks = std::clamp(sinks(budget), 0, budget);
     const int n_recent = std::clamp(recent(budget), 0, budget - n_sinks);

@@ -49,6 +49,12 @@ class ScoredPolicy : public Policy {
   int expected_length(int layer, int kv_head, const StepInfo& step) const final;
   std::vector<int> layer_budgets() const final { return budgets_; }
 
+  // kvpress's ComposedPress of two presses: after this policy keeps its budget of a (layer, KV head)'s k entries,
+  // `then` keeps max(1, int(k (1 - then_ratio))) of those by its own scores (computed on the same observation,
+  // of every entry, and ranked among the kept ones), protecting its own sinks and recent entries among them.
+  // Both policies select per head (selection=topk); compose_policy.h builds the pair from a `compose:` spec.
+  void chain(std::unique_ptr<ScoredPolicy> then, double then_ratio);
+
  protected:
   // What the scorer needs to see of attention in `phase` (the allocation's needs are added here).
   virtual ObservationRequest scorer_request(Phase phase) const = 0;
@@ -90,9 +96,12 @@ class ScoredPolicy : public Policy {
   void evict_layer_chunks(int layer, cache::KVCache& cache, cache::CacheEdit& edit);
   // selection=criticalkv: the first stage by score, the rest by score x |W_o v|_1.
   void evict_layer_critical(int layer, cache::KVCache& cache, cache::CacheEdit& edit);
-  // kvpress's 1 - R for this layer: the run's when the budget was a compression ratio and the layer has the run's
-  // budget, else the layer's kept share budget / n.
-  double kept_share(int budget, int n) const;
+  // chain(): the second policy's pick among the entries `kept` (ascending) of (layer, kv_head).
+  std::vector<int32_t> then_keep(int layer, int kv_head, const std::vector<int32_t>& kept);
+  // kvpress's 1 - R for this layer: the allocation's ratio of the layer when it states one (per_layer), the run's
+  // when the budget was a compression ratio and the layer has the run's budget, else the layer's kept share
+  // budget / n.
+  double kept_share(int layer, int budget, int n) const;
 
   std::string name_;
   Protocol protocol_;
@@ -105,6 +114,9 @@ class ScoredPolicy : public Policy {
   int chunk_length_ = 0;                                     // selection=chunkkv
   double first_stage_ratio_ = 0.0, critical_epsilon_ = 0.0;  // selection=criticalkv
   std::vector<std::vector<float>> output_projection_;        // [layer]: W_o dequantized, (dim, n_heads x head_dim)
+  std::unique_ptr<ScoredPolicy> then_;                         // chain()
+  double then_ratio_ = 0.0;                                    // chain()
+  std::vector<std::vector<std::vector<float>>> then_pending_;  // [layers][kv_heads][entries]: then_'s scores
   RunInfo run_;
   std::vector<int> budgets_;  // [layers]
   bool budgets_final_ = false;

@@ -2,6 +2,7 @@
 
 #include "core/common/error.h"
 #include "core/model/chat_template.h"
+#include "core/policy/allocation.h"
 #include "core/policy/budget_spec.h"
 #include "core/policy/policy_file.h"
 #include "core/policy/registry.h"
@@ -15,7 +16,10 @@ CheckedSpec check(const RunSpec& spec) {
   const auto policy = policy::make_policy(spec.policy);
   CheckedSpec out;
   out.policy_name = policy.name;
-  if (policy.name != "full" && spec.budget.empty())
+  // allocation=per_layer states every layer's count itself (layer_ratios); any other policy needs the run's budget
+  const bool own_budgets = policy.params.has("allocation") &&
+                           policy::make_allocation(policy.params.get_choice("allocation"), policy.params)->sets_own_budgets();
+  if (policy.name != "full" && spec.budget.empty() && !own_budgets)
     throw UsageError("policy '" + policy.name + "' needs a budget (tokens per layer and KV head, or a percentage)");
   out.uses_budget = policy.name != "full" && !spec.budget.empty();
   if (out.uses_budget) policy::BudgetSpec::parse(spec.budget);

@@ -1,7 +1,8 @@
 """kvpress's presses ported to shipped policy files keep kvpress's own entries (issue 36, item 3).
 
 Each tests/fixtures/kvpress_<press>/golden.json (a shipped file's press, a built-in's such as SnapKVPress, or a
-wrapper such as AdaKVPress around one, kvscope's `selection=`) (tools/make_kvpress_goldens.py: NVIDIA kvpress 0.5.5's press on
+wrapper such as AdaKVPress around one, kvscope's `selection=`; PerLayerCompressionPress, kvscope's
+`allocation=per_layer`; ComposedPress of two, kvscope's `compose:`) (tools/make_kvpress_goldens.py: NVIDIA kvpress 0.5.5's press on
 the same GGUF through transformers) lists, per prompt and compression ratio, the positions the press kept in every
 (layer, KV head) after the prefill, and the near-tie bands where another implementation may choose otherwise. Here
 kvscope traces the golden's prompt (`--prompt-file` with its exact text; the trace's prompt ids must be the
@@ -39,7 +40,9 @@ def goldens():
 
 def spec_of(golden, case):
     """A shipped file's spec (`python:PATH,k=v`), or a built-in's (`snapkv:k=v,...`) for a press kvscope has."""
-    params = [f"{k}={v}" for k, v in sorted(case["policy_params"].items())]
+    # compose's first= and then= may name a shipped file, python:PATH relative to the repository
+    params = [f"{k}=python:{os.path.join(SOURCE, v[len('python:'):])}" if str(v).startswith("python:") else f"{k}={v}"
+              for k, v in sorted(case["policy_params"].items())]
     if "policy" in golden:
         return golden["policy"] + (":" + ",".join(params) if params else "")
     return "python:" + os.path.join(SOURCE, golden["policy_file"]) + "".join("," + p for p in params)

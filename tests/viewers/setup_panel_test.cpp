@@ -35,6 +35,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>> kAllocationO
     {"d2o", {"variance_norm", "variance_temperature", "variance_heads", "min_layer_tokens"}},
     {"dynamickv", {"r_max", "arithmetic"}},
     {"cake", {"cake_window", "cake_tau1", "cake_tau2"}},
+    {"per_layer", {"layer_ratios"}},
 };
 
 }  // namespace
@@ -65,6 +66,9 @@ TEST_CASE("the set-up form shows an allocation's parameters only under that allo
   // they stay under every allocation.
   panel.set_policy("snapkv:allocation=uniform");
   for (const char* p : {"window", "kernel", "pooling", "group_reduce"}) CHECK(shows(panel, p));
+  // A list parameter is held as its text and given back in the spec the form runs.
+  panel.set_policy("snapkv:allocation=per_layer,layer_ratios=0.5/0.25");
+  CHECK(panel.policy_spec() == "snapkv:allocation=per_layer,layer_ratios=0.5/0.25");
   // Policies with a fixed allocation take every parameter they declare.
   for (const std::string policy : {"cake", "dynamickv", "d2o"}) {
     INFO(policy);

@@ -132,3 +132,41 @@ TEST_CASE("allocation registry names its entries", "[allocation]") {
   CHECK_THROWS_WITH(PolicyParams("x", allocation_params("pyramid"), {{"beta", "0.5"}}),
                     Catch::Contains("out of range"));
 }
+
+TEST_CASE("per_layer keeps kvpress's max(1, int(n (1 - r_l))) per layer, whatever the average", "[allocation]") {
+  auto make = [](const std::string& ratios) {
+    return make_allocation("per_layer",
+                           PolicyParams("test", allocation_params("per_layer"), {{"layer_ratios", ratios}}));
+  };
+  auto a = make("0.25/0.5/0.75/0/0.999");
+  CHECK(a->sets_own_budgets());
+  // 154 tokens: int(115.5) = 115, int(77) = 77, int(38.5) = 38, all 154, int(0.154) = 0 -> 1; the average 10
+  // plays no part.
+  CHECK(a->budgets(5, 10, 154) == std::vector<int>{115, 77, 38, 154, 1});
+  CHECK(a->layer_compression_ratio(2) == 0.75);
+  CHECK(a->layer_compression_ratio(5) == -1.0);
+  // kvpress's float arithmetic, truncated: 20 x (1 - 0.8) is 3.999999999999999 in doubles, so kvpress keeps 3
+  // (a rounding rule would keep 4)
+  CHECK(make("0.8/0.5")->budgets(2, 1, 20) == std::vector<int>{3, 10});
+  CHECK_THROWS_WITH(a->budgets(30, 10, 154), Catch::Contains("layer_ratios has 5 values, but the model has 30 layers"));
+  CHECK_THROWS_WITH(make_allocation("per_layer", PolicyParams("test", allocation_params("per_layer"), {})),
+                    Catch::Contains("allocation 'per_layer' needs layer_ratios"));
+}
+
+TEST_CASE("a list parameter: values separated by '/', each checked, printed back as given", "[allocation]") {
+  const auto specs = allocation_params("per_layer");
+  const PolicyParams p("snapkv", specs, {{"layer_ratios", "0.1/0.25/0"}});
+  CHECK(p.get_list("layer_ratios") == std::vector<double>{0.1, 0.25, 0.0});
+  CHECK(p.as_text().at("layer_ratios") == "0.1/0.25/0");
+  CHECK(PolicyParams("snapkv", specs, {}).get_list("layer_ratios").empty());
+  CHECK(specs.at(0).range_text() == "numbers in [0, 1) separated by '/'");
+  CHECK(specs.at(0).default_text() == "none");
+  CHECK_THROWS_WITH(PolicyParams("snapkv", specs, {{"layer_ratios", "0.1/1"}}),
+                    "policy 'snapkv' parameter 'layer_ratios' value 2 of 2, 1, is out of range; expected numbers in "
+                    "[0, 1) separated by '/'");
+  CHECK_THROWS_WITH(PolicyParams("snapkv", specs, {{"layer_ratios", "0.1//0.2"}}),
+                    Catch::Contains("value 2 of 3, '', is not a number"));
+  CHECK_THROWS_WITH(PolicyParams("snapkv", specs, {{"layer_ratios", "0.1/x"}}),
+                    Catch::Contains("value 2 of 2, 'x', is not a number"));
+  CHECK_THROWS_WITH(PolicyParams("snapkv", specs, {{"layer_ratios", "-0.5"}}), Catch::Contains("out of range"));
+}

@@ -369,11 +369,17 @@ TEST_CASE("every scored policy runs under every allocation", "[policy][allocatio
   for (const std::string name : {"streaming_llm", "h2o", "tova", "snapkv:window=4", "pyramidkv:window=4"})
     for (const auto& allocation : policy::allocation_names()) {
       INFO(name << " allocation " << allocation);
-      auto inst = make_policy(name + (name.find(':') == std::string::npos ? ":" : ",") + "allocation=" + allocation);
+      // per_layer states each layer's ratio itself: kvpress's int(40 (1 - r)), 0.8 -> 7.999999999999998 -> 7
+      const bool per_layer = allocation == "per_layer";
+      auto inst = make_policy(name + (name.find(':') == std::string::npos ? ":" : ",") + "allocation=" + allocation +
+                              (per_layer ? ",layer_ratios=0.5/0.25/0.75/0.8" : ""));
       PolicyDriver d(table, *inst.policy, 40, 12, 3);
       d.run(3);  // the driver checks every length against expected_length
       const auto budgets = inst.policy->layer_budgets();
       REQUIRE(budgets.size() == 4u);
-      CHECK(std::accumulate(budgets.begin(), budgets.end(), 0) == 4 * 12);
+      if (per_layer)
+        CHECK(budgets == std::vector<int>{20, 30, 10, 7});
+      else
+        CHECK(std::accumulate(budgets.begin(), budgets.end(), 0) == 4 * 12);
     }
 }

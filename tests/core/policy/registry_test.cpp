@@ -78,7 +78,28 @@ TEST_CASE("every scored policy accepts every allocation", "[registry]") {
   for (const std::string name : {"streaming_llm", "h2o", "tova", "snapkv", "pyramidkv"})
     for (const auto& allocation : allocation_names()) {
       INFO(name << " allocation " << allocation);
-      const auto inst = make_policy(name + ":allocation=" + allocation);
+      // per_layer has no default: its ratios are the user's
+      const auto inst = make_policy(name + ":allocation=" + allocation + (allocation == "per_layer" ? ",layer_ratios=0.5" : ""));
       CHECK(inst.params.get_choice("allocation") == allocation);
     }
+}
+
+TEST_CASE("compose: two scored policies from one spec, refused with what is wrong", "[registry]") {
+  const auto inst = make_policy("compose:first=snapkv,then=h2o,then_ratio=0.5,first.window=16,then.recent_ratio=0.25");
+  CHECK(inst.name == "compose");
+  CHECK(inst.params.get_int("window") == 16);
+  CHECK(inst.params.get_choice("then") == "h2o");
+  CHECK(inst.params.get_float("then_ratio") == 0.5);
+  CHECK(inst.params.as_text().at("then.recent_ratio") == "0.25");
+  CHECK_THROWS_WITH(make_policy("compose:first=snapkv,then=h2o"), Catch::Contains("compose needs first=, then= and then_ratio="));
+  CHECK_THROWS_WITH(make_policy("compose:first=snapkv,then=full,then_ratio=0.5"),
+                    Catch::Contains("then=full is not a scored policy"));
+  CHECK_THROWS_WITH(make_policy("compose:first=snapkv,then=h2o,then_ratio=1"),
+                    Catch::Contains("then_ratio = '1' is not a number in [0, 1)"));
+  CHECK_THROWS_WITH(make_policy("compose:first=snapkv,then=h2o,then_ratio=0.5,second.x=1"),
+                    Catch::Contains("unknown key 'second.x'"));
+  CHECK_THROWS_WITH(make_policy("compose:first=snapkv,then=h2o,then_ratio=0.5,then.bogus=1"),
+                    Catch::Contains("compose: then (h2o:bogus=1): policy 'h2o' has no parameter 'bogus'"));
+  CHECK_THROWS_WITH(make_policy("compose:first=snapkv,then=h2o,then_ratio=0.5,first.selection=adakv"),
+                    Catch::Contains("both policies must select per head"));
 }
