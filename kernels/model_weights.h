@@ -39,6 +39,8 @@ struct LayerWeights {
   std::vector<float> bq, bk, bv;      // [n_heads*head_dim], [n_kv_heads*head_dim] x2
   std::vector<float> bo;              // [dim]
   std::vector<float> q_norm, k_norm;  // [head_dim], shared by all heads
+  // Gemma (ModelShape::post_norms): RMSNorm of the attention and feed-forward outputs; empty otherwise.
+  std::vector<float> post_attn_norm, post_ffn_norm;  // [dim]
 };
 
 struct ModelWeights {

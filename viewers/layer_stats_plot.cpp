@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "viewers/layer_types.h"
+
 namespace kvscope::viewers {
 
 std::vector<std::string> layer_stat_names(const std::vector<const trace::RunTrace*>& runs) {
@@ -70,6 +72,7 @@ LinePlot LayerStatsPlot::build(const AppState& state) const {
   plot.integer_x = true;
   plot.y_label = stat;
   plot.title = stat + " per layer";
+  mark_layer_types(*active, plot);
   for (int i = 0; i < static_cast<int>(state.runs.size()); ++i) {
     const trace::RunTrace* r = state.run(i);
     if (!r || (!all_runs && i != state.active) || r->n_layers != active->n_layers) continue;

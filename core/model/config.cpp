@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/common/error.h"
+#include "core/model/gemma.h"
 #include "core/model/gguf.h"
 
 namespace kvscope::model {
@@ -20,10 +21,13 @@ struct GgufArchitecture {
   bool qkv_bias;
   bool qk_norm;
 };
-constexpr std::array<GgufArchitecture, 4> kSupportedArchitectures = {{{"llama", RopeStyle::AdjacentPairs, false, false},
+// gemma2 / gemma3 keep Hugging Face's order too and add what core/model/gemma.h lists.
+constexpr std::array<GgufArchitecture, 6> kSupportedArchitectures = {{{"llama", RopeStyle::AdjacentPairs, false, false},
                                                                       {"mistral", RopeStyle::AdjacentPairs, false, false},
                                                                       {"qwen2", RopeStyle::HalfSplit, true, false},
-                                                                      {"qwen3", RopeStyle::HalfSplit, false, true}}};
+                                                                      {"qwen3", RopeStyle::HalfSplit, false, true},
+                                                                      {"gemma2", RopeStyle::HalfSplit, false, false},
+                                                                      {"gemma3", RopeStyle::HalfSplit, false, true}}};
 
 class ConfigReader {
  public:
@@ -148,6 +152,8 @@ ModelConfig read_config(const GgufFile& file) {
   read_positions(reader, config);
   config.vocab_size = read_vocab_size(reader);
   config.tied_embeddings = file.find_tensor("output.weight") == nullptr;
+  if (config.architecture == "gemma2") read_gemma_fields(file, GemmaFamily::Gemma2, config);
+  if (config.architecture == "gemma3") read_gemma_fields(file, GemmaFamily::Gemma3, config);
   return config;
 }
 

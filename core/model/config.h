@@ -32,6 +32,12 @@ struct ModelConfig : kernels::ModelShape {
   // The rope scaling the checkpoint declares (its divisors are ModelShape::rope_freq_divisors); "rope_freqs"
   // for a GGUF that gives the divisors as a tensor, without naming the scaling.
   RopeScaling rope_scaling;
+
+  // --- Gemma (core/model/gemma.h) ---
+  // Added to every RMSNorm weight when the weights are bound: Hugging Face's Gemma stores w for a norm that
+  // multiplies by (1 + w); llama.cpp's converter stores 1 + w already.
+  float norm_weight_offset = 0.0f;
+  double query_pre_attn_scalar = 0.0;  // as the checkpoint gives it (0: head_dim, the Llama scale)
 };
 
 // Reads and validates the hyperparameters; throws Error naming the file and key.

@@ -51,7 +51,9 @@ ModelWeights bind_weights(const HfFolder& folder, const ModelConfig& config) {
   };
   const auto vector = [&](const std::string& name, int length) { return bind_vector(folder, name, length); };
   // transformers ties the head to the embedding when config.json says so, whatever lm_head the files hold.
-  return bind_model({"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", hf_layer_names}, config,
+  return bind_model({"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+                     config.post_norms ? hf_gemma_layer_names : hf_layer_names},
+                    config,
                     !config.tied_embeddings, matrix, vector);
 }
 
