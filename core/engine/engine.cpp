@@ -422,10 +422,13 @@ void Engine::finish_step(Run& run, const StepInfo& step, int token, float logpro
 std::vector<int> reported_layer_budgets(const policy::Policy& policy, const model::ModelConfig& config,
                                        int prompt_length) {
   std::vector<int> budgets = policy.layer_budgets();
+  if (config.local_layer_count() == 0) return budgets;
   const int window_hold = std::min(config.sliding_window, prompt_length);
-  for (int l = 0; l < static_cast<int>(budgets.size()); ++l)
+  for (int l = 0; l < static_cast<int>(budgets.size()); ++l) {
+    budgets[l] = std::min(budgets[l], prompt_length);  // a budget beyond the prompt keeps the prompt
     if (config.is_local(l))
       budgets[l] = policy.swa_mode() == policy::SwaMode::Compress ? std::min(budgets[l], window_hold) : window_hold;
+  }
   return budgets;
 }
 

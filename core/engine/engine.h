@@ -152,8 +152,9 @@ class Engine {
 // captured prefill be replayed for it (prefill_capture.h).
 bool prefill_is_policy_independent(const policy::Policy* policy, int prompt_length);
 
-// The policy's layer budgets as the cache holds them: a sliding-window layer keeps min(window, prompt) of the
-// prompt, or the policy's budget inside that under swa=compress (policy::SwaMode).
+// The policy's layer budgets as the cache holds them, for a model with sliding-window layers: at most the
+// prompt, and a sliding-window layer keeps min(window, prompt) of it, or the policy's budget inside that under
+// swa=compress (policy::SwaMode). Other models: the policy's own numbers.
 std::vector<int> reported_layer_budgets(const policy::Policy& policy, const model::ModelConfig& config,
                                         int prompt_length);
 

@@ -361,5 +361,6 @@ TEST_CASE("Q5_0 (most matrices of the real Gemma 3 270M GGUF) dequantizes as ggu
   REQUIRE(bytes.size() == expected.size() / 32 * 22);
   std::vector<float> got(expected.size());
   kernels::dequantize_row(kernels::GgmlType::Q5_0, bytes.data(), got.data(), static_cast<int64_t>(got.size()));
-  CHECK(test::max_abs_diff(got, expected) == 0.0);
+  // ggml's d * (q - 16) in float32; gguf-py rounds its product in another order (a few 1e-8 apart).
+  CHECK(test::max_abs_diff(got, expected) <= 1e-6);
 }
