@@ -33,7 +33,7 @@ struct RunLayout {
   double qk_scale = 0.0;                         // the score scale attention used, when qk
   double qk_softcap = 0.0;                       // scores became c * tanh(s / c) before the softmax (0: none)
   // Per layer, the sliding window its queries saw (0: a global layer); empty for a model without local layers.
-  std::vector<int32_t> layer_windows;
+  std::vector<int32_t> layer_windows = {};
 };
 
 // Everything one engine step adds to a run.
