@@ -122,7 +122,8 @@ LinePlot BudgetPlot::build(const AppState& state) const {
   }
   plot.marks_x.push_back(state.sel.layer);
   mark_layer_types(*active, plot);
-  plot.legend_outside = plot.series.size() > 3;
+  // The window's markers sit on the bars' tops, where a legend inside the plot would cover them.
+  plot.legend_outside = plot.series.size() > (plot.x_tick_labels.empty() ? 3 : 2);
   return plot;
 }
 

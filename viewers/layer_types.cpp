@@ -26,8 +26,6 @@ std::string layer_types_text(const trace::RunTrace& run) {
          " layers are sliding-window layers (ticks marked w; window " + std::to_string(window) + " tokens)";
 }
 
-void mark_layer_types(const trace::RunTrace& run, LinePlot& plot) {
-  plot.x_tick_labels = layer_tick_labels(run);
-}
+void mark_layer_types(const trace::RunTrace& run, LinePlot& plot) { plot.x_tick_labels = layer_tick_labels(run); }
 
 }  // namespace kvscope::viewers

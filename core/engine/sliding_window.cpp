@@ -9,7 +9,8 @@ cache::CacheEdit window_trim(const cache::KVCache& cache, int layer, int first_k
   for (int h = 0; h < cache.n_kv_heads(); ++h) {
     const auto positions = cache.positions(layer, h);
     // Entries are ordered by position: the kept ones are a suffix.
-    const int first = static_cast<int>(std::lower_bound(positions.begin(), positions.end(), first_kept) - positions.begin());
+    const int first =
+        static_cast<int>(std::lower_bound(positions.begin(), positions.end(), first_kept) - positions.begin());
     if (first == 0) continue;
     cache::HeadEdit head;
     head.layer = layer;

@@ -38,7 +38,8 @@ namespace {
 
 float gguf_positive(const GgufFile& file, const std::string& key, double fallback) {
   const double value = file.get_float(key, fallback);
-  if (!std::isfinite(value) || value < 0.0) gguf_fail(file, key, std::to_string(value) + " (expected a finite value >= 0)");
+  if (!std::isfinite(value) || value < 0.0)
+    gguf_fail(file, key, std::to_string(value) + " (expected a finite value >= 0)");
   return static_cast<float>(value);
 }
 

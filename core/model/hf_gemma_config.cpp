@@ -25,9 +25,12 @@ std::vector<bool> read_layer_types(const JsonConfigReader& reader, GemmaFamily f
     reader.fail("layer_types", types.dump() + " (expected one entry per layer, " + std::to_string(n_layers) + ")");
   std::vector<bool> local;
   for (const auto& t : types) {
-    if (t == "sliding_attention") local.push_back(true);
-    else if (t == "full_attention") local.push_back(false);
-    else reader.fail("layer_types", t.dump() + " (expected \"sliding_attention\" or \"full_attention\")");
+    if (t == "sliding_attention")
+      local.push_back(true);
+    else if (t == "full_attention")
+      local.push_back(false);
+    else
+      reader.fail("layer_types", t.dump() + " (expected \"sliding_attention\" or \"full_attention\")");
   }
   return local;
 }

@@ -15,9 +15,12 @@ SwaMode parse_swa_mode(const std::string& text) {
 
 const char* swa_mode_name(SwaMode mode) {
   switch (mode) {
-    case SwaMode::Skip: return "skip";
-    case SwaMode::Compress: return "compress";
-    case SwaMode::Window: return "window";
+    case SwaMode::Skip:
+      return "skip";
+    case SwaMode::Compress:
+      return "compress";
+    case SwaMode::Window:
+      return "window";
   }
   return "skip";
 }

@@ -316,8 +316,8 @@ TEST_CASE("a trace's exact zoom rebuilds Gemma 2's soft-capped, windowed attenti
   const fs::path dir = fs::temp_directory_path() / ("kvscope_gemma_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   std::ofstream(dir / "prompt.txt", std::ios::binary) << prompt["text"].get<std::string>();
-  const std::string command = std::string(KVSCOPE_BINARY) + " trace --quiet --force --model " + (kDir / "gemma2").string() +
-                              " --prompt-file " + (dir / "prompt.txt").string() +
+  const std::string command = std::string(KVSCOPE_BINARY) + " trace --quiet --force --model " +
+                              (kDir / "gemma2").string() + " --prompt-file " + (dir / "prompt.txt").string() +
                               " --max-new-tokens 2 --record qk=on --out " + (dir / "t.h5").string() + " 2>&1";
   REQUIRE(std::system(command.c_str()) == 0);
   const trace::TraceView view = trace::read_trace(dir / "t.h5");
@@ -356,7 +356,8 @@ TEST_CASE("Q5_0 (most matrices of the real Gemma 3 270M GGUF) dequantizes as ggu
   const auto& q = golden()["q5_0"];
   const std::string hex = q["bytes_hex"].get<std::string>();
   std::vector<uint8_t> bytes;
-  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) bytes.push_back(static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
+    bytes.push_back(static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16)));
   const auto expected = q["values"].get<std::vector<double>>();
   REQUIRE(bytes.size() == expected.size() / 32 * 22);
   std::vector<float> got(expected.size());
