@@ -141,6 +141,13 @@ struct RunTrace {
   // Router choices, one per fed position from 0 (router_k experts per layer); empty for dense models.
   int router_k = 0;
   AppendOnlyLog<TokenRouting> routing;
+  double qk_softcap = 0.0;                            // scores capped as c * tanh(s / c) (Gemma 2; 0: none)
+  // Per layer, the sliding window of a local layer, 0 for a global one; empty: every layer global (a model
+  // without local layers, or a trace from before layer types were recorded).
+  std::vector<int> layer_windows;
+  int layer_window(int layer) const {
+    return layer >= 0 && layer < static_cast<int>(layer_windows.size()) ? layer_windows[layer] : 0;
+  }
 
   bool complete = false;
 
