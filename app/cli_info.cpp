@@ -194,6 +194,18 @@ void print_text(const ModelSummary& s) {
   else if (c.rope_scaling.type != "default")
     std::printf("rope scaling    %s\n", c.rope_scaling.type.c_str());
   std::printf("rms eps         %g\n", static_cast<double>(c.rms_eps));
+  if (c.local_layer_count() > 0) {
+    std::string local;
+    for (int l = 0; l < c.n_layers; ++l)
+      if (c.is_local(l)) local += (local.empty() ? "" : " ") + std::to_string(l);
+    std::printf("sliding window  %d tokens on %d of %d layers (%s)%s\n", c.sliding_window, c.local_layer_count(),
+                c.n_layers, local.c_str(),
+                c.rope_local_base > 0.0f ? (", local rope base " + std::to_string(static_cast<int>(c.rope_local_base))).c_str()
+                                         : "");
+  }
+  if (c.attn_logit_softcap > 0.0f || c.final_logit_softcap > 0.0f)
+    std::printf("soft-caps       attention %g, logits %g\n", static_cast<double>(c.attn_logit_softcap),
+                static_cast<double>(c.final_logit_softcap));
   std::printf("tied embeddings %s\n", c.tied_embeddings ? "yes" : "no");
   std::printf("tokenizer       %s\n", s.tokenizer.c_str());
   std::printf("chat template   %s\n", s.chat_template.c_str());

@@ -214,6 +214,9 @@ Command register_policies(CLI::App& root) {
               std::printf("\n");
             }
             std::printf(
+                "Every policy also takes swa=skip|compress|window: what it does on a model's sliding-window layers "
+                "(Gemma 2 / 3; default skip, as kvpress; docs/policies.md)\n\n");
+            std::printf(
                 "Layer allocations (allocation=NAME on any policy that takes one; their parameters go in the "
                 "same spec)\n\n");
             for (const auto& a : policy::all_allocations()) {

@@ -30,6 +30,16 @@ std::unique_ptr<Backend> make_backend(Device device, const BackendOptions& optio
 #endif
 }
 
+void Backend::scale(float*, std::size_t, float) {
+  throw Error(std::string("the ") + device_name(device()) +
+              " backend has no 'scale' op, which Gemma models need (run them with --device cpu)");
+}
+
+void Backend::geglu(const float*, const float*, float*, std::size_t) {
+  throw Error(std::string("the ") + device_name(device()) +
+              " backend has no 'geglu' op, which Gemma models need (run them with --device cpu)");
+}
+
 Backend& default_cpu_backend() {
   static cpu::CpuBackend backend{BackendOptions{}};
   return backend;

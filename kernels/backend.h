@@ -60,6 +60,10 @@ struct AttentionCall {
   const float* q = nullptr;                  // backend memory [n][n_heads][head_dim], after RoPE
   int n = 0;                                 // queries in this call
   const int32_t* query_positions = nullptr;  // host [n], increasing
+  // Gemma: scores s become c * tanh(s / c) before the softmax (0: not capped), and a query at position p sees
+  // only keys at positions > p - sliding_window (0: every earlier key).
+  float logit_softcap = 0.0f;
+  int sliding_window = 0;
 };
 
 class Backend {
@@ -105,6 +109,11 @@ class Backend {
   virtual void swiglu(const float* gate, const float* up, float* out, std::size_t n) = 0;
   // In-place numerically stable softmax over n values.
   virtual void softmax(float* x, int n) = 0;
+  // Gemma's ops. A backend without them refuses a Gemma model with a message naming the op.
+  // x[i] *= factor.
+  virtual void scale(float* x, std::size_t n, float factor);
+  // out[i] = gelu_tanh(gate[i]) * up[i] (out may be gate): GeGLU with PyTorch's tanh approximation.
+  virtual void geglu(const float* gate, const float* up, float* out, std::size_t n);
 
   // Exact causal attention of call.n queries over the layer's entries in `kv`: writes out[n][n_heads][head_dim]
   // (backend memory) and the side outputs `request` asks for (host; see AttentionSideOutputs), and streams

@@ -21,7 +21,7 @@ constexpr std::array kTypes = {
     TypeEntry{1, {"F16", 1, 2, true}},
     TypeEntry{2, {"Q4_0", 32, 18, true}},
     TypeEntry{3, {"Q4_1", 32, 20, true}},
-    TypeEntry{6, {"Q5_0", 32, 22, false}},
+    TypeEntry{6, {"Q5_0", 32, 22, true}},
     TypeEntry{7, {"Q5_1", 32, 24, false}},
     TypeEntry{8, {"Q8_0", 32, 34, true}},
     // Current ggml stores Q8_1's two scales as halves (36 bytes); the gguf-py table still says 40.

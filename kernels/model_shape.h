@@ -40,6 +40,28 @@ struct ModelShape {
   int n_experts = 0;
   int n_experts_used = 0;
   bool expert_weights_norm = true;  // the chosen experts' probabilities are renormalised to sum to 1
+  // --- Gemma 2 / Gemma 3 (core/model/gemma_config.cpp); the defaults leave a Llama layer unchanged ---
+  enum class Activation { SiLU, GeluTanh };  // the gated feed-forward's activation: SwiGLU, or GeGLU (Gemma)
+  Activation activation = Activation::SiLU;
+  float embedding_scale = 1.0f;      // the embedding rows are multiplied by this (Gemma: sqrt(dim))
+  float query_scale = 1.0f;          // q is multiplied by this after RoPE (Gemma: sqrt(head_dim / query_pre_attn_scalar))
+  float attn_logit_softcap = 0.0f;   // scores become c * tanh(s / c) before the softmax (Gemma 2); 0: none
+  float final_logit_softcap = 0.0f;  // the same on the output logits (Gemma 2); 0: none
+  bool post_norms = false;           // RMSNorm of the attention and feed-forward outputs before each residual add
+  int sliding_window = 0;            // keys a local layer's query sees, itself included (0: no local layers)
+  std::vector<bool> layer_is_local;  // per layer: a sliding-window layer (empty: all global)
+  float rope_local_base = 0.0f;      // RoPE base of local layers, which take no rope scaling (0: the global base)
+
+  bool is_local(int layer) const {
+    return sliding_window > 0 && layer >= 0 && layer < static_cast<int>(layer_is_local.size()) && layer_is_local[layer];
+  }
+  // The window of `layer`'s attention: sliding_window for a local layer, 0 (unbounded) for a global one.
+  int window_of(int layer) const { return is_local(layer) ? sliding_window : 0; }
+  int local_layer_count() const {
+    int n = 0;
+    for (int l = 0; l < n_layers; ++l) n += is_local(l) ? 1 : 0;
+    return n;
+  }
 
   int group_size() const { return n_heads / n_kv_heads; }  // query heads per KV head
   int q_width() const { return n_heads * head_dim; }

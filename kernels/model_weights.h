@@ -44,6 +44,8 @@ struct LayerWeights {
   QuantMatrix router;                               // [n_experts][dim]
   std::vector<QuantMatrix> expert_gate, expert_up;  // n_experts x [ffn_dim][dim]
   std::vector<QuantMatrix> expert_down;             // n_experts x [dim][ffn_dim]
+  // Gemma (ModelShape::post_norms): RMSNorm of the attention and feed-forward outputs; empty otherwise.
+  std::vector<float> post_attn_norm, post_ffn_norm;  // [dim]
 };
 
 struct ModelWeights {

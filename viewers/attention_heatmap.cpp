@@ -317,8 +317,13 @@ void AttentionHeatmap::draw(AppState& state) {
   } else {
     const int kv = kv_head_of(state.sel.head, shape);
     const StepCache cache = cache_at_step(r, sel.layer, kv, sel.step);
-    ImGui::TextWrapped("step %d, %s: layer %d, kv head %d holds %d of %d tokens (%d evicted, %d merged)", cache.step,
-                       step_name(r, cache.step).c_str(), sel.layer, kv, cache.kept, cache.seq_len, cache.evicted, cache.merged);
+    // A sliding-window layer (Gemma) says so: its queries see only the window, and its cache holds at most that.
+    const std::string layer_type =
+        r.layer_window(sel.layer) > 0 ? " (sliding-window layer, window " + std::to_string(r.layer_window(sel.layer)) + ")"
+                                      : (r.layer_windows.empty() ? "" : " (global layer)");
+    ImGui::TextWrapped("step %d, %s: layer %d%s, kv head %d holds %d of %d tokens (%d evicted, %d merged)", cache.step,
+                       step_name(r, cache.step).c_str(), sel.layer, layer_type.c_str(), kv, cache.kept, cache.seq_len,
+                       cache.evicted, cache.merged);
   }
   // In the decode view the selected decode step is one row: frame it.
   const int step_row = resolve_step(r, sel.step);

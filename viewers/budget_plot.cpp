@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "viewers/layer_types.h"
+
 namespace kvscope::viewers {
 
 std::vector<std::string> layer_series_names(const trace::RunTrace& run) {
@@ -85,6 +87,17 @@ LinePlot BudgetPlot::build(const AppState& state) const {
       }
       plot.series.push_back(std::move(s));
     }
+    // What a sliding-window layer holds whatever the policy: its window, drawn over those layers' bars.
+    LineSeries window;
+    window.name = "window (sliding-window layers)";
+    window.kind = LineSeries::Kind::Markers;
+    window.color = static_cast<int>(state.runs.size());
+    for (int l = 0; l < active->n_layers; ++l)
+      if (active->layer_window(l) > 0) {
+        window.x.push_back(l);
+        window.y.push_back(active->layer_window(l));
+      }
+    if (!window.x.empty() && !plot.series.empty()) plot.series.push_back(std::move(window));
     // Cascading allocations (CAKE) re-plan the budgets at every prefill stage: the stages of the
     // active run are drawn over the bars, so the final bar is seen as the end of that path.
     for (const auto& [name, ser] : active->policy_series) {
@@ -108,7 +121,9 @@ LinePlot BudgetPlot::build(const AppState& state) const {
     plot.series = series_lines(it->second);
   }
   plot.marks_x.push_back(state.sel.layer);
-  plot.legend_outside = plot.series.size() > 3;
+  mark_layer_types(*active, plot);
+  // The window's markers sit on the bars' tops, where a legend inside the plot would cover them.
+  plot.legend_outside = plot.series.size() > (plot.x_tick_labels.empty() ? 3 : 2);
   return plot;
 }
 
@@ -155,6 +170,9 @@ void BudgetPlot::draw(AppState& state) {
   ImGui::SameLine();
   export_button(state, key());
   if (series.empty()) draw_decode_growth(state);
+  if (const std::string types = layer_types_text(*active); !types.empty())
+    ImGui::TextWrapped("%s: they hold at most their window whatever the budget (the policy's swa= mode says what it "
+                       "does there).", types.c_str());
   const LinePlot plot = build(state);
   if (plot.series.empty()) {
     // A run in progress has no prompt budgets yet; "none" would flip back to bars when it ends.

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/analysis/router_load.h"
+#include "viewers/layer_types.h"
 
 namespace kvscope::viewers {
 
@@ -84,6 +85,7 @@ LinePlot LayerStatsPlot::build(const AppState& state) const {
   plot.integer_x = true;
   plot.y_label = stat;
   plot.title = stat + " per layer";
+  mark_layer_types(*active, plot);
   for (int i = 0; i < static_cast<int>(state.runs.size()); ++i) {
     const trace::RunTrace* r = state.run(i);
     if (!r || (!all_runs && i != state.active) || r->n_layers != active->n_layers) continue;

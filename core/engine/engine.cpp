@@ -13,8 +13,10 @@
 #include "core/common/error.h"
 #include "core/engine/decode_threads.h"
 #include "core/engine/routed_ffn.h"
+#include "core/engine/sliding_window.h"
 #include "core/policy/policy.h"
 #include "kernels/backend.h"
+#include "kernels/common/softmax_math.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -33,8 +35,10 @@ double elapsed_ms(std::chrono::steady_clock::time_point since) {
 
 // What happens to q, k and v between their projections and the cache, in transformers' order: biases (Qwen2,
 // attention_bias), the per-head RMSNorm of q and k (Qwen3), then RoPE with the model's pairing and scaling.
-void finish_qk(kernels::Backend& b, const model::ModelConfig& c, const model::LayerWeights& lw, int n,
-               const int32_t* positions, kernels::RunState& s, const std::function<void()>& before_rope) {
+// Then Gemma's query scale (query_pre_attn_scalar), so that every reader of q sees the scores the model uses.
+void finish_qk(kernels::Backend& b, const model::ModelConfig& c, const kernels::ModelShape& rope_shape,
+               const model::LayerWeights& lw, int n, const int32_t* positions, kernels::RunState& s,
+               const std::function<void()>& before_rope) {
   if (c.qkv_bias) {
     b.add_bias(s.q, lw.bq.data(), n, c.q_width());
     b.add_bias(s.k, lw.bk.data(), n, c.kv_width());
@@ -46,15 +50,22 @@ void finish_qk(kernels::Backend& b, const model::ModelConfig& c, const model::La
   }
   before_rope();
   // Longrope: transformers switches to the long factors for a forward call that reaches past the original context.
-  if (!c.rope_freq_divisors_long.empty() && positions[n - 1] + 1 > c.rope_long_after) {
-    kernels::ModelShape long_rope = c;
-    long_rope.rope_freq_divisors = c.rope_freq_divisors_long;
+  if (!rope_shape.rope_freq_divisors_long.empty() && positions[n - 1] + 1 > rope_shape.rope_long_after) {
+    kernels::ModelShape long_rope = rope_shape;
+    long_rope.rope_freq_divisors = rope_shape.rope_freq_divisors_long;
     b.rope(s.q, n, c.n_heads, positions, long_rope);
     b.rope(s.k, n, c.n_kv_heads, positions, long_rope);
-    return;
+  } else {
+    b.rope(s.q, n, c.n_heads, positions, rope_shape);
+    b.rope(s.k, n, c.n_kv_heads, positions, rope_shape);
   }
-  b.rope(s.q, n, c.n_heads, positions, c);
-  b.rope(s.k, n, c.n_kv_heads, positions, c);
+  if (c.query_scale != 1.0f) b.scale(s.q, static_cast<std::size_t>(n) * c.q_width(), c.query_scale);
+}
+
+// Gemma 2's soft-cap of the output logits (host memory).
+void cap_logits(float* logits, int n, float cap) {
+  if (cap > 0.0f)
+    for (int i = 0; i < n; ++i) logits[i] = kernels::softcap(logits[i], cap);
 }
 
 void report_routing(const std::vector<RunObserver*>& observers, int layer, const StepInfo& step, int first_position,
@@ -116,11 +127,45 @@ struct Engine::Run {
   bool cancelled() const { return hooks && hooks->cancel && hooks->cancel->load(std::memory_order_relaxed); }
 };
 
-Engine::Engine(const model::Model& model, kernels::Backend& backend) : model_(model), backend_(backend) {
+Engine::Engine(const model::Model& model, kernels::Backend& backend)
+    : model_(model), backend_(backend), local_rope_shape_(model.config) {
   backend_.upload_weights(model_.weights);
+  // Gemma 3's local layers rotate with their own base and without the global layers' rope scaling.
+  if (model.config.rope_local_base > 0.0f) {
+    local_rope_shape_.rope_base = model.config.rope_local_base;
+    local_rope_shape_.rope_freq_divisors.clear();
+    local_rope_shape_.rope_freq_divisors_long.clear();
+    local_rope_shape_.rope_attention_factor = 1.0f;
+  }
+}
+
+const kernels::ModelShape& Engine::rope_shape(int layer) const {
+  return model_.config.is_local(layer) ? local_rope_shape_ : model_.config;
+}
+
+kernels::AttentionCall Engine::attention_call(int layer, const float* q, int n, const int32_t* positions) const {
+  kernels::AttentionCall call{layer, model_.config.n_heads, q, n, positions};
+  call.logit_softcap = model_.config.attn_logit_softcap;
+  call.sliding_window = model_.config.window_of(layer);
+  return call;
+}
+
+bool Engine::policy_sees(const Run& run, int layer) const {
+  const policy::Policy* policy = run.hooks->policy;
+  return policy && (!model_.config.is_local(layer) || policy->swa_mode() == policy::SwaMode::Compress);
+}
+
+void Engine::trim_to_window(Run& run, int layer, int first_kept, const StepInfo& step) {
+  cache::CacheEdit edit = window_trim(run.cache, layer, first_kept);
+  if (edit.empty()) return;
+  for (RunObserver* o : run.hooks->observers) o->on_edit(edit, run.cache, step);
+  run.cache.apply(edit);
 }
 
 void Engine::apply_edit(Run& run, cache::CacheEdit&& edit, const StepInfo& step) {
+  // A policy that leaves sliding-window layers alone (swa=skip|window) has its edits of them dropped.
+  if (!edit.empty() && run.hooks->policy && run.hooks->policy->swa_mode() != policy::SwaMode::Compress)
+    std::erase_if(edit.heads, [&](const cache::HeadEdit& h) { return model_.config.is_local(h.layer); });
   if (edit.empty()) return;
   run.cache_edited = true;
   for (RunObserver* o : run.hooks->observers) o->on_edit(edit, run.cache, step);
@@ -136,6 +181,7 @@ struct Engine::LayerRequests {
 Engine::LayerRequests Engine::requests_for(const Run& run, int layer, Phase phase, bool policy_reads) const {
   LayerRequests r;
   policy::Policy* policy = policy_reads ? run.hooks->policy : nullptr;
+  if (!policy_sees(run, layer)) policy = nullptr;
   r.policy_reads = policy != nullptr;
   r.policy = policy ? policy->request(layer, phase) : ObservationRequest{};
   r.merged = r.policy;
@@ -177,7 +223,7 @@ AttentionObservation empty_observation(const model::ModelConfig& c, int layer, c
 }  // namespace
 
 ObservationRequest Engine::pre_attention_request(const Run& run, int layer, Phase phase) const {
-  ObservationRequest r = run.hooks->policy ? run.hooks->policy->request(layer, phase) : ObservationRequest{};
+  ObservationRequest r = policy_sees(run, layer) ? run.hooks->policy->request(layer, phase) : ObservationRequest{};
   for (RunObserver* o : run.hooks->observers) r.merge(o->request(layer, phase));
   return r;
 }
@@ -199,7 +245,7 @@ void Engine::trim_before_output(Run& run, int layer, int n, const int32_t* posit
   policy::Policy* policy = run.hooks->policy;
   AttentionObservation obs = empty_observation(c, layer, positions, n, step);
   const ObservationRequest request = policy->request(layer, step.phase);
-  backend_.attention(run.cache.storage(), {layer, c.n_heads, run.state->q, n, positions}, request, nullptr, obs,
+  backend_.attention(run.cache.storage(), attention_call(layer, run.state->q, n, positions), request, nullptr, obs,
                      run.state->attn_scratch);
   if (request.queries) copy_queries(run, n, obs);
   attach_pre_attention(run, request, obs);
@@ -211,14 +257,14 @@ void Engine::attention(Run& run, int layer, int n, const int32_t* positions, con
   kernels::RunState& s = *run.state;
   // A policy that trims before the output scores and edits first (one extra attention pass); the output
   // below, and what observers see, then attends over the entries that survived.
-  const bool trimmed = run.hooks->policy && run.hooks->policy->trims_before_output(step.phase);
+  const bool trimmed = policy_sees(run, layer) && run.hooks->policy->trims_before_output(step.phase);
   if (trimmed) trim_before_output(run, layer, n, positions, step);
   const LayerRequests requests = requests_for(run, layer, step.phase, !trimmed);
   const bool capturing = run.capture && step.phase == Phase::Prefill;
 
   AttentionObservation obs = empty_observation(c, layer, positions, n, step);
   ObserverRows rows(layer, run.hooks->observers);
-  const kernels::AttentionCall call{layer, c.n_heads, s.q, n, positions};
+  const kernels::AttentionCall call = attention_call(layer, s.q, n, positions);
   backend_.attention(run.cache.storage(), call, capturing ? PrefillCapture::superset(requests.merged) : requests.merged,
                      &rows, obs, s.attn_out);
   if (capturing) {
@@ -284,6 +330,7 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
     positions[i] = first_position + i;
   }
   b.embedding_rows(w.token_embedding, ids.data(), n, s.x);
+  if (c.embedding_scale != 1.0f) b.scale(s.x, rows * c.dim, c.embedding_scale);
 
   // A block-wise prefill block that a capture holds is taken from it while the cache stays unedited; one
   // computed while the cache is unedited extends the capture (block_prefix.h).
@@ -315,10 +362,12 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
     if (pre.hidden_states) copy_to_host(b, s.xb, static_cast<std::size_t>(n) * c.dim, run.hidden_states);
     const kernels::MatmulTarget qkv[] = {{&lw.wq, s.q}, {&lw.wk, s.k}, {&lw.wv, s.v}};
     b.matmul_shared_input(qkv, s.xb, n);
-    finish_qk(b, c, lw, n, positions.data(), s, [&] {
+    finish_qk(b, c, rope_shape(l), lw, n, positions.data(), s, [&] {
       if (pre.queries_pre_rope) copy_to_host(b, s.q, static_cast<std::size_t>(n) * c.q_width(), run.queries_pre_rope);
       if (pre.keys_pre_rope) copy_to_host(b, s.k, static_cast<std::size_t>(n) * c.kv_width(), run.keys_pre_rope);
     });
+    const bool local = c.is_local(l);
+    if (local) trim_to_window(run, l, first_position + 1 - c.sliding_window, step);
     run.cache.append(l, s.k, s.v, n, positions.data());
     if (run.capture && step.phase == Phase::Prefill) {
       auto& captured = run.capture->layers[l];
@@ -341,6 +390,7 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
 
     b.matmul(lw.wo, s.attn_out, n, s.proj);
     if (c.o_bias) b.add_bias(s.proj, lw.bo.data(), n, c.dim);
+    if (c.post_norms) b.rmsnorm(s.proj, lw.post_attn_norm.data(), n, c.dim, c.rms_eps, s.proj);
     b.add(s.x, s.proj, rows * c.dim);
     b.rmsnorm(s.x, lw.ffn_norm.data(), n, c.dim, c.rms_eps, s.xb);
     if (c.n_experts > 0) {
@@ -352,8 +402,12 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
     }
     const kernels::MatmulTarget gate_up[] = {{&lw.w_gate, s.gate}, {&lw.w_up, s.up}};
     b.matmul_shared_input(gate_up, s.xb, n);
-    b.swiglu(s.gate, s.up, s.gate, rows * c.ffn_dim);
+    if (c.activation == kernels::ModelShape::Activation::GeluTanh)
+      b.geglu(s.gate, s.up, s.gate, rows * c.ffn_dim);
+    else
+      b.swiglu(s.gate, s.up, s.gate, rows * c.ffn_dim);
     b.matmul(lw.w_down, s.gate, n, s.proj);
+    if (c.post_norms) b.rmsnorm(s.proj, lw.post_ffn_norm.data(), n, c.dim, c.rms_eps, s.proj);
     b.add(s.x, s.proj, rows * c.dim);
   }
   if (logits && prefix_holds && !run.cache_edited)
@@ -367,17 +421,26 @@ void Engine::forward(Run& run, const int* tokens, int n, int first_position, con
     b.rmsnorm(s.x + (rows - 1) * c.dim, w.output_norm.data(), 1, c.dim, c.rms_eps, s.xb);
     b.matmul(w.output, s.xb, 1, s.logits);
     b.to_host(s.logits, logits, c.vocab_size);
+    cap_logits(logits, c.vocab_size, c.final_logit_softcap);
   }
 }
 
 void Engine::finish_step(Run& run, const StepInfo& step, int token, float logprob) {
   policy::Policy* policy = run.hooks->policy;
+  const auto& c = model_.config;
+  if (policy) apply_edit(run, policy->after_step(step, run.cache), step);
+  // Sliding-window layers drop what the next query cannot see once the policy has acted on the step, so that
+  // its observations of the step still match the cache it edits.
+  for (int l = 0; l < c.n_layers; ++l)
+    if (c.is_local(l)) trim_to_window(run, l, step.seq_len - c.sliding_window, step);
   if (policy) {
-    apply_edit(run, policy->after_step(step, run.cache), step);
-    const auto& c = model_.config;
     for (int l = 0; l < c.n_layers; ++l)
       for (int h = 0; h < c.n_kv_heads; ++h) {
-        const int expected = policy->expected_length(l, h, step);
+        int expected = policy->expected_length(l, h, step);
+        // A sliding-window layer holds its window, which the policy does not decide (swa=skip|window), or
+        // at most the policy's length inside it (swa=compress).
+        if (c.is_local(l) && policy->swa_mode() != policy::SwaMode::Compress) expected = -1;
+        if (expected >= 0 && c.is_local(l)) expected = std::min(expected, run.cache.size(l, h));
         if (expected >= 0 && run.cache.size(l, h) != expected)
           throw Error("policy '" + policy->name() + "' left layer " + std::to_string(l) + " kv head " + std::to_string(h) +
                       " with " + std::to_string(run.cache.size(l, h)) + " entries after " +
@@ -386,6 +449,19 @@ void Engine::finish_step(Run& run, const StepInfo& step, int token, float logpro
       }
   }
   for (RunObserver* o : run.hooks->observers) o->on_step_end(step, run.cache, token, logprob);
+}
+
+std::vector<int> reported_layer_budgets(const policy::Policy& policy, const model::ModelConfig& config,
+                                       int prompt_length) {
+  std::vector<int> budgets = policy.layer_budgets();
+  if (config.local_layer_count() == 0) return budgets;
+  const int window_hold = std::min(config.sliding_window, prompt_length);
+  for (int l = 0; l < static_cast<int>(budgets.size()); ++l) {
+    budgets[l] = std::min(budgets[l], prompt_length);  // a budget beyond the prompt keeps the prompt
+    if (config.is_local(l))
+      budgets[l] = policy.swa_mode() == policy::SwaMode::Compress ? std::min(budgets[l], window_hold) : window_hold;
+  }
+  return budgets;
 }
 
 bool prefill_is_policy_independent(const policy::Policy* policy, int prompt_length) {
@@ -419,6 +495,12 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
     info.prompt_length = static_cast<int>(prompt.size());
     info.budget = options.budget.value > 0 ? options.budget.resolve(info.prompt_length, c.context_length) : info.prompt_length;
     if (options.budget.kind == policy::BudgetSpec::Kind::CompressionRatio) info.compression_ratio = options.budget.value;
+    if (hooks.policy->swa_mode() == policy::SwaMode::Window && c.local_layer_count() > 0) {
+      info.budget = policy::window_mode_global_budget(info.budget, info.prompt_length, c.n_layers,
+                                                      c.local_layer_count(), c.sliding_window);
+      if (info.compression_ratio >= 0.0)
+        info.compression_ratio = std::max(0.0, 1.0 - static_cast<double>(info.budget) / info.prompt_length);
+    }
     info.max_new_tokens = options.max_new_tokens;
     info.weights = &model_.weights;
     hooks.policy->begin(info);
@@ -552,7 +634,7 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
     for (int h = 0; h < c.n_kv_heads; ++h) heads.push_back(run.cache.size(l, h));
     result.kept.push_back(std::move(heads));
   }
-  if (hooks.policy) result.layer_budgets = hooks.policy->layer_budgets();
+  if (hooks.policy) result.layer_budgets = reported_layer_budgets(*hooks.policy, c, n_prompt);
   return result;
 }
 

@@ -138,15 +138,29 @@ class Engine {
   void copy_queries(Run& run, int n, AttentionObservation& obs);
   void finish_step(Run& run, const StepInfo& step, int token, float logprob);
   void apply_edit(Run& run, cache::CacheEdit&& edit, const StepInfo& step);
+  // Sliding-window layers (Gemma): the RoPE each layer uses, its attention call (window, soft-cap), whether
+  // the policy acts on it (policy::SwaMode), and the drop of entries no query can see any more
+  // (sliding_window.h), which observers see as an edit.
+  const kernels::ModelShape& rope_shape(int layer) const;
+  kernels::AttentionCall attention_call(int layer, const float* q, int n, const int32_t* positions) const;
+  bool policy_sees(const Run& run, int layer) const;
+  void trim_to_window(Run& run, int layer, int first_kept, const StepInfo& step);
 
   const model::Model& model_;
   kernels::Backend& backend_;
+  kernels::ModelShape local_rope_shape_;
 };
 
 // Whether a prompt's forward pass is the same whatever `policy`'s budget: it prefills in one pass and does
 // not trim a layer before its output (which would change what the next layer sees). Only then can a
 // captured prefill be replayed for it (prefill_capture.h).
 bool prefill_is_policy_independent(const policy::Policy* policy, int prompt_length);
+
+// The policy's layer budgets as the cache holds them, for a model with sliding-window layers: at most the
+// prompt, and a sliding-window layer keeps min(window, prompt) of it, or the policy's budget inside that under
+// swa=compress (policy::SwaMode). Other models: the policy's own numbers.
+std::vector<int> reported_layer_budgets(const policy::Policy& policy, const model::ModelConfig& config,
+                                        int prompt_length);
 
 // Throws UsageError when an empty prompt, or a prompt and its new tokens, do not fit a context of
 // `context_length` tokens: what generate refuses, for callers that check before they write anything.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/common/error.h"
+#include "core/model/gemma.h"
 #include "core/model/gguf.h"
 
 namespace kvscope::model {
@@ -24,13 +25,16 @@ struct GgufArchitecture {
   bool qk_norm;
   bool fused_projections;
 };
-constexpr std::array<GgufArchitecture, 6> kSupportedArchitectures = {
+// gemma2 / gemma3 keep Hugging Face's order too and add what core/model/gemma.h lists.
+constexpr std::array<GgufArchitecture, 8> kSupportedArchitectures = {
     {{"llama", RopeStyle::AdjacentPairs, false, false, false},
      {"mistral", RopeStyle::AdjacentPairs, false, false, false},
      {"qwen2", RopeStyle::HalfSplit, true, false, false},
      {"qwen3", RopeStyle::HalfSplit, false, true, false},
      {"phi3", RopeStyle::HalfSplit, false, false, true},
-     {"qwen3moe", RopeStyle::HalfSplit, false, true, false}}};
+     {"qwen3moe", RopeStyle::HalfSplit, false, true, false},
+     {"gemma2", RopeStyle::HalfSplit, false, false, false},
+     {"gemma3", RopeStyle::HalfSplit, false, true, false}}};
 
 class ConfigReader {
  public:
@@ -209,6 +213,8 @@ ModelConfig read_config(const GgufFile& file) {
       config.context_length = std::min(config.context_length, window);
   config.vocab_size = read_vocab_size(reader);
   config.tied_embeddings = file.find_tensor("output.weight") == nullptr;
+  if (config.architecture == "gemma2") read_gemma_fields(file, GemmaFamily::Gemma2, config);
+  if (config.architecture == "gemma3") read_gemma_fields(file, GemmaFamily::Gemma3, config);
   return config;
 }
 

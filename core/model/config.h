@@ -38,6 +38,11 @@ struct ModelConfig : kernels::ModelShape {
   // Phi-3 stores one qkv projection (q rows, then k, then v) and one gate_up projection (gate rows, then up);
   // the readers split them into views (core/model/fused_tensors.h).
   bool fused_projections = false;
+  // --- Gemma (core/model/gemma.h) ---
+  // Added to every RMSNorm weight when the weights are bound: Hugging Face's Gemma stores w for a norm that
+  // multiplies by (1 + w); llama.cpp's converter stores 1 + w already.
+  float norm_weight_offset = 0.0f;
+  double query_pre_attn_scalar = 0.0;  // as the checkpoint gives it (0: head_dim, the Llama scale)
 };
 
 // Reads and validates the hyperparameters; throws Error naming the file and key.

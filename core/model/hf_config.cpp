@@ -6,7 +6,9 @@
 
 #include "core/common/error.h"
 #include "core/model/config.h"
+#include "core/model/gemma.h"
 #include "core/model/hf_folder.h"
+#include "core/model/json_config_reader.h"
 #include "core/model/rope_scaling.h"
 
 namespace kvscope::model {
@@ -20,61 +22,17 @@ struct Architecture {
   bool qk_norm;            // per-head RMSNorm of q and k (Qwen3)
   bool fused_projections;  // qkv_proj and gate_up_proj (Phi-3)
   bool experts;            // routed experts (Mixtral, Qwen3-MoE)
+  int gemma;               // 2 or 3: a Gemma family (core/model/gemma.h), 0 otherwise
 };
-constexpr std::array<Architecture, 7> kSupported = {{{"LlamaForCausalLM", false, false, false, false},
-                                                     {"MistralForCausalLM", false, false, false, false},
-                                                     {"Qwen2ForCausalLM", true, false, false, false},
-                                                     {"Qwen3ForCausalLM", false, true, false, false},
-                                                     {"Phi3ForCausalLM", false, false, true, false},
-                                                     {"MixtralForCausalLM", false, false, false, true},
-                                                     {"Qwen3MoeForCausalLM", false, true, false, true}}};
-
-class JsonConfigReader {
- public:
-  explicit JsonConfigReader(const HfFolder& folder)
-      : json_(folder.config()), file_((folder.dir() / "config.json").string()) {}
-
-  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    throw Error(file_ + ": field '" + key + "': " + what);
-  }
-  bool has(const std::string& key) const { return json_.contains(key) && !json_[key].is_null(); }
-  const nlohmann::json& at(const std::string& key) const { return json_[key]; }
-  const nlohmann::json& json() const { return json_; }
-
-  int integer(const std::string& key, int64_t low, int64_t high) const {
-    if (!has(key))
-      fail(key, "missing (expected an integer in " + std::to_string(low) + ".." + std::to_string(high) + ")");
-    return integer_value(key, json_[key], low, high);
-  }
-  int integer(const std::string& key, int64_t low, int64_t high, int64_t fallback) const {
-    return has(key) ? integer(key, low, high) : static_cast<int>(fallback);
-  }
-  int integer_value(const std::string& key, const nlohmann::json& value, int64_t low, int64_t high) const {
-    if (!value.is_number_integer() || value.get<int64_t>() < low || value.get<int64_t>() > high)
-      fail(key, value.dump() + " (expected an integer in " + std::to_string(low) + ".." + std::to_string(high) + ")");
-    return static_cast<int>(value.get<int64_t>());
-  }
-  float positive(const std::string& key, double fallback, double high) const {
-    if (has(key) && !json_[key].is_number()) fail(key, json_[key].dump() + " (expected a number)");
-    const double value = has(key) ? json_[key].get<double>() : fallback;
-    if (!std::isfinite(value) || value <= 0.0 || value > high)
-      fail(key, std::to_string(value) + " (expected a finite value in (0, " + std::to_string(high) + "])");
-    return static_cast<float>(value);
-  }
-  bool boolean(const std::string& key, bool fallback) const {
-    if (!has(key)) return fallback;
-    if (!json_[key].is_boolean()) fail(key, json_[key].dump() + " (expected true or false)");
-    return json_[key].get<bool>();
-  }
-  std::string text(const std::string& key) const {
-    if (!has(key) || !json_[key].is_string()) fail(key, "missing or not a string");
-    return json_[key].get<std::string>();
-  }
-
- private:
-  const nlohmann::json& json_;
-  std::string file_;
-};
+constexpr std::array<Architecture, 9> kSupported = {{{"LlamaForCausalLM", false, false, false, false, 0},
+                                                     {"MistralForCausalLM", false, false, false, false, 0},
+                                                     {"Qwen2ForCausalLM", true, false, false, false, 0},
+                                                     {"Qwen3ForCausalLM", false, true, false, false, 0},
+                                                     {"Phi3ForCausalLM", false, false, true, false, 0},
+                                                     {"MixtralForCausalLM", false, false, false, true, 0},
+                                                     {"Qwen3MoeForCausalLM", false, true, false, true, 0},
+                                                     {"Gemma2ForCausalLM", false, false, false, false, 2},
+                                                     {"Gemma3ForCausalLM", false, false, false, false, 3}}};
 
 const Architecture& read_architecture(const JsonConfigReader& reader) {
   if (!reader.has("architectures") || !reader.at("architectures").is_array() || reader.at("architectures").empty() ||
@@ -90,9 +48,9 @@ const Architecture& read_architecture(const JsonConfigReader& reader) {
 }
 
 // Features of these families that kvscope's forward pass does not compute are refused, never ignored.
-void check_unsupported_features(const JsonConfigReader& reader) {
+void check_unsupported_features(const JsonConfigReader& reader, bool gemma) {
   if (reader.boolean("mlp_bias", false)) reader.fail("mlp_bias", "true is not supported (expected false)");
-  if (reader.has("hidden_act") && reader.text("hidden_act") != "silu")
+  if (!gemma && reader.has("hidden_act") && reader.text("hidden_act") != "silu")
     reader.fail("hidden_act", "\"" + reader.text("hidden_act") + "\" is not supported (expected \"silu\")");
 }
 
@@ -144,41 +102,45 @@ void read_longrope(const JsonConfigReader& reader, const std::string& key, const
   config.rope_scaling = scaling;
 }
 
-// rope_scaling (transformers 4) or rope_parameters (transformers 5, which also holds rope_theta).
-void read_rope(const JsonConfigReader& reader, ModelConfig& config) {
-  const char* key = reader.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
-  config.rope_base = reader.positive("rope_theta", 10000.0, 1e12);
-  if (!reader.has(key)) return;
-  const nlohmann::json& rope = reader.at(key);
+}  // namespace
+
+void read_rope_object(const JsonConfigReader& reader, const std::string& key, const nlohmann::json& rope,
+                      ModelConfig& config) {
   if (!rope.is_object()) reader.fail(key, rope.dump() + " (expected an object)");
   if (rope.contains("rope_theta"))
     config.rope_base = static_cast<float>(number(reader, key, rope, "rope_theta", 10000.0));
   RopeScaling scaling;
   const auto type = rope.contains("rope_type") ? rope["rope_type"] : rope.value("type", nlohmann::json("default"));
-  if (!type.is_string()) reader.fail(std::string(key) + ".rope_type", type.dump() + " (expected a string)");
+  if (!type.is_string()) reader.fail(key + ".rope_type", type.dump() + " (expected a string)");
   scaling.type = type.get<std::string>();
   if (scaling.type == "su") scaling.type = "longrope";  // Phi-3's first configs; transformers reads it as longrope
   if (scaling.type != "default" && scaling.type != "linear" && scaling.type != "llama3" && scaling.type != "longrope")
-    reader.fail(std::string(key) + ".rope_type",
+    reader.fail(key + ".rope_type",
                 "\"" + scaling.type + "\" is not supported (supported: default, linear, llama3, longrope)");
+  config.rope_freq_divisors.clear();
+  config.rope_freq_divisors_long.clear();
+  config.rope_long_after = 0;
+  config.rope_attention_factor = 1.0f;
+  config.rope_scaling = scaling;
   if (scaling.type == "default") return;
   if (scaling.type == "longrope") {
     read_longrope(reader, key, rope, config, scaling);
     return;
   }
   scaling.factor = number(reader, key, rope, "factor", 0.0);
-  if (scaling.factor < 1.0)
-    reader.fail(std::string(key) + ".factor", "missing or below 1 (expected the scaling factor >= 1)");
+  if (scaling.factor < 1.0) reader.fail(key + ".factor", "missing or below 1 (expected the scaling factor >= 1)");
   if (scaling.type == "llama3") {
     scaling.low_freq_factor = number(reader, key, rope, "low_freq_factor", 1.0);
     scaling.high_freq_factor = number(reader, key, rope, "high_freq_factor", 4.0);
     scaling.original_context = static_cast<int>(number(reader, key, rope, "original_max_position_embeddings", 8192));
     if (scaling.high_freq_factor <= scaling.low_freq_factor)
-      reader.fail(std::string(key) + ".high_freq_factor", "not above low_freq_factor (expected high > low)");
+      reader.fail(key + ".high_freq_factor", "not above low_freq_factor (expected high > low)");
   }
   config.rope_freq_divisors = rope_freq_divisors(scaling, config.rope_dim, config.rope_base);
   config.rope_scaling = scaling;
 }
+
+namespace {
 
 // Phi-3 (transformers' Phi3Attention) rotates only the first head_dim * partial_rotary_factor dimensions
 // (rope_parameters in transformers 5, beside them in 4; Phi-4-mini uses 0.75).
@@ -218,6 +180,13 @@ void read_experts(const JsonConfigReader& reader, ModelConfig& config) {
                 reader.at("mlp_only_layers").dump() + " is not supported (expected [], every layer routed)");
 }
 
+// rope_scaling (transformers 4) or rope_parameters (transformers 5, which also holds rope_theta).
+void read_rope(const JsonConfigReader& reader, ModelConfig& config) {
+  const char* key = reader.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  config.rope_base = reader.positive("rope_theta", 10000.0, 1e12);
+  if (reader.has(key)) read_rope_object(reader, key, reader.at(key), config);
+}
+
 }  // namespace
 
 ModelConfig read_config(const HfFolder& folder) {
@@ -227,7 +196,7 @@ ModelConfig read_config(const HfFolder& folder) {
   config.architecture = architecture.hf_class;
   config.name = folder.dir().filename().string();
   if (config.name.empty()) config.name = folder.dir().parent_path().filename().string();  // "dir/" has no filename
-  check_unsupported_features(reader);
+  check_unsupported_features(reader, architecture.gemma != 0);
   config.n_layers = reader.integer("num_hidden_layers", 1, kMaxLayers);
   config.dim = reader.integer("hidden_size", 1, kMaxDim);
   config.ffn_dim = reader.integer("intermediate_size", 1, kMaxFfnDim);
@@ -246,7 +215,7 @@ ModelConfig read_config(const HfFolder& folder) {
   config.context_length = reader.integer("max_position_embeddings", 1, kMaxContext);
   // A sliding window is the same as full attention for sequences no longer than the window, so the usable
   // context is capped there rather than computing something the checkpoint was not trained with.
-  if (reader.boolean("use_sliding_window", true) && reader.has("sliding_window"))
+  if (architecture.gemma == 0 && reader.boolean("use_sliding_window", true) && reader.has("sliding_window"))
     config.context_length = std::min(config.context_length, reader.integer("sliding_window", 1, kMaxContext));
   config.rope_dim = config.head_dim;
   if (architecture.fused_projections) read_partial_rotary(reader, config);
@@ -261,6 +230,8 @@ ModelConfig read_config(const HfFolder& folder) {
   config.tied_embeddings = reader.boolean("tie_word_embeddings", false);
   // Hugging Face's Llama rotates dimension i with i + head_dim/2 (rotate_half).
   config.rope_style = RopeStyle::HalfSplit;
+  if (architecture.gemma != 0)
+    read_gemma_fields(reader, architecture.gemma == 2 ? GemmaFamily::Gemma2 : GemmaFamily::Gemma3, config);
   return config;
 }
 

@@ -58,8 +58,9 @@ ModelWeights bind_weights(const HfFolder& folder, const ModelConfig& config) {
     return matrices;
   };
   // transformers ties the head to the embedding when config.json says so, whatever lm_head the files hold.
-  return bind_model({"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", hf_layer_names}, config,
-                    !config.tied_embeddings, matrix, vector, experts);
+  return bind_model({"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+                     config.post_norms ? hf_gemma_layer_names : hf_layer_names},
+                    config, !config.tied_embeddings, matrix, vector, experts);
 }
 
 }  // namespace kvscope::model

@@ -17,6 +17,7 @@ struct LayerTensorNames {
   // The router and the experts' gate, up and down matrices (ModelShape::n_experts > 0): one merged tensor each,
   // or per-expert names with "{e}" standing for the expert's index.
   std::string router, expert_gate, expert_up, expert_down;
+  std::string post_attn_norm, post_ffn_norm;  // Gemma's output norms (ModelConfig::post_norms)
 };
 
 struct ModelTensorNames {
@@ -49,6 +50,8 @@ inline LayerTensorNames gguf_layer_names(int layer, const ModelConfig&) {
   n.expert_gate = p + "ffn_gate_exps.weight";
   n.expert_up = p + "ffn_up_exps.weight";
   n.expert_down = p + "ffn_down_exps.weight";
+  n.post_attn_norm = p + "post_attention_norm.weight";
+  n.post_ffn_norm = p + "post_ffw_norm.weight";
   return n;
 }
 
@@ -83,6 +86,17 @@ inline LayerTensorNames hf_layer_names(int layer, const ModelConfig& config) {
   return n;
 }
 
+// Gemma 2 / 3 in Hugging Face's names: post_attention_layernorm normalises the attention's output, and
+// pre_feedforward_layernorm is the feed-forward's input norm (Llama's post_attention_layernorm).
+inline LayerTensorNames hf_gemma_layer_names(int layer, const ModelConfig& config) {
+  LayerTensorNames n = hf_layer_names(layer, config);
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  n.ffn_norm = p + "pre_feedforward_layernorm.weight";
+  n.post_attn_norm = p + "post_attention_layernorm.weight";
+  n.post_ffn_norm = p + "post_feedforward_layernorm.weight";
+  return n;
+}
+
 // `pattern` with its "{e}" replaced by `expert`.
 inline std::string expert_tensor_name(const std::string& pattern, int expert) {
   std::string name = pattern;
@@ -97,9 +111,15 @@ LayerWeights bind_layer(const LayerTensorNames& n, const ModelConfig& c, BindMat
                         BindExperts&& experts) {
   const int q_dim = c.n_heads * c.head_dim;
   const int kv_dim = c.n_kv_heads * c.head_dim;
+  // Every RMSNorm weight, with the offset of a checkpoint that stores w for (1 + w) (Gemma).
+  const auto norm = [&](const std::string& name, int length) {
+    std::vector<float> values = vector(name, length);
+    for (float& v : values) v += c.norm_weight_offset;
+    return values;
+  };
   LayerWeights w;
-  w.attn_norm = vector(n.attn_norm, c.dim);
-  w.ffn_norm = vector(n.ffn_norm, c.dim);
+  w.attn_norm = norm(n.attn_norm, c.dim);
+  w.ffn_norm = norm(n.ffn_norm, c.dim);
   if (c.fused_projections) {
     const auto qkv = split_rows(matrix(n.qkv, q_dim + 2 * kv_dim, c.dim), {q_dim, kv_dim, kv_dim});
     w.wq = qkv[0];
@@ -133,8 +153,12 @@ LayerWeights bind_layer(const LayerTensorNames& n, const ModelConfig& c, BindMat
   }
   if (c.o_bias) w.bo = vector(n.bo, c.dim);
   if (c.qk_norm) {
-    w.q_norm = vector(n.q_norm, c.head_dim);
-    w.k_norm = vector(n.k_norm, c.head_dim);
+    w.q_norm = norm(n.q_norm, c.head_dim);
+    w.k_norm = norm(n.k_norm, c.head_dim);
+  }
+  if (c.post_norms) {
+    w.post_attn_norm = norm(n.post_attn_norm, c.dim);
+    w.post_ffn_norm = norm(n.post_ffn_norm, c.dim);
   }
   return w;
 }
@@ -146,6 +170,7 @@ ModelWeights bind_model(const ModelTensorNames& n, const ModelConfig& c, bool se
   ModelWeights weights;
   weights.token_embedding = matrix(n.embedding, c.vocab_size, c.dim);
   weights.output_norm = vector(n.output_norm, c.dim);
+  for (float& v : weights.output_norm) v += c.norm_weight_offset;
   weights.output = separate_output ? matrix(n.output, c.vocab_size, c.dim) : weights.token_embedding;
   weights.layers.reserve(static_cast<std::size_t>(c.n_layers));
   for (int layer = 0; layer < c.n_layers; ++layer)

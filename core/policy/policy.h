@@ -11,6 +11,7 @@
 #include "core/observation/attention_observation.h"
 #include "core/observation/step.h"
 #include "core/policy/diagnostics.h"
+#include "core/policy/swa_mode.h"
 #include "kernels/model_weights.h"
 
 namespace kvscope::policy {
@@ -57,9 +58,15 @@ class Policy {
   virtual std::vector<int> layer_budgets() const = 0;
   // Named numbers behind the decisions (allocations, thresholds, ...), for the trace.
   const Diagnostics& diagnostics() const { return diagnostics_; }
+  // What the policy does on sliding-window layers (swa_mode.h); the engine enforces it for every policy.
+  SwaMode swa_mode() const { return swa_mode_; }
+  void set_swa_mode(SwaMode mode) { swa_mode_ = mode; }
 
  protected:
   Diagnostics diagnostics_;
+
+ private:
+  SwaMode swa_mode_ = SwaMode::Skip;
 };
 
 }  // namespace kvscope::policy

@@ -1,5 +1,7 @@
 #include "core/policy/registry.h"
 
+#include <optional>
+
 #include "core/common/error.h"
 #include "core/policy/catalog.h"
 #include "core/policy/compose_policy.h"
@@ -38,11 +40,24 @@ PolicyInstance make_policy(const std::string& spec_text) {
   const PolicyInfo info = describe_policy(spec_text);
   PolicyInstance instance;
   instance.name = info.name;
-  instance.params = PolicyParams(info.name, info.params, file ? file->assignments : split_policy_spec(spec_text).assignments);
+  // swa= is every policy's (swa_mode.h), settled here rather than declared by each; recorded only when given,
+  // so runs on models without sliding-window layers keep their parameters as they were.
+  auto assignments = file ? file->assignments : split_policy_spec(spec_text).assignments;
+  std::optional<SwaMode> swa;
+  std::erase_if(assignments, [&](const auto& a) {
+    if (a.first != "swa") return false;
+    swa = parse_swa_mode(a.second);
+    return true;
+  });
+  instance.params = PolicyParams(info.name, info.params, assignments);
   drop_unchosen_allocation_params(info.name, info.params, instance.params);
   if (info.resolve_params) info.resolve_params(instance.params);
   instance.provenance = info.provenance;
   instance.policy = info.make(instance.params);
+  if (swa) {
+    instance.policy->set_swa_mode(*swa);
+    instance.params.set_choice("swa", swa_mode_name(*swa));
+  }
   return instance;
 }
 

@@ -34,6 +34,8 @@ void emit_run(const RunTrace& run, TraceSink& sink, const std::string& name) {
   layout.qk_scale = run.qk_scale;
   layout.router_k = run.router_k;
   if (layout.qk) layout.qk_layers = run.qk_layers;
+  layout.qk_softcap = run.qk_softcap;
+  layout.layer_windows.assign(run.layer_windows.begin(), run.layer_windows.end());
   const int id = sink.begin_run(std::move(layout));
 
   auto send_maps = [&](MapKind kind, const RunTrace::MapTable& table) {

@@ -7,6 +7,7 @@
 
 #include "core/common/error.h"
 #include "core/trace/float16.h"
+#include "kernels/common/softmax_math.h"
 
 namespace kvscope::trace {
 
@@ -33,6 +34,8 @@ ExactAttention::ExactAttention(const RunTrace& run, int layer, int head)
   kv_head_ = kv_head_for(run, head);
   head_dim_ = run.head_dim;
   scale_ = static_cast<float>(run.qk_scale);
+  softcap_ = static_cast<float>(run.qk_softcap);
+  window_ = run.layer_window(layer);
   for (const QKSpanRef& span : run.qk) {
     if (span->first_position != n_positions_ || static_cast<int>(span->layers.size()) <= layer)
       throw Error("run '" + run.name + "': its q/k spans do not cover positions 0.. in order for layer " + std::to_string(layer));
@@ -132,15 +135,15 @@ AttentionRegion ExactAttention::region(int q0, int q1, int k0, int k1, int max_r
       for (int c = 0; c < n_cols; ++c) {
         const int j = k0 + c;
         float p;
-        if (keys_seen[c] == KeyState::Future || keys_seen[c] == KeyState::NotInCache) {
-          p = 0.0f;  // causal, or not in the cache this row attended to
+        if (keys_seen[c] == KeyState::Future || keys_seen[c] == KeyState::NotInCache || (window_ > 0 && j <= i - window_)) {
+          p = 0.0f;  // causal, not in the cache this row attended to, or behind a local layer's window
         } else if (keys_seen[c] == KeyState::Unknown || std::isnan(row_lse) || key_changed_[j] <= i) {
           p = kNaN;
         } else {
           const float* k = keys.data() + static_cast<std::size_t>(c) * d;
           float dot = 0.0f;
           for (int t = 0; t < d; ++t) dot += q[t] * k[t];
-          p = std::exp(dot * scale_ - row_lse);
+          p = std::exp(kernels::softcap(dot * scale_, softcap_) - row_lse);
         }
         row[c] = p;
       }

@@ -2,9 +2,10 @@
 // Attention probabilities rebuilt exactly from a run's recorded post-RoPE queries, keys and row log-sum-exp
 // (qk_span.h, docs/trace-format.md `qk/`): any cell of any layer and query head at any zoom, where the pooled
 // maps only hold blocks. A cell is
-//   p(i, j) = exp(scale * q_i . k_j - lse_i)
+//   p(i, j) = exp(cap(scale * q_i . k_j) - lse_i),  cap(s) = c tanh(s / c) for a soft-capping model (else s)
 // over the keys row i attended to: in its step (a prefill block or a decode step), the step's own positions up
-// to i (causal) and, before the step, the positions the kept mask holds at the end of the previous step.
+// to i (causal) and, before the step, the positions the kept mask holds at the end of the previous step; on a
+// sliding-window layer only keys j > i - window.
 // Everything else is 0. A cell that cannot be rebuilt exactly reads NaN (absent), never a number: a row whose
 // log-sum-exp was not recorded (its layer was edited before it attended), a key an earlier merge had changed
 // (any merge event naming it as target, so CaM's value-only merges are absent too), missing data.
@@ -60,6 +61,8 @@ class ExactAttention {
   int layer_, head_, kv_head_, head_dim_, n_heads_, n_kv_heads_;
   int n_positions_ = 0;
   float scale_;
+  float softcap_ = 0.0f;  // Gemma 2's score cap, as the model applied it (run.qk_softcap)
+  int window_ = 0;        // the layer's sliding window (0: global), as the model masked it
   std::vector<const QKSpan*> spans_;
   AttendedKeys attended_;          // which keys each row saw (the cache at its step)
   std::vector<int> key_changed_;   // [key position]: first query row that may see a merged key (INT_MAX: never)

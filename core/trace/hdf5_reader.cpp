@@ -131,6 +131,7 @@ void read_qk(hid_t qk, RunTrace& r) {
   }
   r.qk_scale = *scale;
   if (!every_layer) r.qk_layers = layers;
+  r.qk_softcap = h5::get_double_attr(qk, "score_softcap").value_or(0.0);
   if (span->n_positions > 0) r.qk.push_back(std::move(span));
 }
 
@@ -356,7 +357,8 @@ void read_run_body(hid_t g, RunTrace& r, const ReadOptions& options, const std::
 
 // Attributes the reader turns into RunTrace fields rather than metadata.
 bool is_structural_attr(const std::string& name) {
-  static const char* names[] = {"n_layers", "n_heads", "n_kv_heads", "head_dim", "prompt_length", "complete"};
+  static const char* names[] = {"n_layers", "n_heads",  "n_kv_heads",   "head_dim",
+                                "prompt_length", "complete", "layer_windows"};
   return std::find(std::begin(names), std::end(names), name) != std::end(names);
 }
 
@@ -386,6 +388,10 @@ TraceView read_trace(const std::filesystem::path& path, const ReadOptions& optio
       r->n_kv_heads = need("n_kv_heads");
       r->head_dim = static_cast<int>(h5::get_int_attr(g, "head_dim").value_or(0));
       r->prompt_length = need("prompt_length");
+      for (int32_t w : h5::get_int_array_attr(g, "layer_windows")) r->layer_windows.push_back(w);
+      if (!r->layer_windows.empty() && static_cast<int>(r->layer_windows.size()) != r->n_layers)
+        throw Error("attribute 'layer_windows' holds " + std::to_string(r->layer_windows.size()) +
+                    " values (expected one per layer, " + std::to_string(r->n_layers) + ")");
       std::vector<std::string> skipped;
       read_run_body(g, *r, options, [&](const std::string& what) { skipped.push_back(what); });
       if (!skipped.empty()) {

@@ -254,12 +254,15 @@ void create_qk_group_datasets(hid_t run_group, const RunLayout& L, int gzip, std
   if (layers.empty())
     for (int l = 0; l < L.n_layers; ++l) layers.push_back(l);
   h5::set_attr(qk, "layers", layers);
+  if (L.qk_softcap > 0.0) h5::set_attr(qk, "score_softcap", L.qk_softcap);
   h5::set_attr(qk, "definition",
                std::string("per layer: post-RoPE queries [position][head][dim] and keys [position][kv_head][dim] (float16) "
                            "and each attention row's log-sum-exp lse [position][head] (float32, NaN: row not rebuildable). "
-                           "Attention of query head h at row i to key j = exp(score_scale * q_i.k_j - lse_i) with k of KV "
+                           "Attention of query head h at row i to key j = exp(cap(score_scale * q_i.k_j) - lse_i) with k of KV "
                            "head h / (heads / kv_heads), for keys the row attended to (kept mask of the previous step, plus "
-                           "the step's own positions up to i) whose key no merge had changed"));
+                           "the step's own positions up to i) whose key no merge had changed; cap(s) = score_softcap * "
+                           "tanh(s / score_softcap) when that attribute is present (else s), and on a layer with a "
+                           "sliding window (run attribute layer_windows) only keys j > i - window"));
   queries.resize(static_cast<std::size_t>(L.n_layers));
   keys.resize(static_cast<std::size_t>(L.n_layers));
   lse.resize(static_cast<std::size_t>(L.n_layers));
@@ -302,6 +305,7 @@ int Hdf5Writer::begin_run(RunLayout layout) {
     h5::set_attr(g, "head_dim", static_cast<int64_t>(L.head_dim));
     h5::set_attr(g, "prompt_length", static_cast<int64_t>(L.prompt_length));
     h5::set_attr(g, "max_positions", static_cast<int64_t>(L.max_positions));
+    if (!L.layer_windows.empty()) h5::set_attr(g, "layer_windows", L.layer_windows);
 
     const hsize_t P = L.prompt_ids.size();
     const hsize_t unlimited = H5S_UNLIMITED;

@@ -42,6 +42,8 @@ int LiveTrace::begin_run(RunLayout layout) {
   trace_.qk_scale = layout_.qk ? layout_.qk_scale : 0.0;
   trace_.router_k = layout_.router_k;
   trace_.qk_layers = layout_.qk ? layout_.qk_layers : std::vector<int>{};
+  trace_.qk_softcap = layout_.qk ? layout_.qk_softcap : 0.0;
+  trace_.layer_windows.assign(layout_.layer_windows.begin(), layout_.layer_windows.end());
   const std::size_t mask_row = static_cast<std::size_t>(layout_.n_kv_heads) * layout_.max_positions;
   kept_.assign(static_cast<std::size_t>(layout_.n_layers), AppendOnlyRows<uint8_t>(mask_row, 16));
   decode_ = AppendOnlyRows<float>(static_cast<std::size_t>(layout_.n_layers) * layout_.n_heads * layout_.decode_cols, 16);

@@ -238,7 +238,10 @@ Recorder::Recorder(RecordOptions options, std::vector<TraceSink*> sinks, Recorde
     layout.qk = true;
     // The scale every backend's attention applies to q.k (kernels/cpu/attention.cpp, kernels/cuda/attention.cu).
     layout.qk_scale = 1.0 / std::sqrt(static_cast<double>(static_cast<float>(c.head_dim)));
+    layout.qk_softcap = c.attn_logit_softcap;
   }
+  if (c.local_layer_count() > 0)
+    for (int l = 0; l < c.n_layers; ++l) layout.layer_windows.push_back(c.window_of(l));
   for (TraceSink* sink : sinks_) run_ids_.push_back(sink->begin_run(layout));
   last_step_end_ = std::chrono::steady_clock::now();
 }

@@ -33,6 +33,9 @@ struct RunLayout {
   double qk_scale = 0.0;                         // the score scale attention used, when qk
   int router_k = 0;                              // experts chosen per token and layer (mixture of experts; 0: none)
   std::vector<int> qk_layers{};                  // when qk: the layers whose q/k are recorded, sorted
+  double qk_softcap = 0.0;                       // scores became c * tanh(s / c) before the softmax (0: none)
+  // Per layer, the sliding window its queries saw (0: a global layer); empty for a model without local layers.
+  std::vector<int32_t> layer_windows = {};
 };
 
 // Everything one engine step adds to a run.

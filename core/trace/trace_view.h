@@ -151,6 +151,13 @@ struct RunTrace {
   }
   // "0-3,14" or "all": what holds_qk answers, for messages.
   std::string qk_layers_text() const;
+  double qk_softcap = 0.0;                            // scores capped as c * tanh(s / c) (Gemma 2; 0: none)
+  // Per layer, the sliding window of a local layer, 0 for a global one; empty: every layer global (a model
+  // without local layers, or a trace from before layer types were recorded).
+  std::vector<int> layer_windows;
+  int layer_window(int layer) const {
+    return layer >= 0 && layer < static_cast<int>(layer_windows.size()) ? layer_windows[layer] : 0;
+  }
 
   bool complete = false;
 

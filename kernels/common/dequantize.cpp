@@ -47,6 +47,8 @@ void dequantize_row(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
       return dequantize_blocks(blocks::dequantize_block_q4_0, blocks::kQ4_0Elements, blocks::kQ4_0Bytes, src, dst, n);
     case GgmlType::Q4_1:
       return dequantize_blocks(blocks::dequantize_block_q4_1, blocks::kQ4_1Elements, blocks::kQ4_1Bytes, src, dst, n);
+    case GgmlType::Q5_0:
+      return dequantize_blocks(blocks::dequantize_block_q5_0, blocks::kQ5_0Elements, blocks::kQ5_0Bytes, src, dst, n);
     case GgmlType::Q8_0:
       return dequantize_blocks(blocks::dequantize_block_q8_0, blocks::kQ8_0Elements, blocks::kQ8_0Bytes, src, dst, n);
     case GgmlType::Q4_K:

@@ -13,6 +13,7 @@ namespace kvscope::kernels::blocks {
 // Elements and bytes per block.
 constexpr int kQ4_0Elements = 32, kQ4_0Bytes = 18;    // half d; uint8 qs[16]
 constexpr int kQ4_1Elements = 32, kQ4_1Bytes = 20;    // half d; half m; uint8 qs[16]
+constexpr int kQ5_0Elements = 32, kQ5_0Bytes = 22;    // half d; uint32 qh (fifth bits); uint8 qs[16]
 constexpr int kQ8_0Elements = 32, kQ8_0Bytes = 34;    // half d; int8 qs[32]
 constexpr int kQ4_KElements = 256, kQ4_KBytes = 144;  // half d; half dmin; uint8 scales[12]; uint8 qs[128]
 constexpr int kQ6_KElements = 256, kQ6_KBytes = 210;  // uint8 ql[128]; uint8 qh[64]; int8 scales[16]; half d
@@ -82,6 +83,21 @@ KVSCOPE_HD inline void dequantize_block_q4_1(const uint8_t* block, float* out) {
   for (int j = 0; j < 16; ++j) {
     out[j] = static_cast<float>(qs[j] & 0x0F) * d + m;
     out[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
+  }
+}
+
+// x = d * (q - 16), q a 5-bit value: the low four bits in nibbles as in Q4_0, bit 4 of element j in bit j of
+// qh (ggml's dequantize_row_q5_0; llama.cpp quantizes Gemma 3 270M's 640-wide rows so).
+KVSCOPE_HD inline void dequantize_block_q5_0(const uint8_t* block, float* out) {
+  const float d = load_half(block);
+  const uint32_t qh = static_cast<uint32_t>(block[2]) | static_cast<uint32_t>(block[3]) << 8 |
+                      static_cast<uint32_t>(block[4]) << 16 | static_cast<uint32_t>(block[5]) << 24;
+  const uint8_t* qs = block + 6;
+  for (int j = 0; j < 16; ++j) {
+    const int high0 = static_cast<int>(((qh >> j) << 4) & 0x10);
+    const int high1 = static_cast<int>((qh >> (j + 12)) & 0x10);
+    out[j] = static_cast<float>(((qs[j] & 0x0F) | high0) - 16) * d;
+    out[j + 16] = static_cast<float>(((qs[j] >> 4) | high1) - 16) * d;
   }
 }
 

@@ -52,4 +52,13 @@ KVSCOPE_HD inline float rms_inverse(double sum_of_squares, int dim, float eps) {
 // SiLU(gate) * up, the SwiGLU feed-forward's element (Shazeer 2020).
 KVSCOPE_HD inline float swiglu_element(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
 
+// GELU with the tanh approximation (PyTorch's gelu(approximate="tanh")) times up: Gemma's GeGLU element.
+KVSCOPE_HD inline float geglu_element(float gate, float up) {
+  const float inner = 0.7978845608028654f * (gate + 0.044715f * gate * gate * gate);
+  return 0.5f * gate * (1.0f + tanhf(inner)) * up;
+}
+
+// Gemma 2's soft-capping of a score: cap * tanh(x / cap), or x itself when cap is 0.
+KVSCOPE_HD inline float softcap(float x, float cap) { return cap > 0.0f ? cap * tanhf(x / cap) : x; }
+
 }  // namespace kvscope::kernels

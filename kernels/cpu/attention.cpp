@@ -13,6 +13,7 @@
 #include "kernels/common/block_quantize.h"
 #include "kernels/common/float16.h"
 #include "kernels/common/quant_blocks.h"
+#include "kernels/common/softmax_math.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace kvscope::kernels::cpu {
@@ -308,6 +309,24 @@ void value_sum(const CpuKVStorage& kv, int layer, int kv_head, const float* p, i
   }
 }
 
+// The first of a query's `visible` keys (ordered by position) inside its sliding window: keys at positions
+// <= position - window are out of it (transformers' sliding_window_overlay: kv > q - window). 0 without a window.
+template <typename Positions>
+int first_in_window(const Positions& positions, int visible, int32_t query_position, int window) {
+  if (window <= 0) return 0;
+  return static_cast<int>(std::upper_bound(positions.begin(), positions.begin() + visible, query_position - window) -
+                          positions.begin());
+}
+
+// Softmax of row[first, end) after Gemma 2's soft-cap (cap 0: none); the keys before `first` get probability 0.
+// Returns the log-sum-exp of the capped scores.
+float capped_softmax(float* row, int first, int end, float cap) {
+  if (cap > 0.0f)
+    for (int j = first; j < end; ++j) row[j] = softcap(row[j], cap);
+  std::fill(row, row + std::min(first, end), 0.0f);
+  return softmax_lse(row + first, end - first);
+}
+
 // Decode: one query per head; heads run in parallel over the rows as stored.
 void decode(const CpuKVStorage& kv, const AttentionCall& call, Reductions& reductions, RowDelivery& delivery,
             float* out) {
@@ -321,7 +340,8 @@ void decode(const CpuKVStorage& kv, const AttentionCall& call, Reductions& reduc
     const float* qh = call.q + static_cast<std::size_t>(h) * d;
     std::vector<float> p(m);
     key_scores(kv, call.layer, g, qh, m, scale, p.data());
-    const float lse = softmax_lse(p.data(), m);
+    const int first = first_in_window(kv.positions(call.layer, g), m, call.query_positions[0], call.sliding_window);
+    const float lse = capped_softmax(p.data(), first, m, call.logit_softcap);
     value_sum(kv, call.layer, g, p.data(), m, out + static_cast<std::size_t>(h) * d);
     reductions.allocate(h, m);
     reductions.add_row(h, 0, p.data(), m, m, lse);
@@ -375,8 +395,9 @@ void prefill(const CpuKVStorage& kv, const AttentionCall& call, Reductions& redu
           const int visible = static_cast<int>(
               std::upper_bound(positions.begin(), positions.begin() + m_block, call.query_positions[i0 + r]) -
               positions.begin());
-          const float lse = softmax_lse(row, visible);
-          std::fill(row + visible, row + m_block, 0.0f);
+          const int first = first_in_window(positions, visible, call.query_positions[i0 + r], call.sliding_window);
+          const float lse = capped_softmax(row, first, visible, call.logit_softcap);
+          std::fill(row + std::max(first, visible), row + m_block, 0.0f);
           reductions.add_row(h, i0 + r, row, m_block, m, lse);
         }
         delivery.deliver(h, i0, rows, m_block, scores.data());

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/common/softmax_math.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_kv_storage.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -89,6 +90,14 @@ void CpuBackend::swiglu(const float* gate, const float* up, float* out, std::siz
 }
 
 void CpuBackend::softmax(float* x, int n) { kernels::softmax(x, n); }
+
+void CpuBackend::scale(float* x, std::size_t n, float factor) {
+  for (std::size_t i = 0; i < n; ++i) x[i] *= factor;
+}
+
+void CpuBackend::geglu(const float* gate, const float* up, float* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = geglu_element(gate[i], up[i]);
+}
 
 void CpuBackend::attention(const KVStorage& kv, const AttentionCall& call, const AttentionRequest& request,
                            AttentionRowSink* rows, AttentionSideOutputs& side, float* out) {

@@ -27,6 +27,8 @@ class CpuBackend final : public Backend {
   void add(float* x, const float* y, std::size_t n) override;
   void swiglu(const float* gate, const float* up, float* out, std::size_t n) override;
   void softmax(float* x, int n) override;
+  void scale(float* x, std::size_t n, float factor) override;
+  void geglu(const float* gate, const float* up, float* out, std::size_t n) override;
   void attention(const KVStorage& kv, const AttentionCall& call, const AttentionRequest& request,
                  AttentionRowSink* rows, AttentionSideOutputs& side, float* out) override;
 };

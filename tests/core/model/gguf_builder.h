@@ -17,7 +17,7 @@ enum : uint32_t {
 
 // ggml tensor type ids used by the tests.
 enum : uint32_t {
-  kTypeF32 = 0, kTypeF16 = 1, kTypeQ4_0 = 2, kTypeQ4_1 = 3, kTypeQ5_0 = 6, kTypeQ8_0 = 8, kTypeQ4_K = 12,
+  kTypeF32 = 0, kTypeF16 = 1, kTypeQ4_0 = 2, kTypeQ4_1 = 3, kTypeQ5_0 = 6, kTypeQ5_1 = 7, kTypeQ8_0 = 8, kTypeQ4_K = 12,
   kTypeQ6_K = 14, kTypeBF16 = 30,
 };
 
@@ -221,6 +221,7 @@ inline std::vector<uint8_t> tensor_bytes(uint32_t type, uint64_t elements, uint3
     case kTypeQ4_0: block_elements = 32; block_bytes = 18; half_fields = {0}; break;
     case kTypeQ4_1: block_elements = 32; block_bytes = 20; half_fields = {0, 2}; break;
     case kTypeQ5_0: block_elements = 32; block_bytes = 22; half_fields = {0}; break;
+    case kTypeQ5_1: block_elements = 32; block_bytes = 24; half_fields = {0, 2}; break;
     case kTypeQ8_0: block_elements = 32; block_bytes = 34; half_fields = {0}; break;
     case kTypeQ4_K: block_elements = 256; block_bytes = 144; half_fields = {0, 2}; break;
     case kTypeQ6_K: block_elements = 256; block_bytes = 210; half_fields = {208}; break;

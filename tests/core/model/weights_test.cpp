@@ -131,10 +131,10 @@ TEST_CASE("bind_weights names the tensor and what was expected", "[weights]") {
   }
   SECTION("unsupported matrix type") {
     t::TinyLlama shape;
-    shape.matrix_type = t::kTypeQ5_0;
+    shape.matrix_type = t::kTypeQ5_1;
     CHECK_THAT(bind_error(t::tiny_llama_builder(shape)),
-               Catch::Contains("tensor 'blk.0.attn_q.weight' type: Q5_0 is not supported") &&
-                   Catch::Contains("supported: F32, F16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, BF16, MXFP4"));
+               Catch::Contains("tensor 'blk.0.attn_q.weight' type: Q5_1 is not supported") &&
+                   Catch::Contains("supported: F32, F16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K, BF16, MXFP4"));
   }
   SECTION("quantized norm vector") {
     t::TinyLlama shape;
