@@ -36,7 +36,10 @@ struct RunStateBuffer {
   float** field;
   std::size_t floats;
 };
-inline std::array<RunStateBuffer, 12> run_state_buffers(RunState& s, const ModelShape& shape, int max_rows) {
+// How many buffers run_state_buffers lists: a backend's storage is sized by it, so a new buffer cannot outgrow it.
+inline constexpr std::size_t kRunStateBufferCount = 12;
+inline std::array<RunStateBuffer, kRunStateBufferCount> run_state_buffers(RunState& s, const ModelShape& shape,
+                                                                        int max_rows) {
   const std::size_t rows = static_cast<std::size_t>(std::max(max_rows, 1));
   return {{{&s.x, rows * shape.dim},
            {&s.xb, rows * shape.dim},

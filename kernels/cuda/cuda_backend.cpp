@@ -6,6 +6,7 @@
 #include "kernels/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -32,7 +33,9 @@ T* room(DeviceBuffer<T>& buffer, std::size_t n) {
 }
 
 struct CudaRunState final : RunState {
-  DeviceBuffer<float> buffers[11];
+  // One per run_state_buffers entry: a fixed 11 here overflowed into the heap once that list grew to 12 (a
+  // mixture-of-experts buffer), which crashed every CUDA run on the H200 with a corrupted heap.
+  std::array<DeviceBuffer<float>, kRunStateBufferCount> buffers;
 };
 
 DeviceFloat device_type_for(GgmlType type) {
