@@ -18,5 +18,8 @@ PolicyInfo caote_policy_info();
 PolicyInfo kvmerger_policy_info();
 PolicyInfo cake_policy_info();
 PolicyInfo cam_policy_info();
+PolicyInfo expected_attention_policy_info();  // kvpress ports, scored in float64 from the layer's input
+PolicyInfo non_causal_attn_policy_info();
+PolicyInfo compactor_policy_info();
 
 }  // namespace kvscope::policy

@@ -6,7 +6,7 @@
 
 #include <pybind11/numpy.h>
 
-#include "kernels/common/rope_math.h"
+#include "core/policy/rope_rotation.h"
 
 namespace py = pybind11;
 
@@ -14,13 +14,8 @@ namespace kvscope::policy {
 
 namespace {
 
-struct Rope {
-  int head_dim = 0, rope_dim = 0;
-  float base = 0.0f;
-  bool adjacent = true;
-  std::vector<float> divisors;  // one per rotated pair; empty: all 1
-
-  float divisor(int pair) const { return divisors.empty() ? 1.0f : divisors[pair]; }
+struct Rope : RopeRotation {
+  using RopeRotation::RopeRotation;
 
   // x (..., head_dim) rotated to `positions` (broadcast to x's leading axes), or back from them: the engine's
   // rotation by -position, which its cosf/sinf make the transposed matrix.
@@ -48,12 +43,7 @@ struct Rope {
       if (p < -(int64_t{1} << 30) || p > (int64_t{1} << 30))
         throw py::value_error("rope.rotate: position " + std::to_string(p) + " is out of range");
       const int position = static_cast<int>(inverse ? -p : p);
-      float* v = dst + r * head_dim;
-      for (int pair = 0; pair < rope_dim / 2; ++pair) {
-        int first = 0, second = 0;
-        kernels::rope_pair_indices(adjacent, pair, rope_dim, &first, &second);
-        kernels::rope_rotate_pair(v[first], v[second], pair, rope_dim, position, base, divisor(pair));
-      }
+      RopeRotation::rotate(dst + r * head_dim, position);
     }
     return out;
   }
@@ -62,12 +52,7 @@ struct Rope {
 }  // namespace
 
 py::object make_python_rope(const model::ModelConfig& config) {
-  auto rope = std::make_shared<Rope>();
-  rope->head_dim = config.head_dim;
-  rope->rope_dim = config.rope_dim;
-  rope->base = config.rope_base;
-  rope->adjacent = config.rope_style == model::RopeStyle::AdjacentPairs;
-  rope->divisors = config.rope_freq_divisors;
+  auto rope = std::make_shared<Rope>(config);
 
   // The engine's per-pair frequency, float32 as it computes it.
   py::array_t<double> inv_freq(rope->rope_dim / 2), divisors(rope->rope_dim / 2);

@@ -15,7 +15,7 @@ const std::vector<PolicyInfo>& all_policies() {
       full_policy_info(),      streaming_llm_policy_info(), local_window_policy_info(), h2o_policy_info(),
       tova_policy_info(),      snapkv_policy_info(),        pyramidkv_policy_info(),    d2o_policy_info(),
       dynamickv_policy_info(), caote_policy_info(),         kvmerger_policy_info(),     cake_policy_info(),
-      cam_policy_info(),
+      cam_policy_info(),      expected_attention_policy_info(), non_causal_attn_policy_info(), compactor_policy_info(),
   };
   return policies;
 }

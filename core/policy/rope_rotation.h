@@ -1,0 +1,25 @@
+#pragma once
+// The model's RoPE as the engine applies it to keys and queries (kernels/common/rope_math.h: per-pair frequency,
+// pair layout, the rope scaling's per-pair divisors), for code outside the attention kernels that rotates a head
+// vector to a position: `obs.rope.rotate` of a Python scorer and the built-in kvpress ports that re-project queries.
+#include <vector>
+
+#include "core/model/config.h"
+
+namespace kvscope::policy {
+
+struct RopeRotation {
+  int head_dim = 0, rope_dim = 0;
+  float base = 0.0f;
+  bool adjacent = true;         // pairs (2i, 2i+1) as in a llama GGUF; false: (i, i + rope_dim/2)
+  std::vector<float> divisors;  // one per rotated pair; empty: all 1
+
+  RopeRotation() = default;
+  explicit RopeRotation(const model::ModelConfig& config);
+
+  float divisor(int pair) const { return divisors.empty() ? 1.0f : divisors[pair]; }
+  // v[0..head_dim) rotated in place to `position` (negative: back from -position), in float32 as the engine does.
+  void rotate(float* v, int position) const;
+};
+
+}  // namespace kvscope::policy

@@ -1,0 +1,104 @@
+"""The built-in kvpress ports (issue 36, item 4: `expected_attention`, `non_causal_attn`, `compactor`, C++ for
+speed) keep exactly the entries their Python twins under examples/policies keep: one trace per shipped prompt and
+compression ratio (0.25, 0.5, 0.75) of the default model runs each Python file beside its built-in with the same
+parameters (a non-default set too), and the kept masks after the prefill, read with h5py, must be equal in every
+(layer, KV head). Both score in float64 and rank the float64 scores; the float32 scores the trace records of the
+evicted entries must agree to 1e-5 of their layer's spread (they differ only by summation order). tests/python/test_kvpress_parity.py holds
+the built-ins to kvpress's own goldens.
+
+Needs neither torch nor kvpress. Run by ctest with the project venv; KVSCOPE_BINARY points at the executable."""
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+
+from checks import check, run_in_temp_folder
+
+BINARY = os.environ.get("KVSCOPE_BINARY", "")
+SOURCE = os.environ.get("KVSCOPE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+RECORD = "attention=off;similarity=off;decode=off;stats=off;qk=off;nmse=off"
+PROMPTS = ["bakery_notes.txt", "heat_pump.txt", "lighthouse_story.txt"]
+RATIOS = [0.25, 0.5, 0.75]
+# (Python file, built-in, parameters given to both)
+TWINS = [
+    ("expected_attention.py", "expected_attention", ""),
+    ("expected_attention.py", "expected_attention", "n_future_positions=64,n_sink=2,use_covariance=false,epsilon=0.01"),
+    ("non_causal_attn.py", "non_causal_attn", ""),
+    ("non_causal_attn.py", "non_causal_attn", "chunk_size=100"),
+    ("compactor.py", "compactor", ""),
+    ("compactor.py", "compactor", "sketch_dimension=0,chunk_size=64,sink_size_start=3,sink_size_end=0,blending=0.5"),
+    ("compactor.py", "compactor", "seed=7"),
+]
+
+
+def specs(file, builtin, params):
+    python = "python:" + os.path.join(SOURCE, "examples", "policies", file) + ("," + params if params else "")
+    return python, builtin + (":" + params if params else "")
+
+
+def runs(path):
+    """{policy_spec: (kept mask (layers, kv_heads, n) bool, the eviction events (layer, kv_head, position, score)
+    sorted)}"""
+    out = {}
+    with h5py.File(path, "r") as f:
+        for run in f["runs"].values():
+            spec = run.attrs["policy_spec"]
+            spec = spec.decode() if isinstance(spec, bytes) else spec
+            n_layers, n = int(run.attrs["n_layers"]), int(run.attrs["prompt_length"])
+            kept = np.stack([run[f"kept_mask/layer_{l:02d}"][:, :n, 0] == 1 for l in range(n_layers)])
+            e = run["events"][()]
+            e = e[np.lexsort((e["position"], e["kv_head"], e["layer"]))]
+            out[spec] = kept, e
+    return out
+
+
+def worst_score_gap(a, b):
+    """The largest difference of two runs' recorded scores of the same evicted entries, relative to the spread of
+    the scores of the entry's layer."""
+    same = (a["layer"] == b["layer"]) & (a["kv_head"] == b["kv_head"]) & (a["position"] == b["position"])
+    if len(a) != len(b) or not same.all():
+        return float("inf")
+    worst = 0.0
+    for layer in np.unique(a["layer"]):
+        sel = a["layer"] == layer
+        sa, sb = a["score"][sel].astype(np.float64), b["score"][sel].astype(np.float64)
+        worst = max(worst, float(np.max(np.abs(sa - sb)) / (np.ptp(sa) + 1e-30)))
+    return worst
+
+
+def main(root):
+    for i, prompt in enumerate(PROMPTS):
+        for ratio in RATIOS:
+            out = os.path.join(root, f"t{i}_{ratio}.h5")
+            args = [BINARY, "trace", "--prompt-file", os.path.join(SOURCE, "sample_data", "prompts", prompt),
+                    "--compression-ratio", repr(ratio), "--max-new-tokens", "0", "--threads", "1", "--record", RECORD,
+                    "--quiet", "--out", out]
+            for twin in TWINS:
+                for spec in specs(*twin):
+                    args += ["--policy", spec]
+            res = subprocess.run(args, capture_output=True, text=True, timeout=900)
+            check(res.returncode == 0, f"{prompt} r={ratio}: trace exits 0 ({res.stderr.strip()[-400:]})")
+            if res.returncode != 0:
+                continue
+            traced = runs(out)
+            for twin in TWINS:
+                python, builtin = specs(*twin)
+                what = f"{prompt} r={ratio} {builtin}"
+                if python not in traced or builtin not in traced:
+                    check(False, f"{what}: the trace has both runs ({sorted(traced)})")
+                    continue
+                (kept_py, scores_py), (kept_cpp, scores_cpp) = traced[python], traced[builtin]
+                differ = np.argwhere((kept_py != kept_cpp).any(axis=-1))
+                check(kept_py.sum() < kept_py.size, f"{what}: the policy evicts")
+                check(len(differ) == 0, f"{what}: the built-in keeps the Python file's entries in every (layer, KV head) "
+                                        f"(differ at {differ[:6].tolist()})")
+                worst = worst_score_gap(scores_py, scores_cpp)
+                check(worst < 1e-5, f"{what}: the evicted entries' recorded scores agree to 1e-5 of their layer's "
+                                    f"spread (worst {worst:.2e})")
+            print(f"{prompt} r={ratio}: {len(TWINS)} pairs compared")
+
+
+if __name__ == "__main__":
+    sys.exit(run_in_temp_folder(BINARY, "kvscope_kvpress_twins_", main))
