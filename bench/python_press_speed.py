@@ -4,7 +4,8 @@
 Runs `kvscope generate` of the 947-token prompt (the default model's tokens of bench/slider_latency.py's long
 prompt: the three sample_data/prompts twice, on one line) under
 every policy file of examples/policies (as `kvscope policies` lists them) at --compression-ratio 0.5, its C++
-twin where one exists (h2o_numpy.py: h2o, snapkv_numpy.py: snapkv), the full cache, and snapkv (a C++
+twin where one exists (h2o_numpy.py: h2o, snapkv_numpy.py: snapkv, expected_attention.py: expected_attention,
+non_causal_attn.py: non_causal_attn, compactor.py: compactor), the full cache, and snapkv (a C++
 post-prefill press at the same budget, the stand-in for a press that has no twin). All runs go round-robin,
 N rounds, so a busy moment hurts every policy; each number is the best whole run (prefill + decode, the run's
 own --json timings; the interpreter's start and imports happen before the run and are not in them).
@@ -22,7 +23,8 @@ import tempfile
 
 from slider_latency import long_prompt
 
-TWINS = {"python:h2o_numpy": "h2o", "python:snapkv_numpy": "snapkv"}
+TWINS = {"python:h2o_numpy": "h2o", "python:snapkv_numpy": "snapkv", "python:expected_attention": "expected_attention",
+         "python:non_causal_attn": "non_causal_attn", "python:compactor": "compactor"}
 STAND_IN = "snapkv"
 LIMIT = 1.3
 
@@ -60,7 +62,7 @@ def main():
     ap.add_argument("--only", nargs="*", help="press names (python:STEM) to time; default all shipped files")
     a = ap.parse_args()
     presses = [p for p in shipped_presses(a.kvscope) if not a.only or p[0] in a.only]
-    runs = {"full": "full", STAND_IN: STAND_IN, **{b: b for b in TWINS.values()}}
+    runs = {"full": "full", STAND_IN: STAND_IN, **{TWINS[n]: TWINS[n] for n, _, _ in presses if n in TWINS}}
     runs.update({name: spec for name, spec, _ in presses})
     best = {name: float("inf") for name in runs}
     tokens = layers = None

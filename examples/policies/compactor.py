@@ -3,7 +3,8 @@
 replay of torch's sketch with `seed`) plus its non-causal chunked attention z-score (non_causal_attn.py), both
 over the tokens between the sinks. kvpress blends with the compression ratio, which a policy is not told: give
 blending=R with --compression-ratio R (the default -1 takes 1 - budget / prompt_length, which is R only up to
-kvpress's truncation). Prefill only. Keeps kvpress's entries (tests/python/test_kvpress_parity.py)."""
+kvpress's truncation). Prefill only. Keeps kvpress's entries (tests/python/test_kvpress_parity.py).
+The built-in `compactor` is its C++ twin (the same entries, faster; docs/policies.md)."""
 import importlib.util
 import os
 

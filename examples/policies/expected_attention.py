@@ -4,7 +4,8 @@ before RoPE) give a mean and covariance per query head, rotated by RoPE averaged
 `n_future_positions` positions; a key scores softmax_j(k_j.mu / sqrt(d) + k_j^T cov k_j / (2d)), averaged over the
 KV head's query heads, times |v_j| (plus `epsilon`) with use_vnorm; the sinks are always kept. Works in the model
 file's head-dimension order (the averaged rotation is built with obs.rope, so it holds for either pairing and any
-RoPE scaling). Keeps kvpress's entries at --compression-ratio R (tests/python/test_kvpress_parity.py)."""
+RoPE scaling). Keeps kvpress's entries at --compression-ratio R (tests/python/test_kvpress_parity.py).
+The built-in `expected_attention` is its C++ twin (the same entries, faster; docs/policies.md)."""
 import numpy as np
 
 needs = ["hidden_states", "q_proj"]
@@ -42,17 +43,17 @@ def score(obs):
     mu = q.mean(axis=1)
     m = averaged_rotation(obs.rope, n, p["n_future_positions"])
     mu = mu @ m
-    keys = obs.keys[:, sink:].astype(np.float64)  # (n_kv, n - sink, d)
-    k = np.repeat(keys, group, axis=0)  # per query head
-    s = np.einsum("hnd,hd->hn", k, mu) / np.sqrt(d)
+    k = obs.keys[:, None, sink:].astype(np.float64)  # (n_kv, 1, n - sink, d), shared by the group's query heads
+    mu = mu.reshape(obs.n_kv_heads, group, d)
+    s = (k @ mu[..., None])[..., 0] / np.sqrt(d)  # (n_kv, group, n - sink)
     if p["use_covariance"]:
         c = q - q.mean(axis=1, keepdims=True)
-        cov = np.einsum("hsi,hsj->hij", c, c) / len(h)
-        cov = m.T @ cov @ m  # R cov R^T in row form
-        s += np.einsum("hni,hij,hnj->hn", k, cov, k) / d / 2
-    s = np.exp(s - s.max(axis=1, keepdims=True))
-    s /= s.sum(axis=1, keepdims=True)
-    s = s.reshape(obs.n_kv_heads, group, -1).mean(axis=1)
+        cov = c.transpose(0, 2, 1) @ c / len(h)
+        cov = (m.T @ cov @ m).reshape(obs.n_kv_heads, group, d, d)  # R cov R^T in row form
+        s += ((k @ cov) * k).sum(axis=-1) / d / 2
+    s = np.exp(s - s.max(axis=-1, keepdims=True))
+    s /= s.sum(axis=-1, keepdims=True)
+    s = s.mean(axis=1)
     if p["use_vnorm"]:
         s = (s + p["epsilon"]) * np.linalg.norm(obs.values[:, sink:].astype(np.float64), axis=-1)
     return np.concatenate([np.full((obs.n_kv_heads, sink), s.max() + 1), s], axis=1)

@@ -2,7 +2,8 @@
 chunks of `chunk_size` prompt tokens every query attends to every key of its chunk (no causal mask, no
 1/sqrt(d) scaling; the last chunk zero-padded as kvpress pads it), a key's score is the attention its chunk's
 queries pay it, averaged over the KV head's query heads, times |v|, smoothed by a 3-wide average and
-z-normalised. Prefill only. Keeps kvpress's entries at --compression-ratio R (tests/python/test_kvpress_parity.py)."""
+z-normalised. Prefill only. Keeps kvpress's entries at --compression-ratio R (tests/python/test_kvpress_parity.py).
+The built-in `non_causal_attn` is its C++ twin (the same entries, faster; docs/policies.md)."""
 import numpy as np
 
 needs = ["hidden_states", "q_proj"]
@@ -10,21 +11,24 @@ params = {"chunk_size": (256, 1, 1 << 20, "tokens per chunk")}
 
 
 def column_sums(q, k, chunk):
-    """q (H, S, d), k (H, S, d) -> (H, S): per key, softmax attention summed over the queries of its chunk. The
-    last chunk is padded to `chunk` with zero queries and zero keys whose logits are set to -1e-9 (kvpress's
-    masking, which leaves padded keys in the softmax and padded queries attending)."""
-    H, S, d = k.shape
+    """q (K, G, S, d), k (K, S, d) -> (K, G, S): per key, softmax attention summed over the queries of its chunk
+    (the G query heads of KV head K share its keys). The last chunk is padded to `chunk` with zero queries and zero
+    keys whose logits are set to -1e-9 (kvpress's masking, which leaves padded keys in the softmax and padded
+    queries attending). Batched matrix products (BLAS), the column sums as (1 / row sums) @ exp."""
+    K, G, S, d = q.shape
     pad = -S % chunk
-    qp = np.concatenate([q, np.zeros((H, pad, d))], axis=1).reshape(H, -1, chunk, d)
-    kp = np.concatenate([k, np.zeros((H, pad, d))], axis=1).reshape(H, -1, chunk, d)
-    dots = np.einsum("hcqd,hckd->hcqk", qp, kp)
-    last = (S // chunk) * chunk if pad else ((S - 1) // chunk) * chunk
-    invalid = np.arange(last, last + chunk) >= S
-    dots[:, -1][:, invalid, :] = 0.0
-    dots[:, -1][:, :, invalid] = -1e-9
-    e = np.exp(dots - dots.max(axis=-1, keepdims=True))
-    attn = e / e.sum(axis=-1, keepdims=True)
-    return attn.sum(axis=-2).reshape(H, -1)[:, :S]
+    qp = np.concatenate([q, np.zeros((K, G, pad, d))], axis=2).reshape(K, G, -1, chunk, d)
+    kp = np.concatenate([k, np.zeros((K, pad, d))], axis=1).reshape(K, 1, -1, chunk, d)
+    dots = qp @ kp.swapaxes(-1, -2)  # (K, G, chunks, queries, keys)
+    if pad:
+        invalid = np.arange(chunk) >= chunk - pad
+        last = dots[:, :, -1]
+        last[:, :, invalid, :] = 0.0
+        last[:, :, :, invalid] = -1e-9
+    dots -= dots.max(axis=-1, keepdims=True)
+    np.exp(dots, out=dots)
+    inverse = 1.0 / dots.sum(axis=-1)
+    return (inverse[..., None, :] @ dots)[..., 0, :].reshape(K, G, -1)[..., :S]
 
 
 def scores(obs, hidden_states, positions, keys, values, chunk):
@@ -35,9 +39,8 @@ def scores(obs, hidden_states, positions, keys, values, chunk):
     q = (hidden_states.astype(np.float64) @ obs.q_proj.astype(np.float64).T).astype(np.float32)
     q = q.reshape(n, obs.n_heads, d)
     q = np.asarray(obs.rope.rotate(q, np.broadcast_to(positions[:, None], (n, obs.n_heads))),
-                   dtype=np.float64).transpose(1, 0, 2)
-    k = np.repeat(keys.astype(np.float64), group, axis=0)
-    a = column_sums(q, k, chunk).reshape(obs.n_kv_heads, group, n).mean(axis=1)
+                   dtype=np.float64).transpose(1, 0, 2).reshape(obs.n_kv_heads, group, n, d)
+    a = column_sums(q, keys.astype(np.float64), chunk).mean(axis=1)
     s = a * np.linalg.norm(values.astype(np.float64), axis=-1)
     padded = np.pad(s, ((0, 0), (1, 1)))
     s = (padded[:, :-2] + padded[:, 1:-1] + padded[:, 2:]) / 3
