@@ -178,7 +178,6 @@ PolicyInfo compactor_policy_info() {
                            "weight of the leverage scores (kvpress: the compression ratio); -1: 1 - budget / "
                            "prompt_length")}),
       [](const PolicyParams& p) -> std::unique_ptr<Policy> {
-        check_prefill_only("compactor", p);
         return std::make_unique<CompactorPolicy>("compactor", p);
       }};
 }

@@ -166,7 +166,6 @@ PolicyInfo expected_attention_policy_info() {
                ParamSpec::real("epsilon", 0.0, 0.0, 1e6,
                                "added to the expected attention before the value-norm rescaling (kvpress: 0)")}),
           [](const PolicyParams& p) -> std::unique_ptr<Policy> {
-            check_prefill_only("expected_attention", p);
             return std::make_unique<ExpectedAttentionPolicy>("expected_attention", p);
           }};
 }

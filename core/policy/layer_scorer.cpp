@@ -10,7 +10,20 @@
 
 namespace kvscope::policy {
 
-LayerScorer::LayerScorer(std::string name, const PolicyParams& params) : ScoredPolicy(std::move(name), params) {}
+namespace {
+
+// `params` with the fixed protocol's switches, which ScoredPolicy reads.
+PolicyParams with_one_pass_protocol(PolicyParams params) {
+  params.set_number("block", 0);
+  params.set_number("decode_evict", 0);
+  params.set_choice("trim", "after_output");
+  return params;
+}
+
+}  // namespace
+
+LayerScorer::LayerScorer(std::string name, const PolicyParams& params)
+    : ScoredPolicy(std::move(name), with_one_pass_protocol(params)) {}
 
 void LayerScorer::on_begin(const RunInfo& info) {
   rope_ = RopeRotation(info.config);
@@ -97,16 +110,10 @@ void z_normalise(std::vector<double>& x) {
 }
 
 std::vector<ParamSpec> layer_scorer_params(std::vector<ParamSpec> own) {
-  return scored_policy_params(std::move(own), Protocol{.block = 0, .decode_evict = false, .trim_before_output = false});
-}
-
-void check_prefill_only(const std::string& name, const PolicyParams& params) {
-  const Protocol p = protocol_of(params);
-  if (p.block != 0 || p.decode_evict)
-    throw UsageError("policy '" + name +
-                     "' scores the prompt once, after a one-pass prefill (as kvpress's press does): block=0 and "
-                     "decode_evict=false (given block=" + std::to_string(p.block) +
-                     ", decode_evict=" + (p.decode_evict ? "true" : "false") + ")");
+  std::vector<ParamSpec> all =
+      scored_policy_params(std::move(own), Protocol{.block = 0, .decode_evict = false, .trim_before_output = false});
+  std::erase_if(all, [](const ParamSpec& s) { return s.name == "block" || s.name == "decode_evict" || s.name == "trim"; });
+  return all;
 }
 
 }  // namespace kvscope::policy

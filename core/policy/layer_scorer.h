@@ -47,9 +47,8 @@ class LayerScorer : public ScoredPolicy {
 // over a layer's heads and tokens).
 void z_normalise(std::vector<double>& x);
 
-// The scorer's parameters with the prefill-only protocol (one pass, no decode eviction) the ports support;
-// make() refuses the others with `check_prefill_only`.
+// The scorer's parameters without the protocol switches: the ports score the prompt once, after a one-pass
+// prefill, and append decode tokens, as kvpress's presses do (a fixed protocol; block= and the others are refused).
 std::vector<ParamSpec> layer_scorer_params(std::vector<ParamSpec> own);
-void check_prefill_only(const std::string& name, const PolicyParams& params);
 
 }  // namespace kvscope::policy

@@ -128,7 +128,6 @@ PolicyInfo non_causal_attn_policy_info() {
           layer_scorer_params({ParamSpec::integer("chunk_size", 256, 1, 1 << 20,
                                                   "prompt tokens per chunk of the non-causal attention (kvpress: 256)")}),
           [](const PolicyParams& p) -> std::unique_ptr<Policy> {
-            check_prefill_only("non_causal_attn", p);
             return std::make_unique<NonCausalAttnPolicy>("non_causal_attn", p);
           }};
 }

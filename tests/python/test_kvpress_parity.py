@@ -30,12 +30,21 @@ from checks import check, run_in_temp_folder
 BINARY = os.environ.get("KVSCOPE_BINARY", "")
 SOURCE = os.environ.get("KVSCOPE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 RECORD = "attention=off;similarity=off;decode=off;stats=off;qk=off;nmse=off"
+# Shipped files with a built-in C++ twin (issue 36, item 4): the twin is held to the file's goldens too.
+BUILTIN_TWINS = {"examples/policies/expected_attention.py": "expected_attention",
+                 "examples/policies/non_causal_attn.py": "non_causal_attn",
+                 "examples/policies/compactor.py": "compactor"}
 
 
 def goldens():
+    """(press, golden) of every golden file, and of a shipped file's golden once more as its built-in twin's."""
     for path in sorted(glob.glob(os.path.join(SOURCE, "tests", "fixtures", "kvpress_*", "golden.json"))):
         with open(path, encoding="utf-8") as f:
-            yield os.path.basename(os.path.dirname(path))[len("kvpress_"):], json.load(f)
+            press, golden = os.path.basename(os.path.dirname(path))[len("kvpress_"):], json.load(f)
+        yield press, golden
+        twin = BUILTIN_TWINS.get(golden.get("policy_file", "")) if "policy" not in golden else None
+        if twin:
+            yield f"{press} (built-in {twin})", {**golden, "policy": twin}
 
 
 def spec_of(golden, case):
