@@ -2,11 +2,14 @@
 speed) keep exactly the entries their Python twins under examples/policies keep: one trace per shipped prompt and
 compression ratio (0.25, 0.5, 0.75) of the default model runs each Python file beside its built-in with the same
 parameters (a non-default set too), and the kept masks after the prefill, read with h5py, must be equal in every
-(layer, KV head). Both score in float64 and rank the float64 scores; the float32 scores the trace records of the
+(layer, KV head), or differ only among entries whose recorded scores are equal (exact ties: the two sum in
+different orders, and the float64 difference breaks the tie; `non_causal_attn:chunk_size=100` has 2 to 4 such heads
+of 90 per trace, all other pairs none). Both score in float64 and rank the float64 scores; the float32 scores the trace records of the
 evicted entries must agree to 1e-5 of their layer's spread (they differ only by summation order). tests/python/test_kvpress_parity.py holds
 the built-ins to kvpress's own goldens.
 
 Needs neither torch nor kvpress. Run by ctest with the project venv; KVSCOPE_BINARY points at the executable."""
+import collections
 import os
 import subprocess
 import sys
@@ -54,21 +57,33 @@ def runs(path):
     return out
 
 
-def worst_score_gap(a, b):
-    """The largest difference of two runs' recorded scores of the same evicted entries, relative to the spread of
-    the scores of the entry's layer."""
-    same = (a["layer"] == b["layer"]) & (a["kv_head"] == b["kv_head"]) & (a["position"] == b["position"])
-    if len(a) != len(b) or not same.all():
-        return float("inf")
+def compare(what, kept_py, events_py, kept_cpp, events_cpp, tally):
+    """Head by head: the same kept set, or an exact tie (the entries only one run evicted carry, in the two runs,
+    the same float32 scores: equal up to summation order, which breaks the tie); and the evicted entries' recorded
+    scores agree to 1e-5 of their layer's spread."""
+    n_layers, n_kv, _ = kept_py.shape
     worst = 0.0
-    for layer in np.unique(a["layer"]):
-        sel = a["layer"] == layer
-        sa, sb = a["score"][sel].astype(np.float64), b["score"][sel].astype(np.float64)
-        worst = max(worst, float(np.max(np.abs(sa - sb)) / (np.ptp(sa) + 1e-30)))
-    return worst
+    for l in range(n_layers):
+        ep, ec = events_py[events_py["layer"] == l], events_cpp[events_cpp["layer"] == l]
+        spread = float(np.ptp(ep["score"])) + 1e-30 if len(ep) else 1.0
+        for h in range(n_kv):
+            p, c = ep[ep["kv_head"] == h], ec[ec["kv_head"] == h]
+            if (kept_py[l, h] == kept_cpp[l, h]).all():
+                tally["exact"] += 1
+                worst = max(worst, float(np.max(np.abs(p["score"].astype(np.float64) - c["score"]), initial=0)) / spread)
+                continue
+            only_p = np.sort(p["score"][~np.isin(p["position"], c["position"])])
+            only_c = np.sort(c["score"][~np.isin(c["position"], p["position"])])
+            tied = len(only_p) == len(only_c) and (only_p == only_c).all()
+            tally["tie" if tied else "wrong"] += 1
+            check(tied, f"{what}: layer {l} KV head {h}: the built-in keeps the Python file's entries, or differs only "
+                        f"among equal scores (evicted only by the file: {only_p[:4]}, only by the built-in: {only_c[:4]})")
+    check(worst < 1e-5, f"{what}: the evicted entries' recorded scores agree to 1e-5 of their layer's spread "
+                        f"(worst {worst:.2e})")
 
 
 def main(root):
+    tally = collections.defaultdict(collections.Counter)
     for i, prompt in enumerate(PROMPTS):
         for ratio in RATIOS:
             out = os.path.join(root, f"t{i}_{ratio}.h5")
@@ -89,15 +104,12 @@ def main(root):
                 if python not in traced or builtin not in traced:
                     check(False, f"{what}: the trace has both runs ({sorted(traced)})")
                     continue
-                (kept_py, scores_py), (kept_cpp, scores_cpp) = traced[python], traced[builtin]
-                differ = np.argwhere((kept_py != kept_cpp).any(axis=-1))
+                (kept_py, events_py), (kept_cpp, events_cpp) = traced[python], traced[builtin]
                 check(kept_py.sum() < kept_py.size, f"{what}: the policy evicts")
-                check(len(differ) == 0, f"{what}: the built-in keeps the Python file's entries in every (layer, KV head) "
-                                        f"(differ at {differ[:6].tolist()})")
-                worst = worst_score_gap(scores_py, scores_cpp)
-                check(worst < 1e-5, f"{what}: the evicted entries' recorded scores agree to 1e-5 of their layer's "
-                                    f"spread (worst {worst:.2e})")
-            print(f"{prompt} r={ratio}: {len(TWINS)} pairs compared")
+                compare(what, kept_py, events_py, kept_cpp, events_cpp, tally[builtin + (":" if twin[2] else "") + twin[2]])
+    for spec, t in sorted(tally.items()):
+        print(f"{spec}: {t['exact']} heads exact, {t['tie']} differ only among equal scores, {t['wrong']} wrong "
+              f"(of {len(PROMPTS) * len(RATIOS)} traces)")
 
 
 if __name__ == "__main__":
