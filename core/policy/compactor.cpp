@@ -51,12 +51,13 @@ std::vector<double> leverage(const std::vector<double>& x, int rows, int cols) {
     }
   }
   std::vector<double> y = x;  // rows of x solved as L y^T = x^T: y = x L^-T
-  cblas_dtrsm(CblasRowMajor, CblasRight, CblasLower, CblasTrans, CblasNonUnit, rows, cols, 1.0, g.data(), cols, y.data(),
-              cols);
+  cblas_dtrsm(CblasRowMajor, CblasRight, CblasLower, CblasTrans, CblasNonUnit, rows, cols, 1.0, g.data(), cols,
+              y.data(), cols);
   std::vector<double> out(rows);
   for (int r = 0; r < rows; ++r) {
     double s = 0.0;
-    for (int c = 0; c < cols; ++c) s += y[static_cast<std::size_t>(r) * cols + c] * y[static_cast<std::size_t>(r) * cols + c];
+    for (int c = 0; c < cols; ++c)
+      s += y[static_cast<std::size_t>(r) * cols + c] * y[static_cast<std::size_t>(r) * cols + c];
     out[r] = std::max(s, 0.0);
   }
   return out;
@@ -82,8 +83,9 @@ class CompactorPolicy final : public LayerScorer {
   std::vector<std::vector<double>> score_layer(const AttentionObservation& obs, const cache::KVCache& cache) override {
     const int n = cache.size(obs.layer, 0), n_kv = cache.n_kv_heads();
     if (obs.n_queries() != n)
-      throw Error("policy '" + name() + "' scores a prompt it saw whole: layer " + std::to_string(obs.layer) + " holds " +
-                  std::to_string(n) + " entries, the step had " + std::to_string(obs.n_queries()) + " queries");
+      throw Error("policy '" + name() + "' scores a prompt it saw whole: layer " + std::to_string(obs.layer) +
+                  " holds " + std::to_string(n) + " entries, the step had " + std::to_string(obs.n_queries()) +
+                  " queries");
     const int left = std::min(sink_start_, n), right = std::min(sink_end_, std::max(0, n - left));
     const int count = n - left - right;
     std::vector<std::vector<double>> out(n_kv, std::vector<double>(n, 0.0));
@@ -111,26 +113,28 @@ class CompactorPolicy final : public LayerScorer {
  private:
   // (n_kv_heads, count), z-normalised over the layer: the leverage of entries [first, first + count)'s keys before
   // RoPE (the layer input projected by k_proj), in transformers' rotate-half head-dimension order.
-  std::vector<double> leverage_scores(const AttentionObservation& obs, const cache::KVCache& cache, int first, int count) {
+  std::vector<double> leverage_scores(const AttentionObservation& obs, const cache::KVCache& cache, int first,
+                                      int count) {
     const int n_kv = cache.n_kv_heads(), d = cache.head_dim(), width = n_kv * d;
     const std::vector<double> keys = project(obs, first, count, 'k');  // (count, n_kv x d)
     // a llama GGUF pairs dimensions (2i, 2i+1), transformers (i, i + rope_dim/2): its order takes 0, 2, .., 1, 3, ..
     std::vector<int> order(d);
     const int r = rope().rope_dim;
-    for (int i = 0; i < d; ++i)
-      order[i] = !rope().adjacent || i >= r ? i : i < r / 2 ? 2 * i : 2 * (i - r / 2) + 1;
+    for (int i = 0; i < d; ++i) order[i] = !rope().adjacent || i >= r ? i : i < r / 2 ? 2 * i : 2 * (i - r / 2) + 1;
     const int cols = sketch_ > 0 ? sketch_ : d;
     const std::size_t block = static_cast<std::size_t>(n_kv) * d * sketch_;
     if (sketch_ > 0 && draws_.size() < (obs.layer + 1) * block)
-      draws_ = torch_randn_stream(seed_, std::max<std::size_t>(static_cast<std::size_t>(run_info().config.n_layers),
-                                                               obs.layer + 1) * block);
+      draws_ = torch_randn_stream(
+          seed_, std::max<std::size_t>(static_cast<std::size_t>(run_info().config.n_layers), obs.layer + 1) * block);
     const double scale = static_cast<double>(static_cast<float>(1.0 / std::sqrt(static_cast<double>(sketch_))));
     std::vector<double> out(static_cast<std::size_t>(n_kv) * count), x(static_cast<std::size_t>(count) * d), mean(d),
         phi(static_cast<std::size_t>(d) * cols), sketched(static_cast<std::size_t>(count) * cols);
     for (int h = 0; h < n_kv; ++h) {
       std::fill(mean.begin(), mean.end(), 0.0);
       for (int j = 0; j < count; ++j)
-        for (int c = 0; c < d; ++c) mean[c] += x[static_cast<std::size_t>(j) * d + c] = keys[static_cast<std::size_t>(j) * width + h * d + order[c]];
+        for (int c = 0; c < d; ++c)
+          mean[c] += x[static_cast<std::size_t>(j) * d + c] =
+              keys[static_cast<std::size_t>(j) * width + h * d + order[c]];
       for (double& m : mean) m /= count;
       for (int j = 0; j < count; ++j)
         for (int c = 0; c < d; ++c) x[static_cast<std::size_t>(j) * d + c] -= mean[c];
@@ -159,27 +163,26 @@ class CompactorPolicy final : public LayerScorer {
 }  // namespace
 
 PolicyInfo compactor_policy_info() {
-  return {
-      "compactor",
-      "kvpress CompactorPress: blended z-scores of the keys' leverage (a seeded Gaussian sketch) and non-causal "
-      "chunked attention; compresses the prompt once",
-      "Chari & Van Durme 2025, Compactor: Calibrated Query-Agnostic KV Cache Compression with Approximate Leverage "
-      "Scores, §3 (kvpress CompactorPress)",
-      layer_scorer_params(
-          {ParamSpec::integer("sink_size_start", 8, 0, 1 << 20, "first tokens always kept (kvpress: 8)"),
-           ParamSpec::integer("sink_size_end", 4, 0, 1 << 20, "last tokens always kept (kvpress: 4)"),
-           ParamSpec::integer("chunk_size", 256, 1, 1 << 20,
-                              "tokens per chunk of the non-causal attention (kvpress: 256)"),
-           ParamSpec::integer("sketch_dimension", 48, 0, 1 << 16,
-                              "columns of the leverage's Gaussian sketch (0: exact; kvpress: 48)"),
-           ParamSpec::integer("seed", 0, 0, 2147483647,
-                              "torch.manual_seed given before the prefill, whose draws the sketch replays"),
-           ParamSpec::real("blending", -1.0, -1.0, 1e6,
-                           "weight of the leverage scores (kvpress: the compression ratio); -1: 1 - budget / "
-                           "prompt_length")}),
-      [](const PolicyParams& p) -> std::unique_ptr<Policy> {
-        return std::make_unique<CompactorPolicy>("compactor", p);
-      }};
+  return {"compactor",
+          "kvpress CompactorPress: blended z-scores of the keys' leverage (a seeded Gaussian sketch) and non-causal "
+          "chunked attention; compresses the prompt once",
+          "Chari & Van Durme 2025, Compactor: Calibrated Query-Agnostic KV Cache Compression with Approximate Leverage "
+          "Scores, §3 (kvpress CompactorPress)",
+          layer_scorer_params(
+              {ParamSpec::integer("sink_size_start", 8, 0, 1 << 20, "first tokens always kept (kvpress: 8)"),
+               ParamSpec::integer("sink_size_end", 4, 0, 1 << 20, "last tokens always kept (kvpress: 4)"),
+               ParamSpec::integer("chunk_size", 256, 1, 1 << 20,
+                                  "tokens per chunk of the non-causal attention (kvpress: 256)"),
+               ParamSpec::integer("sketch_dimension", 48, 0, 1 << 16,
+                                  "columns of the leverage's Gaussian sketch (0: exact; kvpress: 48)"),
+               ParamSpec::integer("seed", 0, 0, 2147483647,
+                                  "torch.manual_seed given before the prefill, whose draws the sketch replays"),
+               ParamSpec::real("blending", -1.0, -1.0, 1e6,
+                               "weight of the leverage scores (kvpress: the compression ratio); -1: 1 - budget / "
+                               "prompt_length")}),
+          [](const PolicyParams& p) -> std::unique_ptr<Policy> {
+            return std::make_unique<CompactorPolicy>("compactor", p);
+          }};
 }
 
 }  // namespace kvscope::policy

@@ -44,13 +44,14 @@ class ExpectedAttentionPolicy final : public LayerScorer {
     const int n = cache.size(obs.layer, 0), d = cache.head_dim(), heads = obs.n_heads, n_kv = cache.n_kv_heads();
     const int group = heads / n_kv, width = heads * d;
     if (obs.n_queries() != n)
-      throw Error("policy '" + name() + "' scores a prompt it saw whole: layer " + std::to_string(obs.layer) + " holds " +
-                  std::to_string(n) + " entries, the step had " + std::to_string(obs.n_queries()) + " queries");
+      throw Error("policy '" + name() + "' scores a prompt it saw whole: layer " + std::to_string(obs.layer) +
+                  " holds " + std::to_string(n) + " entries, the step had " + std::to_string(obs.n_queries()) +
+                  " queries");
     const int sink = std::min(n_sink_, n), m = n - sink, nk = n - sink;
     std::vector<std::vector<double>> out(n_kv, std::vector<double>(n, 0.0));
-    if (m == 0) return out;  // every entry is a sink
+    if (m == 0) return out;                                    // every entry is a sink
     const std::vector<double> q = project(obs, sink, m, 'q');  // (m, heads x d)
-    const std::vector<double>& rot = averaged_rotation(n, d);   // x @ rot: x rotated, averaged over positions
+    const std::vector<double>& rot = averaged_rotation(n, d);  // x @ rot: x rotated, averaged over positions
     // per query head: mu' = mu @ rot, and Sigma' = rot^T Sigma rot
     std::vector<double> mean(width, 0.0);
     for (int r = 0; r < m; ++r)
@@ -75,9 +76,10 @@ class ExpectedAttentionPolicy final : public LayerScorer {
       if (use_covariance_) {
         for (int r = 0; r < m; ++r)
           for (int c = 0; c < d; ++c)
-            centred[static_cast<std::size_t>(r) * d + c] = q[static_cast<std::size_t>(r) * width + h * d + c] - mean_h[c];
-        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, d, m, 1.0 / m, centred.data(), d, centred.data(), d, 0.0,
-                    cov.data(), d);
+            centred[static_cast<std::size_t>(r) * d + c] =
+                q[static_cast<std::size_t>(r) * width + h * d + c] - mean_h[c];
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, d, m, 1.0 / m, centred.data(), d, centred.data(), d,
+                    0.0, cov.data(), d);
         // Sigma' = rot^T Sigma rot (the row-vector form of R Sigma R^T)
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, d, d, 1.0, cov.data(), d, rot.data(), d, 0.0,
                     tmp.data(), d);
@@ -87,7 +89,8 @@ class ExpectedAttentionPolicy final : public LayerScorer {
                     kc.data(), d);
         for (int j = 0; j < nk; ++j) {
           double quad = 0.0;
-          for (int c = 0; c < d; ++c) quad += kc[static_cast<std::size_t>(j) * d + c] * keys[static_cast<std::size_t>(j) * d + c];
+          for (int c = 0; c < d; ++c)
+            quad += kc[static_cast<std::size_t>(j) * d + c] * keys[static_cast<std::size_t>(j) * d + c];
           s[j] += quad / d / 2;
         }
       }

@@ -89,9 +89,8 @@ std::vector<double> LayerScorer::rank_scores(int layer, int kv_head, std::span<c
   // The float64 scores rank when they are this step's of this head (the float32 copies carry the edit).
   if (layer == precise_layer_ && kv_head < static_cast<int>(precise_.size())) {
     const std::vector<double>& precise = precise_[kv_head];
-    if (precise.size() == scores.size() &&
-        std::equal(precise.begin(), precise.end(), scores.begin(),
-                   [](double d, float f) { return static_cast<float>(d) == f; }))
+    if (precise.size() == scores.size() && std::equal(precise.begin(), precise.end(), scores.begin(),
+                                                      [](double d, float f) { return static_cast<float>(d) == f; }))
       return precise;
   }
   return ScoredPolicy::rank_scores(layer, kv_head, scores);
@@ -112,7 +111,8 @@ void z_normalise(std::vector<double>& x) {
 std::vector<ParamSpec> layer_scorer_params(std::vector<ParamSpec> own) {
   std::vector<ParamSpec> all =
       scored_policy_params(std::move(own), Protocol{.block = 0, .decode_evict = false, .trim_before_output = false});
-  std::erase_if(all, [](const ParamSpec& s) { return s.name == "block" || s.name == "decode_evict" || s.name == "trim"; });
+  std::erase_if(all,
+                [](const ParamSpec& s) { return s.name == "block" || s.name == "decode_evict" || s.name == "trim"; });
   return all;
 }
 

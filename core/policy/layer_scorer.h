@@ -21,7 +21,8 @@ class LayerScorer : public ScoredPolicy {
 
  protected:
   // [n_kv_heads][entries of that head]: the layer's scores, higher kept first.
-  virtual std::vector<std::vector<double>> score_layer(const AttentionObservation& obs, const cache::KVCache& cache) = 0;
+  virtual std::vector<std::vector<double>> score_layer(const AttentionObservation& obs,
+                                                       const cache::KVCache& cache) = 0;
 
   // The layer's q_proj ('q', (n_heads x head_dim) x dim) or k_proj ('k') dequantized to float32, row-major in the
   // model file's row order; dequantized once per run.

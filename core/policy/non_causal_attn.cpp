@@ -40,7 +40,8 @@ std::vector<double> non_causal_attention_scores(const std::vector<double>& queri
   std::vector<double> keys, column(count), dots(static_cast<std::size_t>(chunk) * chunk), e(chunk);
   const double pad_logit = -1e-9;
   for (int kv = 0; kv < n_kv; ++kv) {
-    const auto k32 = cache.keys(layer, kv).subspan(static_cast<std::size_t>(first) * d, static_cast<std::size_t>(count) * d);
+    const auto k32 =
+        cache.keys(layer, kv).subspan(static_cast<std::size_t>(first) * d, static_cast<std::size_t>(count) * d);
     keys.assign(k32.begin(), k32.end());
     for (int g = 0; g < group; ++g) {
       const int head = kv * group + g;
@@ -86,8 +87,7 @@ std::vector<double> non_causal_attention_scores(const std::vector<double>& queri
   for (int kv = 0; kv < n_kv; ++kv) {
     const double* s = attention.data() + static_cast<std::size_t>(kv) * count;
     double* out = smooth.data() + static_cast<std::size_t>(kv) * count;
-    for (int j = 0; j < count; ++j)
-      out[j] = ((j > 0 ? s[j - 1] : 0.0) + s[j] + (j + 1 < count ? s[j + 1] : 0.0)) / 3;
+    for (int j = 0; j < count; ++j) out[j] = ((j > 0 ? s[j - 1] : 0.0) + s[j] + (j + 1 < count ? s[j + 1] : 0.0)) / 3;
   }
   z_normalise(smooth);
   return smooth;
@@ -97,16 +97,18 @@ namespace {
 
 class NonCausalAttnPolicy final : public LayerScorer {
  public:
-  NonCausalAttnPolicy(std::string name, const PolicyParams& p) : LayerScorer(std::move(name), p), chunk_(p.get_int("chunk_size")) {}
+  NonCausalAttnPolicy(std::string name, const PolicyParams& p)
+      : LayerScorer(std::move(name), p), chunk_(p.get_int("chunk_size")) {}
 
  protected:
   std::vector<std::vector<double>> score_layer(const AttentionObservation& obs, const cache::KVCache& cache) override {
     const int n = cache.size(obs.layer, 0);
     if (obs.n_queries() != n)
-      throw Error("policy '" + name() + "' scores a prompt it saw whole: layer " + std::to_string(obs.layer) + " holds " +
-                  std::to_string(n) + " entries, the step had " + std::to_string(obs.n_queries()) + " queries");
-    const std::vector<double> s = non_causal_attention_scores(project(obs, 0, n, 'q'), obs.query_positions, rope(), cache,
-                                                              obs.layer, 0, n, obs.n_heads, chunk_);
+      throw Error("policy '" + name() + "' scores a prompt it saw whole: layer " + std::to_string(obs.layer) +
+                  " holds " + std::to_string(n) + " entries, the step had " + std::to_string(obs.n_queries()) +
+                  " queries");
+    const std::vector<double> s = non_causal_attention_scores(project(obs, 0, n, 'q'), obs.query_positions, rope(),
+                                                              cache, obs.layer, 0, n, obs.n_heads, chunk_);
     std::vector<std::vector<double>> out(cache.n_kv_heads());
     for (int h = 0; h < cache.n_kv_heads(); ++h)
       out[h].assign(s.begin() + static_cast<std::ptrdiff_t>(h) * n, s.begin() + static_cast<std::ptrdiff_t>(h + 1) * n);
@@ -125,8 +127,8 @@ PolicyInfo non_causal_attn_policy_info() {
           "compresses the prompt once",
           "Chari & Van Durme 2025, Compactor: Calibrated Query-Agnostic KV Cache Compression with Approximate "
           "Leverage Scores, §3.2 (kvpress NonCausalAttnPress)",
-          layer_scorer_params({ParamSpec::integer("chunk_size", 256, 1, 1 << 20,
-                                                  "prompt tokens per chunk of the non-causal attention (kvpress: 256)")}),
+          layer_scorer_params({ParamSpec::integer(
+              "chunk_size", 256, 1, 1 << 20, "prompt tokens per chunk of the non-causal attention (kvpress: 256)")}),
           [](const PolicyParams& p) -> std::unique_ptr<Policy> {
             return std::make_unique<NonCausalAttnPolicy>("non_causal_attn", p);
           }};
