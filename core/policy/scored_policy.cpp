@@ -174,7 +174,7 @@ cache::CacheEdit ScoredPolicy::after_layer(const AttentionObservation& obs, cach
                 std::to_string(pending_.size()) + " layers");
   const bool final_prefill = is_final_prefill(obs);
   if (final_prefill) allocation_->observe(obs);
-  if (!protocol_.evicts_in(obs.phase, obs.phase == Phase::Decode || final_prefill)) return {};
+  if (!protocol_.evicts_in(obs.phase, obs.phase == Phase::Decode || final_prefill, obs.step)) return {};
   for (int h = 0; h < obs.n_kv_heads; ++h) {
     std::vector<float> s = score(obs, h, cache);
     if (!s.empty() && static_cast<int>(s.size()) != cache.size(obs.layer, h))
@@ -436,7 +436,7 @@ void ScoredPolicy::evict_layer_critical(int layer, cache::KVCache& cache, cache:
 
 cache::CacheEdit ScoredPolicy::after_step(const StepInfo& step, cache::KVCache& cache) {
   cache::CacheEdit edit;
-  if (protocol_.evicts_in(step.phase, step.prefill_done)) {
+  if (protocol_.evicts_in(step.phase, step.prefill_done, step.step)) {
     if (step.prefill_done && !budgets_final_) finalize_budgets(step.seq_len);
     // Layers trimmed before their output are at their budgets already and only renew their promise here.
     for (int l = 0; l < static_cast<int>(budgets_.size()); ++l) evict_layer(l, cache, edit);
