@@ -1,6 +1,7 @@
 // kvscope policies: every policy, compose (two policies in sequence) and every layer allocation, with parameters,
 // defaults, ranges and the paper each comes from, so a spec like "snapkv:window=32,allocation=pyramid" can be
-// written without reading the source; then the policy files kvscope ships (shipped_policies.h), described as `--file` does.
+// written without reading the source; then the policy files kvscope ships (shipped_policies.h), described as
+// `--file` does.
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
