@@ -1,6 +1,7 @@
-// kvscope policies: every policy and every layer allocation, with parameters, defaults, ranges and the
-// paper each comes from, so a spec like "snapkv:window=32,allocation=pyramid" can be written without
-// reading the source; then the policy files kvscope ships (shipped_policies.h), described as `--file` does.
+// kvscope policies: every policy, compose (two policies in sequence) and every layer allocation, with parameters,
+// defaults, ranges and the paper each comes from, so a spec like "snapkv:window=32,allocation=pyramid" can be
+// written without reading the source; then the policy files kvscope ships (shipped_policies.h), described as
+// `--file` does.
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -9,6 +10,7 @@
 
 #include "app/subcommands.h"
 #include "core/policy/allocation_catalog.h"
+#include "core/policy/compose_policy.h"
 #include "core/policy/policy_file.h"
 #include "core/policy/protocol.h"
 #include "core/policy/registry.h"
@@ -197,6 +199,14 @@ Command register_policies(CLI::App& root) {
                                            {"summary", p.summary},
                                            {"reference", p.reference},
                                            {"params", params_json(p.params)}});
+              // compose is a spec of two policies rather than one registered policy: its own entry, with the
+              // rule for the inner policies' parameters.
+              const policy::PolicyInfo& compose = policy::compose_policy_info();
+              out["compose"] = {{"name", compose.name},
+                                {"summary", compose.summary},
+                                {"reference", compose.reference},
+                                {"params", params_json(compose.params)},
+                                {"inner_params", policy::compose_prefix_rule()}};
               out["allocations"] = nlohmann::json::array();
               for (const auto& a : policy::all_allocations())
                 out["allocations"].push_back({{"name", a.name},
@@ -213,6 +223,11 @@ Command register_policies(CLI::App& root) {
               print_params(p.params, true);
               std::printf("\n");
             }
+            const policy::PolicyInfo& compose = policy::compose_policy_info();
+            std::printf("Composition (--policy compose:first=POLICY,then=POLICY,then_ratio=R,first.NAME=V,...)\n\n");
+            std::printf("%s — %s\n  %s\n", compose.name.c_str(), compose.summary.c_str(), compose.reference.c_str());
+            print_params(compose.params, false);
+            std::printf("    and %s\n\n", policy::compose_prefix_rule().c_str());
             std::printf(
                 "Every policy also takes swa=skip|compress|window: what it does on a model's sliding-window layers "
                 "(Gemma 2 / 3; default skip, as kvpress; docs/policies.md)\n\n");

@@ -29,7 +29,8 @@ score-agnostic tie bands are new here. Per case:
 Besides the ported files (PRESSES), the presses kvscope has as built-ins (BUILTINS: the golden names `policy` and
 its parameters instead of `policy_file`; PyramidKVPress keeps a count per layer, `n_kept_per_layer`) and kvpress's
 wrappers (WRAPPERS: AdaKVPress, ChunkKVPress, CriticalKVPress around a press above, kvscope's `selection=`; run with
-sdpa attention, see run_wrapper_case; AdaKV's heads keep different counts, `n_kept_per_layer_head`).
+sdpa attention, see run_wrapper_case; AdaKV's heads keep different counts, `n_kept_per_layer_head`; CriticalAdaKVPress,
+kvscope's `selection=criticaladakv`, likewise).
 RandomPress draws torch.rand from a torch.Generator seeded with `seed` on every call (so every layer keeps the
 same positions: `same_in_every_layer`); examples/policies/random_press.py replays that generator bit-exactly.
 LeverageScorePress and CompactorPress draw a Gaussian sketch per layer from torch's global generator without a
@@ -130,10 +131,19 @@ WRAPPERS = {
     "criticalkv_knorm": ("CriticalKVPress", {}, "knorm", {"selection": "criticalkv", "first_stage_ratio": 0.5,
                                                           "critical_epsilon": 0.0001}),
 }
+# kvpress's CriticalAdaKVPress: AdaKV's head budgets, each head filled by CriticalKV's two stages (stage 1 at
+# least the safeguard): kvscope's selection=criticaladakv, with both wrappers' parameters
+WRAPPERS.update({
+    "criticaladakv_knorm": ("CriticalAdaKVPress", {}, "knorm", {"selection": "criticaladakv", "alpha_safeguard": 0.2,
+                                                               "first_stage_ratio": 0.5, "critical_epsilon": 0.0001}),
+    "criticaladakv_snapkv": ("CriticalAdaKVPress", {}, "snapkv", {"selection": "criticaladakv", "alpha_safeguard": 0.2,
+                                                                 "first_stage_ratio": 0.5,
+                                                                 "critical_epsilon": 0.0064}),
+})
 # At R = 0.75 the budget (38-40) is below SnapKV's window of 64: kvscope keeps the most recent entries of the
 # protected window, CriticalKVPress ranks the window's entries (all max + 1) by their |W_o v|, a documented
 # difference that a parity case would only restate.
-WRAPPER_RATIOS = {"criticalkv_snapkv": [0.25, 0.5]}
+WRAPPER_RATIOS = {"criticalkv_snapkv": [0.25, 0.5], "criticaladakv_snapkv": [0.25, 0.5]}
 TORCH_SEED = 0
 
 # kvpress's PerLayerCompressionPress(press, compression_ratios) around a press of PRESSES or BUILTINS: kvscope's
@@ -151,6 +161,40 @@ PER_LAYER = {"per_layer_knorm": "knorm", "per_layer_snapkv": "snapkv"}
 # whose score of an entry does not depend on the others (KnormPress). SnapKV's window (64) is above the first
 # stage's budget at R1 = 0.75 (all max + 1, exact ties): left out, as for criticalkv_snapkv.
 COMPOSED = {"composed_snapkv_knorm": ("snapkv", "knorm", 0.5, [0.25, 0.5])}
+
+
+# kvpress's BlockPress(press, block_size): one exact forward pass, then each layer's entries scored in blocks (the first
+# n_kept kept, each next block_size scored with the kept ones, top n_kept kept). name -> (inner press of PRESSES,
+# block_size, the kvscope spec's parameters the parity test holds to kvpress's set, the alternatives it only
+# measures). block_size 16: with kvpress's default 128 the sample prompts (154-162 tokens) are one block after the
+# first n_kept at every ratio, i.e. the inner press itself.
+BLOCK = {
+    # KnormPress scores each entry alone: streaming top-k over blocks is the global top-k, i.e. KnormPress, which is
+    # kvscope's one-pass key_norm.py; kvscope's block=16 (a real chunked prefill) is measured beside it
+    "block_knorm": ("knorm", 16, {}, [{"block": 16}]),
+    # KeyDiffPress scores against the mean key of the entries it is given: the blocks change every score. kvscope has
+    # no block-scoring of one exact pass; its one-pass keydiff.py and block=16 are measured
+    "block_keydiff": ("keydiff", 16, None, [{}, {"block": 16}]),
+}
+
+# kvpress's DecodingPress(base_press, compression_interval, target_size): the prefill is not compressed; every
+# compression_interval decode steps each layer's cache is compressed to target_size by the press. kvscope's
+# decode_evict=true at --budget target_size evicts at every decode step (and after the prefill when the prompt is
+# longer than the budget): target_size is each prompt's own length here, so neither compresses the prefill and
+# interval 1 is decode_evict exactly. name -> (inner press of PRESSES, [(interval, the kvscope spec's parameters
+# held to kvpress's set or None, alternatives only measured)]), N_DECODE greedy decode steps.
+DECODING = {
+    "decoding_knorm": ("knorm", [(1, {"decode_evict": "true"}, []),
+                                 (8, {"decode_evict": "true", "decode_interval": 8}, [{"decode_evict": "true"}])]),
+}
+N_DECODE = 24
+# A decode token's key is each engine's own computation over a context that decoding keeps changing, and each of the
+# 24 (interval 1) compressions is a new boundary that an entry never returns from: a head whose boundary at any
+# compression lies within DECODE_NEAR_REL (relative) is listed in stage_ties. On these prompts every differing head
+# is such a head at 1e-3 (at 1e-4, 4 to 8 of 90 are not), but most heads are, so the golden also states the share of
+# heads kvscope must keep exactly (MIN_EXACT_SHARE; measured 74 to 88 of 90)
+DECODE_NEAR_REL = 1e-3
+MIN_EXACT_SHARE = 0.75
 
 
 @torch.no_grad()
@@ -265,6 +309,8 @@ def run_wrapper_case(model, ids, wrapper_cls, wrapper_kwargs, inner_cls, inner_k
         rec["keys_out"] = k_out.detach().clone()
         masked = getattr(module, "masked_key_indices", None)
         rec["masked"] = None if masked is None else [t.tolist() for t in masked]
+        if wrapper_cls == "CriticalAdaKVPress":  # its stage 2's |W_o v|_1, to recompute the final scores' bands
+            rec["norm"] = kvpress.presses.criticalkv_press.CriticalKVPress.vwl1norm(values, module).detach().clone()
         return k_out, v_out
 
     inner.score = score
@@ -308,6 +354,47 @@ def run_wrapper_case(model, ids, wrapper_cls, wrapper_kwargs, inner_cls, inner_k
         n_kv = s.shape[0]
         # entries an inner SnapKV pads with max + 1 (its window): left out of the std that scales the band
         padded = s == s.max() if inner_cls in PADDED else torch.zeros_like(s, dtype=torch.bool)
+        if wrapper_cls == "CriticalAdaKVPress":  # AdaKV's head budgets, then per head CriticalKV's two stages
+            _, heads, seqs = rec["masked"]
+            pruned = [set() for _ in range(n_kv)]
+            for h, j in zip(heads, seqs):
+                pruned[h].add(j)
+            layer_kept = [sorted(set(range(q_len)) - pruned[h]) for h in range(n_kv)]
+            assert sum(len(k) for k in layer_kept) == n_kv * n_kept
+            s32 = rec["scores"][0].clone()
+            top = torch.finfo(s32.dtype).max
+            n_safe = max(1, int(n_kept * press.alpha_safeguard))
+            safe = s32.topk(n_safe, dim=-1).indices
+            s32.scatter_(-1, safe, top)
+            flat = torch.sort(s32.double().flatten(), descending=True).values
+            hi, lo = float(flat[n_kv * n_kept - 1]), float(flat[n_kv * n_kept])
+            body = s[torch.isfinite(s) & ~padded]
+            if hi < top and abs(hi - lo) <= NEAR_REL * max(abs(hi + lo) / 2, float(body.std())):
+                for h in range(n_kv):  # the heads' budgets end on a near tie: any head may keep another count
+                    stage_ties.append([layer, h, "head budgets"])
+            budgets = [len(k) for k in layer_kept]
+            for h in range(n_kv):
+                stage_tie(layer, h, s[h], n_safe, "safeguard")
+                first = int(budgets[h] * press.first_stage_ratio)
+                stage_tie(layer, h, s[h], max(first, n_safe), "first stage")
+                fin = s32[h].clone()
+                fin[fin.topk(first).indices] = top
+                fin = ((fin + press.epsilon) * rec["norm"][0, h]).double()
+                srt = torch.sort(fin, descending=True).values
+                k = budgets[h]
+                if k >= q_len:
+                    continue
+                a, b = float(srt[k - 1]), float(srt[k])
+                mid = (a + b) / 2 if math.isfinite(a) and a < top else b
+                fbody = fin[torch.isfinite(fin) & (fin < top * 1e-3) & ~padded[h]]
+                tol = NEAR_REL * max(abs(mid), float(fbody.std()) if fbody.numel() > 1 else 0.0)
+                band = torch.nonzero((fin - mid).abs() <= tol).flatten().tolist()
+                kept_set = set(layer_kept[h])
+                if any(p in kept_set for p in band) and any(p not in kept_set for p in band):
+                    entries = sorted([[p, f32(fin[p]), int(p in kept_set)] for p in band], key=lambda e: (-e[1], e[0]))
+                    near.append([layer, h, entries])
+            kept.append(layer_kept)
+            continue
         if wrapper_cls == "AdaKVPress":
             _, heads, seqs = rec["masked"]
             pruned = [set() for _ in range(n_kv)]
@@ -381,7 +468,8 @@ def run_wrapper_case(model, ids, wrapper_cls, wrapper_kwargs, inner_cls, inner_k
         "q_len": q_len,
         "n_kept": n_kept,
         **({"n_kept_per_layer": per_layer} if wrapper_cls == "ChunkKVPress" else {}),
-        **({"n_kept_per_layer_head": [[len(k) for k in lk] for lk in kept]} if wrapper_cls == "AdaKVPress" else {}),
+        **({"n_kept_per_layer_head": [[len(k) for k in lk] for lk in kept]}
+           if wrapper_cls in ("AdaKVPress", "CriticalAdaKVPress") else {}),
         "kept": kept,
         "near_boundary": near,
         "stage_ties": stage_ties,
@@ -422,7 +510,10 @@ def write_wrapper_golden(name, model, prompts, args, model_sha, n_tok_checked, t
                        "different counts (n_kept_per_layer_head) summing to heads x n_kept per layer. ChunkKVPress "
                        "keeps whole chunks, the same positions in every head (n_kept_per_layer). near_boundary: "
                        "positions whose score (AdaKV: the inner press's score, the safeguard's as +inf, at the "
-                       "layer-wide boundary; ChunkKV: their chunk's score) lies within band_tol of the boundary.",
+                       "layer-wide boundary; ChunkKV: their chunk's score; CriticalAdaKV, which masks as AdaKV: "
+                       "the head's final score (inner score, its first stage as float32 max, plus epsilon, times "
+                       "|W_o v|_1) at the head's own budget) lies within band_tol of the boundary. stage_ties: heads "
+                       "whose safeguard, first stage or (CriticalAdaKV) layer-wide head budgets end on a near tie.",
         "prompts": prompts,
         "cases": cases,
     }
@@ -570,10 +661,198 @@ def write_composed_golden(name, model, prompts, args, model_sha, n_tok_checked, 
     print(f"wrote {path} ({path.stat().st_size} bytes, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
 
 
+@torch.no_grad()
+def run_block_case(model, ids, inner_cls, block_size, ratio):
+    """BlockPress(inner(ratio), block_size) on one prefill: kept positions per (layer, KV head), and the near-tie band
+    of the inner press's scores of every entry in one go (meaningful for a press that scores each entry alone)."""
+    import kvpress
+    from kvpress.utils import compute_n_kept
+    from transformers import DynamicCache
+
+    inner = getattr(kvpress, inner_cls)(compression_ratio=ratio)
+    press = kvpress.BlockPress(press=inner, block_size=block_size)
+    records = {}
+    orig = press.compress
+
+    def compress(module, hidden_states, keys, values, attentions, kwargs):
+        k_out, v_out = orig(module, hidden_states, keys, values, attentions, kwargs)
+        whole = inner.score(module, hidden_states, keys, values, attentions, kwargs)
+        records[module.layer_idx] = (keys.detach().clone(), k_out.detach().clone(), whole.detach().clone())
+        return k_out, v_out
+
+    press.compress = compress
+    q_len = len(ids)
+    n_kept = compute_n_kept(q_len, ratio)
+    model.set_attn_implementation("sdpa")  # BlockPress refuses attention weights
+    try:
+        with press(model):
+            model(input_ids=torch.tensor([ids]), past_key_values=DynamicCache(), use_cache=True)
+    finally:
+        model.set_attn_implementation("eager")
+    kept, near = [], []
+    for layer in range(model.config.num_hidden_layers):
+        k_in, k_out, whole = records[layer]
+        layer_kept = []
+        for h in range(k_in.shape[1]):
+            pos = sorted(match_rows(k_out[0, h], k_in[0, h]))
+            assert len(pos) == n_kept
+            sh = whole[0, h].double()
+            srt = torch.sort(sh, descending=True).values
+            mid = float(srt[n_kept - 1] + srt[n_kept]) / 2
+            tol = NEAR_REL * max(abs(mid), float(sh.std()))
+            band = torch.nonzero((sh - mid).abs() <= tol).flatten().tolist()
+            kept_set = set(pos)
+            if any(p in kept_set for p in band) and any(p not in kept_set for p in band):
+                near.append([layer, h, sorted([[p, f32(sh[p]), int(p in kept_set)] for p in band],
+                                              key=lambda e: (-e[1], e[0]))])
+            layer_kept.append(pos)
+        kept.append(layer_kept)
+    return {"compression_ratio": ratio, "q_len": q_len, "n_kept": n_kept, "kept": kept, "near_boundary": near}
+
+
+@torch.no_grad()
+def run_decoding_case(model, ids, inner_cls, interval, target, n_decode):
+    """DecodingPress(inner, interval, target) over the prefill and n_decode greedy decode steps (as kvpress's pipeline
+    decodes: explicit position ids): the generated ids, and per (layer, KV head) the original positions of the entries
+    in the cache at the end, tracked through every compression (rows matched bitwise)."""
+    import kvpress
+    from transformers import DynamicCache
+
+    inner = getattr(kvpress, inner_cls)()
+    press = kvpress.DecodingPress(base_press=inner, compression_interval=interval, target_size=target)
+    n_layer, n_kv = model.config.num_hidden_layers, model.config.num_key_value_heads
+    q_len = len(ids)
+    positions = [[list(range(q_len)) for _ in range(n_kv)] for _ in range(n_layer)]
+    compressions = [0] * n_layer
+    gaps = [[math.inf] * n_kv for _ in range(n_layer)]
+    orig = press.compress
+
+    def compress(module, hidden_states, keys, values, attentions, kwargs):
+        k_out, v_out = orig(module, hidden_states, keys, values, attentions, kwargs)
+        layer = module.layer_idx
+        assert k_out.shape[2] == target, (k_out.shape, target)
+        scores = inner.score(module, hidden_states, keys, values, attentions, kwargs)[0].double()
+        for h in range(n_kv):  # the relative gap at this compression's boundary (the press keeps `target`)
+            srt = torch.sort(scores[h], descending=True).values
+            a, b = float(srt[target - 1]), float(srt[target])
+            gap = abs(a - b) / max(abs(a + b) / 2, float(scores[h].std()))
+            gaps[layer][h] = min(gaps[layer][h], gap)
+        for h in range(n_kv):
+            assert len(positions[layer][h]) == keys.shape[2]
+            positions[layer][h] = [positions[layer][h][i] for i in match_rows(k_out[0, h], keys[0, h])]
+        compressions[layer] += 1
+        return k_out, v_out
+
+    press.compress = compress
+    cache = DynamicCache()
+    with press(model):
+        out = model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+        generated = [int(out.logits[0, -1].argmax())]
+        for step in range(n_decode):
+            for layer in range(n_layer):
+                for h in range(n_kv):
+                    positions[layer][h].append(q_len + step)
+            out = model(input_ids=torch.tensor([[generated[-1]]]), past_key_values=cache,
+                        position_ids=torch.tensor([[q_len + step]]), use_cache=True)
+            generated.append(int(out.logits[0, -1].argmax()))
+    assert len(set(compressions)) == 1, compressions
+    for layer in range(n_layer):
+        assert cache.layers[layer].keys.shape[2] == len(positions[layer][0])
+    return {"q_len": q_len, "target_size": target, "compression_interval": interval, "decode_steps": n_decode,
+            "compressions": compressions[0], "generated_ids": generated,
+            "kept": [[sorted(p) for p in layer] for layer in positions], "near_boundary": [],
+            "min_exact_share": MIN_EXACT_SHARE,
+            # a head whose boundary at some compression is a near tie: which entry leaves there is the numbers', and
+            # what leaves never comes back, so the final sets may differ in any position after it
+            "stage_ties": [[layer, h, f"compression boundary at relative gap {gaps[layer][h]:.1e}"]
+                           for layer in range(n_layer) for h in range(n_kv) if gaps[layer][h] <= DECODE_NEAR_REL]}
+
+
+def write_block_golden(name, model, prompts, args, model_sha, n_tok_checked, t0):
+    inner, block_size, held, measured = BLOCK[name]
+    inner_cls, _, stem, _ = PRESSES[inner]
+    cases = []
+    for pi, p in enumerate(prompts):
+        for ratio in RATIOS:
+            c = run_block_case(model, p["ids"], inner_cls, block_size, ratio)
+            c = {"prompt": pi, "press_kwargs": {"block_size": block_size, "press": inner_cls},
+                 "policy_params": held if held is not None else {}, "measured_params": measured, **c}
+            if held is None:
+                c["measured_only"] = True
+            print(f"{name} {p['prompt_file']} r={ratio}: n_kept {c['n_kept']}, {len(c['near_boundary'])} heads with "
+                  f"bands", file=sys.stderr)
+            cases.append(c)
+    out = {
+        "schema_version": SCHEMA_VERSION,
+        "generator": "tools/make_kvpress_goldens.py",
+        "press": f"kvpress.BlockPress(press=kvpress.{inner_cls}(compression_ratio=r), block_size={block_size})",
+        "policy_file": f"examples/policies/{stem}.py",
+        "model": model_record(args, model_sha, model.config),
+        "reference": reference_record(
+            args, n_tok_checked,
+            load="as the other goldens, then model.set_attn_implementation('sdpa') for the forward (BlockPress "
+                 "refuses attention weights)"),
+        "conventions": "As tools/make_kvpress_goldens.py's other goldens. near_boundary: the band of the inner "
+                       "press's scores of every entry at once. policy_params: the kvscope spec held to kvpress's "
+                       "kept sets; measured_params: specs whose agreement the parity test prints without requiring "
+                       "it; measured_only: no kvscope spec is held to it.",
+        "prompts": prompts,
+        "cases": cases,
+    }
+    path = REPO_ROOT / "tests" / "fixtures" / f"kvpress_{name}" / "golden.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump(out), encoding="utf-8")
+    print(f"wrote {path} ({path.stat().st_size} bytes, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+
+
+def write_decoding_golden(name, model, prompts, args, model_sha, n_tok_checked, t0):
+    inner, intervals = DECODING[name]
+    inner_cls, _, stem, _ = PRESSES[inner]
+    cases = []
+    for pi, p in enumerate(prompts):
+        for interval, held, measured in intervals:
+            target = len(p["ids"])
+            c = run_decoding_case(model, p["ids"], inner_cls, interval, target, N_DECODE)
+            # the harness's run key: a budget in tokens (the target) instead of a compression ratio
+            c = {"prompt": pi, "press_kwargs": {"compression_interval": interval, "target_size": target},
+                 "budget_tokens": target, "policy_params": held if held is not None else {},
+                 "measured_params": measured, "compression_ratio": None, **c}
+            if held is None:
+                c["measured_only"] = True
+            print(f"{name} {p['prompt_file']} interval={interval}: {c['compressions']} compressions, generated "
+                  f"{c['generated_ids']}", file=sys.stderr)
+            cases.append(c)
+    out = {
+        "schema_version": SCHEMA_VERSION,
+        "generator": "tools/make_kvpress_goldens.py",
+        "press": f"kvpress.DecodingPress(base_press=kvpress.{inner_cls}(), compression_interval=i, target_size=n)",
+        "policy_file": f"examples/policies/{stem}.py",
+        "model": model_record(args, model_sha, model.config),
+        "reference": reference_record(
+            args, n_tok_checked,
+            load="AutoModelForCausalLM.from_pretrained(dir, gguf_file=file, dtype=torch.float32, "
+                 "attn_implementation='eager'), CPU; greedy decoding with explicit position ids as kvpress's "
+                 "pipeline decodes"),
+        "conventions": "As tools/make_kvpress_goldens.py's other goldens. target_size is the prompt's length "
+                       "(budget_tokens: kvscope's --budget); decode_steps forward passes after the prefill, each "
+                       "feeding the previous greedy token (generated_ids: the prefill's token, then each step's); "
+                       "kept: the original positions in each (layer, KV head) after the last step. stage_ties: heads "
+                       f"with a compression boundary within {DECODE_NEAR_REL} (relative); min_exact_share: the "
+                       "share of heads the parity test requires to be exact.",
+        "prompts": prompts,
+        "cases": cases,
+    }
+    path = REPO_ROOT / "tests" / "fixtures" / f"kvpress_{name}" / "golden.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump(out), encoding="utf-8")
+    print(f"wrote {path} ({path.stat().st_size} bytes, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
-    ap.add_argument("--press", action="append", choices=sorted({**PRESSES, **BUILTINS, **WRAPPERS, **PER_LAYER, **COMPOSED}),
+    ap.add_argument("--press", action="append",
+                    choices=sorted({**PRESSES, **BUILTINS, **WRAPPERS, **PER_LAYER, **COMPOSED, **BLOCK, **DECODING}),
                     help="only these (default: all)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
@@ -594,7 +873,14 @@ def main() -> int:
         text = (REPO_ROOT / rel).read_bytes().decode("utf-8")
         prompts.append({"prompt_file": rel, "text": text, "ids": encode(tok, text)})
 
-    for name in args.press or list(PRESSES) + list(BUILTINS) + list(WRAPPERS) + list(PER_LAYER) + list(COMPOSED):
+    everything = list(PRESSES) + list(BUILTINS) + list(WRAPPERS) + list(PER_LAYER) + list(COMPOSED) + list(BLOCK)
+    for name in args.press or everything + list(DECODING):
+        if name in BLOCK:
+            write_block_golden(name, model, prompts, args, model_sha, n_tok_checked, t0)
+            continue
+        if name in DECODING:
+            write_decoding_golden(name, model, prompts, args, model_sha, n_tok_checked, t0)
+            continue
         if name in COMPOSED:
             write_composed_golden(name, model, prompts, args, model_sha, n_tok_checked, t0)
             continue

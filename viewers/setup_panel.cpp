@@ -11,6 +11,7 @@
 #include "core/common/error.h"
 #include "core/policy/allocation_catalog.h"
 #include "core/policy/budget_spec.h"
+#include "core/policy/compose_policy.h"
 #include "core/policy/policy_file.h"
 #include "core/policy/registry.h"
 #include "core/policy/shipped_policies.h"
@@ -61,6 +62,7 @@ std::vector<SetupPanel::PolicyChoice> SetupPanel::policy_choices() const {
   std::vector<PolicyChoice> out;
   const auto& all = policy::all_policies();
   for (std::size_t i = 0; i < all.size(); ++i) out.push_back({"", all[i].name, "", static_cast<int>(i)});
+  out.push_back({"two in sequence", policy::compose_policy_info().name, "", kCompose});
   const auto loaded = [&](const std::string& path) {
     for (std::size_t i = 0; i < user_policies_.size(); ++i)
       if (user_policies_[i].path == path) return static_cast<int>(all.size() + i);
@@ -118,6 +120,7 @@ void SetupPanel::reset_params() {
 }
 
 const policy::PolicyInfo& SetupPanel::policy_info() const {
+  if (policy_ == kCompose) return policy::compose_policy_info();
   const auto& all = policy::all_policies();
   return policy_ < static_cast<int>(all.size()) ? all[policy_] : user_policies_.at(policy_ - all.size()).info;
 }
@@ -139,7 +142,7 @@ int SetupPanel::load_policy_file(const std::string& path) {
 
 bool SetupPanel::reload_changed_policy_file(AppState& state) {
   const auto& all = policy::all_policies();
-  if (policy_ < static_cast<int>(all.size())) return false;
+  if (policy_ == kCompose || policy_ < static_cast<int>(all.size())) return false;
   UserPolicy& u = user_policies_.at(policy_ - all.size());
   std::error_code ec;
   const auto modified = std::filesystem::last_write_time(u.path, ec);
@@ -204,6 +207,13 @@ void SetupPanel::set_policy(const std::string& spec) {
   const auto& all = policy::all_policies();
   if (file) {
     policy_ = load_policy_file(file->path.string());
+  } else if (policy::is_compose_spec(spec)) {
+    // The form sets compose's own parameters; the inner policies run with their defaults.
+    for (const auto& [key, value] : parsed.assignments)
+      if (key.rfind("first.", 0) == 0 || key.rfind("then.", 0) == 0)
+        throw UsageError("compose: the form sets first, then and then_ratio; '" + key +
+                         "' (an inner policy's parameter) is given with --policy on the command line");
+    policy_ = kCompose;
   } else {
     const std::string& name = policy::find_policy(parsed.name).name;  // throws with the valid names
     policy_ = static_cast<int>(std::find_if(all.begin(), all.end(), [&](const auto& p) { return p.name == name; }) - all.begin());
@@ -244,7 +254,7 @@ void SetupPanel::set_device(const std::string& name) {
 std::string SetupPanel::policy_spec() const {
   const auto& info = policy_info();
   const auto& all = policy::all_policies();
-  const bool file = policy_ >= static_cast<int>(all.size());
+  const bool file = policy_ != kCompose && policy_ >= static_cast<int>(all.size());
   std::string spec = file ? user_policies_.at(policy_ - all.size()).spec_prefix : info.name, sep = file ? "," : ":";
   for (const auto& p : info.params) {
     if (!in_effect(p)) continue;  // kept in the form for when its allocation is chosen again, but inert now
@@ -501,7 +511,7 @@ void SetupPanel::draw(AppState& state) {
       ImGui::PushID(choice.path.empty() ? choice.label.c_str() : choice.path.c_str());
       const bool chosen = choice.index == policy_;
       if (ImGui::Selectable(choice.label.c_str(), chosen) && !chosen) {
-        if (choice.index < 0) {
+        if (choice.index == -1) {
           to_load = choice.path;
         } else {
           policy_ = choice.index;
@@ -510,7 +520,11 @@ void SetupPanel::draw(AppState& state) {
         }
       }
       if (ImGui::IsItemHovered()) {
-        if (choice.index >= 0) {
+        if (choice.index == kCompose) {
+          const auto& info = policy::compose_policy_info();
+          ImGui::SetTooltip("%s\n%s\nInner parameters (%s) on the command line.", info.summary.c_str(),
+                            info.reference.c_str(), "first.NAME=VALUE, then.NAME=VALUE");
+        } else if (choice.index >= 0) {
           const auto& info = choice.index < builtins ? all[choice.index] : user_policies_[choice.index - builtins].info;
           ImGui::SetTooltip("%s\n%s", info.summary.c_str(), info.reference.c_str());
         } else {
@@ -540,7 +554,7 @@ void SetupPanel::draw(AppState& state) {
     last_file_check_ = ImGui::GetTime();
     rerun |= reload_changed_policy_file(state);
   }
-  if (policy_ >= builtins) {
+  if (policy_ != kCompose && policy_ >= builtins) {
     const auto& sha = policy_info().provenance.at("policy_file_sha256");
     if (policy_error_.empty()) {
       ImGui::TextDisabled("%s  sha256 %s", user_policies_[policy_ - builtins].path.c_str(), sha.substr(0, 12).c_str());

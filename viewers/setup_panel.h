@@ -71,12 +71,12 @@ class SetupPanel final : public Panel {
   // One entry of the policy chooser. A shipped file (examples/policies, shipped_policies.h) is loaded as a
   // user's file is when it is chosen; until then it has no index.
   struct PolicyChoice {
-    std::string section;  // "" (the built-ins), "shipped files" or "your files"
+    std::string section;  // "" (the built-ins), "two in sequence" (compose), "shipped files" or "your files"
     std::string label;    // the policy's name: "snapkv", "python:keydiff"
     std::string path;     // the file; empty for a built-in
     int index = -1;       // the policy's index once loaded (see policy_), else -1
   };
-  // What the chooser offers, in its order: the built-ins, the shipped files, the user's loaded files.
+  // What the chooser offers, in its order: the built-ins, compose, the shipped files, the user's loaded files.
   std::vector<PolicyChoice> policy_choices() const;
   // The chosen policy's name, as the chooser shows it.
   std::string policy_name() const { return policy_info().name; }
@@ -106,7 +106,9 @@ class SetupPanel final : public Panel {
   bool chat_ = false;
   bool no_think_ = false;  // with chat_: Qwen3's thinking off
   bool parse_special_ = true;  // special-token text in a plain prompt is tokens (kvscope --no-parse-special)
-  int policy_ = 0;  // an index into all_policies(), then into user_policies_
+  // compose (compose_policy.h) in policy_: two policies in sequence, offered after the built-ins.
+  static constexpr int kCompose = -2;
+  int policy_ = 0;  // an index into all_policies(), then into user_policies_; or kCompose
   std::vector<UserPolicy> user_policies_;
   std::vector<std::filesystem::path> shipped_policies_;  // found once, when the panel is made
   std::string policy_file_;

@@ -126,7 +126,7 @@ class CaotePolicy final : public Policy {
     const int l = obs.layer;
     const bool prefill_done =
         obs.phase == Phase::Decode || obs.query_positions.empty() || obs.query_positions.back() + 1 >= prompt_;
-    if (!config_.protocol.evicts_in(obs.phase, prefill_done)) return edit;
+    if (!config_.protocol.evicts_in(obs.phase, prefill_done, obs.step)) return edit;
     for (int g = 0; g < kv_heads_; ++g) {
       const int n = obs.n_keys[g];
       std::vector<std::vector<double>> base(group_);
@@ -307,6 +307,9 @@ PolicyInfo caote_policy_info() {
             c.base = parse_base(p.get_choice("base"));
             c.fast = p.get_choice("variant") == "fast";
             c.protocol = protocol_of(p);
+            if (c.protocol.decode_interval > 1)
+              throw UsageError("policy 'caote' evicts at every decode step of decode_evict (decode_interval=" +
+                               std::to_string(c.protocol.decode_interval) + " is not supported; leave it at 1)");
             c.base_only = p.get_choice("score") == "base";
             c.exact_concat = p.get_choice("gqa") == "exact_concat";
             c.window = p.get_int("window");

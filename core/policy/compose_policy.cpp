@@ -31,7 +31,60 @@ ScoredPolicy* scored(PolicyInstance& instance, const std::string& role, const st
   return p;
 }
 
+constexpr const char* kDefaultFirst = "snapkv";
+constexpr const char* kDefaultThen = "streaming_llm";
+constexpr double kDefaultThenRatio = 0.5;
+
 }  // namespace
+
+const std::vector<std::string>& composable_policy_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& info : all_policies()) {
+      const PolicyInstance instance = make_policy(info.name);
+      if (dynamic_cast<const ScoredPolicy*>(instance.policy.get())) out.push_back(info.name);
+    }
+    return out;
+  }();
+  return names;
+}
+
+std::string compose_prefix_rule() {
+  return "first.NAME=VALUE and then.NAME=VALUE set the inner policies' parameters (first.window=64, "
+         "then.sinks=4; a file's own too); the first's protocol (block, decode_evict, trim), allocation and budget "
+         "are the run's; both select per head (selection=topk)";
+}
+
+const PolicyInfo& compose_policy_info() {
+  static const PolicyInfo info = [] {
+    PolicyInfo p;
+    p.name = kCompose;
+    p.summary = "two scored policies in sequence (kvpress ComposedPress): the first keeps the run's budget of each "
+                "(layer, KV head), the second keeps int(k (1 - then_ratio)) of those k by its own scores";
+    p.reference = "NVIDIA kvpress, ComposedPress (github.com/NVIDIA/kvpress); docs/policies.md, Compose two policies";
+    const auto& names = composable_policy_names();
+    p.params = {
+        ParamSpec::choice("first", kDefaultFirst, names,
+                          "the policy that keeps the run's budget: a scored built-in, or python:PATH / plugin:PATH "
+                          "(its parameters as first.NAME=VALUE)"),
+        ParamSpec::choice("then", kDefaultThen, names,
+                          "the policy that keeps int(k (1 - then_ratio)) of the first's k entries: a scored built-in, "
+                          "or python:PATH / plugin:PATH (its parameters as then.NAME=VALUE)"),
+        ParamSpec::real("then_ratio", kDefaultThenRatio, 0.0, 1.0,
+                        "the second policy's compression ratio of what the first kept (kvpress: its "
+                        "compression_ratio); the run keeps int(int(n (1 - R)) (1 - then_ratio))"),
+    };
+    p.params.back().max_open = true;
+    p.make = [](const PolicyParams& params) {
+      std::string spec = std::string(kCompose) + ":first=" + params.get_choice("first") +
+                         ",then=" + params.get_choice("then") + ",then_ratio=" +
+                         std::to_string(params.get_float("then_ratio"));
+      return std::move(make_composed_policy(spec).policy);
+    };
+    return p;
+  }();
+  return info;
+}
 
 bool is_compose_spec(const std::string& spec_text) {
   return spec_text == kCompose || spec_text.rfind(std::string(kCompose) + ":", 0) == 0;
@@ -58,9 +111,15 @@ PolicyInstance make_composed_policy(const std::string& spec_text) {
       throw UsageError("compose: unknown key '" + key + "' in '" + spec_text + "'; valid: " + kKeys);
     }
   }
-  if (first.empty() || then.empty() || ratio < 0.0)
-    throw UsageError("compose needs first=, then= and then_ratio= (e.g. compose:first=snapkv,then=python:"
-                     "examples/policies/key_norm.py,then_ratio=0.5); valid keys: " + std::string(kKeys));
+  // Left out, they take their defaults (compose_policy_info()), as any policy's parameters do.
+  const bool first_given = !first.empty(), then_given = !then.empty();
+  if (!first_given) first = kDefaultFirst;
+  if (!then_given) then = kDefaultThen;
+  if (ratio < 0.0) ratio = kDefaultThenRatio;
+  if ((!first_given && !first_params.empty()) || (!then_given && !then_params.empty()))
+    throw UsageError("compose: first.NAME= or then.NAME= given without first= or then= naming its policy (e.g. "
+                     "compose:first=snapkv,then=python:examples/policies/key_norm.py,then_ratio=0.5,first.window=64); "
+                     "valid keys: " + std::string(kKeys));
   if (is_compose_spec(first) || is_compose_spec(then))
     throw UsageError("compose: first and then must be single policies, not another compose");
   const std::string first_spec = with_params(first, first_params), then_spec = with_params(then, then_params);

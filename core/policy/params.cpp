@@ -128,7 +128,7 @@ std::string ParamSpec::range_text() const {
     case Kind::RealList:
       return "numbers in [" + format_number(min) + ", " + format_number(max) + (max_open ? ")" : "]") +
              " separated by '/'";
-    default: return "[" + format_number(min) + ", " + format_number(max) + "]";
+    default: return "[" + format_number(min) + ", " + format_number(max) + (max_open ? ")" : "]");
   }
 }
 
@@ -184,7 +184,7 @@ PolicyParams::PolicyParams(const std::string& policy, const std::vector<ParamSpe
       throw UsageError(what + " = '" + text + "' is not a number; expected " + spec->range_text());
     if (spec->kind == ParamSpec::Kind::Int && value != std::floor(value))
       throw UsageError(what + " = '" + text + "' is not an integer; expected " + spec->range_text());
-    if (value < spec->min || value > spec->max)
+    if (value < spec->min || value > spec->max || (spec->max_open && value == spec->max))
       throw UsageError(what + " = " + text + " is out of range; expected " + spec->range_text());
     numbers_[key] = value;
   }

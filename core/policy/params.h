@@ -17,7 +17,7 @@ struct ParamSpec {
   Kind kind = Kind::Int;
   double default_number = 0.0;        // Int, Float, Bool (0/1)
   double min = 0.0, max = 0.0;        // inclusive range for Int, Float and RealList's values
-  bool max_open = false;              // RealList: max itself is out of range
+  bool max_open = false;              // RealList, Float: max itself is out of range
   std::vector<std::string> choices;   // Choice
   std::string default_choice;         // Choice
   std::string doc;                    // one line, citing the paper's equation or section

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 
+#include "core/common/error.h"
 #include "core/policy/registry.h"
 
 namespace kvscope::policy {
 
-bool Protocol::evicts_in(observation::Phase phase, bool prefill_done) const {
-  if (phase == observation::Phase::Decode) return decode_evict;
+bool Protocol::evicts_in(observation::Phase phase, bool prefill_done, int step) const {
+  // kvpress DecodingPress compresses after its N-th, 2N-th, ... decode forward: decode steps N - 1, 2N - 1, ...
+  if (phase == observation::Phase::Decode) return decode_evict && (step + 1) % std::max(decode_interval, 1) == 0;
   return block > 0 || prefill_done;
 }
 
@@ -30,6 +32,10 @@ std::vector<ParamSpec> protocol_params(const Protocol& defaults) {
                         "protocol: in a step that evicts, evict after its attention output, or between scoring "
                         "and the output so the step's queries see only the kept entries (CAOTE Eq. 7). A "
                         "one-pass prefill (block=0) always evicts after its output"),
+      ParamSpec::integer("decode_interval", defaults.decode_interval, 1, 1 << 20,
+                         "protocol: with decode_evict, evict every N-th decode step only (steps N, 2N, ...), the "
+                         "cache growing between (kvpress DecodingPress compression_interval; a budget at least the "
+                         "prompt leaves the prefill uncompressed, as DecodingPress); 1: every step"),
   };
 }
 
@@ -38,6 +44,14 @@ Protocol protocol_of(const PolicyParams& params) {
   p.block = params.get_int("block");
   p.decode_evict = params.get_bool("decode_evict");
   p.trim_before_output = params.get_choice("trim") == "before_output";
+  p.decode_interval = params.has("decode_interval") ? params.get_int("decode_interval") : 1;
+  if (p.decode_interval > 1 && !p.decode_evict)
+    throw UsageError("decode_interval=" + std::to_string(p.decode_interval) +
+                     " needs decode_evict=true (it says how often decoding evicts)");
+  if (p.decode_interval > 1 && p.trim_before_output)
+    throw UsageError("decode_interval=" + std::to_string(p.decode_interval) +
+                     " with trim=before_output is not supported: a decode step that does not evict has nothing to "
+                     "trim; use trim=after_output");
   return p;
 }
 
@@ -45,6 +59,7 @@ void publish_protocol(const Protocol& protocol, int budget, const std::string& s
   out.set_setting("block", std::to_string(protocol.block));
   out.set_setting("decode_evict", protocol.decode_evict ? "true" : "false");
   out.set_setting("trim", protocol.trim_before_output ? "\"before_output\"" : "\"after_output\"");
+  out.set_setting("decode_interval", std::to_string(protocol.decode_interval));
   if (protocol.trim_before_output && protocol.block > budget)
     out.warn(source + ": prefill blocks of " + std::to_string(protocol.block) +
              " tokens are longer than the budget of " + std::to_string(budget) +

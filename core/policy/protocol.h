@@ -6,6 +6,8 @@
 //   decode_evict  evict during decoding so the cache stays at its budget (false: decode tokens append)
 //   trim          in a step that evicts, evict after the step's attention output (after_output) or between
 //                 scoring and the output (before_output, CAOTE Eq. 7)
+// and, with decode_evict, decode_interval: evict every N-th decode step only, the cache growing by one entry per
+// step between (kvpress DecodingPress's compression_interval).
 #include <string>
 #include <vector>
 
@@ -19,17 +21,19 @@ struct Protocol {
   int block = 0;
   bool decode_evict = false;
   bool trim_before_output = false;
+  int decode_interval = 1;
 
   // Whether a policy following this protocol evicts at the end of a step of `phase` (`prefill_done`: the
-  // step is the last prefill block, or a decode step).
-  bool evicts_in(observation::Phase phase, bool prefill_done) const;
+  // step is the last prefill block, or a decode step; `step`: the step's index, counted from 0 in decode).
+  bool evicts_in(observation::Phase phase, bool prefill_done, int step) const;
   // Whether it evicts before the output in steps of `phase`. A one-pass prefill (block 0) evicts after its
   // output: trimming first would hide the prompt from its own queries, which no paper does.
   bool trims_before_output(observation::Phase phase) const;
 };
 
-// The three parameters with a policy's paper defaults.
+// The protocol's parameters with a policy's paper defaults (block, decode_evict, trim, decode_interval).
 std::vector<ParamSpec> protocol_params(const Protocol& defaults);
+// Throws UsageError for decode_interval > 1 without decode_evict, or with trim=before_output.
 Protocol protocol_of(const PolicyParams& params);
 // The switches as effective settings of the run (block, decode_evict, trim), and a warning naming `source`
 // when a block is longer than the budget and trimmed before its output: then at least block - budget of

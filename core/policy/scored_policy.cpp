@@ -27,41 +27,43 @@ std::vector<ParamSpec> scored_policy_params(std::vector<ParamSpec> own, const Pr
       if (!declared) own.push_back(spec);
     }
   own.push_back(ParamSpec::choice(
-      "selection", "topk", {"topk", "adakv", "chunkkv", "criticalkv"},
+      "selection", "topk", {"topk", "adakv", "chunkkv", "criticalkv", "criticaladakv"},
       "how the kept entries are picked from the scores: each KV head its own top budget (topk); AdaKV (Feng et al. "
       "2024, kvpress AdaKVPress): heads x budget entries by score across the layer's heads, each head keeping at "
       "least alpha_safeguard x budget; ChunkKV (Liu et al. 2025, kvpress ChunkKVPress): whole chunks of "
       "chunk_length entries by their mean score summed over heads, the same for every head; CriticalKV (Feng et al. "
       "2025, kvpress CriticalKVPress): first_stage_ratio of the budget by score, the rest by (score + "
-      "critical_epsilon) x |W_o v|_1. See docs/policies.md, Selection"));
+      "critical_epsilon) x |W_o v|_1; criticaladakv (kvpress CriticalAdaKVPress): AdaKV's head budgets, each head "
+      "filled as CriticalKV. See docs/policies.md, Selection"));
   own.push_back(ParamSpec::real("alpha_safeguard", 0.2, 0.0, 1.0,
-                                "selection=adakv: share of the budget each head keeps of its own best entries "
-                                "whatever the other heads score (kvpress: 0.20)"));
+                                "selection=adakv or criticaladakv: share of the budget each head keeps of its own "
+                                "best entries whatever the other heads score (kvpress: 0.20)"));
   own.push_back(ParamSpec::integer("chunk_length", 20, 1, 1 << 20,
                                    "selection=chunkkv: entries per chunk, counted from the first (kvpress: 20)"));
   own.push_back(ParamSpec::real("first_stage_ratio", 0.5, 0.0, 1.0,
-                                "selection=criticalkv: share of the kept entries chosen by the score alone (kvpress: "
-                                "0.5)"));
+                                "selection=criticalkv or criticaladakv: share of the kept entries chosen by the score "
+                                "alone (kvpress: 0.5)"));
   own.push_back(ParamSpec::real("critical_epsilon", 1e-4, 0.0, 1e6,
-                                "selection=criticalkv: added to the score before it is scaled by |W_o v|_1 (kvpress "
-                                "epsilon: 1e-4)"));
+                                "selection=criticalkv or criticaladakv: added to the score before it is scaled by "
+                                "|W_o v|_1 (kvpress epsilon: 1e-4)"));
   return own;
 }
 
 namespace {
-// Each selection's own parameters and the selection they belong to.
-const std::vector<std::pair<std::string, std::string>>& selection_params() {
-  static const std::vector<std::pair<std::string, std::string>> table = {{"alpha_safeguard", "adakv"},
-                                                                         {"chunk_length", "chunkkv"},
-                                                                         {"first_stage_ratio", "criticalkv"},
-                                                                         {"critical_epsilon", "criticalkv"}};
+// Each selection's own parameters and the selections they belong to (the first is named in messages).
+const std::vector<std::pair<std::string, std::vector<std::string>>>& selection_params() {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> table = {
+      {"alpha_safeguard", {"adakv", "criticaladakv"}},
+      {"chunk_length", {"chunkkv"}},
+      {"first_stage_ratio", {"criticalkv", "criticaladakv"}},
+      {"critical_epsilon", {"criticalkv", "criticaladakv"}}};
   return table;
 }
 }  // namespace
 
 bool is_selection_param(const std::string& name) {
   if (name == "selection") return true;
-  for (const auto& [param, owner] : selection_params())
+  for (const auto& [param, owners] : selection_params())
     if (param == name) return true;
   return false;
 }
@@ -70,11 +72,15 @@ void drop_unchosen_allocation_params(const std::string& policy, const std::vecto
                                      PolicyParams& params) {
   if (params.has("selection")) {
     const std::string& chosen = params.get_choice("selection");
-    for (const auto& [name, owner] : selection_params()) {
-      if (chosen == owner || !params.has(name)) continue;
-      if (params.given(name))
-        throw UsageError("policy '" + policy + "' parameter '" + name + "' belongs to selection=" + owner +
-                         " (this spec has selection=" + chosen + "); add selection=" + owner + " or leave it out");
+    for (const auto& [name, owners] : selection_params()) {
+      if (std::find(owners.begin(), owners.end(), chosen) != owners.end() || !params.has(name)) continue;
+      if (params.given(name)) {
+        std::string names;
+        for (const auto& o : owners) names += (names.empty() ? "selection=" : " or ") + o;
+        throw UsageError("policy '" + policy + "' parameter '" + name + "' belongs to " + names +
+                         " (this spec has selection=" + chosen + "); add selection=" + owners.front() +
+                         " or leave it out");
+      }
       params.erase(name);
     }
   }
@@ -99,15 +105,16 @@ ScoredPolicy::ScoredPolicy(std::string name, const PolicyParams& params)
       protocol_(protocol_of(params)),
       params_(params),
       allocation_name_(params.get_choice("allocation")),
-      selection_(!params.has("selection")                         ? Selection::TopK
-                 : params.get_choice("selection") == "adakv"      ? Selection::AdaKV
-                 : params.get_choice("selection") == "chunkkv"    ? Selection::ChunkKV
-                 : params.get_choice("selection") == "criticalkv" ? Selection::CriticalKV
-                                                                  : Selection::TopK),
-      alpha_safeguard_(selection_ == Selection::AdaKV ? params.get_float("alpha_safeguard") : 0.0),
+      selection_(!params.has("selection")                            ? Selection::TopK
+                 : params.get_choice("selection") == "adakv"         ? Selection::AdaKV
+                 : params.get_choice("selection") == "chunkkv"       ? Selection::ChunkKV
+                 : params.get_choice("selection") == "criticalkv"    ? Selection::CriticalKV
+                 : params.get_choice("selection") == "criticaladakv" ? Selection::CriticalAdaKV
+                                                                     : Selection::TopK),
+      alpha_safeguard_(head_adaptive() ? params.get_float("alpha_safeguard") : 0.0),
       chunk_length_(selection_ == Selection::ChunkKV ? params.get_int("chunk_length") : 0),
-      first_stage_ratio_(selection_ == Selection::CriticalKV ? params.get_float("first_stage_ratio") : 0.0),
-      critical_epsilon_(selection_ == Selection::CriticalKV ? params.get_float("critical_epsilon") : 0.0) {
+      first_stage_ratio_(output_aware() ? params.get_float("first_stage_ratio") : 0.0),
+      critical_epsilon_(output_aware() ? params.get_float("critical_epsilon") : 0.0) {
   // Built once here so that a bad allocation parameter fails when the policy is made, not mid-run.
   allocation_ = make_allocation(allocation_name_, params_);
 }
@@ -167,7 +174,7 @@ cache::CacheEdit ScoredPolicy::after_layer(const AttentionObservation& obs, cach
                 std::to_string(pending_.size()) + " layers");
   const bool final_prefill = is_final_prefill(obs);
   if (final_prefill) allocation_->observe(obs);
-  if (!protocol_.evicts_in(obs.phase, obs.phase == Phase::Decode || final_prefill)) return {};
+  if (!protocol_.evicts_in(obs.phase, obs.phase == Phase::Decode || final_prefill, obs.step)) return {};
   for (int h = 0; h < obs.n_kv_heads; ++h) {
     std::vector<float> s = score(obs, h, cache);
     if (!s.empty() && static_cast<int>(s.size()) != cache.size(obs.layer, h))
@@ -234,7 +241,7 @@ std::vector<double> ScoredPolicy::rank_scores(int, int, std::span<const float> s
 }
 
 void ScoredPolicy::evict_layer(int layer, cache::KVCache& cache, cache::CacheEdit& edit) {
-  if (selection_ == Selection::AdaKV) return evict_layer_adakv(layer, cache, edit);
+  if (head_adaptive()) return evict_layer_adakv(layer, cache, edit);
   if (selection_ == Selection::ChunkKV) return evict_layer_chunks(layer, cache, edit);
   if (selection_ == Selection::CriticalKV) return evict_layer_critical(layer, cache, edit);
   evict_layer_topk(layer, cache, edit);
@@ -277,6 +284,13 @@ void ScoredPolicy::evict_layer_adakv(int layer, cache::KVCache& cache, cache::Ca
       keep_top_scores_across_heads(ranking, budget, sinks(budget), recent(budget), n_safe);
   for (int h = 0; h < heads; ++h) {
     const int n = cache.size(layer, h);
+    if (selection_ == Selection::CriticalAdaKV && static_cast<int>(keep[h].size()) < n) {
+      // kvpress CriticalAdaKVPress: AdaKV decides only how many entries each head keeps; which ones is CriticalKV's
+      // two stages within that count, the first at least the head's safeguard.
+      const int head_budget = static_cast<int>(keep[h].size());
+      const int first = std::max(static_cast<int>(head_budget * first_stage_ratio_), n_safe);
+      keep[h] = keep_critical(layer, h, cache, ranking[h], head_budget, first);
+    }
     // The promise is the selection's own count, which varies by head; the layer holds heads x budget in all.
     expected_[static_cast<std::size_t>(layer) * heads + h] = static_cast<int>(keep[h].size());
     if (static_cast<int>(keep[h].size()) >= n) continue;
@@ -354,65 +368,75 @@ double ScoredPolicy::kept_share(int layer, int budget, int n) const {
                                                                 : static_cast<double>(budget) / n;
 }
 
-void ScoredPolicy::evict_layer_critical(int layer, cache::KVCache& cache, cache::CacheEdit& edit) {
-  const int heads = cache.n_kv_heads(), budget = budgets_[layer];
+const std::vector<float>& ScoredPolicy::output_projection(int layer) {
+  const auto& config = run_.config;
+  const int dim = config.dim, width = config.q_width();
+  std::vector<float>& wo = output_projection_.at(layer);
+  if (!wo.empty()) return wo;  // dequantized once per run and layer
+  if (!run_.weights || layer >= static_cast<int>(run_.weights->layers.size()))
+    throw Error("policy '" + name_ + "' selection=" + params_.get_choice("selection") +
+                " needs the model's output projection W_o, which this run does not give");
+  const kernels::QuantMatrix& m = run_.weights->layers[layer].wo;
+  if (m.rows != dim || m.cols != width)
+    throw Error("policy '" + name_ + "' selection=" + params_.get_choice("selection") + ": layer " +
+                std::to_string(layer) + "'s W_o is " + std::to_string(m.rows) + " x " + std::to_string(m.cols) +
+                ", expected " + std::to_string(dim) + " x " + std::to_string(width));
+  wo.resize(static_cast<std::size_t>(m.rows) * m.cols);
+  for (int r = 0; r < m.rows; ++r)
+    kernels::dequantize_row(m.type, m.row(r), wo.data() + static_cast<std::size_t>(r) * m.cols, m.cols);
+  return wo;
+}
+
+std::vector<int32_t> ScoredPolicy::keep_critical(int layer, int kv_head, const cache::KVCache& cache,
+                                                 std::vector<double> ranking, int budget, int first) {
   const auto& config = run_.config;
   const int head_dim = config.head_dim, dim = config.dim, group = config.group_size(), width = config.q_width();
-  std::vector<float>& wo = output_projection_.at(layer);
-  if (wo.empty()) {  // dequantized once per run and layer
-    if (!run_.weights || layer >= static_cast<int>(run_.weights->layers.size()))
-      throw Error("policy '" + name_ +
-                  "' selection=criticalkv needs the model's output projection W_o, which this "
-                  "run does not give");
-    const kernels::QuantMatrix& m = run_.weights->layers[layer].wo;
-    if (m.rows != dim || m.cols != width)
-      throw Error("policy '" + name_ + "' selection=criticalkv: layer " + std::to_string(layer) + "'s W_o is " +
-                  std::to_string(m.rows) + " x " + std::to_string(m.cols) + ", expected " + std::to_string(dim) +
-                  " x " + std::to_string(width));
-    wo.resize(static_cast<std::size_t>(m.rows) * m.cols);
-    for (int r = 0; r < m.rows; ++r)
-      kernels::dequantize_row(m.type, m.row(r), wo.data() + static_cast<std::size_t>(r) * m.cols, m.cols);
+  const std::vector<float>& wo = output_projection(layer);
+  const int n = cache.size(layer, kv_head);
+  // Stage 1 by the score alone, after the protected entries: kept whatever stage 2 says.
+  const int n_sinks = std::clamp(sinks(budget), 0, budget);
+  const int n_recent = std::clamp(recent(budget), 0, budget - n_sinks);
+  const std::vector<int32_t> stage1 = keep_top_scores(
+      std::span<const double>(ranking), std::clamp(std::max(first, n_sinks + n_recent), 0, budget), n_sinks, n_recent);
+  // Stage 2: (score + epsilon) x |W_o v_j|_1 per query head of the group, averaged over the group (CriticalKV's
+  // output-aware importance; kvpress vwl1norm). Values carry no RoPE, so their head dimensions are in W_o's order.
+  const std::span<const float> values = cache.values(layer, kv_head);
+  for (int j = 0; j < n; ++j) {
+    const float* v = values.data() + static_cast<std::size_t>(j) * head_dim;
+    double norm = 0.0;
+    for (int q = kv_head * group; q < (kv_head + 1) * group; ++q)
+      for (int r = 0; r < dim; ++r) {
+        const float* w = wo.data() + static_cast<std::size_t>(r) * width + static_cast<std::size_t>(q) * head_dim;
+        float out = 0.0f;
+        for (int d = 0; d < head_dim; ++d) out += w[d] * v[d];
+        norm += std::fabs(out);
+      }
+    ranking[j] = (ranking[j] + critical_epsilon_) * (norm / group);
   }
+  for (int32_t j : stage1) ranking[j] = std::numeric_limits<double>::infinity();
+  return keep_top_scores(std::span<const double>(ranking), budget, 0, 0);
+}
+
+void ScoredPolicy::evict_layer_critical(int layer, cache::KVCache& cache, cache::CacheEdit& edit) {
+  const int heads = cache.n_kv_heads(), budget = budgets_[layer];
   for (int h = 0; h < heads; ++h) {
     const int n = cache.size(layer, h);
     expected_[static_cast<std::size_t>(layer) * heads + h] = std::min(budget, n);
     if (n <= budget) continue;
     std::vector<float> scores = std::move(pending_[layer][h]);
     std::vector<double> ranking = scores.empty() ? std::vector<double>(n, 0.0) : rank_scores(layer, h, scores);
-    // Stage 1, kvpress's int((1 - R) n first_stage_ratio) (at least 1) by the score alone, after the protected
-    // entries: kept whatever stage 2 says.
+    // Stage 1 is kvpress's int((1 - R) n first_stage_ratio) entries, at least 1.
     int first = static_cast<int>(kept_share(layer, budget, n) * n * first_stage_ratio_);
     if (first_stage_ratio_ > 0.0) first = std::max(1, first);
-    const int n_sinks = std::clamp(sinks(budget), 0, budget);
-    const int n_recent = std::clamp(recent(budget), 0, budget - n_sinks);
-    const std::vector<int32_t> stage1 =
-        keep_top_scores(std::span<const double>(ranking), std::clamp(std::max(first, n_sinks + n_recent), 0, budget),
-                        n_sinks, n_recent);
-    // Stage 2: (score + epsilon) x |W_o v_j|_1 per query head of the group, averaged over the group (CriticalKV's
-    // output-aware importance; kvpress vwl1norm). Values carry no RoPE, so their head dimensions are in W_o's order.
-    const std::span<const float> values = cache.values(layer, h);
-    for (int j = 0; j < n; ++j) {
-      const float* v = values.data() + static_cast<std::size_t>(j) * head_dim;
-      double norm = 0.0;
-      for (int q = h * group; q < (h + 1) * group; ++q)
-        for (int r = 0; r < dim; ++r) {
-          const float* w = wo.data() + static_cast<std::size_t>(r) * width + static_cast<std::size_t>(q) * head_dim;
-          float out = 0.0f;
-          for (int d = 0; d < head_dim; ++d) out += w[d] * v[d];
-          norm += std::fabs(out);
-        }
-      ranking[j] = (ranking[j] + critical_epsilon_) * (norm / group);
-    }
-    for (int32_t j : stage1) ranking[j] = std::numeric_limits<double>::infinity();
-    edit.heads.push_back(
-        keep_edit(layer, h, keep_top_scores(std::span<const double>(ranking), budget, 0, 0), std::move(scores)));
+    edit.heads.push_back(keep_edit(layer, h, keep_critical(layer, h, cache, std::move(ranking), budget, first),
+                                   std::move(scores)));
     complete_edit(edit.heads.back(), cache);
   }
 }
 
 cache::CacheEdit ScoredPolicy::after_step(const StepInfo& step, cache::KVCache& cache) {
   cache::CacheEdit edit;
-  if (protocol_.evicts_in(step.phase, step.prefill_done)) {
+  if (protocol_.evicts_in(step.phase, step.prefill_done, step.step)) {
     if (step.prefill_done && !budgets_final_) finalize_budgets(step.seq_len);
     // Layers trimmed before their output are at their budgets already and only renew their promise here.
     for (int l = 0; l < static_cast<int>(budgets_.size()); ++l) evict_layer(l, cache, edit);

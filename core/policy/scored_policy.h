@@ -20,7 +20,8 @@ namespace kvscope::policy {
 // allocation, then `selection` (how the kept entries are picked from the scores: per head (topk), AdaKV's
 // head-adaptive split of a layer's budget (adakv, with `alpha_safeguard`) or ChunkKV's whole chunks (chunkkv,
 // with `chunk_length`) or CriticalKV's output-aware rescoring (criticalkv, with `first_stage_ratio` and
-// `critical_epsilon`)). A name the policy already declares is shared with an allocation that declares it too.
+// `critical_epsilon`) or both of AdaKV's and CriticalKV's (criticaladakv: AdaKV's head budgets, CriticalKV's
+// entries within each)). A name the policy already declares is shared with an allocation that declares it too.
 std::vector<ParamSpec> scored_policy_params(std::vector<ParamSpec> own, const Protocol& protocol_defaults,
                                             const std::string& default_allocation = "uniform");
 
@@ -90,12 +91,21 @@ class ScoredPolicy : public Policy {
   void evict_layer(int layer, cache::KVCache& cache, cache::CacheEdit& edit);
   // selection=topk: each head keeps its own highest scores.
   void evict_layer_topk(int layer, cache::KVCache& cache, cache::CacheEdit& edit);
-  // selection=adakv: the layer keeps n_kv_heads x budget entries chosen jointly over its heads.
+  // selection=adakv: the layer keeps n_kv_heads x budget entries chosen jointly over its heads;
+  // selection=criticaladakv: as many per head, each head's chosen by CriticalKV's two stages.
   void evict_layer_adakv(int layer, cache::KVCache& cache, cache::CacheEdit& edit);
   // selection=chunkkv: every head of the layer keeps the same whole chunks.
   void evict_layer_chunks(int layer, cache::KVCache& cache, cache::CacheEdit& edit);
   // selection=criticalkv: the first stage by score, the rest by score x |W_o v|_1.
   void evict_layer_critical(int layer, cache::KVCache& cache, cache::CacheEdit& edit);
+  // CriticalKV's two stages on one (layer, kv_head): its protected entries and the `first` best by `ranking`, then
+  // the rest of `budget` by (ranking + critical_epsilon) x |W_o v|_1. Ascending entry indices.
+  std::vector<int32_t> keep_critical(int layer, int kv_head, const cache::KVCache& cache, std::vector<double> ranking,
+                                     int budget, int first);
+  // W_o of `layer`, dequantized on first use, (dim, n_heads x head_dim).
+  const std::vector<float>& output_projection(int layer);
+  bool head_adaptive() const { return selection_ == Selection::AdaKV || selection_ == Selection::CriticalAdaKV; }
+  bool output_aware() const { return selection_ == Selection::CriticalKV || selection_ == Selection::CriticalAdaKV; }
   // chain(): the second policy's pick among the entries `kept` (ascending) of (layer, kv_head).
   std::vector<int32_t> then_keep(int layer, int kv_head, const std::vector<int32_t>& kept);
   // kvpress's 1 - R for this layer: the allocation's ratio of the layer when it states one (per_layer), the run's
@@ -108,11 +118,11 @@ class ScoredPolicy : public Policy {
   PolicyParams params_;
   std::string allocation_name_;
   std::unique_ptr<LayerAllocation> allocation_;
-  enum class Selection { TopK, AdaKV, ChunkKV, CriticalKV };
+  enum class Selection { TopK, AdaKV, ChunkKV, CriticalKV, CriticalAdaKV };
   Selection selection_ = Selection::TopK;
-  double alpha_safeguard_ = 0.0;                             // selection=adakv
+  double alpha_safeguard_ = 0.0;                             // selection=adakv, criticaladakv
   int chunk_length_ = 0;                                     // selection=chunkkv
-  double first_stage_ratio_ = 0.0, critical_epsilon_ = 0.0;  // selection=criticalkv
+  double first_stage_ratio_ = 0.0, critical_epsilon_ = 0.0;  // selection=criticalkv, criticaladakv
   std::vector<std::vector<float>> output_projection_;        // [layer]: W_o dequantized, (dim, n_heads x head_dim)
   std::unique_ptr<ScoredPolicy> then_;                         // chain()
   double then_ratio_ = 0.0;                                    // chain()

@@ -1,6 +1,7 @@
 // The kvscope binary as a user runs it: exit codes, error messages, --help, --json.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -34,6 +35,26 @@ TEST_CASE("--help works for the program and every subcommand") {
     REQUIRE(o.exit_code == 0);
     REQUIRE_THAT(o.output, Catch::Contains("Usage"));
   }
+}
+
+TEST_CASE("kvscope policies lists compose with its own parameters and the prefix rule") {
+  const auto text = run("policies");
+  REQUIRE(text.exit_code == 0);
+  CHECK_THAT(text.output, Catch::Contains("Composition (--policy compose:") &&
+                              Catch::Contains("compose — two scored policies in sequence") &&
+                              Catch::Contains("then_ratio  default 0.5      [0, 1)") &&
+                              Catch::Contains("first.NAME=VALUE and then.NAME=VALUE set the inner policies"));
+  const auto out = kvscope::test::run_command(std::string(KVSCOPE_BINARY) + " policies --json");
+  REQUIRE(out.exit_code == 0);
+  const auto compose = nlohmann::json::parse(out.output).at("compose");
+  CHECK(compose.at("name") == "compose");
+  std::vector<std::string> names;
+  for (const auto& p : compose.at("params")) names.push_back(p.at("name"));
+  CHECK(names == std::vector<std::string>{"first", "then", "then_ratio"});
+  const auto& choices = compose.at("params")[0].at("choices");
+  CHECK(std::find(choices.begin(), choices.end(), "snapkv") != choices.end());
+  CHECK(std::find(choices.begin(), choices.end(), "full") == choices.end());  // not scored: compose refuses it
+  CHECK_THAT(compose.at("inner_params").get<std::string>(), Catch::Contains("first.NAME=VALUE"));
 }
 
 TEST_CASE("bad usage exits 2 with a message naming what was wrong") {

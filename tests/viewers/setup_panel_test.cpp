@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/policy/compose_policy.h"
 #include "core/policy/registry.h"
 #include "viewers/session.h"
 #include "viewers/setup_panel.h"
@@ -158,6 +159,33 @@ TEST_CASE("the policy chooser offers the shipped policy files and loads one when
   CHECK(listed == 1);
   const auto params = panel.shown_params();
   CHECK(std::find(params.begin(), params.end(), "lag_size") != params.end());
+}
+
+TEST_CASE("the policy chooser offers compose with its own parameters", "[setup]") {
+  Session session(1);
+  SetupPanel panel(session);
+  const auto choices = panel.policy_choices();
+  const auto it = std::find_if(choices.begin(), choices.end(), [](const auto& c) { return c.label == "compose"; });
+  REQUIRE(it != choices.end());
+  // After the built-ins, before the shipped files.
+  CHECK(it->section == "two in sequence");
+  CHECK(std::prev(it)->section.empty());
+  CHECK(it->path.empty());
+
+  panel.set_policy("compose:first=h2o,then=tova,then_ratio=0.25");
+  CHECK(panel.policy_name() == "compose");
+  CHECK(panel.shown_params() == std::vector<std::string>{"first", "then", "then_ratio"});
+  CHECK(panel.policy_spec() == "compose:first=h2o,then=tova,then_ratio=0.25");
+  // What the form runs is a spec the registry builds: h2o first, tova on what it kept.
+  const auto made = policy::make_policy(panel.request().policy_spec);
+  CHECK(made.name == "compose");
+  CHECK(made.params.get_choice("then") == "tova");
+  // Its defaults alone are a policy too.
+  panel.set_policy("compose");
+  CHECK(panel.policy_spec() == "compose");
+  CHECK_NOTHROW(policy::make_policy(panel.policy_spec()));
+  CHECK_THROWS_WITH(panel.set_policy("compose:first=snapkv,first.window=64"),
+                    Catch::Contains("'first.window'") && Catch::Contains("command line"));
 }
 
 TEST_CASE("a policy file saved with a syntax error marks the runs of its previous version stale", "[setup]") {

@@ -198,6 +198,35 @@ TEST_CASE("caote:score=base is its base under the same protocol: h2o and tova ke
   CHECK(differ);
 }
 
+TEST_CASE("decode_interval evicts every N-th decode step only, the cache growing between", "[policy][protocol]") {
+  // kvpress DecodingPress(compression_interval=4, target_size=12) on a 10-token prompt: nothing leaves the prompt,
+  // then decode steps 4, 8, ... (0-based 3, 7, ...) compress to 12.
+  const int prompt = 10, budget = 12, decode = 10, interval = 4;
+  for (const std::string spec : {"snapkv:window=4,decode_evict=true,decode_interval=4",
+                                 "h2o:decode_evict=true,decode_interval=4"}) {
+    INFO(spec);
+    AttentionTable table(kGqa, 64, 27);
+    auto inst = make_policy(spec);
+    PolicyDriver d(table, *inst.policy, prompt, budget, decode);
+    int held = prompt, evictions = 0;
+    d.run(decode, [&](const observation::StepInfo& step) {
+      if (step.phase != observation::Phase::Decode) return;
+      held += 1;
+      if ((step.step + 1) % interval == 0) held = std::min(held, budget), ++evictions;
+      INFO("decode step " << step.step);
+      for (int l = 0; l < kGqa.layers; ++l)
+        for (int g = 0; g < kGqa.kv_heads; ++g) REQUIRE(static_cast<int>(d.kept(l, g).size()) == held);
+    });
+    CHECK(evictions == 2);
+    CHECK(inst.policy->diagnostics().settings().at("decode_interval") == "4");
+  }
+  CHECK_THROWS_WITH(make_policy("snapkv:decode_interval=4"), Catch::Contains("needs decode_evict=true"));
+  CHECK_THROWS_WITH(make_policy("snapkv:decode_evict=true,decode_interval=4,trim=before_output"),
+                    Catch::Contains("trim=after_output"));
+  CHECK_THROWS_WITH(make_policy("caote:decode_interval=4,trim=after_output"),
+                    Catch::Contains("decode_interval=4 is not supported"));
+}
+
 TEST_CASE("the protocol switches report themselves as run settings", "[policy][protocol]") {
   AttentionTable table(kGqa, 64, 25);
   auto inst = make_policy("snapkv:block=8,decode_evict=true,trim=before_output,window=4");

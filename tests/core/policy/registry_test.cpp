@@ -7,6 +7,7 @@
 
 #include "core/common/error.h"
 #include "core/policy/allocation.h"
+#include "core/policy/compose_policy.h"
 
 using namespace kvscope;
 using namespace kvscope::policy;
@@ -91,7 +92,16 @@ TEST_CASE("compose: two scored policies from one spec, refused with what is wron
   CHECK(inst.params.get_choice("then") == "h2o");
   CHECK(inst.params.get_float("then_ratio") == 0.5);
   CHECK(inst.params.as_text().at("then.recent_ratio") == "0.25");
-  CHECK_THROWS_WITH(make_policy("compose:first=snapkv,then=h2o"), Catch::Contains("compose needs first=, then= and then_ratio="));
+  // Left out, compose's own parameters take the defaults `kvscope policies` lists for them.
+  const auto& info = compose_policy_info();
+  CHECK(make_policy("compose:first=snapkv,then=h2o").params.get_float("then_ratio") == 0.5);
+  const auto plain = make_policy("compose");
+  for (const auto& p : info.params) {
+    INFO(p.name);
+    CHECK(plain.params.as_text().at(p.name) == p.default_text());
+  }
+  CHECK_THROWS_WITH(make_policy("compose:then=h2o,first.window=16"),
+                    Catch::Contains("first.NAME= or then.NAME= given without first="));
   CHECK_THROWS_WITH(make_policy("compose:first=snapkv,then=full,then_ratio=0.5"),
                     Catch::Contains("then=full is not a scored policy"));
   CHECK_THROWS_WITH(make_policy("compose:first=snapkv,then=h2o,then_ratio=1"),
@@ -102,4 +112,23 @@ TEST_CASE("compose: two scored policies from one spec, refused with what is wron
                     Catch::Contains("compose: then (h2o:bogus=1): policy 'h2o' has no parameter 'bogus'"));
   CHECK_THROWS_WITH(make_policy("compose:first=snapkv,then=h2o,then_ratio=0.5,first.selection=adakv"),
                     Catch::Contains("both policies must select per head"));
+}
+
+TEST_CASE("compose lists its own parameters, offering every scored built-in as first and then", "[registry]") {
+  const auto& info = compose_policy_info();
+  CHECK(info.name == "compose");
+  std::vector<std::string> names;
+  for (const auto& p : info.params) names.push_back(p.name);
+  CHECK(names == std::vector<std::string>{"first", "then", "then_ratio"});
+  const auto& choices = info.params[0].choices;
+  // Scored policies compose; the full cache and the merging kvmerger (not scored) do not.
+  for (const std::string scored : {"snapkv", "h2o", "tova", "streaming_llm", "pyramidkv"})
+    CHECK(std::find(choices.begin(), choices.end(), scored) != choices.end());
+  CHECK(std::find(choices.begin(), choices.end(), "full") == choices.end());
+  for (const auto& name : choices) {
+    INFO(name);
+    CHECK_NOTHROW(make_policy("compose:first=" + name + ",then=" + name + ",then_ratio=0.25"));
+  }
+  CHECK(info.params[2].range_text() == "[0, 1)");
+  CHECK(info.make(make_policy("compose:first=h2o,then=tova,then_ratio=0.25").params)->name() == "h2o");
 }
