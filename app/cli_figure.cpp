@@ -70,7 +70,9 @@ Command register_figure(CLI::App& root) {
       ->required()
       ->check(CLI::ExistingPath);
   cmd->add_option("--view", a->view,
-                  "attention, similarity, layer_stats, budget, timeline, summary, compare, evidence; pareto (of a "
+                  "attention, similarity, layer_stats, budget, timeline, summary, compare, evidence, router (mixture-of-experts "
+                  "runs: the router's weights per token in --layer, and the experts shared with a full-cache run of "
+                  "the same prompt in every layer); pareto (of a "
                   "sweep: quality against the cache's real bytes, one curve per policy and cache type, the Pareto "
                   "front marked and written to OUT.front.json)");
   cmd->add_option("--metric", a->metric,

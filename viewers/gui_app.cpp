@@ -417,6 +417,7 @@ void App::build_layout(ImGuiID dockspace) {
   ImGui::DockBuilderDockWindow("Quality", top);
   ImGui::DockBuilderDockWindow("Compare", top);
   ImGui::DockBuilderDockWindow("Attention", top);
+  ImGui::DockBuilderDockWindow("Router", stats);
   ImGui::DockBuilderDockWindow("Samples", stats);
   ImGui::DockBuilderDockWindow("Layer stats", stats);
   ImGui::DockBuilderDockWindow("Budgets", budget);
@@ -742,7 +743,7 @@ void App::frame() {
 
 void App::stale_banner(const std::string& key) {
   // Panels of the active run, and panels of every run on screen; the set-up form, Quality and Samples show none.
-  static const std::vector<std::string> single = {"attention", "similarity", "timeline", "tokens"};
+  static const std::vector<std::string> single = {"attention", "similarity", "timeline", "tokens", "router"};
   static const std::vector<std::string> every = {"compare", "layer_stats", "budget", "summary"};
   const bool all_runs = std::find(every.begin(), every.end(), key) != every.end();
   if (!all_runs && std::find(single.begin(), single.end(), key) == single.end()) return;

@@ -42,6 +42,6 @@ void parse_size(const std::string& text, int& width, int& height);
 
 inline constexpr const char* kPanelNames[] = {"setup",    "attention", "similarity", "layer_stats", "budget",
                                               "timeline", "tokens",    "summary",    "compare",     "quality",
-                                              "samples"};
+                                              "samples",  "router"};
 
 }  // namespace kvscope::viewers

@@ -9,6 +9,7 @@
 #include "viewers/eviction_timeline.h"
 #include "viewers/evidence_view.h"
 #include "viewers/layer_stats_plot.h"
+#include "viewers/router_map.h"
 #include "viewers/script.h"
 #include "viewers/similarity_map.h"
 #include "viewers/summary.h"
@@ -26,6 +27,7 @@ std::vector<std::unique_ptr<Panel>> make_view_panels() {
   panels.push_back(std::make_unique<EvictionTimeline>());
   panels.push_back(std::make_unique<TokenStrip>());
   panels.push_back(std::make_unique<Summary>());
+  panels.push_back(std::make_unique<RouterMap>());
   return panels;
 }
 
@@ -115,6 +117,15 @@ Figure view_figure(AppState& state, const std::string& view, const ViewOptions& 
                   "' has no evidence/ group: the evidence view needs a trace written by `eval ... --traces DIR` "
                   "(docs/trace-format.md)");
     f = evidence_figure(*run, *o.evidence, o.first_answer_step);
+  } else if (view == "router") {
+    RouterMap p;
+    f = p.figure(state);
+    if (f.empty()) {
+      HeatmapPlot unused;
+      std::string why;
+      router_weights_plot(*run, o.layer, unused, why);
+      throw Error(why);
+    }
   } else if (view == "summary") {
     Summary p;
     f = p.figure(state);

@@ -36,20 +36,26 @@ std::string budget_range(const std::vector<int>& budgets, const std::vector<int>
 }  // namespace
 
 void report_layer_budgets(const std::vector<int>& budgets, int seq_len, int average_budget, int window,
-                          const std::string& source, Diagnostics& out) {
-  std::vector<int> whole, below_window, below_floor;
+                          const std::string& source, Diagnostics& out, const PolicyLayers* decided) {
+  std::vector<int> whole, below_window, below_floor, held = budgets;
+  int n_decided = 0;
   for (int l = 0; l < static_cast<int>(budgets.size()); ++l) {
+    if (decided && l < decided->model_layers() && decided->slot(l) < 0) {
+      held[l] = decided->window_hold(seq_len);
+      continue;
+    }
+    ++n_decided;
     if (budgets[l] >= seq_len) whole.push_back(l);
     if (budgets[l] >= average_budget) continue;
     if (window > 0 && budgets[l] < window) below_window.push_back(l);
     if (budgets[l] < kSmallLayerBudget) below_floor.push_back(l);
   }
-  out.set_setting("layer_budgets", json_list(budgets));
+  out.set_setting("layer_budgets", json_list(held));
   out.set_setting("layers_whole_prompt", json_list(whole));
   out.set_setting("layers_below_window", json_list(below_window));
   out.set_setting("layers_below_floor", json_list(below_floor));
   // Every layer holding the prompt is the user's budget, not the allocation's doing.
-  if (!whole.empty() && whole.size() < budgets.size())
+  if (!whole.empty() && static_cast<int>(whole.size()) < n_decided)
     out.warn(source + ": layers " + ranges(whole) + " keep the whole prompt (" + std::to_string(seq_len) +
              " tokens): no compression there");
   if (!below_window.empty())

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/policy/diagnostics.h"
+#include "core/policy/policy_layers.h"
 
 namespace kvscope::policy {
 
@@ -17,8 +18,9 @@ constexpr int kSmallLayerBudget = 16;
 // average_budget; window: the scorer's observation window (0 if none). A layer counts as below the window
 // or the floor only when it is also below the average: a small budget the user chose for every layer is
 // not the allocation's doing. Sets the settings layer_budgets, layers_whole_prompt, layers_below_window and
-// layers_below_floor, and a warning for each non-empty list, naming `source`.
+// layers_below_floor, and a warning for each non-empty list, naming `source`. With `decided`, the layers the
+// policy leaves to their sliding window are in none of the lists, and layer_budgets gives them their window.
 void report_layer_budgets(const std::vector<int>& budgets, int seq_len, int average_budget, int window,
-                          const std::string& source, Diagnostics& out);
+                          const std::string& source, Diagnostics& out, const PolicyLayers* decided = nullptr);
 
 }  // namespace kvscope::policy

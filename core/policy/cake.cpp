@@ -15,6 +15,7 @@
 #include "core/policy/allocation_report.h"
 #include "core/policy/cake_preference.h"
 #include "core/policy/catalog.h"
+#include "core/policy/policy_layers.h"
 #include "core/policy/selection.h"
 
 namespace kvscope::policy {
@@ -56,7 +57,9 @@ class CakePolicy final : public Policy {
   }
 
   void begin(const RunInfo& info) override {
-    layers_ = info.config.n_layers;
+    // Slots, not model layers: under swa=skip|window the cascade shares the pool among the global layers alone.
+    decided_ = PolicyLayers(info.config, swa_mode());
+    layers_ = decided_.size();
     kv_heads_ = info.config.n_kv_heads;
     group_ = info.config.group_size();
     budget_ = info.budget;
@@ -89,27 +92,28 @@ class CakePolicy final : public Policy {
     return {};
   }
 
-  int expected_length(int layer, int, const StepInfo& step) const override {
-    if (budgets_[layer] < 0) return -1;
+  int expected_length(int model_layer, int, const StepInfo& step) const override {
+    const int layer = decided_.slot(model_layer);
+    if (layer < 0 || budgets_[layer] < 0) return -1;
     return std::min(step.seq_len, budgets_[layer] + window_);
   }
 
   std::vector<int> layer_budgets() const override {
     std::vector<int> out(layers_, 0);
     for (int l = 0; l < layers_; ++l) out[l] = budgets_[l] < 0 ? 0 : budgets_[l] + window_;
-    return out;
+    return decided_.to_model_layers(out, prompt_);
   }
 
  private:
   // Stage m = obs.layer of Algorithm 1: layer m's preference and indicator (lines 4-7), the budgets of
   // layers 0..m (line 8, Eq. 9) and the eviction of every layer that now holds more (lines 10-14).
   cache::CacheEdit prefill_stage(const AttentionObservation& obs, cache::KVCache& cache) {
-    const int m = obs.layer;
+    const int m = decided_.slot(obs.layer);
     const int s = obs.n_keys[0];
     const int prefix = s - window_;
     stats_[m] = cake::window_stats(obs, std::max(0, prefix), window_);
     log_pref_[m] = config_.random_preference
-                       ? random_log_preference(m)
+                       ? random_log_preference(decided_.layer(m))
                        : cake::log_preference(stats_[m], config_.tau1, config_.tau2, config_.terms);
     if (!compress_ || prefix <= 0 || obs.window < window_) {
       record_stage(m);
@@ -146,7 +150,8 @@ class CakePolicy final : public Policy {
     if (last) {
       std::vector<int> held(layers_);
       for (int l = 0; l < layers_; ++l) held[l] = budgets_[l] + window_;
-      report_layer_budgets(held, s, budget_, window_, "policy 'cake'", diagnostics_);
+      report_layer_budgets(decided_.to_model_layers(held, s), s, budget_, window_, "policy 'cake'", diagnostics_,
+                           &decided_);
     }
     return edit;
   }
@@ -157,7 +162,7 @@ class CakePolicy final : public Policy {
     std::vector<float>& indicator = indicators_[slot(l, g)];
     const int prefix = static_cast<int>(indicator.size());
     if (prefix <= budget) return;
-    const int n = cache.size(l, g);
+    const int n = cache.size(decided_.layer(l), g);
     std::vector<float> scores(n, kOmega);
     std::copy(indicator.begin(), indicator.end(), scores.begin());
     std::vector<int32_t> keep = keep_top_scores(scores, budget + (n - prefix), 0, n - prefix);
@@ -166,14 +171,14 @@ class CakePolicy final : public Policy {
       if (i < prefix) kept.push_back(indicator[i]);
     indicator.swap(kept);
     compact_rows(l, g, keep);
-    edit.heads.push_back(keep_edit(l, g, std::move(keep), std::move(scores)));
+    edit.heads.push_back(keep_edit(decided_.layer(l), g, std::move(keep), std::move(scores)));
   }
 
   // Decoding (App. C and the reference code's layer-wise decoding cache): the budget stays fixed and the
   // prefix entry with the lowest pooled score of the current query leaves as each new token arrives.
   cache::CacheEdit decode_step(const AttentionObservation& obs) {
     cache::CacheEdit edit;
-    const int l = obs.layer;
+    const int l = decided_.slot(obs.layer);
     if (budgets_[l] < 0) return edit;
     const int limit = budgets_[l] + window_;
     for (int g = 0; g < kv_heads_; ++g) {
@@ -194,7 +199,7 @@ class CakePolicy final : public Policy {
       std::copy(prefix_scores.begin(), prefix_scores.end(), scores.begin());
       std::vector<int32_t> keep = keep_top_scores(scores, limit, 0, window_);
       compact_rows(l, g, keep);
-      edit.heads.push_back(keep_edit(l, g, std::move(keep), std::move(scores)));
+      edit.heads.push_back(keep_edit(obs.layer, g, std::move(keep), std::move(scores)));
     }
     return edit;
   }
@@ -235,7 +240,7 @@ class CakePolicy final : public Policy {
   void remember_rows(const AttentionObservation& obs) {
     for (int h = 0; h < obs.n_heads; ++h) {
       const int n = obs.keys_of(h);
-      auto& rows = rows_[static_cast<std::size_t>(obs.layer) * obs.n_heads + h];
+      auto& rows = rows_[static_cast<std::size_t>(decided_.slot(obs.layer)) * obs.n_heads + h];
       for (int r = 0; r < obs.window; ++r) {
         const float* row = obs.window_rows[h].data() + static_cast<std::size_t>(r) * n;
         rows.emplace_back(row, row + n);
@@ -264,6 +269,12 @@ class CakePolicy final : public Policy {
       p[l] = std::isfinite(log_pref_[l]) ? std::exp(log_pref_[l]) : 0.0;
       if (budgets_[l] >= 0) b[l] = budgets_[l] + window_;
     }
+    // Rows span the model's layers; NaN marks a sliding-window layer the cascade leaves to its window.
+    const double local = std::numeric_limits<double>::quiet_NaN();
+    h = decided_.to_model_layers(h, local);
+    v = decided_.to_model_layers(v, local);
+    p = decided_.to_model_layers(p, local);
+    b = decided_.to_model_layers(b, local);
     diagnostics_.append_row("cake_entropy", h, "stage", "layer",
                             "H_l (Eq. 4 on A[-S_w:, :-S_w], summed over query heads) known at each cascade stage; -1: "
                             "layer not reached");
@@ -280,6 +291,7 @@ class CakePolicy final : public Policy {
   std::size_t slot(int layer, int kv_head) const { return static_cast<std::size_t>(layer) * kv_heads_ + kv_head; }
 
   CakeConfig config_;
+  PolicyLayers decided_;  // the layers of the cascade; everything below is indexed by their slot
   int layers_ = 0, kv_heads_ = 0, group_ = 1, budget_ = 0, prompt_ = 0, seq_len_ = 0;
   int window_ = 0, cap_ = 0;
   long total_ = 0;

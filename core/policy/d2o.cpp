@@ -13,6 +13,7 @@
 #include "core/policy/allocation_d2o.h"
 #include "core/policy/allocation_report.h"
 #include "core/policy/catalog.h"
+#include "core/policy/policy_layers.h"
 #include "core/policy/selection.h"
 
 namespace kvscope::policy {
@@ -168,6 +169,7 @@ class D2OPolicy final : public Policy {
     kv_heads_ = info.config.n_kv_heads;
     group_ = info.config.group_size();
     budget_ = info.budget > 0 ? info.budget : info.prompt_length;
+    decided_ = PolicyLayers(info.config, swa_mode());
     allocation_.reset();
     allocated_ = false;
     prompt_budgets_.clear();
@@ -185,7 +187,7 @@ class D2OPolicy final : public Policy {
     accumulate_scores(obs, cache);
     if (obs.phase == Phase::Prefill) {
       // Budgets need every layer's F_v, so prefill eviction waits for after_step.
-      allocation_.observe(obs);
+      allocation_.observe(decided_.every_layer() ? obs : decided_.renumbered(obs));
       return {};
     }
     cache::CacheEdit edit;
@@ -254,9 +256,13 @@ class D2OPolicy final : public Policy {
     // Eq. 5 with S = n: the prompt's share of each layer. A budget beyond the prompt cannot be spent on
     // the prompt; it becomes decode headroom, the same for every layer, so the average stays the budget.
     const int prompt_budget = std::min(budget_, seq_len);
-    prompt_budgets_ = allocation_.budgets(layers_, prompt_budget, seq_len);
+    // Eq. 5 over the layers D2O decides; a sliding-window layer it leaves alone evicts nothing (its window does).
+    const int decided = decided_.size();
+    prompt_budgets_ = decided_.to_model_layers(allocation_.budgets(decided, prompt_budget, seq_len), seq_len);
     std::vector<std::vector<int>> per_head;
-    if (settings_.per_head) per_head = allocation_.head_budgets(layers_, prompt_budget, seq_len);
+    if (settings_.per_head)
+      per_head = decided_.to_model_layers(allocation_.head_budgets(decided, prompt_budget, seq_len),
+                                          std::vector<int>(kv_heads_, seq_len));
     const int headroom = std::max(0, budget_ - seq_len);
     capacity_.resize(static_cast<std::size_t>(layers_) * kv_heads_);
     splits_.resize(capacity_.size());
@@ -268,14 +274,15 @@ class D2OPolicy final : public Policy {
       }
     allocated_ = true;
 
-    const std::vector<double> shares = allocation_.shares();
+    const std::vector<double> shares =
+        settings_.per_head ? std::vector<double>(layers_, kNaN) : decided_.to_model_layers(allocation_.shares(), kNaN);
     const double rho = static_cast<double>(prompt_budget) / seq_len;
     const bool exp_decay = settings_.allocation.norm == d2o::AllocNorm::ExpDecay;
     std::vector<double> alpha_raw(layers_), alpha(layers_), split_values, head_capacity;
     for (int l = 0; l < layers_; ++l) {
       // Eq. 5, or Table 4's exponential decay rho * exp(-F_v) (no L: not a share).
-      alpha_raw[l] = settings_.per_head ? kNaN : (exp_decay ? 1 : layers_) * rho * shares[l];
-      alpha[l] = static_cast<double>(prompt_budgets_[l]) / seq_len;
+      alpha_raw[l] = settings_.per_head ? kNaN : (exp_decay ? 1 : decided) * rho * shares[l];
+      alpha[l] = decided_.slot(l) < 0 ? kNaN : static_cast<double>(prompt_budgets_[l]) / seq_len;
       for (int g = 0; g < kv_heads_; ++g) {
         const Split& s = split(l, g);
         head_capacity.push_back(capacity(l, g));
@@ -286,7 +293,9 @@ class D2OPolicy final : public Policy {
     auto per_layer = [&](std::vector<double> v, const std::string& description) {
       return Series{std::move(v), {layers_}, {"layer"}, description};
     };
-    allocation_.publish(diagnostics_);  // layer_variance (eq. 4) and layer_share (eq. 5)
+    Diagnostics published;
+    allocation_.publish(published);  // layer_variance (eq. 4) and layer_share (eq. 5)
+    decided_.publish_to_model_layers(published, diagnostics_);
     diagnostics_.set("alpha_raw", per_layer(alpha_raw, "alpha_l of eq. 5 before clamping"));
     diagnostics_.set("alpha", per_layer(alpha, "alpha_l = S_l / n after clamping and water-filling (spec A6-2/3)"));
     diagnostics_.set("prompt_budget", per_layer(std::vector<double>(prompt_budgets_.begin(), prompt_budgets_.end()),
@@ -313,10 +322,11 @@ class D2OPolicy final : public Policy {
                                              "T sinks, N heavy hitters, M recent tokens of the capacity (eq. 7)"});
     diagnostics_.set_setting("allocation_level", settings_.per_head ? "\"head\"" : "\"layer\"");
     long total = 0;
-    for (int c : capacity_) total += c;
+    for (std::size_t i = 0; i < capacity_.size(); ++i)
+      if (decided_.slot(static_cast<int>(i) / kv_heads_) >= 0) total += capacity_[i];
     diagnostics_.set_setting("allocated_tokens", std::to_string(total));
     report_layer_budgets(settings_.per_head ? held : prompt_budgets_, seq_len, prompt_budget, 0, "policy 'd2o'",
-                         diagnostics_);
+                         diagnostics_, &decided_);
   }
 
   cache::CacheEdit evict_prompt(cache::KVCache& cache) {
@@ -458,6 +468,7 @@ class D2OPolicy final : public Policy {
   D2OSettings settings_;
   d2o::D2OAllocation allocation_;
   int layers_ = 0, kv_heads_ = 0, group_ = 1, budget_ = 0;
+  PolicyLayers decided_;  // the layers eq. 5 shares the budget over (policy_layers.h)
   bool allocated_ = false;
   std::vector<int> prompt_budgets_;  // S_l
   std::vector<int> capacity_;        // [layer * kv_heads + kv_head]: S_l (or S_l^h) + decode headroom

@@ -12,6 +12,7 @@
 #include "core/policy/allocation_dynamickv.h"
 #include "core/policy/allocation_report.h"
 #include "core/policy/catalog.h"
+#include "core/policy/policy_layers.h"
 #include "core/policy/selection.h"
 
 namespace kvscope::policy {
@@ -57,7 +58,9 @@ class DynamicKVPolicy final : public Policy {
   }
 
   void begin(const RunInfo& info) override {
-    layers_ = info.config.n_layers;
+    // Slots, not model layers: under swa=skip|window the budget is shared by the global layers alone.
+    decided_ = PolicyLayers(info.config, swa_mode());
+    layers_ = decided_.size();
     kv_heads_ = info.config.n_kv_heads;
     prompt_length_ = info.prompt_length;
     const int wt = info.budget > 0 ? info.budget : info.prompt_length;
@@ -84,11 +87,13 @@ class DynamicKVPolicy final : public Policy {
   cache::CacheEdit after_layer(const AttentionObservation& obs, cache::KVCache& cache) override {
     if (obs.phase == Phase::Decode) return decode_evict_ ? evict_decode(obs, cache) : cache::CacheEdit{};
     if (!compress_) return {};
-    const int layer = obs.layer;
-    if (layer != seen_) throw Error("dynamickv: saw layer " + std::to_string(layer) + ", expected " + std::to_string(seen_));
+    const int layer = decided_.slot(obs.layer);
+    if (layer != seen_)
+      throw Error("dynamickv: saw layer " + std::to_string(obs.layer) + ", expected " +
+                  (seen_ < layers_ ? std::to_string(decided_.layer(seen_)) : std::string("no further layer")));
     for (int g = 0; g < kv_heads_; ++g)
       if (obs.n_keys[g] != prompt_length_)
-        throw Error("dynamickv: layer " + std::to_string(layer) + " kv head " + std::to_string(g) + " holds " +
+        throw Error("dynamickv: layer " + std::to_string(obs.layer) + " kv head " + std::to_string(g) + " holds " +
                     std::to_string(obs.n_keys[g]) + " entries, expected the whole prompt of " +
                     std::to_string(prompt_length_) + " (DynamicKV compresses one exact prefill pass)");
     scores_[layer].resize(kv_heads_);
@@ -110,8 +115,9 @@ class DynamicKVPolicy final : public Policy {
 
   cache::CacheEdit after_step(const StepInfo&, cache::KVCache&) override { return {}; }
 
-  int expected_length(int layer, int, const StepInfo& step) const override {
-    if (compress_ && seen_ < layers_) return -1;
+  int expected_length(int model_layer, int, const StepInfo& step) const override {
+    const int layer = decided_.slot(model_layer);
+    if (layer < 0 || (compress_ && seen_ < layers_)) return -1;
     const int held = compress_ ? lengths_[layer] + window_ + (step.seq_len - prompt_length_) : step.seq_len;
     return decode_evict_ ? std::min(held, layer_budget(layer)) : held;
   }
@@ -119,7 +125,7 @@ class DynamicKVPolicy final : public Policy {
   std::vector<int> layer_budgets() const override {
     std::vector<int> out(layers_);
     for (int l = 0; l < layers_; ++l) out[l] = compress_ ? layer_budget(l) : prompt_length_;
-    return out;
+    return decided_.to_model_layers(out, prompt_length_);
   }
 
  private:
@@ -132,7 +138,7 @@ class DynamicKVPolicy final : public Policy {
   // last `window` entries and evicts the lowest down to the layer's budget.
   cache::CacheEdit evict_decode(const AttentionObservation& obs, cache::KVCache& cache) const {
     cache::CacheEdit edit;
-    const int budget = layer_budget(obs.layer);
+    const int budget = layer_budget(decided_.slot(obs.layer));
     for (int g = 0; g < kv_heads_; ++g) {
       if (cache.size(obs.layer, g) <= budget) continue;
       std::vector<float> s = dynamickv::window_scores(obs, g, 1, settings_.kernel, settings_.pooling, settings_.reduce);
@@ -158,11 +164,12 @@ class DynamicKVPolicy final : public Policy {
     for (int i = 0; i < seen; ++i) lengths_[i] = std::clamp(allocation[i], 0, std::min(previous[i], scored_));
     if (refill_ && layer == layers_ - 1) refill(allocation, previous);
 
-    std::vector<double> count_row(layers_, kNaN), allocation_row(layers_, kNaN), length_row(layers_, kNaN);
+    const int model_layers = decided_.model_layers();
+    std::vector<double> count_row(model_layers, kNaN), allocation_row(model_layers, kNaN), length_row(model_layers, kNaN);
     for (int i = 0; i < seen; ++i) {
-      count_row[i] = static_cast<double>(counts[i]);
-      allocation_row[i] = allocation[i];
-      length_row[i] = lengths_[i];
+      count_row[decided_.layer(i)] = static_cast<double>(counts[i]);
+      allocation_row[decided_.layer(i)] = allocation[i];
+      length_row[decided_.layer(i)] = lengths_[i];
     }
     diagnostics_.append_row("update_layers", {static_cast<double>(seen)}, "update", "value",
                             "l', the number of layers the update covered (every m layers and the last)");
@@ -173,12 +180,16 @@ class DynamicKVPolicy final : public Policy {
     diagnostics_.append_row("buffer_length", length_row, "update", "layer",
                             "tokens kept per KV head besides the window after the update: min(BL_i, previous length)");
     if (layer == layers_ - 1) {
-      std::vector<double> final_budget(layers_);
-      for (int l = 0; l < layers_; ++l) final_budget[l] = lengths_[l] + window_;
-      diagnostics_.set("final_budget", Series{final_budget, {layers_}, {"layer"},
+      std::vector<int> held(layers_);
+      for (int l = 0; l < layers_; ++l) held[l] = lengths_[l] + window_;
+      const std::vector<int> model_held = decided_.to_model_layers(held, -1);
+      std::vector<double> final_budget(model_held.begin(), model_held.end());
+      for (double& v : final_budget)
+        if (v < 0) v = kNaN;  // a sliding-window layer DynamicKV leaves to its window
+      diagnostics_.set("final_budget", Series{final_budget, {model_layers}, {"layer"},
                                               "prompt tokens kept per KV head, window included (eq. 4 after the last update)"});
-      report_layer_budgets(std::vector<int>(final_budget.begin(), final_budget.end()), prompt_length_,
-                           base_ + window_, window_, "policy 'dynamickv'", diagnostics_);
+      report_layer_budgets(decided_.to_model_layers(held, prompt_length_), prompt_length_, base_ + window_, window_,
+                           "policy 'dynamickv'", diagnostics_, &decided_);
     }
   }
 
@@ -211,7 +222,7 @@ class DynamicKVPolicy final : public Policy {
     std::vector<char> wanted(prompt_length_, 0);
     for (int32_t j : keep_top_scores(scores, lengths_[layer], 0, 0)) wanted[j] = 1;
     for (int j = scored_; j < prompt_length_; ++j) wanted[j] = 1;
-    const auto positions = cache.positions(layer, kv_head);
+    const auto positions = cache.positions(decided_.layer(layer), kv_head);
     std::vector<int32_t> keep;
     std::vector<float> entry_scores(positions.size());
     for (std::size_t e = 0; e < positions.size(); ++e) {
@@ -221,15 +232,16 @@ class DynamicKVPolicy final : public Policy {
       entry_scores[e] = p < scored_ ? scores[p] : std::numeric_limits<float>::infinity();
     }
     if (static_cast<int>(keep.size()) != lengths_[layer] + (prompt_length_ - scored_))
-      throw Error("dynamickv: layer " + std::to_string(layer) + " kv head " + std::to_string(kv_head) +
+      throw Error("dynamickv: layer " + std::to_string(decided_.layer(layer)) + " kv head " + std::to_string(kv_head) +
                   " lost entries its budget still wants (internal error)");
-    return keep_edit(layer, kv_head, std::move(keep), std::move(entry_scores));
+    return keep_edit(decided_.layer(layer), kv_head, std::move(keep), std::move(entry_scores));
   }
 
   dynamickv::ScoreSettings settings_;
   int interval_ = 4;
   bool refill_ = false;
   bool decode_evict_ = false;
+  PolicyLayers decided_;  // the layers the budget is spread over; everything below is indexed by their slot
   int layers_ = 0, kv_heads_ = 0, prompt_length_ = 0;
   bool compress_ = false;
   int window_ = 0, base_ = 0, scored_ = 0, buffer_ = 0;

@@ -147,6 +147,9 @@ void ScoredPolicy::begin(const RunInfo& info) {
   allocation_ = make_layer_allocation();  // a fresh one: adaptive allocations keep state
   allocation_name_ = allocation_->name();
   budgets_.assign(layers, info.budget);
+  // per_layer's ratios name model layers; every other allocation spreads the budget over the layers this
+  // policy decides.
+  allocated_layers_ = PolicyLayers(info.config, allocation_->sets_own_budgets() ? SwaMode::Compress : swa_mode());
   budgets_final_ = false;
   pending_.assign(layers, std::vector<std::vector<float>>(heads));
   expected_.assign(static_cast<std::size_t>(layers) * heads, 0);
@@ -173,7 +176,8 @@ cache::CacheEdit ScoredPolicy::after_layer(const AttentionObservation& obs, cach
     throw Error("policy '" + name_ + "' saw layer " + std::to_string(obs.layer) + " but begin() set up " +
                 std::to_string(pending_.size()) + " layers");
   const bool final_prefill = is_final_prefill(obs);
-  if (final_prefill) allocation_->observe(obs);
+  if (final_prefill)
+    allocation_->observe(allocated_layers_.every_layer() ? obs : allocated_layers_.renumbered(obs));
   if (!protocol_.evicts_in(obs.phase, obs.phase == Phase::Decode || final_prefill, obs.step)) return {};
   for (int h = 0; h < obs.n_kv_heads; ++h) {
     std::vector<float> s = score(obs, h, cache);
@@ -216,13 +220,17 @@ void ScoredPolicy::finalize_budgets(int seq_len) {
   if (run_.budget < seq_len || allocation_->sets_own_budgets()) {
     allocation_->set_reserved(reserved());
     allocation_->set_compression_ratio(run_.compression_ratio);
-    std::vector<int> b = allocation_->budgets(layers, run_.budget, seq_len);
-    if (static_cast<int>(b.size()) != layers)
+    const int allocated = allocated_layers_.size();
+    std::vector<int> b = allocation_->budgets(allocated, run_.budget, seq_len);
+    if (static_cast<int>(b.size()) != allocated)
       throw Error("allocation '" + allocation_name_ + "' gave " + std::to_string(b.size()) + " budgets for " +
-                  std::to_string(layers) + " layers");
+                  std::to_string(allocated) + " layers");
     for (int& v : b) v = std::max(v, 1);
-    budgets_ = std::move(b);
-    allocation_->publish(diagnostics_);
+    // A sliding-window layer the policy leaves alone keeps the run's budget as its (unused) number.
+    budgets_ = allocated_layers_.to_model_layers(b, run_.budget);
+    Diagnostics published;
+    allocation_->publish(published);
+    allocated_layers_.publish_to_model_layers(published, diagnostics_);
   }
   diagnostics_.set("layer_budgets", {std::vector<double>(budgets_.begin(), budgets_.end()),
                                      {layers},
@@ -233,7 +241,7 @@ void ScoredPolicy::finalize_budgets(int seq_len) {
                                               : ", average " + std::to_string(run_.budget)) +
                                          ")"});
   report_layer_budgets(budgets_, seq_len, run_.budget, reserved(),
-                       "policy '" + name_ + "', allocation '" + allocation_name_ + "'", diagnostics_);
+                       "policy '" + name_ + "', allocation '" + allocation_name_ + "'", diagnostics_, &allocated_layers_);
 }
 
 std::vector<double> ScoredPolicy::rank_scores(int, int, std::span<const float> scores) {

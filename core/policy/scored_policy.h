@@ -10,6 +10,7 @@
 
 #include "core/policy/allocation.h"
 #include "core/policy/params.h"
+#include "core/policy/policy_layers.h"
 #include "core/policy/policy.h"
 #include "core/policy/protocol.h"
 
@@ -118,6 +119,7 @@ class ScoredPolicy : public Policy {
   PolicyParams params_;
   std::string allocation_name_;
   std::unique_ptr<LayerAllocation> allocation_;
+  PolicyLayers allocated_layers_;  // what the allocation spreads the budget over (policy_layers.h)
   enum class Selection { TopK, AdaKV, ChunkKV, CriticalKV, CriticalAdaKV };
   Selection selection_ = Selection::TopK;
   double alpha_safeguard_ = 0.0;                             // selection=adakv, criticaladakv

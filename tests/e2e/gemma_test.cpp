@@ -301,6 +301,62 @@ TEST_CASE("the cache each swa= mode keeps on a 5:1 model is the closed form it p
   CHECK(result.cache_entry_bytes < entry * (local * W + 4));
 }
 
+TEST_CASE("a policy that spreads its budget over layers spreads it over the global ones under swa=skip|window",
+          "[gemma][swa]") {
+  // gemma2: 4 layers alternating local (W = 8) and global, 2 KV heads; P = 97, a 25 % budget is B = 24 per layer.
+  // Left to their windows, the local layers take no share: the global layers hold L_glob * B between them (skip),
+  // or what the budget leaves over the windows, L * B - L_loc * W (window). Before, the allocations threw on the
+  // first global layer (d2o, dynamickv) or gave the global layers their places in a 4-layer shape (pyramid:
+  // 42 + 5 of the 48 the budget promises).
+  const model::Model m = model::load_model(kDir / "gemma2");
+  const auto ids = golden()["checkpoints"]["gemma2"]["prompts"][0]["ids"].get<std::vector<int>>();
+  REQUIRE(ids.size() == 97);
+  const int W = 8, B = 24, L = 4, local = 2, global = 2, heads = 2;
+  REQUIRE(m.config.sliding_window == W);
+  REQUIRE(m.config.local_layer_count() == local);
+  const std::map<std::string, int> global_total = {{"skip", global * B}, {"window", L * B - local * W}};
+  for (const std::string spec :
+       {"snapkv:window=4,allocation=pyramid", "snapkv:window=4,allocation=d2o", "snapkv:window=4,allocation=dynamickv",
+        "snapkv:window=4,allocation=cake", "d2o", "d2o:allocation_level=head", "dynamickv:window=4", "cake:window=4"})
+    for (const auto& [swa, total] : global_total) {
+      const std::string full = spec + (spec.find(':') == std::string::npos ? ":" : ",") + "swa=" + swa;
+      INFO(full);
+      auto instance = policy::make_policy(full);
+      engine::RunHooks hooks;
+      hooks.policy = instance.policy.get();
+      engine::GenerateOptions options;
+      options.max_new_tokens = 1;  // the prefill's cache, before any decode step appends
+      options.budget = policy::BudgetSpec::parse("25%");
+      engine::RunResult result;
+      REQUIRE_NOTHROW(result = engine::Engine(m).generate(ids, options, hooks));
+      int global_held = 0;
+      for (int l = 0; l < L; ++l)
+        for (int h = 0; h < heads; ++h) {
+          INFO("layer " << l << " kv head " << h);
+          if (m.config.is_local(l))
+            CHECK(result.kept[l][h] == W);
+          else
+            global_held += result.kept[l][h];
+        }
+      // Per KV head on average: d2o's per-head allocation may give the two heads different shares.
+      CHECK(global_held == heads * total);
+      for (int l = 0; l < L; ++l)
+        if (m.config.is_local(l)) CHECK(result.layer_budgets[l] == W);
+    }
+  // The shape is the allocation's over the layers it decides: pyramid falls from the first global layer to
+  // the last.
+  auto pyramid = policy::make_policy("snapkv:window=4,allocation=pyramid");
+  engine::RunHooks hooks;
+  hooks.policy = pyramid.policy.get();
+  engine::GenerateOptions options;
+  options.max_new_tokens = 1;
+  options.budget = policy::BudgetSpec::parse("25%");
+  const auto result = engine::Engine(m).generate(ids, options, hooks);
+  CHECK(result.kept[1][0] > B);
+  CHECK(result.kept[3][0] < B);
+  CHECK(result.kept[1][0] + result.kept[3][0] == global * B);
+}
+
 TEST_CASE("swa= takes skip, compress or window and nothing else", "[gemma][swa]") {
   CHECK_THROWS_WITH(policy::make_policy("h2o:swa=drop"), Catch::Contains("expected skip, compress or window"));
   CHECK_FALSE(policy::make_policy("h2o").params.has("swa"));  // recorded only when given
