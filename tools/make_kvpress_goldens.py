@@ -476,6 +476,18 @@ def run_wrapper_case(model, ids, wrapper_cls, wrapper_kwargs, inner_cls, inner_k
     }
 
 
+def write_golden(name, t0, envelope, prompts, cases):
+    """Writes tests/fixtures/kvpress_NAME/golden.json: the schema and generator, then `envelope` (the press, which
+    kvscope policy it is held to, the model, the reference and the conventions, in that order), the prompts and
+    the cases."""
+    out = {"schema_version": SCHEMA_VERSION, "generator": "tools/make_kvpress_goldens.py", **envelope,
+           "prompts": prompts, "cases": cases}
+    path = REPO_ROOT / "tests" / "fixtures" / f"kvpress_{name}" / "golden.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dump(out), encoding="utf-8")
+    print(f"wrote {path} ({path.stat().st_size} bytes, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+
+
 def write_wrapper_golden(name, model, prompts, args, model_sha, n_tok_checked, t0):
     import transformers
     wrapper_cls, wrapper_kwargs, inner, extra = WRAPPERS[name]
@@ -495,9 +507,7 @@ def write_wrapper_golden(name, model, prompts, args, model_sha, n_tok_checked, t
             print(f"{name} {p['prompt_file']} r={ratio}: n_kept {c['n_kept']}, "
                   f"{len(c['near_boundary'])} heads with bands", file=sys.stderr)
             cases.append(c)
-    out = {
-        "schema_version": SCHEMA_VERSION,
-        "generator": "tools/make_kvpress_goldens.py",
+    write_golden(name, t0, {
         "press": f"kvpress.{wrapper_cls}(press=kvpress.{inner_cls}(compression_ratio=r), **{wrapper_kwargs})",
         **where,
         "model": model_record(args, model_sha, cfg),
@@ -514,13 +524,7 @@ def write_wrapper_golden(name, model, prompts, args, model_sha, n_tok_checked, t
                        "the head's final score (inner score, its first stage as float32 max, plus epsilon, times "
                        "|W_o v|_1) at the head's own budget) lies within band_tol of the boundary. stage_ties: heads "
                        "whose safeguard, first stage or (CriticalAdaKV) layer-wide head budgets end on a near tie.",
-        "prompts": prompts,
-        "cases": cases,
-    }
-    path = REPO_ROOT / "tests" / "fixtures" / f"kvpress_{name}" / "golden.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump(out), encoding="utf-8")
-    print(f"wrote {path} ({path.stat().st_size} bytes, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    }, prompts, cases)
 
 
 def write_per_layer_golden(name, model, prompts, args, model_sha, n_tok_checked, t0):
@@ -543,9 +547,7 @@ def write_per_layer_golden(name, model, prompts, args, model_sha, n_tok_checked,
         print(f"{name} {p['prompt_file']}: n_kept per layer {c.get('n_kept_per_layer')}, "
               f"{len(c['near_boundary'])} heads with bands", file=sys.stderr)
         cases.append(c)
-    out = {
-        "schema_version": SCHEMA_VERSION,
-        "generator": "tools/make_kvpress_goldens.py",
+    write_golden(name, t0, {
         "press": f"kvpress.PerLayerCompressionPress(press=kvpress.{cls_name}(), compression_ratios=[...])",
         **where,
         "model": model_record(args, model_sha, model.config),
@@ -556,13 +558,7 @@ def write_per_layer_golden(name, model, prompts, args, model_sha, n_tok_checked,
         "conventions": "As tools/make_kvpress_goldens.py's other goldens. Layer l keeps compute_n_kept(n, "
                        "compression_ratios[l]) (n_kept_per_layer); compression_ratio is their mean (the press's "
                        "own compression_ratio), which kvscope's per_layer allocation does not use.",
-        "prompts": prompts,
-        "cases": cases,
-    }
-    path = REPO_ROOT / "tests" / "fixtures" / f"kvpress_{name}" / "golden.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump(out), encoding="utf-8")
-    print(f"wrote {path} ({path.stat().st_size} bytes, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    }, prompts, cases)
 
 
 def press_of(name):
@@ -636,9 +632,7 @@ def write_composed_golden(name, model, prompts, args, model_sha, n_tok_checked, 
             print(f"{name} {p['prompt_file']} r1={r1} r2={r2}: n_kept {c['n_kept']}, {len(c['near_boundary'])} "
                   f"heads with bands, {len(c['stage_ties'])} first-stage ties", file=sys.stderr)
             cases.append(c)
-    out = {
-        "schema_version": SCHEMA_VERSION,
-        "generator": "tools/make_kvpress_goldens.py",
+    write_golden(name, t0, {
         "press": f"kvpress.ComposedPress([kvpress.{first_cls}(compression_ratio=r1), "
                  f"kvpress.{then_cls}(compression_ratio={r2})])",
         "policy": "compose",
@@ -652,13 +646,7 @@ def write_composed_golden(name, model, prompts, args, model_sha, n_tok_checked, 
                        "near_boundary: the second press's band, as original positions; stage_ties: heads whose "
                        "first press ends in a near tie. A policy_params value python:PATH is relative to the "
                        "repository.",
-        "prompts": prompts,
-        "cases": cases,
-    }
-    path = REPO_ROOT / "tests" / "fixtures" / f"kvpress_{name}" / "golden.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump(out), encoding="utf-8")
-    print(f"wrote {path} ({path.stat().st_size} bytes, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    }, prompts, cases)
 
 
 @torch.no_grad()
@@ -782,9 +770,7 @@ def write_block_golden(name, model, prompts, args, model_sha, n_tok_checked, t0)
             print(f"{name} {p['prompt_file']} r={ratio}: n_kept {c['n_kept']}, {len(c['near_boundary'])} heads with "
                   f"bands", file=sys.stderr)
             cases.append(c)
-    out = {
-        "schema_version": SCHEMA_VERSION,
-        "generator": "tools/make_kvpress_goldens.py",
+    write_golden(name, t0, {
         "press": f"kvpress.BlockPress(press=kvpress.{inner_cls}(compression_ratio=r), block_size={block_size})",
         "policy_file": f"examples/policies/{stem}.py",
         "model": model_record(args, model_sha, model.config),
@@ -796,13 +782,7 @@ def write_block_golden(name, model, prompts, args, model_sha, n_tok_checked, t0)
                        "press's scores of every entry at once. policy_params: the kvscope spec held to kvpress's "
                        "kept sets; measured_params: specs whose agreement the parity test prints without requiring "
                        "it; measured_only: no kvscope spec is held to it.",
-        "prompts": prompts,
-        "cases": cases,
-    }
-    path = REPO_ROOT / "tests" / "fixtures" / f"kvpress_{name}" / "golden.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump(out), encoding="utf-8")
-    print(f"wrote {path} ({path.stat().st_size} bytes, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    }, prompts, cases)
 
 
 def write_decoding_golden(name, model, prompts, args, model_sha, n_tok_checked, t0):
@@ -822,9 +802,7 @@ def write_decoding_golden(name, model, prompts, args, model_sha, n_tok_checked, 
             print(f"{name} {p['prompt_file']} interval={interval}: {c['compressions']} compressions, generated "
                   f"{c['generated_ids']}", file=sys.stderr)
             cases.append(c)
-    out = {
-        "schema_version": SCHEMA_VERSION,
-        "generator": "tools/make_kvpress_goldens.py",
+    write_golden(name, t0, {
         "press": f"kvpress.DecodingPress(base_press=kvpress.{inner_cls}(), compression_interval=i, target_size=n)",
         "policy_file": f"examples/policies/{stem}.py",
         "model": model_record(args, model_sha, model.config),
@@ -839,13 +817,7 @@ def write_decoding_golden(name, model, prompts, args, model_sha, n_tok_checked, 
                        "kept: the original positions in each (layer, KV head) after the last step. stage_ties: heads "
                        f"with a compression boundary within {DECODE_NEAR_REL} (relative); min_exact_share: the "
                        "share of heads the parity test requires to be exact.",
-        "prompts": prompts,
-        "cases": cases,
-    }
-    path = REPO_ROOT / "tests" / "fixtures" / f"kvpress_{name}" / "golden.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump(out), encoding="utf-8")
-    print(f"wrote {path} ({path.stat().st_size} bytes, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    }, prompts, cases)
 
 
 def main() -> int:
@@ -925,9 +897,7 @@ def main() -> int:
                           f"f64 differs {len(c['f64_kept_differs'])} (outside band {c['f64_outside_band']})",
                           file=sys.stderr)
                     cases.append(c)
-        out = {
-            "schema_version": SCHEMA_VERSION,
-            "generator": "tools/make_kvpress_goldens.py",
+        write_golden(name, t0, {
             "press": f"kvpress.{cls_name}",
             **({"policy": policy} if name in BUILTINS else {"policy_file": f"examples/policies/{policy}.py"}),
             "model": model_record(args, model_sha, cfg),
@@ -941,13 +911,7 @@ def main() -> int:
                            "(text, ids, positions, kept as there). prompts[i] holds text and ids once; a case names "
                            "its prompt by index. near_boundary entries are [position, score, kept] sorted by "
                            f"decreasing score; band_tol = {NEAR_REL} * max(|midpoint|, std of the head's scores).",
-            "prompts": prompts,
-            "cases": cases,
-        }
-        path = REPO_ROOT / "tests" / "fixtures" / f"kvpress_{name}" / "golden.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(dump(out), encoding="utf-8")
-        print(f"wrote {path} ({path.stat().st_size} bytes, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+        }, prompts, cases)
     return 0
 
 
