@@ -44,8 +44,7 @@ int pareto(const FigureArgs& a) {
   if (std::find(table.metrics.begin(), table.metrics.end(), metric) == table.metrics.end())
     throw UsageError("--metric '" + metric + "' is not a column of the sweep '" + table.path.string() + "'");
   const viewers::ParetoView points = viewers::pareto_points(table.rows, metric, a.bytes);
-  const viewers::Figure fig = viewers::pareto_figure(
-      points, (table.eval_kind.empty() ? std::string("sweep") : table.eval_kind) + ": " + metric + " vs cache bytes");
+  const viewers::Figure fig = viewers::pareto_figure(points, viewers::pareto_title(table.eval_kind, points));
   const std::string sidecar = a.out + ".front.json";
   refuse_output_that_is_input({"--out", sidecar}, {{"sweep", a.trace}});
   check_output_path(sidecar, existing_policy(a.force), "Pareto front");

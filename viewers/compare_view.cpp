@@ -98,6 +98,15 @@ void kept_diff_strip(const KeptDiff& d, float width, float height, const trace::
   }
 }
 
+namespace {
+
+// Whether any cell of `m` differs from zero (NaN cells, without attention in both runs, do not).
+bool has_nonzero(const trace::Map2D& m) {
+  return std::any_of(m.values.begin(), m.values.end(), [](float x) { return x != 0.0f && !std::isnan(x); });
+}
+
+}  // namespace
+
 void CompareView::refresh(const AppState& state) {
   columns_.resize(state.compare.size());
   for (std::size_t i = 0; i < state.compare.size(); ++i) {
@@ -117,7 +126,7 @@ void CompareView::refresh(const AppState& state) {
     if (columns_[i].ok) apply_color_lock(state, columns_[i].plot);
     // Columns are narrow: the run name and place are the whole title.
     if (columns_[i].ok) {
-      columns_[i].plot.title = state.run_name(state.compare[i]) + "  L" + std::to_string(sel.layer) + " H" + std::to_string(sel.head);
+      columns_[i].plot.title = state.run_name(state.compare[i]) + " L" + std::to_string(sel.layer) + " H" + std::to_string(sel.head);
       columns_[i].plot.mark_legend = false;
     }
   }
@@ -141,19 +150,42 @@ void CompareView::refresh(const AppState& state) {
       diff_.plot = HeatmapPlot{};
       diff_.why.clear();
       diff_.ok = false;
+      diff_decode_ = false;
+      // Decode maps of runs that generated different numbers of tokens: the steps and positions both ran.
+      auto decode_difference = [](const trace::Map2D& later, const trace::Map2D& earlier) {
+        const int rows = std::min(later.source_rows, earlier.source_rows);
+        const int cols = std::min(later.source_cols, earlier.source_cols);
+        return difference(crop_source(later, rows, cols), crop_source(earlier, rows, cols));
+      };
       try {
         if (ma && mb) {
-          diff_.plot.map = pool_for_display(difference(*mb, *ma), 512, 512);
+          diff_.plot.map = pool_for_display(decode ? decode_difference(*mb, *ma) : difference(*mb, *ma), 512, 512);
+          diff_.plot.title = state.run_name(state.compare[ib]) + " - " + state.run_name(state.compare[ia]);
+          diff_.plot.y_label = decode ? "decode step" : "query position";
+          // A policy that compresses after prefill (SnapKV, PyramidKV, ...) computed its prefill attention over the
+          // whole prompt, as the full cache did: the prefill difference is zero in every cell. Where the runs do
+          // differ is the decode steps, reading a compressed cache: the map shows those and says so.
+          if (!decode && !has_nonzero(diff_.plot.map)) {
+            const trace::Map2D* da = a->decode_attention_map(sa.layer, sa.head);
+            const trace::Map2D* db = b->decode_attention_map(sb.layer, sb.head);
+            if (da && db && !da->empty() && !db->empty()) {
+              diff_.plot.map = pool_for_display(decode_difference(*db, *da), 512, 512);
+              diff_.plot.y_label = "decode step";
+              diff_.plot.title += " (decode; prefill maps identical)";
+              diff_decode_ = true;
+            } else {
+              diff_.plot.title += " (prefill maps identical)";
+            }
+          }
           diff_.plot.scale = ColorScale::symmetric(diff_.plot.map.values.data(), diff_.plot.map.values.size());
           diff_.plot.cmap = Colormap::RdBu;
-          diff_.plot.title = state.run_name(state.compare[ib]) + " - " + state.run_name(state.compare[ia]);
           diff_.plot.x_label = "key position";
-          diff_.plot.y_label = decode ? "decode step" : "query position";
           diff_.plot.colorbar_label = "attention difference";
-          diff_.plot.signature = "diff|" + sig;
+          diff_.plot.signature = "diff|" + sig + (diff_decode_ ? "|decode" : "");
           diff_.ok = true;
         }
       } catch (const std::exception& e) {
+        diff_.ok = false;
         diff_.why = e.what();
       }
       diff_.signature = diff_.ok ? "ok" : "";
@@ -340,13 +372,14 @@ void CompareView::draw(AppState& state) {
     } else {
       const int diverge = difference_header(state, cell_w);
       if (diff_.ok) {
-        const auto& v = diff_.plot.map.values;
-        if (std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f || std::isnan(x); }))
-          ImGui::TextWrapped("identical here: a policy that compresses after prefill leaves the prefill map unchanged; "
-                             "tick 'decode' to compare the generated steps");
+        if (diff_decode_)
+          ImGui::TextWrapped("prefill maps identical (a policy that compresses after prefill attends over the whole "
+                             "prompt): the difference of the decode steps");
+        else if (!has_nonzero(diff_.plot.map))
+          ImGui::TextWrapped("identical here: the two maps agree in every cell");
         // In the decode view row s is the query of generated token s: the first row whose input differs.
         auto divergence_line = [&] {
-          if (!decode || diverge < 0) return;
+          if (!(decode || diff_decode_) || diverge < 0) return;
           const double y = diverge;
           ImPlotSpec spec;
           spec.LineColor = ImVec4(1.0f, 0.85f, 0.2f, 1.0f);
@@ -387,13 +420,6 @@ const HeatmapPlot* CompareView::shared_colour_bar() const {
   return n >= 2 ? first : nullptr;
 }
 
-namespace {
-
-bool all_zero(const trace::Map2D& m) {
-  return std::all_of(m.values.begin(), m.values.end(), [](float x) { return x == 0.0f || std::isnan(x); });
-}
-
-}  // namespace
 
 Figure CompareView::figure(const AppState& state) {
   if (state.compare.empty() || state.compare_sel.size() != state.compare.size()) {
@@ -416,30 +442,7 @@ Figure CompareView::figure(const AppState& state) {
   for (const auto& c : columns_)
     if (c.ok) f.parts.push_back(c.plot);
   if (!diff_.ok) return f;
-  HeatmapPlot d = diff_.plot;
-  // A policy that compresses after prefill leaves the prefill map as the full cache's: that difference is a blank
-  // map. A figure shows where the runs do differ, the decode steps, and says why; the window says it in words.
-  if (!decode && all_zero(d.map)) {
-    const trace::RunTrace* a = state.run(state.compare[diff_subtrahend]);
-    const trace::RunTrace* b = state.run(state.compare[diff_minuend]);
-    const Selection sa = state.compare_sel[diff_subtrahend], sb = state.compare_sel[diff_minuend];
-    const trace::Map2D* ma = a ? a->decode_attention_map(sa.layer, sa.head) : nullptr;
-    const trace::Map2D* mb = b ? b->decode_attention_map(sb.layer, sb.head) : nullptr;
-    if (ma && mb && !ma->empty() && !mb->empty()) {
-      try {
-        d.map = pool_for_display(difference(*mb, *ma), 512, 512);
-        d.scale = ColorScale::symmetric(d.map.values.data(), d.map.values.size());
-        d.y_label = "decode step";
-        d.title += " (decode; prefill maps identical)";
-        d.signature += "|decode";
-      } catch (const std::exception&) {
-        d.title += " (prefill maps identical)";
-      }
-    } else {
-      d.title += " (prefill maps identical)";
-    }
-  }
-  f.parts.push_back(d);
+  f.parts.push_back(diff_.plot);
   return f;
 }
 

@@ -34,6 +34,9 @@ class CompareView final : public Panel {
   int difference_header(AppState& state, float width);
   std::vector<Column> columns_;
   Column diff_;
+  // The difference map shows the decode steps although 'decode' is off: the prefill maps were identical (a policy
+  // that compresses after prefill).
+  bool diff_decode_ = false;
   std::string diff_signature_;
 };
 

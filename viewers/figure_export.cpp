@@ -10,6 +10,7 @@
 
 #include "core/common/atomic_file.h"
 #include "core/common/error.h"
+#include "viewers/drawlist_canvas.h"
 #include "viewers/figure_size.h"
 #include "viewers/figure_vector.h"
 #include "viewers/font_metrics.h"
@@ -53,7 +54,47 @@ FigureRenderer::~FigureRenderer() {
   ImPlot::SetCurrentContext(prev_plot == implot_ ? nullptr : prev_plot);
 }
 
-Image FigureRenderer::render(const Figure& figure, const ExportOptions& options) { return draw(figure, options, true); }
+Image FigureRenderer::render(const Figure& figure, const ExportOptions& options) {
+  return options.dark ? draw(figure, options, true) : draw_vector(figure, options);
+}
+
+Image FigureRenderer::draw_vector(const Figure& figure, const ExportOptions& options) {
+  if (figure.empty()) throw Error("nothing to export: the figure '" + figure.title + "' has no plots");
+  if (options.width < 64 || options.height < 64 || options.width > 16384 || options.height > 16384)
+    throw UsageError("figure size " + std::to_string(options.width) + "x" + std::to_string(options.height) +
+                     " is out of range (64..16384 pixels per side)");
+  ImGuiContext* prev = ImGui::GetCurrentContext();
+  ImPlotContext* prev_plot = ImPlot::GetCurrentContext();
+  ImGui::SetCurrentContext(imgui_);
+  ImPlot::SetCurrentContext(implot_);
+  struct Restore {
+    ImGuiContext* a;
+    ImPlotContext* b;
+    ~Restore() {
+      ImGui::SetCurrentContext(a);
+      ImPlot::SetCurrentContext(b);
+    }
+  } restore{prev, prev_plot};
+  ImGuiIO& io = ImGui::GetIO();
+  io.DisplaySize = ImVec2(static_cast<float>(options.width), static_cast<float>(options.height));
+  io.DeltaTime = 1.0f / 60.0f;
+  SoftTextureStore textures;
+  Image target;
+  // The first frame bakes the glyphs at the figure's sizes into the atlas; the second draws with them settled.
+  for (int frame = 0; frame < 2; ++frame) {
+    ImGui::NewFrame();
+    DrawListCanvas canvas(*ImGui::GetBackgroundDrawList(), io.Fonts->Fonts[0], title_font_, textures);
+    draw_figure_vector(canvas, figure, vector_options(options));
+    ImGui::Render();
+    ImDrawData* dd = ImGui::GetDrawData();
+    acknowledge_texture_requests(*dd);
+    if (frame == 1) {
+      target = Image(options.width, options.height, Rgba{255, 255, 255, 255});
+      rasterize(*dd, textures, target);
+    }
+  }
+  return target;
+}
 
 void FigureRenderer::lay_out(const Figure& figure, const ExportOptions& options) { draw(figure, options, false); }
 
@@ -174,6 +215,13 @@ std::vector<TickLabelBox> FigureRenderer::tick_labels() const {
   return boxes;
 }
 
+VectorOptions vector_options(const ExportOptions& options) {
+  VectorOptions v;
+  v.width = options.width, v.height = options.height, v.font_px = export_font_px(options), v.dpi = options.dpi;
+  v.look = options.look;
+  return v;
+}
+
 float export_font_px(const ExportOptions& options) {
   return options.font_px > 0 ? options.font_px : std::max(13.0f, std::round(options.height / 50.0f));
 }
@@ -207,9 +255,7 @@ void export_figure(const Figure& figure, const std::string& path, const ExportOp
     if (options.width < 64 || options.height < 64 || options.width > 16384 || options.height > 16384)
       throw UsageError("figure size " + std::to_string(options.width) + "x" + std::to_string(options.height) +
                        " is out of range (64..16384 pixels per side)");
-    VectorOptions v;
-    v.width = options.width, v.height = options.height, v.font_px = export_font_px(options), v.dpi = options.dpi;
-    v.look = options.look;
+    const VectorOptions v = vector_options(options);
     if (ext == "svg") write_file_atomically(path, figure_svg(figure, v), "SVG", existing);
     else write_file_atomically(path, figure_pdf(figure, v), "PDF", existing);
     return;

@@ -383,6 +383,52 @@ void draw_colorbar(Look& lk, const HeatmapPlot& p, double x, double top, double 
   }
 }
 
+// Token names on a map's axis, as the window's axes give them once the cells are wide enough (axis_ticks.cpp's
+// token_locator): across when every visible cell holds its token, upright (the key axis) when a cell is a line
+// wide but too narrow for that; numbers otherwise.
+enum class TokenMode { Numbers, Across, Upright };
+struct TokenAxis {
+  TokenMode mode = TokenMode::Numbers;
+  int first = 0, last = -1;
+  double band = 0;  // the labels' extent away from the axis, in pixels
+};
+
+std::string upright_token(const Look& lk, const std::string& token) {
+  const double most = 8.0 * lk.fs;  // as the window cuts them (kRotatedLabelEms)
+  if (lk.width(token, lk.fs) <= most) return token;
+  std::string cut = token;
+  while (!cut.empty() && lk.width(cut + "..", lk.fs) > most) cut.pop_back();
+  while (!cut.empty() && (static_cast<unsigned char>(cut.back()) & 0xC0) == 0x80) cut.pop_back();  // whole UTF-8
+  if (!cut.empty() && (static_cast<unsigned char>(cut.back()) & 0x80)) cut.pop_back();
+  return cut + "..";
+}
+
+TokenAxis token_axis(const Look& lk, const std::vector<std::string>& tokens, double lo, double hi, double pixels,
+                     bool vertical) {
+  TokenAxis t;
+  t.first = std::max(0, static_cast<int>(std::ceil(lo - 0.5)));
+  t.last = std::min(static_cast<int>(tokens.size()) - 1, static_cast<int>(std::floor(hi - 0.5)));
+  if (!(hi > lo) || t.last < t.first || t.last - t.first >= 200) return t;
+  const double cell = pixels / (hi - lo), line = 1.05 * lk.fs;
+  bool fits = !vertical || cell >= line;
+  double widest = 0;
+  for (int c = t.first; c <= t.last; ++c) {
+    const double w = lk.width(tokens[static_cast<std::size_t>(c)], lk.fs);
+    widest = std::max(widest, w);
+    if (!vertical && cell < w + 0.4 * lk.fs) fits = false;
+  }
+  if (fits) {
+    t.mode = TokenMode::Across;
+    t.band = vertical ? widest : lk.fs * 1.3;
+  } else if (!vertical && cell >= line) {
+    t.mode = TokenMode::Upright;
+    for (int c = t.first; c <= t.last; ++c)
+      t.band = std::max(t.band, lk.width(upright_token(lk, tokens[static_cast<std::size_t>(c)]), lk.fs));
+    t.band += lk.fs * 0.3;
+  }
+  return t;
+}
+
 constexpr Rgba kEvicted{214, 39, 40, 255};
 constexpr Rgba kMerged{255, 160, 20, 255};
 
@@ -416,8 +462,8 @@ std::pair<double, double> draw_heatmap_part(Look& lk, const HeatmapPlot& plot, d
   const double y_label_w = plot.y_label.empty() ? 0.0 : fs * 1.4;
   const double x_label_h = plot.x_label.empty() ? 0.0 : fs * 1.4;
   const double strip_h = marks ? fs * 0.6 : 0.0;
-  const double bottom = y + h - legend_h - x_label_h - fs * 1.3 - lk.tick_len - strip_h - fs * 0.3;
-  const double plot_h = std::max(fs, bottom - top);
+  double bottom = y + h - legend_h - x_label_h - fs * 1.3 - lk.tick_len - strip_h - fs * 0.3;
+  double plot_h = std::max(fs, bottom - top);
   double bar_w = own_colorbar && plot.categories.empty() ? colorbar_width(lk, plot, plot_h) : 0.0;
   double x0 = plot.x_origin, x1 = x0 + std::max(1, m.source_cols);
   double y0 = plot.y_origin, y1 = y0 + std::max(1, m.source_rows);
@@ -425,13 +471,29 @@ std::pair<double, double> draw_heatmap_part(Look& lk, const HeatmapPlot& plot, d
   const LabelExtent up = [fs](const std::string&) { return 1.2f * static_cast<float>(fs); };
   const LabelExtent across = [&lk](const std::string& s) { return static_cast<float>(lk.width(s, lk.fs)); };
   const double inf = std::numeric_limits<double>::infinity();
-  const std::vector<AxisTick> yt = spaced_integer_ticks(y0, y1, plot_h, kLabelGapUpEm * fs, inf, tick_text, up);
-  double y_tick_w = 0;
-  for (const AxisTick& t : yt)
-    if (t.major) y_tick_w = std::max(y_tick_w, lk.width(t.label, fs));
-  const double left = x + fs * 0.3 + y_label_w + y_tick_w + lk.tick_len + fs * 0.3;
-  const double right = x + w - bar_w - fs * 0.6;
-  const double plot_w = std::max(fs, right - left);
+  std::vector<AxisTick> yt;
+  TokenAxis x_tokens, y_tokens;
+  double y_tick_w = 0, left = 0, right = 0, plot_w = 0;
+  // Tokens upright under the keys take a band of their own length: the map is shorter by what that adds, and
+  // its y axis laid out again for the new height.
+  for (int pass = 0; pass < 2; ++pass) {
+    y_tokens = plot.y_tokens.empty() ? TokenAxis{} : token_axis(lk, plot.y_tokens, y0, y1, plot_h, true);
+    yt = spaced_integer_ticks(y0, y1, plot_h, kLabelGapUpEm * fs, inf, tick_text, up);
+    y_tick_w = 0;
+    if (y_tokens.mode == TokenMode::Across) y_tick_w = y_tokens.band;
+    else
+      for (const AxisTick& t : yt)
+        if (t.major) y_tick_w = std::max(y_tick_w, lk.width(t.label, fs));
+    left = x + fs * 0.3 + y_label_w + y_tick_w + lk.tick_len + fs * 0.3;
+    right = x + w - bar_w - fs * 0.6;
+    plot_w = std::max(fs, right - left);
+    x_tokens = plot.x_tokens.empty() ? TokenAxis{} : token_axis(lk, plot.x_tokens, x0, x1, plot_w, false);
+    if (pass == 1 || x_tokens.mode != TokenMode::Upright) break;
+    bottom -= x_tokens.band - fs * 1.3;
+    plot_h = std::max(fs, bottom - top);
+    if (bar_w > 0) bar_w = colorbar_width(lk, plot, plot_h);
+  }
+  const double x_band = x_tokens.mode == TokenMode::Upright ? x_tokens.band : fs * 1.3;
   auto px = [&](double v) { return left + (v - x0) / (x1 - x0) * plot_w; };
   auto py = [&](double v) { return top + (v - y0) / (y1 - y0) * plot_h; };  // row 0 at the top
 
@@ -458,19 +520,37 @@ std::pair<double, double> draw_heatmap_part(Look& lk, const HeatmapPlot& plot, d
     lk.canvas.clip_end();
     below += strip_h;
   }
-  for (const AxisTick& t : yt) {
-    if (!t.major) continue;
-    const double yy = py(t.value);
-    lk.canvas.line({left - lk.tick_len, yy}, {left, yy}, lk.tick);
-    lk.text(left - lk.tick_len - fs * 0.3, yy + fs * 0.35, t.label, fs, 1.0);
+  if (y_tokens.mode == TokenMode::Across) {
+    for (int c = y_tokens.first; c <= y_tokens.last; ++c) {
+      const double yy = py(c + 0.5);
+      lk.canvas.line({left - lk.tick_len, yy}, {left, yy}, lk.tick);
+      lk.text(left - lk.tick_len - fs * 0.3, yy + fs * 0.35, plot.y_tokens[static_cast<std::size_t>(c)], fs, 1.0);
+    }
+  } else {
+    for (const AxisTick& t : yt) {
+      if (!t.major) continue;
+      const double yy = py(t.value);
+      lk.canvas.line({left - lk.tick_len, yy}, {left, yy}, lk.tick);
+      lk.text(left - lk.tick_len - fs * 0.3, yy + fs * 0.35, t.label, fs, 1.0);
+    }
   }
-  for (const AxisTick& t : spaced_integer_ticks(x0, x1, plot_w, kLabelGapAcrossEm * fs, 0.4 * fs, tick_text, across)) {
-    if (!t.major) continue;
-    const double xx = px(t.value);
-    lk.canvas.line({xx, below}, {xx, below + lk.tick_len}, lk.tick);
-    lk.text(xx, below + lk.tick_len + fs * 1.05, t.label, fs, 0.5);
+  if (x_tokens.mode != TokenMode::Numbers) {
+    for (int c = x_tokens.first; c <= x_tokens.last; ++c) {
+      const double xx = px(c + 0.5);
+      const std::string& token = plot.x_tokens[static_cast<std::size_t>(c)];
+      lk.canvas.line({xx, below}, {xx, below + lk.tick_len}, lk.tick);
+      if (x_tokens.mode == TokenMode::Across) lk.text(xx, below + lk.tick_len + fs * 1.05, token, fs, 0.5);
+      else lk.text(xx + fs * 0.35, below + lk.tick_len + fs * 0.3, upright_token(lk, token), fs, 1.0, false, true);
+    }
+  } else {
+    for (const AxisTick& t : spaced_integer_ticks(x0, x1, plot_w, kLabelGapAcrossEm * fs, 0.4 * fs, tick_text, across)) {
+      if (!t.major) continue;
+      const double xx = px(t.value);
+      lk.canvas.line({xx, below}, {xx, below + lk.tick_len}, lk.tick);
+      lk.text(xx, below + lk.tick_len + fs * 1.05, t.label, fs, 0.5);
+    }
   }
-  if (!plot.x_label.empty()) lk.text(left + plot_w / 2, below + lk.tick_len + fs * 1.3 + fs * 1.1, plot.x_label, fs, 0.5);
+  if (!plot.x_label.empty()) lk.text(left + plot_w / 2, below + lk.tick_len + x_band + fs * 1.1, plot.x_label, fs, 0.5);
   if (!plot.y_label.empty()) {
     std::string label = plot.y_label;
     if (lk.width(label, fs) > plot_h && label.find(" (") != std::string::npos) label = label.substr(0, label.find(" ("));

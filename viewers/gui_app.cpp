@@ -929,6 +929,8 @@ void App::step_script() {
       } else if (c == "log-y") {
         if (arg != "on" && arg != "off") throw UsageError("log-y takes on or off, not '" + arg + "'");
         quality_->set_log_y(arg == "on");
+      } else if (c == "quality-x") {
+        quality_->set_x_axis(arg);
       } else if (c == "stat") {
         for (auto& panel : panels_)
           if (auto* stats = dynamic_cast<LayerStatsPlot*>(panel.get())) stats->stat = arg;

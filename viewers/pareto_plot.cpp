@@ -55,8 +55,27 @@ ParetoView pareto_points(const std::vector<eval::SweepRow>& rows, const std::str
   return view;
 }
 
+namespace {
+constexpr double kMiB = 1024.0 * 1024.0;
+}  // namespace
+
+std::string pareto_title(const std::string& eval_kind, const ParetoView& view) {
+  return (eval_kind.empty() ? std::string("sweep") : eval_kind) + ": " + view.metric +
+         (view.bytes_metric == "cache_peak_bytes" ? " vs peak cache bytes" : " vs cache bytes");
+}
+
+const ParetoPoint* pareto_point_near(const ParetoView& view, double x, double y, double x_units_per_px,
+                                     double y_units_per_px, double radius_px) {
+  const ParetoPoint* best = nullptr;
+  double best_d = radius_px * radius_px;
+  for (const auto& p : view.points) {
+    const double dx = (p.bytes / kMiB - x) / x_units_per_px, dy = (p.quality - y) / y_units_per_px;
+    if (dx * dx + dy * dy <= best_d) best = &p, best_d = dx * dx + dy * dy;
+  }
+  return best;
+}
+
 Figure pareto_figure(const ParetoView& view, const std::string& title) {
-  constexpr double kMiB = 1024.0 * 1024.0;
   LinePlot plot;
   plot.title = title;
   plot.x_label = view.bytes_metric + " (MiB, mean over prompts)";

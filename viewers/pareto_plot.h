@@ -41,6 +41,13 @@ ParetoView pareto_points(const std::vector<eval::SweepRow>& rows, const std::str
                          const std::string& bytes_metric = "cache_bytes",
                          const eval::BootstrapSettings& settings = {});
 Figure pareto_figure(const ParetoView& view, const std::string& title);
+// The title `kvscope figure --view pareto` and the Quality panel give a sweep's Pareto figure: "fidelity: kl_mean vs
+// cache bytes" ("sweep: ..." when the kind is unknown).
+std::string pareto_title(const std::string& eval_kind, const ParetoView& view);
+// The point of `view` nearest (x MiB, y) within `radius_px` pixels, at the plot's scale in units per pixel; null when
+// none is that near (the Quality panel's read-out).
+const ParetoPoint* pareto_point_near(const ParetoView& view, double x, double y, double x_units_per_px,
+                                     double y_units_per_px, double radius_px = 8.0);
 // {"metric", "bytes_metric", "higher_is_better", "points": [{series, budget, bytes, quality, low, high, n,
 // on_front}], "front": [the points on the front, by increasing bytes]}.
 nlohmann::json pareto_json(const ParetoView& view);

@@ -42,6 +42,27 @@ void QualityPanel::set_metric(const std::string& metric) {
   metric_ = metric;
 }
 
+void QualityPanel::set_x_axis(const std::string& axis) {
+  if (axis != "budget" && axis != "cache_bytes" && axis != "cache_peak_bytes")
+    throw UsageError("the Quality panel's x axis is budget, cache_bytes or cache_peak_bytes, not '" + axis + "'");
+  x_axis_ = axis;
+}
+
+const ParetoView* QualityPanel::pareto_view() {
+  const std::string key = std::to_string(curves_.rows.size()) + "|" + curves_.source + "|" + metric_ + "|" + x_axis_;
+  if (key != pareto_key_) {
+    pareto_key_ = key;
+    pareto_.reset();
+    pareto_error_.clear();
+    try {
+      pareto_ = pareto_points(curves_.rows, metric_, x_axis_);
+    } catch (const Error& e) {
+      pareto_error_ = e.what();  // no row has both columns (a sweep written before bytes were recorded)
+    }
+  }
+  return pareto_ ? &*pareto_ : nullptr;
+}
+
 void QualityPanel::start_sweep(const AppState& state, const std::string& policies, const std::string& budgets,
                                int new_tokens) {
   const RunEntry* live = live_entry(state);
@@ -136,6 +157,24 @@ void QualityPanel::draw(AppState& state) {
     ImGui::EndCombo();
   }
   ImGui::SameLine();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 10);
+  static const char* const kAxes[][2] = {{"budget", "budget"}, {"cache_bytes", "cache bytes (Pareto)"},
+                                         {"cache_peak_bytes", "peak bytes (Pareto)"}};
+  const char* shown_axis = kAxes[0][1];
+  for (const auto& a : kAxes)
+    if (x_axis_ == a[0]) shown_axis = a[1];
+  if (ImGui::BeginCombo("x", shown_axis)) {
+    for (const auto& a : kAxes)
+      if (ImGui::Selectable(a[1], x_axis_ == a[0])) x_axis_ = a[0];
+    ImGui::EndCombo();
+  }
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("budget: the curves over budgets. cache bytes: quantize or evict? The quality against the bytes the "
+                      "cache really held at the end (peak: the most it held), one curve per policy and cache type, the "
+                      "Pareto front marked, as kvscope figure --view pareto draws it");
+  const bool pareto = x_axis_ != "budget";
+  ImGui::SameLine();
+  ImGui::BeginDisabled(pareto);
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 12);
   if (ImGui::BeginCombo("minus", baseline_.empty() ? "(nothing)" : baseline_.c_str())) {
     if (ImGui::Selectable("(nothing)", baseline_.empty())) baseline_.clear();
@@ -143,10 +182,12 @@ void QualityPanel::draw(AppState& state) {
       if (ImGui::Selectable(p.c_str(), p == baseline_)) baseline_ = p;
     ImGui::EndCombo();
   }
-  if (ImGui::IsItemHovered())
-    ImGui::SetTooltip("Show each policy minus this one, paired by prompt, with 95%% bootstrap intervals (A - B)");
+  ImGui::EndDisabled();
+  if (ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled))
+    ImGui::SetTooltip(pareto ? "Differences belong to the budget axis"
+                             : "Show each policy minus this one, paired by prompt, with 95%% bootstrap intervals (A - B)");
   ImGui::SameLine();
-  const bool log_possible = log_scale_possible(curves_, metric_, baseline_);
+  const bool log_possible = !pareto && log_scale_possible(curves_, metric_, baseline_);
   ImGui::BeginDisabled(!log_possible);
   ImGui::Checkbox("log y", &log_y_);
   ImGui::EndDisabled();
@@ -159,6 +200,26 @@ void QualityPanel::draw(AppState& state) {
   export_button(state, key());
 
   const Figure f = figure(state);
+  if (pareto) {
+    if (f.empty()) {
+      ImGui::TextWrapped("no Pareto view: %s", pareto_error_.c_str());
+      return;
+    }
+    const ParetoView* view = pareto_view();
+    draw_line_plot("pareto", std::get<LinePlot>(f.parts.front()), ImGui::GetContentRegionAvail(), [&] {
+      if (!ImPlot::IsPlotHovered() || !view) return;
+      const ImPlotRect limits = ImPlot::GetPlotLimits();
+      const ImVec2 size = ImPlot::GetPlotSize();
+      const ImPlotPoint mouse = ImPlot::GetPlotMousePos();
+      const ParetoPoint* p = pareto_point_near(*view, mouse.x, mouse.y, limits.X.Size() / std::max(1.0f, size.x),
+                                               limits.Y.Size() / std::max(1.0f, size.y));
+      if (p)
+        ImGui::SetTooltip("%s at %s: %s = %.4g\n95%% bootstrap interval [%.4g, %.4g] over %d prompt(s)\n%s %.4g MiB%s",
+                          p->series.c_str(), p->budget.c_str(), metric_.c_str(), p->quality, p->low, p->high, p->n,
+                          x_axis_.c_str(), p->bytes / (1024.0 * 1024.0), p->on_front ? "\non the Pareto front" : "");
+    });
+    return;
+  }
   if (f.empty()) return;
   LinePlot plot = std::get<LinePlot>(f.parts.front());
   const trace::RunTrace* live = state.active_run();
@@ -191,6 +252,10 @@ void QualityPanel::draw(AppState& state) {
 
 Figure QualityPanel::figure(const AppState&) {
   if (curves_.empty() || metric_.empty()) return {};
+  if (x_axis_ != "budget") {
+    const ParetoView* view = pareto_view();
+    return view ? pareto_figure(*view, pareto_title(curves_.eval_kind, *view)) : Figure{};
+  }
   try {
     return quality_figure(curves_, metric_, baseline_, log_y_);
   } catch (const Error&) {

@@ -3,11 +3,14 @@
 // eval.h5 or from a small fidelity sweep run on the Session's worker (policies x budgets on the live run's
 // prompt, cancellable, plotted as rows land). The live run's budget is marked; clicking a point asks for
 // that (policy, budget) as the live run (AppState::run_choice, which the window hands to the set-up form).
+// Its x axis may instead be the cache's real bytes: the Pareto view of `kvscope figure --view pareto`
+// (pareto_plot.h), one curve per (policy, cache type), the front marked.
 #include <future>
 #include <optional>
 #include <string>
 
 #include "viewers/panel.h"
+#include "viewers/pareto_plot.h"
 #include "viewers/quality_model.h"
 #include "viewers/session.h"
 
@@ -35,6 +38,10 @@ class QualityPanel final : public Panel {
   void set_baseline(const std::string& policy) { baseline_ = policy; }
   // A log-scale y axis where the values allow one (log_scale_possible).
   void set_log_y(bool on) { log_y_ = on; }
+  // The x axis: "budget" (the curves over budgets), or "cache_bytes" / "cache_peak_bytes" (the Pareto view against
+  // those bytes). Throws UsageError naming the three for anything else.
+  void set_x_axis(const std::string& axis);
+  const std::string& x_axis() const { return x_axis_; }
   // What a click at plot coordinates (x, y) picks, with the plot's scale in units per pixel.
   std::optional<QualityPoint> pick(double x, double y, double x_units_per_px, double y_units_per_px) const;
 
@@ -44,6 +51,11 @@ class QualityPanel final : public Panel {
   std::string metric_;
   std::string baseline_;  // the "A - B" view's B; empty: the curves themselves
   bool log_y_ = false;
+  std::string x_axis_ = "budget";
+  // The Pareto view of the curves on screen, and what it was computed for (its bootstrap is not redone each frame).
+  std::optional<ParetoView> pareto_;
+  std::string pareto_key_, pareto_error_;
+  const ParetoView* pareto_view();
   std::optional<std::future<eval::SweepTable>> loading_;
   uint64_t sweep_id_ = 0;  // of the sweep whose rows are on screen (0: a file)
   bool sweep_running_ = false;

@@ -27,7 +27,7 @@ const std::map<std::string, Arity>& commands() {
       {"zoom", {4, 4}},         {"show", {1, 1}},    {"decode", {1, 1}},     {"lock-range", {1, 1}},
       {"double-click", {0, 0}}, {"samples", {1, -1}},  {"select-sample", {1, 1}}, {"resize", {2, 2}},
       {"panel", {2, 2}},        {"samples-filter", {1, 1}}, {"samples-sort", {1, 2}}, {"device", {1, 1}},
-      {"stat", {1, 1}},
+      {"stat", {1, 1}},         {"quality-x", {1, 1}},
   };
   return c;
 }

@@ -138,6 +138,22 @@ trace::Map2D difference(const trace::Map2D& a, const trace::Map2D& b) {
   return out;
 }
 
+trace::Map2D crop_source(const trace::Map2D& map, int source_rows, int source_cols) {
+  source_rows = std::clamp(source_rows, 0, map.source_rows);
+  source_cols = std::clamp(source_cols, 0, map.source_cols);
+  if (source_rows == map.source_rows && source_cols == map.source_cols) return map;
+  trace::Map2D out = map;
+  out.source_rows = source_rows;
+  out.source_cols = source_cols;
+  out.rows = std::min(map.rows, (source_rows + std::max(1, map.row_block) - 1) / std::max(1, map.row_block));
+  out.cols = std::min(map.cols, (source_cols + std::max(1, map.col_block) - 1) / std::max(1, map.col_block));
+  out.values.resize(static_cast<std::size_t>(out.rows) * out.cols);
+  for (int r = 0; r < out.rows; ++r)
+    std::copy(map.row(r), map.row(r) + out.cols, out.values.begin() + static_cast<std::ptrdiff_t>(r) * out.cols);
+  if (!out.source_positions.empty()) out.source_positions.clear();  // positions are 0.. in the maps cropped here
+  return out;
+}
+
 namespace {
 
 int positions_of(const trace::RunTrace& run) {

@@ -65,6 +65,9 @@ trace::Map2D pool_by(const trace::Map2D& map, int row_factor, int col_factor);
 // a - b on a common grid (both pooled to the coarser of their blocks); throws Error when the maps
 // describe different source shapes, since then no cell of one corresponds to a cell of the other.
 trace::Map2D difference(const trace::Map2D& a, const trace::Map2D& b);
+// The first `source_rows` x `source_cols` source cells of `map` (the stored cells covering them): two runs' decode
+// maps over the steps and positions both ran, when one stopped generating earlier.
+trace::Map2D crop_source(const trace::Map2D& map, int source_rows, int source_cols);
 
 // What became of a cache entry by the end of a step.
 enum class EntryState : uint8_t { NotYetSeen = 0, Kept = 1, Evicted = 2, Merged = 3 };

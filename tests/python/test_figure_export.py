@@ -1,7 +1,10 @@
 """`kvscope figure` as a paper's author uses it (issue 38): a trace of several runs exported to SVG, PDF and PNG at
 print sizes, read back as files. The compare figure: maps a readable share of the page wide, one colour bar for
 the runs (their range shared) and one for the difference, every run named, a difference map that is not one flat
-colour. The summary: every run named under its bar and in a legend. PDF: a page 3.3 in wide for --size column.
+colour, and for a policy that compresses after prefill the difference of the decode steps, cell for cell the one
+numpy computes from the trace with h5py. The summary: every run named under its bar and in a legend. PDF: a page
+3.3 in wide for --size column. One look in every format: each view's PNG equals its SVG rasterised by rsvg-convert
+(legends, ticks, titles, colours), and no legend box holds a data point.
 
 Run by ctest with the project venv; KVSCOPE_BINARY points at the kvscope executable. Exits 77 (skipped) when the
 executable was built without the GUI libraries `figure` needs.
@@ -14,6 +17,8 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 import zlib
+
+import numpy as np
 
 from checks import FAILURES, check, passed, run_in_temp_folder
 
@@ -60,6 +65,123 @@ def png_pixels(data):
         rows.append([tuple(line[i:i + 3]) for i in range(0, stride, 3)])
         prev = line
     return width, height, rows
+
+
+def rgb_pixels(path):
+    """An image file as a [height][width][3] int array, alpha composited on white (ImageMagick)."""
+    size = subprocess.run(["identify", "-format", "%w %h", path], capture_output=True, text=True, check=True).stdout
+    w, h = map(int, size.split())
+    raw = subprocess.run(["convert", path, "-background", "white", "-alpha", "remove", "rgb:-"], capture_output=True,
+                         check=True).stdout
+    return np.frombuffer(raw, np.uint8).reshape(h, w, 3).astype(int)
+
+
+def svg_path_points(d):
+    return [(float(x), float(y)) for x, y in re.findall(r"[ML]([-0-9.e]+),([-0-9.e]+)", d)]
+
+
+def legend_boxes(root):
+    """The framed legends of line and bar plots: (x0, y0, x1, y1)."""
+    boxes = []
+    for r in root.iter(SVG + "rect"):
+        if r.get("stroke") == "#cccccc" and r.get("fill") == "none":
+            x, y, w, h = (float(r.get(k)) for k in ("x", "y", "width", "height"))
+            boxes.append((x, y, x + w, y + h))
+    return boxes
+
+
+def data_points(root):
+    """Every vertex of the data drawn inside a plot's clip (lines, markers; bars as their corners)."""
+    points = []
+    for g in root.iter(SVG + "g"):
+        if not (g.get("clip-path") or "").startswith("url(#clip"):
+            continue
+        for el in g.iter():
+            if el.tag == SVG + "path" and el.get("stroke") not in (None, "#e0e0e0"):
+                points += svg_path_points(el.get("d"))
+            elif el.tag == SVG + "rect" and el.get("fill") not in (None, "none", "#ffffff"):
+                x, y, w, h = (float(el.get(k)) for k in ("x", "y", "width", "height"))
+                points += [(x, y), (x + w, y + h)]
+    return points
+
+
+def one_look(binary, trace, folder):
+    """Each view at both print sizes as PNG and SVG: the PNG is the SVG's drawing (compared with rsvg-convert's
+    rendering of the SVG, pixel by pixel), and no legend box covers a data point."""
+    have_tools = all(subprocess.run(["which", t], capture_output=True).returncode == 0
+                     for t in ("rsvg-convert", "convert", "identify"))
+    for view in ("summary", "layer_stats", "budget", "timeline", "compare", "attention"):
+        for size in ("column", "page"):
+            name = os.path.join(folder, f"look_{view}_{size}")
+            ok = True
+            for ext in ("png", "svg"):
+                res = kvscope(binary, "figure", trace, "--view", view, "--runs", ",".join(RUNS), "--layer", "2",
+                              "--size", size, "--out", f"{name}.{ext}")
+                ok &= res.returncode == 0
+                check(res.returncode == 0, f"figure --view {view} --size {size} writes {ext} ({res.stderr.strip()})")
+            if not ok:
+                continue
+            root = ET.parse(name + ".svg").getroot()
+            points = data_points(root)
+            for x0, y0, x1, y1 in legend_boxes(root):
+                inside = [p for p in points if x0 < p[0] < x1 and y0 < p[1] < y1]
+                check(not inside, f"{view} at {size}: the legend box ({x0:.0f},{y0:.0f})-({x1:.0f},{y1:.0f}) holds "
+                                  f"no data point ({len(inside)} do, e.g. {inside[:2]})")
+            if not have_tools:
+                print("rsvg-convert or ImageMagick missing: PNG against SVG not compared")
+                continue
+            subprocess.run(["rsvg-convert", name + ".svg", "-o", name + "_svg.png"], check=True)
+            png, svg = rgb_pixels(name + ".png"), rgb_pixels(name + "_svg.png")
+            if png.shape != svg.shape:
+                check(False, f"{view} at {size}: the PNG is {png.shape[1]}x{png.shape[0]}, the SVG {svg.shape[1]}x{svg.shape[0]}")
+                continue
+            # Antialiasing, hinting and rsvg's smoothing of embedded maps differ by a few pixels along edges; another
+            # layout (a legend moved, other ticks, a title elsewhere) differs over far more.
+            differ = float((np.abs(png - svg).max(axis=2) > 64).mean())
+            check(differ < 0.04, f"{view} at {size}: the PNG is the SVG's drawing ({100 * differ:.1f} % of pixels "
+                                 f"differ, at most 4 %)")
+
+
+def decode_difference_is_the_traces(binary, trace, folder):
+    """SnapKV compresses after prefill: its prefill map is the full cache's, so the difference map shows the decode
+    steps, and its cells are snapkv's decode attention minus the full cache's as h5py reads them."""
+    import h5py
+    svg_path = os.path.join(folder, "compare_pair.svg")
+    res = kvscope(binary, "figure", trace, "--view", "compare", "--runs", "full,snapkv_b25pct", "--layer", "2",
+                  "--head", "1", "--size", "page", "--out", svg_path)
+    check(res.returncode == 0, f"figure --view compare --runs full,snapkv_b25pct ({res.stderr.strip()})")
+    if res.returncode != 0:
+        return
+    with h5py.File(trace, "r") as f:
+        full = f["runs/full/decode_attention/layer_02"][:, 1, :].astype(np.float64)
+        snap = f["runs/snapkv_b25pct/decode_attention/layer_02"][:, 1, :].astype(np.float64)
+        prefill_same = np.array_equal(f["runs/full/attention/layer_02/head_01"][()],
+                                      f["runs/snapkv_b25pct/attention/layer_02/head_01"][()]) \
+            if "head_01" in f["runs/full/attention/layer_02"] else None
+    rows, cols = min(full.shape[0], snap.shape[0]), min(full.shape[1], snap.shape[1])
+    want = snap[:rows, :cols] - full[:rows, :cols]
+    check(prefill_same is not False, "snapkv's prefill map equals the full cache's (it compresses after prefill)")
+    check(np.abs(want).max() > 0, "the two runs' decode attention differs somewhere")
+    root = ET.parse(svg_path).getroot()
+    words = " ".join(texts(root))
+    check("decode" in words, "the difference map's title says it shows the decode steps")
+    font = 9 * 300 / 72
+    maps = [im for im in root.iter(SVG + "image") if float(im.get("width")) >= 2 * font and float(im.get("height")) >= font]
+    _, _, pixels = png_pixels(base64.b64decode(maps[-1].get("href").split(",", 1)[1]))
+    got = np.array(pixels, dtype=int)
+    check(got.shape[:2] == want.shape, f"the difference map has a cell per decode step and key ({got.shape[:2]} "
+                                       f"against the trace's {want.shape})")
+    if got.shape[:2] != want.shape:
+        return
+    # RdBu on a range symmetric about zero: zero is its near-white middle, red where snapkv attends more, blue less.
+    big = np.abs(want) > 0.2 * np.abs(want).max()
+    red, blue = got[..., 0] - got[..., 2], got[..., 2] - got[..., 0]
+    check(big.any() and bool(np.all(red[big & (want > 0)] > 30)) and bool(np.all(blue[big & (want < 0)] > 30)),
+          f"the cells where the runs differ most are red where snapkv attends more and blue where less "
+          f"({int(big.sum())} cells)")
+    zero = want == 0
+    check(bool(np.all(np.abs(got[zero] - got[zero].mean(axis=0)).max(axis=1) < 8)) if zero.any() else True,
+          "cells where the runs agree are all the scale's middle colour")
 
 
 def texts(root):
@@ -137,6 +259,9 @@ def body(folder):
         check(pdf.startswith(b"%PDF-1.4") and pdf.rstrip().endswith(b"%%EOF"), "the PDF has its header and end")
         m = re.search(rb"/MediaBox \[0 0 ([0-9.]+) ([0-9.]+)\]", pdf)
         check(m is not None and abs(float(m.group(1)) - 237.6) < 0.01, f"the PDF page is 237.6 pt wide ({m and m.group(1)})")
+
+    one_look(binary, trace, folder)
+    decode_difference_is_the_traces(binary, trace, folder)
 
     # Inches, and a size that is none of the forms.
     svg_path = os.path.join(folder, "inches.svg")

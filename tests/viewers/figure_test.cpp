@@ -416,16 +416,17 @@ TEST_CASE("token labels too long for their cells across are drawn upright, insid
   for (int c = 0; c < 24; ++c) p.x_tokens.push_back(c % 2 ? "xxxxxxxxx" : "mmm");
   Figure f;
   f.parts.push_back(p);
+  // The window's drawing (ImPlot's, as the dark PNG shows it): its text is light on the dark window.
   FigureRenderer renderer;
-  const Image img = renderer.render(f, ExportOptions{1100, 700, 14.0f, false});
+  const Image img = renderer.render(f, ExportOptions{1100, 700, 14.0f, true});
   std::vector<TickLabelBox> x_labels;
   for (const auto& b : renderer.tick_labels())
     if (!b.vertical) x_labels.push_back(b);
   REQUIRE(x_labels.size() == 24);
-  auto dark = [&](int x0, int y0, int x1, int y1) {  // text pixels (the paper is white, the map pale)
+  auto dark = [&](int x0, int y0, int x1, int y1) {  // text pixels (light on the dark window)
     int n = 0;
     for (int y = std::max(0, y0); y < std::min(img.height, y1); ++y)
-      for (int x = std::max(0, x0); x < std::min(img.width, x1); ++x) n += img.at(x, y).r < 100;
+      for (int x = std::max(0, x0); x < std::min(img.width, x1); ++x) n += img.at(x, y).r > 150;
     return n;
   };
   float band_top = 1e9f, band_bottom = 0;
@@ -446,4 +447,27 @@ TEST_CASE("token labels too long for their cells across are drawn upright, insid
   const int band = dark(static_cast<int>(x_labels.front().x0) - 1, static_cast<int>(band_top) - 1,
                         static_cast<int>(x_labels.back().x1) + 2, static_cast<int>(band_bottom) + 2);
   CHECK(band == inside);
+}
+
+TEST_CASE("an exported map names its tokens as the window does: across when they fit, else upright", "[figure]") {
+  HeatmapPlot p = constant_heatmap(0.01f);
+  p.map.rows = p.map.cols = p.map.source_rows = p.map.source_cols = 24;
+  p.map.values.assign(24 * 24, 0.01f);
+  for (int c = 0; c < 24; ++c) p.x_tokens.push_back(c % 2 ? "xxxxxxxxx" : "mmm");
+  p.y_tokens = p.x_tokens;
+  Figure f;
+  f.parts.push_back(p);
+  // 24 cells of about 40 px: upright under the keys, across beside the queries (a cell is two lines tall).
+  const std::string svg = figure_svg(f, 1100, 700, 14.0f);
+  const std::regex upright(R"re(rotate\(-90\)" font-size="14" text-anchor="end">xxxxxxxxx</text>)re");
+  CHECK(std::distance(std::sregex_iterator(svg.begin(), svg.end(), upright), std::sregex_iterator()) == 12);
+  const std::regex across(R"(text-anchor="end">mmm</text>)");
+  CHECK(std::distance(std::sregex_iterator(svg.begin(), svg.end(), across), std::sregex_iterator()) == 24);
+  // Zoomed out (a cell a third of a line), numbers instead.
+  p.map.rows = p.map.cols = p.map.source_rows = p.map.source_cols = 240;
+  p.map.values.assign(240 * 240, 0.01f);
+  p.x_tokens.assign(240, "mmm");
+  p.y_tokens = p.x_tokens;
+  f.parts[0] = p;
+  CHECK(figure_svg(f, 1100, 700, 14.0f).find(">mmm<") == std::string::npos);
 }

@@ -139,6 +139,28 @@ TEST_CASE("difference pools both maps to a common grid", "[view_model]") {
   CHECK_THROWS_AS(difference(a, other), Error);
 }
 
+TEST_CASE("decode maps of runs that generated different numbers of tokens difference over what both ran",
+          "[view_model]") {
+  // A run that stopped two tokens early has two decode rows and two key positions fewer.
+  const trace::Map2D longer = random_map(6, 20, trace::Pooling::Max, 7);
+  const trace::Map2D shorter = random_map(4, 18, trace::Pooling::Max, 8);
+  CHECK_THROWS_AS(difference(longer, shorter), Error);
+  const trace::Map2D cut = crop_source(longer, 4, 18);
+  REQUIRE(cut.source_rows == 4);
+  REQUIRE(cut.source_cols == 18);
+  const trace::Map2D d = difference(cut, shorter);
+  REQUIRE(d.rows == 4);
+  REQUIRE(d.cols == 18);
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 18; ++c) CHECK(d.at(r, c) == Approx(longer.at(r, c) - shorter.at(r, c)));
+  // Pooled maps keep the blocks covering the shared extent.
+  const trace::Map2D pooled = pool_by(longer, 1, 4);
+  const trace::Map2D pooled_cut = crop_source(pooled, 4, 18);
+  CHECK(pooled_cut.cols == 5);
+  CHECK(pooled_cut.rows == 4);
+  CHECK(pooled_cut.at(3, 4) == pooled.at(3, 4));
+}
+
 namespace {
 
 // A run of 6 positions (4 prompt + 2 generated), 2 layers x 1 kv head, 3 steps: prefill, decode, decode.

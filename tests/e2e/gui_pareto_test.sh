@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# End-to-end (issue 37, item 4): the Quality panel's Pareto view. A sweep with cache types opened in the window and
+# its x axis set to the cache's bytes (`quality-x cache_bytes`) draws what `kvscope figure --view pareto` draws:
+# the window's SVG export equals the command's byte for byte (one data path, pareto_plot.h), with a curve per
+# (policy, cache type) and the front marked. An unknown axis is refused by name. Exit 77 = skipped.
+set -euo pipefail
+kvscope="${1:?usage: gui_pareto_test.sh path/to/kvscope}"
+needs="xvfb-run identify"
+source "$(dirname "$0")/gui_test_prelude.sh"
+
+# Two prompts per cell, so each point has an interval; q8_0 is 34/32 of f16's bytes per entry (scales), kept at
+# the same budgets, and keeps nearly the same quality: the front holds f16 and q8_0 points of both policies.
+cat > "$work/sweep.csv" <<CSV
+cell,prompt,policy,budget,cache_type,kl_mean,cache_bytes
+0,p1,h2o,25%,f16,0.50,1048576
+1,p1,h2o,50%,f16,0.20,2097152
+2,p1,h2o,25%,q8_0,0.52,557056
+3,p1,h2o,50%,q8_0,0.21,1114112
+4,p1,snapkv,25%,f16,0.30,1048576
+5,p1,snapkv,50%,f16,0.10,2097152
+6,p1,snapkv,25%,q8_0,0.33,557056
+7,p1,snapkv,50%,q8_0,0.12,1114112
+8,p2,h2o,25%,f16,0.60,1048576
+9,p2,h2o,50%,f16,0.25,2097152
+10,p2,h2o,25%,q8_0,0.61,557056
+11,p2,h2o,50%,q8_0,0.27,1114112
+12,p2,snapkv,25%,f16,0.40,1048576
+13,p2,snapkv,50%,f16,0.12,2097152
+14,p2,snapkv,25%,q8_0,0.41,557056
+15,p2,snapkv,50%,q8_0,0.15,1114112
+CSV
+
+cat > "$work/session.kvs" <<SCRIPT
+frames 3
+open-sweep $work/sweep.csv
+wait 60
+view quality
+metric kl_mean
+frames 3
+screenshot $work/budget_axis.png
+quality-x cache_bytes
+frames 3
+screenshot $work/pareto.png
+export quality $work/window.svg 1200x800
+quit
+SCRIPT
+window_log="$work/gui.log"
+xvfb-run -a -s "-screen 0 1280x800x24" "$kvscope" gui --no-run --width 1280 --height 800 --script "$work/session.kvs" \
+  > "$window_log" 2>&1 || fail "gui exited with an error"
+check_png "$work/budget_axis.png" 1280 800 150
+check_png "$work/pareto.png" 1280 800 150
+cmp -s "$work/budget_axis.png" "$work/pareto.png" && fail "the Pareto view looks like the budget view"
+"$kvscope" figure "$work/sweep.csv" --view pareto --metric kl_mean --size 1200x800 --out "$work/cli.svg" > /dev/null ||
+  fail "kvscope figure --view pareto failed"
+cmp -s "$work/window.svg" "$work/cli.svg" || fail "the window's Pareto export differs from kvscope figure --view pareto's"
+for series in "h2o @f16" "h2o @q8_0" "snapkv @f16" "snapkv @q8_0" "Pareto front" "cache_bytes (MiB"; do
+  grep -q "$series" "$work/window.svg" || fail "the Pareto export does not name '$series'"
+done
+# The front as the command writes it: q8_0 dominates f16 here (fewer bytes, KL within a few hundredths), so both
+# snapkv @q8_0 points are on it and no f16 point of h2o is.
+grep -q '"series": "snapkv @q8_0"' "$work/cli.svg.front.json" || fail "snapkv @q8_0 is not on the front"
+
+printf 'open-sweep %s\nwait 60\nquality-x bytes\nquit\n' "$work/sweep.csv" > "$work/bad.kvs"
+xvfb-run -a -s "-screen 0 1280x800x24" "$kvscope" gui --no-run --width 1280 --height 800 --script "$work/bad.kvs" \
+  > "$work/bad.log" 2>&1 && fail "quality-x bytes was accepted"
+grep -q "budget, cache_bytes or cache_peak_bytes, not 'bytes'" "$work/bad.log" || { cat "$work/bad.log" >&2; fail "no message naming the axes"; }
+echo "ok: the Quality panel's Pareto view is kvscope figure --view pareto's"
