@@ -57,12 +57,17 @@ llm.eval(tokens)
 t1 = time.perf_counter()
 import numpy as np
 generated = []
-tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+# The last position's logits from llama.cpp itself: llama-cpp-python keeps `scores` only with logits_all (its
+# rows past n_batch do not exist), so reading them gave token 0 at every step and failed past 2048 tokens.
+n_vocab = llm.n_vocab()
+def last_logits():
+    return np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(n_vocab,))
+tok = int(np.argmax(last_logits()))
 t2 = time.perf_counter()
 for _ in range(new_tokens - 1):
     generated.append(tok)
     llm.eval([tok])
-    tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    tok = int(np.argmax(last_logits()))
 t3 = time.perf_counter()
 print(json.dumps({"prompt_tokens": len(tokens), "prefill_ms": (t1 - t0) * 1e3,
                   "decode_ms_per_token": (t3 - t2) * 1e3 / max(1, new_tokens - 1)}))
