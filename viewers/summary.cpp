@@ -255,8 +255,11 @@ void Summary::draw(AppState& state) {
     if (r->complete) {
       const auto [label, value] = stored_bytes_line(run_numbers(*r, find_baseline(runs, *r)));
       if (!label.empty()) {
-        ImGui::TextDisabled("%s (%s):", label.c_str(), r->name.c_str());
-        ImGui::TextWrapped("%s", value.c_str());  // the docked Summary is narrow
+        // Both wrapped: the docked Summary is narrow.
+        ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+        ImGui::TextWrapped("%s (%s):", label.c_str(), r->name.c_str());
+        ImGui::PopStyleColor();
+        ImGui::TextWrapped("%s", value.c_str());
         if (ImGui::IsItemHovered())
           ImGui::SetTooltip("as stored: the kept entries' payload, scales, zero points and full-precision residual,\n"
                             "without allocation slack (generate --json's cache.entry_bytes). In pages: what a serving\n"
