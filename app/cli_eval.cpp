@@ -68,6 +68,9 @@ struct StageProgress {
 void print_memory(const eval::CacheMemory& m) {
   std::printf("cache             peak %s of the full cache's %s (saved %.1f%%), at the end %s\n",
               mib(m.peak_bytes).c_str(), mib(m.full_peak_bytes).c_str(), 100.0 * m.saved(), mib(m.bytes).c_str());
+  if (m.page_tokens > 0)
+    std::printf("cache entries     %s as stored, %s in pages of %d tokens per layer and KV head\n",
+                mib(m.entry_bytes).c_str(), mib(m.paged_bytes).c_str(), m.page_tokens);
 }
 
 nlohmann::json metrics_json(const eval::Metrics& metrics) {
@@ -77,7 +80,7 @@ nlohmann::json metrics_json(const eval::Metrics& metrics) {
 }
 
 int run_fidelity(const EvalArgs& a) {
-  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget, a.cache_type.types()};
+  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget, a.cache_type.types(), a.cache_type.page_tokens};
   policy::make_policy(cell.policy);  // a bad spec or prompt fails before the model loads
   const std::string body = a.prompt.body();
   const run::ChatSpec chat = a.prompt.chat_spec();
@@ -124,7 +127,7 @@ int run_fidelity(const EvalArgs& a) {
 }
 
 int run_ppl(const EvalArgs& a) {
-  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget, a.cache_type.types()};
+  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget, a.cache_type.types(), a.cache_type.page_tokens};
   policy::make_policy(cell.policy);
   const std::string body = a.prompt.body();
   const run::ChatSpec chat = a.prompt.chat_spec();
@@ -165,7 +168,7 @@ int run_ppl(const EvalArgs& a) {
 }
 
 int run_needle(const EvalArgs& a) {
-  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget, a.cache_type.types()};
+  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget, a.cache_type.types(), a.cache_type.page_tokens};
   policy::make_policy(cell.policy);
   NeedleGrid grid{a.lengths, parse_depths(a.depths), a.seed, a.settings.answer_tokens};
 #ifdef KVSCOPE_HAVE_GUI

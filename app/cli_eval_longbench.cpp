@@ -99,7 +99,7 @@ int run_score_only(const LongBenchArgs& a) {
 int run_records(const LongBenchArgs& a) {
   if (a.data.empty()) throw UsageError("eval longbench needs --data FILE.jsonl (or --score-only)");
   const eval::Protocol protocol = eval::parse_protocol(a.protocol);
-  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget, a.cache_type.types()};
+  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget, a.cache_type.types(), a.cache_type.page_tokens};
   policy::make_policy(cell.policy);  // a bad spec fails before anything loads
   a.traces.prepare();
   if (!a.predictions.empty()) {
@@ -186,6 +186,10 @@ int run_records(const LongBenchArgs& a) {
                           {"prediction", text},
                           {"score", score}};
     if (full_score >= 0) row["full_score"] = full_score, row["full_prediction"] = full_text;
+    if (answer.memory.page_tokens > 0) {
+      row["cache_entry_bytes"] = answer.memory.entry_bytes;
+      row["cache_paged_bytes"] = answer.memory.paged_bytes;
+    }
     add_evidence_fields(row, request.evidence, answer.retention);
     retention.add(answer.retention, score);
     if (trace) {

@@ -43,7 +43,7 @@ struct RulerArgs {
 
 int run_ruler(const RulerArgs& a) {
   const eval::Protocol protocol = eval::parse_protocol(a.protocol);
-  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget, a.cache_type.types()};
+  const eval::CellPolicy cell{with_allocation(a.policy, a.allocation), a.budget, a.cache_type.types(), a.cache_type.page_tokens};
   policy::make_policy(cell.policy);
   if (!a.write_samples.empty()) {
     std::vector<NamedPath> inputs = run_input_files(&a.model, nullptr, {cell.policy});
@@ -104,6 +104,10 @@ int run_ruler(const RulerArgs& a) {
     row["prediction"] = answer.text;
     row["score"] = score;
     row["peak_cache_bytes"] = answer.memory.peak_bytes;
+    if (answer.memory.page_tokens > 0) {
+      row["cache_entry_bytes"] = answer.memory.entry_bytes;
+      row["cache_paged_bytes"] = answer.memory.paged_bytes;
+    }
     add_evidence_fields(row, request.evidence, answer.retention);
     retention.add(answer.retention, score);
     if (trace) {

@@ -4,9 +4,11 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "app/logits_npy.h"
 #include "app/run_options.h"
 #include "app/subcommands.h"
 #include "core/common/error.h"
+#include "core/common/output_is_input.h"
 #include "core/common/utf8_check.h"
 #include "core/run/execute.h"
 
@@ -21,6 +23,9 @@ struct GenerateArgs {
   std::string policy = "full";
   std::string allocation;
   bool json = false;
+  std::string force_tokens;  // teacher forcing: the new tokens' ids, comma-separated
+  std::string logits_out;    // .npy of every predicting step's logits
+  bool force = false;
 };
 
 std::string mib(std::size_t bytes) {
@@ -75,9 +80,15 @@ nlohmann::json result_json(const model::Model& model, const run::RunSpec& spec, 
                 {"peak_bytes", r.cache_peak_bytes},
                 {"full_cache_bytes", r.full_cache_bytes},
                 {"layer_bytes", r.layer_bytes},
+                {"layer_entry_bytes", r.layer_entry_bytes},
                 {"layer_peak_bytes", r.layer_peak_bytes},
                 {"kept", r.kept},
                 {"layer_budgets", r.layer_budgets}};
+  if (r.cache_page_tokens > 0) {
+    j["cache"]["page_tokens"] = r.cache_page_tokens;
+    j["cache"]["paged_bytes"] = r.cache_paged_bytes;
+    j["cache"]["layer_paged_bytes"] = r.layer_paged_bytes;
+  }
   return j;
 }
 
@@ -90,6 +101,9 @@ void print_report(const run::RunSpec& spec, const engine::RunResult& r) {
   std::fprintf(stderr, "cache allocated now %s (entries %s), peak %s; a full cache of these tokens: %s\n",
                mib(r.cache_bytes).c_str(), mib(r.cache_entry_bytes).c_str(), mib(r.cache_peak_bytes).c_str(),
                mib(r.full_cache_bytes).c_str());
+  if (r.cache_page_tokens > 0)
+    std::fprintf(stderr, "in pages of %d tokens per layer and KV head: %s\n", r.cache_page_tokens,
+                 mib(r.cache_paged_bytes).c_str());
   std::fprintf(stderr, "layer  kept per kv head           bytes now     peak\n");
   for (std::size_t l = 0; l < r.kept.size(); ++l) {
     std::string heads;
@@ -109,14 +123,32 @@ Command register_generate(CLI::App& root) {
   cmd->add_option("--policy", args->policy, "policy spec, e.g. snapkv:window=32,kernel=7 (see `kvscope policies`)");
   cmd->add_option("--allocation", args->allocation, "layer budget allocation for the policy (uniform, pyramid, d2o, dynamickv, cake)");
   cmd->add_flag("--json", args->json, "print a machine-readable record instead of text");
+  cmd->add_option("--force-tokens", args->force_tokens,
+                  "teacher forcing: feed these token ids (comma-separated) as the new tokens instead of sampled "
+                  "ones, e.g. another run's generated_tokens; --max-new-tokens may not exceed their number");
+  cmd->add_option("--logits-out", args->logits_out,
+                  "write each predicting step's next-token logits (the prompt's last position, then every new "
+                  "token's but the last) as a float32 .npy array [steps, vocab]");
+  cmd->add_flag("--force", args->force, "overwrite an existing --logits-out file");
 
   return {cmd, [args]() {
-            const run::RunSpec spec =
+            run::RunSpec spec =
                 args->generation.spec(args->prompt, with_allocation(args->policy, args->allocation), "kvscope generate");
+            if (!args->force_tokens.empty())
+              spec.generation.forced_tokens = parse_token_ids(args->force_tokens, "--force-tokens");
             run::check(spec);  // before the model loads, so a typo costs nothing
             if (args->json) check_json_text_inputs(args->prompt, spec);
+            if (!args->logits_out.empty()) {
+              refuse_output_that_is_input({"--logits-out", args->logits_out},
+                                          run_input_files(&args->model, &args->prompt, {spec.policy}));
+              check_output_path(args->logits_out, existing_policy(args->force), "--logits-out");
+            }
             const model::Model model = args->model.load();
-            const run::RunOutcome outcome = run::execute(spec, model, {});
+            LogitsRecorder logits;
+            run::RunSinks sinks;
+            if (!args->logits_out.empty()) sinks.observers.push_back(&logits);
+            const run::RunOutcome outcome = run::execute(spec, model, sinks);
+            if (!args->logits_out.empty()) write_logits_npy(args->logits_out, logits, existing_policy(args->force));
             // With --json the warnings are in the record, and stdout stays one JSON document.
             if (!args->json) print_policy_warnings(outcome.policy_warnings);
             if (args->json) {

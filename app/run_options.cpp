@@ -120,7 +120,10 @@ void CacheTypeFlags::add_to(CLI::App* cmd) {
                   "float32");
   cmd->add_option("--cache-type-k", keys, "how the KV cache stores keys (default: --cache-type)");
   cmd->add_option("--cache-type-v", values, "how the KV cache stores values (default: --cache-type)");
-}
+  cmd->add_option("--cache-page", page_tokens,
+                  "also report the cache's physical bytes in pages of N tokens per layer and KV head, as a paged "
+                  "serving engine would allocate it (each part paged apart; KIVI keys: N a multiple of the group)")
+      ->check(CLI::PositiveNumber);}
 
 kernels::KVCacheTypes CacheTypeFlags::types() const {
   return kernels::parse_cache_types(both, keys, values);
@@ -143,6 +146,7 @@ engine::GenerateOptions GenerationFlags::options() const {
   o.sampling = {temperature, top_k, top_p, seed};
   o.stop_at_end_of_generation = !ignore_eos;
   o.cache_type = cache_type.types();
+  o.cache_page_tokens = cache_type.page_tokens;
   return o;
 }
 

@@ -45,6 +45,7 @@ struct PromptOptions {
 struct CacheTypeFlags {
   std::string both = "f32";
   std::string keys, values;  // empty: `both`
+  int page_tokens = 0;       // --cache-page N (engine::GenerateOptions::cache_page_tokens)
   void add_to(CLI::App* cmd);
   // Throws UsageError naming an unknown type and the choices.
   kernels::KVCacheTypes types() const;

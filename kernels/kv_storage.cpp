@@ -137,6 +137,25 @@ std::size_t cache_part_bytes(const KVCacheTypes& types, KVPart part, int head_di
   return (entries - residual) * (2 * kKiviHalf * (d / g) + code_row) + residual * full_row;
 }
 
+void check_cache_page(const KVCacheTypes& types, int page_tokens) {
+  if (page_tokens < 1)
+    throw UsageError("--cache-page " + std::to_string(page_tokens) + ": a page holds at least one token");
+  if (is_kivi(types.keys) && page_tokens % types.kivi.group != 0)
+    throw UsageError("--cache-page " + std::to_string(page_tokens) + ": a " + cache_type_name(types.keys) +
+                     " key page holds whole groups of " + std::to_string(types.kivi.group) +
+                     " tokens; give a multiple of " + std::to_string(types.kivi.group));
+}
+
+std::size_t cache_page_bytes(const KVCacheTypes& types, KVPart part, int head_dim, int page_tokens) {
+  const CacheType type = types.of(part);
+  const auto n = static_cast<std::size_t>(page_tokens);
+  if (!is_kivi(type)) return n * cache_row_bytes(type, head_dim);
+  const auto d = static_cast<std::size_t>(head_dim), g = static_cast<std::size_t>(types.kivi.group);
+  const std::size_t code_row = d * kivi_bits(type) / 8;
+  if (part == KVPart::Keys) return n / g * (2 * kKiviHalf * d + g * code_row);
+  return n * (2 * kKiviHalf * (d / g) + code_row);
+}
+
 void check_cache_types(const KVCacheTypes& types, int head_dim) {
   if (is_kivi(types.keys) || is_kivi(types.values)) {
     const KiviOptions& o = types.kivi;

@@ -67,6 +67,17 @@ void check_cache_types(const KVCacheTypes& types, int head_dim);
 // (closed form: for KIVI, the quantized groups and rows and the full-precision residual its append rule leaves).
 std::size_t cache_part_bytes(const KVCacheTypes& types, KVPart part, int head_dim, std::size_t entries);
 
+// --cache-page N: what a serving engine that allocates the cache in pages of N tokens per (layer, KV head) would
+// hold, each part paged on its own. A fixed-row part takes ceil(entries / N) pages of N rows; a KIVI part keeps
+// its quantized store and its float32 residual in separate pages: key pages hold N / G whole groups (a group
+// that lost entries to an eviction still fills its slot), value pages N quantized rows, residual pages N float32
+// rows. Throws UsageError when N < 1, or when a KIVI key part's G does not divide N.
+void check_cache_page(const KVCacheTypes& types, int page_tokens);
+// Bytes of `pages` pages of N tokens of `part` (rows of its type; for KIVI: quantized rows, not the residual).
+std::size_t cache_page_bytes(const KVCacheTypes& types, KVPart part, int head_dim, int page_tokens);
+// ceil(count / per_page), 0 for 0.
+inline std::size_t pages_for(std::size_t count, std::size_t per_page) { return (count + per_page - 1) / per_page; }
+
 // Folds `sources` into the kept entry `target`: K = w[0]*K[target] + sum_i w[1+i]*K[sources[i]], V likewise.
 // Indices refer to the entries before the edit; sources are not kept. (cache::MergeGroup is this type.)
 struct RowMerge {
@@ -116,6 +127,13 @@ class KVStorage {
   // full-precision rows, without allocation slack.
   virtual std::size_t entry_bytes(int layer, int kv_head) const {
     return static_cast<std::size_t>(size(layer, kv_head)) * (row_bytes(KVPart::Keys) + row_bytes(KVPart::Values));
+  }
+
+  // The same entries in pages of page_tokens tokens (check_cache_page): whole pages, the last one partly empty.
+  virtual std::size_t paged_bytes(int layer, int kv_head, int page_tokens) const {
+    const std::size_t pages = pages_for(static_cast<std::size_t>(size(layer, kv_head)), page_tokens);
+    return pages * (cache_page_bytes(type_, KVPart::Keys, head_dim_, page_tokens) +
+                    cache_page_bytes(type_, KVPart::Values, head_dim_, page_tokens));
   }
 
   virtual int size(int layer, int kv_head) const = 0;

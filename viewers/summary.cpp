@@ -87,9 +87,26 @@ std::pair<std::string, std::string> cache_at_end_line(const RunNumbers& n) {
           percent(n.bytes_share) + " of its bytes, " + percent(n.kept_share) + " of its entries (the table's columns)"};
 }
 
+std::pair<std::string, std::string> stored_bytes_line(const RunNumbers& n) {
+  if (std::isnan(n.entry_bytes)) return {};
+  char buf[160];
+  if (n.page_tokens > 0 && !std::isnan(n.paged_bytes)) {
+    const double extra = n.entry_bytes > 0 ? 100.0 * (n.paged_bytes / n.entry_bytes - 1.0) : 0.0;
+    std::snprintf(buf, sizeof buf, "entries as stored %.1f KiB; in pages of %d tokens %.1f KiB (%+.1f %%)",
+                  n.entry_bytes / 1024.0, n.page_tokens, n.paged_bytes / 1024.0, extra);
+  } else {
+    std::snprintf(buf, sizeof buf, "entries as stored %.1f KiB (no --cache-page)", n.entry_bytes / 1024.0);
+  }
+  return {"cache bytes at the end, logical and physical", buf};
+}
+
 RunNumbers run_numbers(const trace::RunTrace& run, const trace::RunTrace* baseline) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   RunNumbers n;
+  n.entry_bytes = meta_number(run, "cache_entry_bytes");
+  n.paged_bytes = meta_number(run, "cache_paged_bytes");
+  const double page_tokens = meta_number(run, "cache_page_tokens");
+  n.page_tokens = std::isnan(page_tokens) ? 0 : static_cast<int>(page_tokens);
   n.cache_bytes = run.steps.empty() ? nan : static_cast<double>(run.steps.back().cache_bytes);
   n.full_cache_bytes = meta_number(run, "full_cache_bytes");
   if (std::isnan(n.full_cache_bytes) && baseline && !baseline->steps.empty())
@@ -235,6 +252,20 @@ void Summary::draw(AppState& state) {
   ImGui::PopStyleColor();
   if (const trace::RunTrace* r = state.active_run()) {
     const RunEntry& entry = state.runs[state.active];
+    if (r->complete) {
+      const auto [label, value] = stored_bytes_line(run_numbers(*r, find_baseline(runs, *r)));
+      if (!label.empty()) {
+        // Both wrapped: the docked Summary is narrow.
+        ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+        ImGui::TextWrapped("%s (%s):", label.c_str(), r->name.c_str());
+        ImGui::PopStyleColor();
+        ImGui::TextWrapped("%s", value.c_str());
+        if (ImGui::IsItemHovered())
+          ImGui::SetTooltip("as stored: the kept entries' payload, scales, zero points and full-precision residual,\n"
+                            "without allocation slack (generate --json's cache.entry_bytes). In pages: what a serving\n"
+                            "engine that allocates N-token pages per layer and KV head would hold (--cache-page N).");
+      }
+    }
     if (entry.fidelity) {
       ImGui::SeparatorText(("fidelity to the full cache, " + r->name).c_str());
       if (ImGui::BeginTable("##fidelity", 2, ImGuiTableFlags_SizingFixedFit)) {

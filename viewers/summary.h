@@ -24,6 +24,10 @@ struct RunNumbers {
   double prefill_ms = 0, decode_ms_per_token = 0;
   bool prefill_replayed = false;                  // the prefill was replayed from a capture: prefill_ms is no forward pass
   bool has_baseline = false;
+  // The entries at the end as stored (logical: payload, scales, zero points, residual) and, when the run was made
+  // with --cache-page N, in pages of N tokens per (layer, KV head) (physical); NaN (page_tokens 0) when absent.
+  double entry_bytes = 0, paged_bytes = 0;
+  int page_tokens = 0;
 };
 
 // The Summary's lines for a run's fidelity to the full cache (label, value as shown): top-1 agreement, KL
@@ -36,6 +40,11 @@ std::vector<std::pair<std::string, std::string>> fidelity_lines(const eval::Fide
 // 1 - the teacher-forced fidelity run's bytes / its reference's peak: another run, over other tokens, which read
 // "saved 73.7 %" beside "bytes of full 40 %".)
 std::pair<std::string, std::string> cache_at_end_line(const RunNumbers& numbers);
+
+// The run's logical and physical bytes (label, value as shown): "entries as stored 1234.5 KiB; in pages of 16
+// tokens 1300.0 KiB (+5.3 %)", or without pages "entries as stored 1234.5 KiB (no --cache-page)". Empty label when
+// the trace does not record the entries' bytes (traces made before them).
+std::pair<std::string, std::string> stored_bytes_line(const RunNumbers& numbers);
 
 // How the table's cache columns are computed, shown under it.
 extern const char* const kCacheColumnsLegend;

@@ -167,6 +167,24 @@ std::size_t KVCache::full_cache_bytes(int seq_len) const {
           kernels::cache_part_bytes(type(), kernels::KVPart::Values, head_dim_, n));
 }
 
+std::size_t KVCache::layer_entry_bytes(int layer) const {
+  std::size_t total = 0;
+  for (int h = 0; h < n_kv_heads_; ++h) total += storage_->entry_bytes(layer, h);
+  return total;
+}
+
+std::size_t KVCache::layer_paged_bytes(int layer, int page_tokens) const {
+  std::size_t total = 0;
+  for (int h = 0; h < n_kv_heads_; ++h) total += storage_->paged_bytes(layer, h, page_tokens);
+  return total;
+}
+
+std::size_t KVCache::paged_bytes(int page_tokens) const {
+  std::size_t total = 0;
+  for (int l = 0; l < n_layers_; ++l) total += layer_paged_bytes(l, page_tokens);
+  return total;
+}
+
 int KVCache::total_entries() const {
   int total = 0;
   for (int l = 0; l < n_layers_; ++l)

@@ -60,6 +60,11 @@ class KVCache {
   // Bytes the same entries would take in a full (uncompressed) cache of seq_len tokens.
   std::size_t full_cache_bytes(int seq_len) const;
   int total_entries() const;
+  // The entries in pages of page_tokens tokens per (layer, KV head), as a paged serving cache would allocate
+  // them (kernels::check_cache_page): whole pages, the last of each head partly empty.
+  std::size_t paged_bytes(int page_tokens) const;
+  std::size_t layer_paged_bytes(int layer, int page_tokens) const;
+  std::size_t layer_entry_bytes(int layer) const;
 
  private:
   struct HeadMeta {

@@ -489,6 +489,7 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
     if (id < 0 || id >= c.vocab_size)
       throw UsageError("forced token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(c.vocab_size));
   check_fits_context(prompt.size(), options.max_new_tokens, c.context_length);
+  if (options.cache_page_tokens != 0) kernels::check_cache_page(options.cache_type, options.cache_page_tokens);
   if (hooks.policy) {
     policy::RunInfo info;
     info.config = c;
@@ -619,9 +620,14 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   result.cache_peak_bytes = run.cache.peak_bytes();
   result.cache_entry_bytes = run.cache.entry_bytes();
   result.full_cache_bytes = run.cache.full_cache_bytes(position);
+  result.cache_page_tokens = options.cache_page_tokens;
+  if (options.cache_page_tokens > 0) result.cache_paged_bytes = run.cache.paged_bytes(options.cache_page_tokens);
   for (int l = 0; l < c.n_layers; ++l) {
     result.layer_bytes.push_back(run.cache.layer_bytes(l));
     result.layer_peak_bytes.push_back(run.cache.layer_peak_bytes(l));
+    result.layer_entry_bytes.push_back(run.cache.layer_entry_bytes(l));
+    if (options.cache_page_tokens > 0)
+      result.layer_paged_bytes.push_back(run.cache.layer_paged_bytes(l, options.cache_page_tokens));
     const kernels::KVStorage& storage = run.cache.storage();
     result.key_storage_nmse.push_back(storage.storage_error(l, kernels::KVPart::Keys, false).relative_nmse());
     result.value_storage_nmse.push_back(storage.storage_error(l, kernels::KVPart::Values, false).relative_nmse());

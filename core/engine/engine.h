@@ -37,6 +37,9 @@ struct GenerateOptions {
   bool sample_after_forced = false;
   // How the cache stores keys and values (attention accumulates in float32 either way).
   kernels::KVCacheTypes cache_type = kernels::CacheType::F32;
+  // --cache-page N: also count the bytes of the cache in pages of N tokens per (layer, KV head)
+  // (RunResult::cache_paged_bytes); 0: not paged. The cache itself is not stored in pages.
+  int cache_page_tokens = 0;
 };
 
 struct Progress {
@@ -87,6 +90,12 @@ struct RunResult {
   // Allocated bytes now and at peak; bytes of the entries themselves; what a full cache would hold.
   std::size_t cache_bytes = 0, cache_peak_bytes = 0, cache_entry_bytes = 0, full_cache_bytes = 0;
   std::vector<std::size_t> layer_bytes, layer_peak_bytes;
+  std::vector<std::size_t> layer_entry_bytes;  // cache_entry_bytes per layer (the logical bytes at the end)
+  // With GenerateOptions::cache_page_tokens N > 0: the entries at the end in pages of N tokens per (layer, KV
+  // head), in all and per layer (the physical bytes of a paged cache); 0 and empty otherwise.
+  int cache_page_tokens = 0;
+  std::size_t cache_paged_bytes = 0;
+  std::vector<std::size_t> layer_paged_bytes;
   // Per layer, the relative NMSE of the stored keys and values against the float32 rows they were made from
   // (kernels::KVStorage::storage_error), and of merge results stored again (0 without merges or for f32).
   std::vector<double> key_storage_nmse, value_storage_nmse, key_merge_nmse, value_merge_nmse;

@@ -47,7 +47,11 @@ class LayerNmse : public engine::RunObserver {
 };
 
 CacheMemory memory_of(const engine::RunResult& r, std::size_t full_peak_bytes) {
-  return {r.cache_bytes, r.cache_peak_bytes, full_peak_bytes};
+  CacheMemory m{r.cache_bytes, r.cache_peak_bytes, full_peak_bytes};
+  m.page_tokens = r.cache_page_tokens;
+  m.entry_bytes = r.cache_entry_bytes;
+  m.paged_bytes = r.cache_paged_bytes;
+  return m;
 }
 
 void append_memory(Metrics& m, const CacheMemory& memory, double run_ms) {
@@ -56,6 +60,11 @@ void append_memory(Metrics& m, const CacheMemory& memory, double run_ms) {
                      {"full_cache_peak_bytes", static_cast<double>(memory.full_peak_bytes)},
                      {"memory_saved", memory.saved()},
                      {"run_ms", run_ms}});
+  // Only with --cache-page, so that the columns of every sweep made without it stay as they were.
+  if (memory.page_tokens > 0)
+    m.insert(m.end(), {{"cache_page_tokens", static_cast<double>(memory.page_tokens)},
+                       {"cache_entry_bytes", static_cast<double>(memory.entry_bytes)},
+                       {"cache_paged_bytes", static_cast<double>(memory.paged_bytes)}});
 }
 
 double mean(const std::vector<double>& v) {
@@ -143,6 +152,7 @@ engine::RunResult Evaluator::run(const std::vector<int>& prompt, engine::Generat
   options.stop_at_end_of_generation = stop_at_end;
   spec.generation = std::move(options);
   spec.generation.cache_type = cell.cache_type;
+  spec.generation.cache_page_tokens = cell.cache_page_tokens;
   spec.source = "kvscope eval";
   run::RunSinks sinks;
   if (trace.sink) {

@@ -30,6 +30,7 @@ struct CellPolicy {
   std::string policy = "full";
   std::string budget;
   kernels::KVCacheTypes cache_type = kernels::CacheType::F32;
+  int cache_page_tokens = 0;  // --cache-page: also count the cache in pages of this many tokens (0: not)
 };
 
 // A cell's numbers by name, in column order (the sweep's CSV columns).
@@ -38,6 +39,10 @@ using Metrics = std::vector<std::pair<std::string, double>>;
 struct CacheMemory {
   std::size_t bytes = 0, peak_bytes = 0;  // the policy's cache at the end and at its largest
   std::size_t full_peak_bytes = 0;        // the full cache's largest, on the same tokens
+  // With --cache-page N: the entries at the end as stored (logical) and in pages of N tokens per (layer, KV
+  // head) (physical, engine::RunResult::cache_paged_bytes); page_tokens 0: not counted.
+  int page_tokens = 0;
+  std::size_t entry_bytes = 0, paged_bytes = 0;
   double saved() const { return full_peak_bytes ? 1.0 - static_cast<double>(peak_bytes) / full_peak_bytes : 0.0; }
   // The cache at the end against the full cache's (which only grows, so its end is its peak): what the budget
   // kept. A post-prefill policy's peak is the whole prompt, held before it compressed, at every budget.

@@ -22,6 +22,13 @@ using observation::Phase;
 
 namespace {
 
+// Per-layer byte counts as run metadata: "123,456,...".
+std::string comma_list(const std::vector<std::size_t>& values) {
+  std::string text;
+  for (std::size_t v : values) text += (text.empty() ? "" : ",") + std::to_string(v);
+  return text;
+}
+
 bool parse_switch(const std::string& key, const std::string& value) {
   if (value == "on" || value == "true" || value == "1" || value == "yes") return true;
   if (value == "off" || value == "false" || value == "0" || value == "no") return false;
@@ -701,7 +708,15 @@ void Recorder::finish(const engine::RunResult& result) {
       {"decode_ms", std::to_string(result.decode_ms)},
       {"cache_peak_bytes", std::to_string(result.cache_peak_bytes)},
       {"full_cache_bytes", std::to_string(result.full_cache_bytes)},
+      {"cache_entry_bytes", std::to_string(result.cache_entry_bytes)},
+      {"layer_entry_bytes", comma_list(result.layer_entry_bytes)},
   };
+  // --cache-page N: the same entries in pages of N tokens per (layer, KV head), beside the logical bytes.
+  if (result.cache_page_tokens > 0) {
+    final_meta["cache_page_tokens"] = std::to_string(result.cache_page_tokens);
+    final_meta["cache_paged_bytes"] = std::to_string(result.cache_paged_bytes);
+    final_meta["layer_paged_bytes"] = comma_list(result.layer_paged_bytes);
+  }
   // How far the stored rows are from float32, per layer (a quantized or half cache; issue 37).
   if (const auto type = run_.metadata.find("cache_type"); type != run_.metadata.end() && type->second != "f32") {
     auto per_layer = [](const std::vector<double>& values) {

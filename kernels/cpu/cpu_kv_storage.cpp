@@ -309,4 +309,14 @@ std::size_t CpuKVStorage::entry_bytes(int layer, int kv_head) const {
   return total;
 }
 
+std::size_t CpuKVStorage::paged_bytes(int layer, int kv_head, int page_tokens) const {
+  const HeadRows& head = at(layer, kv_head);
+  std::size_t total = 0;
+  for (KVPart part : {KVPart::Keys, KVPart::Values})
+    total += head.part(part).kivi
+                 ? head.part(part).kivi->paged_bytes(page_tokens)
+                 : pages_for(head.positions.size(), page_tokens) * cache_page_bytes(type(), part, head_dim(), page_tokens);
+  return total;
+}
+
 }  // namespace kvscope::kernels::cpu

@@ -25,6 +25,7 @@ class CpuKVStorage final : public KVStorage {
   const float* host_f32_rows(int layer, int kv_head, KVPart part) const override;
   std::size_t layer_bytes(int layer) const override;
   std::size_t entry_bytes(int layer, int kv_head) const override;
+  std::size_t paged_bytes(int layer, int kv_head, int page_tokens) const override;
   StorageError storage_error(int layer, KVPart part, bool as_merged) const override;
 
   // The stored rows of one head's part, [size][head_dim]: f32() when its type is F32, f16() when F16, bf16()

@@ -443,6 +443,15 @@ void KiviPart::compact(std::span<const int32_t> keep) {
   quantized_ = kept_quantized;
 }
 
+std::size_t KiviPart::paged_bytes(int page_tokens) const {
+  const auto n = static_cast<std::size_t>(page_tokens), d = static_cast<std::size_t>(layout_.head_dim);
+  const std::size_t residual = pages_for(residual_rows(), n) * n * d * sizeof(float);
+  if (!layout_.per_channel) return pages_for(quantized_, n) * n * layout_.value_row_bytes() + residual;
+  const auto groups_per_page = n / static_cast<std::size_t>(layout_.group);
+  const std::size_t group_bytes = layout_.key_group_meta_bytes() + layout_.group * layout_.code_row_bytes();
+  return pages_for(group_sizes_.size(), groups_per_page) * groups_per_page * group_bytes + residual;
+}
+
 void KiviPart::reserve(std::size_t entries) {
   const std::size_t g = layout_.group, r = layout_.residual;
   if (layout_.per_channel) {

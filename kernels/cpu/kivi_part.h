@@ -66,6 +66,9 @@ class KiviPart {
 
   // Payload, scales and zero points, and full-precision rows of the entries.
   std::size_t entry_bytes() const { return packed_.size() + residual_.size() * sizeof(float); }
+  // In pages of N tokens (kv_storage.h, check_cache_page): key pages of N / G group slots (one per group, full or
+  // partly evicted) or value pages of N quantized rows, and the float32 residual in pages of N rows.
+  std::size_t paged_bytes(int page_tokens) const;
   std::size_t allocated_bytes() const { return packed_.capacity() + residual_.capacity() * sizeof(float); }
   void reserve(std::size_t entries);
   void release_slack();

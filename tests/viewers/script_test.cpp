@@ -119,6 +119,26 @@ TEST_CASE("run numbers: kept share, log-prob gap and divergence against the base
   CHECK(std::string(kCacheColumnsLegend).find("entries of full") != std::string::npos);
 }
 
+TEST_CASE("the Summary's logical and physical bytes come from the run's attributes", "[summary]") {
+  trace::RunTrace run;
+  run.name = "q8_0";
+  run.complete = true;
+  // Traces made before the entries' bytes were recorded: no line rather than a made-up number.
+  CHECK(stored_bytes_line(run_numbers(run, nullptr)).first.empty());
+  run.metadata = {{"policy", "full"}, {"cache_entry_bytes", "2048"}};
+  RunNumbers n = run_numbers(run, nullptr);
+  CHECK(n.entry_bytes == 2048.0);
+  CHECK(n.page_tokens == 0);
+  CHECK(stored_bytes_line(n).first == "cache bytes at the end, logical and physical");
+  CHECK(stored_bytes_line(n).second == "entries as stored 2.0 KiB (no --cache-page)");
+  run.metadata["cache_page_tokens"] = "16";
+  run.metadata["cache_paged_bytes"] = "2560";
+  n = run_numbers(run, nullptr);
+  CHECK(n.page_tokens == 16);
+  CHECK(n.paged_bytes == 2560.0);
+  CHECK(stored_bytes_line(n).second == "entries as stored 2.0 KiB; in pages of 16 tokens 2.5 KiB (+25.0 %)");
+}
+
 TEST_CASE("diagnostic series become one line per stage over layers", "[budget]") {
   policy::Series s;
   s.shape = {3, 4};
