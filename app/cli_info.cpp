@@ -206,6 +206,10 @@ void print_text(const ModelSummary& s) {
   if (c.attn_logit_softcap > 0.0f || c.final_logit_softcap > 0.0f)
     std::printf("soft-caps       attention %g, logits %g\n", static_cast<double>(c.attn_logit_softcap),
                 static_cast<double>(c.final_logit_softcap));
+  if (c.attention_sinks) std::printf("attention sinks a learned logit per head in every softmax (gpt-oss)\n");
+  if (c.swiglu_limit > 0.0f)
+    std::printf("experts' SwiGLU clamped at %g, alpha %g, with biases\n", static_cast<double>(c.swiglu_limit),
+                static_cast<double>(c.swiglu_alpha));
   std::printf("tied embeddings %s\n", c.tied_embeddings ? "yes" : "no");
   std::printf("tokenizer       %s\n", s.tokenizer.c_str());
   std::printf("chat template   %s\n", s.chat_template.c_str());
