@@ -189,7 +189,10 @@ TEST_CASE("a gpt-oss trace records each row's sink share beside its map, and its
   CHECK(worst_sink <= kHalfTolerance);
   CHECK(worst_row_total <= 2 * kHalfTolerance);
   CHECK(worst_entropy <= 1e-4);  // from the float32 rows, not the stored halves
-  CHECK(worst_exact <= kHalfTolerance);
+  // The exact zoom rebuilds scores from float16 q and k, whose rounding here (YaRN's attention factor and the biases
+  // make q and k longer than Gemma's) moves a probability by up to 3e-3; leaving the sink out would move a row's
+  // probabilities by its share, up to largest_share.
+  CHECK(worst_exact <= 5e-3);
 }
 
 TEST_CASE("gpt-oss's local layers follow the swa= modes and hold at most their window", "[gptoss][swa]") {
