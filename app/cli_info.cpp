@@ -183,7 +183,9 @@ void print_text(const ModelSummary& s) {
   std::printf("ffn             %d%s\n", c.ffn_dim, c.n_experts > 0 ? " per expert" : "");
   if (c.n_experts > 0)
     std::printf("experts         %d, %d per token (%s)\n", c.n_experts, c.n_experts_used,
-                c.expert_weights_norm ? "renormalised" : "softmax probabilities");
+                c.router_softmax_after_topk ? "softmax over the chosen logits"
+                : c.expert_weights_norm     ? "renormalised"
+                                            : "softmax probabilities");
   std::printf("vocab           %d\n", c.vocab_size);
   std::printf("context length  %d\n", c.context_length);
   std::printf("rope            base %g, %d dims per head, %s\n", static_cast<double>(c.rope_base), c.rope_dim,

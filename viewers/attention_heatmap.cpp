@@ -129,7 +129,8 @@ void add_sink_column(const trace::Map2D& sink, HeatmapPlot& out) {
   if (!out.column_marks.empty()) out.column_marks.resize(static_cast<std::size_t>(m.source_cols), 0);
   if (!out.x_tokens.empty()) out.x_tokens.resize(static_cast<std::size_t>(m.source_cols), "sink");
   out.sink_column = true;
-  out.x_label += " (last column: the sink's share of the row)";
+  out.marks_x.push_back(keys_end);  // a guide between the last key and the sink
+  out.x_label += " (right of the line: the sink's share of the row)";
 }
 
 bool attention_plot(const trace::RunTrace& run, const Selection& sel, bool decode, bool marks, ScaleKind scale,
