@@ -176,9 +176,13 @@ void attention_tooltip(const trace::RunTrace& run, const HeatmapPlot& plot, cons
   const CellSpan span = cell_span(plot.map, r, c);
   if (plot.sink_column && c == plot.map.cols - 1) {
     ImGui::BeginTooltip();
-    ImGui::Text("the sink's share of %s %d..%d: %.4g (%s)", plot.map.row_block > 1 ? "rows" : "row",
-                static_cast<int>(plot.y_origin) + span.row_begin, static_cast<int>(plot.y_origin) + span.row_end - 1,
-                plot.map.at(r, c), trace::pooling_name(plot.map.pooling));
+    const int first = static_cast<int>(plot.y_origin) + span.row_begin;
+    const int last = static_cast<int>(plot.y_origin) + span.row_end - 1;
+    if (first == last)
+      ImGui::Text("the sink's share of row %d: %.4g", first, plot.map.at(r, c));
+    else
+      ImGui::Text("the sink's share of rows %d..%d: %.4g (%s over the block)", first, last, plot.map.at(r, c),
+                  trace::pooling_name(plot.map.pooling));
     ImGui::TextUnformatted("a learned logit per head in the softmax's denominator that attends to no value");
     ImGui::EndTooltip();
     return;
