@@ -35,8 +35,8 @@ constexpr double kAttentionTolerance = 1e-4;  // the issue's bound for attention
 const nlohmann::json& golden() {
   static const nlohmann::json json = [] {
     nlohmann::json all = test::read_json_fixture(kDir / "golden.json");
-    for (const auto& [name, checkpoint] : test::read_json_fixture(kDir / "golden_multimodal.json")["checkpoints"].items())
-      all["checkpoints"][name] = checkpoint;
+    const nlohmann::json multimodal = test::read_json_fixture(kDir / "golden_multimodal.json");
+    for (const auto& [name, checkpoint] : multimodal["checkpoints"].items()) all["checkpoints"][name] = checkpoint;
     return all;
   }();
   return json;
