@@ -183,7 +183,9 @@ void print_text(const ModelSummary& s) {
   std::printf("ffn             %d%s\n", c.ffn_dim, c.n_experts > 0 ? " per expert" : "");
   if (c.n_experts > 0)
     std::printf("experts         %d, %d per token (%s)\n", c.n_experts, c.n_experts_used,
-                c.expert_weights_norm ? "renormalised" : "softmax probabilities");
+                c.router_softmax_after_topk ? "softmax over the chosen logits"
+                : c.expert_weights_norm     ? "renormalised"
+                                            : "softmax probabilities");
   std::printf("vocab           %d\n", c.vocab_size);
   std::printf("context length  %d\n", c.context_length);
   std::printf("rope            base %g, %d dims per head, %s\n", static_cast<double>(c.rope_base), c.rope_dim,
@@ -206,6 +208,10 @@ void print_text(const ModelSummary& s) {
   if (c.attn_logit_softcap > 0.0f || c.final_logit_softcap > 0.0f)
     std::printf("soft-caps       attention %g, logits %g\n", static_cast<double>(c.attn_logit_softcap),
                 static_cast<double>(c.final_logit_softcap));
+  if (c.attention_sinks) std::printf("attention sinks a learned logit per head in every softmax (gpt-oss)\n");
+  if (c.swiglu_limit > 0.0f)
+    std::printf("experts' SwiGLU clamped at %g, alpha %g, with biases\n", static_cast<double>(c.swiglu_limit),
+                static_cast<double>(c.swiglu_alpha));
   std::printf("tied embeddings %s\n", c.tied_embeddings ? "yes" : "no");
   std::printf("tokenizer       %s\n", s.tokenizer.c_str());
   std::printf("chat template   %s\n", s.chat_template.c_str());

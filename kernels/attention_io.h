@@ -16,7 +16,9 @@ struct AttentionRequest {
   bool window_rows = false;  // the window's probability rows themselves
   bool last_row = false;     // the last query's probability row
   bool rows = false;         // every probability row, streamed to the AttentionRowSink
-  bool log_sum_exp = false;  // per query, log sum_j exp(s_j) over its visible keys (s = q.k / sqrt(d))
+  // per query, log sum_j exp(s_j) over its visible keys (s = q.k / sqrt(d)), plus exp(sink) where the model has
+  // a sink logit (gpt-oss), so that p_j = exp(s_j - lse) either way
+  bool log_sum_exp = false;
   bool queries = false;      // the call's post-RoPE queries themselves (copied by the engine, not the kernel)
   // Copied by the engine before the call: the step's queries and keys before RoPE (after biases and q/k
   // norms), and the layer's attention input after its norm.

@@ -64,6 +64,9 @@ struct AttentionCall {
   // only keys at positions > p - sliding_window (0: every earlier key).
   float logit_softcap = 0.0f;
   int sliding_window = 0;
+  // gpt-oss: one learned logit per query head (host [n_heads]) that joins every row's softmax denominator and
+  // attends to no value, so each row's probabilities sum to 1 minus the sink's share (nullptr: none).
+  const float* sinks = nullptr;
 };
 
 class Backend {

@@ -51,6 +51,14 @@ struct ModelShape {
   int sliding_window = 0;            // keys a local layer's query sees, itself included (0: no local layers)
   std::vector<bool> layer_is_local;  // per layer: a sliding-window layer (empty: all global)
   float rope_local_base = 0.0f;      // RoPE base of local layers, which take no rope scaling (0: the global base)
+  // --- gpt-oss (core/model/gpt_oss.h); the defaults leave the layers above unchanged ---
+  bool attention_sinks = false;            // every head has a sink logit (LayerWeights::sinks, AttentionCall::sinks)
+  bool router_softmax_after_topk = false;  // the k largest router logits, then a softmax over those k
+  bool expert_biases = false;              // the router and every expert matrix add a bias
+  // > 0: the experts' clamped SwiGLU (up + 1) * g * sigmoid(swiglu_alpha * g), g = min(gate, limit), up clamped
+  // to [-limit, limit]; 0: SiLU(gate) * up.
+  float swiglu_limit = 0.0f;
+  float swiglu_alpha = 1.0f;
 
   bool is_local(int layer) const {
     return sliding_window > 0 && layer >= 0 && layer < static_cast<int>(layer_is_local.size()) && layer_is_local[layer];

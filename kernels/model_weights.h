@@ -4,6 +4,7 @@
 // own copy (CUDA) receives them once through Backend::upload_weights.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/ggml_type.h"
@@ -46,6 +47,12 @@ struct LayerWeights {
   std::vector<QuantMatrix> expert_down;             // n_experts x [dim][ffn_dim]
   // Gemma (ModelShape::post_norms): RMSNorm of the attention and feed-forward outputs; empty otherwise.
   std::vector<float> post_attn_norm, post_ffn_norm;  // [dim]
+  // gpt-oss: each query head's sink logit (ModelShape::attention_sinks), the router's and the experts' biases
+  // (ModelShape::expert_biases); empty otherwise.
+  std::vector<float> sinks;                                            // [n_heads]
+  std::vector<float> router_bias;                                      // [n_experts]
+  std::vector<std::vector<float>> expert_gate_bias, expert_up_bias;  // n_experts x [ffn_dim]
+  std::vector<std::vector<float>> expert_down_bias;                   // n_experts x [dim]
 };
 
 struct ModelWeights {
@@ -53,6 +60,9 @@ struct ModelWeights {
   std::vector<float> output_norm;  // [dim]
   QuantMatrix output;              // [vocab][dim]; the embedding itself when tied
   std::vector<LayerWeights> layers;
+  // Matrices a reader had to lay out anew (gpt-oss folders store their experts transposed, gate and up
+  // interleaved), which views above point into; shared so that a copy of the weights stays valid.
+  std::vector<std::shared_ptr<const std::vector<float>>> repacked;
 };
 
 }  // namespace kvscope::kernels

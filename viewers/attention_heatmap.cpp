@@ -100,6 +100,39 @@ HeatmapPlot exact_attention_plot(const trace::RunTrace& run, const Selection& se
   return out;
 }
 
+// A model with sink logits (gpt-oss): the sink's share of each row as one more column after the last key, pooled
+// over the displayed map's row blocks as the map is (the recorded column's blocks divide them).
+void add_sink_column(const trace::Map2D& sink, HeatmapPlot& out) {
+  trace::Map2D& m = out.map;
+  if (sink.source_rows != m.source_rows || sink.rows == 0) return;
+  std::vector<float> column(static_cast<std::size_t>(m.rows), 0.0f);
+  std::vector<int> counts(column.size(), 0);
+  for (int r = 0; r < sink.rows; ++r) {
+    const int R = std::min(m.rows - 1, r * sink.row_block / m.row_block);
+    float& cell = column[static_cast<std::size_t>(R)];
+    cell = m.pooling == trace::Pooling::Max ? std::max(cell, sink.values[static_cast<std::size_t>(r)])
+                                            : cell + sink.values[static_cast<std::size_t>(r)];
+    ++counts[static_cast<std::size_t>(R)];
+  }
+  if (m.pooling == trace::Pooling::Mean)
+    for (std::size_t R = 0; R < column.size(); ++R) column[R] /= static_cast<float>(std::max(1, counts[R]));
+  std::vector<float> values;
+  values.reserve(static_cast<std::size_t>(m.rows) * (m.cols + 1));
+  for (int r = 0; r < m.rows; ++r) {
+    values.insert(values.end(), m.row(r), m.row(r) + m.cols);
+    values.push_back(column[static_cast<std::size_t>(r)]);
+  }
+  m.values = std::move(values);
+  const int keys_end = m.cols * m.col_block;  // the sink's column starts after the last key block
+  m.cols += 1;
+  m.source_cols = keys_end + m.col_block;
+  if (!out.column_marks.empty()) out.column_marks.resize(static_cast<std::size_t>(m.source_cols), 0);
+  if (!out.x_tokens.empty()) out.x_tokens.resize(static_cast<std::size_t>(m.source_cols), "sink");
+  out.sink_column = true;
+  out.marks_x.push_back(keys_end);  // a guide between the last key and the sink
+  out.x_label += " (right of the line: the sink's share of the row)";
+}
+
 bool attention_plot(const trace::RunTrace& run, const Selection& sel, bool decode, bool marks, ScaleKind scale,
                     Colormap cmap, int max_cells, HeatmapPlot& out, std::string& why) {
   const trace::Map2D* m = decode ? run.decode_attention_map(sel.layer, sel.head) : run.attention_map(sel.layer, sel.head);
@@ -124,6 +157,10 @@ bool attention_plot(const trace::RunTrace& run, const Selection& sel, bool decod
   out.colorbar_label = scale == ScaleKind::Log ? "log10 attention" : "attention";
   if (marks)
     out.column_marks = key_marks(run, sel.layer, kv_head_of(sel.head, shape_of(run)), sel.step, out.map.source_cols);
+  if (const trace::Map2D* sink = decode ? nullptr : run.attention_sink_map(sel.layer, sel.head)) {
+    add_sink_column(*sink, out);
+    out.scale = ColorScale::fit(out.map.values.data(), out.map.values.size(), scale);
+  }
   out.signature = run_signature(run) + "|att|" + std::to_string(sel.layer) + "," + std::to_string(sel.head) + "," +
                   std::to_string(sel.step) + (decode ? "d" : "p") + (marks ? "m" : "") + std::to_string(max_cells) +
                   (scale == ScaleKind::Log ? "log" : "lin");
@@ -137,6 +174,19 @@ void attention_tooltip(const trace::RunTrace& run, const HeatmapPlot& plot, cons
   int r = 0, c = 0;
   if (!cell_at(plot.map, mp.x - plot.x_origin, mp.y - plot.y_origin, r, c)) return;
   const CellSpan span = cell_span(plot.map, r, c);
+  if (plot.sink_column && c == plot.map.cols - 1) {
+    ImGui::BeginTooltip();
+    const int first = static_cast<int>(plot.y_origin) + span.row_begin;
+    const int last = static_cast<int>(plot.y_origin) + span.row_end - 1;
+    if (first == last)
+      ImGui::Text("the sink's share of row %d: %.4g", first, plot.map.at(r, c));
+    else
+      ImGui::Text("the sink's share of rows %d..%d: %.4g (%s over the block)", first, last, plot.map.at(r, c),
+                  trace::pooling_name(plot.map.pooling));
+    ImGui::TextUnformatted("a learned logit per head in the softmax's denominator that attends to no value");
+    ImGui::EndTooltip();
+    return;
+  }
   const int q_offset = decode ? run.prompt_length : 0;
   // The single (query, key) under the pointer, whatever the pooling, when q/k can rebuild it.
   const int query = q_offset + static_cast<int>(std::floor(mp.y)), key = static_cast<int>(std::floor(mp.x));

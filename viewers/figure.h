@@ -94,6 +94,8 @@ struct HeatmapPlot {
   // Vertical guides at these plot x coordinates (the evidence view's first answer step).
   std::vector<double> marks_x;
   bool colorbar = true;  // off: a figure draws one bar for several maps on the same scale (colour_scale_key)
+  // The map's last column is not a key but the sink's share of each row (gpt-oss; add_sink_column).
+  bool sink_column = false;
   // x0, x1, y0, y1 the plot shows from this frame on (a script's zoom); unset: the whole map, then the user's view.
   std::optional<std::array<double, 4>> view;
 };

@@ -224,6 +224,12 @@ void AttentionStatsAccumulator::add_row(int i, std::span<const float> values, st
   if (++partial_rows_ >= kFoldRows) fold();
 }
 
+void AttentionStatsAccumulator::add_sink(int i, double share) {
+  if (i < 0 || i >= s_) return;
+  sinks_ = true;
+  if (share > 0.0) row_entropy_[i] -= share * std::log(share);
+}
+
 AttentionStats AttentionStatsAccumulator::finish() const {
   fold();
   AttentionStats r;
@@ -233,7 +239,7 @@ AttentionStats AttentionStatsAccumulator::finish() const {
   double total = 0.0, normalized = 0.0;
   for (int i = 0; i < s_; ++i) {
     total += row_entropy_[i];
-    if (i >= 1) normalized += row_entropy_[i] / std::log(i + 1.0);
+    if (i >= 1) normalized += row_entropy_[i] / std::log(i + (sinks_ ? 2.0 : 1.0));
   }
   r.mean_row_entropy = s_ > 0 ? total / s_ : 0.0;
   r.mean_row_entropy_normalized = s_ > 1 ? normalized / (s_ - 1) : 0.0;

@@ -51,6 +51,10 @@ class AttentionStatsAccumulator {
   explicit AttentionStatsAccumulator(int s, int window = kCakeWindow);
   // Part of query row i: values[k] belongs to key position cols[k], or to key k when cols is empty.
   void add_row(int i, std::span<const float> values, std::span<const int32_t> cols = {});
+  // A model with sink logits (gpt-oss): row i's softmax also gave `share` to the sink, which is one more
+  // outcome of the row's distribution: its entropy gains -share ln share, and the normalised entropy divides by
+  // ln(i + 2) (i + 1 keys and the sink). The column statistics stay over keys.
+  void add_sink(int i, double share);
   AttentionStats finish() const;
   // s[j] = sum_i A[i,j], for the layer-level D2O variance.
   const std::vector<double>& column_sums() const {
@@ -70,6 +74,7 @@ class AttentionStatsAccumulator {
   mutable std::vector<float> partial_sums_;
   mutable int partial_rows_ = 0;
   std::vector<double> row_entropy_;             // per query row (rows may come in parts)
+  bool sinks_ = false;                          // add_sink was called: rows have one more outcome
   std::vector<double> window_sum_, window_sq_;  // per key < S - S_w, over the window rows
   double window_entropy_ = 0.0;
 };

@@ -147,6 +147,8 @@ kernels::AttentionCall Engine::attention_call(int layer, const float* q, int n, 
   kernels::AttentionCall call{layer, model_.config.n_heads, q, n, positions};
   call.logit_softcap = model_.config.attn_logit_softcap;
   call.sliding_window = model_.config.window_of(layer);
+  const std::vector<float>& sinks = model_.weights.layers[layer].sinks;
+  if (!sinks.empty()) call.sinks = sinks.data();
   return call;
 }
 

@@ -14,5 +14,7 @@ struct ExpertChoice {
 
 // The k choices for one token, most probable first (ties: the lower expert index first).
 std::vector<ExpertChoice> route_token(const float* router_logits, int n_experts, int k, bool renormalize);
+// gpt-oss's order (GptOssTopKRouter): the k largest logits, weighted by a softmax over those k alone.
+std::vector<ExpertChoice> route_token_topk_softmax(const float* router_logits, int n_experts, int k);
 
 }  // namespace kvscope::engine

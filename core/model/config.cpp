@@ -8,6 +8,7 @@
 
 #include "core/common/error.h"
 #include "core/model/gemma.h"
+#include "core/model/gpt_oss.h"
 #include "core/model/gguf.h"
 
 namespace kvscope::model {
@@ -26,7 +27,8 @@ struct GgufArchitecture {
   bool fused_projections;
 };
 // gemma2 / gemma3 keep Hugging Face's order too and add what core/model/gemma.h lists.
-constexpr std::array<GgufArchitecture, 8> kSupportedArchitectures = {
+// gpt-oss adds what core/model/gpt_oss.h lists.
+constexpr std::array<GgufArchitecture, 9> kSupportedArchitectures = {
     {{"llama", RopeStyle::AdjacentPairs, false, false, false},
      {"mistral", RopeStyle::AdjacentPairs, false, false, false},
      {"qwen2", RopeStyle::HalfSplit, true, false, false},
@@ -34,7 +36,8 @@ constexpr std::array<GgufArchitecture, 8> kSupportedArchitectures = {
      {"phi3", RopeStyle::HalfSplit, false, false, true},
      {"qwen3moe", RopeStyle::HalfSplit, false, true, false},
      {"gemma2", RopeStyle::HalfSplit, false, false, false},
-     {"gemma3", RopeStyle::HalfSplit, false, true, false}}};
+     {"gemma3", RopeStyle::HalfSplit, false, true, false},
+     {"gpt-oss", RopeStyle::HalfSplit, true, false, false}}};
 
 class ConfigReader {
  public:
@@ -215,6 +218,7 @@ ModelConfig read_config(const GgufFile& file) {
   config.tied_embeddings = file.find_tensor("output.weight") == nullptr;
   if (config.architecture == "gemma2") read_gemma_fields(file, GemmaFamily::Gemma2, config);
   if (config.architecture == "gemma3") read_gemma_fields(file, GemmaFamily::Gemma3, config);
+  if (config.architecture == "gpt-oss") read_gpt_oss_fields(file, config);
   return config;
 }
 

@@ -43,6 +43,10 @@ struct ModelConfig : kernels::ModelShape {
   // multiplies by (1 + w); llama.cpp's converter stores 1 + w already.
   float norm_weight_offset = 0.0f;
   double query_pre_attn_scalar = 0.0;  // as the checkpoint gives it (0: head_dim, the Llama scale)
+  // A Hugging Face folder's prefix of the text model's tensors: "model." (model.layers.N..., model.embed_tokens),
+  // or "language_model.model." for the text part of a multimodal Gemma3ForConditionalGeneration folder.
+  std::string hf_tensor_prefix = "model.";
+  std::string hf_output_name = "lm_head.weight";
 };
 
 // Reads and validates the hyperparameters; throws Error naming the file and key.

@@ -20,6 +20,10 @@ void read_gemma_fields(const JsonConfigReader& reader, GemmaFamily family, Model
 // The same from a GGUF file's gemma2 / gemma3 metadata (core/model/config.cpp calls it).
 void read_gemma_fields(const GgufFile& file, GemmaFamily family, ModelConfig& config);
 
+// Which layers are local: config.json's layer_types ("sliding_attention" / "full_attention"), else its
+// sliding_window_pattern, else `default_pattern` (core/model/hf_gemma_config.cpp; gpt-oss reads them too).
+std::vector<bool> read_layer_types(const JsonConfigReader& reader, int n_layers, int default_pattern);
+
 // What every checkpoint of the family has, whatever its config says.
 void apply_gemma_architecture(ModelConfig& config, GemmaFamily family);
 

@@ -7,6 +7,7 @@
 #include "core/common/error.h"
 #include "core/model/config.h"
 #include "core/model/gemma.h"
+#include "core/model/gpt_oss.h"
 #include "core/model/hf_folder.h"
 #include "core/model/json_config_reader.h"
 #include "core/model/rope_scaling.h"
@@ -21,10 +22,11 @@ struct Architecture {
   bool qkv_bias;           // always (Qwen2), whatever attention_bias says
   bool qk_norm;            // per-head RMSNorm of q and k (Qwen3)
   bool fused_projections;  // qkv_proj and gate_up_proj (Phi-3)
-  bool experts;            // routed experts (Mixtral, Qwen3-MoE)
+  bool experts;            // routed experts (Mixtral, Qwen3-MoE, gpt-oss)
   int gemma;               // 2 or 3: a Gemma family (core/model/gemma.h), 0 otherwise
 };
-constexpr std::array<Architecture, 9> kSupported = {{{"LlamaForCausalLM", false, false, false, false, 0},
+constexpr const char* kGptOss = "GptOssForCausalLM";  // core/model/gpt_oss.h
+constexpr std::array<Architecture, 10> kSupported = {{{"LlamaForCausalLM", false, false, false, false, 0},
                                                      {"MistralForCausalLM", false, false, false, false, 0},
                                                      {"Qwen2ForCausalLM", true, false, false, false, 0},
                                                      {"Qwen3ForCausalLM", false, true, false, false, 0},
@@ -32,7 +34,8 @@ constexpr std::array<Architecture, 9> kSupported = {{{"LlamaForCausalLM", false,
                                                      {"MixtralForCausalLM", false, false, false, true, 0},
                                                      {"Qwen3MoeForCausalLM", false, true, false, true, 0},
                                                      {"Gemma2ForCausalLM", false, false, false, false, 2},
-                                                     {"Gemma3ForCausalLM", false, false, false, false, 3}}};
+                                                     {"Gemma3ForCausalLM", false, false, false, false, 3},
+                                                     {kGptOss, false, false, false, true, 0}}};
 
 const Architecture& read_architecture(const JsonConfigReader& reader) {
   if (!reader.has("architectures") || !reader.at("architectures").is_array() || reader.at("architectures").empty() ||
@@ -102,6 +105,33 @@ void read_longrope(const JsonConfigReader& reader, const std::string& key, const
   config.rope_scaling = scaling;
 }
 
+// YaRN (transformers' _compute_yarn_parameters): factor (absent: max_position_embeddings / original), the
+// original context, beta_fast / beta_slow (32 / 1), truncate (true), and the attention factor on cos and sin:
+// attention_factor, else mscale / mscale_all_dim's ratio, else 0.1 ln(factor) + 1.
+void read_yarn(const JsonConfigReader& reader, const std::string& key, const nlohmann::json& rope, ModelConfig& config,
+               RopeScaling& scaling) {
+  const int max_positions = reader.integer("max_position_embeddings", 1, kMaxContext);
+  scaling.original_context = rope.contains("original_max_position_embeddings")
+                                 ? reader.integer_value(key + ".original_max_position_embeddings",
+                                                        rope["original_max_position_embeddings"], 1, kMaxContext)
+                                 : reader.integer("original_max_position_embeddings", 1, kMaxContext, max_positions);
+  scaling.factor = number(reader, key, rope, "factor", static_cast<double>(max_positions) / scaling.original_context);
+  scaling.beta_fast = number(reader, key, rope, "beta_fast", 32.0);
+  scaling.beta_slow = number(reader, key, rope, "beta_slow", 1.0);
+  if (rope.contains("truncate") && !rope["truncate"].is_null()) {
+    if (!rope["truncate"].is_boolean()) reader.fail(key + ".truncate", rope["truncate"].dump() + " (expected true or false)");
+    scaling.truncate = rope["truncate"].get<bool>();
+  }
+  const auto mscale = [&](double m) { return scaling.factor <= 1.0 ? 1.0 : 0.1 * m * std::log(scaling.factor) + 1.0; };
+  const double m = number(reader, key, rope, "mscale", 0.0), m_all = number(reader, key, rope, "mscale_all_dim", 0.0);
+  const double fallback =
+      m > 0.0 && m_all > 0.0 ? mscale(m) / mscale(m_all) : yarn_default_attention_factor(scaling.factor);
+  scaling.attention_factor = number(reader, key, rope, "attention_factor", fallback);
+  config.rope_freq_divisors = rope_freq_divisors(scaling, config.rope_dim, config.rope_base);
+  config.rope_attention_factor = static_cast<float>(scaling.attention_factor);
+  config.rope_scaling = scaling;
+}
+
 }  // namespace
 
 void read_rope_object(const JsonConfigReader& reader, const std::string& key, const nlohmann::json& rope,
@@ -114,9 +144,10 @@ void read_rope_object(const JsonConfigReader& reader, const std::string& key, co
   if (!type.is_string()) reader.fail(key + ".rope_type", type.dump() + " (expected a string)");
   scaling.type = type.get<std::string>();
   if (scaling.type == "su") scaling.type = "longrope";  // Phi-3's first configs; transformers reads it as longrope
-  if (scaling.type != "default" && scaling.type != "linear" && scaling.type != "llama3" && scaling.type != "longrope")
+  if (scaling.type != "default" && scaling.type != "linear" && scaling.type != "llama3" && scaling.type != "longrope" &&
+      scaling.type != "yarn")
     reader.fail(key + ".rope_type",
-                "\"" + scaling.type + "\" is not supported (supported: default, linear, llama3, longrope)");
+                "\"" + scaling.type + "\" is not supported (supported: default, linear, llama3, longrope, yarn)");
   config.rope_freq_divisors.clear();
   config.rope_freq_divisors_long.clear();
   config.rope_long_after = 0;
@@ -125,6 +156,10 @@ void read_rope_object(const JsonConfigReader& reader, const std::string& key, co
   if (scaling.type == "default") return;
   if (scaling.type == "longrope") {
     read_longrope(reader, key, rope, config, scaling);
+    return;
+  }
+  if (scaling.type == "yarn") {
+    read_yarn(reader, key, rope, config, scaling);
     return;
   }
   scaling.factor = number(reader, key, rope, "factor", 0.0);
@@ -170,7 +205,7 @@ void read_experts(const JsonConfigReader& reader, ModelConfig& config) {
   config.n_experts_used = reader.integer("num_experts_per_tok", 1, config.n_experts);
   const bool mixtral = config.architecture == "MixtralForCausalLM";
   config.expert_weights_norm = mixtral || reader.boolean("norm_topk_prob", false);
-  if (mixtral) return;
+  if (mixtral || config.architecture == kGptOss) return;  // their experts are intermediate_size wide
   config.ffn_dim = reader.integer("moe_intermediate_size", 1, kMaxFfnDim);
   if (reader.integer("decoder_sparse_step", 1, kMaxLayers, 1) != 1)
     reader.fail("decoder_sparse_step", "only 1 (every layer routed) is supported");
@@ -189,10 +224,42 @@ void read_rope(const JsonConfigReader& reader, ModelConfig& config) {
 
 }  // namespace
 
+namespace {
+
+// A multimodal Gemma 3 (4B and up) whose text part kvscope runs: its config under text_config, its tensors under
+// language_model.model. (the layout transformers 4 and 5 both save), the head tied to the embedding.
+constexpr const char* kGemma3Multimodal = "Gemma3ForConditionalGeneration";
+
+bool is_gemma3_multimodal(const JsonConfigReader& top) {
+  return top.has("architectures") && top.at("architectures").is_array() && !top.at("architectures").empty() &&
+         top.at("architectures")[0] == kGemma3Multimodal;
+}
+
+const Architecture& gemma3_text_architecture() {
+  for (const Architecture& a : kSupported)
+    if (a.gemma == 3) return a;
+  throw Error("internal: no Gemma 3 architecture");
+}
+
+ModelConfig read_text_config(const JsonConfigReader& reader, const Architecture& architecture, const HfFolder& folder);
+
+}  // namespace
+
 ModelConfig read_config(const HfFolder& folder) {
-  const JsonConfigReader reader(folder);
+  const JsonConfigReader top(folder);
+  if (!is_gemma3_multimodal(top)) return read_text_config(top, read_architecture(top), folder);
+  ModelConfig config = read_text_config(top.nested("text_config"), gemma3_text_architecture(), folder);
+  config.architecture = kGemma3Multimodal;
+  config.hf_tensor_prefix = "language_model.model.";
+  config.hf_output_name = "language_model.lm_head.weight";
+  config.tied_embeddings = top.boolean("tie_word_embeddings", config.tied_embeddings);
+  return config;
+}
+
+namespace {
+
+ModelConfig read_text_config(const JsonConfigReader& reader, const Architecture& architecture, const HfFolder& folder) {
   ModelConfig config;
-  const Architecture& architecture = read_architecture(reader);
   config.architecture = architecture.hf_class;
   config.name = folder.dir().filename().string();
   if (config.name.empty()) config.name = folder.dir().parent_path().filename().string();  // "dir/" has no filename
@@ -215,7 +282,8 @@ ModelConfig read_config(const HfFolder& folder) {
   config.context_length = reader.integer("max_position_embeddings", 1, kMaxContext);
   // A sliding window is the same as full attention for sequences no longer than the window, so the usable
   // context is capped there rather than computing something the checkpoint was not trained with.
-  if (architecture.gemma == 0 && reader.boolean("use_sliding_window", true) && reader.has("sliding_window"))
+  const bool gpt_oss = config.architecture == kGptOss;
+  if (architecture.gemma == 0 && !gpt_oss && reader.boolean("use_sliding_window", true) && reader.has("sliding_window"))
     config.context_length = std::min(config.context_length, reader.integer("sliding_window", 1, kMaxContext));
   config.rope_dim = config.head_dim;
   if (architecture.fused_projections) read_partial_rotary(reader, config);
@@ -232,7 +300,10 @@ ModelConfig read_config(const HfFolder& folder) {
   config.rope_style = RopeStyle::HalfSplit;
   if (architecture.gemma != 0)
     read_gemma_fields(reader, architecture.gemma == 2 ? GemmaFamily::Gemma2 : GemmaFamily::Gemma3, config);
+  if (gpt_oss) read_gpt_oss_fields(reader, config);
   return config;
 }
+
+}  // namespace
 
 }  // namespace kvscope::model

@@ -16,10 +16,12 @@ float softcap_field(const JsonConfigReader& reader, const std::string& key, floa
   return reader.positive(key, fallback, 1e6);
 }
 
-std::vector<bool> read_layer_types(const JsonConfigReader& reader, GemmaFamily family, int n_layers) {
+}  // namespace
+
+std::vector<bool> read_layer_types(const JsonConfigReader& reader, int n_layers, int default_pattern) {
   if (!reader.has("layer_types"))
-    return local_layers_from_pattern(
-        n_layers, reader.integer("sliding_window_pattern", 1, kMaxLayers, default_window_pattern(family)));
+    return local_layers_from_pattern(n_layers,
+                                     reader.integer("sliding_window_pattern", 1, kMaxLayers, default_pattern));
   const nlohmann::json& types = reader.at("layer_types");
   if (!types.is_array() || static_cast<int>(types.size()) != n_layers)
     reader.fail("layer_types", types.dump() + " (expected one entry per layer, " + std::to_string(n_layers) + ")");
@@ -34,6 +36,8 @@ std::vector<bool> read_layer_types(const JsonConfigReader& reader, GemmaFamily f
   }
   return local;
 }
+
+namespace {
 
 // Gemma 3 rotates local layers with their own base and without the global layers' rope scaling.
 void read_gemma3_rope(const JsonConfigReader& reader, ModelConfig& config) {
@@ -78,7 +82,7 @@ void read_gemma_fields(const JsonConfigReader& reader, GemmaFamily family, Model
   config.attn_logit_softcap = softcap_field(reader, "attn_logit_softcapping", gemma2 ? 50.0f : 0.0f);
   config.final_logit_softcap = softcap_field(reader, "final_logit_softcapping", gemma2 ? 30.0f : 0.0f);
   config.sliding_window = reader.integer("sliding_window", 1, kMaxContext, 4096);
-  config.layer_is_local = read_layer_types(reader, family, config.n_layers);
+  config.layer_is_local = read_layer_types(reader, config.n_layers, default_window_pattern(family));
   if (family == GemmaFamily::Gemma3) read_gemma3_rope(reader, config);
 }
 

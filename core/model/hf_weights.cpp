@@ -5,6 +5,7 @@
 #include "core/common/error.h"
 #include "core/common/shape_text.h"
 #include "core/model/config.h"
+#include "core/model/gpt_oss.h"
 #include "core/model/hf_folder.h"
 #include "core/model/weight_binding.h"
 #include "core/model/weights.h"
@@ -57,10 +58,14 @@ ModelWeights bind_weights(const HfFolder& folder, const ModelConfig& config) {
       matrices.push_back(bind_matrix(folder, expert_tensor_name(pattern, e), rows, cols));
     return matrices;
   };
+  const bool gpt_oss = config.attention_sinks;
+  const auto layer_names = gpt_oss ? hf_gpt_oss_layer_names : config.post_norms ? hf_gemma_layer_names : hf_layer_names;
   // transformers ties the head to the embedding when config.json says so, whatever lm_head the files hold.
-  return bind_model({"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
-                     config.post_norms ? hf_gemma_layer_names : hf_layer_names},
-                    config, !config.tied_embeddings, matrix, vector, experts);
+  ModelWeights weights = bind_model({config.hf_tensor_prefix + "embed_tokens.weight", config.hf_tensor_prefix + "norm.weight",
+                                     config.hf_output_name, layer_names},
+                                    config, !config.tied_embeddings, matrix, vector, experts);
+  if (gpt_oss) bind_gpt_oss_folder_experts(folder, config, weights);
+  return weights;
 }
 
 }  // namespace kvscope::model

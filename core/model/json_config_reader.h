@@ -14,8 +14,14 @@ class JsonConfigReader {
   explicit JsonConfigReader(const HfFolder& folder)
       : json_(folder.config()), file_((folder.dir() / "config.json").string()) {}
 
+  // The object under `key` (a multimodal model's text_config), its fields named "key.field" in errors.
+  JsonConfigReader nested(const std::string& key) const {
+    if (!has(key) || !json_[key].is_object()) fail(key, "missing or not an object (expected the text model's config)");
+    return JsonConfigReader(json_[key], file_, prefix_ + key + ".");
+  }
+
   [[noreturn]] void fail(const std::string& key, const std::string& what) const {
-    throw Error(file_ + ": field '" + key + "': " + what);
+    throw Error(file_ + ": field '" + prefix_ + key + "': " + what);
   }
   bool has(const std::string& key) const { return json_.contains(key) && !json_[key].is_null(); }
   bool present(const std::string& key) const { return json_.contains(key); }  // even when null
@@ -52,8 +58,12 @@ class JsonConfigReader {
   }
 
  private:
+  JsonConfigReader(const nlohmann::json& json, std::string file, std::string prefix)
+      : json_(json), file_(std::move(file)), prefix_(std::move(prefix)) {}
+
   const nlohmann::json& json_;
   std::string file_;
+  std::string prefix_;  // "text_config." for a nested reader
 };
 
 struct ModelConfig;

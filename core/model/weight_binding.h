@@ -6,6 +6,7 @@
 #include "core/model/config.h"
 #include "core/model/fused_tensors.h"
 #include "core/model/weights.h"
+#include "kernels/common/dequantize.h"
 
 namespace kvscope::model {
 
@@ -18,6 +19,10 @@ struct LayerTensorNames {
   // or per-expert names with "{e}" standing for the expert's index.
   std::string router, expert_gate, expert_up, expert_down;
   std::string post_attn_norm, post_ffn_norm;  // Gemma's output norms (ModelConfig::post_norms)
+  // gpt-oss: the heads' sink logits (ModelShape::attention_sinks), the router's bias and the experts' biases
+  // (ModelShape::expert_biases; each a [n_experts][rows] tensor). Expert names left empty are bound by the
+  // format's own code (a gpt-oss folder's interleaved experts, core/model/gpt_oss.h).
+  std::string sinks, router_bias, expert_gate_bias, expert_up_bias, expert_down_bias;
 };
 
 struct ModelTensorNames {
@@ -26,7 +31,7 @@ struct ModelTensorNames {
 };
 
 // llama.cpp's names (blk.N.attn_q.weight ...). Phi-3's fused gate and up rows are ffn_up (2 x ffn_dim rows).
-inline LayerTensorNames gguf_layer_names(int layer, const ModelConfig&) {
+inline LayerTensorNames gguf_layer_names(int layer, const ModelConfig& config) {
   const std::string p = "blk." + std::to_string(layer) + ".";
   LayerTensorNames n;
   n.attn_norm = p + "attn_norm.weight";
@@ -52,13 +57,20 @@ inline LayerTensorNames gguf_layer_names(int layer, const ModelConfig&) {
   n.expert_down = p + "ffn_down_exps.weight";
   n.post_attn_norm = p + "post_attention_norm.weight";
   n.post_ffn_norm = p + "post_ffw_norm.weight";
+  n.sinks = p + "attn_sinks.weight";
+  n.router_bias = p + "ffn_gate_inp.bias";
+  n.expert_gate_bias = p + "ffn_gate_exps.bias";
+  n.expert_up_bias = p + "ffn_up_exps.bias";
+  n.expert_down_bias = p + "ffn_down_exps.bias";
+  // llama.cpp names gpt-oss's feed-forward input norm (Hugging Face's post_attention_layernorm) after it.
+  if (config.architecture == "gpt-oss") n.ffn_norm = p + "post_attention_norm.weight";
   return n;
 }
 
 // Hugging Face's names (model.layers.N.self_attn.q_proj.weight ...); Mixtral's experts are
 // block_sparse_moe.experts.E.w1 (gate), w3 (up), w2 (down), Qwen3-MoE's mlp.experts.E.gate_proj ....
 inline LayerTensorNames hf_layer_names(int layer, const ModelConfig& config) {
-  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  const std::string p = config.hf_tensor_prefix + "layers." + std::to_string(layer) + ".";
   LayerTensorNames n;
   n.attn_norm = p + "input_layernorm.weight";
   n.ffn_norm = p + "post_attention_layernorm.weight";
@@ -90,10 +102,22 @@ inline LayerTensorNames hf_layer_names(int layer, const ModelConfig& config) {
 // pre_feedforward_layernorm is the feed-forward's input norm (Llama's post_attention_layernorm).
 inline LayerTensorNames hf_gemma_layer_names(int layer, const ModelConfig& config) {
   LayerTensorNames n = hf_layer_names(layer, config);
-  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  const std::string p = config.hf_tensor_prefix + "layers." + std::to_string(layer) + ".";
   n.ffn_norm = p + "pre_feedforward_layernorm.weight";
   n.post_attn_norm = p + "post_attention_layernorm.weight";
   n.post_ffn_norm = p + "post_feedforward_layernorm.weight";
+  return n;
+}
+
+// gpt-oss in Hugging Face's names: the router is mlp.router (with a bias); the experts and their biases are bound
+// by bind_gpt_oss_folder_experts.
+inline LayerTensorNames hf_gpt_oss_layer_names(int layer, const ModelConfig& config) {
+  LayerTensorNames n = hf_layer_names(layer, config);
+  const std::string p = config.hf_tensor_prefix + "layers." + std::to_string(layer) + ".";
+  n.router = p + "mlp.router.weight";
+  n.router_bias = p + "mlp.router.bias";
+  n.sinks = p + "self_attn.sinks";
+  n.expert_gate = n.expert_up = n.expert_down = "";
   return n;
 }
 
@@ -133,9 +157,28 @@ LayerWeights bind_layer(const LayerTensorNames& n, const ModelConfig& c, BindMat
   w.wo = matrix(n.wo, c.dim, q_dim);
   if (c.n_experts > 0) {
     w.router = matrix(n.router, c.n_experts, c.dim);
-    w.expert_gate = experts(n.expert_gate, c.n_experts, c.ffn_dim, c.dim);
-    w.expert_up = experts(n.expert_up, c.n_experts, c.ffn_dim, c.dim);
-    w.expert_down = experts(n.expert_down, c.n_experts, c.dim, c.ffn_dim);
+    if (!n.expert_gate.empty()) {
+      w.expert_gate = experts(n.expert_gate, c.n_experts, c.ffn_dim, c.dim);
+      w.expert_up = experts(n.expert_up, c.n_experts, c.ffn_dim, c.dim);
+      w.expert_down = experts(n.expert_down, c.n_experts, c.dim, c.ffn_dim);
+    }
+    if (c.expert_biases) {
+      w.router_bias = vector(n.router_bias, c.n_experts);
+      // One bias row per expert, widened to float32.
+      const auto bias_rows = [&](const std::string& name, int length) {
+        std::vector<std::vector<float>> rows;
+        if (name.empty()) return rows;
+        const QuantMatrix m = matrix(name, c.n_experts, length);
+        for (int e = 0; e < c.n_experts; ++e) {
+          rows.emplace_back(static_cast<std::size_t>(length));
+          kernels::dequantize_row(m.type, m.row(e), rows.back().data(), length);
+        }
+        return rows;
+      };
+      w.expert_gate_bias = bias_rows(n.expert_gate_bias, c.ffn_dim);
+      w.expert_up_bias = bias_rows(n.expert_up_bias, c.ffn_dim);
+      w.expert_down_bias = bias_rows(n.expert_down_bias, c.dim);
+    }
   } else if (c.fused_projections) {
     const auto gate_up = split_rows(matrix(n.gate_up, 2 * c.ffn_dim, c.dim), {c.ffn_dim, c.ffn_dim});
     w.w_gate = gate_up[0];
@@ -160,6 +203,7 @@ LayerWeights bind_layer(const LayerTensorNames& n, const ModelConfig& c, BindMat
     w.post_attn_norm = norm(n.post_attn_norm, c.dim);
     w.post_ffn_norm = norm(n.post_ffn_norm, c.dim);
   }
+  if (c.attention_sinks) w.sinks = vector(n.sinks, c.n_heads);
   return w;
 }
 

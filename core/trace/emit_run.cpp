@@ -40,11 +40,13 @@ void emit_run(const RunTrace& run, TraceSink& sink, const std::string& name) {
 
   auto send_maps = [&](MapKind kind, const RunTrace::MapTable& table) {
     for (const auto& [key, map] : table)
-      sink.write_map(id, {kind, key.first, key.second}, *map, map_units(kind), map_definition(kind), kind != MapKind::Attention);
+      sink.write_map(id, {kind, key.first, key.second}, *map, map_units(kind), map_definition(kind),
+                     kind == MapKind::KeySimilarity || kind == MapKind::ValueSimilarity);
   };
   send_maps(MapKind::Attention, run.attention);
   send_maps(MapKind::KeySimilarity, run.key_similarity);
   send_maps(MapKind::ValueSimilarity, run.value_similarity);
+  send_maps(MapKind::AttentionSink, run.attention_sink);
   for (const auto& [stat_name, stat] : run.stats) sink.write_stat(id, stat_name, stat);
   for (const auto& [stat_name, stat] : run.layer_stats) sink.write_layer_stat(id, stat_name, stat);
 

@@ -154,9 +154,11 @@ void read_run_body(hid_t g, RunTrace& r, const ReadOptions& options, const std::
     if (have("tokens/logprobs")) r.logprobs = h5::read_floats(open_dataset(g, "tokens/logprobs"));
   });
 
-  if (options.maps && have("attention")) {
-    part("attention", [&] {
-      Handle att = open_group(g, "attention");
+  for (const char* group : {"attention", "attention_sink"}) {
+    if (!options.maps || !have(group)) continue;
+    part(group, [&] {
+      auto& table = std::string(group) == "attention" ? r.attention : r.attention_sink;
+      Handle att = open_group(g, group);
       for (const auto& layer_name : h5::list_group(att)) {
         const int layer = index_after(layer_name, "layer_");
         if (layer < 0) continue;
@@ -164,7 +166,7 @@ void read_run_body(hid_t g, RunTrace& r, const ReadOptions& options, const std::
         for (const auto& head_name : h5::list_group(lg)) {
           const int head = index_after(head_name, "head_");
           if (head < 0) continue;
-          r.attention[{layer, head}] = std::make_shared<const Map2D>(read_map(open_dataset(lg, head_name)));
+          table[{layer, head}] = std::make_shared<const Map2D>(read_map(open_dataset(lg, head_name)));
         }
       }
     });

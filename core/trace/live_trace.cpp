@@ -21,6 +21,7 @@ RunTrace::MapTable& LiveTrace::table(MapKind kind) {
   switch (kind) {
     case MapKind::Attention: return trace_.attention;
     case MapKind::KeySimilarity: return trace_.key_similarity;
+    case MapKind::AttentionSink: return trace_.attention_sink;
     case MapKind::ValueSimilarity: break;
   }
   return trace_.value_similarity;

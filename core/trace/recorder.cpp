@@ -188,9 +188,11 @@ std::string run_name(const std::string& policy, const std::string& budget) {
 
 // A prefill map being pooled: rows go to the writer in batches and, for the live view, into a Map2D.
 struct Recorder::MapBuild {
-  MapBuild(const analysis::PoolShape& shape, MapSlot map_slot) : pooler(shape, {}), slot(map_slot) {}
+  MapBuild(const analysis::PoolShape& shape, MapSlot map_slot) : pooler(shape, {}), slot(map_slot), pool_shape(shape) {}
   analysis::RowPooler pooler;
   MapSlot slot;
+  analysis::PoolShape pool_shape;
+  std::vector<double> sink_share;  // per prompt query, for a model with sink logits (else empty)
   std::vector<float> pending;
   int pending_first = 0, pending_rows = 0;
 };
@@ -288,7 +290,10 @@ void Recorder::adopt_prefill(const RunTrace& source) {
       for (std::size_t i = 0; i < sinks_.size(); ++i)
         sinks_[i]->share_map(run_ids_[i], {kind, key.first, key.second}, map, map_units(kind), map_definition(kind), triangle);
   };
-  if (options_.attention) send(MapKind::Attention, source.attention, false);
+  if (options_.attention) {
+    send(MapKind::Attention, source.attention, false);
+    send(MapKind::AttentionSink, source.attention_sink, false);
+  }
   if (options_.similarity) {
     send(MapKind::KeySimilarity, source.key_similarity, true);
     send(MapKind::ValueSimilarity, source.value_similarity, true);
@@ -368,6 +373,15 @@ void Recorder::on_rows(int layer, int head, int first_row, int n_rows, int n_col
     const std::span<const float> row(probs + static_cast<std::size_t>(r) * n_cols, static_cast<std::size_t>(n_cols));
     if (build) build->pooler.add_row(query, row, cols);
     if (acc) acc->add_row(query, row, cols);
+    if (c.attention_sinks && query < prompt_length_) {
+      // The sink attends to no value: its share is what the row's key probabilities leave of 1 (each row
+      // arrives whole, over every key it saw).
+      double keys = 0.0;
+      for (float p : row) keys += p;
+      const double share = std::max(0.0, 1.0 - keys);
+      if (build) build->sink_share[static_cast<std::size_t>(query)] = share;
+      if (acc) acc->add_sink(query, share);
+    }
   }
 }
 
@@ -378,6 +392,7 @@ Recorder::MapBuild* Recorder::map_build(int layer, int head) {
   const int edge = full ? 0 : options_.max_map_size;
   const auto shape = analysis::PoolShape::fit(prompt_length_, prompt_length_, edge, edge, options_.pooling);
   auto b = std::make_unique<MapBuild>(shape, MapSlot{MapKind::Attention, layer, head});
+  if (run_.config.attention_sinks) b->sink_share.assign(static_cast<std::size_t>(prompt_length_), 0.0);
   MapBuild* raw = b.get();
   b->pooler = analysis::RowPooler(shape, [this, raw](int, std::span<const float> values) {
     raw->pending.insert(raw->pending.end(), values.begin(), values.end());
@@ -410,6 +425,7 @@ void Recorder::finish_prefill_layer(int layer) {
       MapBuild& b = *it->second;
       b.pooler.finish();
       flush_map_rows(b, true);
+      if (!b.sink_share.empty()) write_sink_column(b);
       maps_.erase(it);
     }
     if (auto it = stats_acc_.find(key); it != stats_acc_.end()) {
@@ -422,6 +438,30 @@ void Recorder::finish_prefill_layer(int layer) {
     }
   }
   flush_sinks();  // a run killed later in a long prefill keeps this layer's maps; a viewer shows them
+}
+
+void Recorder::write_sink_column(const MapBuild& b) {
+  const analysis::PoolShape& shape = b.pool_shape;
+  Map2D column;
+  column.rows = shape.rows();
+  column.cols = column.source_cols = 1;
+  column.source_rows = shape.source_rows;
+  column.row_block = shape.row_block;
+  column.pooling = shape.mode;
+  column.values.assign(static_cast<std::size_t>(column.rows), 0.0f);
+  for (int r = 0; r < shape.source_rows; ++r) {
+    float& cell = column.values[static_cast<std::size_t>(r / shape.row_block)];
+    const auto share = static_cast<float>(b.sink_share[static_cast<std::size_t>(r)]);
+    cell = shape.mode == Pooling::Max ? std::max(cell, share) : cell + share;
+  }
+  if (shape.mode == Pooling::Mean)
+    for (int R = 0; R < column.rows; ++R)
+      column.values[static_cast<std::size_t>(R)] /=
+          static_cast<float>(std::min(shape.source_rows, (R + 1) * shape.row_block) - R * shape.row_block);
+  const MapSlot slot{MapKind::AttentionSink, b.slot.layer, b.slot.index};
+  for (std::size_t i = 0; i < sinks_.size(); ++i)
+    sinks_[i]->write_map(run_ids_[i], slot, column, map_units(MapKind::AttentionSink),
+                         map_definition(MapKind::AttentionSink));
 }
 
 void Recorder::finish_prefill() {

@@ -99,6 +99,7 @@ class Recorder : public engine::RunObserver {
   void record_similarity(int layer, const cache::KVCache& cache);
   MapBuild* map_build(int layer, int head);  // the head's prefill map, created on first use
   void flush_map_rows(MapBuild& build, bool all);
+  void write_sink_column(const MapBuild& build);  // the sink's share of each prefill row (MapKind::AttentionSink)
   void flush_sinks();
   void send_qk(const QKSpanRef& span);
 

@@ -18,12 +18,16 @@ std::string map_dataset_path(const MapSlot& slot) {
     case MapKind::Attention: return "attention/" + indexed_name("layer_", slot.layer) + "/" + indexed_name("head_", slot.index);
     case MapKind::KeySimilarity:
       return "similarity/keys/" + indexed_name("layer_", slot.layer) + "/" + indexed_name("kv_head_", slot.index);
+    case MapKind::AttentionSink:
+      return "attention_sink/" + indexed_name("layer_", slot.layer) + "/" + indexed_name("head_", slot.index);
     case MapKind::ValueSimilarity: break;
   }
   return "similarity/values/" + indexed_name("layer_", slot.layer) + "/" + indexed_name("kv_head_", slot.index);
 }
 
-const char* map_units(MapKind kind) { return kind == MapKind::Attention ? "probability" : "cosine similarity"; }
+const char* map_units(MapKind kind) {
+  return kind == MapKind::Attention || kind == MapKind::AttentionSink ? "probability" : "cosine similarity";
+}
 
 const char* map_definition(MapKind kind) {
   switch (kind) {
@@ -31,6 +35,10 @@ const char* map_definition(MapKind kind) {
       return "softmax(q k^T / sqrt(d)) of the prefill queries (rows, by position) over key positions (columns); keys a "
              "query could not see, or that were evicted before it ran, are 0; pooled over row_block x col_block cells";
     case MapKind::KeySimilarity: return "KVMerger Fig. 2: cos(k_i, k_j) of the post-RoPE keys cached at the end of prefill";
+    case MapKind::AttentionSink:
+      return "the head's sink logit's share of each prefill query row's softmax (gpt-oss: the sink joins the "
+             "denominator and attends to no value), 1 - the row's key probabilities; one column, pooled over the "
+             "attention map's row blocks as the map is";
     case MapKind::ValueSimilarity: break;
   }
   return "cos(v_i, v_j) of the values cached at the end of prefill (KVMerger: no locality)";

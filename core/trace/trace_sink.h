@@ -54,7 +54,9 @@ struct StepRecord {
 
 // Which map a dataset is: prefill attention of (layer, query head), or key / value similarity of (layer,
 // KV head). The dataset path in a file follows from it (map_dataset_path in trace_names.h).
-enum class MapKind { Attention, KeySimilarity, ValueSimilarity };
+// AttentionSink: a model with sink logits (gpt-oss): the sink's share of each prefill attention row, one column
+// beside the (layer, query head)'s attention map, pooled over the same row blocks.
+enum class MapKind { Attention, KeySimilarity, ValueSimilarity, AttentionSink };
 struct MapSlot {
   MapKind kind = MapKind::Attention;
   int layer = 0;

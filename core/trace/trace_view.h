@@ -123,6 +123,9 @@ struct RunTrace {
   DecodeRows decode_rows;
   // Cosine similarity of post-RoPE keys / values over the prompt, key {layer, kv head}.
   MapTable key_similarity, value_similarity;
+  // Models with sink logits (gpt-oss): per (layer, query head), the sink's share of each prefill row, a
+  // rows x 1 map beside `attention` (MapKind::AttentionSink). Empty for other models.
+  MapTable attention_sink;
 
   std::map<std::string, LayerHeadStat> stats;         // "cake_window_entropy", "mean_row_entropy", ...
   std::map<std::string, LayerStat> layer_stats;       // "cake_layer_entropy", "d2o_layer_variance", ...
@@ -167,6 +170,7 @@ struct RunTrace {
   }
   const Map2D* attention_map(int layer, int head) const { return find(attention, layer, head); }
   const Map2D* decode_attention_map(int layer, int head) const;
+  const Map2D* attention_sink_map(int layer, int head) const { return find(attention_sink, layer, head); }
   const Map2D* key_similarity_map(int layer, int kv_head) const { return find(key_similarity, layer, kv_head); }
   const Map2D* value_similarity_map(int layer, int kv_head) const { return find(value_similarity, layer, kv_head); }
   const LayerHeadStat* stat(const std::string& stat_name) const {

@@ -52,10 +52,24 @@ KVSCOPE_HD inline float rms_inverse(double sum_of_squares, int dim, float eps) {
 // SiLU(gate) * up, the SwiGLU feed-forward's element (Shazeer 2020).
 KVSCOPE_HD inline float swiglu_element(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
 
+// gpt-oss's clamped SwiGLU (GptOssExperts._apply_gate): the gate clamped from above and up on both sides at
+// `limit`, then (up + 1) * gate * sigmoid(alpha * gate).
+KVSCOPE_HD inline float clamped_swiglu_element(float gate, float up, float alpha, float limit) {
+  gate = gate < limit ? gate : limit;
+  up = up < -limit ? -limit : (up > limit ? limit : up);
+  return (up + 1.0f) * gate / (1.0f + expf(-alpha * gate));
+}
+
 // GELU with the tanh approximation (PyTorch's gelu(approximate="tanh")) times up: Gemma's GeGLU element.
 KVSCOPE_HD inline float geglu_element(float gate, float up) {
   const float inner = 0.7978845608028654f * (gate + 0.044715f * gate * gate * gate);
   return 0.5f * gate * (1.0f + tanhf(inner)) * up;
+}
+
+// log(exp(lse) + exp(sink)): a row's log-sum-exp once gpt-oss's sink logit joins its denominator.
+KVSCOPE_HD inline float with_sink(float lse, float sink) {
+  if (lse == -INFINITY) return sink;
+  return lse > sink ? lse + log1pf(expf(sink - lse)) : sink + log1pf(expf(lse - sink));
 }
 
 // Gemma 2's soft-capping of a score: cap * tanh(x / cap), or x itself when cap is 0.

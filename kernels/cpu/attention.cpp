@@ -319,13 +319,22 @@ int first_in_window(const Positions& positions, int visible, int32_t query_posit
 }
 
 // Softmax of row[first, end) after Gemma 2's soft-cap (cap 0: none); the keys before `first` get probability 0.
-// Returns the log-sum-exp of the capped scores.
-float capped_softmax(float* row, int first, int end, float cap) {
+// A finite `sink` (gpt-oss) joins the denominator as one more logit with no value, as transformers concatenates
+// it to the scores and drops its column after the softmax. Returns the log-sum-exp of the capped scores and the
+// sink, so that every probability is exp(score - lse).
+float capped_softmax(float* row, int first, int end, float cap, float sink) {
   if (cap > 0.0f)
     for (int j = first; j < end; ++j) row[j] = softcap(row[j], cap);
   std::fill(row, row + std::min(first, end), 0.0f);
-  return softmax_lse(row + first, end - first);
+  const float lse = softmax_lse(row + first, end - first);
+  if (!std::isfinite(sink)) return lse;
+  const float total = with_sink(lse, sink);
+  const float keys_share = std::exp(lse - total);
+  for (int j = first; j < end; ++j) row[j] *= keys_share;
+  return total;
 }
+
+float sink_of(const AttentionCall& call, int head) { return call.sinks ? call.sinks[head] : -INFINITY; }
 
 // Decode: one query per head; heads run in parallel over the rows as stored.
 void decode(const CpuKVStorage& kv, const AttentionCall& call, Reductions& reductions, RowDelivery& delivery,
@@ -341,7 +350,7 @@ void decode(const CpuKVStorage& kv, const AttentionCall& call, Reductions& reduc
     std::vector<float> p(m);
     key_scores(kv, call.layer, g, qh, m, scale, p.data());
     const int first = first_in_window(kv.positions(call.layer, g), m, call.query_positions[0], call.sliding_window);
-    const float lse = capped_softmax(p.data(), first, m, call.logit_softcap);
+    const float lse = capped_softmax(p.data(), first, m, call.logit_softcap, sink_of(call, h));
     value_sum(kv, call.layer, g, p.data(), m, out + static_cast<std::size_t>(h) * d);
     reductions.allocate(h, m);
     reductions.add_row(h, 0, p.data(), m, m, lse);
@@ -396,7 +405,7 @@ void prefill(const CpuKVStorage& kv, const AttentionCall& call, Reductions& redu
               std::upper_bound(positions.begin(), positions.begin() + m_block, call.query_positions[i0 + r]) -
               positions.begin());
           const int first = first_in_window(positions, visible, call.query_positions[i0 + r], call.sliding_window);
-          const float lse = capped_softmax(row, first, visible, call.logit_softcap);
+          const float lse = capped_softmax(row, first, visible, call.logit_softcap, sink_of(call, h));
           std::fill(row + std::max(first, visible), row + m_block, 0.0f);
           reductions.add_row(h, i0 + r, row, m_block, m, lse);
         }

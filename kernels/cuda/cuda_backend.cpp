@@ -184,10 +184,10 @@ class CudaBackend final : public Backend {
                  AttentionRowSink* rows, AttentionSideOutputs& side, float* out) override {
     const auto* storage = dynamic_cast<const CudaKVStorage*>(&kv);
     if (!storage) throw Error("CUDA attention: the KV storage was not made by the CUDA backend");
-    if (call.logit_softcap > 0.0f || call.sliding_window > 0)
+    if (call.logit_softcap > 0.0f || call.sliding_window > 0 || call.sinks)
       throw Error("CUDA attention: layer " + std::to_string(call.layer) +
-                  " asks for Gemma's soft-capped or sliding-window attention, which the CUDA kernels do not "
-                  "compute (run this model with --device cpu)");
+                  " asks for soft-capped, sliding-window or sink attention (Gemma, gpt-oss), which the CUDA "
+                  "kernels do not compute (run this model with --device cpu)");
     const DeviceLayerCache cache = storage->layer_view(call.layer);
     const int n = call.n, heads = call.n_heads, n_kv = kv.n_kv_heads();
     AttentionShape shape{n, heads, n_kv, kv.head_dim(), 1.0f / std::sqrt(static_cast<float>(kv.head_dim()))};

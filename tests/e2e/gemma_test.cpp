@@ -30,8 +30,15 @@ const std::filesystem::path kDir = std::filesystem::path(KVSCOPE_FIXTURES_DIR) /
 constexpr double kLogitTolerance = 2e-3;      // logits within +-10; float32 in another summation order
 constexpr double kAttentionTolerance = 1e-4;  // the issue's bound for attention maps
 
+// golden.json's checkpoints and the multimodal Gemma 3 of golden_multimodal.json (tools/
+// make_gemma3_multimodal_checkpoint.py), whose text part is checked as the text checkpoints are.
 const nlohmann::json& golden() {
-  static const nlohmann::json json = test::read_json_fixture(kDir / "golden.json");
+  static const nlohmann::json json = [] {
+    nlohmann::json all = test::read_json_fixture(kDir / "golden.json");
+    const nlohmann::json multimodal = test::read_json_fixture(kDir / "golden_multimodal.json");
+    for (const auto& [name, checkpoint] : multimodal["checkpoints"].items()) all["checkpoints"][name] = checkpoint;
+    return all;
+  }();
   return json;
 }
 
@@ -159,6 +166,28 @@ TEST_CASE("Gemma configs: layer types, local RoPE, soft-caps and the query scale
   CHECK(gemma2.config.local_layer_count() == 2);
   const model::Model qpas = model::load_model(kDir / "gemma3_qpas");
   CHECK(qpas.config.query_scale == Approx(std::sqrt(16.0 / 40.0)));
+  // A multimodal Gemma 3's text part: its config under text_config, its tensors under language_model.model.
+  const model::Model multimodal = model::load_model(kDir / "gemma3_multimodal");
+  CHECK(multimodal.config.architecture == "Gemma3ForConditionalGeneration");
+  CHECK(multimodal.config.hf_tensor_prefix == "language_model.model.");
+  CHECK(multimodal.config.local_layer_count() == 5);
+  CHECK(multimodal.config.rope_freq_divisors == gemma3.config.rope_freq_divisors);
+  CHECK(multimodal.config.tied_embeddings);
+}
+
+TEST_CASE("a multimodal Gemma 3 folder's text config errors name their text_config field", "[gemma][synthetic]") {
+  namespace fs = std::filesystem;
+  const fs::path folder = fs::temp_directory_path() / ("kvscope_gemma3_multimodal_" + std::to_string(::getpid()));
+  fs::remove_all(folder);
+  fs::copy(kDir / "gemma3_multimodal", folder);
+  nlohmann::json config = test::read_json_fixture(kDir / "gemma3_multimodal" / "config.json");
+  config["text_config"]["num_hidden_layers"] = 0;
+  std::ofstream(folder / "config.json") << config.dump();
+  CHECK_THROWS_WITH(model::load_model(folder), Catch::Contains("field 'text_config.num_hidden_layers'"));
+  config.erase("text_config");
+  std::ofstream(folder / "config.json") << config.dump();
+  CHECK_THROWS_WITH(model::load_model(folder), Catch::Contains("field 'text_config': missing"));
+  fs::remove_all(folder);
 }
 
 TEST_CASE("the Gemma fixtures are sensitive to each convention they prove", "[gemma][synthetic]") {

@@ -104,9 +104,9 @@ TEST_CASE("bad Hugging Face folders are clear errors", "[hf]") {
                Contains("config.json: field 'architectures'") && Contains("\"GPTNeoXForCausalLM\" is not supported"));
   }
   SECTION("a feature the engine lacks") {
-    config["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+    config["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 4.0}};
     rewrite_config();
-    CHECK_THAT(load_error(dir.path()), Contains("field 'rope_scaling.rope_type'") && Contains("yarn"));
+    CHECK_THAT(load_error(dir.path()), Contains("field 'rope_scaling.rope_type'") && Contains("dynamic"));
   }
   SECTION("a hyper-parameter of the wrong type") {
     config["num_hidden_layers"] = "two";

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""A tiny random gpt-oss checkpoint, written by transformers, with transformers' goldens.
+
+Writes tests/fixtures/hf_gptoss/gptoss/ (a Hugging Face folder written by GptOssForCausalLM.save_pretrained),
+gptoss.gguf (the same weights laid out as llama.cpp's convert_hf_to_gguf.py GptOssModel lays them out, written with
+gguf-py), gptoss_mxfp4.gguf (the same with every expert matrix quantized to MXFP4 by gguf-py, as the released
+gpt-oss GGUFs store them) and tests/fixtures/hf_gptoss/golden.json.
+
+The checkpoint has everything gpt-oss adds to a Llama layer: a learned sink logit per head (sinks, in every
+softmax's denominator), sliding-window layers alternating with global ones (layer_types; window 8, below the
+prompts' lengths, where the real model has 128), q/k/v/o biases, YaRN rope scaling with the released model's
+parameters (factor 32, original context 4096, beta 32/1, truncate false, base 150000), 4 experts of which the
+router (with its bias) picks 2 by their logits and weighs them by a softmax over those 2, expert biases, and the
+clamped SwiGLU (up + 1) * gate * sigmoid(alpha * gate) with limit 2 (the released 7 would rarely bite on these
+activations) and alpha 1.702. The folder stores the experts as transformers does: gate_up_proj [E, hidden, 2I]
+(x @ W, gate and up columns interleaved) and down_proj [E, I, hidden].
+
+golden.json: for each of three prompts the prompt ids, the last position's logits, 24 greedy tokens from
+transformers' forward over its DynamicCache, one token per call (as kvscope runs), with top-1/top-2 margins; for
+prompt 0 the eager attention probabilities of every layer and head over the prompt (the sink's share left out,
+as transformers returns them), the sinks, and the experts each layer's router chose per prompt token.
+`gptoss_mxfp4`'s golden is transformers on the folder with the GGUF's MXFP4 experts dequantized by gguf-py.
+Regenerate (byte-identical with the pinned versions of tools/requirements-golden.txt):
+  /tmp/goldenv/bin/python tools/make_gptoss_checkpoint.py
+"""
+import json
+import shutil
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+import transformers
+from safetensors.numpy import load_file, save_file
+from transformers import AutoModelForCausalLM, GptOssConfig
+
+from make_moe_checkpoints import PROMPTS, add_tokenizer, golden_for
+from make_synthetic_checkpoints import QWEN3_TOKENIZER, randomize, save_tokenizer, shortest, train_tokenizer
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests/fixtures/hf_gptoss"
+YARN = dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
+            original_max_position_embeddings=4096)
+FIELDS = dict(hidden_size=64, intermediate_size=32, head_dim=16, num_attention_heads=4, num_key_value_heads=2,
+              num_hidden_layers=4, num_local_experts=4, num_experts_per_tok=2, sliding_window=8,
+              max_position_embeddings=131072, rms_norm_eps=1e-5, swiglu_limit=2.0, swiglu_alpha=1.702,
+              attention_bias=True, tie_word_embeddings=False, rope_parameters=YARN)
+
+
+def write_gguf(folder, path, tok, config, mxfp4):
+    """convert_hf_to_gguf.py GptOssModel: gate_up split into ffn_gate_exps / ffn_up_exps [E][I][hidden] (the
+    folder's columns ::2 and 1::2, transposed), down transposed to [E][hidden][I], biases split the same way,
+    sinks as attn_sinks.weight, the router as ffn_gate_inp with its bias, post_attention_layernorm as
+    post_attention_norm; YaRN as rope.scaling.{type,factor,original_context_length}."""
+    w = {k: v.astype(np.float32) for k, v in load_file(folder / "model.safetensors").items()}
+    writer = gguf.GGUFWriter(path, "gpt-oss")
+    writer.add_name(folder.name)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_key_length(config.head_dim)
+    writer.add_value_length(config.head_dim)
+    writer.add_rope_freq_base(YARN["rope_theta"])
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_vocab_size(config.vocab_size)
+    writer.add_expert_count(config.num_local_experts)
+    writer.add_expert_used_count(config.num_experts_per_tok)
+    writer.add_expert_feed_forward_length(config.intermediate_size)
+    writer.add_sliding_window(config.sliding_window)
+    writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    writer.add_rope_scaling_factor(YARN["factor"])
+    writer.add_rope_scaling_orig_ctx_len(YARN["original_max_position_embeddings"])
+    # llama.cpp fixes the SwiGLU's limit at the released 7 and alpha at 1.702; kvscope reads these keys when given.
+    writer.add_float32("gpt-oss.swiglu_limit", config.swiglu_limit)
+    writer.add_float32("gpt-oss.swiglu_alpha", config.swiglu_alpha)
+    writer.add_tensor("token_embd.weight", w["model.embed_tokens.weight"])
+
+    def experts(name, stacked):
+        if mxfp4:
+            kind = gguf.GGMLQuantizationType.MXFP4
+            writer.add_tensor(name, gguf.quants.quantize(stacked, kind), raw_dtype=kind)
+        else:
+            writer.add_tensor(name, stacked)
+
+    for layer in range(config.num_hidden_layers):
+        hf, g = f"model.layers.{layer}.", f"blk.{layer}."
+        writer.add_tensor(g + "attn_norm.weight", w[hf + "input_layernorm.weight"])
+        for proj, name in (("q", "attn_q"), ("k", "attn_k"), ("v", "attn_v"), ("o", "attn_output")):
+            writer.add_tensor(g + name + ".weight", w[hf + f"self_attn.{proj}_proj.weight"])
+            writer.add_tensor(g + name + ".bias", w[hf + f"self_attn.{proj}_proj.bias"])
+        writer.add_tensor(g + "attn_sinks.weight", w[hf + "self_attn.sinks"])
+        writer.add_tensor(g + "post_attention_norm.weight", w[hf + "post_attention_layernorm.weight"])
+        writer.add_tensor(g + "ffn_gate_inp.weight", w[hf + "mlp.router.weight"])
+        writer.add_tensor(g + "ffn_gate_inp.bias", w[hf + "mlp.router.bias"])
+        gate_up = np.ascontiguousarray(w[hf + "mlp.experts.gate_up_proj"].transpose(0, 2, 1))  # [E][2I][hidden]
+        gate_up_bias = w[hf + "mlp.experts.gate_up_proj_bias"]
+        experts(g + "ffn_gate_exps.weight", np.ascontiguousarray(gate_up[:, ::2, :]))
+        experts(g + "ffn_up_exps.weight", np.ascontiguousarray(gate_up[:, 1::2, :]))
+        experts(g + "ffn_down_exps.weight", np.ascontiguousarray(w[hf + "mlp.experts.down_proj"].transpose(0, 2, 1)))
+        writer.add_tensor(g + "ffn_gate_exps.bias", np.ascontiguousarray(gate_up_bias[:, ::2]))
+        writer.add_tensor(g + "ffn_up_exps.bias", np.ascontiguousarray(gate_up_bias[:, 1::2]))
+        writer.add_tensor(g + "ffn_down_exps.bias", w[hf + "mlp.experts.down_proj_bias"])
+    add_tokenizer(writer, tok, QWEN3_TOKENIZER, "qwen2")
+    writer.add_tensor("output_norm.weight", w["model.norm.weight"])
+    writer.add_tensor("output.weight", w["lm_head.weight"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def mxfp4_reference(folder, path):
+    """The folder with the GGUF's MXFP4 experts dequantized by gguf-py and put back in transformers' layout."""
+    reader = gguf.GGUFReader(path)
+    reference = folder.parent / (folder.name + "_mxfp4_reference")
+    shutil.rmtree(reference, ignore_errors=True)
+    shutil.copytree(folder, reference)
+    weights = load_file(folder / "model.safetensors")
+    parts = {}
+    for t in reader.tensors:
+        if t.tensor_type == gguf.GGMLQuantizationType.MXFP4:
+            parts[t.name] = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)  # [E][rows][cols]
+    for name, values in parts.items():
+        layer, part = int(name.split(".")[1]), name.split(".")[2]
+        hf = f"model.layers.{layer}.mlp.experts."
+        if part == "ffn_down_exps":
+            weights[hf + "down_proj"] = np.ascontiguousarray(values.transpose(0, 2, 1))
+        else:
+            gate_up = weights[hf + "gate_up_proj"].copy()  # [E][hidden][2I], gate columns even, up odd
+            gate_up[:, :, (0 if part == "ffn_gate_exps" else 1)::2] = values.transpose(0, 2, 1)
+            weights[hf + "gate_up_proj"] = gate_up
+    save_file(weights, reference / "model.safetensors", metadata={"format": "pt"})
+    first = parts["blk.0.ffn_gate_exps.weight"]
+    return reference, {"tensor": "blk.0.ffn_gate_exps.weight", "expert": 1, "row": 2, "values": shortest(first[1, 2])}
+
+
+def main():
+    torch.set_num_threads(1)
+    OUT.mkdir(parents=True, exist_ok=True)
+    folder = OUT / "gptoss"
+    shutil.rmtree(folder, ignore_errors=True)
+    tok = train_tokenizer(QWEN3_TOKENIZER)
+    config = GptOssConfig(**FIELDS, vocab_size=tok.get_vocab_size(), bos_token_id=None,
+                          eos_token_id=tok.token_to_id(QWEN3_TOKENIZER["eos"]), pad_token_id=None)
+    config.architectures = ["GptOssForCausalLM"]
+    assert config.layer_types == ["sliding_attention", "full_attention"] * 2
+    torch.manual_seed(300)
+    model = AutoModelForCausalLM.from_config(config)
+    randomize(model, 3000)
+    with torch.no_grad():  # sinks large enough that their share of each row matters
+        generator = torch.Generator().manual_seed(3001)
+        for layer in model.model.layers:
+            layer.self_attn.sinks.copy_(1.0 + 1.5 * torch.randn(layer.self_attn.sinks.shape, generator=generator))
+    model.save_pretrained(folder)
+    save_tokenizer(tok, folder, QWEN3_TOKENIZER["bos"], QWEN3_TOKENIZER["eos"], QWEN3_TOKENIZER["unk"],
+                   QWEN3_TOKENIZER["template"])
+    golden = {"schema_version": 1,
+              "reference": {"implementation": "transformers AutoModelForCausalLM, float32 compute, eager attention, "
+                                              "CPU; greedy one token per forward over a DynamicCache",
+                            "versions": {"torch": torch.__version__, "transformers": transformers.__version__}},
+              "checkpoints": {}}
+    golden["checkpoints"]["gptoss"] = golden_for(folder)
+    golden["checkpoints"]["gptoss"]["gguf"] = "gptoss.gguf"
+    golden["checkpoints"]["gptoss"]["sinks"] = [shortest(layer.self_attn.sinks.detach().numpy())
+                                               for layer in model.model.layers]
+    write_gguf(folder, OUT / "gptoss.gguf", tok, config, mxfp4=False)
+    write_gguf(folder, OUT / "gptoss_mxfp4.gguf", tok, config, mxfp4=True)
+    reference, check = mxfp4_reference(folder, OUT / "gptoss_mxfp4.gguf")
+    golden["checkpoints"]["gptoss_mxfp4"] = golden_for(reference)
+    golden["checkpoints"]["gptoss_mxfp4"].update(gguf="gptoss_mxfp4.gguf", dequantized_row=check)
+    shutil.rmtree(reference)
+    for name, g in golden["checkpoints"].items():
+        print(name, [len(p["ids"]) for p in g["prompts"]], "greedy", g["prompts"][0]["greedy"]["ids"][:8],
+              "min margin", min(min(p["greedy"]["margin_top1_top2"]) for p in g["prompts"]))
+    (OUT / "golden.json").write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    main()
