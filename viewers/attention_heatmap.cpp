@@ -83,11 +83,11 @@ HeatmapPlot exact_attention_plot(const trace::RunTrace& run, const Selection& se
   out.scale = ColorScale::fit(out.map.values.data(), out.map.values.size(), scale);
   out.cmap = cmap;
   const bool pooled = !out.map.full_resolution();
-  out.title = run.name + "  layer " + std::to_string(sel.layer) + ", head " + std::to_string(sel.head) + "  " +
+  out.title = run.name + ": layer " + std::to_string(sel.layer) + ", head " + std::to_string(sel.head) + ", " +
               span_text("query", "queries", q0, q1) + " x " + span_text("key", "keys", k0, k1) +
-              (pooled ? "  (exact, max over " + std::to_string(out.map.row_block) + "x" + std::to_string(out.map.col_block) +
+              (pooled ? " (exact, max over " + std::to_string(out.map.row_block) + "x" + std::to_string(out.map.col_block) +
                             " tokens a cell)"
-                      : "  (exact, every token)");
+                      : " (exact, every token)");
   out.x_label = "key position";
   out.y_label = "query position";
   out.colorbar_label = scale == ScaleKind::Log ? "log10 attention" : "attention";
@@ -150,8 +150,8 @@ bool attention_plot(const trace::RunTrace& run, const Selection& sel, bool decod
   out.no_attention_label = kNoAttentionLabel;
   out.scale = ColorScale::fit(out.map.values.data(), out.map.values.size(), scale);
   out.cmap = cmap;
-  out.title = run.name + "  layer " + std::to_string(sel.layer) + ", head " + std::to_string(sel.head) +
-              (decode ? "  (decode)" : "");
+  out.title = run.name + ": layer " + std::to_string(sel.layer) + ", head " + std::to_string(sel.head) +
+              (decode ? " (decode)" : "");
   out.x_label = "key position";
   out.y_label = decode ? "decode step" : "query position";
   out.colorbar_label = scale == ScaleKind::Log ? "log10 attention" : "attention";

@@ -243,7 +243,7 @@ int CompareView::difference_header(AppState& state, float width) {
   const int diverge = first_divergent_token(*a, *b);
   if (diverge >= 0)
     ImGui::TextDisabled("generated tokens diverge at token %d (decode row %d%s)", diverge, diverge,
-                        decode ? ", yellow line" : "; tick 'decode' to see it");
+                        decode || diff_decode_ ? ", yellow line" : "; tick 'decode' to see it");
   else if (a->prompt_ids == b->prompt_ids)
     ImGui::TextDisabled("generated tokens agree while both runs generate");
   return diverge;

@@ -43,7 +43,7 @@ bool timeline_plot(const trace::RunTrace& run, int layer, int kv_head, bool aggr
     out.scale = {ScaleKind::Linear, 0.0f, 1.0f};
     out.cmap = Colormap::Viridis;
     out.colorbar_label = "share of caches holding it";
-    out.title = run.name + "  share of (layer, KV head) caches holding each position";
+    out.title = run.name + ": share of (layer, KV head) caches holding each position";
   } else {
     const auto states = entry_states(run, layer, kv_head);
     m.rows = m.source_rows = static_cast<int>(states.size()) / shape.n_positions;
@@ -52,7 +52,7 @@ bool timeline_plot(const trace::RunTrace& run, int layer, int kv_head, bool aggr
                       {"kept", {86, 170, 100, 255}},
                       {"evicted", {214, 39, 40, 255}},
                       {"merged", {255, 160, 20, 255}}};
-    out.title = run.name + "  cache of layer " + std::to_string(layer) + ", kv head " + std::to_string(kv_head);
+    out.title = run.name + ": cache of layer " + std::to_string(layer) + ", kv head " + std::to_string(kv_head);
   }
   // A run that stopped early (an end-of-generation token) never reached the positions its recording reserved for
   // the remaining new tokens: the axis ends at the last position the run processed.

@@ -558,7 +558,7 @@ std::pair<double, double> draw_heatmap_part(Look& lk, const HeatmapPlot& plot, d
   }
   double ly = y + h - legend_h + fs * 1.0;
   for (const auto& row : legend_rows) {
-    double lx = left;
+    double lx = x;  // the rows were wrapped against the part's whole width, so they start at its left edge
     for (const auto& e : row) {
       lk.canvas.rect(lx, ly - fs * 0.75, fs * 0.8, fs * 0.8, e.color, 1.0);
       lk.text(lx + fs * 1.1, ly, e.name, fs, 0.0);

@@ -43,7 +43,7 @@ bool router_weights_plot(const trace::RunTrace& run, int layer, HeatmapPlot& out
   out.map = std::move(m);
   out.scale = {ScaleKind::Linear, 0.0f, 1.0f};
   out.cmap = Colormap::Viridis;
-  out.title = run.name + "  router weights, layer " + std::to_string(layer) + " (top " + std::to_string(run.router_k) + ")";
+  out.title = run.name + ": router weights, layer " + std::to_string(layer) + " (top " + std::to_string(run.router_k) + ")";
   out.x_label = "token position";
   out.y_label = "expert";
   out.colorbar_label = "weight";
@@ -64,7 +64,7 @@ bool router_agreement_plot(const trace::RunTrace& run, const trace::RunTrace& ba
   out.map = std::move(m);
   out.scale = {ScaleKind::Linear, 0.0f, 1.0f};
   out.cmap = Colormap::Viridis;
-  out.title = run.name + "  experts shared with " + baseline.name + ", every layer";
+  out.title = run.name + ": experts shared with " + baseline.name + ", every layer";
   out.x_label = "token position";
   out.y_label = "layer";
   out.colorbar_label = "share of top " + std::to_string(run.router_k);

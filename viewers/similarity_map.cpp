@@ -39,7 +39,7 @@ bool similarity_plot(const trace::RunTrace& run, int layer, int kv_head, bool va
   out.map.source_positions = m->source_positions;
   out.scale = fit_range ? off_diagonal_range(out.map) : ColorScale{ScaleKind::Linear, -1.0f, 1.0f};
   out.cmap = Colormap::RdBu;
-  out.title = run.name + "  " + (values ? "value" : "key") + " cosine similarity, layer " + std::to_string(layer) +
+  out.title = run.name + ": " + (values ? "value" : "key") + " cosine similarity, layer " + std::to_string(layer) +
               ", kv head " + std::to_string(kv_head);
   const bool remapped = !m->source_positions.empty();
   out.x_label = remapped ? "cache entry" : "key position";
