@@ -18,6 +18,38 @@
 
 namespace kvscope::viewers {
 
+namespace {
+
+// What either drawing refuses before it starts: a figure without plots, a size out of range.
+void check_drawable(const Figure& figure, const ExportOptions& options) {
+  if (figure.empty()) throw Error("nothing to export: the figure '" + figure.title + "' has no plots");
+  if (options.width < 64 || options.height < 64 || options.width > 16384 || options.height > 16384)
+    throw UsageError("figure size " + std::to_string(options.width) + "x" + std::to_string(options.height) +
+                     " is out of range (64..16384 pixels per side)");
+}
+
+// The renderer's own ImGui and ImPlot contexts for a drawing, the caller's (the window's) back afterwards.
+class ContextScope {
+ public:
+  ContextScope(ImGuiContext* imgui, ImPlotContext* implot)
+      : prev_(ImGui::GetCurrentContext()), prev_plot_(ImPlot::GetCurrentContext()) {
+    ImGui::SetCurrentContext(imgui);
+    ImPlot::SetCurrentContext(implot);
+  }
+  ~ContextScope() {
+    ImGui::SetCurrentContext(prev_);
+    ImPlot::SetCurrentContext(prev_plot_);
+  }
+  ContextScope(const ContextScope&) = delete;
+  ContextScope& operator=(const ContextScope&) = delete;
+
+ private:
+  ImGuiContext* prev_;
+  ImPlotContext* prev_plot_;
+};
+
+}  // namespace
+
 FigureRenderer::FigureRenderer() {
   ImGuiContext* prev = ImGui::GetCurrentContext();
   ImPlotContext* prev_plot = ImPlot::GetCurrentContext();
@@ -59,22 +91,8 @@ Image FigureRenderer::render(const Figure& figure, const ExportOptions& options)
 }
 
 Image FigureRenderer::draw_vector(const Figure& figure, const ExportOptions& options) {
-  if (figure.empty()) throw Error("nothing to export: the figure '" + figure.title + "' has no plots");
-  if (options.width < 64 || options.height < 64 || options.width > 16384 || options.height > 16384)
-    throw UsageError("figure size " + std::to_string(options.width) + "x" + std::to_string(options.height) +
-                     " is out of range (64..16384 pixels per side)");
-  ImGuiContext* prev = ImGui::GetCurrentContext();
-  ImPlotContext* prev_plot = ImPlot::GetCurrentContext();
-  ImGui::SetCurrentContext(imgui_);
-  ImPlot::SetCurrentContext(implot_);
-  struct Restore {
-    ImGuiContext* a;
-    ImPlotContext* b;
-    ~Restore() {
-      ImGui::SetCurrentContext(a);
-      ImPlot::SetCurrentContext(b);
-    }
-  } restore{prev, prev_plot};
+  check_drawable(figure, options);
+  const ContextScope scope(imgui_, implot_);
   ImGuiIO& io = ImGui::GetIO();
   io.DisplaySize = ImVec2(static_cast<float>(options.width), static_cast<float>(options.height));
   io.DeltaTime = 1.0f / 60.0f;
@@ -99,22 +117,8 @@ Image FigureRenderer::draw_vector(const Figure& figure, const ExportOptions& opt
 void FigureRenderer::lay_out(const Figure& figure, const ExportOptions& options) { draw(figure, options, false); }
 
 Image FigureRenderer::draw(const Figure& figure, const ExportOptions& options, bool to_pixels) {
-  if (figure.empty()) throw Error("nothing to export: the figure '" + figure.title + "' has no plots");
-  if (options.width < 64 || options.height < 64 || options.width > 16384 || options.height > 16384)
-    throw UsageError("figure size " + std::to_string(options.width) + "x" + std::to_string(options.height) +
-                     " is out of range (64..16384 pixels per side)");
-  ImGuiContext* prev = ImGui::GetCurrentContext();
-  ImPlotContext* prev_plot = ImPlot::GetCurrentContext();
-  ImGui::SetCurrentContext(imgui_);
-  ImPlot::SetCurrentContext(implot_);
-  struct Restore {
-    ImGuiContext* a;
-    ImPlotContext* b;
-    ~Restore() {
-      ImGui::SetCurrentContext(a);
-      ImPlot::SetCurrentContext(b);
-    }
-  } restore{prev, prev_plot};
+  check_drawable(figure, options);
+  const ContextScope scope(imgui_, implot_);
 
   ImGuiIO& io = ImGui::GetIO();
   io.DisplaySize = ImVec2(static_cast<float>(options.width), static_cast<float>(options.height));
