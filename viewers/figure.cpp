@@ -139,7 +139,7 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
     const LineSeries& s = plot.series[i];
     const int n = static_cast<int>(std::min(s.x.size(), s.y.size()));
     if (n == 0) continue;
-    const Rgba col = series_color(s.color >= 0 ? s.color : static_cast<int>(i));
+    const Rgba col = series_color(s.color != -1 ? s.color : static_cast<int>(i));
     ImPlotSpec spec;
     spec.LineColor = to_vec4(col);
     spec.FillColor = to_vec4(col);

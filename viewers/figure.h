@@ -51,7 +51,7 @@ struct LineSeries {
   std::vector<double> x, y;
   std::vector<double> y_low, y_high;  // optional band around the line (e.g. min..max over heads)
   double bar_width = 0.8;             // in x units
-  int color = -1;                     // palette index; -1 = position in the plot
+  int color = -1;                     // palette index; -1 = position in the plot; kInkSeries: black
 };
 
 struct LinePlot {

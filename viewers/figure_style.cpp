@@ -19,6 +19,7 @@ Rgba look_series_color(FigureLook look, int index) {
   static const Rgba tab10[] = {{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {214, 39, 40, 255},
                                {148, 103, 189, 255}, {140, 86, 75, 255}, {227, 119, 194, 255}, {127, 127, 127, 255},
                                {188, 189, 34, 255}, {23, 190, 207, 255}};
+  if (index == kInkSeries) return {25, 25, 25, 255};
   const Rgba* table = look == FigureLook::Matplotlib ? tab10 : deep;
   const int n = static_cast<int>(std::size(deep));
   return table[((index % n) + n) % n];

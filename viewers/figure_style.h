@@ -13,6 +13,9 @@ enum class FigureLook { Kvscope, Matplotlib };
 FigureLook parse_figure_look(const std::string& name);
 
 // The series colours of a look: seaborn's "deep" (ImPlot's Deep, the window's) or matplotlib's tab10.
+// A series index of its own: near-black ink in every look, for marks drawn over the palette's curves (the Pareto
+// front), which a palette index would give the colour of a curve once the series outnumber the palette.
+constexpr int kInkSeries = -2;
 Rgba look_series_color(FigureLook look, int index);
 
 }  // namespace kvscope::viewers

@@ -205,7 +205,7 @@ void draw_line_part(Look& lk, const LinePlot& plot, double x, double y, double w
     if (s.name.empty() || s.name.rfind("##", 0) == 0) continue;
     const std::string label = legend_name(plot, si, identical);
     const bool markers = s.kind == LineSeries::Kind::Markers || (s.kind == LineSeries::Kind::Line && s.x.size() <= 64);
-    entries.push_back({label.substr(0, label.find("##")), lk.series(s.color >= 0 ? s.color : static_cast<int>(si)),
+    entries.push_back({label.substr(0, label.find("##")), lk.series(s.color != -1 ? s.color : static_cast<int>(si)),
                        s.kind == LineSeries::Kind::Bars, markers ? static_cast<int>(si) : -1});
   }
   const double title_h = draw_title(lk, plot.title, x, y, w, 0, false);
@@ -283,7 +283,7 @@ void draw_line_part(Look& lk, const LinePlot& plot, double x, double y, double w
   lk.canvas.clip_begin(left, top, plot_w, plot_h);
   for (std::size_t si = 0; si < plot.series.size(); ++si) {
     const LineSeries& s = plot.series[si];
-    const Rgba col = lk.series(s.color >= 0 ? s.color : static_cast<int>(si));
+    const Rgba col = lk.series(s.color != -1 ? s.color : static_cast<int>(si));
     const std::size_t n = std::min(s.x.size(), s.y.size());
     if (s.y_low.size() == s.x.size() && s.y_high.size() == s.x.size() && n > 0) {
       // A point without an interval (NaN bounds) breaks the band.

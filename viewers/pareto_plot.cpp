@@ -105,7 +105,7 @@ Figure pareto_figure(const ParetoView& view, const std::string& title) {
   LineSeries marks;
   marks.name = "Pareto front";
   marks.kind = LineSeries::Kind::Markers;
-  marks.color = static_cast<int>(order.size());
+  marks.color = kInkSeries;
   for (const ParetoPoint* p : front) {
     marks.x.push_back(p->bytes / kMiB);
     marks.y.push_back(p->quality);

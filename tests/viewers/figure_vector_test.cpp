@@ -14,6 +14,7 @@
 #include "viewers/figure_size.h"
 #include "viewers/figure_vector.h"
 #include "viewers/font_metrics.h"
+#include "viewers/pareto_plot.h"
 #include "viewers/quality_plot.h"
 #include "viewers/views.h"
 
@@ -250,4 +251,32 @@ TEST_CASE("a quality plot over one prompt says it has no intervals and draws mar
   const std::regex legend(R"re(<rect x="([-0-9.e]+)" y="[-0-9.e]+" width="[-0-9.e]+" height="[-0-9.e]+" fill="none" stroke="#cccccc")re");
   REQUIRE(std::regex_search(svg, m, legend));
   CHECK(std::stod(m[1]) >= plot_right);
+}
+
+TEST_CASE("the Pareto front's marks have a colour of their own however many curves there are", "[figure][pareto]") {
+  // Ten curves fill the palette: a front coloured by the next palette index took the first curve's colour.
+  ParetoView view;
+  view.metric = "kl_mean";
+  view.bytes_metric = "cache_bytes";
+  for (int s = 0; s < 10; ++s) {
+    ParetoPoint p;
+    p.series = "policy" + std::to_string(s);
+    p.budget = "50%";
+    p.bytes = 1e6 * (s + 1);
+    p.quality = 1.0 / (s + 1);
+    p.on_front = true;
+    view.points.push_back(p);
+  }
+  const Figure f = pareto_figure(view, "fidelity");
+  const auto& plot = std::get<LinePlot>(f.parts.at(0));
+  REQUIRE(plot.series.size() == 11);
+  const LineSeries& front = plot.series.back();
+  CHECK(front.name == "Pareto front");
+  for (FigureLook look : {FigureLook::Kvscope, FigureLook::Matplotlib}) {
+    const Rgba ink = look_series_color(look, front.color);
+    for (std::size_t s = 0; s + 1 < plot.series.size(); ++s) {
+      const Rgba curve = look_series_color(look, plot.series[s].color != -1 ? plot.series[s].color : static_cast<int>(s));
+      CHECK_FALSE((ink.r == curve.r && ink.g == curve.g && ink.b == curve.b));
+    }
+  }
 }
