@@ -80,6 +80,19 @@ std::vector<float> factor_list(const JsonConfigReader& reader, const std::string
   return factors;
 }
 
+// The original context a longrope or YaRN model was trained at and the factor it is extended by (absent:
+// max_position_embeddings over the original). transformers 5 moves original_max_position_embeddings into
+// rope_parameters; transformers 4 keeps it beside.
+void read_context_extension(const JsonConfigReader& reader, const std::string& key, const nlohmann::json& rope,
+                            RopeScaling& scaling) {
+  const int max_positions = reader.integer("max_position_embeddings", 1, kMaxContext);
+  scaling.original_context = rope.contains("original_max_position_embeddings")
+                                 ? reader.integer_value(key + ".original_max_position_embeddings",
+                                                        rope["original_max_position_embeddings"], 1, kMaxContext)
+                                 : reader.integer("original_max_position_embeddings", 1, kMaxContext, max_positions);
+  scaling.factor = number(reader, key, rope, "factor", static_cast<double>(max_positions) / scaling.original_context);
+}
+
 // Phi-3's longrope (transformers' _compute_longrope_parameters): short factors up to the original context, long
 // beyond it, and cos/sin multiplied by attention_factor, by default sqrt(1 + ln(factor) / ln(original context))
 // with factor = max_position_embeddings / original_max_position_embeddings.
@@ -88,13 +101,7 @@ void read_longrope(const JsonConfigReader& reader, const std::string& key, const
   const int pairs = config.rope_dim / 2;
   scaling.short_factor = factor_list(reader, key, rope, "short_factor", pairs);
   scaling.long_factor = factor_list(reader, key, rope, "long_factor", pairs);
-  // transformers 5 moves original_max_position_embeddings into rope_parameters; transformers 4 keeps it beside.
-  const int max_positions = reader.integer("max_position_embeddings", 1, kMaxContext);
-  scaling.original_context = rope.contains("original_max_position_embeddings")
-                                 ? reader.integer_value(key + ".original_max_position_embeddings",
-                                                        rope["original_max_position_embeddings"], 1, kMaxContext)
-                                 : reader.integer("original_max_position_embeddings", 1, kMaxContext, max_positions);
-  scaling.factor = number(reader, key, rope, "factor", static_cast<double>(max_positions) / scaling.original_context);
+  read_context_extension(reader, key, rope, scaling);
   const double default_attention =
       scaling.factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(scaling.factor) / std::log(scaling.original_context));
   scaling.attention_factor = number(reader, key, rope, "attention_factor", default_attention);
@@ -110,12 +117,7 @@ void read_longrope(const JsonConfigReader& reader, const std::string& key, const
 // attention_factor, else mscale / mscale_all_dim's ratio, else 0.1 ln(factor) + 1.
 void read_yarn(const JsonConfigReader& reader, const std::string& key, const nlohmann::json& rope, ModelConfig& config,
                RopeScaling& scaling) {
-  const int max_positions = reader.integer("max_position_embeddings", 1, kMaxContext);
-  scaling.original_context = rope.contains("original_max_position_embeddings")
-                                 ? reader.integer_value(key + ".original_max_position_embeddings",
-                                                        rope["original_max_position_embeddings"], 1, kMaxContext)
-                                 : reader.integer("original_max_position_embeddings", 1, kMaxContext, max_positions);
-  scaling.factor = number(reader, key, rope, "factor", static_cast<double>(max_positions) / scaling.original_context);
+  read_context_extension(reader, key, rope, scaling);
   scaling.beta_fast = number(reader, key, rope, "beta_fast", 32.0);
   scaling.beta_slow = number(reader, key, rope, "beta_slow", 1.0);
   if (rope.contains("truncate") && !rope["truncate"].is_null()) {
