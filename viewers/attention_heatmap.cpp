@@ -35,14 +35,6 @@ std::vector<uint8_t> key_marks(const trace::RunTrace& run, int layer, int kv_hea
 
 constexpr const char* kNoAttentionLabel = "no attention: masked, or key not in the cache";
 
-// Token text of every position (prompt, then generated), as an axis names the cells.
-std::vector<std::string> position_tokens(const trace::RunTrace& run) {
-  std::vector<std::string> out;
-  for (const auto& piece : run.prompt_strings) out.push_back(display_token(piece));
-  for (const auto& piece : run.generated_strings) out.push_back(display_token(piece));
-  return out;
-}
-
 // The active run is still in progress and records q/k: they are published with the end of its prefill, so a map
 // without them yet must not say it was "recorded without q/k".
 bool records_qk_later(const AppState& state) {

@@ -13,18 +13,6 @@ namespace kvscope::viewers {
 
 namespace {
 
-// Token labels for a position axis, so that zoomed in the cells name their tokens.
-std::vector<std::string> position_tokens(const trace::RunTrace& run, int positions) {
-  std::vector<std::string> out;
-  for (int p = 0; p < positions; ++p) {
-    const int prompt = static_cast<int>(run.prompt_strings.size());
-    const int g = p - prompt;
-    out.push_back(p < prompt ? run.prompt_strings[p]
-                             : g < static_cast<int>(run.generated_strings.size()) ? run.generated_strings[g] : "");
-  }
-  return out;
-}
-
 std::string pointer_signature(const void* p) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%p", p);
@@ -47,7 +35,7 @@ bool router_weights_plot(const trace::RunTrace& run, int layer, HeatmapPlot& out
   out.x_label = "token position";
   out.y_label = "expert";
   out.colorbar_label = "weight";
-  out.x_tokens = position_tokens(run, out.map.cols);
+  out.x_tokens = position_tokens(run);
   out.signature = run.name + "|router|" + pointer_signature(&run) + "|" + std::to_string(layer) + "|" +
                   std::to_string(run.routing.size());
   return true;
@@ -69,7 +57,7 @@ bool router_agreement_plot(const trace::RunTrace& run, const trace::RunTrace& ba
   out.y_label = "layer";
   out.colorbar_label = "share of top " + std::to_string(run.router_k);
   out.no_attention_label = "tokens differ";
-  out.x_tokens = position_tokens(run, out.map.cols);
+  out.x_tokens = position_tokens(run);
   out.signature = run.name + "|router-agree|" + pointer_signature(&run) + pointer_signature(&baseline) + "|" +
                   std::to_string(run.routing.size()) + "," + std::to_string(baseline.routing.size());
   return true;

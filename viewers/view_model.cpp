@@ -315,4 +315,11 @@ std::string display_token(const std::string& piece) {
   return out.empty() ? std::string("''") : out;
 }
 
+std::vector<std::string> position_tokens(const trace::RunTrace& run) {
+  std::vector<std::string> out;
+  for (const auto& piece : run.prompt_strings) out.push_back(display_token(piece));
+  for (const auto& piece : run.generated_strings) out.push_back(display_token(piece));
+  return out;
+}
+
 }  // namespace kvscope::viewers

@@ -115,5 +115,7 @@ LayerSummary summarize_layers(const trace::LayerHeadStat& stat);
 
 // A printable token: control characters and leading spaces shown so the strip stays readable.
 std::string display_token(const std::string& piece);
+// display_token of every position (prompt, then generated), as an axis names the cells.
+std::vector<std::string> position_tokens(const trace::RunTrace& run);
 
 }  // namespace kvscope::viewers
