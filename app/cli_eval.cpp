@@ -69,8 +69,8 @@ void print_memory(const eval::CacheMemory& m) {
   std::printf("cache             peak %s of the full cache's %s (saved %.1f%%), at the end %s\n",
               mib(m.peak_bytes).c_str(), mib(m.full_peak_bytes).c_str(), 100.0 * m.saved(), mib(m.bytes).c_str());
   if (m.page_tokens > 0)
-    std::printf("cache entries     %s as stored, %s in pages of %d tokens per layer and KV head\n",
-                mib(m.entry_bytes).c_str(), mib(m.paged_bytes).c_str(), m.page_tokens);
+    std::printf("cache entries     %s as stored, %s in pages of %d tokens per layer and KV head (peak %s)\n",
+                mib(m.entry_bytes).c_str(), mib(m.paged_bytes).c_str(), m.page_tokens, mib(m.paged_peak_bytes).c_str());
 }
 
 nlohmann::json metrics_json(const eval::Metrics& metrics) {

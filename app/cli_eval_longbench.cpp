@@ -186,10 +186,7 @@ int run_records(const LongBenchArgs& a) {
                           {"prediction", text},
                           {"score", score}};
     if (full_score >= 0) row["full_score"] = full_score, row["full_prediction"] = full_text;
-    if (answer.memory.page_tokens > 0) {
-      row["cache_entry_bytes"] = answer.memory.entry_bytes;
-      row["cache_paged_bytes"] = answer.memory.paged_bytes;
-    }
+    add_paged_fields(row, answer.memory);
     add_evidence_fields(row, request.evidence, answer.retention);
     retention.add(answer.retention, score);
     if (trace) {

@@ -104,10 +104,7 @@ int run_ruler(const RulerArgs& a) {
     row["prediction"] = answer.text;
     row["score"] = score;
     row["peak_cache_bytes"] = answer.memory.peak_bytes;
-    if (answer.memory.page_tokens > 0) {
-      row["cache_entry_bytes"] = answer.memory.entry_bytes;
-      row["cache_paged_bytes"] = answer.memory.paged_bytes;
-    }
+    add_paged_fields(row, answer.memory);
     add_evidence_fields(row, request.evidence, answer.retention);
     retention.add(answer.retention, score);
     if (trace) {

@@ -38,6 +38,12 @@ struct FigureArgs {
 };
 
 // A sweep's quality against its cache's bytes, and the front beside the picture as data.
+std::vector<std::string> bytes_axis_names() {
+  std::vector<std::string> names;
+  for (const auto& axis : viewers::pareto_bytes_axes()) names.emplace_back(axis.metric);
+  return names;
+}
+
 int pareto(const FigureArgs& a) {
   const eval::SweepTable table = eval::open_sweep_file(a.trace);
   const std::string metric = a.metric.empty() ? viewers::default_pareto_metric(table.eval_kind) : a.metric;
@@ -78,8 +84,9 @@ Command register_figure(CLI::App& root) {
                   "pareto: the quality metric (default: kl_mean for fidelity, score for ruler, exact_match for needle)");
   cmd->add_option("--bytes", a->bytes,
                   "pareto: the bytes axis: cache_bytes (default: what the cache holds at the end, after its "
-                  "evictions) or cache_peak_bytes (the most it held, often the prefill before a policy evicts)")
-      ->check(CLI::IsMember({"cache_bytes", "cache_peak_bytes"}));
+                  "evictions), cache_peak_bytes (the most it held, often the prefill before a policy evicts), or of a "
+                  "sweep made with --cache-page, cache_paged_bytes and cache_paged_peak_bytes (the same in pages)")
+      ->check(CLI::IsMember(bytes_axis_names()));
   cmd->add_option("--out", a->out, "output file: .png, .svg or .pdf (vector, maps embedded as pictures)")->required();
   cmd->add_flag("--force", a->force,
                 "replace an existing --out file (a link at --out is replaced, never written through)");

@@ -88,6 +88,8 @@ nlohmann::json result_json(const model::Model& model, const run::RunSpec& spec, 
     j["cache"]["page_tokens"] = r.cache_page_tokens;
     j["cache"]["paged_bytes"] = r.cache_paged_bytes;
     j["cache"]["layer_paged_bytes"] = r.layer_paged_bytes;
+    j["cache"]["paged_peak_bytes"] = r.cache_paged_peak_bytes;
+    j["cache"]["layer_paged_peak_bytes"] = r.layer_paged_peak_bytes;
   }
   return j;
 }
@@ -102,8 +104,8 @@ void print_report(const run::RunSpec& spec, const engine::RunResult& r) {
                mib(r.cache_bytes).c_str(), mib(r.cache_entry_bytes).c_str(), mib(r.cache_peak_bytes).c_str(),
                mib(r.full_cache_bytes).c_str());
   if (r.cache_page_tokens > 0)
-    std::fprintf(stderr, "in pages of %d tokens per layer and KV head: %s\n", r.cache_page_tokens,
-                 mib(r.cache_paged_bytes).c_str());
+    std::fprintf(stderr, "in pages of %d tokens per layer and KV head: %s now, peak %s\n", r.cache_page_tokens,
+                 mib(r.cache_paged_bytes).c_str(), mib(r.cache_paged_peak_bytes).c_str());
   std::fprintf(stderr, "layer  kept per kv head           bytes now     peak\n");
   for (std::size_t l = 0; l < r.kept.size(); ++l) {
     std::string heads;

@@ -41,6 +41,7 @@ struct SweepArgs {
   PromptOptions prompt;
   std::string prompts_dir, policies, budgets, compression_ratios, eval_kind, out, ray_address, metric, cache_types;
   std::string ray_python = "python3";
+  int cache_page = 0;
   int workers = 1;
   bool serve = false;
   eval::EvalSettings settings;
@@ -109,6 +110,7 @@ Prepared prepare(const SweepArgs& a, const model::Model* model) {
                          (seen->second == type ? "" : " (as '" + seen->second + "' too)") + "; give each type once");
     }
   }
+  p.grid.cache_page_tokens = a.cache_page;
   p.grid.settings = a.settings.to_json(a.eval_kind);
   if (a.eval_kind == "needle") {
     if (!a.prompt.prompt.empty() || !a.prompt.prompt_file.empty() || !a.prompt.messages_file.empty() ||
@@ -362,6 +364,10 @@ Command register_sweep(CLI::App& root) {
                   "KV cache types, comma-separated, a grid dimension (f32,f16,q8_0,q4_0,kivi2:group=32,residual=128; "
                   "see --cache-type of `kvscope generate`); rows, eval.h5 and grid.json carry each cell's type, and "
                   "summaries and figures draw one curve per policy and type ('snapkv @q8_0'). Default: f32 only");
+  cmd->add_option("--cache-page", a->cache_page,
+                  "also count every cell's cache in pages of N tokens per layer and KV head, at the end and at its "
+                  "largest (cache_paged_bytes, cache_paged_peak_bytes columns; see --cache-page of `kvscope generate`)")
+      ->check(kPositive);
   cmd->add_option("--eval", a->eval_kind, "fidelity, ppl, needle or ruler")->required();
   cmd->add_option("--out", a->out, "sweep folder (created; an existing sweep is resumed)");
   cmd->add_option("--metric", a->metric, "metric of the figure and summary (default: kl_mean, ppl or exact_match)");

@@ -39,4 +39,11 @@ nlohmann::json evidence_json(const std::vector<eval::EvidenceSpan>& spans) {
   return out;
 }
 
+void add_paged_fields(nlohmann::json& record, const eval::CacheMemory& memory) {
+  if (memory.page_tokens <= 0) return;
+  record["cache_entry_bytes"] = memory.entry_bytes;
+  record["cache_paged_bytes"] = memory.paged_bytes;
+  record["cache_paged_peak_bytes"] = memory.paged_peak_bytes;
+}
+
 }  // namespace kvscope::app

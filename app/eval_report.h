@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/eval/bootstrap.h"
+#include "core/eval/eval_run.h"
 #include "core/eval/evidence.h"
 
 namespace kvscope::app {
@@ -19,6 +20,8 @@ nlohmann::json scored_group_json(const std::vector<double>& scores, const std::v
 // Evidence spans as every eval record writes them (issue 35): [[first, last, kind], ...], token positions of the
 // prompt then the appended tokens, inclusive.
 nlohmann::json evidence_json(const std::vector<eval::EvidenceSpan>& spans);
+// With --cache-page: a record's entries as stored and in pages (at the end and at their largest); nothing without.
+void add_paged_fields(nlohmann::json& record, const eval::CacheMemory& memory);
 // {"resamples", "level", "seed"}: what the intervals were drawn with.
 nlohmann::json bootstrap_json(const eval::BootstrapSettings& settings);
 // One table line of a group: name, score [low, high], n= when show_n, and the full cache and difference when

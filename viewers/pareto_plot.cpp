@@ -59,9 +59,19 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 }  // namespace
 
+const std::vector<BytesAxis>& pareto_bytes_axes() {
+  static const std::vector<BytesAxis> axes = {{"cache_bytes", "cache bytes"},
+                                              {"cache_peak_bytes", "peak cache bytes"},
+                                              {"cache_paged_bytes", "paged cache bytes"},
+                                              {"cache_paged_peak_bytes", "paged peak cache bytes"}};
+  return axes;
+}
+
 std::string pareto_title(const std::string& eval_kind, const ParetoView& view) {
-  return (eval_kind.empty() ? std::string("sweep") : eval_kind) + ": " + view.metric +
-         (view.bytes_metric == "cache_peak_bytes" ? " vs peak cache bytes" : " vs cache bytes");
+  std::string bytes = view.bytes_metric;
+  for (const auto& axis : pareto_bytes_axes())
+    if (view.bytes_metric == axis.metric) bytes = axis.label;
+  return (eval_kind.empty() ? std::string("sweep") : eval_kind) + ": " + view.metric + " vs " + bytes;
 }
 
 const ParetoPoint* pareto_point_near(const ParetoView& view, double x, double y, double x_units_per_px,

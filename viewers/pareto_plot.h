@@ -30,6 +30,15 @@ struct ParetoView {
   std::vector<ParetoPoint> points;  // series by first appearance, each by increasing bytes
 };
 
+// The bytes a Pareto view can be drawn against, with their labels: cache_bytes (at the end, after evicting),
+// cache_peak_bytes (the most the cache held), and from a sweep made with --cache-page, cache_paged_bytes and
+// cache_paged_peak_bytes (the same in N-token pages, as a paged serving engine allocates them).
+struct BytesAxis {
+  const char* metric;
+  const char* label;
+};
+const std::vector<BytesAxis>& pareto_bytes_axes();
+
 // Whether a larger value of `metric` is better (top-1 agreement, scores, exact match) or worse (KL, perplexity,
 // log-prob gap, NMSE).
 bool higher_is_better(const std::string& metric);

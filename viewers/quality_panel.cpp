@@ -43,8 +43,13 @@ void QualityPanel::set_metric(const std::string& metric) {
 }
 
 void QualityPanel::set_x_axis(const std::string& axis) {
-  if (axis != "budget" && axis != "cache_bytes" && axis != "cache_peak_bytes")
-    throw UsageError("the Quality panel's x axis is budget, cache_bytes or cache_peak_bytes, not '" + axis + "'");
+  std::string names = "budget";
+  bool known = axis == "budget";
+  for (const auto& bytes : pareto_bytes_axes()) {
+    names += std::string(", ") + bytes.metric;
+    known = known || axis == bytes.metric;
+  }
+  if (!known) throw UsageError("the Quality panel's x axis is one of " + names + ", not '" + axis + "'");
   x_axis_ = axis;
 }
 
@@ -158,14 +163,18 @@ void QualityPanel::draw(AppState& state) {
   }
   ImGui::SameLine();
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 10);
-  static const char* const kAxes[][2] = {{"budget", "budget"}, {"cache_bytes", "cache bytes (Pareto)"},
-                                         {"cache_peak_bytes", "peak bytes (Pareto)"}};
-  const char* shown_axis = kAxes[0][1];
-  for (const auto& a : kAxes)
-    if (x_axis_ == a[0]) shown_axis = a[1];
-  if (ImGui::BeginCombo("x", shown_axis)) {
-    for (const auto& a : kAxes)
-      if (ImGui::Selectable(a[1], x_axis_ == a[0])) x_axis_ = a[0];
+  // The paged axes only for a sweep that counted pages (--cache-page).
+  std::vector<std::pair<std::string, std::string>> axes = {{"budget", "budget"}};
+  for (const auto& bytes : pareto_bytes_axes())
+    if (std::find(curves_.metrics.begin(), curves_.metrics.end(), bytes.metric) != curves_.metrics.end() ||
+        x_axis_ == bytes.metric)
+      axes.emplace_back(bytes.metric, std::string(bytes.label) + " (Pareto)");
+  std::string shown_axis = axes[0].second;
+  for (const auto& [metric, label] : axes)
+    if (x_axis_ == metric) shown_axis = label;
+  if (ImGui::BeginCombo("x", shown_axis.c_str())) {
+    for (const auto& [metric, label] : axes)
+      if (ImGui::Selectable(label.c_str(), x_axis_ == metric)) x_axis_ = metric;
     ImGui::EndCombo();
   }
   if (ImGui::IsItemHovered())

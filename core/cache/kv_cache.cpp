@@ -151,6 +151,22 @@ void KVCache::update_bytes() {
     bytes_ += b;
   }
   peak_bytes_ = std::max(peak_bytes_, bytes_);
+  if (peak_page_tokens_ > 0) {
+    std::size_t paged = 0;
+    for (int l = 0; l < n_layers_; ++l) {
+      const std::size_t b = layer_paged_bytes(l, peak_page_tokens_);
+      layer_paged_peak_bytes_[l] = std::max(layer_paged_peak_bytes_[l], b);
+      paged += b;
+    }
+    paged_peak_bytes_ = std::max(paged_peak_bytes_, paged);
+  }
+}
+
+void KVCache::follow_paged_peak(int page_tokens) {
+  peak_page_tokens_ = page_tokens;
+  paged_peak_bytes_ = 0;
+  layer_paged_peak_bytes_.assign(n_layers_, 0);
+  update_bytes();
 }
 
 std::size_t KVCache::entry_bytes() const {

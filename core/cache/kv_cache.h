@@ -64,6 +64,11 @@ class KVCache {
   // them (kernels::check_cache_page): whole pages, the last of each head partly empty.
   std::size_t paged_bytes(int page_tokens) const;
   std::size_t layer_paged_bytes(int layer, int page_tokens) const;
+  // From now on also follow the paged bytes at their largest (a post-prefill policy pages the whole prompt
+  // before it compresses): in all and per layer, over every append and edit.
+  void follow_paged_peak(int page_tokens);
+  std::size_t paged_peak_bytes() const { return paged_peak_bytes_; }
+  std::size_t layer_paged_peak_bytes(int layer) const { return layer_paged_peak_bytes_[layer]; }
   std::size_t layer_entry_bytes(int layer) const;
 
  private:
@@ -93,6 +98,9 @@ class KVCache {
   std::unique_ptr<std::mutex> copy_mutex_ = std::make_unique<std::mutex>();
   std::size_t bytes_ = 0, peak_bytes_ = 0;
   std::vector<std::size_t> layer_peak_bytes_;
+  int peak_page_tokens_ = 0;  // follow_paged_peak's page size; 0: not followed
+  std::size_t paged_peak_bytes_ = 0;
+  std::vector<std::size_t> layer_paged_peak_bytes_;
 };
 
 }  // namespace kvscope::cache

@@ -511,6 +511,7 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   const int n_prompt = static_cast<int>(prompt.size());
   const int block = hooks.policy && hooks.policy->prefill_block_size() > 0 ? hooks.policy->prefill_block_size() : n_prompt;
   Run run(c, backend_, options.cache_type, std::min(block, n_prompt));
+  if (options.cache_page_tokens > 0) run.cache.follow_paged_peak(options.cache_page_tokens);
   run.hooks = &hooks;
   run.prompt_tokens = n_prompt;
   // The shadow is a float32 full cache: what a compressed or quantized cache's attention output is compared with
@@ -623,13 +624,18 @@ RunResult Engine::generate(const std::vector<int>& prompt, const GenerateOptions
   result.cache_entry_bytes = run.cache.entry_bytes();
   result.full_cache_bytes = run.cache.full_cache_bytes(position);
   result.cache_page_tokens = options.cache_page_tokens;
-  if (options.cache_page_tokens > 0) result.cache_paged_bytes = run.cache.paged_bytes(options.cache_page_tokens);
+  if (options.cache_page_tokens > 0) {
+    result.cache_paged_bytes = run.cache.paged_bytes(options.cache_page_tokens);
+    result.cache_paged_peak_bytes = run.cache.paged_peak_bytes();
+  }
   for (int l = 0; l < c.n_layers; ++l) {
     result.layer_bytes.push_back(run.cache.layer_bytes(l));
     result.layer_peak_bytes.push_back(run.cache.layer_peak_bytes(l));
     result.layer_entry_bytes.push_back(run.cache.layer_entry_bytes(l));
-    if (options.cache_page_tokens > 0)
+    if (options.cache_page_tokens > 0) {
       result.layer_paged_bytes.push_back(run.cache.layer_paged_bytes(l, options.cache_page_tokens));
+      result.layer_paged_peak_bytes.push_back(run.cache.layer_paged_peak_bytes(l));
+    }
     const kernels::KVStorage& storage = run.cache.storage();
     result.key_storage_nmse.push_back(storage.storage_error(l, kernels::KVPart::Keys, false).relative_nmse());
     result.value_storage_nmse.push_back(storage.storage_error(l, kernels::KVPart::Values, false).relative_nmse());

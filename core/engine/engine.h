@@ -92,10 +92,11 @@ struct RunResult {
   std::vector<std::size_t> layer_bytes, layer_peak_bytes;
   std::vector<std::size_t> layer_entry_bytes;  // cache_entry_bytes per layer (the logical bytes at the end)
   // With GenerateOptions::cache_page_tokens N > 0: the entries at the end in pages of N tokens per (layer, KV
-  // head), in all and per layer (the physical bytes of a paged cache); 0 and empty otherwise.
+  // head), in all and per layer (the physical bytes of a paged cache), and the same at their largest during the
+  // run (a post-prefill policy pages the whole prompt before it compresses); 0 and empty otherwise.
   int cache_page_tokens = 0;
-  std::size_t cache_paged_bytes = 0;
-  std::vector<std::size_t> layer_paged_bytes;
+  std::size_t cache_paged_bytes = 0, cache_paged_peak_bytes = 0;
+  std::vector<std::size_t> layer_paged_bytes, layer_paged_peak_bytes;
   // Per layer, the relative NMSE of the stored keys and values against the float32 rows they were made from
   // (kernels::KVStorage::storage_error), and of merge results stored again (0 without merges or for f32).
   std::vector<double> key_storage_nmse, value_storage_nmse, key_merge_nmse, value_merge_nmse;

@@ -51,6 +51,7 @@ CacheMemory memory_of(const engine::RunResult& r, std::size_t full_peak_bytes) {
   m.page_tokens = r.cache_page_tokens;
   m.entry_bytes = r.cache_entry_bytes;
   m.paged_bytes = r.cache_paged_bytes;
+  m.paged_peak_bytes = r.cache_paged_peak_bytes;
   return m;
 }
 
@@ -61,10 +62,12 @@ void append_memory(Metrics& m, const CacheMemory& memory, double run_ms) {
                      {"memory_saved", memory.saved()},
                      {"run_ms", run_ms}});
   // Only with --cache-page, so that the columns of every sweep made without it stay as they were.
-  if (memory.page_tokens > 0)
-    m.insert(m.end(), {{"cache_page_tokens", static_cast<double>(memory.page_tokens)},
-                       {"cache_entry_bytes", static_cast<double>(memory.entry_bytes)},
-                       {"cache_paged_bytes", static_cast<double>(memory.paged_bytes)}});
+  if (memory.page_tokens > 0) {
+    const auto& names = paged_metric_names();
+    const std::vector<double> values = {static_cast<double>(memory.page_tokens), static_cast<double>(memory.entry_bytes),
+                                        static_cast<double>(memory.paged_bytes), static_cast<double>(memory.paged_peak_bytes)};
+    for (std::size_t i = 0; i < names.size(); ++i) m.emplace_back(names[i], values[i]);
+  }
 }
 
 double mean(const std::vector<double>& v) {
@@ -121,6 +124,12 @@ Metrics AnswerScore::metrics() const {
 const std::vector<std::string>& eval_kinds() {
   static const std::vector<std::string> kinds = {"fidelity", "ppl", "needle", "ruler"};
   return kinds;
+}
+
+const std::vector<std::string>& paged_metric_names() {
+  static const std::vector<std::string> names = {"cache_page_tokens", "cache_entry_bytes", "cache_paged_bytes",
+                                                 "cache_paged_peak_bytes"};
+  return names;
 }
 
 const std::vector<std::string>& metric_names(const std::string& eval_kind) {

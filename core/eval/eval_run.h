@@ -42,7 +42,7 @@ struct CacheMemory {
   // With --cache-page N: the entries at the end as stored (logical) and in pages of N tokens per (layer, KV
   // head) (physical, engine::RunResult::cache_paged_bytes); page_tokens 0: not counted.
   int page_tokens = 0;
-  std::size_t entry_bytes = 0, paged_bytes = 0;
+  std::size_t entry_bytes = 0, paged_bytes = 0, paged_peak_bytes = 0;  // paged_peak_bytes: paged_bytes at its largest
   double saved() const { return full_peak_bytes ? 1.0 - static_cast<double>(peak_bytes) / full_peak_bytes : 0.0; }
   // The cache at the end against the full cache's (which only grows, so its end is its peak): what the budget
   // kept. A post-prefill policy's peak is the whole prompt, held before it compressed, at every budget.
@@ -156,6 +156,8 @@ struct AnswerScore {
 
 // Column names of each kind's metrics, in order; throws UsageError for an unknown kind.
 const std::vector<std::string>& metric_names(const std::string& eval_kind);
+// The metrics a cell adds after its kind's with --cache-page (CacheMemory's paged counts), in column order.
+const std::vector<std::string>& paged_metric_names();
 const std::vector<std::string>& eval_kinds();  // fidelity, ppl, needle
 
 // Thrown when Evaluator::cancel was set while a run was in progress; the cell has no result.

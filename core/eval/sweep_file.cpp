@@ -19,10 +19,18 @@ namespace {
 
 const std::vector<std::string> kKeyColumns = {"cell", "prompt", "policy", "budget"};
 
+// A kind's columns, and those followed by the paged counts of a sweep made with --cache-page.
+std::vector<std::vector<std::string>> column_sets(const std::string& kind) {
+  std::vector<std::string> paged = metric_names(kind);
+  paged.insert(paged.end(), paged_metric_names().begin(), paged_metric_names().end());
+  return {metric_names(kind), paged};
+}
+
 // The kind whose metric columns these are, or "".
 std::string kind_of(const std::vector<std::string>& metrics) {
   for (const auto& kind : eval_kinds())
-    if (metric_names(kind) == metrics) return kind;
+    for (const auto& columns : column_sets(kind))
+      if (columns == metrics) return kind;
   return "";
 }
 
@@ -122,12 +130,12 @@ SweepTable read_hdf5(const fs::path& path) {
   // The store's column order when the metrics are a known kind's (list_group sorts by name).
   const auto stored_kind = h5::get_string_attr(group, "eval");
   if (stored_kind) {
-    for (const auto& kind : eval_kinds()) {
-      auto expected = metric_names(kind);
-      std::vector<std::string> sorted = expected;
-      std::sort(sorted.begin(), sorted.end());
-      if (kind == *stored_kind && sorted == table.metrics) table.metrics = expected;
-    }
+    for (const auto& kind : eval_kinds())
+      for (const auto& expected : column_sets(kind)) {
+        std::vector<std::string> sorted = expected;
+        std::sort(sorted.begin(), sorted.end());
+        if (kind == *stored_kind && sorted == table.metrics) table.metrics = expected;
+      }
   }
   table.rows.resize(n);
   if (h5::exists(group, "cache_type")) {  // a sweep with --cache-types

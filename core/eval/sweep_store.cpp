@@ -89,6 +89,7 @@ SweepCell SweepGrid::cell(std::size_t index) const {
     c.cache_type = cache_types[(index % per_policy) / budgets.size()];
     c.policy.cache_type = kernels::parse_cache_types(c.cache_type);
   }
+  c.policy.cache_page_tokens = cache_page_tokens;
   return c;
 }
 
@@ -106,6 +107,7 @@ nlohmann::json SweepGrid::to_json() const {
   if (std::any_of(policy_digests.begin(), policy_digests.end(), [](const std::string& d) { return !d.empty(); }))
     j["policy_sha256"] = policy_digests;
   if (!cache_types.empty()) j["cache_types"] = cache_types;
+  if (cache_page_tokens > 0) j["cache_page"] = cache_page_tokens;
   return j;
 }
 
@@ -134,6 +136,10 @@ void SweepGrid::validate() const {
   if (policies.empty()) throw UsageError("the sweep has no policies: pass --policies a,b,...");
   if (budgets.empty()) throw UsageError("the sweep has no budgets: pass --budgets 10%,25%,...");
   for (const auto& type : cache_types) kernels::parse_cache_types(type);  // names the bad one
+  if (cache_page_tokens != 0) {
+    if (cache_types.empty()) kernels::check_cache_page(kernels::CacheType::F32, cache_page_tokens);
+    for (const auto& type : cache_types) kernels::check_cache_page(kernels::parse_cache_types(type), cache_page_tokens);
+  }
 }
 
 double SweepRow::metric(const std::string& name) const {
@@ -184,6 +190,8 @@ SweepStore::SweepStore(const fs::path& dir, const SweepGrid& grid) : dir_(dir), 
   if (!grid_.cache_types.empty()) columns_.push_back("cache_type");
   first_metric_ = columns_.size();
   for (const auto& name : metric_names(grid.eval_kind)) columns_.push_back(name);
+  if (grid_.cache_page_tokens > 0)
+    for (const auto& name : paged_metric_names()) columns_.push_back(name);
   const fs::path grid_path = dir_ / "grid.json";
   if (fs::exists(grid_path)) {
     nlohmann::json stored;
@@ -195,6 +203,13 @@ SweepStore::SweepStore(const fs::path& dir, const SweepGrid& grid) : dir_(dir), 
     const nlohmann::json wanted = grid_.to_json();
     if (stored.is_object() && stored.value("policies", nlohmann::json()) == wanted["policies"])
       check_policy_files(stored, grid_, dir_);
+    // A paged sweep resumed without --cache-page would lose its paged columns; the optional fields are compared
+    // both ways.
+    for (const char* optional_field : {"cache_page", "cache_types"})
+      if (stored.is_object() && stored.contains(optional_field) && !wanted.contains(optional_field))
+        throw UsageError("the sweep in '" + dir_.string() + "' was started with " + optional_field + " = " +
+                         stored[optional_field].dump() + ", this run gives none; nothing was changed. Resume with the "
+                         "same grid, or choose another --out directory");
     for (const auto& [field, value] : wanted.items())
       if (!stored.contains(field) || stored[field] != value)
         throw UsageError("the sweep in '" + dir_.string() + "' was started with " + field + " = " +

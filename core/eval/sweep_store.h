@@ -32,6 +32,9 @@ struct SweepGrid {
   // --cache-types: how each cell's KV cache stores keys and values (kernels/kv_storage.h), a grid dimension
   // between policies and budgets; empty: every cell float32, and grid.json and rows.csv stay as before the option.
   std::vector<std::string> cache_types;
+  // --cache-page N: every cell also counts its cache in pages of N tokens (paged_metric_names() become columns,
+  // grid.json records "cache_page"); 0: not counted, and the files stay as before the option.
+  int cache_page_tokens = 0;
   // sha256 of each policy's file (python:FILE, plugin:FILE), "" for a built-in: an edited scorer is another
   // grid. Recorded (as policy_sha256) only when the grid has a policy file, so built-in grids stay as they were.
   std::vector<std::string> policy_digests;

@@ -23,6 +23,15 @@ const std::vector<PolicyInfo>& all_policies() {
 const PolicyInfo& find_policy(const std::string& name) {
   for (const auto& info : all_policies())
     if (info.name == name) return info;
+  // 'd2o,swa=skip' or 'snapkv budget=64': a known policy followed by its parameters with the wrong separator.
+  const auto head_end = name.find_first_of(", ");
+  if (head_end != std::string::npos && head_end > 0) {
+    const std::string head = name.substr(0, head_end);
+    for (const auto& info : all_policies())
+      if (info.name == head)
+        throw UsageError("unknown policy '" + name + "': parameters follow the policy's name after a colon, as in '" +
+                         head + ":" + name.substr(head_end + 1) + "'");
+  }
   std::string names;
   for (const auto& info : all_policies()) names += (names.empty() ? "" : ", ") + info.name;
   throw UsageError("unknown policy '" + name + "'; valid policies: " + names +

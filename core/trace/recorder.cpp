@@ -756,6 +756,8 @@ void Recorder::finish(const engine::RunResult& result) {
     final_meta["cache_page_tokens"] = std::to_string(result.cache_page_tokens);
     final_meta["cache_paged_bytes"] = std::to_string(result.cache_paged_bytes);
     final_meta["layer_paged_bytes"] = comma_list(result.layer_paged_bytes);
+    final_meta["cache_paged_peak_bytes"] = std::to_string(result.cache_paged_peak_bytes);
+    final_meta["layer_paged_peak_bytes"] = comma_list(result.layer_paged_peak_bytes);
   }
   // How far the stored rows are from float32, per layer (a quantized or half cache; issue 37).
   if (const auto type = run_.metadata.find("cache_type"); type != run_.metadata.end() && type->second != "f32") {

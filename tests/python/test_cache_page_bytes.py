@@ -9,8 +9,11 @@ kept counts and N:
   zero points and a code row each), residual pages N float32 rows; the residual counts follow the append rule
   (docs/quantized_cache.md).
 
-Checked in `generate --json` (`cache.paged_bytes`, `cache.layer_paged_bytes`, and the logical
-`cache.layer_entry_bytes`), `eval fidelity --json` (`metrics.cache_paged_bytes`, `cache_entry_bytes`), and a
+The paged peak (the most the pages ever held): a full cache's is its end; SnapKV's is, per layer, the whole
+prompt in pages (it evicts a layer after that layer's prefill). Checked in `generate --json` (`cache.paged_bytes`,
+`cache.layer_paged_bytes`, `paged_peak_bytes`, `layer_paged_peak_bytes`, and the logical
+`cache.layer_entry_bytes`), `eval fidelity --json` (`metrics.cache_paged_bytes`, `cache_entry_bytes`), a sweep with
+`--cache-page` (rows.csv and eval.h5 columns, a Pareto figure on paged bytes, a resume without it refused), and a
 trace's run attributes (`cache_paged_bytes`, `layer_paged_bytes`, `cache_entry_bytes`, `layer_entry_bytes`). A KIVI
 key page size that is no multiple of G is refused, naming the option and the group. The model's shape is read
 from its GGUF header with the gguf package, not from kvscope.
@@ -18,6 +21,7 @@ from its GGUF header with the gguf package, not from kvscope.
 Run by ctest with the project venv; KVSCOPE_BINARY points at the kvscope executable. Exits 77 (skipped) without
 the default model.
 """
+import csv
 import json
 import os
 import subprocess
@@ -89,6 +93,21 @@ def all_checks(root):
                   f"{label}: layer_paged_bytes {cache['layer_paged_bytes'][:3]}... == ceil(kept / {n}) x {n} x row "
                   f"bytes {paged[:3]}...")
             check(cache["paged_bytes"] == sum(paged), f"{label}: paged_bytes {cache['paged_bytes']} == {sum(paged)}")
+            # The peak: a full cache only grows, so its peak is its end; SnapKV evicts a layer right after that
+            # layer's prefill, so each layer's peak is the whole prompt in pages, and the whole cache's lies
+            # between its end and the sum of those.
+            prompt = len(record["prompt_tokens"])
+            whole_prompt = kv_heads * fixed_head_bytes(prompt, key_type, value_type, head_dim, n)[1]
+            if policy == "full":
+                check(cache["layer_paged_peak_bytes"] == paged and cache["paged_peak_bytes"] == sum(paged),
+                      f"{label}: the paged peak is the end ({cache['paged_peak_bytes']} == {sum(paged)})")
+            else:
+                check(cache["layer_paged_peak_bytes"] == [whole_prompt] * layers,
+                      f"{label}: layer_paged_peak_bytes {cache['layer_paged_peak_bytes'][:3]}... == the {prompt}-token "
+                      f"prompt in pages, {whole_prompt} per layer")
+                check(max(sum(paged), whole_prompt) <= cache["paged_peak_bytes"] <= layers * whole_prompt,
+                      f"{label}: paged_peak_bytes {cache['paged_peak_bytes']} lies between the end {sum(paged)} (and "
+                      f"one layer's prompt, {whole_prompt}) and every layer's prompt, {layers * whole_prompt}")
             kept = [k for heads in cache["kept"] for k in heads]
             if any(k % n for k in kept):
                 check(cache["paged_bytes"] > cache["entry_bytes"],
@@ -144,6 +163,52 @@ def all_checks(root):
     if res.returncode == 0:
         check("cache_paged_bytes" not in json.loads(res.stdout)["metrics"],
               "eval without --cache-page keeps its columns (no paged bytes)")
+
+    # A sweep with --cache-page: the paged columns in rows.csv and eval.h5, the full cache's against the closed
+    # form, a Pareto figure on paged bytes, and a resume without --cache-page refused.
+    sweep_dir, n = os.path.join(root, "sweep"), 16
+    grid = ["sweep", "--eval", "fidelity", "--policies", "full,snapkv", "--budgets", "40%", "--cache-types", "f16,q8_0",
+            "--max-new-tokens", str(NEW_TOKENS), "--prompt", PROMPT, "--out", sweep_dir]
+    res = subprocess.run([BINARY, *grid, "--cache-page", str(n)], capture_output=True, text=True, timeout=900)
+    check(res.returncode == 0, f"sweep --cache-page exits 0 ({res.stderr.strip()[-300:]})")
+    if res.returncode == 0:
+        with open(os.path.join(sweep_dir, "grid.json")) as f:
+            check(json.load(f).get("cache_page") == n, "grid.json records cache_page")
+        with open(os.path.join(sweep_dir, "rows.csv")) as f:
+            rows = list(csv.DictReader(f))
+        check(len(rows) == 4 and all(r.get("cache_page_tokens") == str(n) for r in rows),
+              f"rows.csv: four cells with cache_page_tokens {n} ({[r.get('cache_page_tokens') for r in rows]})")
+        with h5py.File(os.path.join(sweep_dir, "eval.h5"), "r") as f:
+            stored = {name: f["eval"][name][()] for name in ("cache_paged_bytes", "cache_paged_peak_bytes")
+                      if name in f["eval"]}
+        check(len(stored) == 2, f"eval.h5 holds cache_paged_bytes and cache_paged_peak_bytes ({sorted(stored)})")
+        for i, r in enumerate(rows):
+            label = f"sweep cell {r['policy']} @{r['cache_type']}"
+            paged, peak = float(r["cache_paged_bytes"]), float(r["cache_paged_peak_bytes"])
+            if len(stored) == 2:
+                check(stored["cache_paged_bytes"][i] == paged and stored["cache_paged_peak_bytes"][i] == peak,
+                      f"{label}: eval.h5 and rows.csv agree")
+            if r["policy"] == "full":
+                # the fidelity run: the prompt, then the continuation teacher-forced (its last token not cached)
+                ref = subprocess.run([BINARY, "eval", "fidelity", "--prompt", PROMPT, "--policy", "full",
+                                      "--max-new-tokens", str(NEW_TOKENS), "--json"], capture_output=True, text=True,
+                                     timeout=600)
+                if ref.returncode == 0:
+                    record = json.loads(ref.stdout)
+                    tokens = record["prompt_tokens"] + len(record["continuation_tokens"]) - 1
+                    want = layers * kv_heads * fixed_head_bytes(tokens, r["cache_type"], r["cache_type"], head_dim, n)[1]
+                    check(paged == want and peak == want,
+                          f"{label}: paged {paged} and paged peak {peak} == {want} ({tokens} tokens in pages of {n})")
+            else:
+                check(peak > paged, f"{label}: SnapKV's paged peak {peak} (the prompt before it evicts) > its end {paged}")
+        svg = os.path.join(root, "paged_pareto.svg")
+        res = subprocess.run([BINARY, "figure", sweep_dir, "--view", "pareto", "--bytes", "cache_paged_peak_bytes",
+                              "--out", svg], capture_output=True, text=True, timeout=300)
+        check(res.returncode == 0 and "paged peak cache bytes" in open(svg).read(),
+              f"figure --view pareto --bytes cache_paged_peak_bytes draws the paged peaks ({res.stderr.strip()[-300:]})")
+        res = subprocess.run([BINARY, *grid], capture_output=True, text=True, timeout=300)
+        check(res.returncode != 0 and "cache_page" in res.stderr,
+              f"resuming a paged sweep without --cache-page is refused, naming it ({res.stderr.strip()[-300:]})")
 
     # A trace: the run's attributes, per layer too.
     out = os.path.join(root, "paged.h5")

@@ -73,6 +73,10 @@ TEST_CASE("spec errors list the valid values", "[registry]") {
   CHECK_THROWS_WITH(make_policy("pyramidkv:beta=0"), Catch::Contains("out of range"));
   CHECK_THROWS_WITH(make_policy("tova:heads=all"), Catch::Contains("kv|layer"));
   CHECK_THROWS_WITH(make_policy("h2o:block"), Catch::Contains("key=value"));
+  // A comma or space where the colon belongs names the spec as it should have been written.
+  CHECK_THROWS_WITH(make_policy("d2o,swa=skip"), Catch::Contains("after a colon") && Catch::Contains("'d2o:swa=skip'"));
+  CHECK_THROWS_WITH(make_policy("snapkv window=16"), Catch::Contains("'snapkv:window=16'"));
+  CHECK_THROWS_WITH(make_policy("snapkvv,window=16"), Catch::Contains("valid policies"));
 }
 
 TEST_CASE("every scored policy accepts every allocation", "[registry]") {
