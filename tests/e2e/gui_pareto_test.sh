@@ -63,5 +63,5 @@ grep -q '"series": "snapkv @q8_0"' "$work/cli.svg.front.json" || fail "snapkv @q
 printf 'open-sweep %s\nwait 60\nquality-x bytes\nquit\n' "$work/sweep.csv" > "$work/bad.kvs"
 xvfb-run -a -s "-screen 0 1280x800x24" "$kvscope" gui --no-run --width 1280 --height 800 --script "$work/bad.kvs" \
   > "$work/bad.log" 2>&1 && fail "quality-x bytes was accepted"
-grep -q "budget, cache_bytes or cache_peak_bytes, not 'bytes'" "$work/bad.log" || { cat "$work/bad.log" >&2; fail "no message naming the axes"; }
+grep -q "budget, cache_bytes, cache_peak_bytes, cache_paged_bytes, cache_paged_peak_bytes, not 'bytes'" "$work/bad.log" || { cat "$work/bad.log" >&2; fail "no message naming the axes"; }
 echo "ok: the Quality panel's Pareto view is kvscope figure --view pareto's"
