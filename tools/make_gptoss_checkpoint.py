@@ -18,7 +18,8 @@ activations) and alpha 1.702. The folder stores the experts as transformers does
 golden.json: for each of three prompts the prompt ids, the last position's logits, 24 greedy tokens from
 transformers' forward over its DynamicCache, one token per call (as kvscope runs), with top-1/top-2 margins; for
 prompt 0 the eager attention probabilities of every layer and head over the prompt (the sink's share left out,
-as transformers returns them), the sinks, and the experts each layer's router chose per prompt token.
+as transformers returns them) and of its first 3 decode queries (`decode_attention`, the greedy tokens fed back),
+the sinks, and the experts each layer's router chose per prompt token.
 `gptoss_mxfp4`'s golden is transformers on the folder with the GGUF's MXFP4 experts dequantized by gguf-py.
 Regenerate (byte-identical with the pinned versions of tools/requirements-golden.txt):
   /tmp/goldenv/bin/python tools/make_gptoss_checkpoint.py
@@ -45,6 +46,22 @@ FIELDS = dict(hidden_size=64, intermediate_size=32, head_dim=16, num_attention_h
               num_hidden_layers=4, num_local_experts=4, num_experts_per_tok=2, sliding_window=8,
               max_position_embeddings=131072, rms_norm_eps=1e-5, swiglu_limit=2.0, swiglu_alpha=1.702,
               attention_bias=True, tie_word_embeddings=False, rope_parameters=YARN)
+
+
+DECODE_STEPS = 3  # prompt 0's decode rows in the golden; tests/e2e/gptoss_test.cpp traces DECODE_STEPS + 1 tokens
+
+
+def decode_attention(folder, prompt):
+    """Eager attention of a prompt's first DECODE_STEPS decode queries: the prompt and its first greedy tokens in one
+    causal forward, rows len(ids) .. len(ids) + DECODE_STEPS - 1, which feeding the tokens back one by one computes
+    alike; [layer][head][step][key], each row over the keys 0 .. its position, without the sink's share."""
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+    n = len(prompt["ids"])
+    ids = prompt["ids"] + prompt["greedy"]["ids"][:DECODE_STEPS]
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids]), output_attentions=True)
+    return [[[shortest(head[n + d, : n + d + 1]) for d in range(DECODE_STEPS)] for head in layer[0].numpy()]
+            for layer in out.attentions]
 
 
 def write_gguf(folder, path, tok, config, mxfp4):
@@ -164,6 +181,8 @@ def main():
               "checkpoints": {}}
     golden["checkpoints"]["gptoss"] = golden_for(folder)
     golden["checkpoints"]["gptoss"]["gguf"] = "gptoss.gguf"
+    first = golden["checkpoints"]["gptoss"]["prompts"][0]
+    first["decode_attention"] = decode_attention(folder, first)
     golden["checkpoints"]["gptoss"]["sinks"] = [shortest(layer.self_attn.sinks.detach().numpy())
                                                for layer in model.model.layers]
     write_gguf(folder, OUT / "gptoss.gguf", tok, config, mxfp4=False)

@@ -263,6 +263,24 @@ def llama3_rope_factors(config):
     return np.array(factors, dtype=np.float32)
 
 
+def write_rope_scaling_keys(writer, rope):
+    """convert_hf_to_gguf.py TextModel.set_gguf_parameters: linear and YaRN as {arch}.rope.scaling.* keys (YaRN's
+    attention_factor as yarn_attn_factor, its betas when the config gives them); llama3 goes to rope_freqs."""
+    if rope.get("rope_type") == "linear":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(rope["factor"])
+    elif rope.get("rope_type") == "yarn":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(rope["factor"])
+        writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+        if rope.get("attention_factor") is not None:
+            writer.add_rope_scaling_yarn_attn_factor(rope["attention_factor"])
+        if rope.get("beta_fast") is not None:
+            writer.add_rope_scaling_yarn_beta_fast(rope["beta_fast"])
+        if rope.get("beta_slow") is not None:
+            writer.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
+
+
 def write_gguf(folder, path, arch, tok, tok_spec):
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     config = model.config
@@ -321,6 +339,7 @@ def write_gguf(folder, path, arch, tok, tok_spec):
         writer.add_tensor("output.weight", weights["lm_head.weight"])
     if config.rope_parameters.get("rope_type") == "llama3":
         writer.add_tensor("rope_freqs.weight", llama3_rope_factors(config))
+    write_rope_scaling_keys(writer, config.rope_parameters)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -149,7 +149,8 @@ bool attention_plot(const trace::RunTrace& run, const Selection& sel, bool decod
   out.colorbar_label = scale == ScaleKind::Log ? "log10 attention" : "attention";
   if (marks)
     out.column_marks = key_marks(run, sel.layer, kv_head_of(sel.head, shape_of(run)), sel.step, out.map.source_cols);
-  if (const trace::Map2D* sink = decode ? nullptr : run.attention_sink_map(sel.layer, sel.head)) {
+  if (const trace::Map2D* sink =
+          decode ? run.decode_attention_sink_map(sel.layer, sel.head) : run.attention_sink_map(sel.layer, sel.head)) {
     add_sink_column(*sink, out);
     out.scale = ColorScale::fit(out.map.values.data(), out.map.values.size(), scale);
   }

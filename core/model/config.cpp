@@ -10,6 +10,7 @@
 #include "core/model/gemma.h"
 #include "core/model/gpt_oss.h"
 #include "core/model/gguf.h"
+#include "core/model/gguf_rope_scaling.h"
 
 namespace kvscope::model {
 namespace {
@@ -147,40 +148,6 @@ void read_positions(const ConfigReader& reader, ModelConfig& config) {
   config.rms_eps = reader.positive_float(eps_key, reader.file().get_float(eps_key), 1.0);
 }
 
-// Phi-3's longrope as llama.cpp's converter writes it: rope_factors_short/long tensors (one divisor per rotated
-// pair), rope.scaling.original_context_length and rope.scaling.attn_factor. llama.cpp picks one set by the
-// context size; kvscope switches per forward call as transformers does (ModelShape::rope_long_after).
-void read_longrope(const ConfigReader& reader, ModelConfig& config) {
-  const GgufTensorInfo* short_factors = reader.file().find_tensor("rope_factors_short.weight");
-  const GgufTensorInfo* long_factors = reader.file().find_tensor("rope_factors_long.weight");
-  if (!short_factors && !long_factors) return;
-  const auto factors = [&](const GgufTensorInfo* info, const char* name) {
-    if (!info) reader.fail(name, "tensor missing (expected both rope_factors_short and rope_factors_long)");
-    if (info->type != GgmlType::F32 || info->shape.size() != 1 ||
-        info->shape[0] != static_cast<uint64_t>(config.rope_dim / 2))
-      reader.fail(name,
-                  "tensor must be F32 of " + std::to_string(config.rope_dim / 2) + " values (one per rotated pair)");
-    std::vector<float> values(static_cast<std::size_t>(config.rope_dim / 2));
-    std::memcpy(values.data(), info->data, values.size() * sizeof(float));
-    for (float v : values)
-      if (!std::isfinite(v) || v <= 0.0f)
-        reader.fail(name, "holds " + std::to_string(v) + " (expected positive factors)");
-    return values;
-  };
-  RopeScaling& scaling = config.rope_scaling;
-  scaling.type = "longrope";
-  scaling.short_factor = factors(short_factors, "rope_factors_short.weight");
-  scaling.long_factor = factors(long_factors, "rope_factors_long.weight");
-  scaling.original_context = reader.integer("rope.scaling.original_context_length", 1, kMaxContext);
-  const std::string attn_key = reader.key("rope.scaling.attn_factor");
-  scaling.attention_factor = reader.positive_float(attn_key, reader.file().get_float(attn_key, 1.0), 100.0);
-  scaling.factor = static_cast<double>(config.context_length) / scaling.original_context;
-  config.rope_freq_divisors = scaling.short_factor;
-  config.rope_freq_divisors_long = scaling.long_factor;
-  config.rope_long_after = scaling.original_context;
-  config.rope_attention_factor = static_cast<float>(scaling.attention_factor);
-}
-
 // Routed experts (qwen3moe; llama files of Mixtral): expert_count, expert_used_count, the experts' FFN size
 // (expert_feed_forward_length, else feed_forward_length) and expert_weights_norm (absent: renormalised, as
 // llama.cpp's llama and qwen3moe graphs do).
@@ -208,7 +175,7 @@ ModelConfig read_config(const GgufFile& file) {
   const ConfigReader reader(file, config.architecture);
   read_shape(reader, config);
   read_positions(reader, config);
-  read_longrope(reader, config);
+  read_gguf_rope_scaling(file, config);
   read_experts(reader, config);
   // Phi-3 mini 4k attends within a 2047-token window: full attention equals it up to there (as for Mistral folders).
   if (config.architecture == "phi3")

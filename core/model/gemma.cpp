@@ -45,8 +45,7 @@ float gguf_positive(const GgufFile& file, const std::string& key, double fallbac
 
 }  // namespace
 
-// llama.cpp's converter writes the norms as 1 + w, the soft-caps (Gemma 2), the sliding window and the rope
-// scaling of global layers; llama.cpp itself fixes the pattern (2 or 6), Gemma 3's local base (10000) and the
+// llama.cpp's converter writes the norms as 1 + w, the soft-caps (Gemma 2) and the sliding window; llama.cpp itself fixes the pattern (2 or 6), Gemma 3's local base (10000) and the
 // query scale (query_pre_attn_scalar = head_dim, except the 27B models: dim / heads), which are read here from
 // the keys llama.cpp defines for them when a file carries them.
 void read_gemma_fields(const GgufFile& file, GemmaFamily family, ModelConfig& config) {
@@ -67,17 +66,9 @@ void read_gemma_fields(const GgufFile& file, GemmaFamily family, ModelConfig& co
   const bool is_27b = config.n_layers == (gemma2 ? 46 : 62);
   config.query_pre_attn_scalar = is_27b ? static_cast<double>(config.dim) / config.n_heads : config.head_dim;
   config.query_scale = gemma_query_scale(config.head_dim, config.query_pre_attn_scalar);
-  if (family == GemmaFamily::Gemma3) {
-    config.rope_local_base = gguf_positive(file, arch + ".rope.freq_base_swa", 10000.0);
-    const std::string type = file.get_string(arch + ".rope.scaling.type", "none");
-    if (type == "linear") {
-      config.rope_scaling.type = "linear";
-      config.rope_scaling.factor = gguf_positive(file, arch + ".rope.scaling.factor", 1.0);
-      config.rope_freq_divisors = rope_freq_divisors(config.rope_scaling, config.rope_dim, config.rope_base);
-    } else if (type != "none") {
-      gguf_fail(file, arch + ".rope.scaling.type", "\"" + type + "\" is not supported (expected none or linear)");
-    }
-  }
+  // Gemma 3's global layers take the rope scaling read for every architecture (core/model/gguf_rope_scaling.h);
+  // its local layers rotate with their own base and none.
+  if (family == GemmaFamily::Gemma3) config.rope_local_base = gguf_positive(file, arch + ".rope.freq_base_swa", 10000.0);
 }
 
 }  // namespace kvscope::model

@@ -28,6 +28,7 @@ void emit_run(const RunTrace& run, TraceSink& sink, const std::string& name) {
     layout.decode_cols = first_decode->cols;
     layout.decode_col_block = first_decode->col_block;
     layout.decode_pooling = first_decode->pooling;
+    layout.decode_sink = run.decode_attention_sink_map(0, 0) != nullptr;
   }
   layout.nmse = !run.nmse.empty();
   layout.qk = !run.qk.empty();
@@ -56,10 +57,14 @@ void emit_run(const RunTrace& run, TraceSink& sink, const std::string& name) {
     const int row = run.step_row(e);
     if (row >= 0 && row < run.n_steps()) events_of[row].push_back(e);
   }
-  std::vector<const Map2D*> decode_maps;
+  std::vector<const Map2D*> decode_maps, decode_sinks;
   if (first_decode)
     for (int l = 0; l < run.n_layers; ++l)
-      for (int h = 0; h < run.n_heads; ++h) decode_maps.push_back(run.decode_attention_map(l, h));
+      for (int h = 0; h < run.n_heads; ++h) {
+        decode_maps.push_back(run.decode_attention_map(l, h));
+        decode_sinks.push_back(run.decode_attention_sink_map(l, h));
+      }
+  const bool decode_sink = first_decode && run.decode_attention_sink_map(0, 0) != nullptr;
   int generated = 0, decode_step = 0;
   for (int s = 0; s < run.n_steps(); ++s) {
     StepRecord rec;
@@ -83,6 +88,11 @@ void emit_run(const RunTrace& run, TraceSink& sink, const std::string& name) {
         for (const Map2D* m : decode_maps) {
           if (!m || decode_step >= m->rows) throw Error("run '" + run.name + "': decode attention maps differ in length");
           rec.decode_attention.insert(rec.decode_attention.end(), m->row(decode_step), m->row(decode_step) + m->cols);
+        }
+      if (decode_sink && decode_step < first_decode->rows)
+        for (const Map2D* m : decode_sinks) {
+          if (!m || decode_step >= m->rows) throw Error("run '" + run.name + "': decode sink shares differ in length");
+          rec.decode_attention_sink.push_back(m->at(decode_step, 0));
         }
       if (decode_step < static_cast<int>(run.nmse.size())) rec.nmse = run.nmse[decode_step];
       ++decode_step;

@@ -201,6 +201,28 @@ void read_run_body(hid_t g, RunTrace& r, const ReadOptions& options, const std::
       }
     });
   }
+  if (options.maps && have("decode_attention_sink")) {
+    part("decode_attention_sink", [&] {
+      Handle sink = open_group(g, "decode_attention_sink");
+      for (const auto& layer_name : h5::list_group(sink)) {
+        const int layer = index_after(layer_name, "layer_");
+        if (layer < 0) continue;
+        Handle d = open_dataset(sink, layer_name);
+        const auto dims = h5::dataset_dims(d);
+        if (dims.size() != 2) throw Error("'" + h5::name_of(d) + "' should have rank 2 [decode_step][head]");
+        const std::vector<float> all = h5::read_floats(d);
+        const int steps = static_cast<int>(dims[0]), heads = static_cast<int>(dims[1]);
+        for (int h = 0; h < heads; ++h) {
+          auto m = std::make_shared<Map2D>();
+          m->rows = m->source_rows = steps;
+          m->cols = m->source_cols = 1;
+          m->values.resize(static_cast<std::size_t>(steps));
+          for (int s = 0; s < steps; ++s) m->values[static_cast<std::size_t>(s)] = all[static_cast<std::size_t>(s) * heads + h];
+          r.decode_attention_sink[{layer, h}] = std::move(m);
+        }
+      }
+    });
+  }
   for (const char* kind : {"keys", "values"}) {
     const std::string base = std::string("similarity/") + kind;
     if (!options.maps || !have(base)) continue;

@@ -58,7 +58,7 @@ struct Hdf5Writer::State {
     Handle group;
     Handle generated_ids, generated_strings, logprobs, events, nmse, router_experts, router_weights;
     std::vector<Handle> steps;  // parallel to kStepFields
-    std::vector<Handle> kept, decode;
+    std::vector<Handle> kept, decode, decode_sink;
     std::vector<Handle> qk_queries, qk_keys, qk_lse;  // per layer, when the run records q/k
     std::map<std::string, Handle> maps;  // map datasets still receiving rows
     hsize_t n_steps = 0;
@@ -370,6 +370,19 @@ int Hdf5Writer::begin_run(RunLayout layout) {
         h5::set_attr(d, "units", std::string("probability"));
         run.decode.push_back(std::move(d));
       }
+      if (L.decode_sink) {
+        Handle sink = h5::ensure_group(g, "decode_attention_sink");
+        h5::set_attr(sink, "definition",
+                     std::string("per layer [decode_step][head]: the head's sink logit's share of the decode query's "
+                                 "softmax, 1 - the probabilities of the keys in the cache (gpt-oss)"));
+        for (int l = 0; l < L.n_layers; ++l) {
+          Handle d = h5::create_dataset(sink, indexed_name("layer_", l),
+                                        {h5::half_type(), {0, heads}, {unlimited, heads}, {64, heads}, options_.gzip_level,
+                                         {"decode_step", "head"}});
+          h5::set_attr(d, "units", std::string("probability"));
+          run.decode_sink.push_back(std::move(d));
+        }
+      }
     }
     if (L.nmse) {
       const hsize_t layers = static_cast<hsize_t>(L.n_layers);
@@ -603,7 +616,8 @@ void Hdf5Writer::write_layer_budgets(int run, const std::vector<int>& budgets) {
 }
 
 void Hdf5Writer::append_step(int run, StepRecord record) {
-  std::size_t bytes = record.events.size() * sizeof(Event) + record.decode_attention.size() * 2 + record.nmse.size() * 4;
+  std::size_t bytes = record.events.size() * sizeof(Event) + record.decode_attention.size() * 2 +
+                      record.decode_attention_sink.size() * 2 + record.nmse.size() * 4;
   for (const TokenRouting& token : record.routing) bytes += token.experts.size() * 6;
   for (const auto& k : record.kept) bytes += k.size();
   auto decode_half = std::make_shared<std::vector<uint16_t>>(to_half(record.decode_attention.data(), record.decode_attention.size()));
@@ -635,6 +649,12 @@ void Hdf5Writer::append_step(int run, StepRecord record) {
       const std::size_t per_layer = decode_half->size() / r.decode.size();
       for (std::size_t l = 0; l < r.decode.size(); ++l)
         h5::append_rows(r.decode[l], h5::half_type(), 1, decode_half->data() + l * per_layer);
+    }
+    if (!rec.decode_attention_sink.empty() && !r.decode_sink.empty()) {
+      const std::vector<uint16_t> half = to_half(rec.decode_attention_sink.data(), rec.decode_attention_sink.size());
+      const std::size_t per_layer = half.size() / r.decode_sink.size();
+      for (std::size_t l = 0; l < r.decode_sink.size(); ++l)
+        h5::append_rows(r.decode_sink[l], h5::half_type(), 1, half.data() + l * per_layer);
     }
     if (!rec.nmse.empty() && r.nmse.valid()) h5::append_rows(r.nmse, H5T_NATIVE_FLOAT, 1, rec.nmse.data());
     if (r.router_experts.valid())

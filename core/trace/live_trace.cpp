@@ -47,7 +47,8 @@ int LiveTrace::begin_run(RunLayout layout) {
   trace_.layer_windows.assign(layout_.layer_windows.begin(), layout_.layer_windows.end());
   const std::size_t mask_row = static_cast<std::size_t>(layout_.n_kv_heads) * layout_.max_positions;
   kept_.assign(static_cast<std::size_t>(layout_.n_layers), AppendOnlyRows<uint8_t>(mask_row, 16));
-  decode_ = AppendOnlyRows<float>(static_cast<std::size_t>(layout_.n_layers) * layout_.n_heads * layout_.decode_cols, 16);
+  const std::size_t head_rows = static_cast<std::size_t>(layout_.n_layers) * layout_.n_heads;
+  decode_ = AppendOnlyRows<float>(head_rows * layout_.decode_cols + (layout_.decode_sink ? head_rows : 0), 16);
   publish();
   return 0;
 }
@@ -119,7 +120,11 @@ void LiveTrace::append_step(int run, StepRecord rec) {
   }
   if (!rec.decode_attention.empty() && decode_.row_size() > 0) {
     float* row = decode_.append();
-    std::copy_n(rec.decode_attention.begin(), std::min(rec.decode_attention.size(), decode_.row_size()), row);
+    const std::size_t maps = static_cast<std::size_t>(layout_.n_layers) * layout_.n_heads * layout_.decode_cols;
+    std::copy_n(rec.decode_attention.begin(), std::min(rec.decode_attention.size(), maps), row);
+    if (layout_.decode_sink)
+      std::copy_n(rec.decode_attention_sink.begin(), std::min(rec.decode_attention_sink.size(), decode_.row_size() - maps),
+                  row + maps);
     bytes_since_publish_ += decode_.bytes_moved_by_last_append();
   }
   if (rec.has_token) {
@@ -177,6 +182,7 @@ void LiveTrace::publish() {
   d.col_block = layout_.decode_col_block;
   d.source_cols = layout_.max_positions;
   d.pooling = layout_.decode_pooling;
+  d.sink = layout_.decode_sink;
   last_publish_bytes_ = bytes_since_publish_;
   bytes_since_publish_ = 0;
   last_publish_ = std::chrono::steady_clock::now();

@@ -214,6 +214,7 @@ Recorder::Recorder(RecordOptions options, std::vector<TraceSink*> sinks, Recorde
   layer_colsum_.assign(c.n_layers, {});
   decode_shape_ = analysis::PoolShape::fit(1, max_positions_, 1, options_.max_map_size, options_.pooling);
   decode_rows_.assign(static_cast<std::size_t>(c.n_layers) * c.n_heads * decode_shape_.cols(), 0.0f);
+  if (c.attention_sinks) decode_sink_shares_.assign(static_cast<std::size_t>(c.n_layers) * c.n_heads, 0.0f);
   nmse_row_.assign(c.n_layers, 0.0f);
 
   RunLayout layout;
@@ -233,6 +234,7 @@ Recorder::Recorder(RecordOptions options, std::vector<TraceSink*> sinks, Recorde
     layout.decode_cols = decode_shape_.cols();
     layout.decode_col_block = decode_shape_.col_block;
     layout.decode_pooling = options_.pooling;
+    layout.decode_sink = c.attention_sinks;
   }
   layout.nmse = options_.nmse;
   layout.router_k = c.n_experts > 0 ? c.n_experts_used : 0;
@@ -345,12 +347,17 @@ void Recorder::on_rows(int layer, int head, int first_row, int n_rows, int n_col
     float* out = decode_rows_.data() + (static_cast<std::size_t>(layer) * c.n_heads + head) * decode_shape_.cols();
     const int block = decode_shape_.col_block;
     const bool max = options_.pooling == Pooling::Max;
+    double keys = 0.0;
     for (int j = 0; j < n_cols; ++j) {
+      keys += probs[j];
       const int pos = cols.empty() ? j : cols[j];
       if (pos < 0 || pos >= max_positions_) continue;
       float& cell = out[pos / block];
       cell = max ? std::max(cell, probs[j]) : cell + probs[j];
     }
+    // As for a prefill row: the sink took what the row's keys (every entry in the cache) leave of 1.
+    if (c.attention_sinks)
+      decode_sink_shares_[static_cast<std::size_t>(layer) * c.n_heads + head] = static_cast<float>(std::max(0.0, 1.0 - keys));
     return;
   }
 
@@ -706,6 +713,8 @@ void Recorder::on_step_end(const observation::StepInfo& step, const cache::KVCac
     }
     rec.decode_attention = decode_rows_;
     std::fill(decode_rows_.begin(), decode_rows_.end(), 0.0f);
+    rec.decode_attention_sink = decode_sink_shares_;
+    std::fill(decode_sink_shares_.begin(), decode_sink_shares_.end(), 0.0f);
   }
   for (auto& [position, routing] : step_routing_) rec.routing.push_back(std::move(routing));
   step_routing_.clear();

@@ -129,9 +129,11 @@ class Recorder : public engine::RunObserver {
   std::vector<std::vector<analysis::AttentionStats>> stats_;  // [layers][heads]
   std::vector<std::vector<double>> layer_colsum_;              // head-mean column sums per layer (D2O)
 
-  // Decode rows of the current step: [layers][heads][decode_cols], and NMSE: [layers].
+  // Decode rows of the current step: [layers][heads][decode_cols], their sink shares (models with sink logits):
+  // [layers][heads], and NMSE: [layers].
   analysis::PoolShape decode_shape_;
   std::vector<float> decode_rows_;
+  std::vector<float> decode_sink_shares_;
   std::vector<float> nmse_row_;
   bool nmse_seen_ = false;
   // Router choices of the tokens this step fed, by position (mixture-of-experts models).

@@ -28,6 +28,7 @@ struct RunLayout {
   std::vector<std::string> prompt_strings;
   int decode_cols = 0, decode_col_block = 1;     // decode attention rows (0 cols: not recorded)
   Pooling decode_pooling = Pooling::Max;
+  bool decode_sink = false;                      // with decode rows: each row's sink share (models with sink logits)
   bool nmse = false;
   bool qk = false;                               // exact attention's queries, keys and log-sum-exp (qk_span.h)
   double qk_scale = 0.0;                         // the score scale attention used, when qk
@@ -48,6 +49,7 @@ struct StepRecord {
   std::string token_string;
   float logprob = 0.0f;
   std::vector<float> decode_attention;           // [layers][heads][decode_cols], decode steps only
+  std::vector<float> decode_attention_sink;      // [layers][heads]: the sink's share of each decode row (decode_sink)
   std::vector<float> nmse;                       // [layers], decode steps with NMSE only
   std::vector<TokenRouting> routing;             // the tokens this step fed, in position order (router_k > 0)
 };

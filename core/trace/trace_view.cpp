@@ -68,4 +68,23 @@ const Map2D* RunTrace::decode_attention_map(int layer, int head) const {
   return raw;
 }
 
+const Map2D* RunTrace::decode_attention_sink_map(int layer, int head) const {
+  if (const Map2D* m = find(decode_attention_sink, layer, head)) return m;
+  const DecodeRows& d = decode_rows;
+  if (!d.sink || d.rows.empty() || layer < 0 || layer >= d.n_layers || head < 0 || head >= d.n_heads) return nullptr;
+  std::lock_guard<std::mutex> lock(assembled_.mutex);
+  if (const Map2D* m = find(assembled_.sink_maps, layer, head)) return m;
+  auto m = std::make_shared<Map2D>();
+  m->rows = m->source_rows = static_cast<int>(d.rows.n_rows);
+  m->cols = m->source_cols = 1;
+  m->pooling = d.pooling;
+  m->values.resize(d.rows.n_rows);
+  const std::size_t offset = static_cast<std::size_t>(d.n_layers) * d.n_heads * d.cols +
+                             static_cast<std::size_t>(layer) * d.n_heads + head;
+  for (std::size_t s = 0; s < d.rows.n_rows; ++s) m->values[s] = d.rows.row(s)[offset];
+  const Map2D* raw = m.get();
+  assembled_.sink_maps[{layer, head}] = std::move(m);
+  return raw;
+}
+
 }  // namespace kvscope::trace

@@ -73,12 +73,14 @@ struct KeptMask {
   bool operator==(const KeptMask& other) const;
 };
 
-// Decode attention of a live run: one row [layers][heads][cols] per decode step, appended as the run goes.
-// RunTrace::decode_attention_map assembles a (layer, head)'s map from it when a viewer first asks.
+// Decode attention of a live run: one row [layers][heads][cols] per decode step, appended as the run goes, and
+// on a model with sink logits the rows' sink shares [layers][heads] after it. RunTrace::decode_attention_map and
+// decode_attention_sink_map assemble a (layer, head)'s map from it when a viewer first asks.
 struct DecodeRows {
-  RowsView<float> rows;  // [decode steps][layers * heads * cols]
+  RowsView<float> rows;  // [decode steps][layers * heads * cols (+ layers * heads sink shares)]
   int n_layers = 0, n_heads = 0, cols = 0, col_block = 1, source_cols = 0;
   Pooling pooling = Pooling::Max;
+  bool sink = false;     // each row ends with its sink shares
 };
 
 // One row per recorded step (prefill blocks first, then decode steps).
@@ -126,6 +128,9 @@ struct RunTrace {
   // Models with sink logits (gpt-oss): per (layer, query head), the sink's share of each prefill row, a
   // rows x 1 map beside `attention` (MapKind::AttentionSink). Empty for other models.
   MapTable attention_sink;
+  // The same for each decode row: per (layer, query head), a [decode steps] x 1 map beside decode_attention (a
+  // live run's assembled from decode_rows, decode_attention_sink_map). Empty for other models.
+  MapTable decode_attention_sink;
 
   std::map<std::string, LayerHeadStat> stats;         // "cake_window_entropy", "mean_row_entropy", ...
   std::map<std::string, LayerStat> layer_stats;       // "cake_layer_entropy", "d2o_layer_variance", ...
@@ -171,6 +176,7 @@ struct RunTrace {
   const Map2D* attention_map(int layer, int head) const { return find(attention, layer, head); }
   const Map2D* decode_attention_map(int layer, int head) const;
   const Map2D* attention_sink_map(int layer, int head) const { return find(attention_sink, layer, head); }
+  const Map2D* decode_attention_sink_map(int layer, int head) const;
   const Map2D* key_similarity_map(int layer, int kv_head) const { return find(key_similarity, layer, kv_head); }
   const Map2D* value_similarity_map(int layer, int kv_head) const { return find(value_similarity, layer, kv_head); }
   const LayerHeadStat* stat(const std::string& stat_name) const {
@@ -201,10 +207,11 @@ struct RunTrace {
     AssembledMaps& operator=(const AssembledMaps&) {
       std::lock_guard<std::mutex> lock(mutex);
       maps.clear();
+      sink_maps.clear();
       return *this;
     }
     std::mutex mutex;
-    MapTable maps;
+    MapTable maps, sink_maps;
   };
   mutable AssembledMaps assembled_;
 

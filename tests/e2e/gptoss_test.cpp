@@ -132,6 +132,8 @@ TEST_CASE("the gpt-oss fixture is sensitive to each convention it proves", "[hf]
 
 TEST_CASE("a gpt-oss trace records each row's sink share beside its map, and its entropy and exact zoom with the sink",
           "[gptoss][trace][exact]") {
+  // Prefill rows and the first decode rows (tools/make_gptoss_checkpoint.py's DECODE_STEPS), against eager attention.
+  constexpr int kDecodeSteps = 3;
   // Maps and q/k are stored in float16 in the file: about 1e-3 of a probability or a score.
   constexpr double kHalfTolerance = 2e-3;
   const auto& prompt = golden()["checkpoints"]["gptoss"]["prompts"][0];
@@ -141,7 +143,8 @@ TEST_CASE("a gpt-oss trace records each row's sink share beside its map, and its
   std::ofstream(dir / "prompt.txt", std::ios::binary) << prompt["text"].get<std::string>();
   const std::string command = std::string(KVSCOPE_BINARY) + " trace --quiet --force --model " +
                               (kDir / "gptoss").string() + " --prompt-file " + (dir / "prompt.txt").string() +
-                              " --max-new-tokens 2 --record qk=on --out " + (dir / "t.h5").string() + " 2>&1";
+                              " --max-new-tokens " + std::to_string(kDecodeSteps + 1) +
+                              " --record qk=on --out " + (dir / "t.h5").string() + " 2>&1";
   REQUIRE(std::system(command.c_str()) == 0);
   const trace::TraceView view = trace::read_trace(dir / "t.h5");
   fs::remove_all(dir);
@@ -193,6 +196,45 @@ TEST_CASE("a gpt-oss trace records each row's sink share beside its map, and its
   // make q and k longer than Gemma's) moves a probability by up to 3e-3; leaving the sink out would move a row's
   // probabilities by its share, up to largest_share.
   CHECK(worst_exact <= 5e-3);
+
+  // Decode rows: the queries of the greedy tokens fed back, over the prompt and the tokens before them.
+  const auto greedy = golden()["checkpoints"]["gptoss"]["prompts"][0]["greedy"]["ids"].get<std::vector<int>>();
+  REQUIRE(run.generated_ids.size() >= static_cast<std::size_t>(kDecodeSteps));
+  REQUIRE(std::vector<int>(run.generated_ids.begin(), run.generated_ids.begin() + kDecodeSteps) ==
+          std::vector<int>(greedy.begin(), greedy.begin() + kDecodeSteps));
+  const auto& decode = prompt["decode_attention"];
+  double worst_decode_sink = 0, worst_decode_row = 0, worst_decode_total = 0, largest_decode_share = 0;
+  for (int l = 0; l < run.n_layers; ++l)
+    for (int h = 0; h < run.n_heads; ++h) {
+      const trace::Map2D* sink = run.decode_attention_sink_map(l, h);
+      const trace::Map2D* map = run.decode_attention_map(l, h);
+      REQUIRE(sink);
+      REQUIRE(map);
+      REQUIRE(map->col_block == 1);
+      REQUIRE(sink->rows == kDecodeSteps);
+      REQUIRE(sink->cols == 1);
+      for (int d = 0; d < kDecodeSteps; ++d) {
+        const auto row = decode[l][h][d].get<std::vector<double>>();
+        REQUIRE(row.size() == static_cast<std::size_t>(n + d + 1));
+        double keys = 0, recorded = 0;
+        for (std::size_t k = 0; k < row.size(); ++k) {
+          keys += row[k];
+          recorded += map->at(d, static_cast<int>(k));
+          worst_decode_row = std::max(worst_decode_row, std::abs(map->at(d, static_cast<int>(k)) - row[k]));
+        }
+        const double share = 1.0 - keys;  // transformers leaves the sink's column out of the row
+        largest_decode_share = std::max(largest_decode_share, share);
+        worst_decode_sink = std::max(worst_decode_sink, std::abs(sink->at(d, 0) - share));
+        worst_decode_total = std::max(worst_decode_total, std::abs(recorded + sink->at(d, 0) - 1.0));
+      }
+    }
+  INFO("decode rows: max |sink share - transformers'| " << worst_decode_sink << ", max |probability - transformers'| "
+                                                         << worst_decode_row << ", max |row + sink - 1| "
+                                                         << worst_decode_total << ", largest share " << largest_decode_share);
+  CHECK(largest_decode_share > 0.2);  // a recorder that gave the sink nothing would be this far off
+  CHECK(worst_decode_sink <= kHalfTolerance);
+  CHECK(worst_decode_row <= kHalfTolerance);
+  CHECK(worst_decode_total <= 2 * kHalfTolerance);
 }
 
 TEST_CASE("gpt-oss's local layers follow the swa= modes and hold at most their window", "[gptoss][swa]") {

@@ -196,3 +196,62 @@ TEST_CASE("GGUF llama (permuted q/k, rope_freqs), qwen2 and qwen3 files match th
   }
   CHECK(files == 3);
 }
+
+TEST_CASE("a YaRN GGUF (qwen2) matches transformers past the original context, and not without its scaling keys",
+          "[gguf][synthetic][yarn]") {
+  // tools/make_yarn_checkpoint.py: factor 4 over an original context of 64, betas 4 / 2, attention factor 1.25,
+  // written as llama.cpp's converter writes them (qwen2.rope.scaling.*); the folder is the same checkpoint.
+  const std::filesystem::path dir = std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_yarn";
+  const nlohmann::json yarn_golden = test::read_json_fixture(dir / "golden.json");
+  const auto& g = yarn_golden["checkpoints"]["qwen2_yarn"];
+  REQUIRE(g["prompt_ids"].size() > yarn_golden["yarn"]["original_max_position_embeddings"].get<std::size_t>());
+  const model::Model gguf = model::load_model(dir / g["gguf"].get<std::string>());
+  const model::Model folder = model::load_model(dir / "qwen2_yarn");
+  CHECK(gguf.format() == model::ModelFormat::Gguf);
+  CHECK(gguf.config.rope_scaling.type == "yarn");
+  CHECK(gguf.config.rope_scaling.original_context == 64);
+  CHECK(gguf.config.rope_attention_factor == Approx(1.25));
+  // The file's keys and config.json's rope_parameters give the same rope.
+  CHECK(gguf.config.rope_freq_divisors == folder.config.rope_freq_divisors);
+  CHECK(gguf.config.rope_attention_factor == folder.config.rope_attention_factor);
+  for (const model::Model* m : {&gguf, &folder}) {
+    INFO((m == &gguf ? "GGUF" : "folder"));
+    const double diff = max_diff_to_golden(*m, g);
+    INFO("max |logit difference| " << diff);
+    CHECK(diff <= kLogitTolerance);
+    engine::Engine engine(*m);
+    engine::GenerateOptions options;
+    options.stop_at_end_of_generation = false;
+    const auto expected = g["greedy"]["ids"].get<std::vector<int>>();
+    options.max_new_tokens = static_cast<int>(expected.size());
+    const auto result = engine.generate(g["prompt_ids"].get<std::vector<int>>(), options);
+    test::check_greedy_matches(result.generated_tokens, expected,
+                               g["greedy"]["margin_top1_top2"].get<std::vector<double>>(), kLogitTolerance);
+  }
+
+  // What the loader gives the same file without its scaling keys, and each key left at its default: the logits
+  // move far beyond the tolerance, so the test above fails when a key is not read.
+  model::Model unscaled = model::load_model(dir / g["gguf"].get<std::string>());
+  unscaled.config.rope_scaling = {};
+  unscaled.config.rope_freq_divisors.clear();
+  unscaled.config.rope_attention_factor = 1.0f;
+  const double unscaled_diff = max_diff_to_golden(unscaled, g);
+  INFO("without the scaling keys: max |logit difference| " << unscaled_diff);
+  CHECK(unscaled_diff > 100 * kLogitTolerance);
+
+  model::Model default_betas = model::load_model(dir / g["gguf"].get<std::string>());
+  default_betas.config.rope_scaling.beta_fast = 32.0;
+  default_betas.config.rope_scaling.beta_slow = 1.0;
+  default_betas.config.rope_freq_divisors = model::rope_freq_divisors(
+      default_betas.config.rope_scaling, default_betas.config.rope_dim, default_betas.config.rope_base);
+  const double betas_diff = max_diff_to_golden(default_betas, g);
+  INFO("with YaRN's default betas: max |logit difference| " << betas_diff);
+  CHECK(betas_diff > 10 * kLogitTolerance);
+
+  model::Model default_attention = model::load_model(dir / g["gguf"].get<std::string>());
+  default_attention.config.rope_attention_factor =
+      static_cast<float>(model::yarn_default_attention_factor(default_attention.config.rope_scaling.factor));
+  const double attention_diff = max_diff_to_golden(default_attention, g);
+  INFO("with YaRN's default attention factor: max |logit difference| " << attention_diff);
+  CHECK(attention_diff > 10 * kLogitTolerance);
+}

@@ -2,6 +2,7 @@
 #include "core/model/config.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <limits>
 
 #include "core/model/gguf.h"
@@ -206,4 +207,89 @@ TEST_CASE("read_config on the real default model", "[config][real]") {
   CHECK(c.rms_eps == Approx(1e-5f));
   CHECK(c.tied_embeddings);
   CHECK(c.rope_style == kvscope::model::RopeStyle::AdjacentPairs);
+}
+
+TEST_CASE("read_config reads the rope scaling keys for every architecture, as llama.cpp's converter writes them",
+          "[config][rope]") {
+  using kvscope::model::RopeScaling;
+  SECTION("YaRN with every key (qwen3)") {
+    auto b = base("qwen3");
+    b.u32("qwen3.vocab_size", 10)
+        .str("qwen3.rope.scaling.type", "yarn")
+        .f32("qwen3.rope.scaling.factor", 4.0f)
+        .u32("qwen3.rope.scaling.original_context_length", 128)
+        .f32("qwen3.rope.scaling.yarn_beta_fast", 8.0f)
+        .f32("qwen3.rope.scaling.yarn_beta_slow", 2.0f)
+        .f32("qwen3.rope.scaling.yarn_attn_factor", 1.5f)
+        .f32("qwen3.rope.scaling.attn_factor", 0.5f);
+    const ModelConfig c = config_of(b);
+    CHECK(c.rope_scaling.type == "yarn");
+    CHECK(c.rope_scaling.factor == 4.0);
+    CHECK(c.rope_scaling.original_context == 128);
+    CHECK(c.rope_scaling.beta_fast == 8.0);
+    CHECK(c.rope_scaling.beta_slow == 2.0);
+    CHECK(c.rope_scaling.truncate);
+    CHECK(c.rope_attention_factor == Approx(0.75));  // yarn_attn_factor times llama.cpp's attn_factor
+    RopeScaling expected;
+    expected.type = "yarn";
+    expected.factor = 4.0;
+    expected.original_context = 128;
+    expected.beta_fast = 8.0;
+    expected.beta_slow = 2.0;
+    CHECK(c.rope_freq_divisors == kvscope::model::rope_freq_divisors(expected, 16, 10000.0));
+    CHECK(c.rope_freq_divisors.size() == 8);
+  }
+  SECTION("YaRN's defaults (llama): betas 32 / 1, original context = context length, 0.1 ln(factor) + 1") {
+    auto b = base();
+    b.u32("llama.vocab_size", 10).str("llama.rope.scaling.type", "yarn").f32("llama.rope.scaling.factor", 8.0f);
+    const ModelConfig c = config_of(b);
+    CHECK(c.rope_scaling.beta_fast == 32.0);
+    CHECK(c.rope_scaling.beta_slow == 1.0);
+    CHECK(c.rope_scaling.original_context == 512);
+    CHECK(c.rope_attention_factor == Approx(0.1 * std::log(8.0) + 1.0));
+  }
+  SECTION("YaRN's log multiplier: mscale(1) / mscale(m), transformers' mscale_all_dim") {
+    auto b = base();
+    b.u32("llama.vocab_size", 10)
+        .str("llama.rope.scaling.type", "yarn")
+        .f32("llama.rope.scaling.factor", 8.0f)
+        .f32("llama.rope.scaling.yarn_log_multiplier", 0.5f);
+    CHECK(config_of(b).rope_attention_factor == Approx((0.1 * std::log(8.0) + 1.0) / (0.05 * std::log(8.0) + 1.0)));
+  }
+  SECTION("linear, also from a factor without a type as llama.cpp reads it (gemma2)") {
+    for (const bool typed : {true, false}) {
+      auto b = base("gemma2");
+      b.u32("gemma2.vocab_size", 10).f32("gemma2.rope.scaling.factor", 2.0f);
+      if (typed) b.str("gemma2.rope.scaling.type", "linear");
+      const ModelConfig c = config_of(b);
+      CHECK(c.rope_scaling.type == "linear");
+      CHECK(c.rope_freq_divisors == std::vector<float>(8, 2.0f));
+    }
+  }
+  SECTION("none, or no keys: no scaling") {
+    auto b = base("qwen2");
+    b.u32("qwen2.vocab_size", 10).str("qwen2.rope.scaling.type", "none").f32("qwen2.rope.scaling.factor", 4.0f);
+    const ModelConfig c = config_of(b);
+    CHECK(c.rope_scaling.type == "default");
+    CHECK(c.rope_freq_divisors.empty());
+    CHECK(c.rope_attention_factor == 1.0f);
+  }
+  SECTION("what kvscope does not compute is refused, naming the key and the value") {
+    auto dynamic = base("qwen2");
+    dynamic.u32("qwen2.vocab_size", 10).str("qwen2.rope.scaling.type", "dynamic");
+    expect_config_error(dynamic, {"'qwen2.rope.scaling.type'", "\"dynamic\" is not supported",
+                                  "supported: none, linear, yarn, longrope"});
+    auto ext = base();
+    ext.u32("llama.vocab_size", 10)
+        .str("llama.rope.scaling.type", "yarn")
+        .f32("llama.rope.scaling.factor", 4.0f)
+        .f32("llama.rope.scaling.yarn_ext_factor", 0.5f);
+    expect_config_error(ext, {"'llama.rope.scaling.yarn_ext_factor'", "0.5", "not supported (expected 1"});
+    auto longrope = base("phi3");
+    longrope.u32("phi3.vocab_size", 10).str("phi3.rope.scaling.type", "longrope");
+    expect_config_error(longrope, {"'rope_factors_short.weight'", "tensor missing"});
+    auto zero = base();
+    zero.u32("llama.vocab_size", 10).str("llama.rope.scaling.type", "yarn").f32("llama.rope.scaling.factor", 0.0f);
+    expect_config_error(zero, {"'llama.rope.scaling.factor'", "out of range"});
+  }
 }

@@ -6,6 +6,7 @@
 
 #include <random>
 
+#include "core/trace/emit_run.h"
 #include "core/trace/live_trace.h"
 
 using namespace kvscope::trace;
@@ -202,4 +203,61 @@ TEST_CASE("the step that ends the prompt is published at once, other steps at mo
   CHECK(step(1, 5) == 2);  // decode steps wait for the interval again
   live.flush();
   CHECK(live.snapshot()->n_steps() == 3);
+}
+
+TEST_CASE("a live run with sink logits shows each decode row's sink share, and passes it on", "[trace][live]") {
+  // 2 layers x 3 heads, 4 key columns per decode row; the sink shares ride after the rows (DecodeRows::sink).
+  const int layers = 2, heads = 3, cols = 4, decode_steps = 3;
+  RunLayout l = layout(layers, 1, heads, 8, cols);
+  l.decode_sink = true;
+  LiveTrace live(std::chrono::milliseconds(0));
+  const int id = live.begin_run(l);
+  const auto prob = [](int s, int layer, int h, int c) { return 0.01f * static_cast<float>(s + 10 * layer + 3 * h + c); };
+  const auto share = [](int s, int layer, int h) { return 0.1f * static_cast<float>(s + 1) + 0.02f * (layer * 3 + h); };
+  for (int s = 0; s <= decode_steps; ++s) {
+    StepRecord rec;
+    rec.stats.phase = s == 0 ? 0 : 1;
+    rec.stats.step = s == 0 ? 0 : s - 1;
+    rec.stats.seq_len = 4 + s;
+    if (s > 0) {
+      for (int layer = 0; layer < layers; ++layer)
+        for (int h = 0; h < heads; ++h) {
+          for (int c = 0; c < cols; ++c) rec.decode_attention.push_back(prob(s - 1, layer, h, c));
+          rec.decode_attention_sink.push_back(share(s - 1, layer, h));
+        }
+    }
+    live.append_step(id, std::move(rec));
+  }
+  live.end_run(id, {});
+  const auto check_run = [&](const RunTrace& run) {
+    for (int layer = 0; layer < layers; ++layer)
+      for (int h = 0; h < heads; ++h) {
+        INFO("layer " << layer << ", head " << h);
+        const Map2D* m = run.decode_attention_map(layer, h);
+        const Map2D* sink = run.decode_attention_sink_map(layer, h);
+        REQUIRE(m);
+        REQUIRE(sink);
+        REQUIRE(m->rows == decode_steps);
+        REQUIRE(sink->rows == decode_steps);
+        REQUIRE(sink->cols == 1);
+        for (int s = 0; s < decode_steps; ++s) {
+          CHECK(sink->at(s, 0) == share(s, layer, h));
+          for (int c = 0; c < cols; ++c) CHECK(m->at(s, c) == prob(s, layer, h, c));
+        }
+      }
+  };
+  const auto snap = live.snapshot();
+  check_run(*snap);
+  LiveTrace copy(std::chrono::milliseconds(0));  // what saving a live run sends on (emit_run)
+  emit_run(*snap, copy);
+  check_run(*copy.snapshot());
+
+  LiveTrace without(std::chrono::milliseconds(0));  // a model without sinks has none
+  const int other = without.begin_run(layout(layers, 1, heads, 8, cols));
+  StepRecord rec;
+  rec.stats.phase = 1;
+  rec.decode_attention.assign(static_cast<std::size_t>(layers) * heads * cols, 0.25f);
+  without.append_step(other, std::move(rec));
+  CHECK(without.snapshot()->decode_attention_map(0, 0) != nullptr);
+  CHECK(without.snapshot()->decode_attention_sink_map(0, 0) == nullptr);
 }
