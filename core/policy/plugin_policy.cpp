@@ -157,11 +157,22 @@ PolicyInfo load_plugin_policy(const std::filesystem::path& file) {
   std::vector<ParamSpec> own;
   std::vector<std::string> declared;
   std::map<std::string, int> framework_defaults;
+  Protocol protocol{
+      .block = p->block, .decode_evict = p->decode_evict != 0, .trim_before_output = p->trim_before_output != 0};
   for (int i = 0; i < p->n_params; ++i) {
     const kvscope_param_spec& s = p->params[i];
     if (!s.name || !*s.name) throw UsageError(where + ": parameter " + std::to_string(i) + " has no name");
     const std::string name = s.name, doc = s.doc ? s.doc : "declared by " + file.filename().string();
     declared.push_back(name);
+    // decode_interval, which the description has no field for (ABI 1), is declared as a parameter: its default
+    // is the protocol's, and its value reaches score() at its place in obs->params like any parameter's.
+    if (name == "decode_interval") {
+      if (!(s.default_value == std::floor(s.default_value) && s.default_value >= 1 && s.default_value <= (1 << 20)))
+        throw UsageError(where + ": parameter 'decode_interval' has default " + std::to_string(s.default_value) +
+                         ", not an integer in [1, 1048576] (decode steps between evictions)");
+      protocol.decode_interval = static_cast<int>(s.default_value);
+      continue;
+    }
     // A framework parameter (its default only) is an int as well.
     const bool framework = is_framework_param(name);
     if (s.kind == KVSCOPE_PARAM_INT || framework)
@@ -186,7 +197,8 @@ PolicyInfo load_plugin_policy(const std::filesystem::path& file) {
     }
   }
   for (auto& s : scorer_framework_params(framework_defaults)) own.push_back(std::move(s));
-  const Protocol protocol{.block = p->block, .decode_evict = p->decode_evict != 0, .trim_before_output = p->trim_before_output != 0};
+  if (const std::string problem = protocol_problem(protocol); !problem.empty())
+    throw UsageError(where + ": its protocol defaults: " + problem);
   const ObservationRequest request = request_for_needs(needs_names(p->needs), file);
 
   PolicyInfo info;
@@ -203,7 +215,7 @@ PolicyInfo load_plugin_policy(const std::filesystem::path& file) {
   info.resolve_params = [declared, framework_defaults, what = where](PolicyParams& params) {
     std::vector<std::string> own_names;
     for (const auto& n : declared)
-      if (!is_framework_param(n)) own_names.push_back(n);
+      if (!is_framework_param(n) && n != "decode_interval") own_names.push_back(n);
     resolve_allocation_params(what, own_names, framework_defaults, params);
   };
   info.make = [library, request, declared, name = info.name](const PolicyParams& params) -> std::unique_ptr<Policy> {

@@ -45,14 +45,19 @@ Protocol protocol_of(const PolicyParams& params) {
   p.decode_evict = params.get_bool("decode_evict");
   p.trim_before_output = params.get_choice("trim") == "before_output";
   p.decode_interval = params.has("decode_interval") ? params.get_int("decode_interval") : 1;
-  if (p.decode_interval > 1 && !p.decode_evict)
-    throw UsageError("decode_interval=" + std::to_string(p.decode_interval) +
-                     " needs decode_evict=true (it says how often decoding evicts)");
-  if (p.decode_interval > 1 && p.trim_before_output)
-    throw UsageError("decode_interval=" + std::to_string(p.decode_interval) +
-                     " with trim=before_output is not supported: a decode step that does not evict has nothing to "
-                     "trim; use trim=after_output");
+  if (const std::string problem = protocol_problem(p); !problem.empty()) throw UsageError(problem);
   return p;
+}
+
+std::string protocol_problem(const Protocol& p) {
+  if (p.decode_interval > 1 && !p.decode_evict)
+    return "decode_interval=" + std::to_string(p.decode_interval) +
+           " needs decode_evict=true (it says how often decoding evicts)";
+  if (p.decode_interval > 1 && p.trim_before_output)
+    return "decode_interval=" + std::to_string(p.decode_interval) +
+           " with trim=before_output is not supported: a decode step that does not evict has nothing to trim; use "
+           "trim=after_output";
+  return "";
 }
 
 void publish_protocol(const Protocol& protocol, int budget, const std::string& source, Diagnostics& out) {

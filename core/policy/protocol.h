@@ -35,6 +35,9 @@ struct Protocol {
 std::vector<ParamSpec> protocol_params(const Protocol& defaults);
 // Throws UsageError for decode_interval > 1 without decode_evict, or with trim=before_output.
 Protocol protocol_of(const PolicyParams& params);
+// What protocol_of refuses in `p` ("decode_interval=4 needs decode_evict=true ..."), or "": for the defaults a
+// Python file's `protocol` or a plugin's declarations state, which its loader refuses naming the file.
+std::string protocol_problem(const Protocol& p);
 // The switches as effective settings of the run (block, decode_evict, trim), and a warning naming `source`
 // when a block is longer than the budget and trimmed before its output: then at least block - budget of
 // each block's own tokens leave before any query attends to them (CAOTE's blocks of 128 assume budgets of

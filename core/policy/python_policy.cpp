@@ -173,7 +173,8 @@ Protocol protocol_from_python(const py::module_& m, const std::filesystem::path&
   if (!py::hasattr(m, "protocol")) return p;
   const std::string where = "policy file '" + file.string() + "', protocol";
   py::object o = m.attr("protocol");
-  if (!py::isinstance<py::dict>(o)) throw UsageError(where + " must be a dict (block, decode_evict, trim)");
+  if (!py::isinstance<py::dict>(o))
+    throw UsageError(where + " must be a dict (block, decode_evict, trim, decode_interval)");
   for (auto item : o.cast<py::dict>()) {
     const auto key = py::str(item.first).cast<std::string>();
     if (key == "block") {
@@ -186,10 +187,17 @@ Protocol protocol_from_python(const py::module_& m, const std::filesystem::path&
       const auto t = py::str(item.second).cast<std::string>();
       if (t != "before_output" && t != "after_output") throw UsageError(where + "['trim'] must be before_output or after_output");
       p.trim_before_output = t == "before_output";
+    } else if (key == "decode_interval") {
+      p.decode_interval = int_field(item.second, where + "['decode_interval']");
+      if (p.decode_interval < 1)
+        throw UsageError(where + "['decode_interval'] = " + std::to_string(p.decode_interval) +
+                         ": it counts decode steps between evictions, at least 1");
     } else {
-      throw UsageError(where + " has key '" + key + "'; valid: block, decode_evict, trim");
+      throw UsageError(where + " has key '" + key + "'; valid: block, decode_evict, trim, decode_interval");
     }
   }
+  if (const std::string problem = protocol_problem(p); !problem.empty())
+    throw UsageError(where + ": " + problem);
   return p;
 }
 

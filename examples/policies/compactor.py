@@ -38,9 +38,10 @@ def score(obs):
     left = min(p["sink_size_start"], n)
     right = min(p["sink_size_end"], max(0, n - left))
     mid = slice(left, n - right)
-    lev = _leverage.layer_scores(obs, obs.hidden_states[mid], p["sketch_dimension"])
-    attn = _non_causal.scores(obs, obs.hidden_states[mid], obs.query_positions[mid], obs.keys[:, mid],
-                              obs.values[:, mid], p["chunk_size"])
+    hidden = obs.hidden_states[mid].astype(np.float64)  # read and widened once: both parts project it
+    lev = _leverage.layer_scores(obs, hidden, p["sketch_dimension"])
+    attn = _non_causal.scores(obs, hidden, obs.query_positions[mid], obs.keys[:, mid], obs.values[:, mid],
+                              p["chunk_size"])
     blending = p["blending"] if p["blending"] >= 0 else 1 - obs.budget / obs.prompt_length
     s = blending * lev + attn
     return np.concatenate([np.full((obs.n_kv_heads, left), s.max()), s,

@@ -12,23 +12,30 @@ params = {"chunk_size": (256, 1, 1 << 20, "tokens per chunk")}
 
 def column_sums(q, k, chunk):
     """q (K, G, S, d), k (K, S, d) -> (K, G, S): per key, softmax attention summed over the queries of its chunk
-    (the G query heads of KV head K share its keys). The last chunk is padded to `chunk` with zero queries and zero
-    keys whose logits are set to -1e-9 (kvpress's masking, which leaves padded keys in the softmax and padded
-    queries attending). Batched matrix products (BLAS), the column sums as (1 / row sums) @ exp."""
+    (the G query heads of KV head K share its keys). The last chunk is as if padded to `chunk` with zero queries and
+    zero keys whose logits are set to -1e-9 (kvpress's masking, which leaves padded keys in the softmax and padded
+    queries attending): a padded key adds exp(-1e-9 - max) to each row's sum, and each padded query gives every
+    real key 1 / (n + pad exp(-1e-9)). One chunk at a time (its logits stay in cache), by batched matrix products
+    (BLAS), the column sums as (1 / row sums) @ exp."""
     K, G, S, d = q.shape
-    pad = -S % chunk
-    qp = np.concatenate([q, np.zeros((K, G, pad, d))], axis=2).reshape(K, G, -1, chunk, d)
-    kp = np.concatenate([k, np.zeros((K, pad, d))], axis=1).reshape(K, 1, -1, chunk, d)
-    dots = qp @ kp.swapaxes(-1, -2)  # (K, G, chunks, queries, keys)
-    if pad:
-        invalid = np.arange(chunk) >= chunk - pad
-        last = dots[:, :, -1]
-        last[:, :, invalid, :] = 0.0
-        last[:, :, :, invalid] = -1e-9
-    dots -= dots.max(axis=-1, keepdims=True)
-    np.exp(dots, out=dots)
-    inverse = 1.0 / dots.sum(axis=-1)
-    return (inverse[..., None, :] @ dots)[..., 0, :].reshape(K, G, -1)[..., :S]
+    out = np.empty((K, G, S))
+    for first in range(0, S, chunk):
+        n = min(chunk, S - first)
+        pad = chunk - n
+        dots = q[:, :, first:first + n] @ k[:, None, first:first + n].swapaxes(-1, -2)  # (K, G, queries, keys)
+        top = dots.max(axis=-1, keepdims=True)
+        if pad:
+            np.maximum(top, -1e-9, out=top)
+        dots -= top
+        np.exp(dots, out=dots)
+        total = dots.sum(axis=-1)
+        if pad:
+            total += pad * np.exp(-1e-9 - top[..., 0])
+        sums = ((1.0 / total)[..., None, :] @ dots)[..., 0, :]
+        if pad:
+            sums += pad / (n + pad * np.exp(-1e-9))
+        out[:, :, first:first + n] = sums
+    return out
 
 
 def scores(obs, hidden_states, positions, keys, values, chunk):
@@ -36,7 +43,7 @@ def scores(obs, hidden_states, positions, keys, values, chunk):
     prompt for Compactor): queries projected by q_proj and rotated to their positions."""
     n, d = len(hidden_states), obs.head_dim
     group = obs.n_heads // obs.n_kv_heads
-    q = (hidden_states.astype(np.float64) @ obs.q_proj.astype(np.float64).T).astype(np.float32)
+    q = (np.asarray(hidden_states, dtype=np.float64) @ obs.q_proj.astype(np.float64).T).astype(np.float32)
     q = q.reshape(n, obs.n_heads, d)
     q = np.asarray(obs.rope.rotate(q, np.broadcast_to(positions[:, None], (n, obs.n_heads))),
                    dtype=np.float64).transpose(1, 0, 2).reshape(obs.n_kv_heads, group, n, d)

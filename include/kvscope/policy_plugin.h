@@ -5,8 +5,8 @@
  * the ABI version it was built against; kvscope refuses another version, naming both. kvscope runs the
  * scorer as it runs its built-in scorers: it spreads the budget over layers, protects `sinks` and the last
  * max(`recent`, `window`) entries, and keeps the highest scores of each (layer, KV head); the protocol
- * switches block, decode_evict and trim and the allocation parameters apply as for H2O. docs/policies.md,
- * "Writing a policy", has the whole contract; examples/plugins/ has a plugin built by CMake.
+ * switches block, decode_evict, trim and decode_interval and the allocation parameters apply as for H2O.
+ * docs/policies.md, "Writing a policy", has the whole contract; examples/plugins/ has a plugin built by CMake.
  *
  * Threads: kvscope calls a plugin from one thread at a time per policy instance. Pointers are valid only
  * during the call. */
@@ -37,7 +37,9 @@ enum kvscope_needs {
 enum kvscope_param_kind { KVSCOPE_PARAM_INT = 0, KVSCOPE_PARAM_FLOAT = 1, KVSCOPE_PARAM_BOOL = 2 };
 
 /* One parameter the user may set as name=value. `window`, `recent` and `sinks` are kvscope's; declaring one
- * of them sets its default. */
+ * of them sets its default. So does declaring `decode_interval` (an int, at least 1): the protocol's decode
+ * interval, which this description has no field for (with decode_evict: evict at every N-th decode step only,
+ * kvpress DecodingPress's compression_interval); its value reaches score() in `params` like any other's. */
 typedef struct kvscope_param_spec {
   const char* name;
   int32_t kind; /* enum kvscope_param_kind */
@@ -79,7 +81,7 @@ typedef struct kvscope_policy_plugin {
   int32_t n_params;
   uint32_t needs; /* enum kvscope_needs flags */
   /* Protocol defaults: prompt tokens per prefill block (0: one pass), evict while decoding, evict before the
-   * step's output. */
+   * step's output (decode_interval's default: a parameter of that name, above). */
   int32_t block, decode_evict, trim_before_output;
   /* Fills scores[0..n_entries) (higher kept; finite). Returns 0, or non-zero after writing a message of at
    * most error_size bytes into error; the run then fails with that message. */

@@ -132,6 +132,68 @@ TEST_CASE("parameters and protocol switches reach a Python scorer", "[e2e][user_
                          run(*model, prompt, "python:" + example("key_norm.py"), "40%"));
 }
 
+// kvpress DecodingPress's compression_interval: a file states decode_interval in `protocol`, a plugin by declaring
+// the parameter, and either is then called at decode steps N - 1, 2N - 1, ... only (0-based); given in the spec,
+// it makes the numpy H2O keep what the built-in keeps at the same interval.
+TEST_CASE("a Python file and a plugin state decode_interval and are called every N-th decode step",
+          "[e2e][user_policy]") {
+  const model::Model* model = test::default_model();
+  const auto prompt = test::sample_prompt_tokens(*model, "heat_pump.txt");
+  const int interval = 3, new_tokens = 7;
+  const auto log = test::temp_file("interval_calls", ".log");
+  const auto key_norm = write_policy("interval_key_norm", R"PY(
+import numpy as np
+protocol = {"decode_evict": True, "decode_interval": 3}
+def score(obs):
+    if obs.layer == 0:
+        with open(")PY" + log.string() + R"PY(", "a") as f:
+            f.write(f"{obs.phase} {obs.step} {obs.params['decode_interval']}\n")
+    return -np.sqrt((obs.keys.astype(np.float64) ** 2).sum(axis=-1))
+)PY");
+  const Outcome file = run(*model, prompt, "python:" + key_norm, "40%", new_tokens);
+  const int decode_steps = static_cast<int>(file.kept.steps.size()) - 1;  // after the one-pass prefill
+  REQUIRE(decode_steps >= 2 * interval);
+  std::vector<std::string> want = {"prefill 0 3"};
+  for (int step = interval - 1; step < decode_steps; step += interval)
+    want.push_back("decode " + std::to_string(step) + " 3");
+  std::vector<std::string> calls;
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);) calls.push_back(line);
+  CHECK(calls == want);
+  // Between evictions a (layer, KV head) grows by one entry a step, and an evicting step brings it back.
+  auto lengths = [&](const Outcome& o) {
+    std::vector<std::size_t> out;
+    for (const auto& step : o.kept.steps) out.push_back(step.front().size());
+    return out;
+  };
+  const std::size_t budget = file.kept.steps.front().front().size();
+  std::vector<std::size_t> want_lengths = {budget};
+  for (int step = 0; step < decode_steps; ++step) want_lengths.push_back(budget + (step + 1) % interval);
+  CHECK(lengths(file) == want_lengths);
+  // The plugin fails the run when it is called at a step the interval skips (its float32 scores may break a
+  // near-tie otherwise than the file's float64 ones, so the lengths are compared, not the entries).
+  const std::string interval_plugin = "plugin:" + plugin("interval_key_norm_plugin");
+  CHECK(lengths(run(*model, prompt, interval_plugin, "40%", new_tokens)) == want_lengths);
+  // The spec sets it too; the numpy H2O keeps the built-in's entries at the same interval.
+  const std::string numpy_h2o = "python:" + example("h2o_numpy.py") + ",decode_interval=3";
+  require_same_kept_sets(run(*model, prompt, numpy_h2o, "40%", new_tokens),
+                         run(*model, prompt, "h2o:decode_evict=true,decode_interval=3", "40%", new_tokens));
+  auto load_error = [](const std::string& spec) -> std::string {
+    try {
+      policy::make_policy(spec);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  const std::string body = "def score(obs):\n    return -obs.positions\n";
+  const auto no_evict = write_policy("interval_no_evict", "protocol = {'decode_interval': 4}\n" + body);
+  CHECK_THAT(load_error("python:" + no_evict),
+             Catch::Contains(no_evict) && Catch::Contains("protocol: decode_interval=4 needs decode_evict=true"));
+  const auto zero = write_policy("interval_zero", "protocol = {'decode_evict': True, 'decode_interval': 0}\n" + body);
+  CHECK_THAT(load_error("python:" + zero), Catch::Contains(zero) && Catch::Contains("at least 1"));
+}
+
 TEST_CASE("a Python scorer's own allocation and merges are applied", "[e2e][user_policy]") {
   const model::Model* model = test::default_model();
   const auto prompt = test::sample_prompt_tokens(*model, "lighthouse_story.txt");
