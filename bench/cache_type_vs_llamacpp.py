@@ -16,10 +16,16 @@ one context: how far apart the two engines are before any cache type enters.
 
 kvscope: `generate --cache-type T --force-tokens ... --logits-out F.npy`. llama.cpp (llama-cpp-python, the
 version in bench/requirements.txt): `type_k`/`type_v` = GGML_TYPE_<T>, and flash attention on in both of its
-runs, since llama.cpp stores a quantized V cache only with flash attention.
+runs, since llama.cpp stores a quantized V cache only with flash attention. With a quantized cache this
+llama.cpp rotates each head's keys and queries, and its values (rotating the attention output back), by a 64 x 64
+Hadamard matrix before it quantizes them (its log: `attn_rot_k = 1`, `attn_rot_v = 1`), which spreads a row's
+outlier dimensions over all its blocks; kvscope stores the rows as they are. --llama-attn-rot off sets
+LLAMA_ATTN_ROT_DISABLE=1 for the llama.cpp runs: the same block formats on the same rows in both engines
+(docs/quantized_cache.md, "Against llama.cpp at q4_0 and q4_1").
 
 Not part of make test (it needs llama.cpp): run it with the benchmarks' venv, e.g.
   .deps/bench-venv/bin/python bench/cache_type_vs_llamacpp.py --kvscope build/app/kvscope [--type q8_0] [--json out.json]
+      [--llama-attn-rot off] [--part keys|values]
 """
 import argparse
 import glob
@@ -41,9 +47,9 @@ import numpy as np
 import llama_cpp
 from llama_cpp import Llama
 req = json.load(open(sys.argv[1]))
-kind = getattr(llama_cpp, "GGML_TYPE_" + req["type"].upper())
+type_k, type_v = (getattr(llama_cpp, "GGML_TYPE_" + req[part].upper()) for part in ("type_k", "type_v"))
 llm = Llama(model_path=req["model"], n_ctx=req["n_ctx"], n_batch=512, n_ubatch=512, n_threads=req["threads"],
-            n_threads_batch=req["threads"], type_k=kind, type_v=kind, flash_attn=True, verbose=False,
+            n_threads_batch=req["threads"], type_k=type_k, type_v=type_v, flash_attn=True, verbose=False,
             logits_all=True)  # scores are kept only with logits_all (0.3.36)
 llm.eval(req["prompt"])
 steps, tokens = [], []
@@ -98,11 +104,11 @@ class Runner:
         self.count += 1
         return os.path.join(self.tmp, f"run{self.count}{suffix}")
 
-    def kvscope(self, prompt_file, cache_type, forced=None):
+    def kvscope(self, prompt_file, types, forced=None):
         logits = self.path(".npy")
         argv = [self.args.kvscope, "generate", "--model", self.args.model, "--prompt-file", prompt_file, "--json",
                 "--ignore-eos", "--max-new-tokens", str(self.args.new_tokens), "--threads", str(self.args.threads),
-                "--cache-type", cache_type, "--logits-out", logits]
+                "--cache-type-k", types[0], "--cache-type-v", types[1], "--logits-out", logits]
         if forced:
             argv += ["--force-tokens", ",".join(map(str, forced))]
         res = subprocess.run(argv, capture_output=True, text=True)
@@ -111,16 +117,21 @@ class Runner:
         j = json.loads(res.stdout)
         return j["prompt_tokens"], j["generated_tokens"], np.load(logits)
 
-    def llama(self, prompt_ids, cache_type, forced=None):
+    def llama(self, prompt_ids, types, forced=None):
         req_path, out_path, logits = self.path(".json"), self.path(".out.json"), self.path(".npy")
-        req = {"model": self.args.model, "type": cache_type, "threads": self.args.threads, "prompt": prompt_ids,
+        req = {"model": self.args.model, "type_k": types[0], "type_v": types[1], "threads": self.args.threads,
+               "prompt": prompt_ids,
                "new_tokens": self.args.new_tokens, "forced": forced or [], "logits": logits, "out": out_path,
                "n_ctx": len(prompt_ids) + self.args.new_tokens + 16}
         with open(req_path, "w") as f:
             json.dump(req, f)
-        res = subprocess.run([sys.executable, self.child, req_path], capture_output=True, text=True)
+        env = dict(os.environ)
+        env.pop("LLAMA_ATTN_ROT_DISABLE", None)
+        if self.args.llama_attn_rot == "off":
+            env["LLAMA_ATTN_ROT_DISABLE"] = "1"
+        res = subprocess.run([sys.executable, self.child, req_path], capture_output=True, text=True, env=env)
         if res.returncode != 0:
-            sys.exit(f"llama.cpp ({cache_type}) failed:\n{res.stderr[-2000:]}")
+            sys.exit(f"llama.cpp (keys {types[0]}, values {types[1]}) failed:\n{res.stderr[-2000:]}")
         return json.load(open(out_path))["tokens"], np.load(logits)
 
 
@@ -131,9 +142,15 @@ def main():
     ap.add_argument("--model", default=models[0] if models else "")
     ap.add_argument("--prompts", default=os.path.join(ROOT, "sample_data", "prompts"))
     ap.add_argument("--type", default="q8_0", help="the quantized cache type both engines have (q8_0, q4_0, q4_1)")
+    ap.add_argument("--part", choices=("both", "keys", "values"), default="both",
+                    help="quantize keys and values (both), or only keys or only values (the other part f16), in "
+                         "both engines: which part carries the quantized cache's effect")
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--json", default="", help="also write every number to this file")
+    ap.add_argument("--llama-attn-rot", choices=("on", "off"), default="on",
+                    help="llama.cpp's Hadamard rotation of a quantized cache's rows (its default: on); off sets "
+                         "LLAMA_ATTN_ROT_DISABLE=1 for its runs, so that both engines quantize the same rows")
     args = ap.parse_args()
     if not args.model:
         sys.exit("no --model and no .deps/models/*.gguf")
@@ -144,22 +161,27 @@ def main():
     tmp = tempfile.mkdtemp(prefix="kvscope-cachetype-")
     run = Runner(args, tmp)
     q = args.type
-    report = {"model": args.model, "type": q, "new_tokens": args.new_tokens, "prompts": {}}
-    print(f"model {os.path.basename(args.model)}, cache {q} against each engine's own f16 cache, "
-          f"{args.new_tokens} new tokens, full cache, {args.threads} threads")
+    f16 = ("f16", "f16")
+    quant = (q if args.part != "values" else "f16", q if args.part != "keys" else "f16")
+    report = {"model": args.model, "type": q, "part": args.part, "new_tokens": args.new_tokens,
+              "llama_attn_rot": args.llama_attn_rot, "prompts": {}}
+    parts = "keys and values" if args.part == "both" else f"{args.part} only, the other part f16"
+    print(f"model {os.path.basename(args.model)}, cache {q} ({parts}) against each engine's own f16 cache, "
+          f"{args.new_tokens} new tokens, full cache, {args.threads} threads, llama.cpp's rotation of quantized "
+          f"rows {args.llama_attn_rot}")
     print(f"{'prompt':<18} {'engine':<9} {'tokens':>6} {q + ' = f16 greedy':>16} "
           f"{'max|dlogit| max':>16} {'mean':>7} {'KL max':>9} {'KL mean':>9}")
     for prompt_file in prompts:
         name = os.path.splitext(os.path.basename(prompt_file))[0]
-        prompt_ids, k16_tokens, k16_logits = run.kvscope(prompt_file, "f16")
-        _, kq_tokens, kq_free = run.kvscope(prompt_file, q)
-        _, _, kq_forced = run.kvscope(prompt_file, q, forced=k16_tokens)
-        l16_tokens, l16_logits = run.llama(prompt_ids, "f16")
-        lq_tokens, lq_free = run.llama(prompt_ids, q)
-        _, lq_forced = run.llama(prompt_ids, q, forced=l16_tokens)
+        prompt_ids, k16_tokens, k16_logits = run.kvscope(prompt_file, f16)
+        _, kq_tokens, kq_free = run.kvscope(prompt_file, quant)
+        _, _, kq_forced = run.kvscope(prompt_file, quant, forced=k16_tokens)
+        l16_tokens, l16_logits = run.llama(prompt_ids, f16)
+        lq_tokens, lq_free = run.llama(prompt_ids, quant)
+        _, lq_forced = run.llama(prompt_ids, quant, forced=l16_tokens)
         # llama.cpp on kvscope's f16 tokens, so the two engines can be compared step by step on one context.
-        _, l16_on_k = run.llama(prompt_ids, "f16", forced=k16_tokens)
-        _, lq_on_k = run.llama(prompt_ids, q, forced=k16_tokens)
+        _, l16_on_k = run.llama(prompt_ids, f16, forced=k16_tokens)
+        _, lq_on_k = run.llama(prompt_ids, quant, forced=k16_tokens)
         entry = {"prompt_tokens": len(prompt_ids)}
         for engine, f16_tokens, q_tokens, ref, forced in (("kvscope", k16_tokens, kq_tokens, k16_logits, kq_forced),
                                                           ("llama.cpp", l16_tokens, lq_tokens, l16_logits, lq_forced)):
