@@ -61,8 +61,9 @@ struct ModelWeights {
   QuantMatrix output;              // [vocab][dim]; the embedding itself when tied
   std::vector<LayerWeights> layers;
   // Matrices a reader had to lay out anew (gpt-oss folders store their experts transposed, gate and up
-  // interleaved), which views above point into; shared so that a copy of the weights stays valid.
-  std::vector<std::shared_ptr<const std::vector<float>>> repacked;
+  // interleaved, or as MXFP4 blocks in another nibble order), which views above point into: the buffers' owners,
+  // shared so that a copy of the weights stays valid.
+  std::vector<std::shared_ptr<const void>> repacked;
 };
 
 }  // namespace kvscope::kernels

@@ -4,7 +4,9 @@
 Writes tests/fixtures/hf_gptoss/gptoss/ (a Hugging Face folder written by GptOssForCausalLM.save_pretrained),
 gptoss.gguf (the same weights laid out as llama.cpp's convert_hf_to_gguf.py GptOssModel lays them out, written with
 gguf-py), gptoss_mxfp4.gguf (the same with every expert matrix quantized to MXFP4 by gguf-py, as the released
-gpt-oss GGUFs store them) and tests/fixtures/hf_gptoss/golden.json.
+gpt-oss GGUFs store them), gptoss_mxfp4/ (the folder as the released openai/gpt-oss-* folders ship: every expert
+matrix as MXFP4 `_blocks` / `_scales`, quantized here from the folder's experts, the other tensors in BF16, and
+config.json's `quantization_config`) and tests/fixtures/hf_gptoss/golden.json.
 
 The checkpoint has everything gpt-oss adds to a Llama layer: a learned sink logit per head (sinks, in every
 softmax's denominator), sliding-window layers alternating with global ones (layer_types; window 8, below the
@@ -20,7 +22,9 @@ transformers' forward over its DynamicCache, one token per call (as kvscope runs
 prompt 0 the eager attention probabilities of every layer and head over the prompt (the sink's share left out,
 as transformers returns them) and of its first 3 decode queries (`decode_attention`, the greedy tokens fed back),
 the sinks, and the experts each layer's router chose per prompt token.
-`gptoss_mxfp4`'s golden is transformers on the folder with the GGUF's MXFP4 experts dequantized by gguf-py.
+`gptoss_mxfp4`'s golden is transformers on the folder with the GGUF's MXFP4 experts dequantized by gguf-py;
+`gptoss_mxfp4_folder`'s is transformers loading gptoss_mxfp4/ itself with Mxfp4Config(dequantize=True), with
+`dequantized_rows`: one gate, up and down row of expert 1 as transformers holds them after dequantizing.
 Regenerate (byte-identical with the pinned versions of tools/requirements-golden.txt):
   /tmp/goldenv/bin/python tools/make_gptoss_checkpoint.py
 """
@@ -33,7 +37,8 @@ import numpy as np
 import torch
 import transformers
 from safetensors.numpy import load_file, save_file
-from transformers import AutoModelForCausalLM, GptOssConfig
+from safetensors.torch import save_file as save_torch_file
+from transformers import AutoModelForCausalLM, GptOssConfig, Mxfp4Config
 
 from make_moe_checkpoints import PROMPTS, add_tokenizer, golden_for
 from make_synthetic_checkpoints import QWEN3_TOKENIZER, randomize, save_tokenizer, shortest, train_tokenizer
@@ -154,6 +159,78 @@ def mxfp4_reference(folder, path):
     return reference, {"tensor": "blk.0.ffn_gate_exps.weight", "expert": 1, "row": 2, "values": shortest(first[1, 2])}
 
 
+# The E2M1 (FP4) magnitudes by code; bit 3 of a code is the sign (the OCP microscaling format).
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+# The released folders' quantization_config (openai/gpt-oss-20b's config.json).
+MXFP4_CONFIG = {"quant_method": "mxfp4", "modules_to_not_convert": [
+    "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+
+
+def quantize_mxfp4(w):
+    """w [E][rows][cols] (rows the outputs) -> blocks [E][rows][cols/32][16] and scales [E][rows][cols/32], uint8,
+    in the released folders' layout. Each run of 32 values along a row shares one E8M0 exponent, biased by 127, that
+    brings its largest magnitude into [4, 8) (OCP's floor(log2(amax)) - emax, emax 2 for E2M1; magnitudes above 6
+    saturate); each value becomes the nearest E2M1 code; byte j of a block holds value 2j in its low nibble and
+    value 2j + 1 in its high nibble."""
+    e, rows, cols = w.shape
+    x = w.astype(np.float64).reshape(e, rows, cols // 32, 32)
+    amax = np.abs(x).max(axis=-1)
+    exponent = np.where(amax > 0, np.floor(np.log2(np.maximum(amax, 1e-30))) - 2, -127)
+    scales = np.clip(exponent + 127, 0, 254).astype(np.uint8)
+    scaled = x / np.exp2(scales.astype(np.float64) - 127)[..., None]
+    magnitude = np.abs(np.abs(scaled)[..., None] - E2M1).argmin(axis=-1)
+    codes = (magnitude | np.where(scaled < 0, 8, 0)).astype(np.uint8)
+    return np.ascontiguousarray(codes[..., 0::2] | (codes[..., 1::2] << 4)), scales
+
+
+def dequantize_mxfp4(blocks, scales):
+    """The inverse of quantize_mxfp4's packing: [E][rows][cols] float32."""
+    codes = np.stack([blocks & 0x0F, blocks >> 4], axis=-1).reshape(*scales.shape, 32)
+    values = E2M1[codes & 7] * np.where(codes & 8, -1.0, 1.0) * np.exp2(scales.astype(np.float64) - 127)[..., None]
+    return values.reshape(*scales.shape[:2], -1).astype(np.float32)
+
+
+def write_mxfp4_folder(folder, out):
+    """The folder as openai/gpt-oss-* ship: gate_up_proj as gate_up_proj_blocks / _scales over its transpose
+    [E][2I][hidden] (rows still gate, up, gate, up, ...), down_proj as down_proj_blocks / _scales over [E][hidden][I],
+    every other tensor in BF16, config.json with the released quantization_config. Returns the dequantized experts
+    {name: [E][rows][cols]}, what transformers must hold after loading."""
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(folder, out)
+    tensors, dequantized = {}, {}
+    for name, value in load_file(folder / "model.safetensors").items():
+        if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+            blocks, scales = quantize_mxfp4(np.ascontiguousarray(value.transpose(0, 2, 1)))
+            tensors[name + "_blocks"] = torch.from_numpy(blocks)
+            tensors[name + "_scales"] = torch.from_numpy(scales)
+            dequantized[name] = dequantize_mxfp4(blocks, scales)
+        else:
+            tensors[name] = torch.from_numpy(value).to(torch.bfloat16)
+    save_torch_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((folder / "config.json").read_text())
+    config.update(dtype="bfloat16", quantization_config=MXFP4_CONFIG)
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return dequantized
+
+
+def mxfp4_folder_golden(out, dequantized):
+    """transformers on the MXFP4 folder (dequantized to float32 at load), after checking that what it dequantized is
+    dequantize_mxfp4's reading of the blocks: gate_up_proj [E][hidden][2I] and down_proj [E][I][hidden] are the
+    transposes of the blocks' [E][rows][cols]."""
+    load = dict(quantization_config=Mxfp4Config(dequantize=True))
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, **load)
+    for name, values in dequantized.items():
+        held = model.get_parameter(name).detach().numpy()
+        assert held.dtype == np.float32 and np.array_equal(held, values.transpose(0, 2, 1)), name
+    experts = model.model.layers[0].mlp.experts
+    gate_up, down = experts.gate_up_proj.detach().numpy(), experts.down_proj.detach().numpy()
+    rows = {"layer": 0, "expert": 1, "row": 2,  # gate row i is gate_up_proj's column 2i, up row i column 2i + 1
+            "gate": shortest(gate_up[1, :, 4]), "up": shortest(gate_up[1, :, 5]), "down": shortest(down[1, :, 2])}
+    golden = golden_for(out, **load)
+    golden.update(folder=out.name, dequantized_rows=rows)
+    return golden
+
+
 def main():
     torch.set_num_threads(1)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -191,6 +268,8 @@ def main():
     golden["checkpoints"]["gptoss_mxfp4"] = golden_for(reference)
     golden["checkpoints"]["gptoss_mxfp4"].update(gguf="gptoss_mxfp4.gguf", dequantized_row=check)
     shutil.rmtree(reference)
+    dequantized = write_mxfp4_folder(folder, OUT / "gptoss_mxfp4")
+    golden["checkpoints"]["gptoss_mxfp4_folder"] = mxfp4_folder_golden(OUT / "gptoss_mxfp4", dequantized)
     for name, g in golden["checkpoints"].items():
         print(name, [len(p["ids"]) for p in g["prompts"]], "greedy", g["prompts"][0]["greedy"]["ids"][:8],
               "min margin", min(min(p["greedy"]["margin_top1_top2"]) for p in g["prompts"]))

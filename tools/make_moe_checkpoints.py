@@ -121,8 +121,10 @@ def routing_of(router_logits, top_k):
     return layers
 
 
-def golden_for(folder):
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+def golden_for(folder, **load):
+    """`load`: further from_pretrained arguments (a quantization_config)."""
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager",
+                                                 **load).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     prompts = []
     for index, text in enumerate(PROMPTS):

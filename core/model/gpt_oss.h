@@ -24,8 +24,11 @@ void apply_gpt_oss_architecture(ModelConfig& config);
 
 // A folder's experts into `weights`: transformers stores them for x @ W (gate_up_proj [E][hidden][2I] with gate and
 // up columns interleaved, down_proj [E][I][hidden]) and their biases interleaved the same way; kvscope's matrices
-// are W[rows][cols] for W x, so each is laid out anew in float32 (ModelWeights::repacked). Throws Error naming the
-// file and tensor when one is missing or misshapen, or stored as MXFP4 blocks.
+// are W[rows][cols] for W x, so each is laid out anew in float32 (ModelWeights::repacked). A layer whose experts
+// are MXFP4 (gate_up_proj_blocks / _scales, down_proj_blocks / _scales, as the released folders ship them; already
+// W[rows][cols], gate and up rows interleaved) keeps them in MXFP4, each block rewritten in ggml's nibble order.
+// Throws Error naming the file and tensor when one is missing, misshapen or of the wrong dtype, or when a block
+// tensor lacks its scales.
 void bind_gpt_oss_folder_experts(const HfFolder& folder, const ModelConfig& config, ModelWeights& weights);
 
 }  // namespace kvscope::model

@@ -22,6 +22,15 @@ const SafetensorsTensor& require_tensor(const HfFolder& folder, const std::strin
   return *tensor;
 }
 
+// Weights and norms are values; U8 tensors (MXFP4 blocks and scales) only where a reader expects them.
+const SafetensorsTensor& require_float_tensor(const HfFolder& folder, const std::string& name) {
+  const SafetensorsTensor& t = require_tensor(folder, name);
+  if (!t.is_float())
+    throw Error(folder.shard_of(name).path().string() + ": tensor '" + name + "' dtype: " + t.dtype +
+                " (expected F32, F16 or BF16)");
+  return t;
+}
+
 [[noreturn]] void shape_error(const HfFolder& folder, const SafetensorsTensor& t,
                               const std::vector<uint64_t>& expected) {
   throw Error(folder.shard_of(t.name).path().string() + ": tensor '" + t.name + "' shape: " + shape_text(t.shape) +
@@ -29,14 +38,14 @@ const SafetensorsTensor& require_tensor(const HfFolder& folder, const std::strin
 }
 
 QuantMatrix bind_matrix(const HfFolder& folder, const std::string& name, int rows, int cols) {
-  const SafetensorsTensor& t = require_tensor(folder, name);
+  const SafetensorsTensor& t = require_float_tensor(folder, name);
   const std::vector<uint64_t> expected = {static_cast<uint64_t>(rows), static_cast<uint64_t>(cols)};
   if (t.shape != expected) shape_error(folder, t, expected);
   return QuantMatrix::view(t.type, rows, cols, t.data);
 }
 
 std::vector<float> bind_vector(const HfFolder& folder, const std::string& name, int length) {
-  const SafetensorsTensor& t = require_tensor(folder, name);
+  const SafetensorsTensor& t = require_float_tensor(folder, name);
   const std::vector<uint64_t> expected = {static_cast<uint64_t>(length)};
   if (t.shape != expected) shape_error(folder, t, expected);
   std::vector<float> values(static_cast<std::size_t>(length));

@@ -26,8 +26,12 @@ struct DtypeInfo {
   GgmlType type;
   uint64_t bytes;
 };
-constexpr DtypeInfo kSupportedDtypes[] = {
-    {"F32", GgmlType::F32, 4}, {"F16", GgmlType::F16, 2}, {"BF16", GgmlType::BF16, 2}};
+// U8 holds raw bytes (gpt-oss's MXFP4 expert blocks and scales); ggml has no unsigned byte type, so it is
+// given I8's, which no kernel takes as weights.
+constexpr DtypeInfo kSupportedDtypes[] = {{"F32", GgmlType::F32, 4},
+                                          {"F16", GgmlType::F16, 2},
+                                          {"BF16", GgmlType::BF16, 2},
+                                          {"U8", GgmlType::I8, 1}};
 
 class HeaderReader {
  public:
@@ -40,11 +44,11 @@ class HeaderReader {
 
   const DtypeInfo& dtype(const std::string& tensor, const nlohmann::json& value) const {
     if (!value.is_string())
-      fail(tensor, "dtype", value.dump() + " is not a string (expected \"F32\", \"F16\" or \"BF16\")");
+      fail(tensor, "dtype", value.dump() + " is not a string (expected \"F32\", \"F16\", \"BF16\" or \"U8\")");
     const auto& name = value.get_ref<const std::string&>();
     for (const DtypeInfo& info : kSupportedDtypes)
       if (name == info.name) return info;
-    fail(tensor, "dtype", "\"" + name + "\" is not supported (supported: F32, F16, BF16)");
+    fail(tensor, "dtype", "\"" + name + "\" is not supported (supported: F32, F16, BF16, U8)");
   }
 
   std::vector<uint64_t> shape(const std::string& tensor, const nlohmann::json& value) const {

@@ -14,9 +14,10 @@
 namespace kvscope::model {
 
 struct SafetensorsTensor {
+  bool is_float() const { return dtype != "U8"; }  // F32, F16 or BF16: values the kernels widen
   std::string name;
-  std::string dtype;              // as the header spells it: "F32", "F16", "BF16"
-  GgmlType type = GgmlType::F32;  // the same element type in ggml's terms, for the kernels
+  std::string dtype;              // as the header spells it: "F32", "F16", "BF16", "U8" (raw bytes)
+  GgmlType type = GgmlType::F32;  // the same element type in ggml's terms, for the kernels (U8: I8)
   std::vector<uint64_t> shape;    // outermost first (row-major): a matrix is [rows, cols]
   uint64_t offset = 0;            // from the start of the data section
   uint64_t n_bytes = 0;

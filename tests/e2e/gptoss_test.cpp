@@ -1,8 +1,9 @@
 // A tiny random gpt-oss checkpoint written by transformers (tools/make_gptoss_checkpoint.py), as a Hugging Face
-// folder, as a GGUF laid out as llama.cpp's converter lays it out and as a GGUF with MXFP4 experts, against
-// transformers: the last prompt position's logits and 24 greedy tokens on three prompts, the recorded prefill
-// attention maps against eager attention (sinks and sliding windows included), the experts each router chose;
-// and each gpt-oss convention switched off moves the logits far beyond tolerance.
+// folder, as a GGUF laid out as llama.cpp's converter lays it out, as a GGUF with MXFP4 experts and as a folder with
+// MXFP4 experts (as openai/gpt-oss-* ship), against transformers: the last prompt position's logits and 24 greedy
+// tokens on three prompts, the recorded prefill attention maps against eager attention (sinks and sliding windows
+// included), the experts each router chose; each gpt-oss convention switched off moves the logits far beyond
+// tolerance, and so does each MXFP4 convention; malformed MXFP4 folders are errors naming the tensor.
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
@@ -11,14 +12,18 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "core/engine/engine.h"
 #include "core/model/model.h"
 #include "core/policy/registry.h"
 #include "core/trace/exact_attention.h"
+#include "core/model/safetensors.h"
 #include "core/trace/hdf5_reader.h"
 #include "kernels/common/dequantize.h"
+#include "tests/core/model/safetensors_builder.h"
+#include "tests/core/model/test_support.h"
 #include "tests/support/golden_compare.h"
 #include "tests/support/moe_golden_check.h"
 
@@ -37,6 +42,36 @@ double worst_over_prompts(const model::Model& m, const nlohmann::json& g) {
   double worst = 0;
   for (const auto& prompt : g["prompts"]) worst = std::max(worst, test::prompt_logit_diff(m, prompt));
   return worst;
+}
+
+// The MXFP4 folder copied with its tensors (name, dtype, shape, bytes, in the file's order) changed by `edit` and
+// its config.json by `edit_config`.
+class EditedMxfp4Folder {
+ public:
+  explicit EditedMxfp4Folder(const std::function<void(std::vector<test::SafetensorsEntry>&)>& edit,
+                             const std::function<void(nlohmann::json&)>& edit_config = {}) {
+    const std::filesystem::path source = kDir / golden()["checkpoints"]["gptoss_mxfp4_folder"]["folder"].get<std::string>();
+    for (const auto& file : std::filesystem::directory_iterator(source))
+      if (file.path().filename() != "model.safetensors") std::filesystem::copy_file(file.path(), path() / file.path().filename());
+    const auto file = model::SafetensorsFile::open(source / "model.safetensors");
+    std::vector<test::SafetensorsEntry> entries;
+    for (const auto& t : file.tensors()) entries.push_back({t.name, t.dtype, t.shape, {t.data, t.data + t.n_bytes}});
+    edit(entries);
+    test::write_bytes(path() / "model.safetensors", test::safetensors_image(entries));
+    if (edit_config) {
+      nlohmann::json config = test::read_json_fixture(path() / "config.json");
+      edit_config(config);
+      test::write_json(path() / "config.json", config);
+    }
+  }
+  const std::filesystem::path& path() const { return dir_.path(); }
+
+ private:
+  test::TempDir dir_;
+};
+
+bool ends_with(const std::string& text, const std::string& end) {
+  return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
 }
 
 }  // namespace
@@ -278,4 +313,113 @@ TEST_CASE("gpt-oss's local layers follow the swa= modes and hold at most their w
     else
       CHECK(result.kept[l][0] == 92 + 3);  // the prompt and the fed tokens (the last generated one is not fed)
   }
+}
+
+TEST_CASE("a gpt-oss folder with MXFP4 experts (as openai/gpt-oss-* ship) runs as transformers dequantizing it",
+          "[hf][gptoss][mxfp4]") {
+  const nlohmann::json& g = golden()["checkpoints"]["gptoss_mxfp4_folder"];
+  const std::filesystem::path path = kDir / g["folder"].get<std::string>();
+  const model::Model m = model::load_model(path);
+  // Kept in MXFP4 (17 bytes per 32 values), as a GGUF's MXFP4 experts are.
+  for (const auto& layer : m.weights.layers)
+    for (int e = 0; e < m.config.n_experts; ++e) {
+      CHECK(layer.expert_gate[e].type == kernels::GgmlType::MXFP4);
+      CHECK(layer.expert_up[e].type == kernels::GgmlType::MXFP4);
+      CHECK(layer.expert_down[e].type == kernels::GgmlType::MXFP4);
+    }
+  CHECK(m.weights.layers[0].expert_gate[0].row_bytes == 2 * 17);
+  // Gate, up and down rows as transformers holds them after dequantizing (gate_up_proj's columns 2i and 2i + 1,
+  // down_proj's column), value for value.
+  const nlohmann::json& rows = g["dequantized_rows"];
+  const model::LayerWeights& layer = m.weights.layers[rows["layer"].get<int>()];
+  const int e = rows["expert"].get<int>(), r = rows["row"].get<int>();
+  const std::pair<const char*, const model::QuantMatrix*> parts[] = {
+      {"gate", &layer.expert_gate[e]}, {"up", &layer.expert_up[e]}, {"down", &layer.expert_down[e]}};
+  for (const auto& [part, matrix] : parts) {
+    INFO(part);
+    std::vector<float> row(static_cast<std::size_t>(matrix->cols));
+    kernels::dequantize_row(matrix->type, matrix->row(r), row.data(), matrix->cols);
+    CHECK(test::max_abs_diff(row, rows[part].get<std::vector<double>>()) == 0.0);
+  }
+  const auto agreement = test::check_against_golden(g, path);
+  WARN("gpt-oss MXFP4 folder: max |logit diff| " << agreement.logits << ", max |attention diff| "
+                                                 << agreement.attention);
+}
+
+TEST_CASE("the MXFP4 folder is sensitive to the nibble order and the scale bias", "[hf][gptoss][mxfp4]") {
+  // Rewriting the file so that kvscope's reading of it is what a reader with another convention makes of the
+  // original: each such reader would be far from transformers.
+  const nlohmann::json& g = golden()["checkpoints"]["gptoss_mxfp4_folder"];
+  const auto misread = [&](const std::function<void(uint8_t*)>& block, const std::function<uint8_t(uint8_t)>& scale) {
+    const EditedMxfp4Folder folder([&](std::vector<test::SafetensorsEntry>& entries) {
+      for (auto& t : entries) {
+        if (ends_with(t.name, "_blocks"))
+          for (std::size_t at = 0; at < t.data.size(); at += 16) block(t.data.data() + at);
+        if (ends_with(t.name, "_scales"))
+          for (auto& byte : t.data) byte = scale(byte);
+      }
+    });
+    return worst_over_prompts(model::load_model(folder.path()), g);
+  };
+  const auto same_block = [](uint8_t*) {};
+  const auto same_scale = [](uint8_t s) { return s; };
+  constexpr double kFar = 100 * test::kLogitTolerance;
+  CHECK(misread(same_block, same_scale) <= test::kLogitTolerance);  // the copy itself is read as the original
+  // Value 2j in the high nibble, 2j + 1 in the low one.
+  CHECK(misread([](uint8_t* b) { for (int j = 0; j < 16; ++j) b[j] = static_cast<uint8_t>(b[j] << 4 | b[j] >> 4); },
+                same_scale) > kFar);
+  // ggml's order (value j in the low nibble of byte j, value j + 16 in its high nibble), as a GGUF block has it.
+  CHECK(misread(
+            [](uint8_t* b) {
+              uint8_t values[32], out[16];
+              for (int j = 0; j < 16; ++j) {
+                values[j] = b[j] & 0x0F;
+                values[j + 16] = b[j] >> 4;
+              }
+              for (int j = 0; j < 16; ++j) out[j] = static_cast<uint8_t>(values[2 * j] | values[2 * j + 1] << 4);
+              std::copy(out, out + 16, b);
+            },
+            same_scale) > kFar);
+  // Scales biased by 128 (ggml's halved scale without its doubled E2M1 values) or by 126.
+  CHECK(misread(same_block, [](uint8_t s) { return static_cast<uint8_t>(s - 1); }) > kFar);
+  CHECK(misread(same_block, [](uint8_t s) { return static_cast<uint8_t>(s + 1); }) > kFar);
+}
+
+TEST_CASE("a malformed MXFP4 gpt-oss folder is an error naming the tensor", "[hf][gptoss][mxfp4]") {
+  using Catch::Contains;
+  const auto error = [](const EditedMxfp4Folder& folder) {
+    return test::error_message([&] { model::load_model(folder.path()); });
+  };
+  const auto without = [](const std::string& name) {
+    return [name](std::vector<test::SafetensorsEntry>& entries) {
+      std::erase_if(entries, [&](const auto& t) { return t.name == name; });
+    };
+  };
+  const std::string p = "model.layers.2.mlp.experts.";
+  CHECK_THAT(error(EditedMxfp4Folder(without(p + "down_proj_scales"))),
+             Contains("tensor '" + p + "down_proj_scales' is in none of the safetensors files") &&
+                 Contains("'" + p + "down_proj_blocks' is there"));
+  CHECK_THAT(error(EditedMxfp4Folder(without(p + "gate_up_proj_blocks"))),
+             Contains("tensor '" + p + "gate_up_proj_blocks' is in none of the safetensors files"));
+  CHECK_THAT(error(EditedMxfp4Folder([&](std::vector<test::SafetensorsEntry>& entries) {
+               without(p + "down_proj_blocks")(entries);
+               without(p + "down_proj_scales")(entries);
+             })),
+             Contains("tensor '" + p + "down_proj_blocks' is in none of the safetensors files") &&
+                 Contains("all MXFP4 or all float"));
+  // The same bytes in another shape: scales [E][cols/32][rows] for [E][rows][cols/32].
+  CHECK_THAT(error(EditedMxfp4Folder([&](std::vector<test::SafetensorsEntry>& entries) {
+               for (auto& t : entries)
+                 if (t.name == p + "gate_up_proj_scales") t.shape = {4, 2, 64};
+             })),
+             Contains("model.safetensors: tensor '" + p + "gate_up_proj_scales' shape: [4, 2, 64] (expected [4, 64, 2]") &&
+                 Contains("one scale per block of '" + p + "gate_up_proj_blocks' [4, 64, 2, 16]"));
+  CHECK_THAT(error(EditedMxfp4Folder([&](std::vector<test::SafetensorsEntry>& entries) {
+               for (auto& t : entries)
+                 if (t.name == p + "down_proj_blocks") t.shape = {4, 64, 16};
+             })),
+             Contains("tensor '" + p + "down_proj_blocks' shape: [4, 64, 16] (expected [4, 64, 1, 16]"));
+  CHECK_THAT(error(EditedMxfp4Folder([](auto&) {},
+                                     [](nlohmann::json& config) { config["quantization_config"]["quant_method"] = "fp8"; })),
+             Contains("config.json: field 'quantization_config': quant_method \"fp8\" is not supported"));
 }
