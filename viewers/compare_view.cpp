@@ -388,7 +388,11 @@ void CompareView::draw(AppState& state) {
           spec.Flags |= ImPlotInfLinesFlags_Horizontal;
           ImPlot::PlotInfLines("##diverge", &y, 1, spec);
         };
-        draw_heatmap("cmpdiff", diff_.plot, ImVec2(cell_w, map_h), *state.textures, divergence_line);
+        // The header above names the two runs, wrapped to the cell; the map's own title ("B - A (decode; prefill maps
+        // identical)") is for exported figures, which wrap it, and ImPlot would cut it at a narrow cell's edge.
+        HeatmapPlot plot = diff_.plot;
+        plot.title.clear();
+        draw_heatmap("cmpdiff", plot, ImVec2(cell_w, map_h), *state.textures, divergence_line);
       } else if (!diff_.why.empty()) {
         ImGui::TextWrapped("%s", diff_.why.c_str());
       } else if (diff_minuend != diff_subtrahend) {

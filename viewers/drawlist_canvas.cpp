@@ -18,6 +18,39 @@ ImVec2 vec(Point p) { return ImVec2(static_cast<float>(p[0]), static_cast<float>
 
 }  // namespace
 
+void add_dashed_path(ImDrawList& list, const std::vector<ImVec2>& path, ImU32 col, float width,
+                     const std::vector<double>& dash) {
+  if (path.size() < 2) return;
+  if (dash.empty()) {
+    list.AddPolyline(path.data(), static_cast<int>(path.size()), col, width, 0);
+    return;
+  }
+  // Dashes along the path, the pattern carried over its corners as SVG and PDF carry it.
+  std::size_t at_dash = 0;
+  double left = dash[0];
+  bool on = true;
+  for (std::size_t i = 0; i + 1 < path.size(); ++i) {
+    const ImVec2 a = path[i], b = path[i + 1];
+    const double length = std::hypot(b.x - a.x, b.y - a.y);
+    double at = 0;
+    while (at < length) {
+      const double step = std::min(left, length - at);
+      if (on) {
+        const float t0 = static_cast<float>(at / length), t1 = static_cast<float>((at + step) / length);
+        list.AddLine(ImVec2(a.x + (b.x - a.x) * t0, a.y + (b.y - a.y) * t0),
+                     ImVec2(a.x + (b.x - a.x) * t1, a.y + (b.y - a.y) * t1), col, width);
+      }
+      at += step;
+      left -= step;
+      if (left <= 1e-9) {
+        at_dash = (at_dash + 1) % dash.size();
+        left = std::max(0.5, dash[at_dash]);
+        on = !on;
+      }
+    }
+  }
+}
+
 DrawListCanvas::DrawListCanvas(ImDrawList& list, ImFont* regular, ImFont* bold, SoftTextureStore& textures)
     : list_(list), regular_(regular), bold_(bold ? bold : regular), textures_(textures) {
   // ImGui sizes a font by its line height (ascent minus descent), SVG and PDF by its em: the ratio of the widths the
@@ -35,32 +68,9 @@ void DrawListCanvas::stroke_path(const std::vector<ImVec2>& points, const Stroke
     list_.AddPolyline(points.data(), static_cast<int>(points.size()), col, w, closed ? ImDrawFlags_Closed : 0);
     return;
   }
-  // Dashes along the path, the pattern carried over its corners as SVG and PDF carry it.
   std::vector<ImVec2> path = points;
   if (closed) path.push_back(points.front());
-  std::size_t dash = 0;
-  double left = stroke.dash[0];
-  bool on = true;
-  for (std::size_t i = 0; i + 1 < path.size(); ++i) {
-    const ImVec2 a = path[i], b = path[i + 1];
-    const double length = std::hypot(b.x - a.x, b.y - a.y);
-    double at = 0;
-    while (at < length) {
-      const double step = std::min(left, length - at);
-      if (on) {
-        const float t0 = static_cast<float>(at / length), t1 = static_cast<float>((at + step) / length);
-        list_.AddLine(ImVec2(a.x + (b.x - a.x) * t0, a.y + (b.y - a.y) * t0),
-                      ImVec2(a.x + (b.x - a.x) * t1, a.y + (b.y - a.y) * t1), col, w);
-      }
-      at += step;
-      left -= step;
-      if (left <= 1e-9) {
-        dash = (dash + 1) % stroke.dash.size();
-        left = std::max(0.5, stroke.dash[dash]);
-        on = !on;
-      }
-    }
-  }
+  add_dashed_path(list_, path, col, w, stroke.dash);
 }
 
 void DrawListCanvas::line(Point a, Point b, const Stroke& stroke) { stroke_path({vec(a), vec(b)}, stroke, false); }

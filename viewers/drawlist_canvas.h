@@ -3,6 +3,7 @@
 // vector drawing (figure_vector.h) as its SVG and PDF, set in the same DejaVu Sans, so the three formats share
 // one layout (legends, ticks, titles, colours) instead of PNG being ImPlot's on-screen look.
 #include <string>
+#include <vector>
 
 #include <imgui.h>
 
@@ -10,6 +11,11 @@
 #include "viewers/vector_canvas.h"
 
 namespace kvscope::viewers {
+
+// `path` stroked in dashes of `dash` (on, off, ... in pixels; empty: one solid line), the pattern carried over its
+// corners as SVG and PDF carry it. The window's dashed plot lines use it too.
+void add_dashed_path(ImDrawList& list, const std::vector<ImVec2>& path, ImU32 col, float width,
+                     const std::vector<double>& dash);
 
 class DrawListCanvas final : public VectorCanvas {
  public:

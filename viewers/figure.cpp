@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <sstream>
 
 #include "core/common/error.h"
 #include "viewers/axis_ticks.h"
+#include "viewers/drawlist_canvas.h"
 #include "viewers/figure_size.h"
 #include "viewers/plot_fit.h"
 #include "viewers/plot_readout.h"
@@ -81,6 +83,87 @@ namespace {
 constexpr double kLinePlotMargin = 0.05;
 
 
+// series_style.h's marker shapes, in its order.
+ImPlotMarker implot_marker(int shape) {
+  static const ImPlotMarker shapes[] = {ImPlotMarker_Circle, ImPlotMarker_Square, ImPlotMarker_Up, ImPlotMarker_Diamond,
+                                        ImPlotMarker_Down};
+  static_assert(static_cast<int>(std::size(shapes)) == kMarkerShapes);
+  return shapes[((shape % kMarkerShapes) + kMarkerShapes) % kMarkerShapes];
+}
+
+// Series `s`'s first `n` points as a line in dash pattern `dash` (series_style.h), on the current plot; a NaN breaks
+// it, as it breaks ImPlot's lines.
+void draw_dashed_line(const LineSeries& s, int n, ImU32 col, float width, int dash) {
+  std::vector<double> lengths = dash_lengths(dash);
+  for (double& l : lengths) l *= width;
+  ImDrawList* dl = ImPlot::GetPlotDrawList();
+  ImPlot::PushPlotClipRect();
+  std::vector<ImVec2> piece;
+  for (int k = 0; k <= n; ++k) {
+    if (k == n || !std::isfinite(s.x[k]) || !std::isfinite(s.y[k])) {
+      add_dashed_path(*dl, piece, col, width, lengths);
+      piece.clear();
+      continue;
+    }
+    piece.push_back(ImPlot::PlotToPixels(s.x[k], s.y[k]));
+  }
+  ImPlot::PopPlotClipRect();
+}
+
+// Marker `shape` (series_style.h) centred at `c`, hollow, of radius `r`.
+void add_marker_outline(ImDrawList& dl, int shape, ImVec2 c, float r, ImU32 col, float width) {
+  switch (((shape % kMarkerShapes) + kMarkerShapes) % kMarkerShapes) {
+    case 0: dl.AddCircle(c, r, col, 0, width); break;
+    case 1: dl.AddRect(ImVec2(c.x - r, c.y - r), ImVec2(c.x + r, c.y + r), col, 0.0f, width); break;
+    case 2: dl.AddTriangle(ImVec2(c.x, c.y - r * 1.2f), ImVec2(c.x + r * 1.1f, c.y + r * 0.8f), ImVec2(c.x - r * 1.1f, c.y + r * 0.8f), col, width); break;
+    case 3: dl.AddQuad(ImVec2(c.x, c.y - r * 1.3f), ImVec2(c.x + r, c.y), ImVec2(c.x, c.y + r * 1.3f), ImVec2(c.x - r, c.y), col, width); break;
+    default: dl.AddTriangle(ImVec2(c.x, c.y + r * 1.2f), ImVec2(c.x + r * 1.1f, c.y - r * 0.8f), ImVec2(c.x - r * 1.1f, c.y - r * 0.8f), col, width); break;
+  }
+}
+
+// ImPlot's legend gives every entry a square of its colour, which cannot tell apart series of one colour (a sweep's
+// cache types of one policy): over each line series' square, its marker shape (or its dashes, without markers), as
+// the exported legends draw them. ImPlot's own entry layout (ShowLegendEntries: one text line and LegendSpacing
+// apart, the icon a line high and 2 px in) places them; called after EndPlot, when the legend's rectangle is known.
+void legend_marker_icons(const char* plot_title, const LinePlot& plot, const std::vector<std::string>& labels,
+                         const std::vector<std::string>& identical) {
+  ImPlotPlot* p = ImPlot::GetPlot(plot_title);
+  if (!p || (p->Items.Legend.Flags & (ImPlotLegendFlags_Horizontal | ImPlotLegendFlags_Sort)) != 0) return;
+  const ImPlotLegend& legend = p->Items.Legend;
+  if (legend.Rect.GetWidth() <= 0) return;
+  const ImPlotStyle& st = ImPlot::GetStyle();
+  const float line = ImGui::GetTextLineHeight(), shrink = 2.0f;
+  ImDrawList& dl = *ImGui::GetWindowDrawList();
+  dl.PushClipRect(legend.RectClamped.Min, legend.RectClamped.Max, true);
+  const ImU32 bg = ImPlot::GetStyleColorU32(ImPlotCol_LegendBg);
+  for (int i = 0; i < p->Items.GetLegendCount(); ++i) {
+    const std::string label = p->Items.GetLegendLabel(i);
+    const auto at = std::find(labels.begin(), labels.end(), label);
+    if (at == labels.end()) continue;
+    const std::size_t si = static_cast<std::size_t>(at - labels.begin());
+    const LineSeries& s = plot.series[si];
+    const bool markers = s.kind == LineSeries::Kind::Markers || (s.kind == LineSeries::Kind::Line && (s.x.size() <= 64 || !identical[si].empty()));
+    if (!markers && s.kind != LineSeries::Kind::Line) continue;  // bars and stairs keep their square
+    const SeriesStyle style = line_style(s, si);
+    const ImVec2 top_left(legend.Rect.Min.x + st.LegendInnerPadding.x,
+                          legend.Rect.Min.y + st.LegendInnerPadding.y + i * (line + st.LegendSpacing.y));
+    const ImVec2 lo(top_left.x + shrink, top_left.y + shrink), hi(top_left.x + line - shrink, top_left.y + line - shrink);
+    const ImPlotItem* item = p->Items.GetLegendItem(i);
+    const ImU32 col = item->Show ? ImAlphaU32(item->Color, 1.0f) : ImAlphaU32(ImPlot::GetStyleColorU32(ImPlotCol_LegendText), 0.25f);
+    dl.AddRectFilled(ImVec2(lo.x - 1, lo.y - 1), ImVec2(hi.x + 1, hi.y + 1), bg);
+    const ImVec2 c((lo.x + hi.x) / 2, (lo.y + hi.y) / 2);
+    const float w = std::max(1.5f, ImGui::GetFontSize() / 10.0f);
+    if (markers) {
+      add_marker_outline(dl, identical[si].empty() ? style.marker : 1, c, (hi.x - lo.x) * 0.36f, col, w);
+    } else {
+      std::vector<double> lengths = dash_lengths(style.dash);
+      for (double& l : lengths) l *= w * 0.7;  // a shorter pattern, so the small icon shows it
+      add_dashed_path(dl, {ImVec2(lo.x - 1, c.y), ImVec2(hi.x + 1, c.y)}, col, w, lengths);
+    }
+  }
+  dl.PopClipRect();
+}
+
 }  // namespace
 
 namespace {
@@ -139,10 +222,14 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
     const LineSeries& s = plot.series[i];
     const int n = static_cast<int>(std::min(s.x.size(), s.y.size()));
     if (n == 0) continue;
-    const Rgba col = series_color(s.color != -1 ? s.color : static_cast<int>(i));
+    const SeriesStyle style = line_style(s, i);
+    // Ink (marks over the curves) is the text's colour of the style drawn in: near-black ink vanished on the window's
+    // dark plots.
+    const ImVec4 col = style.color == kInkSeries ? ImPlot::GetStyleColorVec4(ImPlotCol_LegendText)
+                                                 : to_vec4(series_color(style.color));
     ImPlotSpec spec;
-    spec.LineColor = to_vec4(col);
-    spec.FillColor = to_vec4(col);
+    spec.LineColor = col;
+    spec.FillColor = col;
     spec.LineWeight = std::max(1.5f, ImGui::GetFontSize() / 8.0f);  // thicker lines in large exported figures
     const char* label = labels[i].c_str();
     if (s.y_low.size() == s.x.size() && s.y_high.size() == s.x.size()) {
@@ -161,24 +248,37 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
       }
     }
     switch (s.kind) {
-      case LineSeries::Kind::Line:
-        if (n <= 64 || !identical[i].empty()) {
+      case LineSeries::Kind::Line: {
+        const bool markers = n <= 64 || !identical[i].empty();
+        if (markers) {
           // Few points: hollow markers of a shape per series, so curves drawn over each other stay apart.
-          static const ImPlotMarker shapes[] = {ImPlotMarker_Circle, ImPlotMarker_Square, ImPlotMarker_Up,
-                                                ImPlotMarker_Diamond, ImPlotMarker_Down};
-          spec.Marker = identical[i].empty() ? shapes[i % std::size(shapes)] : ImPlotMarker_Square;
+          spec.Marker = identical[i].empty() ? implot_marker(style.marker) : ImPlotMarker_Square;
           spec.MarkerSize = std::max(3.0f, ImGui::GetFontSize() * 0.28f);
           spec.MarkerFillColor = ImVec4(0, 0, 0, 0);
         }
-        ImPlot::PlotLine(label, s.x.data(), s.y.data(), n, spec);
+        if (style.dash == 0) {
+          ImPlot::PlotLine(label, s.x.data(), s.y.data(), n, spec);
+          break;
+        }
+        // ImPlot draws solid lines only: the item is the markers (invisible ones without markers, which still fit the
+        // axes and make the legend entry), its line is dashed on the plot's draw list, as the exports dash it.
+        if (!markers) spec.Marker = ImPlotMarker_Circle, spec.MarkerSize = 0.0f;
+        ImPlot::PlotScatter(label, s.x.data(), s.y.data(), n, spec);
+        if (const ImPlotItem* item = ImPlot::GetItem(label); item && item->Show)
+          draw_dashed_line(s, n, ImGui::GetColorU32(spec.LineColor), spec.LineWeight, style.dash);
         break;
+      }
       case LineSeries::Kind::Bars:
         spec.FillAlpha = 0.85f;
         ImPlot::PlotBars(label, s.x.data(), s.y.data(), n, s.bar_width, spec);
         break;
       case LineSeries::Kind::Stairs: ImPlot::PlotStairs(label, s.x.data(), s.y.data(), n, spec); break;
       case LineSeries::Kind::Markers:
-        spec.Marker = ImPlotMarker_Circle;
+        spec.Marker = implot_marker(style.marker);
+        if (s.marker_scale != 1.0) {  // rings around other markers: hollow, so those show through
+          spec.MarkerSize = std::max(3.0f, ImGui::GetFontSize() * 0.28f) * static_cast<float>(s.marker_scale);
+          spec.MarkerFillColor = ImVec4(0, 0, 0, 0);
+        }
         ImPlot::PlotScatter(label, s.x.data(), s.y.data(), n, spec);
         break;
     }
@@ -202,6 +302,7 @@ void draw_line_plot(const char* id, const LinePlot& plot, ImVec2 size, const Plo
   if (hook) hook();
   pad_fitted_axes(kLinePlotMargin);
   ImPlot::EndPlot();
+  legend_marker_icons(title.c_str(), plot, labels, identical);
 }
 
 void plot_map_image(const char* id, ImTextureID texture, double x0, double y0, double x1, double y1) {

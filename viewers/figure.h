@@ -15,6 +15,7 @@
 #include "viewers/axis_ticks.h"
 #include "viewers/colormap.h"
 #include "viewers/figure_style.h"
+#include "viewers/series_style.h"
 #include "viewers/texture.h"
 
 namespace kvscope::viewers {
@@ -52,7 +53,19 @@ struct LineSeries {
   std::vector<double> y_low, y_high;  // optional band around the line (e.g. min..max over heads)
   double bar_width = 0.8;             // in x units
   int color = -1;                     // palette index; -1 = position in the plot; kInkSeries: black
+  int marker = -1;                    // marker shape (series_style.h); -1: by position in the plot
+  int dash = -1;                      // dash pattern of a line (series_style.h); -1: by position in the plot
+  double marker_scale = 1.0;          // markers this many times the usual size (the Pareto front's rings)
 };
+
+// The (colour, marker, dash) series `position` of its plot is drawn in: what it sets, the rest by position.
+inline SeriesStyle line_style(const LineSeries& s, std::size_t position) {
+  SeriesStyle style = default_series_style(static_cast<int>(position));
+  if (s.color != -1) style.color = s.color;
+  if (s.marker != -1) style.marker = s.marker;
+  if (s.dash != -1) style.dash = s.dash;
+  return style;
+}
 
 struct LinePlot {
   std::string title, x_label, y_label;

@@ -128,7 +128,16 @@ struct LegendEntry {
   Rgba color;
   bool bar = false;
   int marker = -1;  // marker shape, -1 none
+  int dash = 0;     // the line's dash pattern (series_style.h)
+  bool line = true;  // false: markers alone (a scatter)
 };
+
+// A data line of colour `col` in dash pattern `dash`, its dashes scaled to the line's width.
+Stroke line_stroke(const Look& lk, Rgba col, int dash) {
+  std::vector<double> lengths = dash_lengths(dash);
+  for (double& l : lengths) l *= lk.line_w();
+  return Stroke{col, lk.line_w(), std::move(lengths)};
+}
 
 // Marker shapes by series: distinct outlines, so series drawn over each other stay tellable apart.
 void marker(Look& lk, int shape, Point p, double r, Rgba col) {
@@ -160,7 +169,7 @@ void draw_legend(Look& lk, const std::vector<LegendEntry>& entries, double x, do
     if (e.bar) {
       lk.canvas.rect(sx + lk.fs * 0.3, ly - lk.fs * 0.4, lk.fs * 0.8, lk.fs * 0.8, e.color, 1.0);
     } else {
-      lk.canvas.line({sx, ly}, {sx + lk.fs * 1.6, ly}, Stroke{e.color, lk.line_w()});
+      if (e.line) lk.canvas.line({sx, ly}, {sx + lk.fs * 1.6, ly}, line_stroke(lk, e.color, e.dash));
       if (e.marker >= 0) marker(lk, e.marker, {sx + lk.fs * 0.8, ly}, lk.fs * 0.28, e.color);
     }
     lk.text(sx + lk.fs * 2.1, ly + lk.fs * 0.35, e.name, lk.fs, 0.0);
@@ -205,8 +214,10 @@ void draw_line_part(Look& lk, const LinePlot& plot, double x, double y, double w
     if (s.name.empty() || s.name.rfind("##", 0) == 0) continue;
     const std::string label = legend_name(plot, si, identical);
     const bool markers = s.kind == LineSeries::Kind::Markers || (s.kind == LineSeries::Kind::Line && s.x.size() <= 64);
-    entries.push_back({label.substr(0, label.find("##")), lk.series(s.color != -1 ? s.color : static_cast<int>(si)),
-                       s.kind == LineSeries::Kind::Bars, markers ? static_cast<int>(si) : -1});
+    const SeriesStyle style = line_style(s, si);
+    entries.push_back({label.substr(0, label.find("##")), lk.series(style.color), s.kind == LineSeries::Kind::Bars,
+                       markers ? (identical[si].empty() ? style.marker : 1) : -1, style.dash,
+                       s.kind != LineSeries::Kind::Markers});
   }
   const double title_h = draw_title(lk, plot.title, x, y, w, 0, false);
   // The legend goes beside the data: right of the plot when that leaves the plot most of the width, else under it.
@@ -283,7 +294,8 @@ void draw_line_part(Look& lk, const LinePlot& plot, double x, double y, double w
   lk.canvas.clip_begin(left, top, plot_w, plot_h);
   for (std::size_t si = 0; si < plot.series.size(); ++si) {
     const LineSeries& s = plot.series[si];
-    const Rgba col = lk.series(s.color != -1 ? s.color : static_cast<int>(si));
+    const SeriesStyle style = line_style(s, si);
+    const Rgba col = lk.series(style.color);
     const std::size_t n = std::min(s.x.size(), s.y.size());
     if (s.y_low.size() == s.x.size() && s.y_high.size() == s.x.size() && n > 0) {
       // A point without an interval (NaN bounds) breaks the band.
@@ -326,12 +338,12 @@ void draw_line_part(Look& lk, const LinePlot& plot, double x, double y, double w
     }
     if (!points.empty()) pieces.push_back(std::move(points));
     if (s.kind != LineSeries::Kind::Markers)
-      for (const auto& piece : pieces) lk.canvas.polyline(piece, Stroke{col, lk.line_w()});
+      for (const auto& piece : pieces) lk.canvas.polyline(piece, line_stroke(lk, col, style.dash));
     // Points get markers where there are few enough to tell apart, each series its own shape.
     const bool markers = s.kind == LineSeries::Kind::Markers || (s.kind == LineSeries::Kind::Line && n <= 64);
     if (markers || !identical[si].empty())
       for (const auto& piece : pieces)
-        for (const Point& p : piece) marker(lk, identical[si].empty() ? static_cast<int>(si) : 1, p, fs * 0.28, col);
+        for (const Point& p : piece) marker(lk, identical[si].empty() ? style.marker : 1, p, fs * 0.28 * s.marker_scale, col);
   }
   for (double xm : plot.marks_x)
     lk.canvas.line({px(xm), top}, {px(xm), bottom}, Stroke{Rgba{153, 153, 153, 255}, lk.spine.width, {4 * lk.spine.width, 3 * lk.spine.width}});

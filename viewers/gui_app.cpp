@@ -29,6 +29,7 @@
 #include "viewers/quality_panel.h"
 #include "viewers/rasteriser_threads.h"
 #include "viewers/redraw_gate.h"
+#include "viewers/run_choice.h"
 #include "viewers/samples_panel.h"
 #include "viewers/script.h"
 #include "viewers/session.h"
@@ -494,6 +495,11 @@ void App::draw_status_bar() {
         ImGui::Text("showing %s  layer %d head %d%s", state_.run_name(state_.active).c_str(), state_.sel.layer, state_.sel.head,
                     state_.token >= 0 ? ("  token " + token_label(*r, state_.token)).c_str() : "");
       }
+      if (!state_.status_note.empty()) {
+        ImGui::Separator();
+        ImGui::TextUnformatted(state_.status_note.c_str());
+        if (ImGui::IsItemHovered()) ImGui::SetTooltip("%s", state_.status_note.c_str());
+      }
       // Only while a run is in progress: idle, the rate moves between 3 and 4 frames a second, and each new number
       // made a frame to draw every second of an untouched window.
       if (st.busy) {
@@ -757,10 +763,30 @@ void App::stale_banner(const std::string& key) {
 
 void App::run_choice() {
   if (!state_.run_choice) return;
-  setup_.set_policy(state_.run_choice->policy);
-  if (!state_.run_choice->budget.empty()) setup_.set_budget(state_.run_choice->budget);
+  const RunChoice choice = *state_.run_choice;
   state_.run_choice.reset();
-  setup_.run();
+  auto say = [&](const std::string& text, bool error = false) {
+    state_.status_note = text;
+    state_.log.push_back((error ? "error: " : "") + text);
+    std::fprintf(stderr, "kvscope gui: %s%s\n", error ? "error: " : "", text.c_str());
+  };
+  const std::string from = choice.from.empty() ? "" : " (" + choice.from + ")";
+  try {
+    // A run of it already on screen is shown, not run a second time.
+    const int shown = run_of_choice(state_, choice, setup_.request().prompt);
+    if (shown >= 0) {
+      state_.active = shown;
+      say("showing " + state_.run_name(shown) + ": " + describe_choice(choice) + " is already on screen" + from);
+      return;
+    }
+    setup_.set_policy(choice.policy);
+    if (!choice.budget.empty()) setup_.set_budget(choice.budget);
+    setup_.set_cache_type(choice_cache_type(choice));
+    setup_.run();
+    say("started " + describe_choice(choice) + " live" + from);
+  } catch (const std::exception& e) {
+    say("cannot run " + choice.policy + " at " + choice.budget + from + ": " + e.what(), true);
+  }
 }
 
 void App::step_script() {
@@ -808,6 +834,8 @@ void App::step_script() {
         setup_.set_sample(arg);
       } else if (c == "policy") {
         setup_.set_policy(arg);
+      } else if (c == "cache-type") {
+        setup_.set_cache_type(arg);
       } else if (c == "budget") {
         setup_.set_budget(arg);
       } else if (c == "tokens") {
@@ -944,15 +972,26 @@ void App::step_script() {
         std::filesystem::copy_file(s.args[0], s.args[1], std::filesystem::copy_options::overwrite_existing);
         std::filesystem::last_write_time(s.args[1], std::filesystem::file_time_type::clock::now());
         setup_.check_policy_file_soon();
+      } else if (c == "pick" && quality_->x_axis() != "budget") {
+        // The Pareto view's point of (policy, budget, cache type), as a click on it.
+        quality_->poll(state_);
+        const std::string type = s.args.size() == 3 ? s.args[2] : "";
+        const auto choice = quality_->pareto_choice(arg, s.args[1], type);
+        if (!choice)
+          throw UsageError("the Pareto view has no point for policy '" + arg + "' at budget '" + s.args[1] + "'" +
+                           (type.empty() ? " without a cache type" : " with cache type '" + type + "'"));
+        state_.run_choice = *choice;
+        run_choice();  // now, so a following `wait` waits for it
       } else if (c == "pick") {
         quality_->poll(state_);
+        if (s.args.size() == 3) throw UsageError("pick takes a cache type in the Pareto view (quality-x cache_bytes)");
         const QualityCurves& curves = quality_->curves();
         const auto b = std::find(curves.budgets.begin(), curves.budgets.end(), s.args[1]);
         const double y = b == curves.budgets.end() ? 0.0 : curves.mean(arg, *b, quality_->metric());
         const auto point = quality_->pick(static_cast<double>(b - curves.budgets.begin()), y, 1.0, 1.0);
         if (!point || point->policy != arg || point->budget != s.args[1])
           throw UsageError("the Quality panel has no point for policy '" + arg + "' at budget '" + s.args[1] + "'");
-        state_.run_choice = RunChoice{point->policy, point->budget};
+        state_.run_choice = quality_->choice(point->policy, point->budget);
         run_choice();  // now, so a following `wait` waits for it
       } else if (c == "resize") {
         // As a user dragging the window's corner: the layout must follow (issue 38: the map vanished).

@@ -35,9 +35,12 @@ struct RunEntry {
   std::shared_ptr<const eval::FidelityResult> fidelity;
 };
 
-// A (policy, budget) some panel asks the set-up form to run as the live run (a click on a quality curve).
+// A (policy, budget, cache type) some panel asks for as the live run (a click on a quality curve or a Pareto point):
+// the window shows the run of it on screen, or has the set-up form run it (viewers/run_choice.h).
 struct RunChoice {
   std::string policy, budget;
+  std::string cache_type;  // as kernels::parse_cache_types reads it; empty: float32 (a sweep's default)
+  std::string from;        // what asked, for the status line: "Pareto point", "quality curve"
 };
 
 struct AppState {
@@ -60,6 +63,7 @@ struct AppState {
   std::string export_panel;   // non-empty: open the export dialog for this panel's figure
   std::string focus_panel;    // non-empty: bring this panel's window to the front next frame
   std::optional<RunChoice> run_choice;  // set by a panel; the window runs it and clears it
+  std::string status_note;  // what the window last did for the user (a run_choice started), in the status bar
   // Keys [0], [1] across and rows [2], [3] down that the attention map shows next (a script's `zoom`), then cleared.
   std::optional<std::array<double, 4>> attention_zoom;
   // The attention map's decode switch as a script set it (`decode on|off`), then cleared by the panel.

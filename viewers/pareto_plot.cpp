@@ -38,7 +38,12 @@ ParetoView pareto_points(const std::vector<eval::SweepRow>& rows, const std::str
       const double bytes = eval::cell_mean(rows, name, budget, bytes_metric);
       const auto quality = eval::cell_interval(rows, name, budget, metric, settings);
       if (std::isnan(bytes) || !quality) continue;
-      curve.push_back({name, budget, bytes, quality->mean, quality->low, quality->high, quality->n, false});
+      ParetoPoint p;
+      p.series = name, p.budget = budget, p.bytes = bytes;
+      p.quality = quality->mean, p.low = quality->low, p.high = quality->high, p.n = quality->n;
+      const auto row = std::find_if(rows.begin(), rows.end(), [&](const eval::SweepRow& r) { return r.series() == name; });
+      p.policy = row->policy, p.cache_type = row->cache_type;
+      curve.push_back(std::move(p));
     }
     std::stable_sort(curve.begin(), curve.end(), [](const ParetoPoint& a, const ParetoPoint& b) { return a.bytes < b.bytes; });
     view.points.insert(view.points.end(), curve.begin(), curve.end());
@@ -94,10 +99,15 @@ Figure pareto_figure(const ParetoView& view, const std::string& title) {
   std::vector<std::string> order;
   for (const auto& p : view.points)
     if (std::find(order.begin(), order.end(), p.series) == order.end()) order.push_back(p.series);
+  // A policy keeps its colour over cache types, a cache type its marker and dash over policies: a 4 x 4 grid's
+  // sixteen curves all look different.
+  const std::vector<SeriesStyle> styles = sweep_series_styles(order);
   for (std::size_t s = 0; s < order.size(); ++s) {
     LineSeries line;
     line.name = order[s];
-    line.color = static_cast<int>(s);
+    line.color = styles[s].color;
+    line.marker = styles[s].marker;
+    line.dash = styles[s].dash;
     for (const auto& p : view.points) {
       if (p.series != order[s]) continue;
       line.x.push_back(p.bytes / kMiB);
@@ -116,6 +126,8 @@ Figure pareto_figure(const ParetoView& view, const std::string& title) {
   marks.name = "Pareto front";
   marks.kind = LineSeries::Kind::Markers;
   marks.color = kInkSeries;
+  marks.marker = 0;  // rings around the curves' own markers, which stay visible inside them
+  marks.marker_scale = 1.9;
   for (const ParetoPoint* p : front) {
     marks.x.push_back(p->bytes / kMiB);
     marks.y.push_back(p->quality);

@@ -18,6 +18,7 @@ namespace kvscope::viewers {
 
 struct ParetoPoint {
   std::string series, budget;  // series: "policy" or "policy @cache_type" (SweepRow::series)
+  std::string policy, cache_type;  // the series' parts (cache_type empty in a sweep without cache types)
   double bytes = 0.0;          // mean of bytes_metric over the cell's prompts
   double quality = 0.0, low = 0.0, high = 0.0;  // mean and bootstrap interval of the metric
   int n = 0;

@@ -114,6 +114,22 @@ void QualityPanel::poll(AppState& state) {
   if (sweep_running_ && session_.idle()) sweep_running_ = false;  // cancelled or failed (the log says which)
 }
 
+RunChoice QualityPanel::choice(const std::string& series, const std::string& budget) const {
+  for (const auto& r : curves_.rows)
+    if (r.series() == series) return {r.policy, budget, r.cache_type, "quality curve"};
+  return {series, budget, "", "quality curve"};
+}
+
+std::optional<RunChoice> QualityPanel::pareto_choice(const std::string& policy, const std::string& budget,
+                                                     const std::string& cache_type) {
+  const ParetoView* view = pareto_view();
+  if (!view) return std::nullopt;
+  for (const auto& p : view->points)
+    if (p.policy == policy && p.budget == budget && p.cache_type == cache_type)
+      return RunChoice{p.policy, p.budget, p.cache_type, "Pareto point"};
+  return std::nullopt;
+}
+
 std::optional<QualityPoint> QualityPanel::pick(double x, double y, double x_units_per_px, double y_units_per_px) const {
   return point_near(curves_, metric_, x, y, x_units_per_px, y_units_per_px);
 }
@@ -215,6 +231,7 @@ void QualityPanel::draw(AppState& state) {
       return;
     }
     const ParetoView* view = pareto_view();
+    std::optional<RunChoice> clicked_point;
     draw_line_plot("pareto", std::get<LinePlot>(f.parts.front()), ImGui::GetContentRegionAvail(), [&] {
       if (!ImPlot::IsPlotHovered() || !view) return;
       const ImPlotRect limits = ImPlot::GetPlotLimits();
@@ -222,11 +239,15 @@ void QualityPanel::draw(AppState& state) {
       const ImPlotPoint mouse = ImPlot::GetPlotMousePos();
       const ParetoPoint* p = pareto_point_near(*view, mouse.x, mouse.y, limits.X.Size() / std::max(1.0f, size.x),
                                                limits.Y.Size() / std::max(1.0f, size.y));
-      if (p)
-        ImGui::SetTooltip("%s at %s: %s = %.4g\n95%% bootstrap interval [%.4g, %.4g] over %d prompt(s)\n%s %.4g MiB%s",
-                          p->series.c_str(), p->budget.c_str(), metric_.c_str(), p->quality, p->low, p->high, p->n,
-                          x_axis_.c_str(), p->bytes / (1024.0 * 1024.0), p->on_front ? "\non the Pareto front" : "");
+      if (!p) return;
+      ImGui::SetTooltip("%s at %s: %s = %.4g\n95%% bootstrap interval [%.4g, %.4g] over %d prompt(s)\n%s %.4g MiB%s\n"
+                        "click: run policy %s, budget %s, %s cache live (or show its run, when on screen)",
+                        p->series.c_str(), p->budget.c_str(), metric_.c_str(), p->quality, p->low, p->high, p->n,
+                        x_axis_.c_str(), p->bytes / (1024.0 * 1024.0), p->on_front ? "\non the Pareto front" : "",
+                        p->policy.c_str(), p->budget.c_str(), p->cache_type.empty() ? "f32" : p->cache_type.c_str());
+      if (plot_clicked()) clicked_point = RunChoice{p->policy, p->budget, p->cache_type, "Pareto point"};
     });
+    if (clicked_point) state.run_choice = *clicked_point;
     return;
   }
   if (f.empty()) return;
@@ -253,10 +274,7 @@ void QualityPanel::draw(AppState& state) {
     }
     if (near && plot_clicked()) clicked = near;
   });
-  if (clicked) {
-    state.run_choice = RunChoice{clicked->policy, clicked->budget};
-    note(state, "quality: running " + clicked->policy + " at " + clicked->budget + " live");
-  }
+  if (clicked) state.run_choice = choice(clicked->policy, clicked->budget);
 }
 
 Figure QualityPanel::figure(const AppState&) {

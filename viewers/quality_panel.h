@@ -4,7 +4,8 @@
 // prompt, cancellable, plotted as rows land). The live run's budget is marked; clicking a point asks for
 // that (policy, budget) as the live run (AppState::run_choice, which the window hands to the set-up form).
 // Its x axis may instead be the cache's real bytes: the Pareto view of `kvscope figure --view pareto`
-// (pareto_plot.h), one curve per (policy, cache type), the front marked.
+// (pareto_plot.h), one curve per (policy, cache type), the front marked; clicking a point there asks for its
+// (policy, budget, cache type).
 #include <future>
 #include <optional>
 #include <string>
@@ -44,6 +45,13 @@ class QualityPanel final : public Panel {
   const std::string& x_axis() const { return x_axis_; }
   // What a click at plot coordinates (x, y) picks, with the plot's scale in units per pixel.
   std::optional<QualityPoint> pick(double x, double y, double x_units_per_px, double y_units_per_px) const;
+  // The run a click on the curve `series` ("policy" or "policy @cache_type") at `budget` asks for: the policy and
+  // cache type of that series' rows.
+  RunChoice choice(const std::string& series, const std::string& budget) const;
+  // The run a click on the Pareto view's point of (policy, budget, cache type) asks for (what a script's `pick`
+  // does in that view); nullopt when the view has no such point. An empty cache type is a sweep's without them.
+  std::optional<RunChoice> pareto_choice(const std::string& policy, const std::string& budget,
+                                         const std::string& cache_type);
 
  private:
   Session& session_;

@@ -65,9 +65,12 @@ Figure quality_vs_budget(const std::vector<eval::SweepRow>& rows, const std::vec
   const BudgetAxis axis = budget_axis(budgets);
   set_budget_axis(plot, axis, budgets);
   bool any = false;
-  for (const auto& policy : policies) {
+  const std::vector<SeriesStyle> styles = sweep_series_styles(policies);
+  for (std::size_t p = 0; p < policies.size(); ++p) {
+    const std::string& policy = policies[p];
     LineSeries s;
     s.name = policy;
+    s.color = styles[p].color, s.marker = styles[p].marker, s.dash = styles[p].dash;
     for (std::size_t b = 0; b < budgets.size(); ++b) {
       const auto ci = eval::cell_interval(rows, policy, budgets[b], metric);
       if (!ci) continue;
@@ -95,11 +98,13 @@ Figure quality_difference_vs_budget(const std::vector<eval::SweepRow>& rows, con
   const BudgetAxis axis = budget_axis(budgets);
   set_budget_axis(plot, axis, budgets);
   bool any = false;
+  const std::vector<SeriesStyle> styles = sweep_series_styles(policies);
   for (std::size_t p = 0; p < policies.size(); ++p) {
     if (policies[p] == baseline) continue;
     LineSeries s;
     s.name = policies[p] + " - " + baseline;
-    s.color = static_cast<int>(p);  // the policy keeps its colour from the plain view
+    // The series keeps its colour, marker and dash from the plain view.
+    s.color = styles[p].color, s.marker = styles[p].marker, s.dash = styles[p].dash;
     for (std::size_t b = 0; b < budgets.size(); ++b) {
       const auto d = eval::paired_interval(rows, policies[p], baseline, budgets[b], metric);
       if (!d) continue;

@@ -18,12 +18,12 @@ struct Arity {
 
 const std::map<std::string, Arity>& commands() {
   static const std::map<std::string, Arity> c = {
-      {"load-default", {0, 0}}, {"prompt", {1, -1}}, {"sample", {1, 1}},     {"policy", {1, 1}},     {"budget", {1, 1}},
+      {"load-default", {0, 0}}, {"prompt", {1, -1}}, {"sample", {1, 1}},     {"policy", {1, 1}},     {"budget", {1, 1}}, {"cache-type", {1, 1}},
       {"tokens", {1, 1}},       {"run", {0, 0}},     {"pin", {0, 0}},        {"open", {1, 1}},       {"save", {1, 1}},
       {"layer", {1, 1}},        {"head", {1, 1}},    {"token", {1, 1}},      {"step", {1, 1}},       {"view", {1, 1}},
       {"wait", {0, 1}},         {"frames", {1, 1}},  {"screenshot", {1, 1}}, {"export", {2, 3}},     {"quit", {0, 0}},
       {"mouse", {2, 2}},        {"click", {0, 0}},   {"layout", {1, 1}},     {"open-sweep", {1, 1}}, {"sweep", {2, 3}},
-      {"metric", {1, 1}},       {"log-y", {1, 1}},   {"pick", {2, 2}},    {"save-file", {2, 2}},  {"minus", {1, 1}},
+      {"metric", {1, 1}},       {"log-y", {1, 1}},   {"pick", {2, 3}},    {"save-file", {2, 2}},  {"minus", {1, 1}},
       {"zoom", {4, 4}},         {"show", {1, 1}},    {"decode", {1, 1}},     {"lock-range", {1, 1}},
       {"double-click", {0, 0}}, {"samples", {1, -1}},  {"select-sample", {1, 1}}, {"resize", {2, 2}},
       {"panel", {2, 2}},        {"samples-filter", {1, 1}}, {"samples-sort", {1, 2}}, {"device", {1, 1}},

@@ -19,7 +19,9 @@
 #include "core/trace/hdf5_reader.h"
 #include "core/trace/hdf5_writer.h"
 #include "core/trace/live_trace.h"
+#include "core/trace/recorder.h"
 #include "core/trace/trace_probe.h"
+#include "kernels/kv_storage.h"
 #include "viewers/background_priority.h"
 
 namespace kvscope::viewers {
@@ -347,6 +349,11 @@ bool Session::execute(const RunRequest& request) {
   spec.name = request.name;
   spec.source = "kvscope gui";
   spec.device = kernels::parse_device(request.device);
+  if (!request.cache_type.empty()) {
+    spec.generation.cache_type = kernels::parse_cache_types(request.cache_type);
+    if (spec.name.empty() && spec.generation.cache_type != kernels::KVCacheTypes{})
+      spec.name = run::check(spec).run_name + "_" + trace::run_name(kernels::cache_type_name(spec.generation.cache_type), "");
+  }
   const run::CheckedSpec checked = run::check(spec);  // a bad request fails before any model loads
   const std::string& name = checked.run_name;
   const model::Model& model = ensure_model(request.model_path);
@@ -433,7 +440,9 @@ void Session::publish_fidelity(const RunRequest& request, const std::shared_ptr<
       fidelity_reference_tokens_ = request.max_new_tokens;
     }
     auto result = std::make_shared<const eval::FidelityResult>(
-        evaluator.fidelity(*fidelity_reference_, {request.policy_spec, request.budget}));
+        evaluator.fidelity(*fidelity_reference_,
+                           {request.policy_spec, request.budget,
+                            request.cache_type.empty() ? kernels::KVCacheTypes{} : kernels::parse_cache_types(request.cache_type)}));
     char line[160];
     std::snprintf(line, sizeof line,
                   ": fidelity to the full cache: top-1 agreement %.3f, KL mean %.4f, %d of %d tokens "

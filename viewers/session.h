@@ -43,6 +43,9 @@ struct RunRequest {
   bool parse_special = true;        // special-token text in the prompt is tokens (false: --no-parse-special)
   std::string policy_spec = "full"; // "snapkv:window=32,kernel=7"
   std::string budget;               // "128" or "20%"; empty: the whole prompt (full cache)
+  // How the cache stores keys and values (kernels::parse_cache_types: "q8_0", "kivi2"); empty: float32. A run of
+  // another type is named after it too ("snapkv_b25pct_q8_0").
+  std::string cache_type;
   int max_new_tokens = 32;
   // trace::RecordOptions spec. The window records q/k, so a zoomed attention map shows single tokens exactly.
   std::string record = "qk=on";

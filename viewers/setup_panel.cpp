@@ -16,6 +16,7 @@
 #include "core/policy/registry.h"
 #include "core/policy/shipped_policies.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/kv_storage.h"
 
 namespace kvscope::viewers {
 
@@ -275,6 +276,10 @@ std::string SetupPanel::policy_spec() const {
   return spec;
 }
 
+void SetupPanel::set_cache_type(const std::string& text) {
+  cache_type_ = kernels::cache_type_name(kernels::parse_cache_types(text));
+}
+
 std::string SetupPanel::budget_text() const {
   if (policy_info().name == "full") return "";
   switch (budget_kind_) {
@@ -299,6 +304,7 @@ RunRequest SetupPanel::request() const {
   r.parse_special = parse_special_;
   r.policy_spec = policy_spec();
   r.budget = budget_text();
+  r.cache_type = cache_type_ == "f32" ? "" : cache_type_;
   r.max_new_tokens = max_new_tokens_;
   r.record = record_;
   r.device = use_cuda_ ? "cuda" : "cpu";
@@ -335,6 +341,7 @@ void SetupPanel::run(bool with_baseline) {
     b.slot = "baseline";
     b.policy_spec = "full";
     b.budget.clear();
+    b.cache_type.clear();  // the reference: every token, in float32
     session_.submit(b);
   }
 }
@@ -454,6 +461,14 @@ void SetupPanel::draw(AppState& state) {
     ImGui::EndCombo();
   }
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("The compute backend the runs use (kvscope --device)");
+  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+  if (ImGui::BeginCombo("cache type", cache_type_.c_str())) {
+    for (const char* type : {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "kivi2", "kivi4"})
+      if (ImGui::Selectable(type, cache_type_ == type)) cache_type_ = type, rerun = true;
+    ImGui::EndCombo();
+  }
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("How the KV cache stores keys and values (kvscope --cache-type); the full-cache baseline stays f32");
 
   ImGui::SeparatorText("Prompt");
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
@@ -610,7 +625,8 @@ void SetupPanel::draw(AppState& state) {
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("Re-run on every change; a newer run cancels the one in progress, so dragging the budget never blocks");
   if (ImGui::Button("Keep for comparison")) pin(state);
-  ImGui::TextDisabled("run: %s  budget %s", policy_spec().c_str(), full ? "-" : budget_text().c_str());
+  ImGui::TextDisabled("run: %s  budget %s%s", policy_spec().c_str(), full ? "-" : budget_text().c_str(),
+                      cache_type_ == "f32" ? "" : ("  cache " + cache_type_).c_str());
 
   const SessionStatus st = session_.status();
   if (!policy_error_.empty()) {

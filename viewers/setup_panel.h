@@ -32,6 +32,10 @@ class SetupPanel final : public Panel {
   void set_sample(const std::string& name);
   void set_policy(const std::string& spec);  // "name:k=v,..." or "python:PATH,k=v", checked against the ParamSpecs
   void set_budget(const std::string& text);  // "64", "25%" or "cr:0.75"
+  // How the cache stores keys and values ("f32", "q8_0", "kivi2:group=16,residual=64": kernels::parse_cache_types);
+  // throws UsageError naming an unknown type.
+  void set_cache_type(const std::string& text);
+  const std::string& cache_type() const { return cache_type_; }
   void set_tokens(int n) { max_new_tokens_ = n; }
   // "cpu" or "cuda", as the form's device chooser; cuda without a device is an error naming the runtime's reason.
   void set_device(const std::string& name);
@@ -121,6 +125,7 @@ class SetupPanel final : public Panel {
   float compression_ratio_ = 0.75f;  // kvpress's statement of a budget: the share removed
   int budget_tokens_ = 64;
   int max_new_tokens_ = 32;
+  std::string cache_type_ = "f32";  // kernels::cache_type_name of the chosen types
   std::string record_ = RunRequest{}.record;
   bool use_cuda_ = false;  // the run's compute backend: cuda when chosen (and a device exists), else cpu
   bool live_ = true;

@@ -5,8 +5,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <regex>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/eval/sweep_store.h"
@@ -279,4 +282,93 @@ TEST_CASE("the Pareto front's marks have a colour of their own however many curv
       CHECK_FALSE((ink.r == curve.r && ink.g == curve.g && ink.b == curve.b));
     }
   }
+}
+
+namespace {
+
+// A marker as drawn: "circle", or a closed path's outline as the directions of its sides (a square goes right, down,
+// left, up; a triangle pointing up right-down, left, right-up), whatever its size and place.
+std::string marker_shape(const std::string& element) {
+  if (element.rfind("<circle", 0) == 0) return "circle";
+  const std::regex point(R"re([ML]([-0-9.e]+),([-0-9.e]+))re");
+  std::vector<std::pair<double, double>> p;
+  for (auto it = std::sregex_iterator(element.begin(), element.end(), point); it != std::sregex_iterator(); ++it)
+    p.emplace_back(std::stod((*it)[1]), std::stod((*it)[2]));
+  auto sign = [](double d) { return std::fabs(d) < 1e-6 ? '0' : d > 0 ? '+' : '-'; };
+  std::string out;
+  for (std::size_t i = 1; i < p.size(); ++i) out += {sign(p[i].first - p[i - 1].first), sign(p[i].second - p[i - 1].second), ' '};
+  return out;
+}
+
+struct LegendStyle {
+  std::string colour, dash, marker;
+  auto key() const { return std::tie(colour, dash, marker); }
+  bool operator<(const LegendStyle& o) const { return key() < o.key(); }
+};
+
+// Each legend entry of an SVG: its name and the (colour, dash pattern, marker shape) its sample is drawn in.
+std::map<std::string, LegendStyle> legend_styles(const std::string& svg) {
+  std::map<std::string, LegendStyle> out;
+  const std::regex entry(
+      R"re(<line [^>]*stroke="(#[0-9a-f]{6})" stroke-width="[-0-9.e]+"(?: stroke-dasharray="([^"]*)")?/>\n(<circle [^>]*/>|<path d="[^"]*"[^>]*/>)\n<text [^>]*>([^<]*)</text>)re");
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), entry); it != std::sregex_iterator(); ++it)
+    out[(*it)[4]] = {(*it)[1], (*it)[2], marker_shape((*it)[3])};
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("sixteen series are drawn in sixteen different styles, a sweep's by policy colour and cache type marker",
+          "[figure][pareto]") {
+  // 4 policies x 4 cache types: past the palette's ten colours, curves took the colour and marker of the curve ten
+  // before them.
+  const std::vector<std::string> policies = {"h2o", "snapkv", "tova", "streaming_llm"};
+  const std::vector<std::string> types = {"f16", "q8_0", "q4_0", "kivi2"};
+  std::vector<eval::SweepRow> rows;
+  std::size_t cell = 0;
+  for (std::size_t p = 0; p < policies.size(); ++p)
+    for (std::size_t t = 0; t < types.size(); ++t)
+      for (const char* budget : {"25%", "50%"}) {
+        eval::SweepRow r;
+        r.cell = cell++, r.prompt = "a", r.policy = policies[p], r.cache_type = types[t], r.budget = budget;
+        const double share = std::string(budget) == "25%" ? 0.25 : 0.5;
+        r.metrics = {{"kl_mean", 0.1 * (p + 1) / share + 0.01 * t}, {"cache_bytes", 1e6 * share / (t + 1)}};
+        rows.push_back(r);
+      }
+  const ParetoView view = pareto_points(rows, "kl_mean");
+  const std::string svg = figure_svg(pareto_figure(view, "fidelity"), 1400, 900, 14.0f);
+  const auto legend = legend_styles(svg);
+  std::set<LegendStyle> distinct;
+  for (const auto& policy : policies)
+    for (const auto& type : types) {
+      const std::string name = policy + " @" + type;
+      INFO(name);
+      REQUIRE(legend.count(name) == 1);
+      distinct.insert(legend.at(name));
+      // The encoding a reader decodes: a policy's colour over its cache types, a cache type's marker and dash over
+      // its policies.
+      CHECK(legend.at(name).colour == legend.at(policy + " @" + types[0]).colour);
+      CHECK(legend.at(name).marker == legend.at(policies[0] + " @" + type).marker);
+      CHECK(legend.at(name).dash == legend.at(policies[0] + " @" + type).dash);
+    }
+  CHECK(distinct.size() == 16);
+  // Curves of one colour or one marker are not all drawn solid: the cache types' dashes reach the data too.
+  CHECK(count(svg, "stroke-dasharray") >= 3 * 4 * 2);
+
+  // Sixteen plain series (no cache types): the palette's colours, then again with other markers and dashes.
+  LinePlot plain;
+  for (int s = 0; s < 16; ++s) {
+    LineSeries line;
+    line.name = "series " + std::to_string(s);
+    line.x = {0.0, 1.0, 2.0};
+    line.y = {1.0 * s, 1.0 * s + 1, 1.0 * s + 0.5};
+    plain.series.push_back(line);
+  }
+  Figure f;
+  f.parts.emplace_back(plain);
+  const auto plain_legend = legend_styles(figure_svg(f, 1400, 900, 14.0f));
+  std::set<LegendStyle> plain_distinct;
+  for (const auto& [name, style] : plain_legend) plain_distinct.insert(style);
+  CHECK(plain_legend.size() == 16);
+  CHECK(plain_distinct.size() == 16);
 }
