@@ -148,8 +148,10 @@ void legend_marker_icons(const char* plot_title, const LinePlot& plot, const std
     const ImVec2 top_left(legend.Rect.Min.x + st.LegendInnerPadding.x,
                           legend.Rect.Min.y + st.LegendInnerPadding.y + i * (line + st.LegendSpacing.y));
     const ImVec2 lo(top_left.x + shrink, top_left.y + shrink), hi(top_left.x + line - shrink, top_left.y + line - shrink);
-    const ImPlotItem* item = p->Items.GetLegendItem(i);
-    const ImU32 col = item->Show ? ImAlphaU32(item->Color, 1.0f) : ImAlphaU32(ImPlot::GetStyleColorU32(ImPlotCol_LegendText), 0.25f);
+    const ImU32 text = ImPlot::GetStyleColorU32(ImPlotCol_LegendText);
+    const ImU32 col = !p->Items.GetLegendItem(i)->Show ? ImAlphaU32(text, 0.25f)
+                      : style.color == kInkSeries    ? text
+                                                     : ImGui::GetColorU32(to_vec4(series_color(style.color)));
     dl.AddRectFilled(ImVec2(lo.x - 1, lo.y - 1), ImVec2(hi.x + 1, hi.y + 1), bg);
     const ImVec2 c((lo.x + hi.x) / 2, (lo.y + hi.y) / 2);
     const float w = std::max(1.5f, ImGui::GetFontSize() / 10.0f);

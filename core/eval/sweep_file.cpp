@@ -18,6 +18,9 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::vector<std::string> kKeyColumns = {"cell", "prompt", "policy", "budget"};
+// Members of /eval that are no metric column: the row's cache type, and what SweepStore writes beside the rows
+// (the per-layer evidence of RULER rows, and the /eval/summary group of a finished sweep).
+const std::vector<std::string> kNonMetricMembers = {"cache_type", "evidence_layer_kept", "summary"};
 
 // A kind's columns, and those followed by the paged counts of a sweep made with --cache-page.
 std::vector<std::vector<std::string>> column_sets(const std::string& kind) {
@@ -124,7 +127,8 @@ SweepTable read_hdf5(const fs::path& path) {
       throw Error(name + ": /eval datasets differ in length (" + std::to_string(column->size()) + " and " +
                   std::to_string(n) + " rows)");
   for (const auto& d : h5::list_group(group))
-    if (std::find(kKeyColumns.begin(), kKeyColumns.end(), d) == kKeyColumns.end() && d != "cache_type")
+    if (std::find(kKeyColumns.begin(), kKeyColumns.end(), d) == kKeyColumns.end() &&
+        std::find(kNonMetricMembers.begin(), kNonMetricMembers.end(), d) == kNonMetricMembers.end())
       table.metrics.push_back(d);
   if (table.metrics.empty()) throw Error(name + ": /eval has no metric datasets");
   // The store's column order when the metrics are a known kind's (list_group sorts by name).

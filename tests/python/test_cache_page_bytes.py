@@ -202,7 +202,9 @@ def all_checks(root):
             else:
                 check(peak > paged, f"{label}: SnapKV's paged peak {peak} (the prompt before it evicts) > its end {paged}")
         svg = os.path.join(root, "paged_pareto.svg")
-        res = subprocess.run([BINARY, "figure", sweep_dir, "--view", "pareto", "--bytes", "cache_paged_peak_bytes",
+        # from the finished sweep's eval.h5 (which holds /eval/summary beside the rows)
+        res = subprocess.run([BINARY, "figure", os.path.join(sweep_dir, "eval.h5"), "--view", "pareto", "--bytes",
+                              "cache_paged_peak_bytes",
                               "--out", svg], capture_output=True, text=True, timeout=300)
         check(res.returncode == 0 and "paged peak cache bytes" in open(svg).read(),
               f"figure --view pareto --bytes cache_paged_peak_bytes draws the paged peaks ({res.stderr.strip()[-300:]})")
