@@ -362,11 +362,12 @@ void CompareView::draw(AppState& state) {
   const float line_h = ImGui::GetTextLineHeightWithSpacing(), frame_h = ImGui::GetFrameHeightWithSpacing();
   // A map's frame holds, besides the data: its title (run maps), the x axis' ticks and name, padding; the data must
   // be as tall as the longest vertical label beside it (the y axis' name, the colour bar's title) and a little more.
-  auto least_map = [&](const HeatmapPlot* plot, bool titled) {
+  // (By pointer, not a copy: the layout asks for every cell at every width it tries, and a map holds its cells.)
+  auto least_map = [&](const HeatmapPlot* plot, bool own_bar, bool titled) {
     float label = ImGui::CalcTextSize("query position").x;
     if (plot) {
       label = std::max(label, ImGui::CalcTextSize(plot->y_label.c_str()).x);
-      if (plot->colorbar) label = std::max(label, ImGui::CalcTextSize(colour_bar_title(plot->colorbar_label, plot->scale.kind).c_str()).x);
+      if (own_bar) label = std::max(label, ImGui::CalcTextSize(colour_bar_title(plot->colorbar_label, plot->scale.kind).c_str()).x);
     }
     return label + font * (titled ? 6.0f : 4.5f);
   };
@@ -377,14 +378,12 @@ void CompareView::draw(AppState& state) {
       if (i == 0) c.below = text_h(kReferenceNote, width);
       else if (kept[i].shown) c.below = font + style.ItemSpacing.y + text_h(kept[i].text, width);
       const Column* col = i < static_cast<int>(columns_.size()) && columns_[i].ok ? &columns_[i] : nullptr;
-      HeatmapPlot plot = col ? col->plot : HeatmapPlot{};
-      plot.colorbar = !shared_bar;
-      c.least_map = least_map(col ? &plot : nullptr, true);
+      c.least_map = least_map(col ? &col->plot : nullptr, !shared_bar, true);
     } else {
       c.above = line_h + (diff_header.choosers ? frame_h : 0.0f) + text_h(diff_header.pair, width) +
                 (diff_header.diverge_text.empty() ? 0.0f : text_h(diff_header.diverge_text, width)) +
                 (diff_header.note.empty() ? 0.0f : text_h(diff_header.note, width));
-      c.least_map = least_map(diff_.ok ? &diff_.plot : nullptr, false);
+      c.least_map = least_map(diff_.ok ? &diff_.plot : nullptr, diff_.plot.colorbar, false);
     }
     c.above += style.ItemSpacing.y;  // the map's own
     return c;
