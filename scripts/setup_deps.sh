@@ -7,7 +7,7 @@ deps="$root/.deps"
 mkdir -p "$deps"
 
 apt_packages=(cmake g++ make pkg-config libopenblas-dev libhdf5-dev catch2 nlohmann-json3-dev
-              libcli11-dev libssl-dev libdeflate-dev zlib1g-dev libglfw3-dev libgl-dev libstb-dev fonts-dejavu-core xvfb xauth imagemagick librsvg2-bin python3-venv
+              libcli11-dev libssl-dev libdeflate-dev zlib1g-dev libglfw3-dev libgl-dev libstb-dev fonts-dejavu-core xvfb xauth xdotool imagemagick librsvg2-bin python3-venv
               python3-dev pybind11-dev python3-numpy python3-jinja2 ccache)
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "viewers/attention_heatmap.h"
+#include "viewers/compare_layout.h"
 #include "viewers/figure_size.h"
 
 namespace kvscope::viewers {
@@ -213,10 +214,38 @@ void CompareView::share_color_range(const AppState& state) {
     if (c.ok && shared && c.fitted.kind == shared->kind) c.plot.scale = *shared;
 }
 
-int CompareView::difference_header(AppState& state, float width) {
+CompareView::DiffHeader CompareView::difference_text(const AppState& state) const {
+  DiffHeader h;
+  const int n = static_cast<int>(state.compare.size());
+  h.choosers = n >= 3;  // which two columns: with two there is only one pair
+  if (diff_minuend == diff_subtrahend) {
+    h.pair = "choose two different runs";
+    return h;
+  }
+  // With the two menus the pair is named above already.
+  h.pair = h.choosers ? std::string("red: the first attends more")
+                      : state.run_name(state.compare[diff_minuend]) + " minus " +
+                            state.run_name(state.compare[diff_subtrahend]) + "; red: the first attends more";
+  const trace::RunTrace* a = state.run(state.compare[diff_subtrahend]);
+  const trace::RunTrace* b = state.run(state.compare[diff_minuend]);
+  if (!a || !b) return h;
+  h.diverge = first_divergent_token(*a, *b);
+  if (h.diverge >= 0)
+    h.diverge_text = "generated tokens diverge at token " + std::to_string(h.diverge) + " (decode row " +
+                     std::to_string(h.diverge) +
+                     (decode || diff_decode_ ? ", yellow line)" : "; tick 'decode' to see it)");
+  else if (a->prompt_ids == b->prompt_ids)
+    h.diverge_text = "generated tokens agree while both runs generate";
+  // One short line; the reason is the line's tooltip (a long note took the map's height in a short cell).
+  if (diff_.ok && diff_decode_) h.note = "decode steps: the prefill maps are identical";
+  else if (diff_.ok && !has_nonzero(diff_.plot.map)) h.note = "identical here: the two maps agree in every cell";
+  return h;
+}
+
+void CompareView::draw_difference_header(AppState& state, const DiffHeader& h, float width) {
   const int n = static_cast<int>(state.compare.size());
   ImGui::TextUnformatted("difference");
-  if (n >= 3) {  // which two columns: with two there is only one pair
+  if (h.choosers) {
     auto column_combo = [&](const char* id, int& column) {
       ImGui::SetNextItemWidth(width * 0.42f);
       if (ImGui::BeginCombo(id, state.run_name(state.compare[column]).c_str())) {
@@ -231,22 +260,15 @@ int CompareView::difference_header(AppState& state, float width) {
     ImGui::SameLine();
     column_combo("##subtrahend", diff_subtrahend);
   }
-  if (diff_minuend == diff_subtrahend) {
-    ImGui::TextDisabled("choose two different runs");
-    return -1;
+  ImGui::TextDisabled("%s", h.pair.c_str());
+  if (!h.diverge_text.empty()) ImGui::TextDisabled("%s", h.diverge_text.c_str());
+  if (!h.note.empty()) {
+    ImGui::TextUnformatted(h.note.c_str());
+    if (ImGui::IsItemHovered() && diff_decode_)
+      ImGui::SetTooltip("A policy that compresses after prefill (SnapKV, PyramidKV, ...) attends over the whole prompt\n"
+                        "during prefill, as the full cache does: the prefill maps are equal in every cell. The runs\n"
+                        "differ in the decode steps, which read the compressed cache: the map shows those.");
   }
-  ImGui::TextDisabled("%s minus %s; red: the first attends more", state.run_name(state.compare[diff_minuend]).c_str(),
-                      state.run_name(state.compare[diff_subtrahend]).c_str());
-  const trace::RunTrace* a = state.run(state.compare[diff_subtrahend]);
-  const trace::RunTrace* b = state.run(state.compare[diff_minuend]);
-  if (!a || !b) return -1;
-  const int diverge = first_divergent_token(*a, *b);
-  if (diverge >= 0)
-    ImGui::TextDisabled("generated tokens diverge at token %d (decode row %d%s)", diverge, diverge,
-                        decode || diff_decode_ ? ", yellow line" : "; tick 'decode' to see it");
-  else if (a->prompt_ids == b->prompt_ids)
-    ImGui::TextDisabled("generated tokens agree while both runs generate");
-  return diverge;
 }
 
 void CompareView::draw(AppState& state) {
@@ -293,9 +315,8 @@ void CompareView::draw(AppState& state) {
   refresh(state);
   if (!columns_.empty() && columns_[0].ok) capture_color_lock(state, columns_[0].plot);
 
-  const int n_cells = static_cast<int>(state.compare.size()) + (show_difference && state.compare.size() >= 2 ? 1 : 0);
-  // Cells wrap into rows when the panel is too narrow for every column, and the grid scrolls, so a
-  // map never shrinks below a readable size.
+  const int n_runs = static_cast<int>(state.compare.size());
+  const int n_cells = n_runs + (show_difference && n_runs >= 2 ? 1 : 0);
   ImGui::BeginChild("##grid", ImVec2(0, 0), ImGuiChildFlags_None);
   const ImGuiStyle& style = ImGui::GetStyle();
   const float font = ImGui::GetFontSize();
@@ -304,25 +325,88 @@ void CompareView::draw(AppState& state) {
   const HeatmapPlot* shared_bar = shared_colour_bar();
   const float shared_bar_w = shared_bar ? std::round(font * static_cast<float>(kColorbarEm)) : 0.0f;
   float maps_top = std::numeric_limits<float>::max(), maps_bottom = 0;
-  ImVec2 avail = ImGui::GetContentRegionAvail();
-  avail.x -= shared_bar_w;
-  ImGui::BeginGroup();
-  const float min_w = font * 22.0f, min_h = font * 26.0f;
-  const int per_row = std::clamp(static_cast<int>((avail.x + style.ItemSpacing.x) / (min_w + style.ItemSpacing.x)), 1, n_cells);
-  const int rows = (n_cells + per_row - 1) / per_row;
-  const float cell_w = (avail.x - style.ItemSpacing.x * (per_row - 1)) / per_row;
-  const float header_h = ImGui::GetTextLineHeightWithSpacing() + ImGui::GetFrameHeightWithSpacing();
-  const float footer_h = ImGui::GetTextLineHeightWithSpacing() * 2 + font * 1.2f;
-  const float cell_h = std::max(min_h, (avail.y - style.ItemSpacing.y * (rows - 1)) / rows);
-  const float map_h = std::max(font * 8.0f, cell_h - header_h - footer_h);
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+
+  // What each cell writes above and below its map, once a frame: the layout measures it at every width it tries.
   const auto all_shapes = shapes(state);
   const trace::RunTrace* ref = state.run(state.compare[0]);
+  struct KeptLine {
+    KeptDiff diff;
+    std::string text;
+    bool shown = false;
+  };
+  std::vector<KeptLine> kept(n_runs);
+  for (int i = 1; i < n_runs; ++i) {
+    const trace::RunTrace* r = state.run(state.compare[i]);
+    if (!r || !ref || r->n_layers != ref->n_layers || r->n_kv_heads != ref->n_kv_heads) continue;
+    const Selection sel = state.compare_sel[i];
+    const int kv = kv_head_of(sel.head, all_shapes[i]);
+    // Only positions holding the same token in both runs are comparable: the shared prompt, and with 'decode'
+    // ticked the generated tokens both runs agree on.
+    const ComparableSpan span = comparable_span(*ref, *r);
+    kept[i].diff = diff_kept_over(*ref, *r, sel.layer, kv, span.length(decode));
+    const KeptDiff& d = kept[i].diff;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, ": both %d, only first %d, only this %d, Jaccard %.2f", d.both, d.only_a, d.only_b, d.jaccard);
+    kept[i].text = "kept vs " + ref->name + " (kv head " + std::to_string(kv) + ") over " +
+                   compared_positions(span, decode) + buf;
+    kept[i].shown = true;
+  }
+  static const char* const kReferenceNote =
+      "reference: the other columns are compared with this run. Key strip: red evicted, orange merged. Grey cells: "
+      "no attention (masked, or key not in the cache).";
+  const DiffHeader diff_header = difference_text(state);
+  auto text_h = [&](const std::string& text, float width) {
+    return ImGui::CalcTextSize(text.c_str(), nullptr, false, width).y + style.ItemSpacing.y;
+  };
+  const float line_h = ImGui::GetTextLineHeightWithSpacing(), frame_h = ImGui::GetFrameHeightWithSpacing();
+  // A map's frame holds, besides the data: its title (run maps), the x axis' ticks and name, padding; the data must
+  // be as tall as the longest vertical label beside it (the y axis' name, the colour bar's title) and a little more.
+  // (By pointer, not a copy: the layout asks for every cell at every width it tries, and a map holds its cells.)
+  auto least_map = [&](const HeatmapPlot* plot, bool own_bar, bool titled) {
+    float label = ImGui::CalcTextSize("query position").x;
+    if (plot) {
+      label = std::max(label, ImGui::CalcTextSize(plot->y_label.c_str()).x);
+      if (own_bar) label = std::max(label, ImGui::CalcTextSize(colour_bar_title(plot->colorbar_label, plot->scale.kind).c_str()).x);
+    }
+    return label + font * (titled ? 6.0f : 4.5f);
+  };
+  auto chrome = [&](int i, float width) {
+    CompareCellChrome c;
+    if (i < n_runs) {
+      c.above = text_h(state.run_name(state.compare[i]), width) + frame_h;
+      if (i == 0) c.below = text_h(kReferenceNote, width);
+      else if (kept[i].shown) c.below = font + style.ItemSpacing.y + text_h(kept[i].text, width);
+      const Column* col = i < static_cast<int>(columns_.size()) && columns_[i].ok ? &columns_[i] : nullptr;
+      c.least_map = least_map(col ? &col->plot : nullptr, !shared_bar, true);
+    } else {
+      c.above = line_h + (diff_header.choosers ? frame_h : 0.0f) + text_h(diff_header.pair, width) +
+                (diff_header.diverge_text.empty() ? 0.0f : text_h(diff_header.diverge_text, width)) +
+                (diff_header.note.empty() ? 0.0f : text_h(diff_header.note, width));
+      c.least_map = least_map(diff_.ok ? &diff_.plot : nullptr, diff_.plot.colorbar, false);
+    }
+    c.above += style.ItemSpacing.y;  // the map's own
+    return c;
+  };
+  CompareGridSpace space;
+  space.width = avail.x - shared_bar_w;
+  space.height = avail.y;
+  space.spacing_x = style.ItemSpacing.x;
+  space.spacing_y = style.ItemSpacing.y;
+  space.min_cell_w = font * 16.0f;
+  space.axes_w = font * 4.5f;
+  space.axes_h = font * 4.5f;
+  const CompareGrid grid = compare_grid(n_cells, space, chrome);
+  const float cell_w = grid.cell_w, map_h = grid.map_h;
+  const int per_row = grid.per_row;
+
+  ImGui::BeginGroup();
   for (int i = 0; i < n_cells; ++i) {
     if (i % per_row) ImGui::SameLine();
     ImGui::BeginGroup();
     ImGui::PushID(i);
     ImGui::PushTextWrapPos(ImGui::GetCursorPosX() + cell_w);
-    if (i < static_cast<int>(state.compare.size())) {
+    if (i < n_runs) {
       const trace::RunTrace* r = state.run(state.compare[i]);
       ImGui::TextUnformatted(state.run_name(state.compare[i]).c_str());
       int layer = state.compare_sel[i].layer, head = state.compare_sel[i].head;
@@ -355,32 +439,19 @@ void CompareView::draw(AppState& state) {
         ImGui::TextWrapped("%s", c.why.c_str());
         ImGui::EndChild();
       }
-      if (i > 0 && r->n_layers == ref->n_layers && r->n_kv_heads == ref->n_kv_heads) {
-        const Selection sel = state.compare_sel[i];
-        const int kv = kv_head_of(sel.head, all_shapes[i]);
-        // Only positions holding the same token in both runs are comparable: the shared prompt, and with
-        // 'decode' ticked the generated tokens both runs agree on.
-        const ComparableSpan span = comparable_span(*ref, *r);
-        const KeptDiff d = diff_kept_over(*ref, *r, sel.layer, kv, span.length(decode));
-        kept_diff_strip(d, cell_w, font * 1.0f, *ref, *r);
-        ImGui::TextDisabled("kept vs %s (kv head %d) over %s: both %d, only first %d, only this %d, Jaccard %.2f",
-                            ref->name.c_str(), kv, compared_positions(span, decode).c_str(), d.both, d.only_a, d.only_b,
-                            d.jaccard);
+      if (kept[i].shown) {
+        kept_diff_strip(kept[i].diff, cell_w, font * 1.0f, *ref, *r);
+        ImGui::TextDisabled("%s", kept[i].text.c_str());
       } else if (i == 0) {
-        ImGui::TextDisabled("reference: the other columns are compared with this run. Key strip: red evicted, orange merged. Grey cells: no attention (masked, or key not in the cache).");
+        ImGui::TextDisabled("%s", kReferenceNote);
       }
     } else {
-      const int diverge = difference_header(state, cell_w);
+      draw_difference_header(state, diff_header, cell_w);
       if (diff_.ok) {
-        if (diff_decode_)
-          ImGui::TextWrapped("prefill maps identical (a policy that compresses after prefill attends over the whole "
-                             "prompt): the difference of the decode steps");
-        else if (!has_nonzero(diff_.plot.map))
-          ImGui::TextWrapped("identical here: the two maps agree in every cell");
         // In the decode view row s is the query of generated token s: the first row whose input differs.
         auto divergence_line = [&] {
-          if (!(decode || diff_decode_) || diverge < 0) return;
-          const double y = diverge;
+          if (!(decode || diff_decode_) || diff_header.diverge < 0) return;
+          const double y = diff_header.diverge;
           ImPlotSpec spec;
           spec.LineColor = ImVec4(1.0f, 0.85f, 0.2f, 1.0f);
           spec.LineWeight = 2.0f;

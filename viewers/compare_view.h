@@ -30,8 +30,16 @@ class CompareView final : public Panel {
   // The plot whose scale every shown run column uses, when two or more do (one colour bar for them); else null.
   const HeatmapPlot* shared_colour_bar() const;
   // The difference cell's title: the pair chooser (three or more columns), what it shows, where tokens diverge.
-  // Returns the first diverging generated token of the pair (first_divergent_token), -1 for none.
-  int difference_header(AppState& state, float width);
+  struct DiffHeader {
+    bool choosers = false;     // the two run menus (three or more columns)
+    std::string pair;          // "B minus A; red: the first attends more"
+    std::string diverge_text;  // where the pair's generated tokens part, or that they agree
+    int diverge = -1;          // the first diverging generated token (first_divergent_token), -1 for none
+    std::string note;          // "decode steps: the prefill maps are identical", "identical here: ..."
+  };
+  // The header's text, which the grid measures before the header is drawn (draw_difference_header).
+  DiffHeader difference_text(const AppState& state) const;
+  void draw_difference_header(AppState& state, const DiffHeader& header, float width);
   std::vector<Column> columns_;
   Column diff_;
   // The difference map shows the decode steps although 'decode' is off: the prefill maps were identical (a policy

@@ -516,13 +516,17 @@ void draw_colour_bar(const ColorScale& scale, Colormap cmap, const std::string& 
     widest = std::max(widest, ts.x);
   }
   std::string title = colour_bar_title(label, scale.kind);
-  // No longer than the bar: a short bar (a difference map of a few decode steps) must not write into the row above.
-  while (title.size() > 1 && ImGui::CalcTextSize(title.c_str()).x > h) title.pop_back();
-  if (title.empty()) return;
+  // Centred on the part of the bar on screen: a bar beside several rows of maps in a scrolled grid (Compare) would
+  // otherwise centre its title below the panel's edge and show "attention (log sca".
+  const float shown_top = std::max(top, dl->GetClipRectMin().y), shown_bottom = std::min(top + h, dl->GetClipRectMax().y);
+  const float room = std::max(0.0f, shown_bottom - shown_top);
+  // No longer than that: a short bar (a difference map of a few decode steps) must not write into the row above.
+  while (title.size() > 1 && ImGui::CalcTextSize(title.c_str()).x > room) title.pop_back();
+  if (title.empty() || room <= 0.0f) return;
   const ImVec2 ts = ImGui::CalcTextSize(title.c_str());
   // ImPlot's vertical text reads upwards from `pos`, its baseline at pos.x + the line height.
-  ImPlot::AddTextVertical(dl, ImVec2(x1 + tick + font * 0.5f + widest, top + h / 2 + std::min(ts.x, h) / 2), ink,
-                          title.c_str());
+  ImPlot::AddTextVertical(dl, ImVec2(x1 + tick + font * 0.5f + widest, shown_top + room / 2 + std::min(ts.x, room) / 2),
+                          ink, title.c_str());
 }
 
 std::string colour_scale_key(const HeatmapPlot& p) {

@@ -364,15 +364,26 @@ std::vector<AxisTick> colorbar_ticks(const Look& lk, const HeatmapPlot& p, doubl
   return colour_bar_ticks(p.scale, h, kLabelGapUpEm * lk.fs, up);
 }
 
+// The colour bar's title for a bar `h` tall, in lines read upwards side by side: one when it fits along the bar,
+// else two (the short bar of a difference map in a column figure cut "attention difference" to "attention differ").
+std::vector<std::string> colorbar_title_lines(const Look& lk, const HeatmapPlot& p, double h) {
+  const std::string label = colour_bar_title(p.colorbar_label, p.scale.kind);
+  if (label.empty()) return {};
+  if (lk.width(label, lk.fs) <= h) return {label};
+  return wrap(lk, label, h, lk.fs, false, 2);
+}
+
 double colorbar_width(const Look& lk, const HeatmapPlot& p, double h) {
   double widest = 0;
   for (const AxisTick& t : colorbar_ticks(lk, p, h))
     if (t.major) widest = std::max(widest, lk.width(t.label, lk.fs));
-  return lk.fs * 0.6 + lk.fs * 1.0 + lk.tick_len + lk.fs * 0.3 + widest + (p.colorbar_label.empty() ? 0.0 : lk.fs * 1.6);
+  const std::size_t lines = colorbar_title_lines(lk, p, h).size();
+  return lk.fs * 0.6 + lk.fs * 1.0 + lk.tick_len + lk.fs * 0.3 + widest +
+         (lines == 0 ? 0.0 : lk.fs * 1.6 + lk.fs * 1.2 * static_cast<double>(lines - 1));
 }
 
 // A colour bar whose gradient spans [top, top + h) at x.
-void draw_colorbar(Look& lk, const HeatmapPlot& p, double x, double top, double h) {
+void draw_colorbar(Look& lk, const HeatmapPlot& p, double x, double top, double h, double layout_h = 0) {
   const double bx = x + lk.fs * 0.6, bw = lk.fs * 1.0;
   Image grad(1, 256);
   for (int i = 0; i < 256; ++i) grad.set(0, i, sample_colormap(p.cmap, 1.0f - i / 255.0f));
@@ -387,11 +398,13 @@ void draw_colorbar(Look& lk, const HeatmapPlot& p, double x, double top, double 
     lk.text(bx + bw + lk.tick_len + lk.fs * 0.3, yy + lk.fs * 0.35, t.label, lk.fs, 0.0);
     widest = std::max(widest, lk.width(t.label, lk.fs));
   }
-  const std::string label = colour_bar_title(p.colorbar_label, p.scale.kind);
-  if (!label.empty()) {
-    std::string shown = label;
+  // Laid out for `layout_h` (the height colorbar_width reserved room for), so the lines stay inside that room.
+  const auto lines = colorbar_title_lines(lk, p, layout_h > 0 ? layout_h : h);
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    std::string shown = lines[i];
     while (shown.size() > 1 && lk.width(shown, lk.fs) > h) shown.pop_back();
-    lk.text(bx + bw + lk.tick_len + lk.fs * 0.3 + widest + lk.fs * 1.2, top + h / 2, shown, lk.fs, 0.5, false, true);
+    lk.text(bx + bw + lk.tick_len + lk.fs * 0.3 + widest + lk.fs * (1.2 + 1.2 * static_cast<double>(i)), top + h / 2,
+            shown, lk.fs, 0.5, false, true);
   }
 }
 
@@ -623,7 +636,7 @@ void draw_figure_vector(VectorCanvas& canvas, const Figure& figure, const Vector
   }
   double bx = area_w;
   for (const auto& s : shared) {
-    draw_colorbar(lk, *s.second, bx, bar_top, std::max(lk.fs, bar_bottom - bar_top));
+    draw_colorbar(lk, *s.second, bx, bar_top, std::max(lk.fs, bar_bottom - bar_top), options.height * 0.6);
     bx += colorbar_width(lk, *s.second, options.height * 0.6);
   }
 }

@@ -186,6 +186,10 @@ class App {
   // One JSON object per line in the --timing-log file: {"t": seconds since start, "event": ..., fields}.
   void log_timing(const std::string& event, const nlohmann::json& fields = {});
   void export_panel(const std::string& key, const std::string& path, const ExportOptions& options);
+  // A script's `status FILE`: the status bar's note, the latest plot read-out and the runs on screen, as text.
+  void write_status(const std::string& path) const;
+  // A script's `points FILE`: the Quality panel's Pareto points where the last frame drew them, in window pixels.
+  void write_points(const std::string& path) const;
 
   GuiOptions options_;
   std::unique_ptr<AtomicFile> timing_;  // --timing-log, put in place when the window closes
@@ -223,6 +227,7 @@ class App {
   std::size_t next_step_ = 0;
   bool waiting_idle_ = false;
   Clock::time_point wait_deadline_{};
+  std::string wait_file_;  // `wait-file`: the script goes on once this file exists (another program's turn)
   int frames_left_ = 0;
   std::string screenshot_path_;  // captured at the end of the next frame
   bool idle_at_frame_start_ = false;
@@ -789,6 +794,39 @@ void App::run_choice() {
   }
 }
 
+void App::write_status(const std::string& path) const {
+  std::string text = "status: " + state_.status_note + "\nhover: ";
+  // A read-out of several lines stays on one line of the file.
+  for (const char ch : state_.hover_note) text += ch == '\n' ? std::string(" | ") : std::string(1, ch);
+  text += "\n";
+  for (int i = 0; i < static_cast<int>(state_.runs.size()); ++i) {
+    const RunEntry& e = state_.runs[i];
+    text += "run: " + state_.run_name(i) + "\t" + e.slot + "\t" + (e.in_progress ? "running" : "done") +
+            (i == state_.active ? "\tshown" : "") + "\n";
+  }
+  AtomicFile out(path, Existing::Replace, "status file");
+  out.write(text);
+  out.commit();
+}
+
+void App::write_points(const std::string& path) const {
+  const auto& points = quality_->drawn_points();
+  if (points.empty())
+    throw UsageError("'points': the Quality panel drew no Pareto points in the last frame (view quality, "
+                     "quality-x cache_bytes and a frame first)");
+  // One point a line: x y (window pixels, from the top left), policy, budget, cache type (- for none), series.
+  std::string text;
+  char buf[64];
+  for (const auto& p : points) {
+    std::snprintf(buf, sizeof buf, "%.1f\t%.1f\t", p.x, p.y);
+    text += buf + p.policy + "\t" + p.budget + "\t" + (p.cache_type.empty() ? "-" : p.cache_type) + "\t" + p.series +
+            (p.on_front ? "\tfront" : "") + "\n";
+  }
+  AtomicFile out(path, Existing::Replace, "points file");
+  out.write(text);
+  out.commit();
+}
+
 void App::step_script() {
   if (quit_) return;
   if (waiting_idle_) {
@@ -796,6 +834,16 @@ void App::step_script() {
       waiting_idle_ = false;
     } else if (Clock::now() > wait_deadline_) {
       fail("script: 'wait' timed out with a run still in progress");
+      return;
+    } else {
+      return;
+    }
+  }
+  if (!wait_file_.empty()) {
+    if (std::filesystem::exists(wait_file_)) {
+      wait_file_.clear();
+    } else if (Clock::now() > wait_deadline_) {
+      fail("script: 'wait-file' timed out: " + wait_file_ + " was not made");
       return;
     } else {
       return;
@@ -836,6 +884,8 @@ void App::step_script() {
         setup_.set_policy(arg);
       } else if (c == "cache-type") {
         setup_.set_cache_type(arg);
+      } else if (c == "cache-page") {
+        setup_.set_cache_page(std::stoi(arg));
       } else if (c == "budget") {
         setup_.set_budget(arg);
       } else if (c == "tokens") {
@@ -884,6 +934,15 @@ void App::step_script() {
       } else if (c == "frames") {
         frames_left_ = std::stoi(arg);
         return;
+      } else if (c == "wait-file") {
+        wait_file_ = arg;
+        wait_deadline_ = Clock::now() + std::chrono::seconds(s.args.size() == 2 ? std::stoi(s.args[1]) : 600);
+        return;
+      } else if (c == "status") {
+        apply_updates();
+        write_status(arg);
+      } else if (c == "points") {
+        write_points(arg);
       } else if (c == "screenshot") {
         screenshot_path_ = arg;
         return;
@@ -1020,7 +1079,8 @@ int App::run() {
   auto last = Clock::now();
   while (!glfwWindowShouldClose(window_) && !quit_) {
     const bool busy = !session_.idle();
-    const bool scripted = next_step_ < script_.size() || waiting_idle_ || frames_left_ > 0 || !screenshot_path_.empty();
+    const bool scripted = next_step_ < script_.size() || waiting_idle_ || !wait_file_.empty() || frames_left_ > 0 ||
+                          !screenshot_path_.empty();
     // Idle and unattended: sleep until input arrives, so an open window costs nothing. Not while Dear ImGui still
     // holds input events (it takes one key or click a frame: typed text waited 250 ms a character), nor for a few
     // frames after input (hover, release and the caret settle without a new event).

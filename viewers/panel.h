@@ -64,6 +64,9 @@ struct AppState {
   std::string focus_panel;    // non-empty: bring this panel's window to the front next frame
   std::optional<RunChoice> run_choice;  // set by a panel; the window runs it and clears it
   std::string status_note;  // what the window last did for the user (a run_choice started), in the status bar
+  // The latest read-out a plot showed under the pointer (a tooltip's text), for a script's `status` (real-pointer
+  // tests read what a user would have seen).
+  std::string hover_note;
   // Keys [0], [1] across and rows [2], [3] down that the attention map shows next (a script's `zoom`), then cleared.
   std::optional<std::array<double, 4>> attention_zoom;
   // The attention map's decode switch as a script set it (`decode on|off`), then cleared by the panel.

@@ -135,6 +135,7 @@ std::optional<QualityPoint> QualityPanel::pick(double x, double y, double x_unit
 }
 
 void QualityPanel::draw(AppState& state) {
+  drawn_points_.clear();  // filled again if the Pareto view is drawn this frame
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 18);
   input_text("##path", path_);
   ImGui::SameLine();
@@ -233,18 +234,28 @@ void QualityPanel::draw(AppState& state) {
     const ParetoView* view = pareto_view();
     std::optional<RunChoice> clicked_point;
     draw_line_plot("pareto", std::get<LinePlot>(f.parts.front()), ImGui::GetContentRegionAvail(), [&] {
-      if (!ImPlot::IsPlotHovered() || !view) return;
+      if (!view) return;
+      const ImVec2 origin = ImGui::GetMainViewport()->Pos;
+      for (const auto& p : view->points) {
+        const ImVec2 at = ImPlot::PlotToPixels(p.bytes / (1024.0 * 1024.0), p.quality);
+        drawn_points_.push_back({p.series, p.policy, p.budget, p.cache_type, at.x - origin.x, at.y - origin.y, p.on_front});
+      }
+      if (!ImPlot::IsPlotHovered()) return;
       const ImPlotRect limits = ImPlot::GetPlotLimits();
       const ImVec2 size = ImPlot::GetPlotSize();
       const ImPlotPoint mouse = ImPlot::GetPlotMousePos();
       const ParetoPoint* p = pareto_point_near(*view, mouse.x, mouse.y, limits.X.Size() / std::max(1.0f, size.x),
                                                limits.Y.Size() / std::max(1.0f, size.y));
       if (!p) return;
-      ImGui::SetTooltip("%s at %s: %s = %.4g\n95%% bootstrap interval [%.4g, %.4g] over %d prompt(s)\n%s %.4g MiB%s\n"
-                        "click: run policy %s, budget %s, %s cache live (or show its run, when on screen)",
-                        p->series.c_str(), p->budget.c_str(), metric_.c_str(), p->quality, p->low, p->high, p->n,
-                        x_axis_.c_str(), p->bytes / (1024.0 * 1024.0), p->on_front ? "\non the Pareto front" : "",
-                        p->policy.c_str(), p->budget.c_str(), p->cache_type.empty() ? "f32" : p->cache_type.c_str());
+      char text[640];
+      std::snprintf(text, sizeof text,
+                    "%s at %s: %s = %.4g\n95%% bootstrap interval [%.4g, %.4g] over %d prompt(s)\n%s %.4g MiB%s\n"
+                    "click: run policy %s, budget %s, %s cache live (or show its run, when on screen)",
+                    p->series.c_str(), p->budget.c_str(), metric_.c_str(), p->quality, p->low, p->high, p->n,
+                    x_axis_.c_str(), p->bytes / (1024.0 * 1024.0), p->on_front ? "\non the Pareto front" : "",
+                    p->policy.c_str(), p->budget.c_str(), p->cache_type.empty() ? "f32" : p->cache_type.c_str());
+      ImGui::SetTooltip("%s", text);
+      state.hover_note = text;
       if (plot_clicked()) clicked_point = RunChoice{p->policy, p->budget, p->cache_type, "Pareto point"};
     });
     if (clicked_point) state.run_choice = *clicked_point;

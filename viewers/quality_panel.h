@@ -9,6 +9,7 @@
 #include <future>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "viewers/panel.h"
 #include "viewers/pareto_plot.h"
@@ -53,6 +54,15 @@ class QualityPanel final : public Panel {
   std::optional<RunChoice> pareto_choice(const std::string& policy, const std::string& budget,
                                          const std::string& cache_type);
 
+  // Where the Pareto view put each point in the last frame it was drawn, in window pixels (what a real pointer must
+  // hit: a script's `points` writes them for tests that click with the X pointer). Empty when no Pareto view was drawn.
+  struct DrawnPoint {
+    std::string series, policy, budget, cache_type;
+    float x = 0.0f, y = 0.0f;
+    bool on_front = false;
+  };
+  const std::vector<DrawnPoint>& drawn_points() const { return drawn_points_; }
+
  private:
   Session& session_;
   QualityCurves curves_;
@@ -63,6 +73,7 @@ class QualityPanel final : public Panel {
   // The Pareto view of the curves on screen, and what it was computed for (its bootstrap is not redone each frame).
   std::optional<ParetoView> pareto_;
   std::string pareto_key_, pareto_error_;
+  std::vector<DrawnPoint> drawn_points_;
   const ParetoView* pareto_view();
   std::optional<std::future<eval::SweepTable>> loading_;
   uint64_t sweep_id_ = 0;  // of the sweep whose rows are on screen (0: a file)

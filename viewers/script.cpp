@@ -27,7 +27,8 @@ const std::map<std::string, Arity>& commands() {
       {"zoom", {4, 4}},         {"show", {1, 1}},    {"decode", {1, 1}},     {"lock-range", {1, 1}},
       {"double-click", {0, 0}}, {"samples", {1, -1}},  {"select-sample", {1, 1}}, {"resize", {2, 2}},
       {"panel", {2, 2}},        {"samples-filter", {1, 1}}, {"samples-sort", {1, 2}}, {"device", {1, 1}},
-      {"stat", {1, 1}},         {"quality-x", {1, 1}},
+      {"stat", {1, 1}},         {"quality-x", {1, 1}},     {"cache-page", {1, 1}}, {"points", {1, 1}},
+      {"wait-file", {1, 2}},    {"status", {1, 1}},
   };
   return c;
 }
@@ -96,7 +97,7 @@ std::vector<ScriptStep> parse_script(const std::string& text, const std::string&
     if (c == "sweep" && n == 3 && !is_integer(step.args[2]))
       throw UsageError(where() + "'sweep' takes new tokens as an integer, got '" + step.args[2] + "'");
     if ((c == "tokens" || c == "frames" || c == "layer" || c == "head" || c == "token" || c == "step" || c == "show" ||
-         c == "select-sample") &&
+         c == "select-sample" || c == "cache-page") &&
         !is_integer(step.args[0]))
       throw UsageError(where() + "'" + c + "' needs an integer, got '" + step.args[0] + "'");
     if (c == "mouse" && (!is_integer(step.args[0]) || !is_integer(step.args[1])))
@@ -111,6 +112,8 @@ std::vector<ScriptStep> parse_script(const std::string& text, const std::string&
       throw UsageError(where() + "'decode' takes on (the decode rows) or off (the prefill map), got '" + step.args[0] + "'");
     if (c == "wait" && n == 1 && !is_integer(step.args[0]))
       throw UsageError(where() + "'wait' takes whole seconds, got '" + step.args[0] + "'");
+    if (c == "wait-file" && n == 2 && !is_integer(step.args[1]))
+      throw UsageError(where() + "'wait-file' takes whole seconds after the path, got '" + step.args[1] + "'");
     if (c == "view" || c == "export" || (c == "layout" && step.args[0] != "default")) {
       const auto& names = kPanelNames;
       if (std::find(std::begin(names), std::end(names), step.args[0]) == std::end(names) ||

@@ -21,6 +21,10 @@
 //   sweep POLICIES BUDGETS [N]  a fidelity sweep on the live run's prompt, N new tokens (default 8)
 //   metric NAME               the Quality panel's metric     pick POLICY BUDGET  as a click on that point
 //   log-y on|off              the Quality panel's y axis on a log scale (where every value is above zero)
+//   cache-type NAME | cache-page N   how live runs store the cache | count it in N-token pages too (0: not)
+//   points PATH               the Quality panel's drawn points with their window pixels, one per line (real-pointer tests)
+//   wait-file PATH [SECONDS]  until PATH exists (default 600 s; fails on timeout): another program's turn
+//   status PATH               the status bar's note, the latest plot read-out (tooltip) and the runs on screen
 //   quit
 #include <string>
 #include <vector>

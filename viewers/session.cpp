@@ -345,6 +345,7 @@ bool Session::execute(const RunRequest& request) {
   spec.prompt = request.prompt;
   spec.chat = window_chat(request.chat, request.no_think, request.parse_special);
   spec.generation.max_new_tokens = request.max_new_tokens;
+  spec.generation.cache_page_tokens = request.cache_page;
   spec.record = request.record;
   spec.name = request.name;
   spec.source = "kvscope gui";
@@ -442,7 +443,8 @@ void Session::publish_fidelity(const RunRequest& request, const std::shared_ptr<
     auto result = std::make_shared<const eval::FidelityResult>(
         evaluator.fidelity(*fidelity_reference_,
                            {request.policy_spec, request.budget,
-                            request.cache_type.empty() ? kernels::KVCacheTypes{} : kernels::parse_cache_types(request.cache_type)}));
+                            request.cache_type.empty() ? kernels::KVCacheTypes{} : kernels::parse_cache_types(request.cache_type),
+                            request.cache_page}));
     char line[160];
     std::snprintf(line, sizeof line,
                   ": fidelity to the full cache: top-1 agreement %.3f, KL mean %.4f, %d of %d tokens "

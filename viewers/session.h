@@ -46,6 +46,10 @@ struct RunRequest {
   // How the cache stores keys and values (kernels::parse_cache_types: "q8_0", "kivi2"); empty: float32. A run of
   // another type is named after it too ("snapkv_b25pct_q8_0").
   std::string cache_type;
+  // --cache-page N: also count the cache in pages of N tokens per (layer, KV head), the physical bytes a paged
+  // serving engine would hold, beside the logical ones (the run's cache_paged_bytes); 0: not counted. The run's
+  // tokens and name do not change.
+  int cache_page = 0;
   int max_new_tokens = 32;
   // trace::RecordOptions spec. The window records q/k, so a zoomed attention map shows single tokens exactly.
   std::string record = "qk=on";

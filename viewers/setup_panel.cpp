@@ -277,7 +277,15 @@ std::string SetupPanel::policy_spec() const {
 }
 
 void SetupPanel::set_cache_type(const std::string& text) {
-  cache_type_ = kernels::cache_type_name(kernels::parse_cache_types(text));
+  const kernels::KVCacheTypes types = kernels::parse_cache_types(text);
+  if (cache_page_ > 0) kernels::check_cache_page(types, cache_page_);  // kivi2 after `cache-page 20`: refused here
+  cache_type_ = kernels::cache_type_name(types);
+}
+
+void SetupPanel::set_cache_page(int tokens) {
+  if (tokens < 0) throw UsageError("cache page " + std::to_string(tokens) + ": give a page size in tokens, or 0 for none");
+  if (tokens > 0) kernels::check_cache_page(kernels::parse_cache_types(cache_type_), tokens);
+  cache_page_ = tokens;
 }
 
 std::string SetupPanel::budget_text() const {
@@ -305,6 +313,7 @@ RunRequest SetupPanel::request() const {
   r.policy_spec = policy_spec();
   r.budget = budget_text();
   r.cache_type = cache_type_ == "f32" ? "" : cache_type_;
+  r.cache_page = cache_page_;
   r.max_new_tokens = max_new_tokens_;
   r.record = record_;
   r.device = use_cuda_ ? "cuda" : "cpu";
@@ -334,14 +343,14 @@ void SetupPanel::run(bool with_baseline) {
   session_.submit(r);
   const std::string key = r.model_path + "\n" + r.prompt + (r.chat ? "\nchat" : "") + (r.no_think ? "\nno_think" : "") +
                           (r.parse_special ? "" : "\nno_parse_special") +
-                          "\n" + std::to_string(r.max_new_tokens);
+                          "\n" + std::to_string(r.max_new_tokens) + "\npage " + std::to_string(r.cache_page);
   if (with_baseline && r.policy_spec != "full" && key != baseline_key_) {
     baseline_key_ = key;
     RunRequest b = r;
     b.slot = "baseline";
     b.policy_spec = "full";
     b.budget.clear();
-    b.cache_type.clear();  // the reference: every token, in float32
+    b.cache_type.clear();  // the reference: every token, in float32 (counted in the same pages, when paged)
     session_.submit(b);
   }
 }
@@ -469,6 +478,19 @@ void SetupPanel::draw(AppState& state) {
   }
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("How the KV cache stores keys and values (kvscope --cache-type); the full-cache baseline stays f32");
+  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+  const std::string page_shown = cache_page_ > 0 ? std::to_string(cache_page_) + " tokens" : "not paged";
+  if (ImGui::BeginCombo("cache page", page_shown.c_str())) {
+    // vLLM's 16 first; KIVI's key pages take whole groups (32 by default).
+    for (const int tokens : {0, 16, 32, 64, 128, 256})
+      if (ImGui::Selectable(tokens > 0 ? (std::to_string(tokens) + " tokens").c_str() : "not paged", cache_page_ == tokens))
+        cache_page_ = tokens, rerun = true;
+    ImGui::EndCombo();
+  }
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Also count the cache in pages of N tokens per layer and KV head, as a paged serving engine\n"
+                      "allocates it (kvscope --cache-page N): the Summary shows these physical bytes beside the\n"
+                      "entries' logical bytes. The runs themselves do not change.");
 
   ImGui::SeparatorText("Prompt");
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
@@ -625,8 +647,12 @@ void SetupPanel::draw(AppState& state) {
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("Re-run on every change; a newer run cancels the one in progress, so dragging the budget never blocks");
   if (ImGui::Button("Keep for comparison")) pin(state);
-  ImGui::TextDisabled("run: %s  budget %s%s", policy_spec().c_str(), full ? "-" : budget_text().c_str(),
-                      cache_type_ == "f32" ? "" : ("  cache " + cache_type_).c_str());
+  // Wrapped: with a cache type and a page size the line is wider than the form's usual width.
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TextWrapped("run: %s  budget %s%s%s", policy_spec().c_str(), full ? "-" : budget_text().c_str(),
+                     cache_type_ == "f32" ? "" : ("  cache " + cache_type_).c_str(),
+                     cache_page_ > 0 ? ("  pages of " + std::to_string(cache_page_)).c_str() : "");
+  ImGui::PopStyleColor();
 
   const SessionStatus st = session_.status();
   if (!policy_error_.empty()) {

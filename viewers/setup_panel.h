@@ -36,6 +36,11 @@ class SetupPanel final : public Panel {
   // throws UsageError naming an unknown type.
   void set_cache_type(const std::string& text);
   const std::string& cache_type() const { return cache_type_; }
+  // --cache-page N for the runs: also count their caches in N-token pages per (layer, KV head), the physical bytes
+  // the Summary shows beside the logical ones; 0: not paged. Throws UsageError for N < 0 and for an N the cache
+  // type cannot page (a KIVI key page holds whole groups: kernels::check_cache_page).
+  void set_cache_page(int tokens);
+  int cache_page() const { return cache_page_; }
   void set_tokens(int n) { max_new_tokens_ = n; }
   // "cpu" or "cuda", as the form's device chooser; cuda without a device is an error naming the runtime's reason.
   void set_device(const std::string& name);
@@ -126,6 +131,7 @@ class SetupPanel final : public Panel {
   int budget_tokens_ = 64;
   int max_new_tokens_ = 32;
   std::string cache_type_ = "f32";  // kernels::cache_type_name of the chosen types
+  int cache_page_ = 0;              // --cache-page N; 0: not paged
   std::string record_ = RunRequest{}.record;
   bool use_cuda_ = false;  // the run's compute backend: cuda when chosen (and a device exists), else cpu
   bool live_ = true;

@@ -18,7 +18,8 @@ KVCache::KVCache(int n_layers, int n_kv_heads, int head_dim, kernels::KVCacheTyp
     : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim),
       storage_((backend ? *backend : kernels::default_cpu_backend()).make_kv_storage(n_layers, n_kv_heads, head_dim, type)),
       heads_(static_cast<std::size_t>(n_layers) * n_kv_heads),
-      copies_(static_cast<std::size_t>(n_layers) * n_kv_heads * 2), layer_peak_bytes_(n_layers, 0) {}
+      copies_(static_cast<std::size_t>(n_layers) * n_kv_heads * 2), layer_bytes_now_(n_layers, 0),
+      layer_peak_bytes_(n_layers, 0) {}
 
 std::span<const float> KVCache::rows(int layer, int kv_head, kernels::KVPart part) const {
   const std::size_t n = static_cast<std::size_t>(size(layer, kv_head)) * head_dim_;
@@ -49,7 +50,8 @@ void KVCache::append(int layer, const float* k, const float* v, int n, const int
     head.merge_counts.resize(head.merge_counts.size() + n, 1);
     head.scores.resize(head.scores.size() + n, 0.0f);
   }
-  update_bytes();
+  const int changed[] = {layer};
+  update_bytes(changed);
 }
 
 void KVCache::validate(const HeadEdit& e, int current_size, int n_layers, int n_kv_heads) {
@@ -116,8 +118,12 @@ void KVCache::apply(const CacheEdit& edit) {
     if (once) throw Error(where(e) + ": the edit names this head twice");
     once = 1;
   }
-  for (const HeadEdit& e : edit.heads) apply_head(e);
-  update_bytes();
+  std::vector<int> changed;
+  for (const HeadEdit& e : edit.heads) {
+    apply_head(e);
+    if (std::find(changed.begin(), changed.end(), e.layer) == changed.end()) changed.push_back(e.layer);
+  }
+  update_bytes(changed);
 }
 
 void KVCache::apply_head(const HeadEdit& e) {
@@ -143,30 +149,34 @@ void KVCache::apply_head(const HeadEdit& e) {
   }
 }
 
-void KVCache::update_bytes() {
-  bytes_ = 0;
-  for (int l = 0; l < n_layers_; ++l) {
+void KVCache::update_bytes(std::span<const int> layers) {
+  // Only the layers an append or edit changed are counted again (counting every layer's pages on every append was
+  // the cost of --cache-page); the totals and peaks are taken once the whole edit is in, as before.
+  for (int l : layers) {
     const std::size_t b = layer_bytes(l);
+    bytes_ = bytes_ - layer_bytes_now_[l] + b;
+    layer_bytes_now_[l] = b;
     layer_peak_bytes_[l] = std::max(layer_peak_bytes_[l], b);
-    bytes_ += b;
+    if (peak_page_tokens_ > 0) {
+      const std::size_t p = layer_paged_bytes(l, peak_page_tokens_);
+      paged_now_ = paged_now_ - layer_paged_now_[l] + p;
+      layer_paged_now_[l] = p;
+      layer_paged_peak_bytes_[l] = std::max(layer_paged_peak_bytes_[l], p);
+    }
   }
   peak_bytes_ = std::max(peak_bytes_, bytes_);
-  if (peak_page_tokens_ > 0) {
-    std::size_t paged = 0;
-    for (int l = 0; l < n_layers_; ++l) {
-      const std::size_t b = layer_paged_bytes(l, peak_page_tokens_);
-      layer_paged_peak_bytes_[l] = std::max(layer_paged_peak_bytes_[l], b);
-      paged += b;
-    }
-    paged_peak_bytes_ = std::max(paged_peak_bytes_, paged);
-  }
+  if (peak_page_tokens_ > 0) paged_peak_bytes_ = std::max(paged_peak_bytes_, paged_now_);
 }
 
 void KVCache::follow_paged_peak(int page_tokens) {
   peak_page_tokens_ = page_tokens;
   paged_peak_bytes_ = 0;
+  paged_now_ = 0;
   layer_paged_peak_bytes_.assign(n_layers_, 0);
-  update_bytes();
+  layer_paged_now_.assign(n_layers_, 0);
+  std::vector<int> all(n_layers_);
+  for (int l = 0; l < n_layers_; ++l) all[l] = l;
+  update_bytes(all);
 }
 
 std::size_t KVCache::entry_bytes() const {

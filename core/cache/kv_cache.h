@@ -87,7 +87,8 @@ class KVCache {
   }
   std::span<const float> rows(int layer, int kv_head, kernels::KVPart part) const;
   void apply_head(const HeadEdit& edit);
-  void update_bytes();
+  // Counts the bytes of `layers` again (those an append or edit changed) and updates the totals and peaks.
+  void update_bytes(std::span<const int> layers);
 
   int n_layers_, n_kv_heads_, head_dim_;
   std::unique_ptr<kernels::KVStorage> storage_;
@@ -97,10 +98,10 @@ class KVCache {
   mutable std::vector<RowCopy> copies_;
   std::unique_ptr<std::mutex> copy_mutex_ = std::make_unique<std::mutex>();
   std::size_t bytes_ = 0, peak_bytes_ = 0;
-  std::vector<std::size_t> layer_peak_bytes_;
+  std::vector<std::size_t> layer_bytes_now_, layer_peak_bytes_;  // each layer's bytes as last counted, and at most
   int peak_page_tokens_ = 0;  // follow_paged_peak's page size; 0: not followed
-  std::size_t paged_peak_bytes_ = 0;
-  std::vector<std::size_t> layer_paged_peak_bytes_;
+  std::size_t paged_now_ = 0, paged_peak_bytes_ = 0;
+  std::vector<std::size_t> layer_paged_now_, layer_paged_peak_bytes_;
 };
 
 }  // namespace kvscope::cache

@@ -9,27 +9,10 @@ kvscope="${1:?usage: gui_pareto_test.sh path/to/kvscope}"
 needs="xvfb-run identify"
 source "$(dirname "$0")/gui_test_prelude.sh"
 
-# Two prompts per cell, so each point has an interval; q8_0 is 34/32 of f16's bytes per entry (scales), kept at
-# the same budgets, and keeps nearly the same quality: the front holds f16 and q8_0 points of both policies.
-cat > "$work/sweep.csv" <<CSV
-cell,prompt,policy,budget,cache_type,kl_mean,cache_bytes
-0,p1,h2o,25%,f16,0.50,1048576
-1,p1,h2o,50%,f16,0.20,2097152
-2,p1,h2o,25%,q8_0,0.52,557056
-3,p1,h2o,50%,q8_0,0.21,1114112
-4,p1,snapkv,25%,f16,0.30,1048576
-5,p1,snapkv,50%,f16,0.10,2097152
-6,p1,snapkv,25%,q8_0,0.33,557056
-7,p1,snapkv,50%,q8_0,0.12,1114112
-8,p2,h2o,25%,f16,0.60,1048576
-9,p2,h2o,50%,f16,0.25,2097152
-10,p2,h2o,25%,q8_0,0.61,557056
-11,p2,h2o,50%,q8_0,0.27,1114112
-12,p2,snapkv,25%,f16,0.40,1048576
-13,p2,snapkv,50%,f16,0.12,2097152
-14,p2,snapkv,25%,q8_0,0.41,557056
-15,p2,snapkv,50%,q8_0,0.15,1114112
-CSV
+# tests/fixtures/pareto_sweep.csv: two prompts per cell, so each point has an interval; q8_0 is 34/32 of f16's bytes
+# per entry (scales), kept at the same budgets, and keeps nearly the same quality: the front holds f16 and q8_0
+# points of both policies.
+cp "$(dirname "$0")/../fixtures/pareto_sweep.csv" "$work/sweep.csv"
 
 cat > "$work/session.kvs" <<SCRIPT
 frames 3

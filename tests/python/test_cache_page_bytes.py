@@ -24,6 +24,7 @@ the default model.
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -234,6 +235,66 @@ def all_checks(root):
             check(attrs.get("cache_paged_bytes") == str(layers * kv_heads * paged) and
                   attrs.get("layer_paged_bytes") == ",".join([str(kv_heads * paged)] * layers),
                   f"trace: cache_paged_bytes {attrs.get('cache_paged_bytes')} == {layers * kv_heads * paged}, per layer")
+
+    window_checks(root, layers, kv_heads, head_dim)
+
+
+def window_checks(root, layers, kv_heads, head_dim):
+    """The window's own runs with a page size (the Set-up form's *cache page*, a script's `cache-page N`): SnapKV at
+    40 % with a q8_0 cache and its full-cache baseline, run in the window and saved (the trace is the runs' record
+    the Summary reads), carry the paged bytes: equal to generate's for the same run and to the closed form of its
+    kept counts. A page size the cache type cannot take is refused by the script, naming it."""
+    if shutil.which("xvfb-run") is None:
+        print("skip the window's part: xvfb-run not installed")
+        return
+    n, saved = 16, os.path.join(root, "window.h5")
+    script = os.path.join(root, "window.kvs")
+    with open(script, "w") as f:
+        f.write(f"frames 2\nprompt {PROMPT}\ntokens {NEW_TOKENS}\npolicy snapkv\nbudget 40%\ncache-type q8_0\n"
+                f"cache-page {n}\nrun\nwait 600\nsave {saved}\nquit\n")
+    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    res = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1280x800x24", BINARY, "gui", "--no-run", "--width",
+                          "1280", "--height", "800", "--script", script], capture_output=True, text=True, timeout=600,
+                         env=env)
+    check(res.returncode == 0, f"the window's paged runs exit 0 ({res.stderr.strip()[-400:]})")
+    if res.returncode != 0:
+        return
+    with h5py.File(saved, "r") as f:
+        runs = {name: {k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in f["runs"][name].attrs.items()}
+                for name in f["runs"]}
+    check(set(runs) == {"snapkv_b40pct_q8_0", "full"}, f"the window saved its two runs ({sorted(runs)})")
+    # The same runs from the command line (the window's runs stop at the end of generation, as generate does
+    # without --ignore-eos): their kept counts give the closed form.
+    for name, args, cache_type in (("snapkv_b40pct_q8_0", ["--policy", "snapkv", "--budget", "40%", "--cache-type", "q8_0"], "q8_0"),
+                                   ("full", ["--policy", "full"], "f32")):
+        attrs = runs.get(name, {})
+        res = subprocess.run([BINARY, "generate", "--json", "--prompt", PROMPT, "--max-new-tokens", str(NEW_TOKENS),
+                              "--cache-page", str(n), *args], capture_output=True, text=True, timeout=600)
+        check(res.returncode == 0, f"generate for {name} exits 0 ({res.stderr.strip()[-300:]})")
+        if res.returncode != 0:
+            continue
+        cache = json.loads(res.stdout)["cache"]
+        heads = [[fixed_head_bytes(k, cache_type, cache_type, head_dim, n) for k in layer] for layer in cache["kept"]]
+        logical = [sum(h[0] for h in layer) for layer in heads]
+        paged = [sum(h[1] for h in layer) for layer in heads]
+        label = f"the window's {name} in pages of {n}"
+        check(attrs.get("cache_page_tokens") == str(n), f"{label}: cache_page_tokens {attrs.get('cache_page_tokens')}")
+        check(attrs.get("cache_paged_bytes") == str(sum(paged)) == str(cache["paged_bytes"]),
+              f"{label}: cache_paged_bytes {attrs.get('cache_paged_bytes')} == generate's {cache['paged_bytes']} == "
+              f"ceil(kept / {n}) x {n} x row bytes, {sum(paged)}")
+        check(attrs.get("layer_paged_bytes") == ",".join(map(str, paged)), f"{label}: layer_paged_bytes per layer")
+        check(attrs.get("cache_entry_bytes") == str(sum(logical)),
+              f"{label}: cache_entry_bytes {attrs.get('cache_entry_bytes')} == kept x row bytes, {sum(logical)}")
+        check(attrs.get("cache_paged_peak_bytes") == str(cache["paged_peak_bytes"]),
+              f"{label}: cache_paged_peak_bytes {attrs.get('cache_paged_peak_bytes')} == generate's "
+              f"{cache['paged_peak_bytes']}")
+    with open(script, "w") as f:
+        f.write("cache-type kivi2\ncache-page 20\nquit\n")
+    res = subprocess.run(["xvfb-run", "-a", "-s", "-screen 0 1280x800x24", BINARY, "gui", "--no-run", "--script", script],
+                         capture_output=True, text=True, timeout=300, env=env)
+    check(res.returncode == 1 and "cache-page" in res.stderr and "--cache-page 20" in res.stderr and
+          "multiple of 32" in res.stderr,
+          f"the window refuses pages of 20 for kivi2, naming the group ({res.stderr.strip()[-300:]})")
 
 
 if __name__ == "__main__":

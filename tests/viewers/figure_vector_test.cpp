@@ -3,6 +3,7 @@
 // table points at its objects, and a quality plot that says when it has no intervals.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -371,4 +372,40 @@ TEST_CASE("sixteen series are drawn in sixteen different styles, a sweep's by po
   for (const auto& [name, style] : plain_legend) plain_distinct.insert(style);
   CHECK(plain_legend.size() == 16);
   CHECK(plain_distinct.size() == 16);
+}
+
+TEST_CASE("every vertical label of an exported compare figure is whole at a column's and a page's width", "[figure]") {
+  // The compare view's five parts as the window exports them: four runs on one scale, and their difference with its
+  // own colour bar, a two-line title and the decode steps. At --size column the difference's bar was shorter than
+  // its title, which was cut to "attention differ"; it now goes on a second line beside the first.
+  Figure f;
+  for (const std::string r : {"full", "cake_b25pct", "h2o_b25pct", "snapkv_b25pct"}) f.parts.push_back(map_of(r + " L0 H0", 0.08f, Colormap::Viridis));
+  HeatmapPlot diff = map_of("cake_b25pct - full (decode; prefill maps identical)", 0.1f, Colormap::RdBu);
+  diff.y_label = "decode step";
+  diff.colorbar_label = "attention difference";
+  diff.map.rows = diff.map.source_rows = 16;
+  diff.map.values.resize(16 * 64, 0.01f);
+  f.parts.push_back(diff);
+  const std::set<std::string> whole = {"query position", "decode step", "attention", "attention difference", "difference"};
+  const std::regex upright(R"re(<text transform="translate\([^)]*\) rotate\(-90\)"[^>]*>([^<]*)</text>)re");
+  for (const double inches : {kColumnInches, kPageInches}) {
+    INFO(inches << " in");
+    VectorOptions o;
+    o.dpi = 300;
+    o.font_px = 9 * 300 / 72.0;
+    o.width = inches * 300;
+    o.height = figure_height(f, static_cast<int>(o.width), o.font_px);
+    const std::string svg = figure_svg(f, o);
+    std::vector<std::string> labels;
+    for (auto it = std::sregex_iterator(svg.begin(), svg.end(), upright); it != std::sregex_iterator(); ++it)
+      labels.push_back((*it)[1]);
+    CAPTURE(labels);
+    for (const auto& l : labels) CHECK(whole.count(l) == 1);
+    // The difference's bar title: whole on one line, or on two, "attention" then "difference".
+    const auto at = std::find(labels.begin(), labels.end(), "difference");
+    CHECK((std::count(labels.begin(), labels.end(), "attention difference") == 1 ||
+           (at != labels.end() && at != labels.begin() && *(at - 1) == "attention")));
+    CHECK(std::count(labels.begin(), labels.end(), "decode step") == 1);
+    CHECK(std::count(labels.begin(), labels.end(), "query position") == 4);
+  }
 }

@@ -56,6 +56,11 @@ TEST_CASE("script errors name the line and what was expected", "[script]") {
   CHECK(message("show first\n").find("needs an integer") != std::string::npos);
   CHECK(parse_script("lock-range on\nlock-range off\n").size() == 2);
   CHECK(message("lock-range maybe\n").find("'lock-range' takes on") != std::string::npos);
+  // A page size for live runs (issue 37), and the commands a real-pointer test waits and reads with (issue 38).
+  CHECK(parse_script("cache-page 16\npoints p.tsv\nwait-file clicked 30\nstatus s.txt\n").size() == 4);
+  CHECK(message("cache-page sixteen\n").find("'cache-page' needs an integer") != std::string::npos);
+  CHECK(message("wait-file clicked soon\n").find("'wait-file' takes whole seconds") != std::string::npos);
+  CHECK(message("points\n").find("takes 1 argument(s), got 0") != std::string::npos);
   int w = 0, h = 0;
   parse_size("640x480", w, h);
   CHECK(w == 640);

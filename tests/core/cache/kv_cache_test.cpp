@@ -5,6 +5,8 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <string>
+#include <tuple>
 
 #include "core/cache/kv_cache.h"
 #include "core/common/error.h"
@@ -421,5 +423,65 @@ TEST_CASE("a KIVI cache: eviction keeps survivors' codes and frees emptied group
     // Rows of key groups no merge touched are unchanged.
     for (std::size_t e = survivors[0] - 1; e + 1 < m.keep.size() && m.keep[e] < 40; ++e)
       for (int t = 0; t < d; ++t) REQUIRE(keys[e * d + t] == keys_mid[m.keep[e] * d + t]);
+  }
+}
+
+TEST_CASE("bytes, paged bytes and their peaks, kept per layer between appends and edits, equal a count of every layer") {
+  // KVCache counts again only the layers an append or edit touched; here every layer is counted after each step
+  // (layer_bytes, layer_paged_bytes) and the totals and peaks followed by hand, as the cache did before.
+  using kernels::CacheType;
+  const int layers = 3, heads = 2, d = 64, page = 16;
+  kernels::KVCacheTypes kivi(CacheType::KIVI2);
+  kivi.kivi = {16, 16};
+  for (const kernels::KVCacheTypes& type : {kernels::KVCacheTypes(CacheType::F32), kernels::KVCacheTypes(CacheType::Q8_0), kivi}) {
+    INFO("cache " << kernels::cache_type_name(type));
+    std::mt19937 rng(38);
+    cache::KVCache c(layers, heads, d, type);
+    c.follow_paged_peak(page);
+    std::size_t peak = 0, paged_peak = 0;
+    std::vector<std::size_t> layer_peak(layers, 0), layer_paged_peak(layers, 0);
+    std::vector<int32_t> next(layers, 0);
+    auto check_counts = [&](const std::string& step) {
+      INFO(step);
+      std::size_t total = 0, paged = 0;
+      for (int l = 0; l < layers; ++l) {
+        total += c.layer_bytes(l);
+        paged += c.layer_paged_bytes(l, page);
+        layer_peak[l] = std::max(layer_peak[l], c.layer_bytes(l));
+        layer_paged_peak[l] = std::max(layer_paged_peak[l], c.layer_paged_bytes(l, page));
+        REQUIRE(c.layer_peak_bytes(l) == layer_peak[l]);
+        REQUIRE(c.layer_paged_peak_bytes(l) == layer_paged_peak[l]);
+      }
+      peak = std::max(peak, total);
+      paged_peak = std::max(paged_peak, paged);
+      REQUIRE(c.bytes() == total);
+      REQUIRE(c.peak_bytes() == peak);
+      REQUIRE(c.paged_bytes(page) == paged);
+      REQUIRE(c.paged_peak_bytes() == paged_peak);
+    };
+    std::uniform_int_distribution<int> pick_layer(0, layers - 1), pick_count(1, 23);
+    for (int step = 0; step < 40; ++step) {
+      const int l = pick_layer(rng), n = pick_count(rng);
+      if (step % 4 == 3) {
+        // Evict every third entry of one head of layer l, and half of every head of the next layer: one edit, two layers.
+        cache::CacheEdit edit;
+        for (const auto& [layer, g, every] : {std::tuple{l, step % heads, 3}, std::tuple{(l + 1) % layers, 0, 2},
+                                              std::tuple{(l + 1) % layers, 1, 2}}) {
+          cache::HeadEdit h{layer, g, {}, {}, {}, {}, {}};
+          for (int i = 0; i < c.size(layer, g); ++i)
+            if (i % every != 1) h.keep.push_back(i);
+          edit.heads.push_back(std::move(h));
+        }
+        c.apply(edit);
+        check_counts("edit at step " + std::to_string(step));
+      } else {
+        const auto k = random_rows(static_cast<std::size_t>(n) * heads * d, rng, 1.0f);
+        std::vector<int32_t> positions(n);
+        std::iota(positions.begin(), positions.end(), next[l]);
+        next[l] += n;
+        c.append(l, k.data(), k.data(), n, positions.data());
+        check_counts("append of " + std::to_string(n) + " to layer " + std::to_string(l) + " at step " + std::to_string(step));
+      }
+    }
   }
 }
