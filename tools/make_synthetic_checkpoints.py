@@ -281,7 +281,8 @@ def write_rope_scaling_keys(writer, rope):
             writer.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
 
 
-def write_gguf(folder, path, arch, tok, tok_spec):
+def write_gguf(folder, path, arch, tok, tok_spec, rope_keys=write_rope_scaling_keys):
+    """`rope_keys(writer, rope_parameters)` writes the rope scaling keys (tools/make_yarn_ext_golden.py's own)."""
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     config = model.config
     weights = {k: v.numpy() for k, v in model.state_dict().items()}
@@ -339,7 +340,7 @@ def write_gguf(folder, path, arch, tok, tok_spec):
         writer.add_tensor("output.weight", weights["lm_head.weight"])
     if config.rope_parameters.get("rope_type") == "llama3":
         writer.add_tensor("rope_freqs.weight", llama3_rope_factors(config))
-    write_rope_scaling_keys(writer, config.rope_parameters)
+    rope_keys(writer, config.rope_parameters)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

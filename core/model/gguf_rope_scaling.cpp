@@ -33,6 +33,13 @@ class ScalingKeys {
     return value;
   }
 
+  double unit_interval(const char* suffix, double fallback) const {
+    const double value = file_.get_float(key(suffix), fallback);
+    if (!(value >= 0.0 && value <= 1.0))  // NaN too
+      fail(key(suffix), std::to_string(value) + " is out of range (expected a value in [0, 1])");
+    return value;
+  }
+
   int context(const char* suffix, int fallback) const {
     const int64_t value = file_.get_int(key(suffix), fallback);
     if (value < 1 || value > kMaxContext)
@@ -85,6 +92,10 @@ void read_longrope(const ScalingKeys& keys, ModelConfig& config) {
 // yarn_log_multiplier m gives mscale(1) / mscale(m), as llama.cpp and transformers' mscale_all_dim do. attn_factor
 // multiplies the result, as llama.cpp multiplies every rope's. The ramp's ends are rounded outwards
 // (transformers' default truncate; gpt-oss's reader turns it off, core/model/gpt_oss.cpp).
+// yarn_ext_factor (absent: 1, the whole ramp) weights the ramp's extrapolation as llama.cpp's rope_yarn does
+// (RopeScaling::ext_factor). At 0, llama.cpp skips YaRN's magnitude correction as well: cos and sin are scaled by
+// yarn_attn_factor (absent: 1) times attn_factor only. Any other value keeps YaRN's attention factor whole, as
+// llama.cpp's does not depend on the ext_factor either.
 void read_yarn(const ScalingKeys& keys, ModelConfig& config) {
   RopeScaling& scaling = config.rope_scaling;
   scaling.type = "yarn";
@@ -92,20 +103,15 @@ void read_yarn(const ScalingKeys& keys, ModelConfig& config) {
   scaling.original_context = keys.context("original_context_length", config.context_length);
   scaling.beta_fast = keys.positive("yarn_beta_fast", 32.0);
   scaling.beta_slow = keys.positive("yarn_beta_slow", 1.0);
-  if (keys.has("yarn_ext_factor")) {
-    const double ext = keys.file().get_float(keys.key("yarn_ext_factor"));
-    if (ext != 1.0)
-      keys.fail(keys.key("yarn_ext_factor"),
-                std::to_string(ext) +
-                    " is not supported (expected 1: kvscope computes YaRN's whole ramp between "
-                    "interpolated and kept frequencies, as transformers does)");
-  }
+  scaling.ext_factor = keys.unit_interval("yarn_ext_factor", 1.0);
   const double log_multiplier = keys.file().get_float(keys.key("yarn_log_multiplier"), 0.0);
   if (!std::isfinite(log_multiplier) || log_multiplier < 0.0)
     keys.fail(keys.key("yarn_log_multiplier"), std::to_string(log_multiplier) + " (expected a finite value >= 0)");
   const auto mscale = [&](double m) { return scaling.factor <= 1.0 ? 1.0 : 0.1 * m * std::log(scaling.factor) + 1.0; };
   if (keys.has("yarn_attn_factor"))
     scaling.attention_factor = keys.positive("yarn_attn_factor", 1.0);
+  else if (scaling.ext_factor == 0.0)
+    scaling.attention_factor = 1.0;
   else if (log_multiplier > 0.0)
     scaling.attention_factor = mscale(1.0) / mscale(log_multiplier);
   else

@@ -114,9 +114,18 @@ void read_longrope(const JsonConfigReader& reader, const std::string& key, const
 
 // YaRN (transformers' _compute_yarn_parameters): factor (absent: max_position_embeddings / original), the
 // original context, beta_fast / beta_slow (32 / 1), truncate (true), and the attention factor on cos and sin:
-// attention_factor, else mscale / mscale_all_dim's ratio, else 0.1 ln(factor) + 1.
+// attention_factor, else mscale / mscale_all_dim's ratio, else 0.1 ln(factor) + 1. transformers has no partial
+// ramp: an `extrapolation_factor` (which llama.cpp's converter copies to yarn_ext_factor) is ignored there, so one
+// other than 1 is refused rather than computed one way or the other.
 void read_yarn(const JsonConfigReader& reader, const std::string& key, const nlohmann::json& rope, ModelConfig& config,
                RopeScaling& scaling) {
+  if (rope.contains("extrapolation_factor") && !rope["extrapolation_factor"].is_null() &&
+      !(rope["extrapolation_factor"].is_number() && rope["extrapolation_factor"].get<double>() == 1.0))
+    reader.fail(key + ".extrapolation_factor",
+                rope["extrapolation_factor"].dump() +
+                    " is not supported in a folder (expected 1: transformers ignores the field and computes YaRN's "
+                    "whole ramp, llama.cpp's converter writes it as yarn_ext_factor; convert the folder to a GGUF "
+                    "for the partial ramp)");
   read_context_extension(reader, key, rope, scaling);
   scaling.beta_fast = number(reader, key, rope, "beta_fast", 32.0);
   scaling.beta_slow = number(reader, key, rope, "beta_slow", 1.0);
@@ -247,9 +256,34 @@ ModelConfig read_text_config(const JsonConfigReader& reader, const Architecture&
 
 }  // namespace
 
+namespace {
+
+// A quantized folder (transformers' quantizers: GPTQ, AWQ, bitsandbytes, compressed-tensors, FP8, ...) holds other
+// tensors than the float ones the loaders bind, so it is refused by its quantization_config rather than by whichever
+// tensor is found missing or mistyped first. gpt-oss's MXFP4 experts are read (hf_gpt_oss.cpp); transformers'
+// Mxfp4 quantizer converts nothing but gpt-oss's experts, so no other architecture's folder says mxfp4.
+void check_quantization(const JsonConfigReader& reader, const std::string& architecture) {
+  if (!reader.present("quantization_config")) return;
+  if (!reader.at("quantization_config").is_object())
+    reader.fail("quantization_config", reader.at("quantization_config").dump() + " (expected an object)");
+  const std::string method = reader.nested("quantization_config").text("quant_method");
+  if (architecture == kGptOss && method == "mxfp4") return;
+  reader.fail("quantization_config",
+              "quant_method \"" + method + "\" is not supported (kvscope reads " + architecture +
+                  " folders' weights as F32, F16 or BF16 tensors, and \"mxfp4\" only in " + kGptOss +
+                  "'s experts; run a quantized checkpoint as a GGUF of its unquantized folder instead)");
+}
+
+}  // namespace
+
 ModelConfig read_config(const HfFolder& folder) {
   const JsonConfigReader top(folder);
-  if (!is_gemma3_multimodal(top)) return read_text_config(top, read_architecture(top), folder);
+  if (!is_gemma3_multimodal(top)) {
+    const Architecture& architecture = read_architecture(top);
+    check_quantization(top, architecture.hf_class);
+    return read_text_config(top, architecture, folder);
+  }
+  check_quantization(top, kGemma3Multimodal);
   ModelConfig config = read_text_config(top.nested("text_config"), gemma3_text_architecture(), folder);
   config.architecture = kGemma3Multimodal;
   config.hf_tensor_prefix = "language_model.model.";

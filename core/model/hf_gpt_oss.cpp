@@ -12,6 +12,7 @@
 #include "core/model/gpt_oss.h"
 #include "core/model/hf_folder.h"
 #include "core/model/json_config_reader.h"
+#include "core/model/mxfp4_experts.h"
 #include "kernels/common/dequantize.h"
 #include "kernels/common/quant_blocks.h"
 
@@ -24,16 +25,9 @@ void read_gpt_oss_fields(const JsonConfigReader& reader, ModelConfig& config) {
   config.layer_is_local = read_layer_types(reader, config.n_layers, 2);  // GptOssConfig: sliding first, alternating
   config.swiglu_limit = reader.positive("swiglu_limit", 7.0, 1e6);
   config.swiglu_alpha = reader.positive("swiglu_alpha", 1.702, 1e6);
-  // The released folders say how their experts are stored; which layers hold blocks the tensors themselves say
-  // (bind_gpt_oss_folder_experts), as modules_to_not_convert may leave some in float.
-  if (reader.present("quantization_config")) {
-    if (!reader.at("quantization_config").is_object())
-      reader.fail("quantization_config", reader.at("quantization_config").dump() + " (expected an object)");
-    const std::string method = reader.nested("quantization_config").text("quant_method");
-    if (method != "mxfp4")
-      reader.fail("quantization_config", "quant_method \"" + method +
-                                             "\" is not supported (kvscope reads gpt-oss's \"mxfp4\" experts)");
-  }
+  // The released folders' quantization_config says mxfp4 (checked with every architecture's, hf_config.cpp);
+  // which layers hold blocks the tensors themselves say (bind_gpt_oss_folder_experts), as modules_to_not_convert
+  // may leave some in float.
 }
 
 namespace {
@@ -67,28 +61,6 @@ std::vector<float> widened_row(const SafetensorsTensor& t, uint64_t r, uint64_t 
   kernels::dequantize_row(t.type, t.data + r * cols * element, row.data(), static_cast<int64_t>(cols));
   return row;
 }
-
-// One projection of every expert as transformers' Mxfp4 experts store it: `<name>_blocks` [E][rows][cols/32][16]
-// holds each output row's E2M1 codes, 32 input values a block, value 2j in the low nibble of byte j and 2j + 1 in
-// its high nibble; `<name>_scales` [E][rows][cols/32] each block's E8M0 exponent (value = e2m1 * 2^(scale - 127)).
-// Rows are outputs: for W x, not transposed as the float gate_up_proj / down_proj are.
-struct Mxfp4Experts {
-  const SafetensorsTensor* blocks = nullptr;
-  const SafetensorsTensor* scales = nullptr;
-  uint64_t rows = 0, groups = 0;
-
-  // Block g of expert e's row r in ggml's MXFP4 layout (kernels/common/quant_blocks.h): the scale byte (the same
-  // exponent: ggml halves the scale and doubles the E2M1 values), then value j in the low nibble of byte j and
-  // value j + 16 in its high nibble.
-  void write_ggml_block(uint64_t e, uint64_t r, uint64_t g, uint8_t* out) const {
-    const uint64_t block = (e * rows + r) * groups + g;
-    const uint8_t* codes = blocks->data + block * kMxfp4CodeBytes;
-    const auto code = [&](uint64_t value) { return (codes[value / 2] >> (4 * (value % 2))) & 0x0F; };
-    out[0] = scales->data[block];
-    for (uint64_t j = 0; j < kMxfp4CodeBytes; ++j)
-      out[1 + j] = static_cast<uint8_t>(code(j) | code(j + kMxfp4CodeBytes) << 4);
-  }
-};
 
 // `<name>_blocks` and `<name>_scales` checked against config.json (E experts of `rows` rows of `cols` values), or
 // nothing when the folder has neither (the experts are float).
@@ -124,7 +96,7 @@ std::optional<Mxfp4Experts> find_mxfp4_experts(const HfFolder& folder, const std
     tensor_error(folder, scales_name, "shape: " + shape_text(scales->shape) + " (expected " +
                                           shape_text(expected_scales) + ": one scale per block of '" + blocks_name +
                                           "' " + shape_text(blocks->shape) + ")");
-  return Mxfp4Experts{blocks, scales, rows, groups};
+  return Mxfp4Experts{blocks->data, scales->data, rows, groups};
 }
 
 // The experts' biases, de-interleaved as the matrices are.
@@ -178,29 +150,21 @@ std::shared_ptr<const void> bind_float_experts(const HfFolder& folder, const std
   return buffer;
 }
 
-// MXFP4 experts, kept in MXFP4: each row's blocks rewritten in ggml's layout (the same 17 bytes per 32 values), so
-// that they run as a GGUF's MXFP4 experts do. The blocks' rows of gate_up are gate_0, up_0, gate_1, up_1, ...
+// MXFP4 experts, kept in MXFP4: each row's blocks rewritten in ggml's layout (the same 17 bytes per 32 values,
+// core/model/mxfp4_experts.h), so that they run as a GGUF's MXFP4 experts do.
 std::shared_ptr<const void> bind_mxfp4_experts(const Mxfp4Experts& gate_up, const Mxfp4Experts& down, uint64_t E,
                                                uint64_t D, uint64_t I, LayerWeights& lw) {
-  const std::size_t gate_row = ggml_row_bytes(GgmlType::MXFP4, D), down_row = ggml_row_bytes(GgmlType::MXFP4, I);
-  const std::size_t expert_bytes = 2 * I * gate_row + D * down_row;
-  auto buffer = std::make_shared<std::vector<uint8_t>>(E * expert_bytes);
-  const auto block_bytes = static_cast<std::size_t>(kernels::blocks::kMXFP4Bytes);
-  const auto copy_row = [&](const Mxfp4Experts& from, uint64_t e, uint64_t r, uint8_t* out) {
-    for (uint64_t g = 0; g < from.groups; ++g) from.write_ggml_block(e, r, g, out + g * block_bytes);
+  const GgmlMxfp4Layout layout(D, I);
+  // Left uninitialised: every byte is written, by the threads that first touch its pages.
+  std::shared_ptr<uint8_t[]> buffer(new uint8_t[E * layout.expert_bytes]);
+  write_ggml_mxfp4_experts(gate_up, down, E, D, I, buffer.get());
+  const auto as_matrix = [](const uint8_t* data, uint64_t rows, uint64_t cols) {
+    return QuantMatrix::view(GgmlType::MXFP4, static_cast<int>(rows), static_cast<int>(cols), data);
   };
   for (uint64_t e = 0; e < E; ++e) {
-    uint8_t* gate = buffer->data() + e * expert_bytes;
-    uint8_t* up = gate + I * gate_row;
-    uint8_t* down_rows = up + I * gate_row;
-    for (uint64_t i = 0; i < I; ++i) {
-      copy_row(gate_up, e, 2 * i, gate + i * gate_row);
-      copy_row(gate_up, e, 2 * i + 1, up + i * gate_row);
-    }
-    for (uint64_t d = 0; d < D; ++d) copy_row(down, e, d, down_rows + d * down_row);
-    const auto as_matrix = [](const uint8_t* data, uint64_t rows, uint64_t cols) {
-      return QuantMatrix::view(GgmlType::MXFP4, static_cast<int>(rows), static_cast<int>(cols), data);
-    };
+    const uint8_t* gate = buffer.get() + e * layout.expert_bytes;
+    const uint8_t* up = gate + I * layout.gate_row;
+    const uint8_t* down_rows = up + I * layout.gate_row;
     lw.expert_gate.push_back(as_matrix(gate, I, D));
     lw.expert_up.push_back(as_matrix(up, I, D));
     lw.expert_down.push_back(as_matrix(down_rows, D, I));

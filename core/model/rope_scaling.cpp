@@ -13,6 +13,8 @@ namespace {
 // transformers' _compute_yarn_parameters: pair i's frequency is blended between freq / factor (interpolated) and
 // freq (extrapolated) by a linear ramp over the pair index between the dimensions where a wavelength turns
 // beta_fast and beta_slow times within the original context; the divisor is the reciprocal of the blend.
+// llama.cpp's rope_yarn blends the angles (position times each frequency) with the same weights, its ramp scaled by
+// ext_factor: the extrapolated share of pair i is (1 - ramp_i) * ext_factor.
 std::vector<float> yarn_divisors(const RopeScaling& scaling, int rope_dim, double base) {
   const auto correction_dim = [&](double rotations) {
     return rope_dim * std::log(scaling.original_context / (rotations * 2.0 * std::numbers::pi)) / (2.0 * std::log(base));
@@ -28,7 +30,9 @@ std::vector<float> yarn_divisors(const RopeScaling& scaling, int rope_dim, doubl
   std::vector<float> divisors(static_cast<std::size_t>(rope_dim / 2));
   for (int i = 0; i < rope_dim / 2; ++i) {
     const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);  // 0: extrapolated, 1: interpolated
-    divisors[static_cast<std::size_t>(i)] = static_cast<float>(1.0 / (ramp / scaling.factor + (1.0 - ramp)));
+    const double extrapolated = (1.0 - ramp) * scaling.ext_factor;
+    divisors[static_cast<std::size_t>(i)] =
+        static_cast<float>(1.0 / ((1.0 - extrapolated) / scaling.factor + extrapolated));
   }
   return divisors;
 }

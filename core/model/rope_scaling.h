@@ -22,6 +22,10 @@ struct RopeScaling {
   // frequencies, and whether the ramp's ends are rounded outwards to whole dimensions.
   double beta_fast = 32.0, beta_slow = 1.0;
   bool truncate = true;
+  // yarn only: llama.cpp's yarn_ext_factor in [0, 1], the weight of the ramp's extrapolation (rope_yarn's ramp_mix
+  // is ramp * ext_factor): 1 is the whole ramp (transformers, which has no such field), 0 plain interpolation by
+  // `factor` (and no YaRN attention factor, core/model/gguf_rope_scaling.cpp).
+  double ext_factor = 1.0;
 };
 
 // YaRN's attention factor when a checkpoint gives none: 0.1 ln(factor) + 1 (1 for factor <= 1).

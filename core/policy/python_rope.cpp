@@ -42,8 +42,7 @@ struct Rope : RopeRotation {
       const int64_t p = pos.data()[r];
       if (p < -(int64_t{1} << 30) || p > (int64_t{1} << 30))
         throw py::value_error("rope.rotate: position " + std::to_string(p) + " is out of range");
-      const int position = static_cast<int>(inverse ? -p : p);
-      RopeRotation::rotate(dst + r * head_dim, position);
+      RopeRotation::rotate(dst + r * head_dim, static_cast<int>(p), inverse);
     }
     return out;
   }
@@ -61,23 +60,31 @@ py::object make_python_rope(const model::ModelConfig& config) {
     inv_freq.mutable_at(i) =
         powf(rope->base, -2.0f * static_cast<float>(i) / static_cast<float>(rope->rope_dim)) / rope->divisor(i);
   }
+  // The fields of each scaling type, as transformers' rope_parameters name them (docs/policies.md, obs.rope).
   const auto& s = config.rope_scaling;
   py::dict scaling;
   scaling["type"] = s.type;
-  if (s.type == "linear" || s.type == "llama3") scaling["factor"] = s.factor;
-  if (s.type == "longrope") {  // rotate() uses the short factors and no attention factor (the first call's)
+  const bool scaled = s.type != "default" && s.type != "rope_freqs";
+  if (scaled) scaling["factor"] = s.factor;
+  if (s.type == "linear" || s.type == "longrope" || s.type == "yarn") scaling["attention_factor"] = s.attention_factor;
+  if (s.type == "llama3" || s.type == "longrope" || s.type == "yarn")
+    scaling["original_max_position_embeddings"] = s.original_context;
+  if (s.type == "longrope") {  // divisors, inv_freq and rotate() are the short factors'
     py::list short_factor, long_factor;
     for (float f : s.short_factor) short_factor.append(f);
     for (float f : s.long_factor) long_factor.append(f);
     scaling["short_factor"] = short_factor;
     scaling["long_factor"] = long_factor;
-    scaling["attention_factor"] = s.attention_factor;
-    scaling["original_max_position_embeddings"] = s.original_context;
   }
   if (s.type == "llama3") {
     scaling["low_freq_factor"] = s.low_freq_factor;
     scaling["high_freq_factor"] = s.high_freq_factor;
-    scaling["original_max_position_embeddings"] = s.original_context;
+  }
+  if (s.type == "yarn") {
+    scaling["beta_fast"] = s.beta_fast;
+    scaling["beta_slow"] = s.beta_slow;
+    scaling["truncate"] = s.truncate;
+    scaling["ext_factor"] = s.ext_factor;
   }
   py::cpp_function rotate(
       [rope](const py::object& x, const py::object& positions, bool inverse) {
@@ -85,12 +92,12 @@ py::object make_python_rope(const model::ModelConfig& config) {
       },
       py::arg("x"), py::arg("positions"), py::arg("inverse") = false,
       "x (..., head_dim) rotated to `positions` (broadcast to x.shape[:-1]), or back from them with inverse=True, "
-      "as the engine rotates keys and queries");
+      "as the engine rotates keys and queries (cos and sin times attention_factor)");
   return py::module_::import("types").attr("SimpleNamespace")(
       py::arg("theta") = static_cast<double>(rope->base), py::arg("rope_dim") = rope->rope_dim,
       py::arg("head_dim") = rope->head_dim, py::arg("pairing") = rope->adjacent ? "adjacent" : "half",
-      py::arg("scaling") = scaling, py::arg("divisors") = divisors, py::arg("inv_freq") = inv_freq,
-      py::arg("rotate") = rotate);
+      py::arg("scaling") = scaling, py::arg("attention_factor") = static_cast<double>(rope->scale),
+      py::arg("divisors") = divisors, py::arg("inv_freq") = inv_freq, py::arg("rotate") = rotate);
 }
 
 }  // namespace kvscope::policy

@@ -13,13 +13,17 @@ struct RopeRotation {
   float base = 0.0f;
   bool adjacent = true;         // pairs (2i, 2i+1) as in a llama GGUF; false: (i, i + rope_dim/2)
   std::vector<float> divisors;  // one per rotated pair; empty: all 1
+  // What the engine multiplies cos and sin by (ModelConfig::rope_attention_factor: YaRN's and longrope's attention
+  // factor, 1 otherwise), so that a rotated query or key is the engine's.
+  float scale = 1.0f;
 
   RopeRotation() = default;
   explicit RopeRotation(const model::ModelConfig& config);
 
   float divisor(int pair) const { return divisors.empty() ? 1.0f : divisors[pair]; }
-  // v[0..head_dim) rotated in place to `position` (negative: back from -position), in float32 as the engine does.
-  void rotate(float* v, int position) const;
+  // v[0..head_dim) rotated in place to `position` in float32 as the engine does, or with `inverse` back from it
+  // (the rotation by -position, divided by `scale`).
+  void rotate(float* v, int position, bool inverse = false) const;
 };
 
 }  // namespace kvscope::policy

@@ -255,3 +255,39 @@ TEST_CASE("a YaRN GGUF (qwen2) matches transformers past the original context, a
   INFO("with YaRN's default attention factor: max |logit difference| " << attention_diff);
   CHECK(attention_diff > 10 * kLogitTolerance);
 }
+
+TEST_CASE("YaRN's partial ramp (yarn_ext_factor 0.5 and 0) matches llama.cpp past the original context",
+          "[gguf][synthetic][yarn]") {
+  // tools/make_yarn_ext_golden.py: the YaRN checkpoint above with yarn_ext_factor 0.5 and 0 and attn_factor 1.1,
+  // and llama.cpp's own logits for the same prompt (transformers has no partial ramp).
+  const std::filesystem::path dir = std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_yarn";
+  const nlohmann::json golden = test::read_json_fixture(dir / "golden_llamacpp.json");
+  const nlohmann::json prompt_golden = test::read_json_fixture(dir / "golden.json");
+  REQUIRE(golden["prompt_ids"].size() > prompt_golden["yarn"]["original_max_position_embeddings"].get<std::size_t>());
+  REQUIRE(golden["files"].size() == 2);
+  for (const auto& [file, g] : golden["files"].items()) {
+    INFO(file);
+    const model::Model m = model::load_model(dir / file);
+    const double ext = g["yarn_ext_factor"].get<double>();
+    CHECK(m.config.rope_scaling.ext_factor == ext);
+    const nlohmann::json expected = {{"prompt_ids", golden["prompt_ids"]}, {"final_logits", g["final_logits"]}};
+    const double diff = max_diff_to_golden(m, expected);
+    INFO("max |logit difference| to llama.cpp " << diff);
+    CHECK(diff <= kLogitTolerance);
+
+    // The test can fail: the whole ramp (ext_factor 1) or, at 0, YaRN's attention factor on top move the logits
+    // far beyond the tolerance.
+    model::Model other = model::load_model(dir / file);
+    if (ext > 0.0) {
+      other.config.rope_scaling.ext_factor = 1.0;
+      other.config.rope_freq_divisors =
+          model::rope_freq_divisors(other.config.rope_scaling, other.config.rope_dim, other.config.rope_base);
+    } else {
+      other.config.rope_attention_factor *= static_cast<float>(model::yarn_default_attention_factor(4.0));
+    }
+    const double other_diff = max_diff_to_golden(other, expected);
+    INFO((ext > 0.0 ? "with the whole ramp" : "with YaRN's attention factor")
+         << ": max |logit difference| " << other_diff);
+    CHECK(other_diff > 100 * kLogitTolerance);
+  }
+}

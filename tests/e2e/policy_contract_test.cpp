@@ -2,6 +2,7 @@
 // beside kvscope's, checked against independent facts (the spec given, the model's own numbers).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -522,4 +523,75 @@ def score(obs):
     return -obs.positions.astype(np.float64)
 )PY");
   CHECK(run_error("python:" + path) == "");
+}
+
+TEST_CASE("obs.rope of a YaRN checkpoint: its fields, and rotate as the model rotates keys and queries",
+          "[e2e][policy_contract][yarn]") {
+  // tests/fixtures/hf_yarn: the folder (transformers' whole ramp, attention_factor 1.25) and the GGUF with
+  // llama.cpp's yarn_ext_factor 0.5 and attn_factor 1.1. Inside score(), on every layer: the scaling fields, the
+  // per-pair frequencies against YaRN's closed form computed in numpy from the same numbers, and the cache's keys
+  // and obs.queries against the pre-RoPE parts rotated by that closed form times the attention factor (rotate-half
+  // pairs, float64), and by rope.rotate; rotate(inverse=True) takes the cache's keys back to keys_pre_rope.
+  const auto dir = std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_yarn";
+  std::vector<int> prompt = {1};
+  for (int i = 0; i < 100; ++i) prompt.push_back(3 + (i * 13) % 300);  // past the original context of 64
+  const auto policy = [](const std::string& name, const std::string& scaling, double attention) {
+    char attention_text[64];
+    std::snprintf(attention_text, sizeof attention_text, "%.17g", attention);
+    return write_policy(name, R"PY(
+import numpy as np
+needs = ["keys_pre_rope", "queries_pre_rope", "queries"]
+ATTENTION = )PY" + std::string(attention_text) +
+                                  R"PY(
+SCALING = )PY" + scaling + R"PY(
+def yarn_inv_freq(dim, base, s):
+    """transformers' _compute_yarn_parameters, with llama.cpp's ext_factor weighting the extrapolation."""
+    corr = lambda rot: dim * np.log(s["original_max_position_embeddings"] / (rot * 2 * np.pi)) / (2 * np.log(base))
+    low, high = max(np.floor(corr(s["beta_fast"])), 0), min(np.ceil(corr(s["beta_slow"])), dim - 1)
+    ramp = np.clip((np.arange(dim // 2) - low) / (high - low), 0, 1)
+    extrapolated = (1 - ramp) * s["ext_factor"]
+    freq = base ** (-np.arange(0, dim, 2) / dim)
+    return freq / s["factor"] * (1 - extrapolated) + freq * extrapolated
+def rotate_half(x, pos, inv_freq):
+    angle = pos[..., None] * inv_freq                              # (..., dim/2)
+    a, b = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return ATTENTION * np.concatenate([a * np.cos(angle) - b * np.sin(angle), a * np.sin(angle) + b * np.cos(angle)], -1)
+def close(name, got, want, tol):
+    err = np.abs(np.asarray(got, np.float64) - want).max() / np.abs(want).max()
+    if err > tol:
+        raise AssertionError("%s differs by %g (relative)" % (name, err))
+def score(obs):
+    r = obs.rope
+    same = lambda got, want: abs(got - want) <= 1e-6 * abs(want) if isinstance(want, float) else got == want
+    if (set(r.scaling) != set(SCALING) or not all(same(r.scaling[k], v) for k, v in SCALING.items())
+            or not same(r.attention_factor, ATTENTION) or r.pairing != "half"):
+        raise AssertionError("rope.scaling %r, attention_factor %r, pairing %r" % (r.scaling, r.attention_factor, r.pairing))
+    inv_freq = yarn_inv_freq(r.rope_dim, r.theta, SCALING)
+    close("rope.inv_freq", r.inv_freq, inv_freq, 1e-6)
+    where = {int(p): j for j, p in enumerate(obs.positions[0])}
+    stored = np.stack([obs.keys[:, where[int(p)]] for p in obs.query_positions])     # (n, n_kv_heads, head_dim)
+    pos = obs.query_positions[:, None]
+    close("keys (closed form)", rotate_half(obs.keys_pre_rope.astype(np.float64), pos, inv_freq), stored, 1e-4)
+    close("queries (closed form)", rotate_half(obs.queries_pre_rope.astype(np.float64), pos, inv_freq), obs.queries, 1e-4)
+    close("rope.rotate(keys_pre_rope)", r.rotate(obs.keys_pre_rope, pos), stored, 1e-5)
+    close("rope.rotate(queries_pre_rope)", r.rotate(obs.queries_pre_rope, pos), obs.queries, 1e-5)
+    close("rope.rotate(keys, inverse)", r.rotate(stored, pos, inverse=True), obs.keys_pre_rope, 1e-5)
+    return -obs.positions.astype(np.float64)
+)PY");
+  };
+  const model::Model folder = model::load_model(dir / "qwen2_yarn");
+  const std::string folder_scaling =
+      "{\"type\": \"yarn\", \"factor\": 4.0, \"attention_factor\": ATTENTION, \"original_max_position_embeddings\": "
+      "64, "
+      "\"beta_fast\": 4.0, \"beta_slow\": 2.0, \"truncate\": True, \"ext_factor\": 1.0}";
+  CHECK(run_error_on(folder, prompt, "python:" + policy("rope_yarn", folder_scaling, 1.25)) == "");
+  const model::Model partial = model::load_model(dir / "qwen2_yarn_ext050.gguf");
+  const double partial_attention = 1.1 * (0.1 * std::log(4.0) + 1.0);  // attn_factor x YaRN's default
+  std::string partial_scaling = folder_scaling;
+  partial_scaling.replace(partial_scaling.find("\"ext_factor\": 1.0"), 17, "\"ext_factor\": 0.5");
+  CHECK(partial.config.rope_scaling.attention_factor == Approx(partial_attention));
+  CHECK(run_error_on(partial, prompt, "python:" + policy("rope_yarn_ext", partial_scaling, partial_attention)) == "");
+  // The checks can fail: the folder's numbers expected of the partial ramp's file are refused.
+  CHECK_THAT(run_error_on(partial, prompt, "python:" + policy("rope_yarn_wrong", folder_scaling, 1.25)),
+             Catch::Contains("rope.scaling"));
 }

@@ -1,9 +1,11 @@
 // read_config on built files (defaults, validation messages) and on the real default model.
 #include "core/model/config.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
+#include <numbers>
 
 #include "core/model/gguf.h"
 #include "tests/core/model/gguf_builder.h"
@@ -256,6 +258,52 @@ TEST_CASE("read_config reads the rope scaling keys for every architecture, as ll
         .f32("llama.rope.scaling.yarn_log_multiplier", 0.5f);
     CHECK(config_of(b).rope_attention_factor == Approx((0.1 * std::log(8.0) + 1.0) / (0.05 * std::log(8.0) + 1.0)));
   }
+  SECTION("YaRN's partial ramp (yarn_ext_factor): llama.cpp's rope_yarn blend of the angles, in closed form") {
+    // rope_yarn: theta = theta_interp (1 - m) + theta_extrap m with m = ramp * ext_factor, ramp = 1 - clamp((i -
+    // low) / max(0.001, high - low)) over pair i, low / high the floored / ceiled correction dimensions of beta_fast
+    // / beta_slow; the divisor is theta_extrap / theta. Its magnitude: YaRN's 0.1 ln(factor) + 1 for any
+    // ext_factor but 0, where llama.cpp applies none.
+    const double factor = 4.0, base_freq = 10000.0;
+    const int rope_dim = 16, original = 4096;
+    const auto corr_dim = [&](double rotations) {
+      return rope_dim * std::log(original / (rotations * 2 * std::numbers::pi)) / (2 * std::log(base_freq));
+    };
+    const double low = std::max(0.0, std::floor(corr_dim(16.0))),
+                 high = std::min(rope_dim - 1.0, std::ceil(corr_dim(2.0)));
+    REQUIRE(low > 0.0);  // the ramp lies inside the pairs, so both ends are exercised
+    REQUIRE(high < rope_dim / 2 - 1);
+    for (const float ext : {0.0f, 0.25f, 0.5f, 1.0f}) {
+      INFO("yarn_ext_factor " << ext);
+      auto b = base();
+      b.u32("llama.vocab_size", 10)
+          .str("llama.rope.scaling.type", "yarn")
+          .f32("llama.rope.scaling.factor", static_cast<float>(factor))
+          .u32("llama.rope.scaling.original_context_length", original)
+          .f32("llama.rope.scaling.yarn_beta_fast", 16.0f)
+          .f32("llama.rope.scaling.yarn_beta_slow", 2.0f)
+          .f32("llama.rope.scaling.yarn_ext_factor", ext)
+          .f32("llama.rope.scaling.attn_factor", 0.5f);
+      const ModelConfig c = config_of(b);
+      CHECK(c.rope_scaling.ext_factor == ext);
+      REQUIRE(c.rope_freq_divisors.size() == rope_dim / 2);
+      for (int i = 0; i < rope_dim / 2; ++i) {
+        const double ramp = 1.0 - std::clamp((i - low) / std::max(0.001, high - low), 0.0, 1.0);
+        const double mix = ramp * ext;
+        CHECK(c.rope_freq_divisors[i] == Approx(1.0 / ((1.0 - mix) / factor + mix)).epsilon(1e-6));
+      }
+      CHECK(c.rope_attention_factor == Approx(0.5 * (ext == 0.0f ? 1.0 : 0.1 * std::log(factor) + 1.0)));
+    }
+    // At 0 a given yarn_attn_factor is the magnitude, as llama.cpp takes it where it reads the key.
+    auto b = base();
+    b.u32("llama.vocab_size", 10)
+        .str("llama.rope.scaling.type", "yarn")
+        .f32("llama.rope.scaling.factor", 4.0f)
+        .f32("llama.rope.scaling.yarn_ext_factor", 0.0f)
+        .f32("llama.rope.scaling.yarn_attn_factor", 1.5f);
+    const ModelConfig c = config_of(b);
+    CHECK(c.rope_attention_factor == Approx(1.5));
+    CHECK(c.rope_freq_divisors == std::vector<float>(8, 4.0f));
+  }
   SECTION("linear, also from a factor without a type as llama.cpp reads it (gemma2)") {
     for (const bool typed : {true, false}) {
       auto b = base("gemma2");
@@ -279,12 +327,15 @@ TEST_CASE("read_config reads the rope scaling keys for every architecture, as ll
     dynamic.u32("qwen2.vocab_size", 10).str("qwen2.rope.scaling.type", "dynamic");
     expect_config_error(dynamic, {"'qwen2.rope.scaling.type'", "\"dynamic\" is not supported",
                                   "supported: none, linear, yarn, longrope"});
-    auto ext = base();
-    ext.u32("llama.vocab_size", 10)
-        .str("llama.rope.scaling.type", "yarn")
-        .f32("llama.rope.scaling.factor", 4.0f)
-        .f32("llama.rope.scaling.yarn_ext_factor", 0.5f);
-    expect_config_error(ext, {"'llama.rope.scaling.yarn_ext_factor'", "0.5", "not supported (expected 1"});
+    for (const float bad : {1.5f, -0.25f, std::numeric_limits<float>::quiet_NaN()}) {
+      auto ext = base();
+      ext.u32("llama.vocab_size", 10)
+          .str("llama.rope.scaling.type", "yarn")
+          .f32("llama.rope.scaling.factor", 4.0f)
+          .f32("llama.rope.scaling.yarn_ext_factor", bad);
+      expect_config_error(ext, {"'llama.rope.scaling.yarn_ext_factor'", std::isnan(bad) ? "nan" : std::to_string(bad),
+                                "is out of range (expected a value in [0, 1])"});
+    }
     auto longrope = base("phi3");
     longrope.u32("phi3.vocab_size", 10).str("phi3.rope.scaling.type", "longrope");
     expect_config_error(longrope, {"'rope_factors_short.weight'", "tensor missing"});

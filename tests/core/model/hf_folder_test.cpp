@@ -108,6 +108,36 @@ TEST_CASE("bad Hugging Face folders are clear errors", "[hf]") {
     rewrite_config();
     CHECK_THAT(load_error(dir.path()), Contains("field 'rope_scaling.rope_type'") && Contains("dynamic"));
   }
+  SECTION("a quantized folder is refused by its quantization_config, naming the folder and the method") {
+    // The tensors are still the float ones, which would load: the refusal comes from quantization_config alone.
+    for (const char* method : {"gptq", "awq", "bitsandbytes", "compressed-tensors", "fp8", "mxfp4"}) {
+      config["quantization_config"] = {{"quant_method", method}, {"bits", 4}};
+      rewrite_config();
+      CHECK_THAT(load_error(dir.path()),
+                 Contains((dir.path() / "config.json").string() + ": field 'quantization_config': quant_method \"" +
+                          method + "\" is not supported") &&
+                     Contains("kvscope reads LlamaForCausalLM folders' weights as F32, F16 or BF16 tensors") &&
+                     Contains("\"mxfp4\" only in GptOssForCausalLM's experts"));
+    }
+    config["quantization_config"] = {{"bits", 4}};
+    rewrite_config();
+    CHECK_THAT(load_error(dir.path()), Contains("field 'quantization_config.quant_method': missing or not a string"));
+    config["quantization_config"] = "gptq";
+    rewrite_config();
+    CHECK_THAT(load_error(dir.path()), Contains("field 'quantization_config': \"gptq\" (expected an object)"));
+  }
+  SECTION("YaRN's extrapolation_factor, which transformers ignores, is refused unless 1") {
+    config["rope_scaling"] = {{"rope_type", "yarn"},
+                              {"factor", 4.0},
+                              {"original_max_position_embeddings", 16},
+                              {"extrapolation_factor", 0.5}};
+    rewrite_config();
+    CHECK_THAT(load_error(dir.path()), Contains("field 'rope_scaling.extrapolation_factor': 0.5 is not supported in a "
+                                                "folder (expected 1: transformers ignores the field"));
+    config["rope_scaling"]["extrapolation_factor"] = 1.0;
+    rewrite_config();
+    CHECK(model::load_model(dir.path()).config.rope_scaling.type == "yarn");
+  }
   SECTION("a hyper-parameter of the wrong type") {
     config["num_hidden_layers"] = "two";
     rewrite_config();
