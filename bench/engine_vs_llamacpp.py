@@ -200,8 +200,8 @@ def main():
             k = results[engine]
             own = engine.replace("kvscope-", "")
             # A rotated type (q4_0:rot=hadamard) against llama.cpp's own, which rotates its quantized cache too.
-            own = own.replace(":rot=hadamard", "")
-            peer = f"llama.cpp-{own}" if f"llama.cpp-{own}" in results else \
+            base = own.replace(":rot=hadamard", "")
+            peer = f"llama.cpp-{base}" if f"llama.cpp-{base}" in results else \
                 "llama.cpp-f16" if "llama.cpp-f16" in results else llama_variants[0][0]
             l = results[peer]
             cpu_ratio = k["decode_cpu_tps"] / l["decode_cpu_tps"] if l["decode_cpu_tps"] > 0 else float("nan")
