@@ -401,7 +401,8 @@ void prefill(const CpuKVStorage& kv, const AttentionCall& call, Reductions& redu
       if (const int block = kv.rotation_block(KVPart::Keys)) {
         rotated_q.resize(static_cast<std::size_t>(n) * d);
         for (int i = 0; i < n; ++i)
-          std::copy_n(q + static_cast<std::size_t>(i) * q_stride, d, rotated_q.data() + static_cast<std::size_t>(i) * d);
+          std::copy_n(q + static_cast<std::size_t>(i) * q_stride, d,
+                      rotated_q.data() + static_cast<std::size_t>(i) * d);
         hadamard_rotate_rows(rotated_q.data(), n, d, d, block);
         q = rotated_q.data();
         q_step = d;
@@ -432,7 +433,8 @@ void prefill(const CpuKVStorage& kv, const AttentionCall& call, Reductions& redu
         if (m_block > 0) {
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, m_block, 1.0f, scores.data(), m_block, values,
                       d, 0.0f, o_block, q_stride);
-          if (const int block = kv.rotation_block(KVPart::Values)) hadamard_rotate_rows(o_block, rows, q_stride, d, block);
+          if (const int block = kv.rotation_block(KVPart::Values))
+            hadamard_rotate_rows(o_block, rows, q_stride, d, block);
         } else
           for (int r = 0; r < rows; ++r) std::fill_n(o_block + static_cast<std::size_t>(r) * q_stride, d, 0.0f);
       }

@@ -130,7 +130,8 @@ void CpuKVStorage::push_rows(int layer, HeadRows& head, KVPart part, const float
   std::vector<float> rotated;
   if (const int block = rotation_block(part)) {
     rotated.resize(static_cast<std::size_t>(count) * d);
-    for (int r = 0; r < count; ++r) std::copy_n(rows + r * row_stride, d, rotated.data() + static_cast<std::size_t>(r) * d);
+    for (int r = 0; r < count; ++r)
+      std::copy_n(rows + r * row_stride, d, rotated.data() + static_cast<std::size_t>(r) * d);
     hadamard_rotate_rows(rotated.data(), count, d, d, block);
     rows = rotated.data();
     row_stride = d;
@@ -179,7 +180,8 @@ void CpuKVStorage::append(int layer, const float* k, const float* v, int n, cons
 void CpuKVStorage::load_rows(const HeadRows& head, KVPart part, std::size_t first, std::size_t count,
                              float* out) const {
   load_stored_rows(head, part, first, count, out);
-  if (const int block = rotation_block(part)) hadamard_rotate_rows(out, static_cast<int>(count), head_dim(), head_dim(), block);
+  if (const int block = rotation_block(part))
+    hadamard_rotate_rows(out, static_cast<int>(count), head_dim(), head_dim(), block);
 }
 
 void CpuKVStorage::load_stored_rows(const HeadRows& head, KVPart part, std::size_t first, std::size_t count,

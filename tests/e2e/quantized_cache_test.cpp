@@ -140,11 +140,13 @@ TEST_CASE("a Hadamard-rotated float32 cache gives the unrotated cache's logits a
   for (const auto& [key, rows] : plain_maps.maps) {
     const auto& other = turned_maps.maps.at(key);
     REQUIRE(other.size() == rows.size());
-    for (std::size_t r = 0; r < rows.size(); ++r) worst_probability = std::max(worst_probability, test::max_abs_diff(other[r], rows[r]));
+    for (std::size_t r = 0; r < rows.size(); ++r)
+      worst_probability = std::max(worst_probability, test::max_abs_diff(other[r], rows[r]));
   }
-  std::printf("f32 rotated against f32: max |logit difference| %.2e over %zu steps, max |probability difference| "
-              "%.2e over %zu maps\n",
-              worst_logit, plain.logits.size(), worst_probability, plain_maps.maps.size());
+  std::printf(
+      "f32 rotated against f32: max |logit difference| %.2e over %zu steps, max |probability difference| "
+      "%.2e over %zu maps\n",
+      worst_logit, plain.logits.size(), worst_probability, plain_maps.maps.size());
   CHECK(worst_logit <= kLogitBound);
   CHECK(worst_probability <= kProbabilityBound);
   CHECK(generate(engine, prompt, turned, {}, nullptr, 8).tokens == plain.tokens);  // free greedy tokens

@@ -210,13 +210,13 @@ TEST_CASE("attention over a Hadamard-rotated cache matches the direct loop over 
     t.rotate_values = values;
     return t;
   };
-  for (kernels::KVCacheTypes types :
-       {rotated(CacheType::Q4_0, true, true), rotated(CacheType::Q8_0, true, true), rotated(CacheType::F32, true, true),
-        rotated(CacheType::Q4_1, true, false), rotated(kernels::KVCacheTypes(CacheType::F16, CacheType::Q4_0), false, true),
-        rotated(CacheType::KIVI4, true, true)})
+  for (kernels::KVCacheTypes types : {rotated(CacheType::Q4_0, true, true), rotated(CacheType::Q8_0, true, true),
+                                      rotated(CacheType::F32, true, true), rotated(CacheType::Q4_1, true, false),
+                                      rotated(kernels::KVCacheTypes(CacheType::F16, CacheType::Q4_0), false, true),
+                                      rotated(CacheType::KIVI4, true, true)})
     for (int d : {32, 64, 128}) {
       INFO("cache " << kernels::cache_type_name(types) << ", head_dim " << d);
-      check(6, 2, 1, types, d);   // decode
+      check(6, 2, 1, types, d);  // decode
       check(3, 3, 1, types, d);
       check(6, 2, 70, types, d);  // prefill
     }

@@ -103,7 +103,8 @@ TEST_CASE("a rotated q4_0 cache stores the quantized rotated rows and reads back
       REQUIRE(std::vector<uint8_t>(stored, stored + row_bytes) == expected);
       std::vector<float> model(d);
       for (int b = 0; b < d / 32; ++b)
-        kernels::blocks::dequantize_block_q4_0(expected.data() + b * kernels::blocks::kQ4_0Bytes, model.data() + b * 32);
+        kernels::blocks::dequantize_block_q4_0(expected.data() + b * kernels::blocks::kQ4_0Bytes,
+                                               model.data() + b * 32);
       kernels::hadamard_rotate(model.data(), d, block);
       for (int j = 0; j < d; ++j) {
         REQUIRE(back[r * d + j] == Approx(model[j]).margin(1e-6));
@@ -158,7 +159,7 @@ TEST_CASE("merges and evictions of a rotated cache act on the model's rows") {
     double error = 0.0, reference = 0.0;
     for (int j = 0; j < d; ++j) {
       REQUIRE(after[1 * d + j] == Approx(expected[j]).margin(1e-6));  // entry 2 is kept second
-      REQUIRE(after[0 * d + j] == before[0 * d + j]);                  // a kept row is not quantized again
+      REQUIRE(after[0 * d + j] == before[0 * d + j]);                 // a kept row is not quantized again
       error += std::pow(static_cast<double>(merged[j]) - after[1 * d + j], 2);
       reference += std::pow(static_cast<double>(merged[j]), 2);
     }

@@ -51,7 +51,8 @@ int quantize(const std::string& spec, int head_dim) {
   for (int i = 0; i < n; ++i) positions[i] = i;
   // Keys and values both get the rows: the key path is written out, the value path must store the same bytes
   // (unless the two parts rotate in different blocks).
-  const bool same_frame = storage.rotation_block(kernels::KVPart::Keys) == storage.rotation_block(kernels::KVPart::Values);
+  const bool same_frame =
+      storage.rotation_block(kernels::KVPart::Keys) == storage.rotation_block(kernels::KVPart::Values);
   storage.append(0, rows.data(), rows.data(), n, positions.data());
   const std::size_t row_bytes = storage.row_bytes(kernels::KVPart::Keys);
   std::vector<uint8_t> stored(static_cast<std::size_t>(n) * row_bytes);
