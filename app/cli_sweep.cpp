@@ -361,8 +361,9 @@ Command register_sweep(CLI::App& root) {
                   "compression ratios, comma-separated, as kvpress states them (0.25,0.5: keep int(n * (1 - R)) "
                   "tokens); with --budgets too, both sets run");
   cmd->add_option("--cache-types", a->cache_types,
-                  "KV cache types, comma-separated, a grid dimension (f32,f16,q8_0,q4_0,kivi2:group=32,residual=128; "
-                  "see --cache-type of `kvscope generate`); rows, eval.h5 and grid.json carry each cell's type, and "
+                  "KV cache types, comma-separated, a grid dimension (f32,f16,q8_0,q4_0,kivi2:group=32,residual=128, "
+                  "q4_0:rot=hadamard for rows stored Hadamard-rotated; see --cache-type and --cache-rotation of "
+                  "`kvscope generate`); rows, eval.h5 and grid.json carry each cell's type, and "
                   "summaries and figures draw one curve per policy and type ('snapkv @q8_0'). Default: f32 only");
   cmd->add_option("--cache-page", a->cache_page,
                   "also count every cell's cache in pages of N tokens per layer and KV head, at the end and at its "

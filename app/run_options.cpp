@@ -120,13 +120,21 @@ void CacheTypeFlags::add_to(CLI::App* cmd) {
                   "float32");
   cmd->add_option("--cache-type-k", keys, "how the KV cache stores keys (default: --cache-type)");
   cmd->add_option("--cache-type-v", values, "how the KV cache stores values (default: --cache-type)");
+  cmd->add_option("--cache-rotation", rotation,
+                  "hadamard: store keys and values Hadamard-rotated (blocks of up to head_dim for keys, 64 for "
+                  "values, as llama.cpp does for its quantized cache), which spreads a row's outlier dimensions over "
+                  "its blocks before they are quantized; attention and policies see the same values up to rounding, "
+                  "bytes are unchanged. One part only: --cache-type-k q4_0:rot=hadamard. Default none")
+      ->check(CLI::IsMember({"none", "hadamard"}));
   cmd->add_option("--cache-page", page_tokens,
                   "also report the cache's physical bytes in pages of N tokens per layer and KV head, as a paged "
                   "serving engine would allocate it (each part paged apart; KIVI keys: N a multiple of the group)")
       ->check(CLI::PositiveNumber);}
 
 kernels::KVCacheTypes CacheTypeFlags::types() const {
-  return kernels::parse_cache_types(both, keys, values);
+  kernels::KVCacheTypes types = kernels::parse_cache_types(both, keys, values);
+  if (rotation == "hadamard") types.rotate_keys = types.rotate_values = true;
+  return types;
 }
 
 void add_budget_options(CLI::App* cmd, std::string& budget, const std::string& budget_help) {

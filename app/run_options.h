@@ -41,10 +41,12 @@ struct PromptOptions {
   run::ChatSpec chat_spec() const;
 };
 
-// --cache-type, --cache-type-k, --cache-type-v: how the KV cache stores keys and values (kernels/kv_storage.h).
+// --cache-type, --cache-type-k, --cache-type-v, --cache-rotation: how the KV cache stores keys and values
+// (kernels/kv_storage.h).
 struct CacheTypeFlags {
   std::string both = "f32";
   std::string keys, values;  // empty: `both`
+  std::string rotation = "none";  // "hadamard": both parts stored rotated (a part's `:rot=hadamard` rotates one)
   int page_tokens = 0;       // --cache-page N (engine::GenerateOptions::cache_page_tokens)
   void add_to(CLI::App* cmd);
   // Throws UsageError naming an unknown type and the choices.

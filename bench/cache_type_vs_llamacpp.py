@@ -19,13 +19,15 @@ version in bench/requirements.txt): `type_k`/`type_v` = GGML_TYPE_<T>, and flash
 runs, since llama.cpp stores a quantized V cache only with flash attention. With a quantized cache this
 llama.cpp rotates each head's keys and queries, and its values (rotating the attention output back), by a 64 x 64
 Hadamard matrix before it quantizes them (its log: `attn_rot_k = 1`, `attn_rot_v = 1`), which spreads a row's
-outlier dimensions over all its blocks; kvscope stores the rows as they are. --llama-attn-rot off sets
-LLAMA_ATTN_ROT_DISABLE=1 for the llama.cpp runs: the same block formats on the same rows in both engines
-(docs/quantized_cache.md, "Against llama.cpp at q4_0 and q4_1").
+outlier dimensions over all its blocks; kvscope stores the rows as they are unless --kvscope-rotation hadamard,
+which gives its quantized parts (`--cache-type-k q4_0:rot=hadamard`, not its f16 runs) the same rotation, as
+llama.cpp turns it on for quantized parts only. --llama-attn-rot off sets LLAMA_ATTN_ROT_DISABLE=1 for the
+llama.cpp runs: the same block formats on the same rows in both engines (docs/quantized_cache.md, "Against
+llama.cpp at q4_0 and q4_1").
 
 Not part of make test (it needs llama.cpp): run it with the benchmarks' venv, e.g.
   .deps/bench-venv/bin/python bench/cache_type_vs_llamacpp.py --kvscope build/app/kvscope [--type q8_0] [--json out.json]
-      [--llama-attn-rot off] [--part keys|values]
+      [--llama-attn-rot off] [--kvscope-rotation hadamard] [--part keys|values]
 """
 import argparse
 import glob
@@ -106,6 +108,8 @@ class Runner:
 
     def kvscope(self, prompt_file, types, forced=None):
         logits = self.path(".npy")
+        if self.args.kvscope_rotation == "hadamard":
+            types = tuple(t if t == "f16" else f"{t}:rot=hadamard" for t in types)
         argv = [self.args.kvscope, "generate", "--model", self.args.model, "--prompt-file", prompt_file, "--json",
                 "--ignore-eos", "--max-new-tokens", str(self.args.new_tokens), "--threads", str(self.args.threads),
                 "--cache-type-k", types[0], "--cache-type-v", types[1], "--logits-out", logits]
@@ -151,6 +155,9 @@ def main():
     ap.add_argument("--llama-attn-rot", choices=("on", "off"), default="on",
                     help="llama.cpp's Hadamard rotation of a quantized cache's rows (its default: on); off sets "
                          "LLAMA_ATTN_ROT_DISABLE=1 for its runs, so that both engines quantize the same rows")
+    ap.add_argument("--kvscope-rotation", choices=("none", "hadamard"), default="none",
+                    help="hadamard: kvscope stores its quantized parts Hadamard-rotated (`:rot=hadamard`), as "
+                         "llama.cpp does by default; its f16 runs stay unrotated")
     args = ap.parse_args()
     if not args.model:
         sys.exit("no --model and no .deps/models/*.gguf")
@@ -164,11 +171,11 @@ def main():
     f16 = ("f16", "f16")
     quant = (q if args.part != "values" else "f16", q if args.part != "keys" else "f16")
     report = {"model": args.model, "type": q, "part": args.part, "new_tokens": args.new_tokens,
-              "llama_attn_rot": args.llama_attn_rot, "prompts": {}}
+              "llama_attn_rot": args.llama_attn_rot, "kvscope_rotation": args.kvscope_rotation, "prompts": {}}
     parts = "keys and values" if args.part == "both" else f"{args.part} only, the other part f16"
     print(f"model {os.path.basename(args.model)}, cache {q} ({parts}) against each engine's own f16 cache, "
           f"{args.new_tokens} new tokens, full cache, {args.threads} threads, llama.cpp's rotation of quantized "
-          f"rows {args.llama_attn_rot}")
+          f"rows {args.llama_attn_rot}, kvscope's {args.kvscope_rotation}")
     print(f"{'prompt':<18} {'engine':<9} {'tokens':>6} {q + ' = f16 greedy':>16} "
           f"{'max|dlogit| max':>16} {'mean':>7} {'KL max':>9} {'KL mean':>9}")
     for prompt_file in prompts:

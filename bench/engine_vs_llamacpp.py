@@ -7,7 +7,9 @@ Each engine runs in its own child process so its peak RSS is its own (os.wait4 r
 --cache-types runs kvscope once per KV cache type, and llama.cpp once per type of those it has (f32, f16, q8_0,
 q4_0, q4_1: `type_k`/`type_v`, with flash attention for a quantized V cache, which llama.cpp requires; llama.cpp at
 f16 keeps its default attention path); each kvscope type is then compared with kvscope's f16 (when run) and with
-llama.cpp at the same type (or llama.cpp's f16 where llama.cpp lacks the type: bf16, KIVI). Without any type
+llama.cpp at the same type (or llama.cpp's f16 where llama.cpp lacks the type: bf16, KIVI); a rotated type
+(`q4_0:rot=hadamard`, docs/quantized_cache.md) with llama.cpp at its type, which rotates its quantized cache by
+default. Without any type
 llama.cpp has, llama.cpp runs at its default f16 cache. --baseline adds another
 kvscope binary (say, main's build before a change) measured in the same run, at its default settings.
 --no-cpu-time skips the second, one-token run per engine that the decode CPU-time column needs (long prompts).
@@ -197,7 +199,9 @@ def main():
         for engine, _, _ in variants:
             k = results[engine]
             own = engine.replace("kvscope-", "")
-            peer = f"llama.cpp-{own}" if f"llama.cpp-{own}" in results else \
+            # A rotated type (q4_0:rot=hadamard) against llama.cpp's own, which rotates its quantized cache too.
+            base = own.replace(":rot=hadamard", "")
+            peer = f"llama.cpp-{base}" if f"llama.cpp-{base}" in results else \
                 "llama.cpp-f16" if "llama.cpp-f16" in results else llama_variants[0][0]
             l = results[peer]
             cpu_ratio = k["decode_cpu_tps"] / l["decode_cpu_tps"] if l["decode_cpu_tps"] > 0 else float("nan")

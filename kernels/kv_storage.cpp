@@ -47,27 +47,37 @@ int parse_option_value(std::string_view spec, std::string_view key, std::string_
 
 struct PartSpec {
   CacheType type;
-  bool has_options = false;
+  bool has_options = false;  // KIVI's group= or residual=
   KiviOptions kivi;
+  bool rotated = false;
 };
 
 PartSpec parse_part(std::string_view spec) {
   const std::size_t colon = spec.find(':');
-  PartSpec part{parse_cache_type(spec.substr(0, colon)), false, {}};
+  PartSpec part{parse_cache_type(spec.substr(0, colon)), false, {}, false};
   if (colon == std::string_view::npos) return part;
-  if (!is_kivi(part.type))
-    throw UsageError("cache type '" + std::string(spec) + "': only kivi2 and kivi4 take options (group=, residual=)");
-  part.has_options = true;
   std::string_view rest = spec.substr(colon + 1);
   while (!rest.empty()) {
     const std::size_t comma = rest.find(',');
     const std::string_view item = rest.substr(0, comma);
     const std::size_t eq = item.find('=');
     const std::string_view key = item.substr(0, eq);
-    if (eq == std::string_view::npos || (key != "group" && key != "residual"))
-      throw UsageError("cache type '" + std::string(spec) + "': unknown option '" + std::string(item) +
-                       "' (expected group=N or residual=N)");
-    (key == "group" ? part.kivi.group : part.kivi.residual) = parse_option_value(spec, key, item.substr(eq + 1));
+    const std::string_view value = eq == std::string_view::npos ? std::string_view{} : item.substr(eq + 1);
+    if (eq != std::string_view::npos && key == "rot") {
+      if (value != "hadamard" && value != "none")
+        throw UsageError("cache type '" + std::string(spec) + "': rot=" + std::string(value) +
+                         " is not a rotation (expected rot=hadamard or rot=none)");
+      part.rotated = value == "hadamard";
+    } else if (eq != std::string_view::npos && (key == "group" || key == "residual")) {
+      if (!is_kivi(part.type))
+        throw UsageError("cache type '" + std::string(spec) +
+                         "': only kivi2 and kivi4 take options group= and residual= (any type takes rot=hadamard)");
+      part.has_options = true;
+      (key == "group" ? part.kivi.group : part.kivi.residual) = parse_option_value(spec, key, value);
+    } else {
+      throw UsageError("cache type '" + std::string(spec) + "': unknown option '" + std::string(item) + "' (expected " +
+                       (is_kivi(part.type) ? "group=N, residual=N or rot=hadamard" : "rot=hadamard") + ")");
+    }
     rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
   }
   return part;
@@ -99,14 +109,16 @@ std::size_t cache_row_bytes(CacheType type, int head_dim) {
 }
 
 std::string cache_type_name(const KVCacheTypes& types) {
-  auto name = [&](CacheType type) {
-    std::string text = cache_type_name(type);
+  auto name = [&](KVPart part) {
+    const CacheType type = types.of(part);
+    std::string options;
     if (is_kivi(type) && types.kivi != KiviOptions{})
-      text += ":group=" + std::to_string(types.kivi.group) + ",residual=" + std::to_string(types.kivi.residual);
-    return text;
+      options = "group=" + std::to_string(types.kivi.group) + ",residual=" + std::to_string(types.kivi.residual);
+    if (types.rotated(part)) options += (options.empty() ? "" : ",") + std::string("rot=hadamard");
+    return std::string(cache_type_name(type)) + (options.empty() ? "" : ":" + options);
   };
-  if (types.keys == types.values) return name(types.keys);
-  return "k=" + name(types.keys) + ",v=" + name(types.values);
+  if (types.keys == types.values && types.rotate_keys == types.rotate_values) return name(KVPart::Keys);
+  return "k=" + name(KVPart::Keys) + ",v=" + name(KVPart::Values);
 }
 
 KVCacheTypes parse_cache_types(std::string_view both, std::string_view keys, std::string_view values) {
@@ -118,6 +130,8 @@ KVCacheTypes parse_cache_types(std::string_view both, std::string_view keys, std
     throw UsageError("keys and values must share KIVI's options (got '" + std::string(keys.empty() ? both : keys) +
                      "' and '" + std::string(values.empty() ? both : values) + "')");
   types.kivi = k.has_options ? k.kivi : v.kivi;
+  types.rotate_keys = k.rotated;
+  types.rotate_values = v.rotated;
   return types;
 }
 

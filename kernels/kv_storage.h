@@ -48,17 +48,25 @@ struct KVCacheTypes {
   CacheType keys = CacheType::F32;
   CacheType values = CacheType::F32;
   KiviOptions kivi;  // for a part of a KIVI type (both parts share them)
+  // `--cache-rotation hadamard` or a part's `:rot=hadamard`: the part's rows are stored Hadamard-rotated
+  // (common/hadamard.h) before they are rounded or quantized, as llama.cpp stores its quantized cache; attention
+  // rotates the query and rotates its output back, and every reader outside attention gets rows rotated back.
+  bool rotate_keys = false;
+  bool rotate_values = false;
   KVCacheTypes() = default;
   KVCacheTypes(CacheType both) : keys(both), values(both) {}  // NOLINT(google-explicit-constructor): a shorthand
   KVCacheTypes(CacheType keys_type, CacheType values_type) : keys(keys_type), values(values_type) {}
   CacheType of(KVPart part) const { return part == KVPart::Keys ? keys : values; }
+  bool rotated(KVPart part) const { return part == KVPart::Keys ? rotate_keys : rotate_values; }
   bool operator==(const KVCacheTypes&) const = default;
 };
 // "q8_0" when both parts share a type, else "k=q8_0,v=f16"; a KIVI type with options other than the defaults
-// carries them ("kivi2:group=16,residual=64").
+// carries them ("kivi2:group=16,residual=64"), a rotated part `rot=hadamard` ("q4_0:rot=hadamard",
+// "k=q4_0:rot=hadamard,v=q4_0"). parse_cache_types reads each part's name back.
 std::string cache_type_name(const KVCacheTypes& types);
-// The command line's --cache-type, --cache-type-k and --cache-type-v (empty: `both`): a type name, and for the
-// KIVI types optional `:group=G,residual=R`. Throws UsageError naming what was wrong.
+// The command line's --cache-type, --cache-type-k and --cache-type-v (empty: `both`): a type name, for the
+// KIVI types optional `:group=G,residual=R`, and for any type `rot=hadamard` (or `rot=none`) among the options.
+// Throws UsageError naming what was wrong.
 KVCacheTypes parse_cache_types(std::string_view both, std::string_view keys = {}, std::string_view values = {});
 // Throws UsageError when a block format cannot store rows of head_dim values (not a multiple of 32), or KIVI's
 // options do not suit head_dim.

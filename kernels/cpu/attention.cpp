@@ -12,6 +12,7 @@
 
 #include "kernels/common/block_quantize.h"
 #include "kernels/common/float16.h"
+#include "kernels/common/hadamard.h"
 #include "kernels/common/quant_blocks.h"
 #include "kernels/common/softmax_math.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -347,11 +348,21 @@ void decode(const CpuKVStorage& kv, const AttentionCall& call, Reductions& reduc
     const int g = h / group;
     const int m = reductions.side.n_keys[g];
     const float* qh = call.q + static_cast<std::size_t>(h) * d;
+    // Rotated keys are H k: (H q) . (H k) = q . k.
+    std::vector<float> rotated_q;
+    if (const int block = kv.rotation_block(KVPart::Keys)) {
+      rotated_q.assign(qh, qh + d);
+      hadamard_rotate(rotated_q.data(), d, block);
+      qh = rotated_q.data();
+    }
     std::vector<float> p(m);
     key_scores(kv, call.layer, g, qh, m, scale, p.data());
     const int first = first_in_window(kv.positions(call.layer, g), m, call.query_positions[0], call.sliding_window);
     const float lse = capped_softmax(p.data(), first, m, call.logit_softcap, sink_of(call, h));
-    value_sum(kv, call.layer, g, p.data(), m, out + static_cast<std::size_t>(h) * d);
+    float* oh = out + static_cast<std::size_t>(h) * d;
+    value_sum(kv, call.layer, g, p.data(), m, oh);
+    // Rotated values are H v: sum_j p_j H v_j = H sum_j p_j v_j, rotated back once (H H = I).
+    if (const int block = kv.rotation_block(KVPart::Values)) hadamard_rotate(oh, d, block);
     reductions.allocate(h, m);
     reductions.add_row(h, 0, p.data(), m, m, lse);
     delivery.deliver(h, 0, 1, m, p.data());
@@ -369,23 +380,32 @@ void prefill(const CpuKVStorage& kv, const AttentionCall& call, Reductions& redu
   const int n = call.n;
 #pragma omp parallel
   {
-    std::vector<float> scores, wide_keys, wide_values;
+    std::vector<float> scores, wide_keys, wide_values, rotated_q;
 #pragma omp for schedule(dynamic, 1)
     for (int h = 0; h < call.n_heads; ++h) {
       const int g = h / group;
       const int m = reductions.side.n_keys[g];
       const auto positions = kv.positions(call.layer, g);
-      const float* keys = kv.host_f32_rows(call.layer, g, KVPart::Keys);
-      const float* values = kv.host_f32_rows(call.layer, g, KVPart::Values);
-      if (!keys) {
-        wide_keys.resize(static_cast<std::size_t>(m) * d);
-        kv.read_rows(call.layer, g, KVPart::Keys, 0, m, wide_keys.data());
-        keys = wide_keys.data();
-      }
-      if (!values) {
-        wide_values.resize(static_cast<std::size_t>(m) * d);
-        kv.read_rows(call.layer, g, KVPart::Values, 0, m, wide_values.data());
-        values = wide_values.data();
+      // The rows in their stored frame (rotated or not); a rotated part is met by a rotated query (keys) or an
+      // output rotated back (values), as in decode.
+      auto stored = [&](KVPart part, std::vector<float>& wide) {
+        if (kv.type().of(part) == CacheType::F32) return kv.f32(call.layer, g, part);
+        wide.resize(static_cast<std::size_t>(m) * d);
+        kv.read_stored_rows(call.layer, g, part, 0, m, wide.data());
+        return static_cast<const float*>(wide.data());
+      };
+      const float* keys = stored(KVPart::Keys, wide_keys);
+      const float* values = stored(KVPart::Values, wide_values);
+      const float* q = call.q + static_cast<std::size_t>(h) * d;
+      int q_step = q_stride;
+      if (const int block = kv.rotation_block(KVPart::Keys)) {
+        rotated_q.resize(static_cast<std::size_t>(n) * d);
+        for (int i = 0; i < n; ++i)
+          std::copy_n(q + static_cast<std::size_t>(i) * q_stride, d,
+                      rotated_q.data() + static_cast<std::size_t>(i) * d);
+        hadamard_rotate_rows(rotated_q.data(), n, d, d, block);
+        q = rotated_q.data();
+        q_step = d;
       }
       reductions.allocate(h, m);
       for (int i0 = 0; i0 < n; i0 += kQueryBlock) {
@@ -397,8 +417,7 @@ void prefill(const CpuKVStorage& kv, const AttentionCall& call, Reductions& redu
         scores.assign(static_cast<std::size_t>(rows) * m_block, 0.0f);
         if (m_block > 0)
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, m_block, d, scale,
-                      call.q + static_cast<std::size_t>(i0) * q_stride + static_cast<std::size_t>(h) * d, q_stride,
-                      keys, d, 0.0f, scores.data(), m_block);
+                      q + static_cast<std::size_t>(i0) * q_step, q_step, keys, d, 0.0f, scores.data(), m_block);
         for (int r = 0; r < rows; ++r) {
           float* row = scores.data() + static_cast<std::size_t>(r) * m_block;
           const int visible = static_cast<int>(
@@ -411,10 +430,12 @@ void prefill(const CpuKVStorage& kv, const AttentionCall& call, Reductions& redu
         }
         delivery.deliver(h, i0, rows, m_block, scores.data());
         float* o_block = out + static_cast<std::size_t>(i0) * q_stride + static_cast<std::size_t>(h) * d;
-        if (m_block > 0)
+        if (m_block > 0) {
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, m_block, 1.0f, scores.data(), m_block, values,
                       d, 0.0f, o_block, q_stride);
-        else
+          if (const int block = kv.rotation_block(KVPart::Values))
+            hadamard_rotate_rows(o_block, rows, q_stride, d, block);
+        } else
           for (int r = 0; r < rows; ++r) std::fill_n(o_block + static_cast<std::size_t>(r) * q_stride, d, 0.0f);
       }
     }

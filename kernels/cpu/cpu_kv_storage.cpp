@@ -5,6 +5,7 @@
 
 #include "kernels/common/block_quantize.h"
 #include "kernels/common/float16.h"
+#include "kernels/common/hadamard.h"
 #include "kernels/common/quant_blocks.h"
 #include "kernels/error.h"
 
@@ -68,6 +69,8 @@ CpuKVStorage::CpuKVStorage(int n_layers, int n_kv_heads, int head_dim, KVCacheTy
     : KVStorage(n_layers, n_kv_heads, head_dim, type), heads_(static_cast<std::size_t>(n_layers) * n_kv_heads),
       errors_(static_cast<std::size_t>(n_layers)) {
   check_cache_types(type, head_dim);
+  for (KVPart part : {KVPart::Keys, KVPart::Values})
+    if (type.rotated(part)) rotation_block_[part == KVPart::Values] = hadamard_block(part == KVPart::Keys, head_dim);
   for (KVPart part : {KVPart::Keys, KVPart::Values}) {
     if (!is_kivi(type.of(part))) continue;
     const KiviLayout layout{kivi_bits(type.of(part)), type.kivi.group, type.kivi.residual, head_dim,
@@ -93,7 +96,8 @@ const uint8_t* CpuKVStorage::blocks(int layer, int kv_head, KVPart part) const {
 }
 
 const float* CpuKVStorage::host_f32_rows(int layer, int kv_head, KVPart part) const {
-  return type().of(part) == CacheType::F32 ? f32(layer, kv_head, part) : nullptr;
+  // Rotated float32 rows are not the model's rows: readers take read_rows' copy, rotated back.
+  return type().of(part) == CacheType::F32 && rotation_block(part) == 0 ? f32(layer, kv_head, part) : nullptr;
 }
 
 void CpuKVStorage::reserve_for(HeadRows& head, std::size_t entries) {
@@ -121,6 +125,18 @@ void CpuKVStorage::push_rows(int layer, HeadRows& head, KVPart part, const float
   const CacheType t = type().of(part);
   PartRows& stored = head.part(part);
   StorageError& error = errors_[layer][part == KVPart::Values][0];
+  const float* computed = rows;
+  const std::size_t computed_stride = row_stride;
+  std::vector<float> rotated;
+  if (const int block = rotation_block(part)) {
+    rotated.resize(static_cast<std::size_t>(count) * d);
+    for (int r = 0; r < count; ++r)
+      std::copy_n(rows + r * row_stride, d, rotated.data() + static_cast<std::size_t>(r) * d);
+    hadamard_rotate_rows(rotated.data(), count, d, d, block);
+    rows = rotated.data();
+    row_stride = d;
+  }
+  // KIVI measures its error in the stored frame, which equals the model frame's: the rotation keeps norms.
   if (stored.kivi) return stored.kivi->append(rows, row_stride, count, &error);
   const std::size_t first = head.positions.size();
   for (int r = 0; r < count; ++r) {
@@ -145,7 +161,7 @@ void CpuKVStorage::push_rows(int layer, HeadRows& head, KVPart part, const float
   std::vector<float> back(static_cast<std::size_t>(d));
   for (int r = 0; r < count; ++r) {
     load_rows(head, part, first + r, 1, back.data());
-    error.add(rows + r * row_stride, back.data(), d);
+    error.add(computed + r * computed_stride, back.data(), d);
   }
 }
 
@@ -163,6 +179,13 @@ void CpuKVStorage::append(int layer, const float* k, const float* v, int n, cons
 
 void CpuKVStorage::load_rows(const HeadRows& head, KVPart part, std::size_t first, std::size_t count,
                              float* out) const {
+  load_stored_rows(head, part, first, count, out);
+  if (const int block = rotation_block(part))
+    hadamard_rotate_rows(out, static_cast<int>(count), head_dim(), head_dim(), block);
+}
+
+void CpuKVStorage::load_stored_rows(const HeadRows& head, KVPart part, std::size_t first, std::size_t count,
+                                    float* out) const {
   const int d = head_dim();
   const CacheType t = type().of(part);
   const PartRows& stored = head.part(part);
@@ -185,6 +208,12 @@ void CpuKVStorage::store_row(HeadRows& head, KVPart part, std::size_t i, const f
   const int d = head_dim();
   const CacheType t = type().of(part);
   PartRows& stored = head.part(part);
+  std::vector<float> rotated;
+  if (const int block = rotation_block(part)) {
+    rotated.assign(row, row + d);
+    hadamard_rotate(rotated.data(), d, block);
+    row = rotated.data();
+  }
   if (t == CacheType::F32)
     std::copy_n(row, d, stored.f32.data() + i * d);
   else if (t == CacheType::F16)
@@ -233,7 +262,9 @@ void CpuKVStorage::edit(int layer, int kv_head, std::span<const int32_t> keep, s
     const auto& results = merged[part == KVPart::Values];
     StorageError& error = errors_[layer][part == KVPart::Values][1];
     if (KiviPart* kivi = head.part(part).kivi ? &*head.part(part).kivi : nullptr) {
-      const std::vector<std::pair<int32_t, std::vector<float>>> rows(results.begin(), results.end());
+      std::vector<std::pair<int32_t, std::vector<float>>> rows(results.begin(), results.end());
+      if (const int block = rotation_block(part))
+        for (auto& [i, values] : rows) hadamard_rotate(values.data(), static_cast<int>(d), block);
       kivi->store(rows, &error);
     } else {
       for (const auto& [i, values] : results) {
@@ -283,6 +314,10 @@ void CpuKVStorage::release_slack(HeadRows& head) {
 
 void CpuKVStorage::read_rows(int layer, int kv_head, KVPart part, int first, int count, float* host_out) const {
   load_rows(at(layer, kv_head), part, first, count, host_out);
+}
+
+void CpuKVStorage::read_stored_rows(int layer, int kv_head, KVPart part, int first, int count, float* out) const {
+  load_stored_rows(at(layer, kv_head), part, first, count, out);
 }
 
 std::size_t CpuKVStorage::layer_bytes(int layer) const {

@@ -34,6 +34,11 @@ class CpuKVStorage final : public KVStorage {
   const uint16_t* f16(int layer, int kv_head, KVPart part) const;
   const BFloat16* bf16(int layer, int kv_head, KVPart part) const;
   const uint8_t* blocks(int layer, int kv_head, KVPart part) const;
+  // Rows [first, first + count) of a part as float in the frame they are stored in: Hadamard-rotated when the
+  // part is (KVCacheTypes::rotated; what attention multiplies a rotated query with), else as read_rows.
+  void read_stored_rows(int layer, int kv_head, KVPart part, int first, int count, float* out) const;
+  // The rotation block of a part (common/hadamard.h), 0 when the part is stored as computed.
+  int rotation_block(KVPart part) const { return rotation_block_[part == KVPart::Values]; }
   // The part when its type is KIVI2 or KIVI4.
   const KiviPart& kivi(int layer, int kv_head, KVPart part) const { return *at(layer, kv_head).part(part).kivi; }
 
@@ -58,13 +63,16 @@ class CpuKVStorage final : public KVStorage {
   }
   void reserve_for(HeadRows& head, std::size_t entries);
   void release_slack(HeadRows& head);
-  // Rows [first, first + count) of a part as float (a copy, widened or dequantized) and one row back.
+  // Rows [first, first + count) of a part as float (a copy, widened or dequantized, rotated back when the part
+  // is stored rotated) and one row back (rotated first when it is). load_stored_rows leaves the rotation on.
   void load_rows(const HeadRows& head, KVPart part, std::size_t first, std::size_t count, float* out) const;
+  void load_stored_rows(const HeadRows& head, KVPart part, std::size_t first, std::size_t count, float* out) const;
   void store_row(HeadRows& head, KVPart part, std::size_t i, const float* row);
   // Adds `count` rows, row t at rows + t * row_stride floats.
   void push_rows(int layer, HeadRows& head, KVPart part, const float* rows, std::size_t row_stride, int count);
 
   std::vector<HeadRows> heads_;
+  int rotation_block_[2] = {0, 0};  // keys, values
   // [layer][keys, values][appended, merged]; heads of one layer append in one call, so a layer's sums are
   // written by one thread.
   std::vector<std::array<std::array<StorageError, 2>, 2>> errors_;

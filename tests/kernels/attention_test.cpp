@@ -200,6 +200,28 @@ TEST_CASE("attention over q8_0, q4_0 and q4_1 caches matches the direct loop ove
   }
 }
 
+TEST_CASE("attention over a Hadamard-rotated cache matches the direct loop over the rows rotated back") {
+  // The reference reads KVCache's rows (the model's frame: dequantized, then rotated back) with the unrotated
+  // queries; the kernels read the rotated rows in place with rotated queries and rotate the output back. A
+  // missing query rotation or back-rotation moves every score and output far beyond the margins.
+  using kernels::CacheType;
+  auto rotated = [](kernels::KVCacheTypes t, bool keys, bool values) {
+    t.rotate_keys = keys;
+    t.rotate_values = values;
+    return t;
+  };
+  for (kernels::KVCacheTypes types : {rotated(CacheType::Q4_0, true, true), rotated(CacheType::Q8_0, true, true),
+                                      rotated(CacheType::F32, true, true), rotated(CacheType::Q4_1, true, false),
+                                      rotated(kernels::KVCacheTypes(CacheType::F16, CacheType::Q4_0), false, true),
+                                      rotated(CacheType::KIVI4, true, true)})
+    for (int d : {32, 64, 128}) {
+      INFO("cache " << kernels::cache_type_name(types) << ", head_dim " << d);
+      check(6, 2, 1, types, d);  // decode
+      check(3, 3, 1, types, d);
+      check(6, 2, 70, types, d);  // prefill
+    }
+}
+
 TEST_CASE("attention over KIVI caches matches the direct loop over the dequantized rows") {
   using kernels::CacheType;
   // Small groups and residuals so that the cache holds quantized key groups, quantized value rows and

@@ -1,8 +1,10 @@
 // Exposes the KV cache's block quantization to tests/python/test_block_quant.py, which compares it with the
 // `gguf` package's quantizers:
 //   kv_block_tool quantize TYPE HEAD_DIM < rows.f32 > out
-//     appends float32 rows [n][HEAD_DIM] to a one-head CPU cache of TYPE and writes the stored rows' bytes
-//     (n * row bytes) followed by the rows as the cache reads them back (float32 [n][HEAD_DIM]);
+//     appends float32 rows [n][HEAD_DIM] to a one-head CPU cache of TYPE (a cache type spec, e.g. q4_0 or
+//     q4_0:rot=hadamard) and writes the stored keys' bytes (n * row bytes) followed by the keys as the cache reads
+//     them back (float32 [n][HEAD_DIM]); then on stderr one JSON line {"keys_nmse", "values_nmse"}, the storage
+//     error the cache recorded (what traces write as storage_nmse_keys/values);
 //   kv_block_tool kivi SPEC HEAD_DIM PREFILL KEEP < keys.f32 values.f32
 //     (tests/python/test_kivi_cache.py) reads n key rows then n value rows (float32 [n][HEAD_DIM] each), appends
 //     the first PREFILL to a one-head CPU cache of SPEC (e.g. kivi2:group=8,residual=16) at once, keeps the
@@ -32,8 +34,9 @@ using namespace kvscope;
 
 namespace {
 
-int quantize(const std::string& type_name, int head_dim) {
-  const kernels::CacheType type = kernels::parse_cache_type(type_name);
+int quantize(const std::string& spec, int head_dim) {
+  const kernels::KVCacheTypes types = kernels::parse_cache_types(spec);
+  const kernels::CacheType type = types.keys;
   std::vector<char> input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
   const std::size_t row_floats = static_cast<std::size_t>(head_dim);
   if (input.size() % (row_floats * sizeof(float)) != 0)
@@ -43,10 +46,13 @@ int quantize(const std::string& type_name, int head_dim) {
   std::vector<float> rows(static_cast<std::size_t>(n) * row_floats);
   std::memcpy(rows.data(), input.data(), input.size());
 
-  kernels::cpu::CpuKVStorage storage(1, 1, head_dim, type);
+  kernels::cpu::CpuKVStorage storage(1, 1, head_dim, types);
   std::vector<int32_t> positions(n);
   for (int i = 0; i < n; ++i) positions[i] = i;
-  // Keys and values both get the rows: the key path is written out, the value path must store the same bytes.
+  // Keys and values both get the rows: the key path is written out, the value path must store the same bytes
+  // (unless the two parts rotate in different blocks).
+  const bool same_frame =
+      storage.rotation_block(kernels::KVPart::Keys) == storage.rotation_block(kernels::KVPart::Values);
   storage.append(0, rows.data(), rows.data(), n, positions.data());
   const std::size_t row_bytes = storage.row_bytes(kernels::KVPart::Keys);
   std::vector<uint8_t> stored(static_cast<std::size_t>(n) * row_bytes);
@@ -57,13 +63,16 @@ int quantize(const std::string& type_name, int head_dim) {
                                                          : static_cast<const void*>(storage.blocks(0, 0, part));
     if (part == kernels::KVPart::Keys)
       std::memcpy(stored.data(), raw, stored.size());
-    else if (n > 0 && std::memcmp(stored.data(), raw, stored.size()) != 0)
+    else if (same_frame && n > 0 && std::memcmp(stored.data(), raw, stored.size()) != 0)
       throw Error("quantize: the values' stored bytes differ from the keys' for the same rows");
   }
   std::vector<float> back(rows.size());
   storage.read_rows(0, 0, kernels::KVPart::Keys, 0, n, back.data());
   std::fwrite(stored.data(), 1, stored.size(), stdout);
   std::fwrite(back.data(), sizeof(float), back.size(), stdout);
+  std::cerr << nlohmann::json{{"keys_nmse", storage.storage_error(0, kernels::KVPart::Keys, false).relative_nmse()},
+                              {"values_nmse", storage.storage_error(0, kernels::KVPart::Values, false).relative_nmse()}}
+            << "\n";
   return 0;
 }
 
