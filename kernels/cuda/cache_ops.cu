@@ -142,7 +142,8 @@ unsigned blocks_for(int64_t total) { return static_cast<unsigned>((total + kThre
 
 void append_stored_rows(const float* k, const float* v, const int32_t* new_positions, int n,
                         const DeviceStoredAppendTarget& target, cudaStream_t stream) {
-  const int units = std::max(row_units(target.key_type, target.head_dim), row_units(target.value_type, target.head_dim));
+  const int units =
+      std::max(row_units(target.key_type, target.head_dim), row_units(target.value_type, target.head_dim));
   const int64_t total = std::max<int64_t>(static_cast<int64_t>(n) * target.n_kv_heads * units, target.n_kv_heads);
   if (n <= 0 || total <= 0) return;
   append_stored_rows_kernel<<<blocks_for(total), kThreads, 0, stream>>>(k, v, new_positions, n, target);

@@ -111,7 +111,8 @@ void edit_stored_reference(HostStoredLayer& cache, int kv_head, std::span<const 
     uint8_t* head = (part == KVPart::Keys ? cache.keys : cache.values).data() +
                     static_cast<std::size_t>(kv_head) * cache.capacity * bytes;
     std::vector<float> rows(static_cast<std::size_t>(n) * d);
-    for (int j = 0; j < n; ++j) dequantize_cache_row(type, head + j * bytes, d, rows.data() + static_cast<std::size_t>(j) * d);
+    for (int j = 0; j < n; ++j)
+      dequantize_cache_row(type, head + j * bytes, d, rows.data() + static_cast<std::size_t>(j) * d);
     std::vector<bool> merged(n, false);
     if (part == KVPart::Values)
       for (const ValueMerge& m : value_merges)
@@ -127,7 +128,8 @@ void edit_stored_reference(HostStoredLayer& cache, int kv_head, std::span<const 
       members.insert(members.end(), m.sources.begin(), m.sources.end());
       std::vector<float> result(d);
       for (int c = 0; c < d; ++c)
-        result[c] = merged_element(rows.data(), d, members.data(), m.weights.data(), static_cast<int>(members.size()), c);
+        result[c] =
+            merged_element(rows.data(), d, members.data(), m.weights.data(), static_cast<int>(members.size()), c);
       std::copy(result.begin(), result.end(), rows.begin() + static_cast<std::ptrdiff_t>(m.target) * d);
       merged[m.target] = true;
     }

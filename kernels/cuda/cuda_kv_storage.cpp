@@ -131,7 +131,8 @@ void CudaKVStorage::append(int layer_index, const float* k, const float* v, int 
   if (heads <= static_cast<std::size_t>(kMaxAppendHeads)) {
     // One upload of the positions and one launch for every head, keys, values, positions and lengths.
     DeviceAppendTarget target;
-    target.keys = reinterpret_cast<float*>(layer.keys.data()), target.values = reinterpret_cast<float*>(layer.values.data());
+    target.keys = reinterpret_cast<float*>(layer.keys.data());
+    target.values = reinterpret_cast<float*>(layer.values.data());
     target.positions = layer.positions.data(), target.lengths = layer.lengths.data(), target.capacity = layer.capacity;
     target.n_kv_heads = static_cast<int>(heads), target.head_dim = static_cast<int>(d);
     for (std::size_t g = 0; g < heads; ++g) target.starts[g] = static_cast<int>(layer.host_positions[g].size());
@@ -146,11 +147,11 @@ void CudaKVStorage::append(int layer_index, const float* k, const float* v, int 
     auto& host = layer.host_positions[g];
     const std::size_t first = g * layer.capacity + host.size();
     // k and v are [n][n_kv_heads][head_dim]: head g's rows are n_kv_heads rows apart.
-    check_cuda(cudaMemcpy2DAsync(reinterpret_cast<float*>(layer.keys.data()) + first * d, row_bytes, k + g * d, heads * row_bytes, row_bytes, n,
-                                 cudaMemcpyDeviceToDevice, stream_),
+    check_cuda(cudaMemcpy2DAsync(reinterpret_cast<float*>(layer.keys.data()) + first * d, row_bytes, k + g * d,
+                                 heads * row_bytes, row_bytes, n, cudaMemcpyDeviceToDevice, stream_),
                "KV append (keys)");
-    check_cuda(cudaMemcpy2DAsync(reinterpret_cast<float*>(layer.values.data()) + first * d, row_bytes, v + g * d, heads * row_bytes, row_bytes, n,
-                                 cudaMemcpyDeviceToDevice, stream_),
+    check_cuda(cudaMemcpy2DAsync(reinterpret_cast<float*>(layer.values.data()) + first * d, row_bytes, v + g * d,
+                                 heads * row_bytes, row_bytes, n, cudaMemcpyDeviceToDevice, stream_),
                "KV append (values)");
     staging_.upload(layer.positions.data() + first, positions, n * sizeof(int32_t));
     host.insert(host.end(), positions, positions + n);
@@ -162,7 +163,8 @@ void CudaKVStorage::edit_f32(Layer& layer, int kv_head, std::span<const int32_t>
                              std::span<const ValueMerge> value_merges) {
   const int d = head_dim();
   float* keys = reinterpret_cast<float*>(layer.keys.data()) + static_cast<std::size_t>(kv_head) * layer.capacity * d;
-  float* values = reinterpret_cast<float*>(layer.values.data()) + static_cast<std::size_t>(kv_head) * layer.capacity * d;
+  float* values =
+      reinterpret_cast<float*>(layer.values.data()) + static_cast<std::size_t>(kv_head) * layer.capacity * d;
   // A value merge is one merge group per target, V[t] = 1 * V[t] + w * V[source], on the values only. Its
   // targets are distinct, so one launch per value merge keeps the list order the CPU applies.
   for (const ValueMerge& m : value_merges) {
@@ -292,7 +294,8 @@ void CudaKVStorage::edit_stored(Layer& layer, int layer_index, int kv_head, std:
     const std::size_t bytes = static_cast<std::size_t>(kept) * row_bytes;
     if (edit_bytes_.size() < bytes) edit_bytes_.resize(bytes);
     gather_stored_rows(rows, edit_keep_.data(), kept, static_cast<int>(row_bytes), edit_bytes_.data(), stream_);
-    check_cuda(cudaMemcpyAsync(rows, edit_bytes_.data(), bytes, cudaMemcpyDeviceToDevice, stream_), "KV edit (compact)");
+    check_cuda(cudaMemcpyAsync(rows, edit_bytes_.data(), bytes, cudaMemcpyDeviceToDevice, stream_),
+               "KV edit (compact)");
   }
 }
 
@@ -353,7 +356,9 @@ std::size_t CudaKVStorage::layer_bytes(int layer) const {
 StorageError CudaKVStorage::storage_error(int layer, KVPart part, bool as_merged) const {
   checked(layer, 0, "storage_error");
   double sums[2] = {0.0, 0.0};
-  check_cuda(cudaMemcpyAsync(sums, errors_.data() + error_offset(layer, part, as_merged), sizeof sums, cudaMemcpyDeviceToHost, stream_), "KV storage_error");
+  check_cuda(cudaMemcpyAsync(sums, errors_.data() + error_offset(layer, part, as_merged), sizeof sums,
+                             cudaMemcpyDeviceToHost, stream_),
+             "KV storage_error");
   check_cuda(cudaStreamSynchronize(stream_), "KV storage_error");
   return {sums[0], sums[1]};
 }

@@ -97,7 +97,8 @@ TEST_CASE("CUDA backend storage and attention match the CPU backend, for every f
       REQUIRE(gpu_kv->entry_bytes(0, g) == cpu_kv->entry_bytes(0, g));  // payload and scales, as counted on the CPU
     }
     for (auto part : {kernels::KVPart::Keys, kernels::KVPart::Values}) {
-      const kernels::StorageError ce = cpu_kv->storage_error(0, part, false), ge = gpu_kv->storage_error(0, part, false);
+      const kernels::StorageError ce = cpu_kv->storage_error(0, part, false);
+      const kernels::StorageError ge = gpu_kv->storage_error(0, part, false);
       CHECK(ge.error == Approx(ce.error).epsilon(1e-6).margin(1e-12));
       CHECK(ge.reference == Approx(ce.reference).epsilon(1e-6).margin(1e-12));
       const kernels::StorageError cm = cpu_kv->storage_error(0, part, true), gm = gpu_kv->storage_error(0, part, true);

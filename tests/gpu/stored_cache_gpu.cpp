@@ -104,6 +104,59 @@ TEST_CASE("append_stored_rows writes the reference's bytes and storage error to 
     }
 }
 
+TEST_CASE("dequantize_stored_rows, quantize_stored_rows and gather_stored_rows equal the host row functions") {
+  const int d = 64, n = 12;
+  for (RowType type : {RowType::F32, RowType::F16, RowType::BF16, RowType::Q8_0, RowType::Q4_0, RowType::Q4_1}) {
+    INFO(name_of(type));
+    const int bytes = kernels::stored_row_bytes(type, d);
+    const auto x = test::random_normal_floats(static_cast<std::size_t>(n) * d, 40, 2.0f);
+    std::vector<uint8_t> rows(static_cast<std::size_t>(n) * bytes);
+    for (int r = 0; r < n; ++r) kernels::quantize_cache_row(type, x.data() + r * d, d, rows.data() + r * bytes);
+    const std::vector<int32_t> index = {7, 0, 11, 3};
+    DeviceBuffer<uint8_t> drows, dgathered(index.size() * bytes);
+    DeviceBuffer<int32_t> dindex, dslots;
+    DeviceBuffer<float> dout(index.size() * d), dx;
+    drows.upload(rows);
+    dindex.upload(index);
+    // Read back: the floats dequantize_cache_row gives, bit for bit.
+    dequantize_stored_rows(drows.data(), type, d, dindex.data(), static_cast<int>(index.size()), dout.data(), nullptr);
+    std::vector<float> want(index.size() * d);
+    for (std::size_t i = 0; i < index.size(); ++i)
+      kernels::dequantize_cache_row(type, rows.data() + index[i] * bytes, d, want.data() + i * d);
+    REQUIRE(dout.download() == want);
+    // Compaction: whole rows of bytes.
+    gather_stored_rows(drows.data(), dindex.data(), static_cast<int>(index.size()), bytes, dgathered.data(), nullptr);
+    std::vector<uint8_t> gathered;
+    for (int32_t i : index) gathered.insert(gathered.end(), rows.begin() + i * bytes, rows.begin() + (i + 1) * bytes);
+    REQUIRE(dgathered.download() == gathered);
+    // Stored again from float rows picked by slot: quantize_cache_row's bytes and the error it made.
+    const auto y = test::random_normal_floats(static_cast<std::size_t>(3) * d, 41, 0.5f);
+    const std::vector<int32_t> slots = {2, 0}, targets = {5, 9};
+    DeviceBuffer<double> sums(2);
+    check_cuda(cudaMemset(sums.data(), 0, 2 * sizeof(double)), "memset");
+    dx.upload(y);
+    dslots.upload(slots);
+    DeviceBuffer<int32_t> dtargets;
+    dtargets.upload(targets);
+    quantize_stored_rows(dx.data(), dslots.data(), dtargets.data(), 2, type, d, drows.data(), sums.data(), nullptr);
+    double error = 0.0, reference = 0.0;
+    std::vector<float> back(d);
+    for (int i = 0; i < 2; ++i) {
+      const float* row = y.data() + slots[i] * d;
+      kernels::quantize_cache_row(type, row, d, rows.data() + targets[i] * bytes);
+      kernels::dequantize_cache_row(type, rows.data() + targets[i] * bytes, d, back.data());
+      for (int e = 0; e < d && type != RowType::F32; ++e) {
+        error += (static_cast<double>(row[e]) - back[e]) * (static_cast<double>(row[e]) - back[e]);
+        reference += static_cast<double>(row[e]) * row[e];
+      }
+    }
+    REQUIRE(drows.download() == rows);
+    const auto got = sums.download();
+    CHECK(got[0] == Approx(error).epsilon(1e-9).margin(1e-12));
+    CHECK(got[1] == Approx(reference).epsilon(1e-9).margin(1e-12));
+  }
+}
+
 namespace {
 
 void check_stored_attention(const TypePair& types, int n, int longest, int key_splits) {
