@@ -100,7 +100,7 @@ TEST_CASE("append_stored_rows writes the reference's bytes and storage error to 
       REQUIRE(dpositions.download() == host.positions);
       REQUIRE(dlengths.download() == host.lengths);
       const auto got_sums = sums.download();
-      for (int i = 0; i < 4; ++i) CHECK(got_sums[i] == Approx(want_sums[i]).epsilon(1e-9).margin(1e-12));
+      for (int i = 0; i < 4; ++i) CHECK(got_sums[i] == Approx(want_sums[i]).epsilon(1e-6).margin(1e-12));
     }
 }
 
@@ -118,7 +118,8 @@ TEST_CASE("dequantize_stored_rows, quantize_stored_rows and gather_stored_rows e
     DeviceBuffer<float> dout(index.size() * d), dx;
     drows.upload(rows);
     dindex.upload(index);
-    // Read back: the floats dequantize_cache_row gives, bit for bit.
+    // Read back: the floats dequantize_cache_row gives, bit for bit (q4_1's d q + m is fused on the device, and on
+    // the host too with -march=x86-64-v3 and GCC's default contraction, as the dequantize_rows test above relies on).
     dequantize_stored_rows(drows.data(), type, d, dindex.data(), static_cast<int>(index.size()), dout.data(), nullptr);
     std::vector<float> want(index.size() * d);
     for (std::size_t i = 0; i < index.size(); ++i)
@@ -152,8 +153,8 @@ TEST_CASE("dequantize_stored_rows, quantize_stored_rows and gather_stored_rows e
     }
     REQUIRE(drows.download() == rows);
     const auto got = sums.download();
-    CHECK(got[0] == Approx(error).epsilon(1e-9).margin(1e-12));
-    CHECK(got[1] == Approx(reference).epsilon(1e-9).margin(1e-12));
+    CHECK(got[0] == Approx(error).epsilon(1e-6).margin(1e-12));
+    CHECK(got[1] == Approx(reference).epsilon(1e-6).margin(1e-12));
   }
 }
 
