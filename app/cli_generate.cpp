@@ -139,6 +139,7 @@ Command register_generate(CLI::App& root) {
             if (!args->force_tokens.empty())
               spec.generation.forced_tokens = parse_token_ids(args->force_tokens, "--force-tokens");
             run::check(spec);  // before the model loads, so a typo costs nothing
+            print_device_path_warning(spec);
             if (args->json) check_json_text_inputs(args->prompt, spec);
             if (!args->logits_out.empty()) {
               refuse_output_that_is_input({"--logits-out", args->logits_out},

@@ -90,6 +90,7 @@ Command register_trace(CLI::App& root) {
               names.push_back(name);
               specs.push_back(std::move(spec));
             }
+            print_device_path_warning(specs.front());  // every run shares the device and the cache type
             refuse_output_that_is_input({"--out", args->out}, run_input_files(&args->model, &args->prompt, policies));
             check_output_path(args->out, existing_policy(args->force), "trace file");
             const model::Model model = args->model.load();

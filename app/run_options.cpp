@@ -177,6 +177,11 @@ std::string with_allocation(const std::string& policy_spec, const std::string& a
   return policy_spec + (policy_spec.find(':') == std::string::npos ? ":" : ",") + "allocation=" + allocation;
 }
 
+void print_device_path_warning(const run::RunSpec& spec) {
+  const std::string note = kernels::unverified_device_note(spec.device, spec.generation.cache_type);
+  if (!note.empty()) std::fprintf(stderr, "kvscope: warning: %s\n", note.c_str());
+}
+
 void print_policy_warnings(const std::vector<std::string>& warnings) {
   for (const auto& w : warnings) std::fprintf(stderr, "kvscope: warning: %s\n", w.c_str());
 }

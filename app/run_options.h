@@ -83,6 +83,9 @@ std::string with_allocation(const std::string& policy_spec, const std::string& a
 std::vector<NamedPath> run_input_files(const ModelOptions* model, const PromptOptions* prompt,
                                        const std::vector<std::string>& policies);
 
+// unverified_device_note's warning for this run's device and cache type on stderr ("kvscope: warning: ..."), if any.
+void print_device_path_warning(const run::RunSpec& spec);
+
 // The policy's warnings on stderr, one "kvscope: warning:" line each (they are in the trace's metadata too).
 void print_policy_warnings(const std::vector<std::string>& warnings);
 

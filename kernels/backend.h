@@ -130,6 +130,11 @@ class Backend {
 // or when no usable GPU or driver is present, with the reason; never aborts.
 std::unique_ptr<Backend> make_backend(Device device, const BackendOptions& options = {});
 
+// Non-empty when `types` on `device` runs code that was written and compiled but has never run on that device
+// (docs/gpu.md, "Cache types on the device"): the one-line warning the command line and the window print before
+// such a run. Empty for the paths that ran on a GPU (cuda with an f32 cache) and for every cpu run.
+std::string unverified_device_note(Device device, const KVCacheTypes& types);
+
 // The process-wide CPU backend, for code that has no backend of its own (a KVCache made without one, tests).
 Backend& default_cpu_backend();
 

@@ -102,6 +102,20 @@ bool is_kivi(CacheType type) { return type == CacheType::KIVI2 || type == CacheT
 
 int kivi_bits(CacheType type) { return type == CacheType::KIVI2 ? 2 : type == CacheType::KIVI4 ? 4 : 0; }
 
+RowType row_type(CacheType type) {
+  switch (type) {
+    case CacheType::F32: return RowType::F32;
+    case CacheType::F16: return RowType::F16;
+    case CacheType::BF16: return RowType::BF16;
+    case CacheType::Q8_0: return RowType::Q8_0;
+    case CacheType::Q4_0: return RowType::Q4_0;
+    case CacheType::Q4_1: return RowType::Q4_1;
+    case CacheType::KIVI2:
+    case CacheType::KIVI4: break;
+  }
+  throw Error(std::string("cache type ") + cache_type_name(type) + " has no fixed row format");
+}
+
 std::size_t cache_row_bytes(CacheType type, int head_dim) {
   const CacheTypeInfo& t = info(type);
   if (is_kivi(type)) throw Error(std::string("cache type ") + t.name + " has no fixed row size");

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/common/cache_rows.h"
+
 namespace kvscope::kernels {
 
 enum class KVPart { Keys, Values };
@@ -30,6 +32,8 @@ bool is_block_quantized(CacheType type);
 bool is_kivi(CacheType type);
 // 2 or 4 for the KIVI types.
 int kivi_bits(CacheType type);
+// The shared row format of a fixed-row type (kernels/common/cache_rows.h); throws for a KIVI type.
+RowType row_type(CacheType type);
 // Bytes one stored row of head_dim values takes: payload and scales. head_dim must suit the type
 // (check_cache_types); a KIVI type has no fixed row size (throws).
 std::size_t cache_row_bytes(CacheType type, int head_dim);

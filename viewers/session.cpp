@@ -357,6 +357,8 @@ bool Session::execute(const RunRequest& request) {
   }
   const run::CheckedSpec checked = run::check(spec);  // a bad request fails before any model loads
   const std::string& name = checked.run_name;
+  if (const std::string note = kernels::unverified_device_note(spec.device, spec.generation.cache_type); !note.empty())
+    message(name + ": warning: " + note);
   const model::Model& model = ensure_model(request.model_path);
 
   trace::LiveTrace live;

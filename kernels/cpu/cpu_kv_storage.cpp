@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <map>
 
-#include "kernels/common/block_quantize.h"
+#include "kernels/common/cache_rows.h"
 #include "kernels/common/float16.h"
 #include "kernels/common/hadamard.h"
-#include "kernels/common/quant_blocks.h"
 #include "kernels/error.h"
 
 namespace kvscope::kernels::cpu {
@@ -36,33 +35,6 @@ void on_stored(Part& rows, CacheType type, int head_dim, Fn&& fn) {
   }
 }
 
-void quantize_row(CacheType type, const float* x, int head_dim, uint8_t* out) {
-  const std::size_t block_bytes = cache_row_bytes(type, blocks::kQuantBlockElements);
-  for (int b = 0; b < head_dim / blocks::kQuantBlockElements; ++b) {
-    const float* in = x + b * blocks::kQuantBlockElements;
-    uint8_t* block = out + b * block_bytes;
-    switch (type) {
-      case CacheType::Q8_0: blocks::quantize_block_q8_0(in, block); break;
-      case CacheType::Q4_0: blocks::quantize_block_q4_0(in, block); break;
-      case CacheType::Q4_1: blocks::quantize_block_q4_1(in, block); break;
-      default: throw Error(std::string("quantize_row: ") + cache_type_name(type) + " is not a block format");
-    }
-  }
-}
-
-void dequantize_row(CacheType type, const uint8_t* row, int head_dim, float* out) {
-  const std::size_t block_bytes = cache_row_bytes(type, blocks::kQuantBlockElements);
-  for (int b = 0; b < head_dim / blocks::kQuantBlockElements; ++b) {
-    const uint8_t* block = row + b * block_bytes;
-    float* y = out + b * blocks::kQuantBlockElements;
-    switch (type) {
-      case CacheType::Q8_0: blocks::dequantize_block_q8_0(block, y); break;
-      case CacheType::Q4_0: blocks::dequantize_block_q4_0(block, y); break;
-      case CacheType::Q4_1: blocks::dequantize_block_q4_1(block, y); break;
-      default: throw Error(std::string("dequantize_row: ") + cache_type_name(type) + " is not a block format");
-    }
-  }
-}
 }  // namespace
 
 CpuKVStorage::CpuKVStorage(int n_layers, int n_kv_heads, int head_dim, KVCacheTypes type)
@@ -154,7 +126,7 @@ void CpuKVStorage::push_rows(int layer, HeadRows& head, KVPart part, const float
     } else {
       const std::size_t end = stored.blocks.size();
       stored.blocks.resize(end + cache_row_bytes(t, d));
-      quantize_row(t, row, d, stored.blocks.data() + end);
+      quantize_cache_row(row_type(t), row, d, stored.blocks.data() + end);
     }
   }
   if (t == CacheType::F32) return;
@@ -200,7 +172,7 @@ void CpuKVStorage::load_stored_rows(const HeadRows& head, KVPart part, std::size
   } else {
     const std::size_t row_bytes = cache_row_bytes(t, d);
     for (std::size_t r = 0; r < count; ++r)
-      dequantize_row(t, stored.blocks.data() + (first + r) * row_bytes, d, out + r * d);
+      dequantize_cache_row(row_type(t), stored.blocks.data() + (first + r) * row_bytes, d, out + r * d);
   }
 }
 
@@ -221,7 +193,7 @@ void CpuKVStorage::store_row(HeadRows& head, KVPart part, std::size_t i, const f
   else if (t == CacheType::BF16)
     floats_to_bf16(row, d, stored.bf16.data() + i * d);
   else
-    quantize_row(t, row, d, stored.blocks.data() + i * cache_row_bytes(t, d));
+    quantize_cache_row(row_type(t), row, d, stored.blocks.data() + i * cache_row_bytes(t, d));
 }
 
 void CpuKVStorage::edit(int layer, int kv_head, std::span<const int32_t> keep, std::span<const RowMerge> merges,

@@ -34,6 +34,28 @@ __device__ inline float warp_sum(float v) {
   return v;
 }
 
+// Rows [first, first + tile_rows) of one head's stored rows (not float32 both) into a shared tile of row stride
+// `stride` floats, a thread per unit (a 32-value block is dequantized whole, kernels/common/cache_rows.h); rows at
+// or past `end` become zeros. The cache is read in place: only the tile holds floats.
+__device__ inline void load_stored_tile(const uint8_t* rows, RowType type, int d, int first, int end, int tile_rows,
+                                        float* tile, int stride) {
+  const int units = row_units(type, d), values = row_unit_values(type);
+  const int64_t bytes = stored_row_bytes(type, d);
+  for (int i = threadIdx.x; i < tile_rows * units; i += blockDim.x) {
+    const int j = i / units, u = i % units;
+    float* dst = tile + j * stride + u * values;
+    if (first + j < end)
+      dequantize_cache_unit(type, rows + (first + j) * bytes, u, dst);
+    else
+      for (int e = 0; e < values; ++e) dst[e] = 0.0f;
+  }
+}
+
+// A head's rows of `type` as bytes (float32 rows included).
+__device__ inline const uint8_t* head_rows(const void* rows, RowType type, int g, int capacity, int d) {
+  return static_cast<const uint8_t*>(rows) + static_cast<int64_t>(g) * capacity * stored_row_bytes(type, d);
+}
+
 // blockIdx.z picks a slice of the keys when key_splits > 1 (decode: one query per head leaves most of the GPU
 // idle otherwise); each slice then leaves its unnormalised partial state for attention_combine_kernel.
 __global__ void attention_output_kernel(const float* q, const int32_t* query_positions, DeviceLayerCache cache,
@@ -52,8 +74,9 @@ __global__ void attention_output_kernel(const float* q, const int32_t* query_pos
   const int row = blockIdx.x * kRowWarps + warp;
   const bool active = row < shape.n_queries;
   const int length = cache.lengths[g];
-  const float* keys = cache.keys + static_cast<int64_t>(g) * cache.capacity * d;
-  const float* values = cache.values + static_cast<int64_t>(g) * cache.capacity * d;
+  const bool f32_rows = cache.key_type == RowType::F32 && cache.value_type == RowType::F32;
+  const float* keys = static_cast<const float*>(cache.keys) + static_cast<int64_t>(g) * cache.capacity * d;
+  const float* values = static_cast<const float*>(cache.values) + static_cast<int64_t>(g) * cache.capacity * d;
   const int32_t* positions = cache.positions + static_cast<int64_t>(g) * cache.capacity;
   const int q_stride = shape.n_heads * d;
   const int tiles = (length + kKeyTile - 1) / kKeyTile;
@@ -74,11 +97,18 @@ __global__ void attention_output_kernel(const float* q, const int32_t* query_pos
 
   for (int t0 = key_begin; t0 < key_end; t0 += kKeyTile) {
     if (positions[t0] > block_last_position) break;  // later keys are in every row's future
-    for (int i = threadIdx.x; i < kKeyTile * d; i += blockDim.x) {
-      const int j = i / d, t = i % d;
-      const bool in = t0 + j < key_end;
-      k_tile[j][t] = in ? keys[static_cast<int64_t>(t0 + j) * d + t] : 0.0f;
-      v_tile[j][t] = in ? values[static_cast<int64_t>(t0 + j) * d + t] : 0.0f;
+    if (f32_rows) {
+      for (int i = threadIdx.x; i < kKeyTile * d; i += blockDim.x) {
+        const int j = i / d, t = i % d;
+        const bool in = t0 + j < key_end;
+        k_tile[j][t] = in ? keys[static_cast<int64_t>(t0 + j) * d + t] : 0.0f;
+        v_tile[j][t] = in ? values[static_cast<int64_t>(t0 + j) * d + t] : 0.0f;
+      }
+    } else {
+      load_stored_tile(head_rows(cache.keys, cache.key_type, g, cache.capacity, d), cache.key_type, d, t0, key_end,
+                       kKeyTile, &k_tile[0][0], kPadded);
+      load_stored_tile(head_rows(cache.values, cache.value_type, g, cache.capacity, d), cache.value_type, d, t0,
+                       key_end, kKeyTile, &v_tile[0][0], kMaxAttentionHeadDim);
     }
     for (int j = threadIdx.x; j < kKeyTile; j += blockDim.x)
       pos_tile[j] = t0 + j < key_end ? positions[t0 + j] : INT32_MAX;
@@ -163,16 +193,21 @@ __global__ void attention_side_outputs_kernel(const float* q, const int32_t* que
   const int length = cache.lengths[g];
   const int key = blockIdx.x * kKeysPerBlock + threadIdx.x;
   const bool has_key = key < length;
-  const float* keys = cache.keys + static_cast<int64_t>(g) * cache.capacity * d;
+  const float* keys = static_cast<const float*>(cache.keys) + static_cast<int64_t>(g) * cache.capacity * d;
   const int32_t key_position = has_key ? cache.positions[static_cast<int64_t>(g) * cache.capacity + key] : INT32_MAX;
   const int q_stride = shape.n_heads * d;
   const int window = min(o.window, n);
   const int64_t head_out = static_cast<int64_t>(h) * cache.capacity;
 
-  for (int i = threadIdx.x; i < kKeysPerBlock * d; i += blockDim.x) {
-    const int j = i / d, t = i % d;
-    const int k = blockIdx.x * kKeysPerBlock + j;
-    k_tile[j][t] = k < length ? keys[static_cast<int64_t>(k) * d + t] : 0.0f;
+  if (cache.key_type == RowType::F32) {
+    for (int i = threadIdx.x; i < kKeysPerBlock * d; i += blockDim.x) {
+      const int j = i / d, t = i % d;
+      const int k = blockIdx.x * kKeysPerBlock + j;
+      k_tile[j][t] = k < length ? keys[static_cast<int64_t>(k) * d + t] : 0.0f;
+    }
+  } else {
+    load_stored_tile(head_rows(cache.keys, cache.key_type, g, cache.capacity, d), cache.key_type, d,
+                     blockIdx.x * kKeysPerBlock, length, kKeysPerBlock, &k_tile[0][0], kPadded);
   }
   float column = 0.0f, window_column = 0.0f;
   for (int i0 = 0; i0 < n; i0 += kQueryChunk) {

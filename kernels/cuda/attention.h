@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/cache_rows.h"
+
 namespace kvscope::kernels::cuda {
 
 // The heads kernels handle: one warp's lanes hold a query row, 32 keys per tile.
@@ -21,14 +23,18 @@ struct AttentionShape {
   float scale = 1.0f;  // 1/sqrt(head_dim)
 };
 
-// One layer's cache: KV head g's entry j lives at [g * capacity + j].
+// One layer's cache: KV head g's entry j lives at [g * capacity + j]. Keys and values are rows of key_type and
+// value_type (kernels/common/cache_rows.h): float32 rows, or f16, bf16, q8_0, q4_0, q4_1 rows of
+// stored_row_bytes(type, head_dim) bytes, which the kernels dequantize a tile at a time in shared memory (each
+// thread one 32-value block), never into a copy of the cache.
 struct DeviceLayerCache {
-  const float* keys = nullptr;         // [n_kv_heads][capacity][head_dim], after RoPE
-  const float* values = nullptr;       // [n_kv_heads][capacity][head_dim]
+  const void* keys = nullptr;          // [n_kv_heads][capacity][row], after RoPE
+  const void* values = nullptr;        // [n_kv_heads][capacity][row]
   const int32_t* positions = nullptr;  // [n_kv_heads][capacity], increasing within a head
   const int32_t* lengths = nullptr;    // [n_kv_heads] entries in use
   int capacity = 0;
   int max_length = 0;  // the largest of lengths (sizes the grids)
+  RowType key_type = RowType::F32, value_type = RowType::F32;
 };
 
 // Null pointers are side outputs nobody asked for. Per-head outputs have row stride `capacity`; a head's

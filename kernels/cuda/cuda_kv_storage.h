@@ -1,8 +1,13 @@
 #pragma once
-// K/V rows in device memory (the CUDA KVStorage). Per layer one allocation of [n_kv_heads][capacity][head_dim]
-// for keys and one for values, so attention.cu reads a layer's heads at fixed strides; the capacity doubles on
+// K/V rows in device memory (the CUDA KVStorage). Per layer one allocation of [n_kv_heads][capacity][row] for
+// keys and one for values, so attention.cu reads a layer's heads at fixed strides; the capacity doubles on
 // demand and shrinks after an edit once more than a quarter of it is unused. Positions live on the device (the
-// kernels mask by them) and on the host (KVStorage::positions). float32 rows only for now.
+// kernels mask by them) and on the host (KVStorage::positions).
+//
+// Rows are float32, or f16, bf16, q8_0, q4_0, q4_1 (keys and values each in their own type) in the CPU cache's
+// byte layout (kernels/common/cache_rows.h): append quantizes each row once on the device, attention reads the
+// blocks in place, an edit dequantizes only the rows its merges involve, merges them in float32 and stores each
+// merged row once, and compaction moves whole rows. KIVI is refused (see the constructor).
 #include <cuda_runtime_api.h>
 
 #include <vector>
@@ -16,7 +21,8 @@ namespace kvscope::kernels::cuda {
 
 class CudaKVStorage final : public KVStorage {
  public:
-  // Throws UsageError for any cache type but f32 (not implemented on the device yet).
+  // Throws UsageError for a KIVI type (not implemented on the device), a block format whose blocks do not divide
+  // head_dim, a head_dim above kMaxAttentionHeadDim, or more than kMaxAppendHeads KV heads in a non-f32 cache.
   CudaKVStorage(int n_layers, int n_kv_heads, int head_dim, KVCacheTypes type, cudaStream_t stream);
 
   int size(int layer, int kv_head) const override;
@@ -26,6 +32,11 @@ class CudaKVStorage final : public KVStorage {
             std::span<const ValueMerge> value_merges) override;
   void read_rows(int layer, int kv_head, KVPart part, int first, int count, float* host_out) const override;
   std::size_t layer_bytes(int layer) const override;
+  StorageError storage_error(int layer, KVPart part, bool as_merged) const override;
+
+  // One head's stored rows of a part as they are on the device, [size][row bytes] (the GPU tests compare them
+  // with the host references byte for byte).
+  std::vector<uint8_t> stored_bytes(int layer, int kv_head, KVPart part) const;
 
   // What attention.cu reads for one layer.
   DeviceLayerCache layer_view(int layer) const;
@@ -33,17 +44,27 @@ class CudaKVStorage final : public KVStorage {
  private:
   struct Layer {
     int capacity = 0;
-    DeviceBuffer<float> keys, values;                  // [n_kv_heads][capacity][head_dim]
+    DeviceBuffer<uint8_t> keys, values;                // [n_kv_heads][capacity][row bytes of the part's type]
     DeviceBuffer<int32_t> positions;                   // [n_kv_heads][capacity]
     DeviceBuffer<int32_t> lengths;                     // [n_kv_heads]
     std::vector<std::vector<int32_t>> host_positions;  // [n_kv_heads][length]
   };
   void reallocate(Layer& layer, int capacity);
+  bool all_f32() const { return key_type_ == RowType::F32 && value_type_ == RowType::F32; }
+  std::size_t part_row_bytes(KVPart part) const {
+    return stored_row_bytes(part == KVPart::Keys ? key_type_ : value_type_, head_dim());
+  }
+  static std::size_t error_offset(int layer, KVPart part, bool as_merged);
+  void edit_f32(Layer& layer, int kv_head, std::span<const int32_t> keep, std::span<const RowMerge> merges,
+                std::span<const ValueMerge> value_merges);
+  void edit_stored(Layer& layer, int layer_index, int kv_head, std::span<const int32_t> keep,
+                   std::span<const RowMerge> merges, std::span<const ValueMerge> value_merges);
   void upload_lengths(Layer& layer);
   Layer& checked(int layer, int kv_head, const char* what);
   const Layer& checked(int layer, int kv_head, const char* what) const;
 
   static constexpr std::size_t kStagingBytes = std::size_t{1} << 20;
+  RowType key_type_ = RowType::F32, value_type_ = RowType::F32;
   cudaStream_t stream_;
   PinnedStaging staging_;  // positions, lengths and edit lists: uploads that must not stall the stream
   std::vector<Layer> layers_;
@@ -52,6 +73,12 @@ class CudaKVStorage final : public KVStorage {
   DeviceBuffer<float> edit_weights_, edit_rows_;
   DeviceBuffer<int32_t> edit_positions_;
   DeviceBuffer<int32_t> append_positions_;  // the appended rows' positions, read by append_rows
+  // Stored types: the rows a merge involves, in float32 ([keys, values][involved][head_dim]), and their indices.
+  DeviceBuffer<float> merge_keys_, merge_values_;
+  DeviceBuffer<int32_t> merge_index_, merge_targets_, merge_target_slots_;
+  DeviceBuffer<uint8_t> edit_bytes_;
+  // [layer][appended, merged][keys, values][error, reference]: StorageError's sums, added on the device.
+  DeviceBuffer<double> errors_;
 };
 
 }  // namespace kvscope::kernels::cuda

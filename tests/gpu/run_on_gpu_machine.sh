@@ -1,9 +1,11 @@
 #!/bin/bash
 # Runs the GPU checks on a machine with an NVIDIA GPU from a bundle of tests/gpu/make_gpu_bundle.sh, writing logs to
 # $OUT (or ./gpu-out). Stages, so that a bundle can arrive in two transfers:
-#   kernels  unpack the bundle, list the device, run test_gpu_kernels and a CUDA generate on a tiny fixture model
+#   kernels  unpack the bundle, list the device, run test_gpu_kernels and CUDA generates (f32, f16, bf16 caches) on
+#            a tiny fixture model
 #   model    join the model's parts (this transfer's .gpu/model.xz.part-b and the part-a kept from the first), then
-#            tests/gpu/cuda_vs_cpu_model.py, tests/gpu/cuda_vs_cpu_policies.py and bench/gpu_bench.py
+#            tests/gpu/cuda_vs_cpu_model.py, tests/gpu/cuda_vs_cpu_policies.py, tests/gpu/cuda_vs_cpu_cache_types.py
+#            and bench/gpu_bench.py
 #   window   the window on --device cuda by script under Xvfb (Xvfb and Mesa from the Debian packages in
 #            .gpu/xdebs/ and the libraries they link in .gpu/xlibs.tar.xz, unpacked under /tmp/xroot; a tiny
 #            fixture model), its screenshots in $OUT
@@ -39,12 +41,15 @@ if [ "$stage" = kernels ] || [ "$stage" = all ]; then
   timeout 300 "$keep/bin/test_gpu_kernels" --durations yes > "$out/test_gpu_kernels.log" 2>&1
   echo "test_gpu_kernels exit $?"; grep -E "FAILED|passed|failed|SKIPPED|assertions" "$out/test_gpu_kernels.log" | tail -40
   tiny=$root/tests/fixtures/hf_synthetic/llama3.gguf
-  for device in cpu cuda; do
-    timeout 120 "$KVSCOPE_BINARY" generate --device "$device" --model "$tiny" --prompt "The lighthouse keeper" \
-      --max-new-tokens 12 --json > "$out/tiny_$device.json" 2> "$out/tiny_$device.err"
-    status=$?
-    summary=$("$python" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["generated_tokens"], [round(x, 4) for x in j["logprobs"]])' "$out/tiny_$device.json" 2>&1 | tail -1)
-    echo "tiny $device exit $status: $summary $(tail -c 300 "$out/tiny_$device.err")"
+  # The fixture's head_dim (14) takes f32, f16 and bf16 only; the block formats run in the model stage.
+  for cache in f32 f16 bf16; do
+    for device in cpu cuda; do
+      timeout 120 "$KVSCOPE_BINARY" generate --device "$device" --model "$tiny" --prompt "The lighthouse keeper" \
+        --max-new-tokens 12 --cache-type "$cache" --json > "$out/tiny_${cache}_$device.json" 2> "$out/tiny_${cache}_$device.err"
+      status=$?
+      summary=$("$python" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["generated_tokens"], [round(x, 4) for x in j["logprobs"]])' "$out/tiny_${cache}_$device.json" 2>&1 | tail -1)
+      echo "tiny $cache $device exit $status: $summary $(tail -c 300 "$out/tiny_${cache}_$device.err")"
+    done
   done
 fi
 
@@ -59,6 +64,10 @@ if [ "$stage" = model ] || [ "$stage" = all ]; then
   echo "cuda_vs_cpu_model exit ${PIPESTATUS[0]}"
   KVSCOPE_SOURCE_DIR=$root timeout 150 "$python" "$root/tests/gpu/cuda_vs_cpu_policies.py" > "$out/policies.log" 2>&1
   echo "cuda_vs_cpu_policies exit $?"; grep -v "^ok" "$out/policies.log" | tail -20
+  # The quantized cache types on the device (never run on a GPU before this): greedy tokens and bytes vs the CPU.
+  timeout 150 "$python" "$root/tests/gpu/cuda_vs_cpu_cache_types.py" --kvscope "$KVSCOPE_BINARY" \
+    > "$out/cache_types.log" 2>&1
+  echo "cuda_vs_cpu_cache_types exit $?"; tail -20 "$out/cache_types.log"
   timeout 200 "$python" "$root/bench/gpu_bench.py" --kvscope "$KVSCOPE_BINARY" --model "$model" \
     --lengths 1024,4096,8000 2>&1 | tee "$out/gpu_bench.log"
 fi

@@ -1,7 +1,7 @@
 """--device on the command line: `kvscope info` lists CUDA devices or says why there are none; without a
 device `--device cuda` is a clear error (exit 1, "no CUDA device: <reason>"), never a crash; with one it
 generates. `--device cpu` generates in every build, the CUDA-enabled one included (a missing driver must not
-break the CPU path)."""
+break the CPU path). A cache type whose CUDA code has never run on a GPU is named in one warning line."""
 import json
 import os
 import subprocess
@@ -41,6 +41,18 @@ def main():
     else:
         check(gpu.returncode == 1, f"generate --device cuda in a build without CUDA exits 1, not {gpu.returncode}")
         check("built without CUDA" in gpu.stderr, f"the error says the build has no CUDA: {gpu.stderr.strip()}")
+
+    # A cache type whose CUDA code never ran on a GPU says so in one line, before the run (and before the missing
+    # device's error); f32 on cuda, which ran on one, and q4_0 on cpu say nothing of the kind.
+    warning = "has never run on one"
+    q4 = subprocess.run([binary, *GENERATE, "--device", "cuda", "--cache-type", "q4_0"], capture_output=True, text=True)
+    lines = [line for line in q4.stderr.splitlines() if warning in line]
+    check(len(lines) == 1 and lines[0].startswith("kvscope: warning: --device cuda with cache type q4_0:"),
+          f"--device cuda --cache-type q4_0 prints one warning line (stderr: {q4.stderr.strip()[-400:]})")
+    check(warning not in gpu.stderr, "--device cuda at f32 prints no such warning")
+    q4_cpu = subprocess.run([binary, *GENERATE, "--device", "cpu", "--cache-type", "q4_0"], capture_output=True,
+                            text=True)
+    check(q4_cpu.returncode == 0 and warning not in q4_cpu.stderr, "--device cpu --cache-type q4_0 prints no warning")
 
     bad = subprocess.run([binary, *GENERATE, "--device", "tpu"], capture_output=True, text=True)
     check(bad.returncode == 2 and "tpu" in bad.stderr, f"an unknown device is a usage error naming it: {bad.stderr.strip()}")
