@@ -4,11 +4,12 @@
 // (ggml-quants.c, quantize_row_*_ref) as the `gguf` Python package restates them (gguf/quants.py), which
 // tests/python/test_block_quant.py checks byte for byte. Layouts: quant_blocks.h.
 //
-// Rounding is spelled out so that a compiler cannot change it: with FMA available, `x * id + 0.5f` may be
+// Rounding is spelled out so that a compiler cannot change it: with FMA available, `x * id + 8.5f` may be
 // contracted into one fused operation (GCC does so by default outside strict ISO mode, nvcc always), which
-// rounds once instead of twice and moves a value across an integer now and then. A float product formed as the
-// product of the two doubles (exact: 24 + 24 bits fit in 53) and rounded to float is the rounded float product,
-// and a conversion between a product and a sum cannot be fused away.
+// rounds once instead of twice and moves a value that lands on a code boundary one code down (ggml's reference
+// rounds the product to float first). Spelling the product as a product of doubles is not enough: GCC folds it
+// back into a float multiply and then fuses that. The product therefore passes through a volatile float on the
+// host and __fmul_rn (never contracted) on the device.
 #include <cmath>
 #include <cstdint>
 
@@ -66,7 +67,12 @@ KVSCOPE_HD inline uint16_t float_to_bf16(float f) {
 
 // a * b rounded to float once, never fused with a following addition (see the top of the file).
 KVSCOPE_HD inline float product(float a, float b) {
-  return static_cast<float>(static_cast<double>(a) * static_cast<double>(b));
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  const volatile float rounded = a * b;
+  return rounded;
+#endif
 }
 
 // A 4-bit code from a value already offset into [0, 16]: truncation toward zero, at most 15.

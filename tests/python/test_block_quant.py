@@ -88,7 +88,40 @@ def random_rows(rng):
     # Values that land exactly between two q4 codes after scaling (ties of the truncation +0.5 / +8.5).
     grid = np.tile(np.arange(32, dtype=np.float32) / 31.0 * 15.0, (16, d // 32))
     sets["code boundaries"] = (grid + rng.integers(-3, 3, (16, 1))).astype(np.float32)
+    sets["fused-rounding traps"] = fused_rounding_traps(rng)
     return sets
+
+
+def fused_rounding_traps(rng):
+    """Blocks whose scaled values round, as float32 products, exactly onto a q4 code boundary while the exact
+    product lies just below it: a quantizer that fuses the product with the following +8.5 (q4_0) or +0.5 (q4_1)
+    into one FMA truncates them one code lower than ggml's reference does."""
+    blocks = []
+    for _ in range(64):
+        scale = np.float32(rng.uniform(0.05, 3.0))
+        block = np.zeros(32, np.float32)
+        block[0] = -8 * scale                                   # q4_0: d = block[0] / -8; q4_1: min = block[0]
+        block[1] = 7 * scale                                    # q4_1: max
+        q4_0_id = np.float32(1) / (block[0] / np.float32(-8))
+        q4_1_id = np.float32(1) / ((block[1] - block[0]) / np.float32(15))
+        filled = 2
+        for target in np.arange(-7.5, 7.5, 1.0, dtype=np.float32):
+            for shifted, inverse in ((False, q4_0_id), (True, q4_1_id)):
+                # q4_0 truncates x*id + 8.5, q4_1 (x - min)*id + 0.5: both break on products k - 0.5 (q4_1's >= 0).
+                if shifted and target < 0:
+                    continue
+                start = np.float32(np.float32(target / inverse) + (block[0] if shifted else 0))
+                for ulps in sorted(range(-48, 49), key=abs):
+                    candidate = (start.view(np.int32) + np.int32(ulps)).view(np.float32)
+                    offset = np.float32(candidate - block[0]) if shifted else candidate
+                    exact = float(offset) * float(inverse)
+                    if np.float32(offset * inverse) == target and exact < float(target) and filled < 32:
+                        block[filled] = candidate
+                        filled += 1
+                        break
+        blocks.append(block)
+    rows = np.stack(blocks).reshape(-1, 128)
+    return rows
 
 
 def real_rows(folder):
