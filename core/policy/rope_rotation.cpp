@@ -19,4 +19,20 @@ void RopeRotation::rotate(float* v, int position) const {
   }
 }
 
+void RopeRotation::angles(int position, float* cos_sin) const {
+  const int pairs = rope_dim / 2;
+  for (int pair = 0; pair < pairs; ++pair)
+    kernels::rope_pair_cos_sin(pair, rope_dim, position, base, divisor(pair), 1.0f, cos_sin[pair],
+                               cos_sin[pairs + pair]);
+}
+
+void RopeRotation::rotate(float* v, const float* cos_sin) const {
+  const int pairs = rope_dim / 2;
+  for (int pair = 0; pair < pairs; ++pair) {
+    int first = 0, second = 0;
+    kernels::rope_pair_indices(adjacent, pair, rope_dim, &first, &second);
+    kernels::rope_turn_pair(v[first], v[second], cos_sin[pair], cos_sin[pairs + pair]);
+  }
+}
+
 }  // namespace kvscope::policy

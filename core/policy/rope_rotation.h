@@ -20,6 +20,11 @@ struct RopeRotation {
   float divisor(int pair) const { return divisors.empty() ? 1.0f : divisors[pair]; }
   // v[0..head_dim) rotated in place to `position` (negative: back from -position), in float32 as the engine does.
   void rotate(float* v, int position) const;
+  // What rotate(v, position) computes per pair before turning it: cos_sin[0, rope_dim/2) the cosines, then the
+  // sines. Many vectors rotated to one position share it (the angles cost powf, cosf and sinf per pair).
+  void angles(int position, float* cos_sin) const;
+  // v rotated in place by angles(position, cos_sin): rotate(v, position) bit for bit.
+  void rotate(float* v, const float* cos_sin) const;
 };
 
 }  // namespace kvscope::policy
