@@ -58,22 +58,26 @@ class ExpectedAttentionPolicy final : public LayerScorer {
       for (int c = 0; c < width; ++c) mean[c] += q[static_cast<std::size_t>(r) * width + c];
     for (double& v : mean) v /= m;
     std::vector<double> scores(static_cast<std::size_t>(heads) * nk);
-    std::vector<double> keys, mu(d), centred, cov(static_cast<std::size_t>(d) * d), tmp(cov.size()), kc;
-    centred.resize(static_cast<std::size_t>(m) * d);
-    kc.resize(static_cast<std::size_t>(nk) * d);
+    std::vector<std::vector<double>> keys(n_kv);
+    for (int kv = 0; kv < n_kv; ++kv) {
+      const auto k32 = cache.keys(obs.layer, kv).subspan(static_cast<std::size_t>(sink) * d);
+      keys[kv].assign(k32.begin(), k32.begin() + static_cast<std::ptrdiff_t>(nk) * d);
+    }
+    // Query heads are independent (their own statistics and scores), so they run in parallel, each calling
+    // single-threaded BLAS as the engine's kernels do; the thread count does not change a bit.
+#pragma omp parallel for schedule(dynamic, 1)
     for (int h = 0; h < heads; ++h) {
-      const int kv = h / group;
-      if (h % group == 0) {
-        const auto k32 = cache.keys(obs.layer, kv).subspan(static_cast<std::size_t>(sink) * d);
-        keys.assign(k32.begin(), k32.begin() + static_cast<std::ptrdiff_t>(nk) * d);
-      }
+      const std::vector<double>& k = keys[h / group];
+      std::vector<double> mu(d);
       const double* mean_h = mean.data() + static_cast<std::size_t>(h) * d;
       cblas_dgemv(CblasRowMajor, CblasTrans, d, d, 1.0, rot.data(), d, mean_h, 1, 0.0, mu.data(), 1);
       double* s = scores.data() + static_cast<std::size_t>(h) * nk;
-      cblas_dgemv(CblasRowMajor, CblasNoTrans, nk, d, 1.0, keys.data(), d, mu.data(), 1, 0.0, s, 1);
+      cblas_dgemv(CblasRowMajor, CblasNoTrans, nk, d, 1.0, k.data(), d, mu.data(), 1, 0.0, s, 1);
       const double root_d = std::sqrt(static_cast<double>(d));
       for (int j = 0; j < nk; ++j) s[j] /= root_d;
       if (use_covariance_) {
+        std::vector<double> centred(static_cast<std::size_t>(m) * d), cov(static_cast<std::size_t>(d) * d),
+            tmp(cov.size()), kc(static_cast<std::size_t>(nk) * d);
         for (int r = 0; r < m; ++r)
           for (int c = 0; c < d; ++c)
             centred[static_cast<std::size_t>(r) * d + c] =
@@ -85,12 +89,12 @@ class ExpectedAttentionPolicy final : public LayerScorer {
                     tmp.data(), d);
         cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d, d, d, 1.0, rot.data(), d, tmp.data(), d, 0.0,
                     cov.data(), d);
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nk, d, d, 1.0, keys.data(), d, cov.data(), d, 0.0,
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nk, d, d, 1.0, k.data(), d, cov.data(), d, 0.0,
                     kc.data(), d);
         for (int j = 0; j < nk; ++j) {
           double quad = 0.0;
           for (int c = 0; c < d; ++c)
-            quad += kc[static_cast<std::size_t>(j) * d + c] * keys[static_cast<std::size_t>(j) * d + c];
+            quad += kc[static_cast<std::size_t>(j) * d + c] * k[static_cast<std::size_t>(j) * d + c];
           s[j] += quad / d / 2;
         }
       }
@@ -130,14 +134,16 @@ class ExpectedAttentionPolicy final : public LayerScorer {
   const std::vector<double>& averaged_rotation(int start, int d) {
     if (rotation_start_ != start) {
       rotation_.assign(static_cast<std::size_t>(d) * d, 0.0);
-      std::vector<float> row(d);
-      for (int p = start; p < start + n_future_; ++p)
+      std::vector<float> row(d), cos_sin(rope().rope_dim);
+      for (int p = start; p < start + n_future_; ++p) {
+        rope().angles(p, cos_sin.data());  // the d rows rotated to p share its angles
         for (int i = 0; i < d; ++i) {
           std::fill(row.begin(), row.end(), 0.0f);
           row[i] = 1.0f;
-          rope().rotate(row.data(), p);
+          rope().rotate(row.data(), cos_sin.data());
           for (int c = 0; c < d; ++c) rotation_[static_cast<std::size_t>(i) * d + c] += row[c];
         }
+      }
       for (double& v : rotation_) v /= n_future_;
       rotation_start_ = start;
     }

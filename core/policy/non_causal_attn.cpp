@@ -28,50 +28,59 @@ std::vector<double> non_causal_attention_scores(const std::vector<double>& queri
   const int d = cache.head_dim(), n_kv = cache.n_kv_heads(), group = n_heads / n_kv, width = n_heads * d;
   // The queries rounded to float32 and rotated to their positions, as the engine (and obs.rope.rotate) rotates.
   std::vector<double> q(static_cast<std::size_t>(count) * width);
-  std::vector<float> row(d);
-  for (int i = 0; i < count; ++i)
+  std::vector<float> row(d), cos_sin(rope.rope_dim);
+  for (int i = 0; i < count; ++i) {
+    rope.angles(positions[i], cos_sin.data());  // the query heads of a token share its angles
     for (int h = 0; h < n_heads; ++h) {
       const std::size_t at = static_cast<std::size_t>(i) * width + static_cast<std::size_t>(h) * d;
       for (int e = 0; e < d; ++e) row[e] = static_cast<float>(queries[at + e]);
-      rope.rotate(row.data(), positions[i]);
+      rope.rotate(row.data(), cos_sin.data());
       std::copy(row.begin(), row.end(), q.begin() + static_cast<std::ptrdiff_t>(at));
     }
-  std::vector<double> attention(static_cast<std::size_t>(n_kv) * count, 0.0);
-  std::vector<double> keys, column(count), dots(static_cast<std::size_t>(chunk) * chunk), e(chunk);
+  }
+  // Per query head, the attention its chunks' queries pay each key. Heads are independent, so they run in
+  // parallel (each calling single-threaded BLAS, as the engine's kernels do); each KV head then sums its group's
+  // columns in head order, so the thread count does not change a bit.
+  std::vector<double> columns(static_cast<std::size_t>(n_heads) * count, 0.0);
   const double pad_logit = -1e-9;
-  for (int kv = 0; kv < n_kv; ++kv) {
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int head = 0; head < n_heads; ++head) {
+    const int kv = head / group;
     const auto k32 =
         cache.keys(layer, kv).subspan(static_cast<std::size_t>(first) * d, static_cast<std::size_t>(count) * d);
-    keys.assign(k32.begin(), k32.end());
-    for (int g = 0; g < group; ++g) {
-      const int head = kv * group + g;
-      std::fill(column.begin(), column.end(), 0.0);
-      for (int r0 = 0; r0 < count; r0 += chunk) {
-        const int len = std::min(chunk, count - r0), pad = chunk - len;
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, len, len, d, 1.0,
-                    q.data() + static_cast<std::size_t>(r0) * width + static_cast<std::size_t>(head) * d, width,
-                    keys.data() + static_cast<std::size_t>(r0) * d, d, 0.0, dots.data(), len);
-        // softmax over the chunk's columns: the len real keys and `pad` padded keys at -1e-9
-        for (int i = 0; i < len; ++i) {
-          const double* l = dots.data() + static_cast<std::size_t>(i) * len;
-          double mx = *std::max_element(l, l + len);
-          if (pad > 0) mx = std::max(mx, pad_logit);
-          double sum = 0.0;
-          for (int j = 0; j < len; ++j) sum += e[j] = std::exp(l[j] - mx);
-          sum += pad * std::exp(pad_logit - mx);
-          for (int j = 0; j < len; ++j) column[r0 + j] += e[j] / sum;
-        }
-        // padded queries: logits 0 on the real keys, -1e-9 on the padded ones
-        if (pad > 0) {
-          const double share = 1.0 / (len + pad * std::exp(pad_logit));
-          for (int i = 0; i < pad; ++i)
-            for (int j = 0; j < len; ++j) column[r0 + j] += share;
-        }
+    const std::vector<double> keys(k32.begin(), k32.end());
+    std::vector<double> dots(static_cast<std::size_t>(chunk) * chunk), e(chunk);
+    double* column = columns.data() + static_cast<std::size_t>(head) * count;
+    for (int r0 = 0; r0 < count; r0 += chunk) {
+      const int len = std::min(chunk, count - r0), pad = chunk - len;
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, len, len, d, 1.0,
+                  q.data() + static_cast<std::size_t>(r0) * width + static_cast<std::size_t>(head) * d, width,
+                  keys.data() + static_cast<std::size_t>(r0) * d, d, 0.0, dots.data(), len);
+      // softmax over the chunk's columns: the len real keys and `pad` padded keys at -1e-9
+      for (int i = 0; i < len; ++i) {
+        const double* l = dots.data() + static_cast<std::size_t>(i) * len;
+        double mx = *std::max_element(l, l + len);
+        if (pad > 0) mx = std::max(mx, pad_logit);
+        double sum = 0.0;
+        for (int j = 0; j < len; ++j) sum += e[j] = std::exp(l[j] - mx);
+        sum += pad * std::exp(pad_logit - mx);
+        for (int j = 0; j < len; ++j) column[r0 + j] += e[j] / sum;
       }
-      double* a = attention.data() + static_cast<std::size_t>(kv) * count;
+      // padded queries: logits 0 on the real keys, -1e-9 on the padded ones
+      if (pad > 0) {
+        const double share = 1.0 / (len + pad * std::exp(pad_logit));
+        for (int i = 0; i < pad; ++i)
+          for (int j = 0; j < len; ++j) column[r0 + j] += share;
+      }
+    }
+  }
+  std::vector<double> attention(static_cast<std::size_t>(n_kv) * count, 0.0);
+  for (int kv = 0; kv < n_kv; ++kv) {
+    double* a = attention.data() + static_cast<std::size_t>(kv) * count;
+    for (int g = 0; g < group; ++g) {
+      const double* column = columns.data() + static_cast<std::size_t>(kv * group + g) * count;
       for (int j = 0; j < count; ++j) a[j] += column[j];
     }
-    double* a = attention.data() + static_cast<std::size_t>(kv) * count;
     const auto v = cache.values(layer, kv);
     for (int j = 0; j < count; ++j) {
       double norm = 0.0;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <pybind11/numpy.h>
@@ -19,7 +20,7 @@ struct Rope : RopeRotation {
 
   // x (..., head_dim) rotated to `positions` (broadcast to x's leading axes), or back from them: the engine's
   // rotation by -position, which its cosf/sinf make the transposed matrix.
-  py::array_t<float> rotate(const py::object& x, const py::object& positions, bool inverse) const {
+  py::array_t<float> rotate(const py::object& x, const py::object& positions, bool inverse) {
     auto np = py::module_::import("numpy");
     py::array_t<float, py::array::c_style | py::array::forcecast> in = np.attr("asarray")(x, "float32");
     if (in.ndim() < 1 || in.shape(in.ndim() - 1) != head_dim)
@@ -38,13 +39,35 @@ struct Rope : RopeRotation {
     float* dst = out.mutable_data();
     std::copy(in.data(), in.data() + in.size(), dst);
     const py::ssize_t rows = in.size() / head_dim;
+    const float* cos_sin = nullptr;
+    int64_t last = 0;
     for (py::ssize_t r = 0; r < rows; ++r) {
       const int64_t p = pos.data()[r];
       if (p < -(int64_t{1} << 30) || p > (int64_t{1} << 30))
         throw py::value_error("rope.rotate: position " + std::to_string(p) + " is out of range");
-      RopeRotation::rotate(dst + r * head_dim, static_cast<int>(p), inverse);
+      if (!cos_sin || p != last) cos_sin = angles_at(static_cast<int>(p), inverse);
+      last = p;
+      RopeRotation::rotate(dst + r * head_dim, cos_sin);
     }
     return out;
+  }
+
+ private:
+  // angles() of each position rotated to, kept across calls: a policy rotates the prompt's positions again in
+  // every layer, and the angles are most of the rotation's cost. Bounded: cleared when full. Guarded by the GIL.
+  static constexpr std::size_t kMaxPositions = std::size_t{1} << 16;
+  // Keyed by position and direction: with an attention factor the inverse is not the rotation by -position.
+  std::unordered_map<int64_t, std::vector<float>> angles_;
+
+  const float* angles_at(int position, bool inverse) {
+    const int64_t key = static_cast<int64_t>(position) * 2 + (inverse ? 1 : 0);
+    auto it = angles_.find(key);
+    if (it == angles_.end()) {
+      if (angles_.size() >= kMaxPositions) angles_.clear();
+      it = angles_.emplace(key, std::vector<float>(rope_dim)).first;
+      angles(position, it->second.data(), inverse);
+    }
+    return it->second.data();
   }
 };
 

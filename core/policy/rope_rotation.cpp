@@ -22,4 +22,21 @@ void RopeRotation::rotate(float* v, int position, bool inverse) const {
   }
 }
 
+void RopeRotation::angles(int position, float* cos_sin, bool inverse) const {
+  const float magnitude = inverse ? 1.0f / scale : scale;
+  const int pairs = rope_dim / 2;
+  for (int pair = 0; pair < pairs; ++pair)
+    kernels::rope_pair_cos_sin(pair, rope_dim, inverse ? -position : position, base, divisor(pair), magnitude,
+                               cos_sin[pair], cos_sin[pairs + pair]);
+}
+
+void RopeRotation::rotate(float* v, const float* cos_sin) const {
+  const int pairs = rope_dim / 2;
+  for (int pair = 0; pair < pairs; ++pair) {
+    int first = 0, second = 0;
+    kernels::rope_pair_indices(adjacent, pair, rope_dim, &first, &second);
+    kernels::rope_turn_pair(v[first], v[second], cos_sin[pair], cos_sin[pairs + pair]);
+  }
+}
+
 }  // namespace kvscope::policy

@@ -24,6 +24,12 @@ struct RopeRotation {
   // v[0..head_dim) rotated in place to `position` in float32 as the engine does, or with `inverse` back from it
   // (the rotation by -position, divided by `scale`).
   void rotate(float* v, int position, bool inverse = false) const;
+  // What rotate(v, position, inverse) computes per pair before turning it: cos_sin[0, rope_dim/2) the cosines,
+  // then the sines (both times the magnitude). Many vectors rotated to one position share it (the angles cost
+  // powf, cosf and sinf per pair).
+  void angles(int position, float* cos_sin, bool inverse = false) const;
+  // v rotated in place by angles(position, cos_sin, inverse): rotate(v, position, inverse) bit for bit.
+  void rotate(float* v, const float* cos_sin) const;
 };
 
 }  // namespace kvscope::policy

@@ -7,15 +7,29 @@
 
 namespace kvscope::kernels {
 
-KVSCOPE_HD inline void rope_rotate_pair(float& a, float& b, int pair, int rope_dim, int position, float base,
-                                        float divisor = 1.0f, float scale = 1.0f) {
+// cos and sin of pair `pair`'s angle at `position`, times `scale`: the first half of rope_rotate_pair, which a
+// caller rotating many vectors to one position computes once (core/policy/rope_rotation.h).
+KVSCOPE_HD inline void rope_pair_cos_sin(int pair, int rope_dim, int position, float base, float divisor, float scale,
+                                         float& c, float& s) {
   const float freq = powf(base, -2.0f * static_cast<float>(pair) / static_cast<float>(rope_dim)) / divisor;
   const float angle = static_cast<float>(position) * freq;
-  const float c = cosf(angle) * scale, s = sinf(angle) * scale;
+  c = cosf(angle) * scale;
+  s = sinf(angle) * scale;
+}
+
+// (a, b) turned by the angle whose cos and sin are given: the second half of rope_rotate_pair.
+KVSCOPE_HD inline void rope_turn_pair(float& a, float& b, float c, float s) {
   const float ra = a * c - b * s;
   const float rb = a * s + b * c;
   a = ra;
   b = rb;
+}
+
+KVSCOPE_HD inline void rope_rotate_pair(float& a, float& b, int pair, int rope_dim, int position, float base,
+                                        float divisor = 1.0f, float scale = 1.0f) {
+  float c = 0.0f, s = 0.0f;
+  rope_pair_cos_sin(pair, rope_dim, position, base, divisor, scale, c, s);
+  rope_turn_pair(a, b, c, s);
 }
 
 // Which two elements of a head vector form pair `pair`: neighbours (2i, 2i+1) in the original Llama

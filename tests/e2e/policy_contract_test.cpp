@@ -133,6 +133,30 @@ def score(obs):
             worst = max(worst, np.abs(moved - keys[:, where[q]]).max() / scale)
         if worst > 1e-4:
             raise AssertionError("same token moved from p to q differs from the key at q by %g" % worst)
+        # Against numpy's own rotation (float64, from inv_freq, in the pairing named), at positions that repeat and
+        # jump within one call, both ways; rotate keeps each position's angles between calls, so again after a
+        # call that fills its table past its bound.
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((6, 3, r.head_dim)).astype(np.float32)
+        at = rng.integers(0, 40, (6, 3))
+        at[1] = at[0]
+        half = r.rope_dim // 2
+        first = np.arange(half) * 2 if r.pairing == "adjacent" else np.arange(half)
+        second = first + 1 if r.pairing == "adjacent" else first + half
+        def numpy_rotate(v, p):
+            c, s = np.cos(p[..., None] * r.inv_freq), np.sin(p[..., None] * r.inv_freq)
+            out = v.astype(np.float64)
+            out[..., first] = v[..., first] * c - v[..., second] * s
+            out[..., second] = v[..., first] * s + v[..., second] * c
+            return out
+        for inverse in (False, True):
+            err = np.abs(r.rotate(x, at, inverse=inverse) - numpy_rotate(x, -at if inverse else at)).max()
+            if err > 1e-5 * np.abs(x).max():
+                raise AssertionError("rotate(inverse=%s) differs from numpy's rotation by %g" % (inverse, err))
+        before = r.rotate(x, at)
+        r.rotate(np.ones((70000, r.head_dim), np.float32), np.arange(70000))
+        if not np.array_equal(r.rotate(x, at), before):
+            raise AssertionError("rotate gives other values after 70000 positions")
         try:
             r.rotate(np.zeros((2, r.head_dim + 1)), 0)
         except ValueError as e:
