@@ -10,7 +10,7 @@ namespace kvscope::policy {
 bool Protocol::evicts_in(observation::Phase phase, bool prefill_done, int step) const {
   // kvpress DecodingPress compresses after its N-th, 2N-th, ... decode forward: decode steps N - 1, 2N - 1, ...
   if (phase == observation::Phase::Decode) return decode_evict && (step + 1) % std::max(decode_interval, 1) == 0;
-  return block > 0 || prefill_done;
+  return prefill_evict && (block > 0 || prefill_done);
 }
 
 bool Protocol::trims_before_output(observation::Phase phase) const {
@@ -36,6 +36,10 @@ std::vector<ParamSpec> protocol_params(const Protocol& defaults) {
                          "protocol: with decode_evict, evict every N-th decode step only (steps N, 2N, ...), the "
                          "cache growing between (kvpress DecodingPress compression_interval; a budget at least the "
                          "prompt leaves the prefill uncompressed, as DecodingPress); 1: every step"),
+      ParamSpec::flag("prefill_evict", defaults.prefill_evict,
+                      "protocol: evict at the end of the prefill; false leaves the prompt uncompressed whatever "
+                      "the budget, so that only decoding evicts (kvpress DecodingPress; needs decode_evict=true "
+                      "and block=0)"),
   };
 }
 
@@ -45,6 +49,7 @@ Protocol protocol_of(const PolicyParams& params) {
   p.decode_evict = params.get_bool("decode_evict");
   p.trim_before_output = params.get_choice("trim") == "before_output";
   p.decode_interval = params.has("decode_interval") ? params.get_int("decode_interval") : 1;
+  p.prefill_evict = params.has("prefill_evict") ? params.get_bool("prefill_evict") : true;
   if (const std::string problem = protocol_problem(p); !problem.empty()) throw UsageError(problem);
   return p;
 }
@@ -57,6 +62,11 @@ std::string protocol_problem(const Protocol& p) {
     return "decode_interval=" + std::to_string(p.decode_interval) +
            " with trim=before_output is not supported: a decode step that does not evict has nothing to trim; use "
            "trim=after_output";
+  if (!p.prefill_evict && !p.decode_evict)
+    return "prefill_evict=false needs decode_evict=true (otherwise nothing is ever evicted)";
+  if (!p.prefill_evict && p.block > 0)
+    return "prefill_evict=false with block=" + std::to_string(p.block) +
+           " is not supported: prefill blocks that never evict are one pass; use block=0";
   return "";
 }
 
@@ -65,6 +75,7 @@ void publish_protocol(const Protocol& protocol, int budget, const std::string& s
   out.set_setting("decode_evict", protocol.decode_evict ? "true" : "false");
   out.set_setting("trim", protocol.trim_before_output ? "\"before_output\"" : "\"after_output\"");
   out.set_setting("decode_interval", std::to_string(protocol.decode_interval));
+  out.set_setting("prefill_evict", protocol.prefill_evict ? "true" : "false");
   if (protocol.trim_before_output && protocol.block > budget)
     out.warn(source + ": prefill blocks of " + std::to_string(protocol.block) +
              " tokens are longer than the budget of " + std::to_string(budget) +

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "core/common/error.h"
 #include "core/policy/allocation_catalog.h"
@@ -133,11 +134,12 @@ std::unique_ptr<LayerAllocation> ScoredPolicy::make_layer_allocation() const {
 }
 
 ObservationRequest ScoredPolicy::request(int layer, Phase phase) const {
-  // Without decode eviction nothing reads decode attention (an accumulated score no longer matters).
-  ObservationRequest r =
-      phase == Phase::Prefill || protocol_.decode_evict ? scorer_request(phase) : ObservationRequest{};
+  // Without decode eviction nothing reads decode attention (an accumulated score no longer matters), and without
+  // prefill eviction (prefill_evict=false) nothing but the allocation reads the prefill's, which can then be shared.
+  const bool scores = phase == Phase::Prefill ? protocol_.prefill_evict : protocol_.decode_evict;
+  ObservationRequest r = scores ? scorer_request(phase) : ObservationRequest{};
   if (phase == Phase::Prefill && allocation_) r.merge(allocation_->request(layer));
-  if (then_ && (phase == Phase::Prefill || protocol_.decode_evict)) r.merge(then_->scorer_request(phase));
+  if (then_ && scores) r.merge(then_->scorer_request(phase));
   return r;
 }
 
@@ -152,6 +154,7 @@ void ScoredPolicy::begin(const RunInfo& info) {
   allocated_layers_ = PolicyLayers(info.config, allocation_->sets_own_budgets() ? SwaMode::Compress : swa_mode());
   budgets_final_ = false;
   pending_.assign(layers, std::vector<std::vector<float>>(heads));
+  decode_rows_.reset(layers);
   expected_.assign(static_cast<std::size_t>(layers) * heads, 0);
   output_projection_.assign(layers, {});
   expected_seq_len_ = 0;
@@ -178,16 +181,25 @@ cache::CacheEdit ScoredPolicy::after_layer(const AttentionObservation& obs, cach
   const bool final_prefill = is_final_prefill(obs);
   if (final_prefill)
     allocation_->observe(allocated_layers_.every_layer() ? obs : allocated_layers_.renumbered(obs));
-  if (!protocol_.evicts_in(obs.phase, obs.phase == Phase::Decode || final_prefill, obs.step)) return {};
+  const bool evicts = protocol_.evicts_in(obs.phase, obs.phase == Phase::Decode || final_prefill, obs.step);
+  // kvpress DecodingPress scores the decode steps since its last compression: their rows are buffered.
+  std::optional<AttentionObservation> buffered;
+  if (obs.phase == Phase::Decode && protocol_.decode_interval > 1 && DecodeRowBuffer::carries_rows(obs)) {
+    decode_rows_.append(obs);
+    if (!evicts) decode_rows_.trim(obs.layer);
+    else buffered.emplace(decode_rows_.take(obs));
+  }
+  if (!evicts) return {};
+  const AttentionObservation& seen = buffered ? *buffered : obs;
   for (int h = 0; h < obs.n_kv_heads; ++h) {
-    std::vector<float> s = score(obs, h, cache);
+    std::vector<float> s = score(seen, h, cache);
     if (!s.empty() && static_cast<int>(s.size()) != cache.size(obs.layer, h))
       throw Error("policy '" + name_ + "' scored " + std::to_string(s.size()) + " entries of layer " +
                   std::to_string(obs.layer) + " kv head " + std::to_string(h) + ", which holds " +
                   std::to_string(cache.size(obs.layer, h)));
     pending_[obs.layer][h] = std::move(s);
     if (!then_) continue;
-    std::vector<float> t = then_->score(obs, h, cache);
+    std::vector<float> t = then_->score(seen, h, cache);
     if (!t.empty() && static_cast<int>(t.size()) != cache.size(obs.layer, h))
       throw Error("policy '" + then_->name_ + "' (compose's second) scored " + std::to_string(t.size()) +
                   " entries of layer " + std::to_string(obs.layer) + " kv head " + std::to_string(h) + ", which holds " +

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/policy/allocation.h"
+#include "core/policy/decode_row_buffer.h"
 #include "core/policy/params.h"
 #include "core/policy/policy_layers.h"
 #include "core/policy/policy.h"
@@ -133,6 +134,7 @@ class ScoredPolicy : public Policy {
   std::vector<int> budgets_;  // [layers]
   bool budgets_final_ = false;
   std::vector<std::vector<std::vector<float>>> pending_;  // [layers][kv_heads][entries]: this step's scores
+  DecodeRowBuffer decode_rows_;  // decode_interval > 1: the rows of the decode steps since the last eviction
   std::vector<int> expected_;                             // [layers * kv_heads] after the last step
   int expected_seq_len_ = 0;
   bool started_ = false;  // has the policy acted yet
