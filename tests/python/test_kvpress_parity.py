@@ -12,9 +12,11 @@ prefill, read with h5py, must equal kvpress's set in every (layer, KV head), exc
 band (counted and printed per press and ratio). The files of the presses that draw from torch's generator
 (RandomPress, LeverageScorePress, CompactorPress) replay it from the golden's seed, so they are held to the same.
 BlockPress (kvpress_block_*) is one exact pass scored in blocks; DecodingPress (kvpress_decoding_*) compresses
-every N decode steps: its cases trace at --budget (the golden's budget_tokens) with decode steps, must generate
-kvpress's tokens, and compare the kept sets after the last step (heads with a near-tie boundary at any compression
-excused, at least min_exact_share of heads exact). A case's measured_params are further kvscope specs whose
+every N decode steps (kvpress_decoding_expected_attention: below the prompt too, prefill_evict=false, and around a press
+that reads DecodingPress's buffered hidden states): its cases trace at --budget (the golden's budget_tokens) with
+decode steps, must generate kvpress's tokens, and compare the kept sets after the last step (heads with a near-tie
+boundary at any compression excused, at least min_exact_share of heads exact). Cases that differ only in their specs
+share one trace. A case's measured_params are further kvscope specs whose
 agreement is printed, not required (the documented differences: kvscope's block= chunked prefill, decode_evict
 without decode_interval); a measured_only case holds no spec to kvpress's set.
 
