@@ -24,6 +24,7 @@ struct Protocol {
   bool trim_before_output = false;
   int decode_interval = 1;
   bool prefill_evict = true;
+  int block_scoring = 0;  // kvpress BlockPress's block_size: one pass, its end scored in blocks (block_scoring.h)
 
   // Whether a policy following this protocol evicts at the end of a step of `phase` (`prefill_done`: the
   // step is the last prefill block, or a decode step; `step`: the step's index, counted from 0 in decode).
@@ -37,7 +38,8 @@ struct Protocol {
 // prefill_evict).
 std::vector<ParamSpec> protocol_params(const Protocol& defaults);
 // Throws UsageError for decode_interval > 1 without decode_evict, or with trim=before_output, and for
-// prefill_evict=false without decode_evict or with block > 0.
+// prefill_evict=false without decode_evict or with block > 0, and for block_scoring with block > 0 or
+// prefill_evict=false.
 Protocol protocol_of(const PolicyParams& params);
 // What protocol_of refuses in `p` ("decode_interval=4 needs decode_evict=true ..."), or "": for the defaults a
 // Python file's `protocol` or a plugin's declarations state, which its loader refuses naming the file.

@@ -8,6 +8,7 @@
 #include "core/common/error.h"
 #include "core/policy/allocation_catalog.h"
 #include "core/policy/allocation_report.h"
+#include "core/policy/block_scoring.h"
 #include "core/policy/selection.h"
 #include "kernels/common/dequantize.h"
 
@@ -116,6 +117,9 @@ ScoredPolicy::ScoredPolicy(std::string name, const PolicyParams& params)
       chunk_length_(selection_ == Selection::ChunkKV ? params.get_int("chunk_length") : 0),
       first_stage_ratio_(output_aware() ? params.get_float("first_stage_ratio") : 0.0),
       critical_epsilon_(output_aware() ? params.get_float("critical_epsilon") : 0.0) {
+  if (protocol_.block_scoring > 0 && selection_ != Selection::TopK)
+    throw UsageError("policy '" + name_ + "': block_scoring needs selection=topk (kvpress's BlockPress wraps a "
+                     "scorer press)");
   // Built once here so that a bad allocation parameter fails when the policy is made, not mid-run.
   allocation_ = make_allocation(allocation_name_, params_);
 }
@@ -125,6 +129,7 @@ void ScoredPolicy::chain(std::unique_ptr<ScoredPolicy> then, double then_ratio) 
     throw UsageError("compose: both policies must select per head (selection=topk); kvpress's ComposedPress does not "
                      "take AdaKV either");
   if (then_) throw UsageError("compose: policy '" + name_ + "' is already composed with another");
+  if (protocol_.block_scoring > 0) throw UsageError("compose: policy '" + name_ + "' scores in blocks (block_scoring)");
   then_ = std::move(then);
   then_ratio_ = then_ratio;
 }
@@ -143,7 +148,15 @@ ObservationRequest ScoredPolicy::request(int layer, Phase phase) const {
   return r;
 }
 
+bool ScoredPolicy::scorer_reads_attention() const {
+  const ObservationRequest r = scorer_request(Phase::Prefill);
+  return r.column_sums || r.window_sums || r.window_rows || r.last_row || r.log_sum_exp;
+}
+
 void ScoredPolicy::begin(const RunInfo& info) {
+  if (protocol_.block_scoring > 0 && scorer_reads_attention())
+    throw UsageError("policy '" + name_ + "' reads attention, which block_scoring's subsets of the prompt do not have "
+                     "(kvpress's BlockPress refuses attention weights); score from keys, values or hidden states");
   run_ = info;
   const int layers = info.config.n_layers, heads = info.config.n_kv_heads;
   allocation_ = make_layer_allocation();  // a fresh one: adaptive allocations keep state
@@ -155,6 +168,7 @@ void ScoredPolicy::begin(const RunInfo& info) {
   budgets_final_ = false;
   pending_.assign(layers, std::vector<std::vector<float>>(heads));
   decode_rows_.reset(layers);
+  block_obs_.assign(layers, std::nullopt);
   expected_.assign(static_cast<std::size_t>(layers) * heads, 0);
   output_projection_.assign(layers, {});
   expected_seq_len_ = 0;
@@ -190,6 +204,10 @@ cache::CacheEdit ScoredPolicy::after_layer(const AttentionObservation& obs, cach
     else buffered.emplace(decode_rows_.take(obs));
   }
   if (!evicts) return {};
+  if (final_prefill && protocol_.block_scoring > 0) {  // scored block by block once the budgets are known
+    block_obs_[obs.layer] = obs;
+    return {};
+  }
   const AttentionObservation& seen = buffered ? *buffered : obs;
   for (int h = 0; h < obs.n_kv_heads; ++h) {
     std::vector<float> s = score(seen, h, cache);
@@ -274,6 +292,18 @@ void ScoredPolicy::evict_layer_topk(int layer, cache::KVCache& cache, cache::Cac
     // The promise is independent of the selection below: whatever is kept, it is this many.
     expected_[static_cast<std::size_t>(layer) * heads + h] = std::min(budget, n);
     if (n <= budget && !then_) continue;
+    if (block_obs_[layer]) {  // block_scoring: kvpress BlockPress's blocks of the one-pass prefill
+      auto rank = [&](const AttentionObservation& sub, int kv_head, cache::KVCache& c) {
+        // A scorer may score every head at its head 0 (a Python file does): the call for kv_head then reads c's.
+        if (kv_head != 0) score(sub, 0, c);
+        std::vector<float> s = score(sub, kv_head, c);
+        return s.empty() ? std::vector<double>(c.size(sub.layer, kv_head), 0.0) : rank_scores(sub.layer, kv_head, s);
+      };
+      if (h == 0) block_keep_ = block_scored_keep(*block_obs_[layer], cache, budget, protocol_.block_scoring, rank);
+      edit.heads.push_back(keep_edit(layer, h, block_keep_.at(h), {}));
+      complete_edit(edit.heads.back(), cache);
+      continue;
+    }
     std::vector<float> scores = std::move(pending_[layer][h]);
     const std::vector<double> ranking = scores.empty() ? std::vector<double>(n, 0.0) : rank_scores(layer, h, scores);
     std::vector<int32_t> keep =
@@ -465,6 +495,7 @@ cache::CacheEdit ScoredPolicy::after_step(const StepInfo& step, cache::KVCache& 
     for (int& e : expected_) e += step.seq_len - expected_seq_len_;
   }
   expected_seq_len_ = step.seq_len;
+  for (auto& o : block_obs_) o.reset();
   for (auto& layer : pending_)
     for (auto& s : layer) s.clear();
   return edit;

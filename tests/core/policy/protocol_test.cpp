@@ -259,6 +259,18 @@ TEST_CASE("prefill_evict=false leaves the prompt whole and only decoding evicts"
                     Catch::Contains("prefill_evict=false is not supported"));
 }
 
+TEST_CASE("block_scoring is refused where it cannot act",
+          "[policy][protocol]") {
+  // kvpress BlockPress gives its press no attention weights: a scorer of attention is refused when the run begins.
+  AttentionTable table(kGqa, 64, 33);
+  auto inst = make_policy("h2o:block_scoring=4,decode_evict=false");
+  CHECK_THROWS_WITH(PolicyDriver(table, *inst.policy, 20, 8, 2), Catch::Contains("reads attention"));
+  CHECK_THROWS_WITH(make_policy("h2o:block_scoring=4,block=8"), Catch::Contains("use one of them"));
+  CHECK_THROWS_WITH(make_policy("h2o:block_scoring=4,prefill_evict=false"), Catch::Contains("does not evict"));
+  CHECK_THROWS_WITH(make_policy("h2o:block_scoring=4,selection=adakv"), Catch::Contains("selection=topk"));
+  CHECK_THROWS_WITH(make_policy("caote:block=0,block_scoring=4"), Catch::Contains("does not take block_scoring"));
+}
+
 TEST_CASE("the protocol switches report themselves as run settings", "[policy][protocol]") {
   AttentionTable table(kGqa, 64, 25);
   auto inst = make_policy("snapkv:block=8,decode_evict=true,trim=before_output,window=4");
