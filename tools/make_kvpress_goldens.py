@@ -170,22 +170,53 @@ COMPOSED = {"composed_snapkv_knorm": ("snapkv", "knorm", 0.5, [0.25, 0.5])}
 # first n_kept at every ratio, i.e. the inner press itself.
 BLOCK = {
     # KnormPress scores each entry alone: streaming top-k over blocks is the global top-k, i.e. KnormPress, which is
-    # kvscope's one-pass key_norm.py; kvscope's block=16 (a real chunked prefill) is measured beside it
+    # kvscope's one-pass key_norm.py; kvscope's block=16 (a real chunked prefill) is measured beside it (block_scoring=16
+    # was measured once: the same sets as one pass)
     "block_knorm": ("knorm", 16, {}, [{"block": 16}]),
-    # KeyDiffPress scores against the mean key of the entries it is given: the blocks change every score. kvscope has
-    # no block-scoring of one exact pass; its one-pass keydiff.py and block=16 are measured
-    "block_keydiff": ("keydiff", 16, None, [{}, {"block": 16}]),
+    # KeyDiffPress scores against the mean key of the entries it is given: the blocks change every score. kvscope's
+    # block_scoring=16 scores one exact pass in BlockPress's blocks; its one-pass keydiff.py and block=16 (a real
+    # chunked prefill) are measured
+    "block_keydiff": ("keydiff", 16, {"block_scoring": 16}, [{}, {"block": 16}]),
+    # ExpectedAttentionPress reads the hidden states, which BlockPress gathers per KV head (block_scoring.h), and
+    # averages RoPE from the subset's query count
+    "block_expected_attention": ("expected_attention", 16, {"block_scoring": 16}, [{}]),
 }
+# Goldens whose kvscope spec may differ after a near tie at some block (stage_ties, min_exact_share as DecodingPress's).
+# At DECODE_NEAR_REL every layer of ExpectedAttention has such a block (30 layers x up to 8 blocks x 3 heads), so the
+# share of exact heads is what holds kvscope (measured 86 to 90 of 90 per case)
+STAGED_BLOCK = {"block_expected_attention"}
+BLOCK_MIN_EXACT_SHARE = 0.9
+# Cases of a block golden when not every prompt and ratio: kvscope projects each block's hidden-state rows anew (~0.5 s
+# of Python per block and layer set), so ExpectedAttention is held on one prompt at 0.25 (3 blocks; all nine cases
+# measured once: 90 of 90 heads exact in seven, 86 + 1 band + 3 stage ties and 87 + 3 in heat_pump's 0.5 and 0.75)
+BLOCK_CASES = {"block_expected_attention": ([1], [0.25])}
 
 # kvpress's DecodingPress(base_press, compression_interval, target_size): the prefill is not compressed; every
-# compression_interval decode steps each layer's cache is compressed to target_size by the press. kvscope's
-# decode_evict=true at --budget target_size evicts at every decode step (and after the prefill when the prompt is
-# longer than the budget): target_size is each prompt's own length here, so neither compresses the prefill and
-# interval 1 is decode_evict exactly. name -> (inner press of PRESSES, [(interval, the kvscope spec's parameters
-# held to kvpress's set or None, alternatives only measured)]), N_DECODE greedy decode steps.
+# compression_interval decode steps each layer's cache is compressed to target_size by the press, which scores the
+# hidden states of the decode steps since the last compression (its buffer). kvscope's decode_evict=true at --budget
+# target_size evicts at every decode step (and after the prefill when the prompt is longer than the budget, unless
+# prefill_evict=false), decode_interval=N every N-th, on the buffered steps' rows. name -> (inner press of PRESSES,
+# the inner press's kwargs (also the file's parameters), [(interval, target, the kvscope spec's parameters held to
+# kvpress's set or None, alternatives only measured)]), N_DECODE greedy decode steps. A target is tokens, or
+# "prompt" (the prompt's own length) or "prompt+K".
 DECODING = {
-    "decoding_knorm": ("knorm", [(1, {"decode_evict": "true"}, []),
-                                 (8, {"decode_evict": "true", "decode_interval": 8}, [{"decode_evict": "true"}])]),
+    "decoding_knorm": ("knorm", {}, [(1, "prompt", {"decode_evict": "true"}, []),
+                                     (8, "prompt", {"decode_evict": "true", "decode_interval": 8},
+                                      [{"decode_evict": "true"}])]),
+    # ExpectedAttentionPress reads the hidden states (its query statistics): the buffer's rows matter at interval 8,
+    # and the press averages RoPE from its query count, the buffer's length. n_sink=0: kvpress's default 4 leaves
+    # no query of a one-row buffer (interval 1: NaN scores). Target 96 is below every prompt (154-162 tokens):
+    # DecodingPress keeps the prefill whole (kvscope's prefill_evict=false; the prefill evicted to 96 instead was
+    # measured once, docs/policies.md, and is left out of the parity test: a run that scores its prefill cannot share
+    # the other runs' prefill, ~2 s each); prompt+12 is above it: the compressions at steps 1-12 (interval 1) or 8
+    # (interval 8) keep everything, and at interval 8 the one at step 8 still empties the buffer, so step 16 scores 8
+    # rows, not 16.
+    "decoding_expected_attention": ("expected_attention", {"n_sink": 0}, [
+        (1, 96, {"decode_evict": "true", "prefill_evict": "false", "n_sink": 0}, []),
+        (8, 96, {"decode_evict": "true", "decode_interval": 8, "prefill_evict": "false", "n_sink": 0}, []),
+        (1, "prompt+12", {"decode_evict": "true", "prefill_evict": "false", "n_sink": 0}, []),
+        (8, "prompt+12", {"decode_evict": "true", "decode_interval": 8, "prefill_evict": "false", "n_sink": 0}, []),
+    ]),
 }
 N_DECODE = 24
 # A decode token's key is each engine's own computation over a context that decoding keeps changing, and each of the
@@ -650,9 +681,12 @@ def write_composed_golden(name, model, prompts, args, model_sha, n_tok_checked, 
 
 
 @torch.no_grad()
-def run_block_case(model, ids, inner_cls, block_size, ratio):
+def run_block_case(model, ids, inner_cls, block_size, ratio, staged=False):
     """BlockPress(inner(ratio), block_size) on one prefill: kept positions per (layer, KV head), and the near-tie band
-    of the inner press's scores of every entry in one go (meaningful for a press that scores each entry alone)."""
+    of the inner press's scores of every entry in one go (meaningful for a press that scores each entry alone). With
+    `staged`, also the layers where some block's selection has a boundary within DECODE_NEAR_REL (relative) in the
+    inner press's own scores of that block: the block's choice is then the numbers', and, through BlockPress's gather of
+    the hidden states, it changes every head's later subsets (stage_ties lists every head of such a layer)."""
     import kvpress
     from kvpress.utils import compute_n_kept
     from transformers import DynamicCache
@@ -671,6 +705,22 @@ def run_block_case(model, ids, inner_cls, block_size, ratio):
     press.compress = compress
     q_len = len(ids)
     n_kept = compute_n_kept(q_len, ratio)
+    gaps = {}  # layer -> the smallest relative gap at any block's boundary
+    if staged:
+        orig_score = inner.score
+
+        def score(module, hidden_states, keys, values, attentions, kwargs):
+            s = orig_score(module, hidden_states, keys, values, attentions, kwargs)
+            for h in range(s.shape[1]):
+                sh = s[0, h].double()
+                srt = torch.sort(sh, descending=True).values
+                if len(srt) > n_kept:
+                    a, b = float(srt[n_kept - 1]), float(srt[n_kept])
+                    gap = abs(a - b) / max(abs(a + b) / 2, float(sh.std()))
+                    gaps[module.layer_idx] = min(gaps.get(module.layer_idx, math.inf), gap)
+            return s
+
+        inner.score = score
     model.set_attn_implementation("sdpa")  # BlockPress refuses attention weights
     try:
         with press(model):
@@ -695,30 +745,41 @@ def run_block_case(model, ids, inner_cls, block_size, ratio):
                                               key=lambda e: (-e[1], e[0]))])
             layer_kept.append(pos)
         kept.append(layer_kept)
-    return {"compression_ratio": ratio, "q_len": q_len, "n_kept": n_kept, "kept": kept, "near_boundary": near}
+    out = {"compression_ratio": ratio, "q_len": q_len, "n_kept": n_kept, "kept": kept, "near_boundary": near}
+    if staged:
+        n_kv = model.config.num_key_value_heads
+        out["stage_ties"] = [[layer, h, f"a block's boundary at relative gap {gaps[layer]:.1e} in this layer"]
+                             for layer in sorted(gaps) if gaps[layer] <= DECODE_NEAR_REL for h in range(n_kv)]
+        out["min_exact_share"] = BLOCK_MIN_EXACT_SHARE
+    return out
 
 
 @torch.no_grad()
-def run_decoding_case(model, ids, inner_cls, interval, target, n_decode):
+def run_decoding_case(model, ids, inner_cls, interval, target, n_decode, inner_kwargs=None):
     """DecodingPress(inner, interval, target) over the prefill and n_decode greedy decode steps (as kvpress's pipeline
     decodes: explicit position ids): the generated ids, and per (layer, KV head) the original positions of the entries
     in the cache at the end, tracked through every compression (rows matched bitwise)."""
     import kvpress
     from transformers import DynamicCache
 
-    inner = getattr(kvpress, inner_cls)()
+    inner = getattr(kvpress, inner_cls)(**(inner_kwargs or {}))
     press = kvpress.DecodingPress(base_press=inner, compression_interval=interval, target_size=target)
     n_layer, n_kv = model.config.num_hidden_layers, model.config.num_key_value_heads
     q_len = len(ids)
     positions = [[list(range(q_len)) for _ in range(n_kv)] for _ in range(n_layer)]
     compressions = [0] * n_layer
     gaps = [[math.inf] * n_kv for _ in range(n_layer)]
+    buffered = [[] for _ in range(n_layer)]  # per compression: the hidden-state rows the press was given
     orig = press.compress
 
     def compress(module, hidden_states, keys, values, attentions, kwargs):
         k_out, v_out = orig(module, hidden_states, keys, values, attentions, kwargs)
         layer = module.layer_idx
-        assert k_out.shape[2] == target, (k_out.shape, target)
+        buffered[layer].append(hidden_states.shape[1])
+        assert k_out.shape[2] == min(target, keys.shape[2]), (k_out.shape, target)
+        compressions[layer] += 1
+        if keys.shape[2] <= target:  # a target above the cache: kept whole (the buffer is emptied all the same)
+            return k_out, v_out
         scores = inner.score(module, hidden_states, keys, values, attentions, kwargs)[0].double()
         for h in range(n_kv):  # the relative gap at this compression's boundary (the press keeps `target`)
             srt = torch.sort(scores[h], descending=True).values
@@ -728,7 +789,6 @@ def run_decoding_case(model, ids, inner_cls, interval, target, n_decode):
         for h in range(n_kv):
             assert len(positions[layer][h]) == keys.shape[2]
             positions[layer][h] = [positions[layer][h][i] for i in match_rows(k_out[0, h], keys[0, h])]
-        compressions[layer] += 1
         return k_out, v_out
 
     press.compress = compress
@@ -743,11 +803,11 @@ def run_decoding_case(model, ids, inner_cls, interval, target, n_decode):
             out = model(input_ids=torch.tensor([[generated[-1]]]), past_key_values=cache,
                         position_ids=torch.tensor([[q_len + step]]), use_cache=True)
             generated.append(int(out.logits[0, -1].argmax()))
-    assert len(set(compressions)) == 1, compressions
+    assert len(set(compressions)) == 1 and all(b == buffered[0] for b in buffered), (compressions, buffered)
     for layer in range(n_layer):
         assert cache.layers[layer].keys.shape[2] == len(positions[layer][0])
     return {"q_len": q_len, "target_size": target, "compression_interval": interval, "decode_steps": n_decode,
-            "compressions": compressions[0], "generated_ids": generated,
+            "compressions": compressions[0], "buffered_rows": buffered[0], "generated_ids": generated,
             "kept": [[sorted(p) for p in layer] for layer in positions], "near_boundary": [],
             "min_exact_share": MIN_EXACT_SHARE,
             # a head whose boundary at some compression is a near tie: which entry leaves there is the numbers', and
@@ -760,9 +820,12 @@ def write_block_golden(name, model, prompts, args, model_sha, n_tok_checked, t0)
     inner, block_size, held, measured = BLOCK[name]
     inner_cls, _, stem, _ = PRESSES[inner]
     cases = []
+    only_prompts, ratios = BLOCK_CASES.get(name, (range(len(prompts)), RATIOS))
     for pi, p in enumerate(prompts):
-        for ratio in RATIOS:
-            c = run_block_case(model, p["ids"], inner_cls, block_size, ratio)
+        if pi not in only_prompts:
+            continue
+        for ratio in ratios:
+            c = run_block_case(model, p["ids"], inner_cls, block_size, ratio, staged=name in STAGED_BLOCK)
             c = {"prompt": pi, "press_kwargs": {"block_size": block_size, "press": inner_cls},
                  "policy_params": held if held is not None else {}, "measured_params": measured, **c}
             if held is None:
@@ -786,24 +849,29 @@ def write_block_golden(name, model, prompts, args, model_sha, n_tok_checked, t0)
 
 
 def write_decoding_golden(name, model, prompts, args, model_sha, n_tok_checked, t0):
-    inner, intervals = DECODING[name]
+    inner, inner_kwargs, intervals = DECODING[name]
     inner_cls, _, stem, _ = PRESSES[inner]
     cases = []
     for pi, p in enumerate(prompts):
-        for interval, held, measured in intervals:
-            target = len(p["ids"])
-            c = run_decoding_case(model, p["ids"], inner_cls, interval, target, N_DECODE)
+        for interval, target_rule, held, measured in intervals:
+            target = target_rule if isinstance(target_rule, int) else \
+                len(p["ids"]) + int(target_rule[len("prompt"):] or 0)
+            c = run_decoding_case(model, p["ids"], inner_cls, interval, target, N_DECODE, inner_kwargs)
             # the harness's run key: a budget in tokens (the target) instead of a compression ratio
-            c = {"prompt": pi, "press_kwargs": {"compression_interval": interval, "target_size": target},
+            c = {"prompt": pi, "press_kwargs": {"compression_interval": interval, "target_size": target,
+                                                **({"press": inner_kwargs} if inner_kwargs else {})},
                  "budget_tokens": target, "policy_params": held if held is not None else {},
                  "measured_params": measured, "compression_ratio": None, **c}
             if held is None:
                 c["measured_only"] = True
-            print(f"{name} {p['prompt_file']} interval={interval}: {c['compressions']} compressions, generated "
-                  f"{c['generated_ids']}", file=sys.stderr)
+            print(f"{name} {p['prompt_file']} interval={interval} target={target}: {c['compressions']} compressions "
+                  f"(buffered rows {c['buffered_rows']}), {len(c['stage_ties'])} heads with near-tie boundaries, "
+                  f"generated {c['generated_ids']}", file=sys.stderr)
             cases.append(c)
     write_golden(name, t0, {
-        "press": f"kvpress.DecodingPress(base_press=kvpress.{inner_cls}(), compression_interval=i, target_size=n)",
+        "press": f"kvpress.DecodingPress(base_press=kvpress.{inner_cls}("
+                 f"{'**press_kwargs[press]' if inner_kwargs else ''}), compression_interval=i, target_size="
+                 f"{'t' if inner_kwargs else 'n'})",
         "policy_file": f"examples/policies/{stem}.py",
         "model": model_record(args, model_sha, model.config),
         "reference": reference_record(
@@ -811,8 +879,9 @@ def write_decoding_golden(name, model, prompts, args, model_sha, n_tok_checked, 
             load="AutoModelForCausalLM.from_pretrained(dir, gguf_file=file, dtype=torch.float32, "
                  "attn_implementation='eager'), CPU; greedy decoding with explicit position ids as kvpress's "
                  "pipeline decodes"),
-        "conventions": "As tools/make_kvpress_goldens.py's other goldens. target_size is the prompt's length "
-                       "(budget_tokens: kvscope's --budget); decode_steps forward passes after the prefill, each "
+        "conventions": "As tools/make_kvpress_goldens.py's other goldens. target_size is a case's own (the "
+                       "prompt's length, or tokens below or above it; budget_tokens: kvscope's --budget); "
+                       "buffered_rows: the hidden-state rows the press scored at each compression; decode_steps forward passes after the prefill, each "
                        "feeding the previous greedy token (generated_ids: the prefill's token, then each step's); "
                        "kept: the original positions in each (layer, KV head) after the last step. stage_ties: heads "
                        f"with a compression boundary within {DECODE_NEAR_REL} (relative); min_exact_share: the "

@@ -310,6 +310,11 @@ PolicyInfo caote_policy_info() {
             if (c.protocol.decode_interval > 1)
               throw UsageError("policy 'caote' evicts at every decode step of decode_evict (decode_interval=" +
                                std::to_string(c.protocol.decode_interval) + " is not supported; leave it at 1)");
+            if (c.protocol.block_scoring > 0)
+              throw UsageError("policy 'caote' does not take block_scoring (leave it 0)");
+            if (!c.protocol.prefill_evict)
+              throw UsageError("policy 'caote' evicts one entry per decode step from a cache at its budget "
+                               "(prefill_evict=false is not supported; leave it true)");
             c.base_only = p.get_choice("score") == "base";
             c.exact_concat = p.get_choice("gqa") == "exact_concat";
             c.window = p.get_int("window");

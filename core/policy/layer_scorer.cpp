@@ -112,7 +112,9 @@ std::vector<ParamSpec> layer_scorer_params(std::vector<ParamSpec> own) {
   std::vector<ParamSpec> all =
       scored_policy_params(std::move(own), Protocol{.block = 0, .decode_evict = false, .trim_before_output = false});
   std::erase_if(all,
-                [](const ParamSpec& s) { return s.name == "block" || s.name == "decode_evict" || s.name == "trim"; });
+                [](const ParamSpec& s) {
+                  return s.name == "block" || s.name == "decode_evict" || s.name == "trim" || s.name == "prefill_evict";
+                });
   return all;
 }
 

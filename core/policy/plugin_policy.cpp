@@ -173,6 +173,14 @@ PolicyInfo load_plugin_policy(const std::filesystem::path& file) {
       protocol.decode_interval = static_cast<int>(s.default_value);
       continue;
     }
+    // prefill_evict likewise: a bool parameter of that name sets the protocol's default.
+    if (name == "prefill_evict") {
+      if (s.kind != KVSCOPE_PARAM_BOOL || (s.default_value != 0.0 && s.default_value != 1.0))
+        throw UsageError(where + ": parameter 'prefill_evict' must be a bool (KVSCOPE_PARAM_BOOL) with default 0 or "
+                         "1 (whether the prefill evicts)");
+      protocol.prefill_evict = s.default_value != 0.0;
+      continue;
+    }
     // A framework parameter (its default only) is an int as well.
     const bool framework = is_framework_param(name);
     if (s.kind == KVSCOPE_PARAM_INT || framework)
@@ -215,7 +223,7 @@ PolicyInfo load_plugin_policy(const std::filesystem::path& file) {
   info.resolve_params = [declared, framework_defaults, what = where](PolicyParams& params) {
     std::vector<std::string> own_names;
     for (const auto& n : declared)
-      if (!is_framework_param(n) && n != "decode_interval") own_names.push_back(n);
+      if (!is_framework_param(n) && n != "decode_interval" && n != "prefill_evict") own_names.push_back(n);
     resolve_allocation_params(what, own_names, framework_defaults, params);
   };
   info.make = [library, request, declared, name = info.name](const PolicyParams& params) -> std::unique_ptr<Policy> {

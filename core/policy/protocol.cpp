@@ -10,7 +10,7 @@ namespace kvscope::policy {
 bool Protocol::evicts_in(observation::Phase phase, bool prefill_done, int step) const {
   // kvpress DecodingPress compresses after its N-th, 2N-th, ... decode forward: decode steps N - 1, 2N - 1, ...
   if (phase == observation::Phase::Decode) return decode_evict && (step + 1) % std::max(decode_interval, 1) == 0;
-  return block > 0 || prefill_done;
+  return prefill_evict && (block > 0 || prefill_done);
 }
 
 bool Protocol::trims_before_output(observation::Phase phase) const {
@@ -36,6 +36,14 @@ std::vector<ParamSpec> protocol_params(const Protocol& defaults) {
                          "protocol: with decode_evict, evict every N-th decode step only (steps N, 2N, ...), the "
                          "cache growing between (kvpress DecodingPress compression_interval; a budget at least the "
                          "prompt leaves the prefill uncompressed, as DecodingPress); 1: every step"),
+      ParamSpec::flag("prefill_evict", defaults.prefill_evict,
+                      "protocol: evict at the end of the prefill; false leaves the prompt uncompressed whatever "
+                      "the budget, so that only decoding evicts (kvpress DecodingPress; needs decode_evict=true "
+                      "and block=0)"),
+      ParamSpec::integer("block_scoring", defaults.block_scoring, 0, 1 << 20,
+                         "protocol: kvpress BlockPress(block_size=m): the prompt in one exact pass, then each layer "
+                         "scored in blocks of m, each with the entries kept so far, keeping the budget's best (a "
+                         "score that depends on the other entries, KeyDiff's, changes); 0: all entries at once"),
   };
 }
 
@@ -45,6 +53,8 @@ Protocol protocol_of(const PolicyParams& params) {
   p.decode_evict = params.get_bool("decode_evict");
   p.trim_before_output = params.get_choice("trim") == "before_output";
   p.decode_interval = params.has("decode_interval") ? params.get_int("decode_interval") : 1;
+  p.prefill_evict = params.has("prefill_evict") ? params.get_bool("prefill_evict") : true;
+  p.block_scoring = params.has("block_scoring") ? params.get_int("block_scoring") : 0;
   if (const std::string problem = protocol_problem(p); !problem.empty()) throw UsageError(problem);
   return p;
 }
@@ -57,6 +67,17 @@ std::string protocol_problem(const Protocol& p) {
     return "decode_interval=" + std::to_string(p.decode_interval) +
            " with trim=before_output is not supported: a decode step that does not evict has nothing to trim; use "
            "trim=after_output";
+  if (!p.prefill_evict && !p.decode_evict)
+    return "prefill_evict=false needs decode_evict=true (otherwise nothing is ever evicted)";
+  if (!p.prefill_evict && p.block > 0)
+    return "prefill_evict=false with block=" + std::to_string(p.block) +
+           " is not supported: prefill blocks that never evict are one pass; use block=0";
+  if (p.block_scoring > 0 && p.block > 0)
+    return "block_scoring=" + std::to_string(p.block_scoring) + " scores one exact pass in blocks; with block=" +
+           std::to_string(p.block) + " the prefill itself runs in blocks: use one of them";
+  if (p.block_scoring > 0 && !p.prefill_evict)
+    return "block_scoring=" + std::to_string(p.block_scoring) + " scores the prefill, which prefill_evict=false does "
+           "not evict";
   return "";
 }
 
@@ -65,6 +86,8 @@ void publish_protocol(const Protocol& protocol, int budget, const std::string& s
   out.set_setting("decode_evict", protocol.decode_evict ? "true" : "false");
   out.set_setting("trim", protocol.trim_before_output ? "\"before_output\"" : "\"after_output\"");
   out.set_setting("decode_interval", std::to_string(protocol.decode_interval));
+  out.set_setting("prefill_evict", protocol.prefill_evict ? "true" : "false");
+  out.set_setting("block_scoring", std::to_string(protocol.block_scoring));
   if (protocol.trim_before_output && protocol.block > budget)
     out.warn(source + ": prefill blocks of " + std::to_string(protocol.block) +
              " tokens are longer than the budget of " + std::to_string(budget) +

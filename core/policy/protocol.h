@@ -7,7 +7,8 @@
 //   trim          in a step that evicts, evict after the step's attention output (after_output) or between
 //                 scoring and the output (before_output, CAOTE Eq. 7)
 // and, with decode_evict, decode_interval: evict every N-th decode step only, the cache growing by one entry per
-// step between (kvpress DecodingPress's compression_interval).
+// step between (kvpress DecodingPress's compression_interval), and prefill_evict: false leaves the prefill
+// uncompressed, so that only decoding evicts (kvpress DecodingPress with a target below the prompt).
 #include <string>
 #include <vector>
 
@@ -22,6 +23,8 @@ struct Protocol {
   bool decode_evict = false;
   bool trim_before_output = false;
   int decode_interval = 1;
+  bool prefill_evict = true;
+  int block_scoring = 0;  // kvpress BlockPress's block_size: one pass, its end scored in blocks (block_scoring.h)
 
   // Whether a policy following this protocol evicts at the end of a step of `phase` (`prefill_done`: the
   // step is the last prefill block, or a decode step; `step`: the step's index, counted from 0 in decode).
@@ -31,9 +34,12 @@ struct Protocol {
   bool trims_before_output(observation::Phase phase) const;
 };
 
-// The protocol's parameters with a policy's paper defaults (block, decode_evict, trim, decode_interval).
+// The protocol's parameters with a policy's paper defaults (block, decode_evict, trim, decode_interval,
+// prefill_evict).
 std::vector<ParamSpec> protocol_params(const Protocol& defaults);
-// Throws UsageError for decode_interval > 1 without decode_evict, or with trim=before_output.
+// Throws UsageError for decode_interval > 1 without decode_evict, or with trim=before_output, and for
+// prefill_evict=false without decode_evict or with block > 0, and for block_scoring with block > 0 or
+// prefill_evict=false.
 Protocol protocol_of(const PolicyParams& params);
 // What protocol_of refuses in `p` ("decode_interval=4 needs decode_evict=true ..."), or "": for the defaults a
 // Python file's `protocol` or a plugin's declarations state, which its loader refuses naming the file.

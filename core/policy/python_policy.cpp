@@ -174,7 +174,7 @@ Protocol protocol_from_python(const py::module_& m, const std::filesystem::path&
   const std::string where = "policy file '" + file.string() + "', protocol";
   py::object o = m.attr("protocol");
   if (!py::isinstance<py::dict>(o))
-    throw UsageError(where + " must be a dict (block, decode_evict, trim, decode_interval)");
+    throw UsageError(where + " must be a dict (block, decode_evict, trim, decode_interval, prefill_evict)");
   for (auto item : o.cast<py::dict>()) {
     const auto key = py::str(item.first).cast<std::string>();
     if (key == "block") {
@@ -192,8 +192,13 @@ Protocol protocol_from_python(const py::module_& m, const std::filesystem::path&
       if (p.decode_interval < 1)
         throw UsageError(where + "['decode_interval'] = " + std::to_string(p.decode_interval) +
                          ": it counts decode steps between evictions, at least 1");
+    } else if (key == "prefill_evict") {
+      if (!py::isinstance<py::bool_>(item.second))
+        throw UsageError(where + "['prefill_evict'] must be True or False, not " + python_repr(item.second));
+      p.prefill_evict = item.second.cast<bool>();
     } else {
-      throw UsageError(where + " has key '" + key + "'; valid: block, decode_evict, trim, decode_interval");
+      throw UsageError(where + " has key '" + key +
+                       "'; valid: block, decode_evict, trim, decode_interval, prefill_evict");
     }
   }
   if (const std::string problem = protocol_problem(p); !problem.empty())

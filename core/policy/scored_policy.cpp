@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "core/common/error.h"
 #include "core/policy/allocation_catalog.h"
 #include "core/policy/allocation_report.h"
+#include "core/policy/block_scoring.h"
 #include "core/policy/selection.h"
 #include "kernels/common/dequantize.h"
 
@@ -115,6 +117,9 @@ ScoredPolicy::ScoredPolicy(std::string name, const PolicyParams& params)
       chunk_length_(selection_ == Selection::ChunkKV ? params.get_int("chunk_length") : 0),
       first_stage_ratio_(output_aware() ? params.get_float("first_stage_ratio") : 0.0),
       critical_epsilon_(output_aware() ? params.get_float("critical_epsilon") : 0.0) {
+  if (protocol_.block_scoring > 0 && selection_ != Selection::TopK)
+    throw UsageError("policy '" + name_ + "': block_scoring needs selection=topk (kvpress's BlockPress wraps a "
+                     "scorer press)");
   // Built once here so that a bad allocation parameter fails when the policy is made, not mid-run.
   allocation_ = make_allocation(allocation_name_, params_);
 }
@@ -124,6 +129,7 @@ void ScoredPolicy::chain(std::unique_ptr<ScoredPolicy> then, double then_ratio) 
     throw UsageError("compose: both policies must select per head (selection=topk); kvpress's ComposedPress does not "
                      "take AdaKV either");
   if (then_) throw UsageError("compose: policy '" + name_ + "' is already composed with another");
+  if (protocol_.block_scoring > 0) throw UsageError("compose: policy '" + name_ + "' scores in blocks (block_scoring)");
   then_ = std::move(then);
   then_ratio_ = then_ratio;
 }
@@ -133,15 +139,24 @@ std::unique_ptr<LayerAllocation> ScoredPolicy::make_layer_allocation() const {
 }
 
 ObservationRequest ScoredPolicy::request(int layer, Phase phase) const {
-  // Without decode eviction nothing reads decode attention (an accumulated score no longer matters).
-  ObservationRequest r =
-      phase == Phase::Prefill || protocol_.decode_evict ? scorer_request(phase) : ObservationRequest{};
+  // Without decode eviction nothing reads decode attention (an accumulated score no longer matters), and without
+  // prefill eviction (prefill_evict=false) nothing but the allocation reads the prefill's, which can then be shared.
+  const bool scores = phase == Phase::Prefill ? protocol_.prefill_evict : protocol_.decode_evict;
+  ObservationRequest r = scores ? scorer_request(phase) : ObservationRequest{};
   if (phase == Phase::Prefill && allocation_) r.merge(allocation_->request(layer));
-  if (then_ && (phase == Phase::Prefill || protocol_.decode_evict)) r.merge(then_->scorer_request(phase));
+  if (then_ && scores) r.merge(then_->scorer_request(phase));
   return r;
 }
 
+bool ScoredPolicy::scorer_reads_attention() const {
+  const ObservationRequest r = scorer_request(Phase::Prefill);
+  return r.column_sums || r.window_sums || r.window_rows || r.last_row || r.log_sum_exp;
+}
+
 void ScoredPolicy::begin(const RunInfo& info) {
+  if (protocol_.block_scoring > 0 && scorer_reads_attention())
+    throw UsageError("policy '" + name_ + "' reads attention, which block_scoring's subsets of the prompt do not have "
+                     "(kvpress's BlockPress refuses attention weights); score from keys, values or hidden states");
   run_ = info;
   const int layers = info.config.n_layers, heads = info.config.n_kv_heads;
   allocation_ = make_layer_allocation();  // a fresh one: adaptive allocations keep state
@@ -152,6 +167,8 @@ void ScoredPolicy::begin(const RunInfo& info) {
   allocated_layers_ = PolicyLayers(info.config, allocation_->sets_own_budgets() ? SwaMode::Compress : swa_mode());
   budgets_final_ = false;
   pending_.assign(layers, std::vector<std::vector<float>>(heads));
+  decode_rows_.reset(layers);
+  block_obs_.assign(layers, std::nullopt);
   expected_.assign(static_cast<std::size_t>(layers) * heads, 0);
   output_projection_.assign(layers, {});
   expected_seq_len_ = 0;
@@ -178,16 +195,29 @@ cache::CacheEdit ScoredPolicy::after_layer(const AttentionObservation& obs, cach
   const bool final_prefill = is_final_prefill(obs);
   if (final_prefill)
     allocation_->observe(allocated_layers_.every_layer() ? obs : allocated_layers_.renumbered(obs));
-  if (!protocol_.evicts_in(obs.phase, obs.phase == Phase::Decode || final_prefill, obs.step)) return {};
+  const bool evicts = protocol_.evicts_in(obs.phase, obs.phase == Phase::Decode || final_prefill, obs.step);
+  // kvpress DecodingPress scores the decode steps since its last compression: their rows are buffered.
+  std::optional<AttentionObservation> buffered;
+  if (obs.phase == Phase::Decode && protocol_.decode_interval > 1 && DecodeRowBuffer::carries_rows(obs)) {
+    decode_rows_.append(obs);
+    if (!evicts) decode_rows_.trim(obs.layer);
+    else buffered.emplace(decode_rows_.take(obs));
+  }
+  if (!evicts) return {};
+  if (final_prefill && protocol_.block_scoring > 0) {  // scored block by block once the budgets are known
+    block_obs_[obs.layer] = obs;
+    return {};
+  }
+  const AttentionObservation& seen = buffered ? *buffered : obs;
   for (int h = 0; h < obs.n_kv_heads; ++h) {
-    std::vector<float> s = score(obs, h, cache);
+    std::vector<float> s = score(seen, h, cache);
     if (!s.empty() && static_cast<int>(s.size()) != cache.size(obs.layer, h))
       throw Error("policy '" + name_ + "' scored " + std::to_string(s.size()) + " entries of layer " +
                   std::to_string(obs.layer) + " kv head " + std::to_string(h) + ", which holds " +
                   std::to_string(cache.size(obs.layer, h)));
     pending_[obs.layer][h] = std::move(s);
     if (!then_) continue;
-    std::vector<float> t = then_->score(obs, h, cache);
+    std::vector<float> t = then_->score(seen, h, cache);
     if (!t.empty() && static_cast<int>(t.size()) != cache.size(obs.layer, h))
       throw Error("policy '" + then_->name_ + "' (compose's second) scored " + std::to_string(t.size()) +
                   " entries of layer " + std::to_string(obs.layer) + " kv head " + std::to_string(h) + ", which holds " +
@@ -262,6 +292,18 @@ void ScoredPolicy::evict_layer_topk(int layer, cache::KVCache& cache, cache::Cac
     // The promise is independent of the selection below: whatever is kept, it is this many.
     expected_[static_cast<std::size_t>(layer) * heads + h] = std::min(budget, n);
     if (n <= budget && !then_) continue;
+    if (block_obs_[layer]) {  // block_scoring: kvpress BlockPress's blocks of the one-pass prefill
+      auto rank = [&](const AttentionObservation& sub, int kv_head, cache::KVCache& c) {
+        // A scorer may score every head at its head 0 (a Python file does): the call for kv_head then reads c's.
+        if (kv_head != 0) score(sub, 0, c);
+        std::vector<float> s = score(sub, kv_head, c);
+        return s.empty() ? std::vector<double>(c.size(sub.layer, kv_head), 0.0) : rank_scores(sub.layer, kv_head, s);
+      };
+      if (h == 0) block_keep_ = block_scored_keep(*block_obs_[layer], cache, budget, protocol_.block_scoring, rank);
+      edit.heads.push_back(keep_edit(layer, h, block_keep_.at(h), {}));
+      complete_edit(edit.heads.back(), cache);
+      continue;
+    }
     std::vector<float> scores = std::move(pending_[layer][h]);
     const std::vector<double> ranking = scores.empty() ? std::vector<double>(n, 0.0) : rank_scores(layer, h, scores);
     std::vector<int32_t> keep =
@@ -453,6 +495,7 @@ cache::CacheEdit ScoredPolicy::after_step(const StepInfo& step, cache::KVCache& 
     for (int& e : expected_) e += step.seq_len - expected_seq_len_;
   }
   expected_seq_len_ = step.seq_len;
+  for (auto& o : block_obs_) o.reset();
   for (auto& layer : pending_)
     for (auto& s : layer) s.clear();
   return edit;

@@ -4,11 +4,13 @@
 // layers (any allocation, by the `allocation` parameter), protects sinks and recent entries, keeps the
 // highest scores, and knows the lengths it promises the engine. A policy is then ~50 lines.
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/policy/allocation.h"
+#include "core/policy/decode_row_buffer.h"
 #include "core/policy/params.h"
 #include "core/policy/policy_layers.h"
 #include "core/policy/policy.h"
@@ -60,6 +62,9 @@ class ScoredPolicy : public Policy {
  protected:
   // What the scorer needs to see of attention in `phase` (the allocation's needs are added here).
   virtual ObservationRequest scorer_request(Phase phase) const = 0;
+  // Whether the scorer reads attention (column sums, window parts, rows, log-sum-exp), which block_scoring's subsets
+  // do not have (kvpress's BlockPress refuses attention weights). By default: whether its prefill request asks.
+  virtual bool scorer_reads_attention() const;
   // One score per entry of (obs.layer, kv_head), in cache order; higher is kept first. Empty means "no
   // score": only sinks and recent entries decide. Called for each observation of a step in which the
   // policy evicts (protocol.h); a scorer may also update the cache's per-entry accumulator here (H2O).
@@ -133,6 +138,9 @@ class ScoredPolicy : public Policy {
   std::vector<int> budgets_;  // [layers]
   bool budgets_final_ = false;
   std::vector<std::vector<std::vector<float>>> pending_;  // [layers][kv_heads][entries]: this step's scores
+  std::vector<std::optional<AttentionObservation>> block_obs_;  // block_scoring: each layer's one-pass prefill
+  std::vector<std::vector<int32_t>> block_keep_;  // block_scoring: the layer's kept entries per KV head
+  DecodeRowBuffer decode_rows_;  // decode_interval > 1: the rows of the decode steps since the last eviction
   std::vector<int> expected_;                             // [layers * kv_heads] after the last step
   int expected_seq_len_ = 0;
   bool started_ = false;  // has the policy acted yet

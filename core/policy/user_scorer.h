@@ -50,6 +50,9 @@ class UserScorer : public ScoredPolicy {
     if (!r.any()) r.last_row = true;
     return r;
   }
+  bool scorer_reads_attention() const override {
+    return needs_.column_sums || needs_.window_sums || needs_.window_rows || needs_.last_row || needs_.log_sum_exp;
+  }
   int sinks(int /*budget*/) const override { return sinks_; }
   int recent(int /*budget*/) const override { return std::max(recent_, window_); }
   int reserved() const override { return window_; }

@@ -18,6 +18,14 @@ params = {
 }
 
 _averaged_rotations = {}
+_q_proj64 = {}  # layer -> (the run's obs.q_proj, it in float64): decoding calls score() per step
+
+
+def q_proj64(obs):
+    cached = _q_proj64.get(obs.layer)
+    if cached is None or cached[0] is not obs.q_proj:
+        cached = _q_proj64[obs.layer] = (obs.q_proj, obs.q_proj.astype(np.float64))
+    return cached[1]
 
 
 def averaged_rotation(rope, start, count):
@@ -39,14 +47,16 @@ def score(obs):
     group = obs.n_heads // obs.n_kv_heads
     # the queries of tokens n_sink.. before RoPE: (n_heads, m, d)
     h = obs.hidden_states[sink:].astype(np.float64)
-    q = (h @ obs.q_proj.astype(np.float64).T).reshape(len(h), obs.n_heads, d).transpose(1, 0, 2)
+    q = (h @ q_proj64(obs).T).reshape(len(h), obs.n_heads, d).transpose(1, 0, 2)
     mu = q.mean(axis=1)
-    m = averaged_rotation(obs.rope, n, p["n_future_positions"])
+    # kvpress averages RoPE over the positions after its query count: the prompt's length in a one-pass prefill,
+    # the buffered decode steps' count under DecodingPress (decode_interval), the scored entries' under BlockPress
+    m = averaged_rotation(obs.rope, len(obs.hidden_states), p["n_future_positions"])
     mu = mu @ m
     k = obs.keys[:, None, sink:].astype(np.float64)  # (n_kv, 1, n - sink, d), shared by the group's query heads
     mu = mu.reshape(obs.n_kv_heads, group, d)
     s = (k @ mu[..., None])[..., 0] / np.sqrt(d)  # (n_kv, group, n - sink)
-    if p["use_covariance"]:
+    if p["use_covariance"] and len(h) > 1:  # one query (a decode step's): its covariance, and the term, are 0
         c = q - q.mean(axis=1, keepdims=True)
         cov = c.transpose(0, 2, 1) @ c / len(h)
         cov = (m.T @ cov @ m).reshape(obs.n_kv_heads, group, d, d)  # R cov R^T in row form

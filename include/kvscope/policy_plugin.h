@@ -39,7 +39,8 @@ enum kvscope_param_kind { KVSCOPE_PARAM_INT = 0, KVSCOPE_PARAM_FLOAT = 1, KVSCOP
 /* One parameter the user may set as name=value. `window`, `recent` and `sinks` are kvscope's; declaring one
  * of them sets its default. So does declaring `decode_interval` (an int, at least 1): the protocol's decode
  * interval, which this description has no field for (with decode_evict: evict at every N-th decode step only,
- * kvpress DecodingPress's compression_interval); its value reaches score() in `params` like any other's. */
+ * kvpress DecodingPress's compression_interval); its value reaches score() in `params` like any other's. A bool
+ * named `prefill_evict` likewise sets whether the prefill evicts (0: only decoding evicts, kvpress DecodingPress). */
 typedef struct kvscope_param_spec {
   const char* name;
   int32_t kind; /* enum kvscope_param_kind */
@@ -81,7 +82,7 @@ typedef struct kvscope_policy_plugin {
   int32_t n_params;
   uint32_t needs; /* enum kvscope_needs flags */
   /* Protocol defaults: prompt tokens per prefill block (0: one pass), evict while decoding, evict before the
-   * step's output (decode_interval's default: a parameter of that name, above). */
+   * step's output (decode_interval's and prefill_evict's defaults: parameters of those names, above). */
   int32_t block, decode_evict, trim_before_output;
   /* Fills scores[0..n_entries) (higher kept; finite). Returns 0, or non-zero after writing a message of at
    * most error_size bytes into error; the run then fails with that message. */

@@ -188,8 +188,9 @@ std::set<std::string> with(std::set<std::string> a, const std::set<std::string>&
   return a;
 }
 
-const std::set<std::string> kFramework = {"window", "recent",          "sinks",      "block",    "decode_evict",
-                                          "trim",   "decode_interval", "allocation", "selection"};
+const std::set<std::string> kFramework = {"window",          "recent",        "sinks",         "block",
+                                          "decode_evict",    "trim",          "decode_interval", "prefill_evict",
+                                          "block_scoring",   "allocation",    "selection"};
 
 }  // namespace
 
@@ -199,7 +200,8 @@ TEST_CASE("obs.params holds the file's and the framework's parameters, and only 
   const auto path = write_policy("params_view", R"PY(
 import numpy as np
 params = {"alpha": 0.5, "expected": {"default": "", "choices": ["", "uniform", "pyramid", "dynamickv", "adakv"]}}
-FRAMEWORK = {"window", "recent", "sinks", "block", "decode_evict", "trim", "decode_interval", "allocation", "selection"}
+FRAMEWORK = {"window", "recent", "sinks", "block", "decode_evict", "trim", "decode_interval", "prefill_evict",
+             "block_scoring", "allocation", "selection"}
 BY_ALLOCATION = {"": set(), "uniform": set(), "pyramid": {"beta", "pyramid_arithmetic"},
                  "dynamickv": {"kernel", "pooling", "group_reduce", "r_max", "arithmetic"},
                  "adakv": {"alpha_safeguard"}}

@@ -194,6 +194,67 @@ def score(obs):
   CHECK_THAT(load_error("python:" + zero), Catch::Contains(zero) && Catch::Contains("at least 1"));
 }
 
+// kvpress DecodingPress buffers the hidden states of the decode steps since its last compression and scores them
+// all: at an evicting step of decode_interval=3 a file sees the rows of that step and the two before, bitwise the
+// rows an every-step file sees one at a time (a budget above the whole run: neither evicts, so both runs compute the
+// same numbers), and prefill_evict=false keeps the prompt whole until the first evicting decode step.
+TEST_CASE("decode_interval hands a file the buffered rows of the steps since its last eviction; prefill_evict=false "
+          "keeps the prompt", "[e2e][user_policy]") {
+  const model::Model* model = test::default_model();
+  const auto prompt = test::sample_prompt_tokens(*model, "heat_pump.txt");
+  const auto dir = test::temp_file("decode_rows", "");
+  std::filesystem::create_directories(dir);
+  const std::string fields = R"PY(["query_positions", "hidden_states", "queries", "queries_pre_rope", "keys_pre_rope", "log_sum_exp"])PY";
+  // `every` records each decode step's rows at layer 3; `interval`, run after it, compares its buffered rows there with
+  // the concatenation of the recorded ones, raising on any difference, and leaves a mark for each step it checked.
+  auto file = [&](const std::string& tag, const std::string& protocol) {
+    return write_policy("decode_rows_" + tag, R"PY(
+import os
+import numpy as np
+needs = ["hidden_states", "queries", "queries_pre_rope", "keys_pre_rope", "log_sum_exp"]
+protocol = )PY" + protocol + R"PY(
+DIR, TAG, FIELDS = ")PY" + dir.string() + R"PY(", ")PY" + tag + R"PY(", )PY" + fields + R"PY(
+def score(obs):
+    if obs.layer == 3 and TAG == "every" and obs.phase == "decode":
+        np.savez("%s/every_%d.npz" % (DIR, obs.step), **{f: getattr(obs, f) for f in FIELDS})
+    if obs.layer == 3 and TAG != "every":
+        assert obs.phase == "decode", "prefill_evict=false: called after the prefill"
+        n = len(obs.query_positions)
+        if TAG == "interval":
+            rows = [np.load("%s/every_%d.npz" % (DIR, s)) for s in range(obs.step - n + 1, obs.step + 1)]
+            for f in FIELDS:
+                want = np.concatenate([r[f] for r in rows], axis=1 if f == "log_sum_exp" else 0)
+                got = getattr(obs, f)
+                assert got.shape == want.shape and np.array_equal(got, want), (obs.step, f, got.shape, want.shape)
+        open("%s/%s_%d_%d" % (DIR, TAG, obs.step, n), "w").close()
+    return -obs.positions.astype(np.float64)
+)PY");
+  };
+  const int new_tokens = 8;  // the first from the prefill, then 7 decode steps
+  run(*model, prompt, "python:" + file("every", R"({"decode_evict": True})"), "1000", new_tokens);
+  const std::string interval = R"({"decode_evict": True, "decode_interval": 3, "prefill_evict": False})";
+  CHECK_NOTHROW(run(*model, prompt, "python:" + file("interval", interval), "1000", new_tokens));
+  std::vector<std::string> marks;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() != ".npz") marks.push_back(e.path().filename().string());
+  std::sort(marks.begin(), marks.end());
+  // decode steps 2 and 5 evict, each on three steps' rows
+  CHECK(marks == std::vector<std::string>{"interval_2_3", "interval_5_3"});
+  // Below the prompt the prompt stays whole until decode step 2, which compresses to the budget.
+  const Outcome kept = run(*model, prompt, "python:" + file("below", interval), "40%", new_tokens);
+  CHECK(std::filesystem::exists(dir / "below_2_3"));
+  const std::size_t n = prompt.size(), budget = policy::BudgetSpec::parse("40%").resolve(n, model->config.context_length);
+  std::vector<std::size_t> lengths, want = {n, n + 1, n + 2, budget, budget + 1, budget + 2, budget, budget + 1};
+  for (const auto& step : kept.kept.steps) lengths.push_back(step.front().size());
+  CHECK(lengths == want);
+  // A plugin states prefill_evict by declaring it; it fails unless each decode eviction sees the 3 buffered queries.
+  lengths.clear();
+  const std::string interval_plugin = "plugin:" + plugin("interval_key_norm_plugin") + ",prefill_evict=false";
+  for (const auto& step : run(*model, prompt, interval_plugin, "40%", new_tokens).kept.steps)
+    lengths.push_back(step.front().size());
+  CHECK(lengths == want);
+}
+
 TEST_CASE("a Python scorer's own allocation and merges are applied", "[e2e][user_policy]") {
   const model::Model* model = test::default_model();
   const auto prompt = test::sample_prompt_tokens(*model, "lighthouse_story.txt");

@@ -227,6 +227,50 @@ TEST_CASE("decode_interval evicts every N-th decode step only, the cache growing
                     Catch::Contains("decode_interval=4 is not supported"));
 }
 
+TEST_CASE("prefill_evict=false leaves the prompt whole and only decoding evicts", "[policy][protocol]") {
+  // kvpress DecodingPress(compression_interval=N, target_size=8) on a 20-token prompt: the prefill is not compressed;
+  // decode steps N, 2N, ... (0-based N - 1, ...) compress to 8 although the prompt is longer.
+  const int prompt = 20, budget = 8, decode = 9;
+  for (const int interval : {1, 4}) {
+    for (const std::string base : {"snapkv:window=4", "h2o"}) {
+      const std::string spec = base + (base == "h2o" ? ":" : ",") +
+                               "decode_evict=true,prefill_evict=false,decode_interval=" + std::to_string(interval);
+      INFO(spec);
+      AttentionTable table(kGqa, 64, 31);
+      auto inst = make_policy(spec);
+      PolicyDriver d(table, *inst.policy, prompt, budget, decode);
+      int held = prompt;
+      d.run(decode, [&](const observation::StepInfo& step) {
+        if (step.phase == observation::Phase::Decode) {
+          held += 1;
+          if ((step.step + 1) % interval == 0) held = std::min(held, budget);
+        }
+        INFO((step.phase == observation::Phase::Decode ? "decode step " : "prefill step ") << step.step);
+        for (int l = 0; l < kGqa.layers; ++l)
+          for (int g = 0; g < kGqa.kv_heads; ++g) REQUIRE(static_cast<int>(d.kept(l, g).size()) == held);
+      });
+      CHECK(held == budget + (decode % interval));
+      CHECK(inst.policy->diagnostics().settings().at("prefill_evict") == "false");
+    }
+  }
+  CHECK_THROWS_WITH(make_policy("snapkv:prefill_evict=false"), Catch::Contains("needs decode_evict=true"));
+  CHECK_THROWS_WITH(make_policy("h2o:prefill_evict=false,block=8"), Catch::Contains("use block=0"));
+  CHECK_THROWS_WITH(make_policy("caote:block=0,prefill_evict=false"),
+                    Catch::Contains("prefill_evict=false is not supported"));
+}
+
+TEST_CASE("block_scoring is refused where it cannot act",
+          "[policy][protocol]") {
+  // kvpress BlockPress gives its press no attention weights: a scorer of attention is refused when the run begins.
+  AttentionTable table(kGqa, 64, 33);
+  auto inst = make_policy("h2o:block_scoring=4,decode_evict=false");
+  CHECK_THROWS_WITH(PolicyDriver(table, *inst.policy, 20, 8, 2), Catch::Contains("reads attention"));
+  CHECK_THROWS_WITH(make_policy("h2o:block_scoring=4,block=8"), Catch::Contains("use one of them"));
+  CHECK_THROWS_WITH(make_policy("h2o:block_scoring=4,prefill_evict=false"), Catch::Contains("does not evict"));
+  CHECK_THROWS_WITH(make_policy("h2o:block_scoring=4,selection=adakv"), Catch::Contains("selection=topk"));
+  CHECK_THROWS_WITH(make_policy("caote:block=0,block_scoring=4"), Catch::Contains("does not take block_scoring"));
+}
+
 TEST_CASE("the protocol switches report themselves as run settings", "[policy][protocol]") {
   AttentionTable table(kGqa, 64, 25);
   auto inst = make_policy("snapkv:block=8,decode_evict=true,trim=before_output,window=4");
