@@ -57,20 +57,29 @@ void LiveTrace::create_map(int run, const MapSlot& slot, const Map2D& shape, con
   check_run(run);
   auto m = std::make_shared<Map2D>(shape);
   m->values.assign(static_cast<std::size_t>(m->rows) * m->cols, 0.0f);
+  std::lock_guard<std::mutex> lock(maps_mutex_);
   building_[slot] = std::move(m);
 }
 
 void LiveTrace::write_map_rows(int run, const MapSlot& slot, int first_row, int n_rows, std::span<const float> values) {
   check_run(run);
-  auto it = building_.find(slot);
-  if (it == building_.end()) throw Error("live trace: rows for a map that was never created");
-  Map2D& m = *it->second;
+  Map2D* target = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(maps_mutex_);
+    auto it = building_.find(slot);
+    if (it == building_.end()) throw Error("live trace: rows for a map that was never created");
+    target = it->second.get();
+  }
+  // Only the thread of this map's head writes its rows, so the copy needs no lock; the map tables do.
+  Map2D& m = *target;
   if (first_row < 0 || first_row + n_rows > m.rows || values.size() != static_cast<std::size_t>(n_rows) * m.cols)
     throw Error("live trace: rows " + std::to_string(first_row) + ".." + std::to_string(first_row + n_rows) +
                 " do not fit a map of " + std::to_string(m.rows) + " x " + std::to_string(m.cols));
   std::copy(values.begin(), values.end(), m.values.begin() + static_cast<std::ptrdiff_t>(first_row) * m.cols);
   // The map is shown once whole: a half-built one would read as attention that is not there.
   if (first_row + n_rows == m.rows) {
+    std::lock_guard<std::mutex> lock(maps_mutex_);
+    auto it = building_.find(slot);
     table(slot.kind)[{slot.layer, slot.index}] = std::move(it->second);
     building_.erase(it);
   }
@@ -84,6 +93,7 @@ void LiveTrace::write_map(int run, const MapSlot& slot, const Map2D& map, const 
 void LiveTrace::share_map(int run, const MapSlot& slot, const std::shared_ptr<const Map2D>& map, const std::string&,
                           const std::string&, bool) {
   check_run(run);
+  std::lock_guard<std::mutex> lock(maps_mutex_);
   table(slot.kind)[{slot.layer, slot.index}] = map;
 }
 
@@ -165,7 +175,11 @@ void LiveTrace::end_run(int run, const std::map<std::string, std::string>& final
 
 void LiveTrace::publish() {
   if (!begun_) return;
-  auto snap = std::make_shared<RunTrace>(trace_);
+  std::shared_ptr<RunTrace> snap;
+  {
+    std::lock_guard<std::mutex> lock(maps_mutex_);
+    snap = std::make_shared<RunTrace>(trace_);
+  }
   snap->kept_mask.resize(kept_.size());
   for (std::size_t l = 0; l < kept_.size(); ++l) {
     KeptMask& m = snap->kept_mask[l];

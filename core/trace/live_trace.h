@@ -59,6 +59,9 @@ class LiveTrace final : public TraceSink {
   std::size_t bytes_since_publish_ = 0, last_publish_bytes_ = 0;
   std::chrono::steady_clock::time_point last_publish_{};
 
+  // The recorder's attention threads create and fill their heads' maps at once (Recorder::on_rows): the map
+  // tables and building_ are shared between them and with publish().
+  std::mutex maps_mutex_;
   mutable std::mutex mutex_;
   std::shared_ptr<const RunTrace> published_;
 };

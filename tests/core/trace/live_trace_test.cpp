@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <random>
+#include <thread>
 
 #include "core/trace/emit_run.h"
 #include "core/trace/live_trace.h"
@@ -260,4 +261,44 @@ TEST_CASE("a live run with sink logits shows each decode row's sink share, and p
   without.append_step(other, std::move(rec));
   CHECK(without.snapshot()->decode_attention_map(0, 0) != nullptr);
   CHECK(without.snapshot()->decode_attention_sink_map(0, 0) == nullptr);
+}
+
+TEST_CASE("a live trace takes maps from several attention threads at once", "[trace][live]") {
+  // As Recorder::on_rows does: each thread creates and fills its own heads' maps while the others do theirs,
+  // and a publish may come between. Unguarded, the shared table of maps being built loses or corrupts entries.
+  constexpr int kThreads = 8, kHeadsPerThread = 2000, kRows = 4;
+  LiveTrace live(std::chrono::milliseconds(0));
+  const int id = live.begin_run(layout(1, 1, kThreads * kHeadsPerThread, 16, 0));
+  Map2D shape;
+  shape.rows = shape.source_rows = kRows;
+  shape.cols = shape.source_cols = 4;
+  std::mutex create_mutex;  // the recorder creates maps under its own lock (head_state_mutex_)
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      try {
+        for (int h = t * kHeadsPerThread; h < (t + 1) * kHeadsPerThread; ++h) {
+          const MapSlot slot{MapKind::Attention, 0, h};
+          {
+            std::lock_guard<std::mutex> lock(create_mutex);
+            live.create_map(id, slot, shape, "probability", "");
+          }
+          const std::vector<float> row(4, static_cast<float>(h));
+          for (int r = 0; r < kRows; ++r) live.write_map_rows(id, slot, r, 1, row);
+        }
+      } catch (const std::exception& e) {
+        errors[t] = e.what();
+      }
+    });
+  for (int i = 0; i < 50; ++i) live.flush();
+  for (auto& th : threads) th.join();
+  for (const std::string& e : errors) CHECK(e.empty());
+  live.flush();
+  const auto snap = live.snapshot();
+  for (int h = 0; h < kThreads * kHeadsPerThread; ++h) {
+    const Map2D* m = snap->attention_map(0, h);
+    REQUIRE(m != nullptr);
+    CHECK(m->at(kRows - 1, 3) == static_cast<float>(h));
+  }
 }
