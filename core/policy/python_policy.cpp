@@ -174,7 +174,7 @@ Protocol protocol_from_python(const py::module_& m, const std::filesystem::path&
   const std::string where = "policy file '" + file.string() + "', protocol";
   py::object o = m.attr("protocol");
   if (!py::isinstance<py::dict>(o))
-    throw UsageError(where + " must be a dict (block, decode_evict, trim, decode_interval, prefill_evict)");
+    throw UsageError(where + " must be a dict (block, decode_evict, trim, decode_interval, prefill_evict, block_scoring)");
   for (auto item : o.cast<py::dict>()) {
     const auto key = py::str(item.first).cast<std::string>();
     if (key == "block") {
@@ -196,9 +196,14 @@ Protocol protocol_from_python(const py::module_& m, const std::filesystem::path&
       if (!py::isinstance<py::bool_>(item.second))
         throw UsageError(where + "['prefill_evict'] must be True or False, not " + python_repr(item.second));
       p.prefill_evict = item.second.cast<bool>();
+    } else if (key == "block_scoring") {
+      p.block_scoring = int_field(item.second, where + "['block_scoring']");
+      if (p.block_scoring < 0)
+        throw UsageError(where + "['block_scoring'] = " + std::to_string(p.block_scoring) +
+                         ": it is BlockPress's block size, at least 1 (0: every entry scored at once)");
     } else {
       throw UsageError(where + " has key '" + key +
-                       "'; valid: block, decode_evict, trim, decode_interval, prefill_evict");
+                       "'; valid: block, decode_evict, trim, decode_interval, prefill_evict, block_scoring");
     }
   }
   if (const std::string problem = protocol_problem(p); !problem.empty())

@@ -255,6 +255,21 @@ def score(obs):
   CHECK(lengths == want);
 }
 
+TEST_CASE("a Python file states block_scoring in its protocol as the spec would", "[e2e][user_policy]") {
+  const model::Model* model = test::default_model();
+  const auto prompt = test::sample_prompt_tokens(*model, "heat_pump.txt");
+  std::ifstream in(example("keydiff.py"));
+  const std::string keydiff((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string blocked = write_policy("keydiff_blocked", keydiff + "\nprotocol = {\"block_scoring\": 16}\n");
+  const Outcome stated = run(*model, prompt, "python:" + blocked, "40%", 2);
+  require_same_kept_sets(stated, run(*model, prompt, "python:" + example("keydiff.py") + ",block_scoring=16", "40%", 2));
+  // KeyDiff's score depends on the other entries, so scoring in blocks keeps other entries than one pass.
+  const Outcome one_pass = run(*model, prompt, "python:" + example("keydiff.py"), "40%", 2);
+  CHECK(stated.kept.steps.front() != one_pass.kept.steps.front());
+  CHECK_THAT(error_of(*model, prompt, "python:" + write_policy("keydiff_negative", keydiff + "\nprotocol = {\"block_scoring\": -2}\n")),
+             Catch::Matchers::Contains("['block_scoring'] = -2"));
+}
+
 TEST_CASE("a Python scorer's own allocation and merges are applied", "[e2e][user_policy]") {
   const model::Model* model = test::default_model();
   const auto prompt = test::sample_prompt_tokens(*model, "lighthouse_story.txt");
