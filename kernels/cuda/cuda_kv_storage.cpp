@@ -17,6 +17,47 @@ void upload_into(DeviceBuffer<T>& buffer, const std::vector<T>& host, PinnedStag
   staging.upload(buffer.data(), host);
 }
 
+// Merge groups in the CSR form merge_rows takes, built on the host; `row` maps an entry index to the row of the
+// buffer merge_rows works on (the entry itself for float32 rows, its slot in the dequantized scratch otherwise).
+struct HostMergeGroups {
+  std::vector<int32_t> offsets{0}, members;
+  std::vector<float> weights;
+};
+
+// One group per row merge: its target, then its sources, with the merge's weights.
+template <class RowOf>
+HostMergeGroups row_merge_groups(std::span<const RowMerge> merges, RowOf row) {
+  HostMergeGroups g;
+  for (const RowMerge& m : merges) {
+    g.members.push_back(row(m.target));
+    for (int32_t source : m.sources) g.members.push_back(row(source));
+    g.weights.insert(g.weights.end(), m.weights.begin(), m.weights.end());
+    g.offsets.push_back(static_cast<int32_t>(g.members.size()));
+  }
+  return g;
+}
+
+// A value merge is one merge group per target, V[t] = 1 * V[t] + w * V[source].
+template <class RowOf>
+HostMergeGroups value_merge_groups(const ValueMerge& m, RowOf row) {
+  HostMergeGroups g;
+  for (int32_t t : m.targets) {
+    g.members.insert(g.members.end(), {row(t), row(m.source)});
+    g.weights.insert(g.weights.end(), {1.0f, m.weight});
+    g.offsets.push_back(static_cast<int32_t>(g.members.size()));
+  }
+  return g;
+}
+
+DeviceMergeGroups upload_groups(const HostMergeGroups& g, DeviceBuffer<int32_t>& offsets,
+                                DeviceBuffer<int32_t>& members, DeviceBuffer<float>& weights,
+                                PinnedStaging& staging) {
+  upload_into(offsets, g.offsets, staging);
+  upload_into(members, g.members, staging);
+  upload_into(weights, g.weights, staging);
+  return {offsets.data(), members.data(), weights.data(), static_cast<int>(g.offsets.size()) - 1};
+}
+
 }  // namespace
 
 CudaKVStorage::CudaKVStorage(int n_layers, int n_kv_heads, int head_dim, KVCacheTypes type, cudaStream_t stream)
@@ -171,34 +212,14 @@ void CudaKVStorage::edit_f32(Layer& layer, int kv_head, std::span<const int32_t>
       reinterpret_cast<float*>(layer.values.data()) + static_cast<std::size_t>(kv_head) * layer.capacity * d;
   // A value merge is one merge group per target, V[t] = 1 * V[t] + w * V[source], on the values only. Its
   // targets are distinct, so one launch per value merge keeps the list order the CPU applies.
-  for (const ValueMerge& m : value_merges) {
-    std::vector<int32_t> offsets{0}, members;
-    std::vector<float> weights;
-    for (int32_t t : m.targets) {
-      members.insert(members.end(), {t, m.source});
-      weights.insert(weights.end(), {1.0f, m.weight});
-      offsets.push_back(static_cast<int32_t>(members.size()));
-    }
-    upload_into(edit_offsets_, offsets, staging_);
-    upload_into(edit_members_, members, staging_);
-    upload_into(edit_weights_, weights, staging_);
-    merge_rows(values, d, {edit_offsets_.data(), edit_members_.data(), edit_weights_.data(),
-                           static_cast<int>(m.targets.size())}, stream_);
-  }
+  const auto entry = [](int32_t i) { return i; };
+  for (const ValueMerge& m : value_merges)
+    merge_rows(values, d,
+               upload_groups(value_merge_groups(m, entry), edit_offsets_, edit_members_, edit_weights_, staging_),
+               stream_);
   if (!merges.empty()) {
-    std::vector<int32_t> offsets{0}, members;
-    std::vector<float> weights;
-    for (const RowMerge& m : merges) {
-      members.push_back(m.target);
-      members.insert(members.end(), m.sources.begin(), m.sources.end());
-      weights.insert(weights.end(), m.weights.begin(), m.weights.end());
-      offsets.push_back(static_cast<int32_t>(members.size()));
-    }
-    upload_into(edit_offsets_, offsets, staging_);
-    upload_into(edit_members_, members, staging_);
-    upload_into(edit_weights_, weights, staging_);
-    const DeviceMergeGroups groups{edit_offsets_.data(), edit_members_.data(), edit_weights_.data(),
-                                   static_cast<int>(merges.size())};
+    const DeviceMergeGroups groups =
+        upload_groups(row_merge_groups(merges, entry), edit_offsets_, edit_members_, edit_weights_, staging_);
     merge_rows(keys, d, groups, stream_);
     merge_rows(values, d, groups, stream_);
   }
@@ -248,34 +269,13 @@ void CudaKVStorage::edit_stored(Layer& layer, int layer_index, int kv_head, std:
     if (merge_values_.size() < static_cast<std::size_t>(n) * d) merge_values_.resize(static_cast<std::size_t>(n) * d);
     dequantize_stored_rows(keys, key_type_, d, merge_index_.data(), n, merge_keys_.data(), stream_);
     dequantize_stored_rows(values, value_type_, d, merge_index_.data(), n, merge_values_.data(), stream_);
-    for (const ValueMerge& m : value_merges) {
-      std::vector<int32_t> offsets{0}, members;
-      std::vector<float> weights;
-      for (int32_t t : m.targets) {
-        members.insert(members.end(), {slot(t), slot(m.source)});
-        weights.insert(weights.end(), {1.0f, m.weight});
-        offsets.push_back(static_cast<int32_t>(members.size()));
-      }
-      upload_into(edit_offsets_, offsets, staging_);
-      upload_into(edit_members_, members, staging_);
-      upload_into(edit_weights_, weights, staging_);
-      merge_rows(merge_values_.data(), d, {edit_offsets_.data(), edit_members_.data(), edit_weights_.data(),
-                                          static_cast<int>(m.targets.size())}, stream_);
-    }
+    for (const ValueMerge& m : value_merges)
+      merge_rows(merge_values_.data(), d,
+                 upload_groups(value_merge_groups(m, slot), edit_offsets_, edit_members_, edit_weights_, staging_),
+                 stream_);
     if (!merges.empty()) {
-      std::vector<int32_t> offsets{0}, members;
-      std::vector<float> weights;
-      for (const RowMerge& m : merges) {
-        members.push_back(slot(m.target));
-        for (int32_t source : m.sources) members.push_back(slot(source));
-        weights.insert(weights.end(), m.weights.begin(), m.weights.end());
-        offsets.push_back(static_cast<int32_t>(members.size()));
-      }
-      upload_into(edit_offsets_, offsets, staging_);
-      upload_into(edit_members_, members, staging_);
-      upload_into(edit_weights_, weights, staging_);
-      const DeviceMergeGroups groups{edit_offsets_.data(), edit_members_.data(), edit_weights_.data(),
-                                     static_cast<int>(merges.size())};
+      const DeviceMergeGroups groups =
+          upload_groups(row_merge_groups(merges, slot), edit_offsets_, edit_members_, edit_weights_, staging_);
       merge_rows(merge_keys_.data(), d, groups, stream_);
       merge_rows(merge_values_.data(), d, groups, stream_);
     }
