@@ -278,6 +278,7 @@ int run_sweep(SweepArgs a, const CLI::App& cmd) {
   std::vector<std::size_t> pending;
   for (std::size_t i = 0; i < p.grid.size(); ++i)
     if (!store.done(i)) pending.push_back(i);
+  pending = p.grid.run_order(std::move(pending));
   std::fprintf(stderr,
                "kvscope sweep: %zu cells (%zu prompts x %zu policies x %zu cache types x %zu budgets), %zu done, %zu "
                "to run -> %s\n",
@@ -310,7 +311,10 @@ int run_sweep(SweepArgs a, const CLI::App& cmd) {
       take(answer);
     }
   } else if (!pending.empty()) {
-    run_in_workers(worker_commands(a), pending, take);
+    const auto locality = [&p](std::size_t cell) {
+      return CellLocality{p.grid.cell(cell).prompt, p.grid.prefill_group(cell)};
+    };
+    run_in_workers(worker_commands(a), pending, locality, take);
   }
   progress.finish();
 

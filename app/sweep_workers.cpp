@@ -10,6 +10,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "core/common/child_process.h"
@@ -29,6 +30,7 @@ struct Worker {
   int to_child = -1, from_child = -1;
   std::string buffer;
   std::set<std::size_t> outstanding;
+  std::optional<CellLocality> last;  // the locality of the last cell sent
   bool batch = false, eof = false;
   std::string name;
 };
@@ -79,6 +81,37 @@ std::string exit_text(int status) {
   return "ended with wait status " + std::to_string(status);
 }
 
+// The queued cell `w` should run next (see run_in_workers); the queue is not empty.
+std::deque<std::size_t>::iterator next_cell(std::deque<std::size_t>& queue, const Worker& w,
+                                            const std::vector<Worker>& workers,
+                                            const std::function<CellLocality(std::size_t)>& locality) {
+  std::set<std::size_t> taken_groups, taken_prompts;  // where the other workers are
+  for (const auto& other : workers)
+    if (&other != &w && other.last && !other.eof)
+      taken_groups.insert(other.last->group), taken_prompts.insert(other.last->prompt);
+  auto same_prompt = queue.end(), free_prompt = queue.end(), free_group = queue.end();
+  for (auto it = queue.begin(); it != queue.end(); ++it) {
+    const CellLocality l = locality(*it);
+    if (w.last && l.group == w.last->group) return it;
+    if (taken_groups.count(l.group)) continue;
+    if (w.last && l.prompt == w.last->prompt && same_prompt == queue.end()) same_prompt = it;
+    if (!taken_prompts.count(l.prompt) && free_prompt == queue.end()) free_prompt = it;
+    if (free_group == queue.end()) free_group = it;
+  }
+  for (const auto& it : {same_prompt, free_prompt, free_group})
+    if (it != queue.end()) return it;
+  return queue.begin();
+}
+
+void send_next(Worker& w, std::deque<std::size_t>& queue, const std::vector<Worker>& workers,
+               const std::function<CellLocality(std::size_t)>& locality) {
+  const auto it = next_cell(queue, w, workers, locality);
+  const std::size_t cell = *it;
+  queue.erase(it);
+  send(w, cell);
+  w.last = locality(cell);
+}
+
 void close_input(Worker& w) {
   if (w.to_child >= 0) close(w.to_child);
   w.to_child = -1;
@@ -97,6 +130,7 @@ std::string self_executable() {
 }
 
 void run_in_workers(const std::vector<WorkerCommand>& commands, const std::vector<std::size_t>& cells,
+                    const std::function<CellLocality(std::size_t)>& locality,
                     const std::function<void(const nlohmann::json&)>& on_result) {
   signal(SIGPIPE, SIG_IGN);  // a dead worker must surface as an error, not kill the parent
   std::deque<std::size_t> queue(cells.begin(), cells.end());
@@ -106,7 +140,7 @@ void run_in_workers(const std::vector<WorkerCommand>& commands, const std::vecto
     if (w.batch) {
       while (!queue.empty()) send(w, queue.front()), queue.pop_front();
     } else if (!queue.empty()) {
-      send(w, queue.front()), queue.pop_front();
+      send_next(w, queue, workers, locality);
     }
     if (w.batch || w.outstanding.empty()) close_input(w);  // a batch worker reads until end of input
   }
@@ -162,7 +196,7 @@ void run_in_workers(const std::vector<WorkerCommand>& commands, const std::vecto
         }
         if (!w.batch) {
           if (!queue.empty())
-            send(w, queue.front()), queue.pop_front();
+            send_next(w, queue, workers, locality);
           else
             close_input(w);
         }

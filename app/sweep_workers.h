@@ -17,10 +17,19 @@ struct WorkerCommand {
   bool batch = false;
 };
 
+// Where a cell's shared work lives: its prompt (the full-cache reference) and its prefill group (a prompt's
+// cells of one cache type, whose one-pass prefill a worker captures once: eval::SweepGrid::prefill_group).
+struct CellLocality {
+  std::size_t prompt = 0, group = 0;
+};
+
 // Calls on_result on this thread for every answer ({"cell", ...row} or {"cell", "error"}), in arrival
-// order. Throws Error when a worker cannot start, writes a line that is not JSON, or exits before
-// answering its cells (naming the worker and the cells left).
+// order. A free local worker gets the next cell of the group it is in, else of a group of its prompt that no
+// other worker is in, else of a prompt no other worker is in, else of any group no other worker is in, else
+// the next queued cell: workers rarely compute the same prompt's reference or the same group's prefill. Throws Error when a worker cannot start, writes a line that
+// is not JSON, or exits before answering its cells (naming the worker and the cells left).
 void run_in_workers(const std::vector<WorkerCommand>& workers, const std::vector<std::size_t>& cells,
+                    const std::function<CellLocality(std::size_t)>& locality,
                     const std::function<void(const nlohmann::json&)>& on_result);
 
 // This process's own command line (set by main) and executable, for starting workers of itself.

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <utility>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -91,6 +92,19 @@ SweepCell SweepGrid::cell(std::size_t index) const {
   }
   c.policy.cache_page_tokens = cache_page_tokens;
   return c;
+}
+
+std::size_t SweepGrid::prefill_group(std::size_t index) const {
+  const std::size_t per_policy = cache_type_count() * budgets.size(), per_prompt = policies.size() * per_policy;
+  return (index / per_prompt) * cache_type_count() + (index % per_policy) / budgets.size();
+}
+
+std::vector<std::size_t> SweepGrid::run_order(std::vector<std::size_t> cells) const {
+  // Within a prefill group, in index order: policy, then budget.
+  std::sort(cells.begin(), cells.end(), [this](std::size_t a, std::size_t b) {
+    return std::pair(prefill_group(a), a) < std::pair(prefill_group(b), b);
+  });
+  return cells;
 }
 
 std::vector<std::string> SweepGrid::series() const {

@@ -47,6 +47,12 @@ struct SweepGrid {
   std::vector<std::string> series() const;
   // Cells run prompt by prompt, so a worker reuses one prompt's reference for all its cells.
   SweepCell cell(std::size_t index) const;
+  // A prompt's cells of one cache type: their one-pass prefills are the same computation, which a process
+  // captures once and replays for the others (run/prefill_store.h), so they are best run one after another.
+  std::size_t prefill_group(std::size_t index) const;
+  // `cells` in the order that shares that work: by prompt (whose full-cache reference is computed once), then
+  // prefill group, then policy and budget. Rows are keyed by cell, so the order changes no result.
+  std::vector<std::size_t> run_order(std::vector<std::size_t> cells) const;
   nlohmann::json to_json() const;
   // Throws UsageError for an unknown eval kind or an empty prompt, policy or budget list.
   void validate() const;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "core/common/error.h"
@@ -63,6 +64,29 @@ TEST_CASE("grid cells run prompt by prompt, policies then budgets") {
   CHECK(g.cell(7).policy.policy == "h2o");
   CHECK(g.cell(7).policy.budget == "50%");
   CHECK_THROWS_AS(g.cell(8), Error);
+}
+
+TEST_CASE("cells run in prefill groups: a prompt's cells of one cache type one after another") {
+  auto g = small_grid();
+  g.cache_types = {"f16", "q8_0", "q4_0"};
+  REQUIRE(g.size() == 24);
+  std::vector<std::size_t> all(g.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = all.size() - 1 - i;  // any order in: a resumed sweep's
+  const auto order = g.run_order(all);
+  REQUIRE(order.size() == g.size());
+  CHECK(std::set<std::size_t>(order.begin(), order.end()).size() == g.size());
+  // Read back through cell(): the (prompt, cache type) changes only between groups, 2 x 3 groups in all.
+  int changes = 0;
+  for (std::size_t k = 1; k < order.size(); ++k) {
+    const auto a = g.cell(order[k - 1]), b = g.cell(order[k]);
+    CHECK(a.prompt <= b.prompt);
+    if (a.prompt != b.prompt || a.cache_type != b.cache_type) ++changes;
+    else CHECK(order[k - 1] < order[k]);  // policy, then budget, within a group
+    CHECK((g.prefill_group(order[k - 1]) == g.prefill_group(order[k])) == (a.prompt == b.prompt && a.cache_type == b.cache_type));
+  }
+  CHECK(changes == 5);
+  CHECK(g.cell(order[0]).prompt == 0);
+  CHECK(g.cell(order[0]).cache_type == "f16");
 }
 
 TEST_CASE("policy lists keep parameters with their policy") {
