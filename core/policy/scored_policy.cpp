@@ -37,17 +37,18 @@ std::vector<ParamSpec> scored_policy_params(std::vector<ParamSpec> own, const Pr
       "chunk_length entries by their mean score summed over heads, the same for every head; CriticalKV (Feng et al. "
       "2025, kvpress CriticalKVPress): first_stage_ratio of the budget by score, the rest by (score + "
       "critical_epsilon) x |W_o v|_1; criticaladakv (kvpress CriticalAdaKVPress): AdaKV's head budgets, each head "
-      "filled as CriticalKV; chunk (kvpress ChunkPress): each chunk of chunk_length entries scored on its own and keeping "
-      "its own share (1 - R) of its best, per head; entropy_chunkkv (kvpress EntropyGatedChunkKVPress): ChunkKV's chunks, "
-      "a high-scoring chunk of low score entropy reduced to its low_entropy_chunk_length best. See docs/policies.md, "
-      "Selection"));
+      "filled as CriticalKV; chunk (kvpress ChunkPress): each chunk of chunk_length entries scored on its own and "
+      "keeping its own share (1 - R) of its best, per head; entropy_chunkkv (kvpress EntropyGatedChunkKVPress): "
+      "ChunkKV's chunks, a high-scoring chunk of low score entropy reduced to its low_entropy_chunk_length best. See "
+      "docs/policies.md, Selection"));
   own.push_back(ParamSpec::real("alpha_safeguard", 0.2, 0.0, 1.0,
                                 "selection=adakv or criticaladakv: share of the budget each head keeps of its own "
                                 "best entries whatever the other heads score (kvpress: 0.20)"));
-  own.push_back(ParamSpec::integer("chunk_length", 20, 1, 1 << 20,
-                                   "selection=chunkkv, chunk or entropy_chunkkv: entries per chunk, counted from the first "
-                                   "(kvpress: 20 for ChunkKVPress, 1024 for ChunkPress, 10 for "
-                                   "EntropyGatedChunkKVPress)"));
+  own.push_back(
+      ParamSpec::integer("chunk_length", 20, 1, 1 << 20,
+                         "selection=chunkkv, chunk or entropy_chunkkv: entries per chunk, counted from the first "
+                         "(kvpress: 20 for ChunkKVPress, 1024 for ChunkPress, 10 for "
+                         "EntropyGatedChunkKVPress)"));
   own.push_back(ParamSpec::integer("low_entropy_chunk_length", 4, 1, 1 << 20,
                                    "selection=entropy_chunkkv: entries kept of a high-scoring chunk whose scores have "
                                    "low entropy (kvpress: 4); below chunk_length"));
@@ -117,14 +118,14 @@ ScoredPolicy::ScoredPolicy(std::string name, const PolicyParams& params)
       protocol_(protocol_of(params)),
       params_(params),
       allocation_name_(params.get_choice("allocation")),
-      selection_(!params.has("selection")                            ? Selection::TopK
-                 : params.get_choice("selection") == "adakv"         ? Selection::AdaKV
-                 : params.get_choice("selection") == "chunkkv"       ? Selection::ChunkKV
-                 : params.get_choice("selection") == "criticalkv"    ? Selection::CriticalKV
-                 : params.get_choice("selection") == "criticaladakv" ? Selection::CriticalAdaKV
-                 : params.get_choice("selection") == "chunk"         ? Selection::Chunk
+      selection_(!params.has("selection")                              ? Selection::TopK
+                 : params.get_choice("selection") == "adakv"           ? Selection::AdaKV
+                 : params.get_choice("selection") == "chunkkv"         ? Selection::ChunkKV
+                 : params.get_choice("selection") == "criticalkv"      ? Selection::CriticalKV
+                 : params.get_choice("selection") == "criticaladakv"   ? Selection::CriticalAdaKV
+                 : params.get_choice("selection") == "chunk"           ? Selection::Chunk
                  : params.get_choice("selection") == "entropy_chunkkv" ? Selection::EntropyChunkKV
-                                                                     : Selection::TopK),
+                                                                       : Selection::TopK),
       alpha_safeguard_(head_adaptive() ? params.get_float("alpha_safeguard") : 0.0),
       chunk_length_(selection_ == Selection::ChunkKV || selection_ == Selection::Chunk ||
                             selection_ == Selection::EntropyChunkKV
@@ -405,8 +406,9 @@ void ScoredPolicy::evict_layer_chunks(int layer, cache::KVCache& cache, cache::C
   const int heads = cache.n_kv_heads(), budget = budgets_[layer], n = cache.size(layer, 0);
   for (int h = 1; h < heads; ++h)
     if (cache.size(layer, h) != n)
-      throw Error("policy '" + name_ + "' selection=" + params_.get_choice("selection") + ": layer " + std::to_string(layer) + " KV heads 0 and " +
-                  std::to_string(h) + " hold " + std::to_string(n) + " and " + std::to_string(cache.size(layer, h)) +
+      throw Error("policy '" + name_ + "' selection=" + params_.get_choice("selection") + ": layer " +
+                  std::to_string(layer) + " KV heads 0 and " + std::to_string(h) + " hold " + std::to_string(n) +
+                  " and " + std::to_string(cache.size(layer, h)) +
                   " entries, but chunks are shared by the layer's heads");
   const int n_complete = n / chunk_length_, remaining = n % chunk_length_;
   if (n <= budget || n_complete == 0) return evict_layer_topk(layer, cache, edit);  // kvpress: the scorer's top-k

@@ -25,7 +25,8 @@ namespace kvscope::policy {
 // head-adaptive split of a layer's budget (adakv, with `alpha_safeguard`) or ChunkKV's whole chunks (chunkkv,
 // with `chunk_length`) or CriticalKV's output-aware rescoring (criticalkv, with `first_stage_ratio` and
 // `critical_epsilon`) or both of AdaKV's and CriticalKV's (criticaladakv: AdaKV's head budgets, CriticalKV's
-// entries within each) or kvpress ChunkPress's chunks, each scored alone (chunk, with `chunk_length`)). A name the policy already declares is shared with an allocation that declares it too.
+// entries within each) or kvpress ChunkPress's chunks, each scored alone (chunk, with `chunk_length`)). A name the
+// policy already declares is shared with an allocation that declares it too.
 std::vector<ParamSpec> scored_policy_params(std::vector<ParamSpec> own, const Protocol& protocol_defaults,
                                             const std::string& default_allocation = "uniform");
 

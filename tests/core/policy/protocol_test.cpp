@@ -280,7 +280,8 @@ TEST_CASE("selection=chunk and entropy_chunkkv are refused where kvpress's press
   CHECK_THROWS_WITH(make_policy("h2o:selection=chunk,block=8,decode_evict=false"), Catch::Contains("use block=0"));
   CHECK_THROWS_WITH(make_policy("snapkv:selection=entropy_chunkkv,chunk_length=4,low_entropy_chunk_length=4"),
                     Catch::Contains("must be below chunk_length=4"));
-  CHECK_THROWS_WITH(make_policy("snapkv:low_entropy_chunk_length=2"), Catch::Contains("belongs to selection=entropy_chunkkv"));
+  CHECK_THROWS_WITH(make_policy("snapkv:low_entropy_chunk_length=2"),
+                    Catch::Contains("belongs to selection=entropy_chunkkv"));
 }
 
 TEST_CASE("the protocol switches report themselves as run settings", "[policy][protocol]") {
