@@ -535,7 +535,7 @@ def run_wrapper_case(model, ids, wrapper_cls, wrapper_kwargs, inner_cls, inner_k
 # The parity test's time: goldens whose every case was measured once (--all-cases, docs/policies.md) but that keep
 # only these cases, name -> [(prompt index, compression ratio; None: a decoding case's)].
 HELD_CASES = {
-    "cap": [(0, 0.25), (1, 0.5), (2, 0.75)],
+    "cap": [(1, 0.5)],
     "chunk_keydiff": [(1, 0.5)],
     "entropy_chunkkv_knorm": [(1, 0.5)],
     "prefill_decoding_knorm": [(1, None)],
