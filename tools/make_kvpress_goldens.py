@@ -91,6 +91,8 @@ PRESSES = {
     # examples/policies/key_norm.py; tests/fixtures/kvpress_knorm/knorm_golden.json (0.5 and 0.75, its own
     # generator) stays for the C++ test that reads it
     "knorm": ("KnormPress", [({}, RATIOS)], "key_norm", {}),
+    # CAPKV: ExpectedAttention's query anchor (averaged RoPE) and a leverage score of the values
+    "cap": ("CapPress", [({}, RATIOS)], "cap", {}),
 }
 SEEDED = {"leverage", "compactor"}
 
@@ -191,6 +193,22 @@ BLOCK_MIN_EXACT_SHARE = 0.9
 # measured once: 90 of 90 heads exact in seven, 86 + 1 band + 3 stage ties and 87 + 3 in heat_pump's 0.5 and 0.75)
 BLOCK_CASES = {"block_expected_attention": ([1], [0.25])}
 
+# kvpress's ChunkPress(press, chunk_length): the prefill's entries cut into chunks of chunk_length, each scored by the
+# press alone (its slice of the keys, values and hidden states) and keeping max(1, int(len (1 - R))) of its own:
+# kvscope's `selection=chunk,chunk_length=L`. name -> (inner press of PRESSES, chunk_length). KeyDiffPress scores
+# against the mean key of what it is given, so every chunk changes the scores; chunk_length 32 (kvpress's default 1024
+# is one chunk on the sample prompts, i.e. the press itself).
+CHUNK = {"chunk_keydiff": ("keydiff", 32)}
+# kvpress's EntropyGatedChunkKVPress(press, chunk_length, low_entropy_chunk_length): kvscope's
+# `selection=entropy_chunkkv`. name -> (inner press of PRESSES, chunk_length, low_entropy_chunk_length) (kvpress's
+# defaults 10 and 4).
+ENTROPY_CHUNKKV = {"entropy_chunkkv_knorm": ("knorm", 10, 4)}
+# The gate's steps (chunk means, medians, entropies, top-k within a chunk, the top-up) follow one another, so a tie
+# anywhere may change the whole layer: a layer is excused (stage_ties) only where its float32 head-summed scores hold
+# a kept and an evicted entry within this (relative to the largest |score|): float32 rounding, i.e. exact ties such
+# as layer 0's repeated tokens, whose key norms are equal.
+ENTROPY_TIE_REL = 1e-6
+
 # kvpress's DecodingPress(base_press, compression_interval, target_size): the prefill is not compressed; every
 # compression_interval decode steps each layer's cache is compressed to target_size by the press, which scores the
 # hidden states of the decode steps since the last compression (its buffer). kvscope's decode_evict=true at --budget
@@ -218,6 +236,13 @@ DECODING = {
         (8, "prompt+12", {"decode_evict": "true", "decode_interval": 8, "prefill_evict": "false", "n_sink": 0}, []),
     ]),
 }
+# kvpress's PrefillDecodingPress(prefilling_press=P(compression_ratio=R), decoding_press=DecodingPress(P, N, T)) with
+# T the prefill's own count int(n (1 - R)) (target "prefill"): the prefill compressed to T, then every N decode steps
+# back to T. kvscope: the press's policy with decode_evict=true (and decode_interval=N) at --budget T, prefill_evict
+# left true. name -> R; its DECODING entry gives the press and the intervals.
+PREFILL_DECODING = {"prefill_decoding_knorm": 0.5}
+DECODING["prefill_decoding_knorm"] = ("knorm", {}, [(1, "prefill", {"decode_evict": "true"}, []),
+                                                    (8, "prefill", {"decode_evict": "true", "decode_interval": 8}, [])])
 N_DECODE = 24
 # A decode token's key is each engine's own computation over a context that decoding keeps changing, and each of the
 # 24 (interval 1) compressions is a new boundary that an entry never returns from: a head whose boundary at any
@@ -507,10 +532,23 @@ def run_wrapper_case(model, ids, wrapper_cls, wrapper_kwargs, inner_cls, inner_k
     }
 
 
+# The parity test's time: goldens whose every case was measured once (--all-cases, docs/policies.md) but that keep
+# only these cases, name -> [(prompt index, compression ratio; None: a decoding case's)].
+HELD_CASES = {
+    "cap": [(1, 0.5)],
+    "chunk_keydiff": [(1, 0.5)],
+    "entropy_chunkkv_knorm": [(1, 0.5)],
+    "prefill_decoding_knorm": [(1, None)],
+}
+ALL_CASES = False  # --all-cases
+
+
 def write_golden(name, t0, envelope, prompts, cases):
     """Writes tests/fixtures/kvpress_NAME/golden.json: the schema and generator, then `envelope` (the press, which
     kvscope policy it is held to, the model, the reference and the conventions, in that order), the prompts and
-    the cases."""
+    the cases (those of HELD_CASES for its goldens, unless --all-cases)."""
+    if name in HELD_CASES and not ALL_CASES:
+        cases = [c for c in cases if (c["prompt"], c["compression_ratio"]) in HELD_CASES[name]]
     out = {"schema_version": SCHEMA_VERSION, "generator": "tools/make_kvpress_goldens.py", **envelope,
            "prompts": prompts, "cases": cases}
     path = REPO_ROOT / "tests" / "fixtures" / f"kvpress_{name}" / "golden.json"
@@ -755,22 +793,28 @@ def run_block_case(model, ids, inner_cls, block_size, ratio, staged=False):
 
 
 @torch.no_grad()
-def run_decoding_case(model, ids, inner_cls, interval, target, n_decode, inner_kwargs=None):
+def run_decoding_case(model, ids, inner_cls, interval, target, n_decode, inner_kwargs=None, prefill_ratio=None):
     """DecodingPress(inner, interval, target) over the prefill and n_decode greedy decode steps (as kvpress's pipeline
     decodes: explicit position ids): the generated ids, and per (layer, KV head) the original positions of the entries
-    in the cache at the end, tracked through every compression (rows matched bitwise)."""
+    in the cache at the end, tracked through every compression (rows matched bitwise). With `prefill_ratio`,
+    PrefillDecodingPress(prefilling_press=inner's class(compression_ratio=prefill_ratio), decoding_press=that
+    DecodingPress): the prefill compressed too."""
     import kvpress
     from transformers import DynamicCache
 
     inner = getattr(kvpress, inner_cls)(**(inner_kwargs or {}))
-    press = kvpress.DecodingPress(base_press=inner, compression_interval=interval, target_size=target)
+    decoding = kvpress.DecodingPress(base_press=inner, compression_interval=interval, target_size=target)
+    press = decoding
+    if prefill_ratio is not None:
+        prefilling = getattr(kvpress, inner_cls)(compression_ratio=prefill_ratio, **(inner_kwargs or {}))
+        press = kvpress.PrefillDecodingPress(prefilling_press=prefilling, decoding_press=decoding)
     n_layer, n_kv = model.config.num_hidden_layers, model.config.num_key_value_heads
     q_len = len(ids)
     positions = [[list(range(q_len)) for _ in range(n_kv)] for _ in range(n_layer)]
     compressions = [0] * n_layer
     gaps = [[math.inf] * n_kv for _ in range(n_layer)]
     buffered = [[] for _ in range(n_layer)]  # per compression: the hidden-state rows the press was given
-    orig = press.compress
+    orig = decoding.compress
 
     def compress(module, hidden_states, keys, values, attentions, kwargs):
         k_out, v_out = orig(module, hidden_states, keys, values, attentions, kwargs)
@@ -791,7 +835,22 @@ def run_decoding_case(model, ids, inner_cls, interval, target, n_decode, inner_k
             positions[layer][h] = [positions[layer][h][i] for i in match_rows(k_out[0, h], keys[0, h])]
         return k_out, v_out
 
-    press.compress = compress
+    decoding.compress = compress
+    if prefill_ratio is not None:
+        orig_prefill = prefilling.compress
+
+        def compress_prefill(module, hidden_states, keys, values, attentions, kwargs):
+            k_out, v_out = orig_prefill(module, hidden_states, keys, values, attentions, kwargs)
+            layer, n_kept = module.layer_idx, k_out.shape[2]
+            scores = prefilling.score(module, hidden_states, keys, values, attentions, kwargs)[0].double()
+            for h in range(n_kv):
+                srt = torch.sort(scores[h], descending=True).values
+                a, b = float(srt[n_kept - 1]), float(srt[n_kept])
+                gaps[layer][h] = min(gaps[layer][h], abs(a - b) / max(abs(a + b) / 2, float(scores[h].std())))
+                positions[layer][h] = [positions[layer][h][i] for i in match_rows(k_out[0, h], keys[0, h])]
+            return k_out, v_out
+
+        prefilling.compress = compress_prefill
     cache = DynamicCache()
     with press(model):
         out = model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
@@ -814,6 +873,174 @@ def run_decoding_case(model, ids, inner_cls, interval, target, n_decode, inner_k
             # what leaves never comes back, so the final sets may differ in any position after it
             "stage_ties": [[layer, h, f"compression boundary at relative gap {gaps[layer][h]:.1e}"]
                            for layer in range(n_layer) for h in range(n_kv) if gaps[layer][h] <= DECODE_NEAR_REL]}
+
+
+@torch.no_grad()
+def run_chunk_case(model, ids, inner_cls, chunk_length, ratio):
+    """ChunkPress(inner(ratio), chunk_length) on one prefill: kept positions per (layer, KV head), and per head the
+    near-tie band at each chunk's own boundary (positions of the whole prompt)."""
+    import kvpress
+    from transformers import DynamicCache
+
+    inner = getattr(kvpress, inner_cls)(compression_ratio=ratio)
+    press = kvpress.ChunkPress(press=inner, chunk_length=chunk_length)
+    chunk_scores, records = {}, {}
+    orig_score, orig_compress = inner.score, press.compress
+
+    def score(module, *a):
+        s = orig_score(module, *a)
+        chunk_scores.setdefault(module.layer_idx, []).append(s.detach().clone())
+        return s
+
+    def compress(module, hidden_states, keys, values, attentions, kwargs):
+        k_out, v_out = orig_compress(module, hidden_states, keys, values, attentions, kwargs)
+        records[module.layer_idx] = (keys.detach().clone(), k_out.detach().clone())
+        return k_out, v_out
+
+    inner.score, press.compress = score, compress
+    model.set_attn_implementation("sdpa")  # ChunkPress refuses attention weights
+    try:
+        with press(model):
+            model(input_ids=torch.tensor([ids]), past_key_values=DynamicCache(), use_cache=True)
+    finally:
+        model.set_attn_implementation("eager")
+    q_len = len(ids)
+    kept, near, totals = [], [], set()
+    for layer in range(model.config.num_hidden_layers):
+        k_in, k_out = records[layer]
+        layer_kept = [sorted(match_rows(k_out[0, h], k_in[0, h])) for h in range(k_in.shape[1])]
+        starts = list(range(0, q_len, chunk_length))
+        assert len(chunk_scores[layer]) == len(starts), "one score call per chunk"
+        for h, pos in enumerate(layer_kept):
+            kept_set, entries = set(pos), []
+            for start, s in zip(starts, chunk_scores[layer]):
+                sh = s[0, h].double()
+                m = sh.numel()
+                n_kept = max(1, int(m * (1 - ratio)))
+                assert sum(1 for p in pos if start <= p < start + m) == n_kept
+                if n_kept >= m:
+                    continue
+                srt = torch.sort(sh, descending=True).values
+                mid = float(srt[n_kept - 1] + srt[n_kept]) / 2
+                tol = NEAR_REL * max(abs(mid), float(sh.std()))
+                band = [start + i for i in torch.nonzero((sh - mid).abs() <= tol).flatten().tolist()]
+                if any(p in kept_set for p in band) and any(p not in kept_set for p in band):
+                    entries += [[p, f32(sh[p - start]), int(p in kept_set)] for p in band]
+            if entries:
+                near.append([layer, h, sorted(entries, key=lambda e: (-e[1], e[0]))])
+            totals.add(len(pos))
+        kept.append(layer_kept)
+    assert len(totals) == 1, totals
+    return {"compression_ratio": ratio, "q_len": q_len, "n_kept": totals.pop(), "kept": kept, "near_boundary": near}
+
+
+@torch.no_grad()
+def run_entropy_chunkkv_case(model, ids, inner_cls, chunk_length, low_length, ratio):
+    """EntropyGatedChunkKVPress(inner(ratio), chunk_length, low_length) on one prefill: kept positions per (layer, KV
+    head), the same in every head, and the layers whose head-summed scores (float32, as the press sums them) hold
+    a near tie between a kept and an evicted entry (stage_ties: the gate's steps then pick by torch's order)."""
+    import kvpress
+    from transformers import DynamicCache
+
+    inner = getattr(kvpress, inner_cls)(compression_ratio=ratio)
+    press = kvpress.EntropyGatedChunkKVPress(press=inner, chunk_length=chunk_length,
+                                             low_entropy_chunk_length=low_length)
+    records = {}
+    orig_score, orig_compress = inner.score, press.compress
+
+    def score(module, *a):
+        s = orig_score(module, *a)
+        records.setdefault(module.layer_idx, {})["scores"] = s.detach().clone()
+        return s
+
+    def compress(module, hidden_states, keys, values, attentions, kwargs):
+        k_out, v_out = orig_compress(module, hidden_states, keys, values, attentions, kwargs)
+        records.setdefault(module.layer_idx, {}).update(keys_in=keys.detach().clone(), keys_out=k_out.detach().clone())
+        return k_out, v_out
+
+    inner.score, press.compress = score, compress
+    model.set_attn_implementation("sdpa")  # the press refuses attention weights
+    try:
+        with press(model):
+            model(input_ids=torch.tensor([ids]), past_key_values=DynamicCache(), use_cache=True)
+    finally:
+        model.set_attn_implementation("eager")
+    q_len = len(ids)
+    n_kept = max(1, int(q_len * (1 - ratio)))
+    kept, stage_ties = [], []
+    for layer in range(model.config.num_hidden_layers):
+        rec = records[layer]
+        k_in, k_out = rec["keys_in"], rec["keys_out"]
+        layer_kept = [sorted(match_rows(k_out[0, h], k_in[0, h])) for h in range(k_in.shape[1])]
+        assert all(k == layer_kept[0] for k in layer_kept) and len(layer_kept[0]) == n_kept
+        summed = rec["scores"].sum(dim=1)[0].float().double()
+        kept_set = set(layer_kept[0])
+        tol = ENTROPY_TIE_REL * float(summed.abs().max())
+        ins = summed[sorted(kept_set)]
+        outs = summed[[p for p in range(q_len) if p not in kept_set]]
+        if bool(((ins[:, None] - outs[None, :]).abs() <= tol).any()):
+            stage_ties += [[layer, h, "near-tied head-summed scores across the kept set's boundary"]
+                           for h in range(k_in.shape[1])]
+        kept.append(layer_kept)
+    return {"compression_ratio": ratio, "q_len": q_len, "n_kept": n_kept, "kept": kept, "near_boundary": [],
+            "stage_ties": stage_ties}
+
+
+def write_entropy_chunkkv_golden(name, model, prompts, args, model_sha, n_tok_checked, t0):
+    inner, chunk_length, low_length = ENTROPY_CHUNKKV[name]
+    inner_cls, _, stem, _ = PRESSES[inner]
+    cases = []
+    for pi, p in enumerate(prompts):
+        for ratio in RATIOS:
+            c = run_entropy_chunkkv_case(model, p["ids"], inner_cls, chunk_length, low_length, ratio)
+            c = {"prompt": pi, "press_kwargs": {"chunk_length": chunk_length, "low_entropy_chunk_length": low_length,
+                                                "press": inner_cls},
+                 "policy_params": {"selection": "entropy_chunkkv", "chunk_length": chunk_length,
+                                   "low_entropy_chunk_length": low_length}, **c}
+            print(f"{name} {p['prompt_file']} r={ratio}: n_kept {c['n_kept']}, {len(c['stage_ties']) // 3} layers "
+                  f"with near ties", file=sys.stderr)
+            cases.append(c)
+    write_golden(name, t0, {
+        "press": f"kvpress.EntropyGatedChunkKVPress(press=kvpress.{inner_cls}(compression_ratio=r), "
+                 f"chunk_length={chunk_length}, low_entropy_chunk_length={low_length})",
+        "policy_file": f"examples/policies/{stem}.py",
+        "model": model_record(args, model_sha, model.config),
+        "reference": reference_record(
+            args, n_tok_checked,
+            load="as the other goldens, then model.set_attn_implementation('sdpa') for the forward (the press "
+                 "refuses attention weights)"),
+        "conventions": "As tools/make_kvpress_goldens.py's other goldens. Every head keeps the same n_kept entries. "
+                       "stage_ties: every head of a layer whose head-summed scores (float32) hold a kept and an evicted "
+                       f"entry within {ENTROPY_TIE_REL} x the largest |score| (the gate's steps then follow torch's order).",
+    }, prompts, cases)
+
+
+def write_chunk_golden(name, model, prompts, args, model_sha, n_tok_checked, t0):
+    inner, chunk_length = CHUNK[name]
+    inner_cls, _, stem, _ = PRESSES[inner]
+    cases = []
+    for pi, p in enumerate(prompts):
+        for ratio in RATIOS:
+            c = run_chunk_case(model, p["ids"], inner_cls, chunk_length, ratio)
+            c = {"prompt": pi, "press_kwargs": {"chunk_length": chunk_length, "press": inner_cls},
+                 "policy_params": {"selection": "chunk", "chunk_length": chunk_length},
+                 # the press in one pass, printed beside it: the chunks change KeyDiff's every score
+                 "measured_params": [{}], **c}
+            print(f"{name} {p['prompt_file']} r={ratio}: n_kept {c['n_kept']}, {len(c['near_boundary'])} heads with "
+                  f"bands", file=sys.stderr)
+            cases.append(c)
+    write_golden(name, t0, {
+        "press": f"kvpress.ChunkPress(press=kvpress.{inner_cls}(compression_ratio=r), chunk_length={chunk_length})",
+        "policy_file": f"examples/policies/{stem}.py",
+        "model": model_record(args, model_sha, model.config),
+        "reference": reference_record(
+            args, n_tok_checked,
+            load="as the other goldens, then model.set_attn_implementation('sdpa') for the forward (ChunkPress "
+                 "refuses attention weights)"),
+        "conventions": "As tools/make_kvpress_goldens.py's other goldens. n_kept: what every head keeps, the sum over "
+                       "the chunks of max(1, int(len (1 - R))). near_boundary: per head, the band of each chunk's own "
+                       "scores (the press on that chunk alone) around that chunk's boundary, as prompt positions.",
+    }, prompts, cases)
 
 
 def write_block_golden(name, model, prompts, args, model_sha, n_tok_checked, t0):
@@ -854,9 +1081,11 @@ def write_decoding_golden(name, model, prompts, args, model_sha, n_tok_checked, 
     cases = []
     for pi, p in enumerate(prompts):
         for interval, target_rule, held, measured in intervals:
+            prefill_ratio = PREFILL_DECODING.get(name)
             target = target_rule if isinstance(target_rule, int) else \
+                max(1, int(len(p["ids"]) * (1 - prefill_ratio))) if target_rule == "prefill" else \
                 len(p["ids"]) + int(target_rule[len("prompt"):] or 0)
-            c = run_decoding_case(model, p["ids"], inner_cls, interval, target, N_DECODE, inner_kwargs)
+            c = run_decoding_case(model, p["ids"], inner_cls, interval, target, N_DECODE, inner_kwargs, prefill_ratio)
             # the harness's run key: a budget in tokens (the target) instead of a compression ratio
             c = {"prompt": pi, "press_kwargs": {"compression_interval": interval, "target_size": target,
                                                 **({"press": inner_kwargs} if inner_kwargs else {})},
@@ -868,10 +1097,15 @@ def write_decoding_golden(name, model, prompts, args, model_sha, n_tok_checked, 
                   f"(buffered rows {c['buffered_rows']}), {len(c['stage_ties'])} heads with near-tie boundaries, "
                   f"generated {c['generated_ids']}", file=sys.stderr)
             cases.append(c)
+    decoding = (f"kvpress.DecodingPress(base_press=kvpress.{inner_cls}("
+                f"{'**press_kwargs[press]' if inner_kwargs else ''}), compression_interval=i, target_size="
+                f"{'t' if inner_kwargs or name in PREFILL_DECODING else 'n'})")
+    if name in PREFILL_DECODING:
+        decoding = (f"kvpress.PrefillDecodingPress(prefilling_press=kvpress.{inner_cls}(compression_ratio="
+                    f"{PREFILL_DECODING[name]}), decoding_press={decoding}) with t = int(n (1 - "
+                    f"{PREFILL_DECODING[name]}))")
     write_golden(name, t0, {
-        "press": f"kvpress.DecodingPress(base_press=kvpress.{inner_cls}("
-                 f"{'**press_kwargs[press]' if inner_kwargs else ''}), compression_interval=i, target_size="
-                 f"{'t' if inner_kwargs else 'n'})",
+        "press": decoding,
         "policy_file": f"examples/policies/{stem}.py",
         "model": model_record(args, model_sha, model.config),
         "reference": reference_record(
@@ -893,10 +1127,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     ap.add_argument("--press", action="append",
-                    choices=sorted({**PRESSES, **BUILTINS, **WRAPPERS, **PER_LAYER, **COMPOSED, **BLOCK, **DECODING}),
+                    choices=sorted({**PRESSES, **BUILTINS, **WRAPPERS, **PER_LAYER, **COMPOSED, **BLOCK, **DECODING,
+                                    **CHUNK, **ENTROPY_CHUNKKV}),
                     help="only these (default: all)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--all-cases", action="store_true",
+                    help="write every case of the goldens in HELD_CASES (to measure them once), not only the held ones")
     args = ap.parse_args()
+    global ALL_CASES
+    ALL_CASES = args.all_cases
 
     t0 = time.perf_counter()
     import transformers
@@ -915,7 +1154,13 @@ def main() -> int:
         prompts.append({"prompt_file": rel, "text": text, "ids": encode(tok, text)})
 
     everything = list(PRESSES) + list(BUILTINS) + list(WRAPPERS) + list(PER_LAYER) + list(COMPOSED) + list(BLOCK)
-    for name in args.press or everything + list(DECODING):
+    for name in args.press or everything + list(DECODING) + list(CHUNK) + list(ENTROPY_CHUNKKV):
+        if name in ENTROPY_CHUNKKV:
+            write_entropy_chunkkv_golden(name, model, prompts, args, model_sha, n_tok_checked, t0)
+            continue
+        if name in CHUNK:
+            write_chunk_golden(name, model, prompts, args, model_sha, n_tok_checked, t0)
+            continue
         if name in BLOCK:
             write_block_golden(name, model, prompts, args, model_sha, n_tok_checked, t0)
             continue

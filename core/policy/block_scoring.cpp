@@ -109,4 +109,38 @@ std::vector<std::vector<int32_t>> block_scored_keep(const AttentionObservation& 
   return kept;
 }
 
+std::vector<std::vector<int32_t>> chunk_scored_keep(const AttentionObservation& obs, const cache::KVCache& cache,
+                                                    int chunk, double kept_share, const SubsetRanking& rank) {
+  const int layer = obs.layer, heads = cache.n_kv_heads(), n = cache.size(layer, 0);
+  for (int h = 1; h < heads; ++h)
+    if (cache.size(layer, h) != n)
+      throw Error("selection=chunk: layer " + std::to_string(layer) + " KV heads differ in length");
+  if (obs.n_queries() != n)
+    throw Error("selection=chunk: layer " + std::to_string(layer) + " holds " + std::to_string(n) +
+                " entries but its prefill had " + std::to_string(obs.n_queries()) + " queries (a one-pass prefill)");
+  std::vector<std::vector<int32_t>> kept(heads);
+  const int step = std::max(chunk, 1);
+  for (int start = 0; start < n; start += step) {
+    const int end = std::min(start + step, n), m = end - start;
+    std::vector<int32_t> entries(m);
+    std::iota(entries.begin(), entries.end(), start);
+    const AttentionObservation sub = subset_observation(obs, std::vector<std::vector<int32_t>>(heads, entries));
+    cache::KVCache scratch = subset_cache(cache, layer, entries);
+    // kvpress: n_kept = max(1, int(chunk_length * (1 - compression_ratio))), in double as Python computes it
+    const int n_kept = std::clamp(static_cast<int>(m * kept_share), 1, m);
+    for (int h = 0; h < heads; ++h) {
+      const std::vector<double> r = rank(sub, h, scratch);
+      if (static_cast<int>(r.size()) != m)
+        throw Error("selection=chunk: the scorer ranked " + std::to_string(r.size()) + " of " + std::to_string(m) +
+                    " entries");
+      std::vector<int32_t> order(m);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return r[a] > r[b]; });
+      for (int i = 0; i < n_kept; ++i) kept[h].push_back(start + order[i]);
+    }
+  }
+  for (auto& k : kept) std::sort(k.begin(), k.end());
+  return kept;
+}
+
 }  // namespace kvscope::policy

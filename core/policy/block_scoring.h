@@ -29,4 +29,13 @@ std::vector<std::vector<int32_t>> block_scored_keep(const observation::Attention
                                                     const cache::KVCache& cache, int budget, int block,
                                                     const SubsetRanking& rank);
 
+// kvpress ChunkPress(press, chunk_length): per KV head, the entries ChunkPress keeps of the layer of `cache`: cut into
+// chunks of `chunk` from the first (the last may be shorter), each scored alone by `rank` (the scorer sees the chunk's
+// entries in every KV head and the observation's rows of those entries, as ChunkPress slices them for its press) and
+// keeping its max(1, int(len * kept_share)) best (ties: the earlier entry). `obs` is the layer's one-pass prefill
+// observation.
+std::vector<std::vector<int32_t>> chunk_scored_keep(const observation::AttentionObservation& obs,
+                                                    const cache::KVCache& cache, int chunk, double kept_share,
+                                                    const SubsetRanking& rank);
+
 }  // namespace kvscope::policy

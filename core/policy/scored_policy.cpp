@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <optional>
 
 #include "core/common/error.h"
@@ -29,19 +30,28 @@ std::vector<ParamSpec> scored_policy_params(std::vector<ParamSpec> own, const Pr
       if (!declared) own.push_back(spec);
     }
   own.push_back(ParamSpec::choice(
-      "selection", "topk", {"topk", "adakv", "chunkkv", "criticalkv", "criticaladakv"},
+      "selection", "topk", {"topk", "adakv", "chunkkv", "criticalkv", "criticaladakv", "chunk", "entropy_chunkkv"},
       "how the kept entries are picked from the scores: each KV head its own top budget (topk); AdaKV (Feng et al. "
       "2024, kvpress AdaKVPress): heads x budget entries by score across the layer's heads, each head keeping at "
       "least alpha_safeguard x budget; ChunkKV (Liu et al. 2025, kvpress ChunkKVPress): whole chunks of "
       "chunk_length entries by their mean score summed over heads, the same for every head; CriticalKV (Feng et al. "
       "2025, kvpress CriticalKVPress): first_stage_ratio of the budget by score, the rest by (score + "
       "critical_epsilon) x |W_o v|_1; criticaladakv (kvpress CriticalAdaKVPress): AdaKV's head budgets, each head "
-      "filled as CriticalKV. See docs/policies.md, Selection"));
+      "filled as CriticalKV; chunk (kvpress ChunkPress): each chunk of chunk_length entries scored on its own and "
+      "keeping its own share (1 - R) of its best, per head; entropy_chunkkv (kvpress EntropyGatedChunkKVPress): "
+      "ChunkKV's chunks, a high-scoring chunk of low score entropy reduced to its low_entropy_chunk_length best. See "
+      "docs/policies.md, Selection"));
   own.push_back(ParamSpec::real("alpha_safeguard", 0.2, 0.0, 1.0,
                                 "selection=adakv or criticaladakv: share of the budget each head keeps of its own "
                                 "best entries whatever the other heads score (kvpress: 0.20)"));
-  own.push_back(ParamSpec::integer("chunk_length", 20, 1, 1 << 20,
-                                   "selection=chunkkv: entries per chunk, counted from the first (kvpress: 20)"));
+  own.push_back(
+      ParamSpec::integer("chunk_length", 20, 1, 1 << 20,
+                         "selection=chunkkv, chunk or entropy_chunkkv: entries per chunk, counted from the first "
+                         "(kvpress: 20 for ChunkKVPress, 1024 for ChunkPress, 10 for "
+                         "EntropyGatedChunkKVPress)"));
+  own.push_back(ParamSpec::integer("low_entropy_chunk_length", 4, 1, 1 << 20,
+                                   "selection=entropy_chunkkv: entries kept of a high-scoring chunk whose scores have "
+                                   "low entropy (kvpress: 4); below chunk_length"));
   own.push_back(ParamSpec::real("first_stage_ratio", 0.5, 0.0, 1.0,
                                 "selection=criticalkv or criticaladakv: share of the kept entries chosen by the score "
                                 "alone (kvpress: 0.5)"));
@@ -56,7 +66,8 @@ namespace {
 const std::vector<std::pair<std::string, std::vector<std::string>>>& selection_params() {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> table = {
       {"alpha_safeguard", {"adakv", "criticaladakv"}},
-      {"chunk_length", {"chunkkv"}},
+      {"chunk_length", {"chunkkv", "chunk", "entropy_chunkkv"}},
+      {"low_entropy_chunk_length", {"entropy_chunkkv"}},
       {"first_stage_ratio", {"criticalkv", "criticaladakv"}},
       {"critical_epsilon", {"criticalkv", "criticaladakv"}}};
   return table;
@@ -107,19 +118,33 @@ ScoredPolicy::ScoredPolicy(std::string name, const PolicyParams& params)
       protocol_(protocol_of(params)),
       params_(params),
       allocation_name_(params.get_choice("allocation")),
-      selection_(!params.has("selection")                            ? Selection::TopK
-                 : params.get_choice("selection") == "adakv"         ? Selection::AdaKV
-                 : params.get_choice("selection") == "chunkkv"       ? Selection::ChunkKV
-                 : params.get_choice("selection") == "criticalkv"    ? Selection::CriticalKV
-                 : params.get_choice("selection") == "criticaladakv" ? Selection::CriticalAdaKV
-                                                                     : Selection::TopK),
+      selection_(!params.has("selection")                              ? Selection::TopK
+                 : params.get_choice("selection") == "adakv"           ? Selection::AdaKV
+                 : params.get_choice("selection") == "chunkkv"         ? Selection::ChunkKV
+                 : params.get_choice("selection") == "criticalkv"      ? Selection::CriticalKV
+                 : params.get_choice("selection") == "criticaladakv"   ? Selection::CriticalAdaKV
+                 : params.get_choice("selection") == "chunk"           ? Selection::Chunk
+                 : params.get_choice("selection") == "entropy_chunkkv" ? Selection::EntropyChunkKV
+                                                                       : Selection::TopK),
       alpha_safeguard_(head_adaptive() ? params.get_float("alpha_safeguard") : 0.0),
-      chunk_length_(selection_ == Selection::ChunkKV ? params.get_int("chunk_length") : 0),
+      chunk_length_(selection_ == Selection::ChunkKV || selection_ == Selection::Chunk ||
+                            selection_ == Selection::EntropyChunkKV
+                        ? params.get_int("chunk_length")
+                        : 0),
+      low_entropy_chunk_length_(selection_ == Selection::EntropyChunkKV ? params.get_int("low_entropy_chunk_length")
+                                                                        : 0),
       first_stage_ratio_(output_aware() ? params.get_float("first_stage_ratio") : 0.0),
       critical_epsilon_(output_aware() ? params.get_float("critical_epsilon") : 0.0) {
   if (protocol_.block_scoring > 0 && selection_ != Selection::TopK)
     throw UsageError("policy '" + name_ + "': block_scoring needs selection=topk (kvpress's BlockPress wraps a "
                      "scorer press)");
+  if (selection_ == Selection::EntropyChunkKV && low_entropy_chunk_length_ >= chunk_length_)
+    throw UsageError("policy '" + name_ + "' selection=entropy_chunkkv: low_entropy_chunk_length=" +
+                     std::to_string(low_entropy_chunk_length_) + " must be below chunk_length=" +
+                     std::to_string(chunk_length_) + " (kvpress EntropyGatedChunkKVPress)");
+  if (selection_ == Selection::Chunk && (protocol_.block > 0 || protocol_.decode_evict))
+    throw UsageError("policy '" + name_ + "' selection=chunk scores the chunks of a one-pass prefill, as kvpress's "
+                     "ChunkPress compresses the prefill: use block=0 and decode_evict=false");
   // Built once here so that a bad allocation parameter fails when the policy is made, not mid-run.
   allocation_ = make_allocation(allocation_name_, params_);
 }
@@ -157,6 +182,9 @@ void ScoredPolicy::begin(const RunInfo& info) {
   if (protocol_.block_scoring > 0 && scorer_reads_attention())
     throw UsageError("policy '" + name_ + "' reads attention, which block_scoring's subsets of the prompt do not have "
                      "(kvpress's BlockPress refuses attention weights); score from keys, values or hidden states");
+  if (selection_ == Selection::Chunk && scorer_reads_attention())
+    throw UsageError("policy '" + name_ + "' reads attention, which selection=chunk's chunks of the prompt do not have "
+                     "(kvpress's ChunkPress refuses attention weights); score from keys, values or hidden states");
   run_ = info;
   const int layers = info.config.n_layers, heads = info.config.n_kv_heads;
   allocation_ = make_layer_allocation();  // a fresh one: adaptive allocations keep state
@@ -204,7 +232,8 @@ cache::CacheEdit ScoredPolicy::after_layer(const AttentionObservation& obs, cach
     else buffered.emplace(decode_rows_.take(obs));
   }
   if (!evicts) return {};
-  if (final_prefill && protocol_.block_scoring > 0) {  // scored block by block once the budgets are known
+  // scored block by block (or chunk by chunk) once the budgets are known
+  if (final_prefill && (protocol_.block_scoring > 0 || selection_ == Selection::Chunk)) {
     block_obs_[obs.layer] = obs;
     return {};
   }
@@ -280,9 +309,38 @@ std::vector<double> ScoredPolicy::rank_scores(int, int, std::span<const float> s
 
 void ScoredPolicy::evict_layer(int layer, cache::KVCache& cache, cache::CacheEdit& edit) {
   if (head_adaptive()) return evict_layer_adakv(layer, cache, edit);
-  if (selection_ == Selection::ChunkKV) return evict_layer_chunks(layer, cache, edit);
+  if (selection_ == Selection::ChunkKV || selection_ == Selection::EntropyChunkKV)
+    return evict_layer_chunks(layer, cache, edit);
   if (selection_ == Selection::CriticalKV) return evict_layer_critical(layer, cache, edit);
+  if (selection_ == Selection::Chunk) return evict_layer_chunk_scored(layer, cache, edit);
   evict_layer_topk(layer, cache, edit);
+}
+
+SubsetRanking ScoredPolicy::subset_ranking() {
+  return [this](const AttentionObservation& sub, int kv_head, cache::KVCache& c) {
+    // A scorer may score every head at its head 0 (a Python file does): the call for kv_head then reads c's.
+    if (kv_head != 0) score(sub, 0, c);
+    std::vector<float> s = score(sub, kv_head, c);
+    return s.empty() ? std::vector<double>(c.size(sub.layer, kv_head), 0.0) : rank_scores(sub.layer, kv_head, s);
+  };
+}
+
+void ScoredPolicy::evict_layer_chunk_scored(int layer, cache::KVCache& cache, cache::CacheEdit& edit) {
+  const int heads = cache.n_kv_heads(), budget = budgets_[layer], n = cache.size(layer, 0);
+  for (int h = 0; h < heads; ++h) expected_[static_cast<std::size_t>(layer) * heads + h] = cache.size(layer, h);
+  if (n <= budget) return;  // kvpress: a compression ratio of 0 keeps everything
+  if (!block_obs_[layer])
+    throw Error("policy '" + name_ + "' selection=chunk: layer " + std::to_string(layer) +
+                " evicts without its one-pass prefill observation");
+  const std::vector<std::vector<int32_t>> keep =
+      chunk_scored_keep(*block_obs_[layer], cache, chunk_length_, kept_share(layer, budget, n), subset_ranking());
+  for (int h = 0; h < heads; ++h) {
+    // The promise is the chunks' own counts, sum_c max(1, int(len_c (1 - R))), not the layer's budget.
+    expected_[static_cast<std::size_t>(layer) * heads + h] = static_cast<int>(keep[h].size());
+    if (static_cast<int>(keep[h].size()) >= cache.size(layer, h)) continue;
+    edit.heads.push_back(keep_edit(layer, h, keep[h], {}));
+    complete_edit(edit.heads.back(), cache);
+  }
 }
 
 void ScoredPolicy::evict_layer_topk(int layer, cache::KVCache& cache, cache::CacheEdit& edit) {
@@ -293,13 +351,8 @@ void ScoredPolicy::evict_layer_topk(int layer, cache::KVCache& cache, cache::Cac
     expected_[static_cast<std::size_t>(layer) * heads + h] = std::min(budget, n);
     if (n <= budget && !then_) continue;
     if (block_obs_[layer]) {  // block_scoring: kvpress BlockPress's blocks of the one-pass prefill
-      auto rank = [&](const AttentionObservation& sub, int kv_head, cache::KVCache& c) {
-        // A scorer may score every head at its head 0 (a Python file does): the call for kv_head then reads c's.
-        if (kv_head != 0) score(sub, 0, c);
-        std::vector<float> s = score(sub, kv_head, c);
-        return s.empty() ? std::vector<double>(c.size(sub.layer, kv_head), 0.0) : rank_scores(sub.layer, kv_head, s);
-      };
-      if (h == 0) block_keep_ = block_scored_keep(*block_obs_[layer], cache, budget, protocol_.block_scoring, rank);
+      if (h == 0)
+        block_keep_ = block_scored_keep(*block_obs_[layer], cache, budget, protocol_.block_scoring, subset_ranking());
       edit.heads.push_back(keep_edit(layer, h, block_keep_.at(h), {}));
       complete_edit(edit.heads.back(), cache);
       continue;
@@ -353,8 +406,9 @@ void ScoredPolicy::evict_layer_chunks(int layer, cache::KVCache& cache, cache::C
   const int heads = cache.n_kv_heads(), budget = budgets_[layer], n = cache.size(layer, 0);
   for (int h = 1; h < heads; ++h)
     if (cache.size(layer, h) != n)
-      throw Error("policy '" + name_ + "' selection=chunkkv: layer " + std::to_string(layer) + " KV heads 0 and " +
-                  std::to_string(h) + " hold " + std::to_string(n) + " and " + std::to_string(cache.size(layer, h)) +
+      throw Error("policy '" + name_ + "' selection=" + params_.get_choice("selection") + ": layer " +
+                  std::to_string(layer) + " KV heads 0 and " + std::to_string(h) + " hold " + std::to_string(n) +
+                  " and " + std::to_string(cache.size(layer, h)) +
                   " entries, but chunks are shared by the layer's heads");
   const int n_complete = n / chunk_length_, remaining = n % chunk_length_;
   if (n <= budget || n_complete == 0) return evict_layer_topk(layer, cache, edit);  // kvpress: the scorer's top-k
@@ -374,6 +428,16 @@ void ScoredPolicy::evict_layer_chunks(int layer, cache::KVCache& cache, cache::C
   std::vector<double> summed(n, 0.0);
   for (const auto& r : ranking)
     for (int j = 0; j < n; ++j) summed[j] += j < n_sinks || j >= n - n_recent ? top + 1.0 : r[j];
+  if (selection_ == Selection::EntropyChunkKV) {
+    const std::vector<int32_t> keep = entropy_gated_chunks(summed, kept_share(layer, budget, n));
+    for (int h = 0; h < heads; ++h) {
+      expected_[static_cast<std::size_t>(layer) * heads + h] = static_cast<int>(keep.size());
+      if (static_cast<int>(keep.size()) >= n) continue;
+      edit.heads.push_back(keep_edit(layer, h, keep, std::move(scores[h])));
+      complete_edit(edit.heads.back(), cache);
+    }
+    return;
+  }
   const int n_chunks = n_complete + (remaining > 0 ? 1 : 0);
   std::vector<double> chunk_score(n_chunks, 0.0);
   for (int c = 0; c < n_chunks; ++c) {
@@ -393,6 +457,67 @@ void ScoredPolicy::evict_layer_chunks(int layer, cache::KVCache& cache, cache::C
     edit.heads.push_back(keep_edit(layer, h, keep, std::move(scores[h])));
     complete_edit(edit.heads.back(), cache);
   }
+}
+
+std::vector<int32_t> ScoredPolicy::entropy_gated_chunks(const std::vector<double>& summed, double kept_share) const {
+  // kvpress EntropyGatedChunkKVPress.compress, step for step (its EPSILON 1e-8; torch.median: the lower middle value)
+  constexpr double eps = 1e-8;
+  const int n = static_cast<int>(summed.size()), length = chunk_length_;
+  const int n_chunks = (n + length - 1) / length;
+  int left = std::max(1, static_cast<int>(n * kept_share));
+  std::vector<double> chunk_score(n_chunks), entropy(n_chunks);
+  for (int c = 0; c < n_chunks; ++c) {
+    const int begin = c * length, end = std::min(n, begin + length), m = end - begin;
+    double sum = 0.0, low = std::numeric_limits<double>::infinity();
+    for (int j = begin; j < end; ++j) sum += summed[j], low = std::min(low, summed[j]);
+    chunk_score[c] = sum / m;
+    if (m == 1) {  // a one-token tail chunk: entropy 0
+      entropy[c] = 0.0;
+      continue;
+    }
+    // negative scores are rebased so that the chunk's form a distribution
+    const double shift = std::min(low, 0.0);
+    double total = 0.0;
+    for (int j = begin; j < end; ++j) total += summed[j] - shift;
+    double h = 0.0;
+    for (int j = begin; j < end; ++j) {
+      const double p = (summed[j] - shift) / (total + eps);
+      h -= p * std::log(p + eps);
+    }
+    entropy[c] = std::clamp(h / std::log(static_cast<double>(m)), 0.0, 1.0);
+  }
+  auto lower_median = [](std::vector<double> v) {
+    const std::size_t k = (v.size() - 1) / 2;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+    return v[k];
+  };
+  const double score_threshold = lower_median(chunk_score), entropy_threshold = lower_median(entropy);
+  std::vector<int32_t> order(n_chunks);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return chunk_score[a] > chunk_score[b]; });
+  std::vector<char> keep(n, 0);
+  for (int32_t c : order) {
+    if (left <= 0) break;
+    const int begin = c * length, end = std::min(n, begin + length);
+    int n_kept = std::min(end - begin, left);
+    // important but spiky: only its best entries
+    if (chunk_score[c] >= score_threshold && entropy[c] < entropy_threshold)
+      n_kept = std::min(n_kept, low_entropy_chunk_length_);
+    for (int32_t j : keep_top_scores(std::span<const double>(summed.data() + begin, end - begin), n_kept, 0, 0))
+      keep[begin + j] = 1;
+    left -= n_kept;
+  }
+  if (left > 0) {  // what the spiky chunks left unspent: the best remaining entries
+    std::vector<int32_t> rest;
+    std::vector<double> rest_scores;
+    for (int j = 0; j < n; ++j)
+      if (!keep[j]) rest.push_back(j), rest_scores.push_back(summed[j]);
+    for (int32_t i : keep_top_scores(std::span<const double>(rest_scores), left, 0, 0)) keep[rest[i]] = 1;
+  }
+  std::vector<int32_t> out;
+  for (int j = 0; j < n; ++j)
+    if (keep[j]) out.push_back(j);
+  return out;
 }
 
 std::vector<int32_t> ScoredPolicy::then_keep(int layer, int kv_head, const std::vector<int32_t>& kept) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/policy/allocation.h"
+#include "core/policy/block_scoring.h"
 #include "core/policy/decode_row_buffer.h"
 #include "core/policy/params.h"
 #include "core/policy/policy_layers.h"
@@ -24,7 +25,8 @@ namespace kvscope::policy {
 // head-adaptive split of a layer's budget (adakv, with `alpha_safeguard`) or ChunkKV's whole chunks (chunkkv,
 // with `chunk_length`) or CriticalKV's output-aware rescoring (criticalkv, with `first_stage_ratio` and
 // `critical_epsilon`) or both of AdaKV's and CriticalKV's (criticaladakv: AdaKV's head budgets, CriticalKV's
-// entries within each)). A name the policy already declares is shared with an allocation that declares it too.
+// entries within each) or kvpress ChunkPress's chunks, each scored alone (chunk, with `chunk_length`)). A name the
+// policy already declares is shared with an allocation that declares it too.
 std::vector<ParamSpec> scored_policy_params(std::vector<ParamSpec> own, const Protocol& protocol_defaults,
                                             const std::string& default_allocation = "uniform");
 
@@ -102,6 +104,13 @@ class ScoredPolicy : public Policy {
   void evict_layer_adakv(int layer, cache::KVCache& cache, cache::CacheEdit& edit);
   // selection=chunkkv: every head of the layer keeps the same whole chunks.
   void evict_layer_chunks(int layer, cache::KVCache& cache, cache::CacheEdit& edit);
+  // selection=entropy_chunkkv: kvpress EntropyGatedChunkKVPress's kept entries (shared by the layer's heads) from
+  // the head-summed scores `summed`, keeping max(1, int(n kept_share)).
+  std::vector<int32_t> entropy_gated_chunks(const std::vector<double>& summed, double kept_share) const;
+  // selection=chunk: kvpress ChunkPress, each chunk of the one-pass prefill scored alone, keeping its share.
+  void evict_layer_chunk_scored(int layer, cache::KVCache& cache, cache::CacheEdit& edit);
+  // The scorer on a subset of a layer's entries (block_scoring's blocks, selection=chunk's chunks).
+  SubsetRanking subset_ranking();
   // selection=criticalkv: the first stage by score, the rest by score x |W_o v|_1.
   void evict_layer_critical(int layer, cache::KVCache& cache, cache::CacheEdit& edit);
   // CriticalKV's two stages on one (layer, kv_head): its protected entries and the `first` best by `ranking`, then
@@ -125,10 +134,11 @@ class ScoredPolicy : public Policy {
   std::string allocation_name_;
   std::unique_ptr<LayerAllocation> allocation_;
   PolicyLayers allocated_layers_;  // what the allocation spreads the budget over (policy_layers.h)
-  enum class Selection { TopK, AdaKV, ChunkKV, CriticalKV, CriticalAdaKV };
+  enum class Selection { TopK, AdaKV, ChunkKV, CriticalKV, CriticalAdaKV, Chunk, EntropyChunkKV };
   Selection selection_ = Selection::TopK;
   double alpha_safeguard_ = 0.0;                             // selection=adakv, criticaladakv
-  int chunk_length_ = 0;                                     // selection=chunkkv
+  int chunk_length_ = 0;                                     // selection=chunkkv, chunk, entropy_chunkkv
+  int low_entropy_chunk_length_ = 0;                         // selection=entropy_chunkkv
   double first_stage_ratio_ = 0.0, critical_epsilon_ = 0.0;  // selection=criticalkv, criticaladakv
   std::vector<std::vector<float>> output_projection_;        // [layer]: W_o dequantized, (dim, n_heads x head_dim)
   std::unique_ptr<ScoredPolicy> then_;                         // chain()
@@ -138,7 +148,8 @@ class ScoredPolicy : public Policy {
   std::vector<int> budgets_;  // [layers]
   bool budgets_final_ = false;
   std::vector<std::vector<std::vector<float>>> pending_;  // [layers][kv_heads][entries]: this step's scores
-  std::vector<std::optional<AttentionObservation>> block_obs_;  // block_scoring: each layer's one-pass prefill
+  // block_scoring, selection=chunk: each layer's one-pass prefill
+  std::vector<std::optional<AttentionObservation>> block_obs_;
   std::vector<std::vector<int32_t>> block_keep_;  // block_scoring: the layer's kept entries per KV head
   DecodeRowBuffer decode_rows_;  // decode_interval > 1: the rows of the decode steps since the last eviction
   std::vector<int> expected_;                             // [layers * kv_heads] after the last step

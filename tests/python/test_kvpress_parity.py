@@ -15,8 +15,11 @@ BlockPress (kvpress_block_*) is one exact pass scored in blocks; DecodingPress (
 every N decode steps (kvpress_decoding_expected_attention: below the prompt too, prefill_evict=false, and around a press
 that reads DecodingPress's buffered hidden states): its cases trace at --budget (the golden's budget_tokens) with
 decode steps, must generate kvpress's tokens, and compare the kept sets after the last step (heads with a near-tie
-boundary at any compression excused, at least min_exact_share of heads exact). Cases that differ only in their specs
-share one trace. A case's measured_params are further kvscope specs whose
+boundary at any compression excused, at least min_exact_share of heads exact); PrefillDecodingPress
+(kvpress_prefill_decoding_*) likewise, with the prefill evicting too (decode_evict=true at --budget the prefill's count).
+ChunkPress (kvpress_chunk_*) and EntropyGatedChunkKVPress (kvpress_entropy_chunkkv_*) are kvscope's selection=chunk and
+selection=entropy_chunkkv. Some goldens hold one case of each kind (HELD_CASES in the generator; the others measured
+once, docs/policies.md). Cases that differ only in their specs share one trace. A case's measured_params are further kvscope specs whose
 agreement is printed, not required (the documented differences: kvscope's block= chunked prefill, decode_evict
 without decode_interval); a measured_only case holds no spec to kvpress's set.
 

@@ -271,6 +271,19 @@ TEST_CASE("block_scoring is refused where it cannot act",
   CHECK_THROWS_WITH(make_policy("caote:block=0,block_scoring=4"), Catch::Contains("does not take block_scoring"));
 }
 
+TEST_CASE("selection=chunk and entropy_chunkkv are refused where kvpress's presses cannot act", "[policy][protocol]") {
+  // kvpress ChunkPress gives its press no attention weights and compresses a one-pass prefill.
+  AttentionTable table(kGqa, 64, 33);
+  auto inst = make_policy("h2o:selection=chunk,chunk_length=8,decode_evict=false");
+  CHECK_THROWS_WITH(PolicyDriver(table, *inst.policy, 20, 8, 2), Catch::Contains("selection=chunk's chunks"));
+  CHECK_THROWS_WITH(make_policy("h2o:selection=chunk,decode_evict=true"), Catch::Contains("decode_evict=false"));
+  CHECK_THROWS_WITH(make_policy("h2o:selection=chunk,block=8,decode_evict=false"), Catch::Contains("use block=0"));
+  CHECK_THROWS_WITH(make_policy("snapkv:selection=entropy_chunkkv,chunk_length=4,low_entropy_chunk_length=4"),
+                    Catch::Contains("must be below chunk_length=4"));
+  CHECK_THROWS_WITH(make_policy("snapkv:low_entropy_chunk_length=2"),
+                    Catch::Contains("belongs to selection=entropy_chunkkv"));
+}
+
 TEST_CASE("the protocol switches report themselves as run settings", "[policy][protocol]") {
   AttentionTable table(kGqa, 64, 25);
   auto inst = make_policy("snapkv:block=8,decode_evict=true,trim=before_output,window=4");
