@@ -85,7 +85,7 @@ __global__ void attention_output_kernel(const float* q, const int32_t* query_pos
   const int row = blockIdx.x * kRowWarps + warp;
   const bool active = row < shape.n_queries;
   const int length = cache.lengths[g];
-  const bool f32_rows = !cache.kivi.keys && cache.key_type == RowType::F32 && cache.value_type == RowType::F32;
+  const bool f32_rows = !cache.kivi_keys && cache.key_type == RowType::F32 && cache.value_type == RowType::F32;
   const float* keys = static_cast<const float*>(cache.keys) + static_cast<int64_t>(g) * cache.capacity * d;
   const float* values = static_cast<const float*>(cache.values) + static_cast<int64_t>(g) * cache.capacity * d;
   const int32_t* positions = cache.positions + static_cast<int64_t>(g) * cache.capacity;
@@ -115,10 +115,10 @@ __global__ void attention_output_kernel(const float* q, const int32_t* query_pos
         k_tile[j][t] = in ? keys[static_cast<int64_t>(t0 + j) * d + t] : 0.0f;
         v_tile[j][t] = in ? values[static_cast<int64_t>(t0 + j) * d + t] : 0.0f;
       }
-    } else if (cache.kivi.keys) {
-      load_kivi_tile(cache.kivi.keys, g, true, cache.kivi.key_bits, cache.kivi.group, d, t0, key_end, kKeyTile,
+    } else if (cache.kivi_keys) {
+      load_kivi_tile(cache.kivi_keys, g, true, cache.kivi_key_bits, cache.kivi_group, d, t0, key_end, kKeyTile,
                      &k_tile[0][0], kPadded);
-      load_kivi_tile(cache.kivi.values, g, false, cache.kivi.value_bits, cache.kivi.group, d, t0, key_end, kKeyTile,
+      load_kivi_tile(cache.kivi_values, g, false, cache.kivi_value_bits, cache.kivi_group, d, t0, key_end, kKeyTile,
                      &v_tile[0][0], kMaxAttentionHeadDim);
     } else {
       load_stored_tile(head_rows(cache.keys, cache.key_type, g, cache.capacity, d), cache.key_type, d, t0, key_end,
@@ -215,8 +215,8 @@ __global__ void attention_side_outputs_kernel(const float* q, const int32_t* que
   const int window = min(o.window, n);
   const int64_t head_out = static_cast<int64_t>(h) * cache.capacity;
 
-  if (cache.kivi.keys) {
-    load_kivi_tile(cache.kivi.keys, g, true, cache.kivi.key_bits, cache.kivi.group, d, blockIdx.x * kKeysPerBlock,
+  if (cache.kivi_keys) {
+    load_kivi_tile(cache.kivi_keys, g, true, cache.kivi_key_bits, cache.kivi_group, d, blockIdx.x * kKeysPerBlock,
                    length, kKeysPerBlock, &k_tile[0][0], kPadded);
   } else if (cache.key_type == RowType::F32) {
     for (int i = threadIdx.x; i < kKeysPerBlock * d; i += blockDim.x) {

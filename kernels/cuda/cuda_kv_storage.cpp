@@ -375,8 +375,18 @@ void CudaKVStorage::read_rows(int layer_index, int kv_head, KVPart part, int fir
                 " outside the head's " + std::to_string(length) + " entries");
   if (count == 0) return;
   if (kivi_) {
-    // The part's bytes come back and are read by the function attention.cu reads them with.
-    const KiviHostPart host = download_kivi(layer.kivi[part == KVPart::Values][kv_head]);
+    // Rows of the float32 residual (what a decode step adds) come back as they are; otherwise the part's bytes
+    // come back and are read by the function attention.cu reads them with.
+    const KiviHeadPart& stored = layer.kivi[part == KVPart::Values][kv_head];
+    if (static_cast<std::size_t>(first) >= stored.state.quantized) {
+      const std::size_t d = head_dim();
+      check_cuda(cudaMemcpyAsync(host_out, stored.residual[stored.current].data() + (first - stored.state.quantized) * d,
+                                 count * d * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+                 "KV read_rows (KIVI residual)");
+      check_cuda(cudaStreamSynchronize(stream_), "KV read_rows");
+      return;
+    }
+    const KiviHostPart host = download_kivi(stored);
     kivi_load_rows(host.state, host.packed.data(), host.residual.data(), first, count, host_out);
     return;
   }
@@ -466,11 +476,11 @@ DeviceLayerCache CudaKVStorage::layer_view(int layer_index) const {
   view.value_type = value_type_;
   if (kivi_) {
     view.keys = view.values = nullptr;
-    view.kivi.keys = layer.kivi_heads.data();
-    view.kivi.values = layer.kivi_heads.data() + n_kv_heads();
-    view.kivi.key_bits = kivi_bits(type().keys);
-    view.kivi.value_bits = kivi_bits(type().values);
-    view.kivi.group = type().kivi.group;
+    view.kivi_keys = layer.kivi_heads.data();
+    view.kivi_values = layer.kivi_heads.data() + n_kv_heads();
+    view.kivi_key_bits = kivi_bits(type().keys);
+    view.kivi_value_bits = kivi_bits(type().values);
+    view.kivi_group = type().kivi.group;
   }
   for (const auto& p : layer.host_positions) view.max_length = std::max(view.max_length, static_cast<int>(p.size()));
   return view;

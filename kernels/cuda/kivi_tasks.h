@@ -59,13 +59,6 @@ struct DeviceKiviHead {
   int quantized = 0;
 };
 
-// A layer's KIVI parts as attention reads them: keys and values [n_kv_heads] each.
-struct DeviceKiviLayer {
-  const DeviceKiviHead* keys = nullptr;
-  const DeviceKiviHead* values = nullptr;
-  int key_bits = 2, value_bits = 2, group = 32;
-};
-
 // Entry j's channel c as float: from its key group (the group found by binary search over group_first), its value
 // row, or the residual.
 KVSCOPE_HD inline float kivi_entry_value(const DeviceKiviHead& h, bool per_channel, int bits, int group, int head_dim,
