@@ -193,7 +193,7 @@ bool same_part(const kernels::cuda::KiviHostPart& ref, const kernels::cpu::KiviP
 
 TEST_CASE(
     "the KIVI references of the CUDA cache equal the CPU backend's KIVI cache after random appends, "
-    "evictions and merges: bytes, counted bytes, storage errors and attention") {
+    "evictions and merges (bytes, counted bytes, storage errors, attention)") {
   // Small groups and residuals so that a few dozen tokens cross every rule: key groups filling, residual rows
   // leaving, groups partly evicted and re-packed, merged entries in groups, value rows and the residual.
   const std::vector<std::string> specs = {"kivi2:group=16,residual=24", "kivi4:group=32,residual=0",
