@@ -42,7 +42,7 @@ void Backend::geglu(const float*, const float*, float*, std::size_t) {
 
 std::string unverified_device_note(Device device, const KVCacheTypes& types) {
   if (device != Device::Cuda || (types.keys == CacheType::F32 && types.values == CacheType::F32)) return {};
-  if (is_kivi(types.keys) || is_kivi(types.values)) return {};  // refused when the cache is made
+  if (is_kivi(types.keys) != is_kivi(types.values)) return {};  // refused when the cache is made
   return std::string("--device cuda with cache type ") + cache_type_name(types) +
          ": the CUDA code for this cache type was written and compiled without a GPU and has never run on one "
          "(docs/gpu.md); compare with --device cpu before relying on its output";

@@ -207,4 +207,38 @@ void check_cache_types(const KVCacheTypes& types, int head_dim) {
   }
 }
 
+std::array<MergedRows, 2> merge_results(int head_dim, std::span<const RowMerge> merges,
+                                        std::span<const ValueMerge> value_merges,
+                                        const std::function<void(KVPart, int32_t, float*)>& read) {
+  const auto d = static_cast<std::size_t>(head_dim);
+  std::array<MergedRows, 2> merged;
+  auto current = [&](KVPart part, int32_t i, float* out) {
+    const auto& results = merged[part == KVPart::Values];
+    if (const auto it = results.find(i); it != results.end())
+      std::copy(it->second.begin(), it->second.end(), out);
+    else
+      read(part, i, out);
+  };
+  std::vector<float> row(d), sum(d);
+  for (const ValueMerge& m : value_merges) {
+    current(KVPart::Values, m.source, row.data());
+    for (int32_t t : m.targets) {
+      current(KVPart::Values, t, sum.data());
+      for (std::size_t j = 0; j < d; ++j) sum[j] += m.weight * row[j];
+      merged[1][t] = sum;
+    }
+  }
+  for (const RowMerge& g : merges)
+    for (KVPart part : {KVPart::Keys, KVPart::Values}) {
+      current(part, g.target, row.data());
+      for (std::size_t j = 0; j < d; ++j) sum[j] = g.weights[0] * row[j];
+      for (std::size_t s = 0; s < g.sources.size(); ++s) {
+        current(part, g.sources[s], row.data());
+        for (std::size_t j = 0; j < d; ++j) sum[j] += g.weights[s + 1] * row[j];
+      }
+      merged[part == KVPart::Values][g.target] = sum;
+    }
+  return merged;
+}
+
 }  // namespace kvscope::kernels

@@ -3,8 +3,11 @@
 // row's original position. core/cache/KVCache keeps everything else (merge counts, policy scores, validation of
 // edits, byte accounting) and is what policies see. Shapes: [layers][kv_heads][entries][head_dim]; entries of a
 // (layer, KV head) stay ordered by position: appends go to the end and edits keep relative order.
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -106,6 +109,14 @@ struct ValueMerge {
   std::vector<int32_t> targets;
   float weight = 0.0f;
 };
+
+// The float32 results of one head's merges, as the storages compute them: value merges in list order, then the
+// row merges (keys and values), each reading the results before it, so that each merged row is stored once.
+// read(part, i, out) gives entry i as stored, as float. [keys, values]: entry index to its merged row.
+using MergedRows = std::map<int32_t, std::vector<float>>;
+std::array<MergedRows, 2> merge_results(int head_dim, std::span<const RowMerge> merges,
+                                        std::span<const ValueMerge> value_merges,
+                                        const std::function<void(KVPart, int32_t, float*)>& read);
 
 // The error a cache type made storing rows: sums over every row it quantized or rounded of ||x - x'||^2 and
 // ||x||^2 (x the float32 row, x' what the cache reads back). relative_nmse() = error / reference, 0 without rows.

@@ -1,7 +1,6 @@
 #include "kernels/cpu/cpu_kv_storage.h"
 
 #include <algorithm>
-#include <map>
 
 #include "kernels/common/cache_rows.h"
 #include "kernels/common/float16.h"
@@ -203,33 +202,9 @@ void CpuKVStorage::edit(int layer, int kv_head, std::span<const int32_t> keep, s
   // Merges first, while source indices still refer to the old layout; float32 whatever the storage (a quantized
   // row is dequantized). Results are kept in float32 until all merges are done, so a later merge reads an earlier
   // one's result exactly and each merged row is stored (rounded or quantized) once.
-  std::map<int32_t, std::vector<float>> merged[2];
-  auto read = [&](KVPart part, int32_t i, float* out) {
-    const auto& results = merged[part == KVPart::Values];
-    if (const auto it = results.find(i); it != results.end())
-      std::copy(it->second.begin(), it->second.end(), out);
-    else
-      load_rows(head, part, i, 1, out);
-  };
-  std::vector<float> row(d), sum(d);
-  for (const ValueMerge& m : value_merges) {
-    read(KVPart::Values, m.source, row.data());
-    for (int32_t t : m.targets) {
-      read(KVPart::Values, t, sum.data());
-      for (std::size_t j = 0; j < d; ++j) sum[j] += m.weight * row[j];
-      merged[1][t] = sum;
-    }
-  }
-  for (const RowMerge& g : merges)
-    for (KVPart part : {KVPart::Keys, KVPart::Values}) {
-      read(part, g.target, row.data());
-      for (std::size_t j = 0; j < d; ++j) sum[j] = g.weights[0] * row[j];
-      for (std::size_t s = 0; s < g.sources.size(); ++s) {
-        read(part, g.sources[s], row.data());
-        for (std::size_t j = 0; j < d; ++j) sum[j] += g.weights[s + 1] * row[j];
-      }
-      merged[part == KVPart::Values][g.target] = sum;
-    }
+  const auto merged = merge_results(static_cast<int>(d), merges, value_merges,
+                                    [&](KVPart part, int32_t i, float* out) { load_rows(head, part, i, 1, out); });
+  std::vector<float> row(d);
   for (KVPart part : {KVPart::Keys, KVPart::Values}) {
     const auto& results = merged[part == KVPart::Values];
     StorageError& error = errors_[layer][part == KVPart::Values][1];

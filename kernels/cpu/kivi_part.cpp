@@ -7,67 +7,25 @@
 #include <cstring>
 
 #include "kernels/common/float16.h"
+#include "kernels/common/kivi_math.h"
 #include "kernels/error.h"
 
 namespace kvscope::kernels::cpu {
 
 namespace {
 
-constexpr int kChunk = 32;  // channels a packed chunk of codes holds
-
-// KIVI's scale and zero point of one group, as stored (halves) and as used (their float values).
-struct Range {
-  uint16_t scale_bits, zero_bits;
-  float scale, zero;
-};
-
-Range range_of(const float* x, std::size_t n, std::size_t stride, int bits) {
-  float lo = x[0], hi = x[0];
-  for (std::size_t i = 1; i < n; ++i) {
-    lo = std::min(lo, x[i * stride]);
-    hi = std::max(hi, x[i * stride]);
-  }
-  Range r{};
-  r.scale_bits = float_to_half((hi - lo) / static_cast<float>((1 << bits) - 1));
-  r.zero_bits = float_to_half(lo);
-  r.scale = half_to_float(r.scale_bits);
-  r.zero = half_to_float(r.zero_bits);
-  return r;
-}
-
-// Q(x) = clamp(round((x - z) / s), 0, 2^B - 1), rounding half to even; a constant group (s = 0) codes 0.
-uint8_t code_of(float x, const Range& r, int bits) {
-  if (!(r.scale > 0.0f)) return 0;
-  const float q = std::nearbyint((x - r.zero) / r.scale);
-  if (!(q > 0.0f)) return 0;
-  return static_cast<uint8_t>(std::min(q, static_cast<float>((1 << bits) - 1)));
-}
+constexpr int kChunk = kivi::kChunk;  // channels a packed chunk of codes holds
+using kivi::code_of;
+using kivi::Range;
+using kivi::range_of;
 
 void pack(const uint8_t* codes, int d, int bits, uint8_t* out) {
-  for (int c0 = 0; c0 < d; c0 += kChunk) {
-    const uint8_t* c = codes + c0;
-    if (bits == 2) {
-      for (int b = 0; b < 8; ++b)
-        *out++ = static_cast<uint8_t>(c[b] | (c[b + 8] << 2) | (c[b + 16] << 4) | (c[b + 24] << 6));
-    } else {
-      for (int b = 0; b < 16; ++b) *out++ = static_cast<uint8_t>(c[b] | (c[b + 16] << 4));
-    }
-  }
+  for (int byte = 0; byte < kivi::code_row_bytes(d, bits); ++byte)
+    out[byte] = kivi::packed_byte(byte, bits, [codes](int c) { return codes[c]; });
 }
 
 void unpack(const uint8_t* in, int d, int bits, uint8_t* codes) {
-  for (int c0 = 0; c0 < d; c0 += kChunk) {
-    uint8_t* c = codes + c0;
-    if (bits == 2) {
-      for (int b = 0; b < 8; ++b, ++in)
-        for (int s = 0; s < 4; ++s) c[b + 8 * s] = static_cast<uint8_t>((*in >> (2 * s)) & 3);
-    } else {
-      for (int b = 0; b < 16; ++b, ++in) {
-        c[b] = static_cast<uint8_t>(*in & 15);
-        c[b + 16] = static_cast<uint8_t>(*in >> 4);
-      }
-    }
-  }
+  for (int c = 0; c < d; ++c) codes[c] = kivi::code_at(in, c, bits);
 }
 
 uint16_t load_u16(const uint8_t* p) {
@@ -83,7 +41,7 @@ void write_key_group(const float* rows, std::size_t n, const KiviLayout& l, uint
   const int d = l.head_dim;
   std::vector<Range> ranges(d);
   for (int c = 0; c < d; ++c) {
-    ranges[c] = range_of(rows + c, n, d, l.bits);
+    ranges[c] = range_of(rows + c, static_cast<int>(n), d, l.bits);
     store_u16(out + 2 * c, ranges[c].scale_bits);
     store_u16(out + 2 * (d + c), ranges[c].zero_bits);
   }
@@ -443,13 +401,26 @@ void KiviPart::compact(std::span<const int32_t> keep) {
   quantized_ = kept_quantized;
 }
 
+std::size_t kivi_paged_bytes(const KiviLayout& layout, std::size_t groups, std::size_t quantized,
+                             std::size_t residual_rows, int page_tokens) {
+  const auto n = static_cast<std::size_t>(page_tokens), d = static_cast<std::size_t>(layout.head_dim);
+  const std::size_t residual = pages_for(residual_rows, n) * n * d * sizeof(float);
+  if (!layout.per_channel) return pages_for(quantized, n) * n * layout.value_row_bytes() + residual;
+  const auto groups_per_page = n / static_cast<std::size_t>(layout.group);
+  const std::size_t group_bytes = layout.key_group_meta_bytes() + layout.group * layout.code_row_bytes();
+  return pages_for(groups, groups_per_page) * groups_per_page * group_bytes + residual;
+}
+
 std::size_t KiviPart::paged_bytes(int page_tokens) const {
-  const auto n = static_cast<std::size_t>(page_tokens), d = static_cast<std::size_t>(layout_.head_dim);
-  const std::size_t residual = pages_for(residual_rows(), n) * n * d * sizeof(float);
-  if (!layout_.per_channel) return pages_for(quantized_, n) * n * layout_.value_row_bytes() + residual;
-  const auto groups_per_page = n / static_cast<std::size_t>(layout_.group);
-  const std::size_t group_bytes = layout_.key_group_meta_bytes() + layout_.group * layout_.code_row_bytes();
-  return pages_for(group_sizes_.size(), groups_per_page) * groups_per_page * group_bytes + residual;
+  return kivi_paged_bytes(layout_, group_sizes_.size(), quantized_, residual_rows(), page_tokens);
+}
+
+void KiviPart::assign(std::vector<uint8_t> packed, std::vector<uint16_t> group_sizes, std::vector<float> residual,
+                      std::size_t quantized) {
+  packed_ = std::move(packed);
+  group_sizes_ = std::move(group_sizes);
+  residual_ = std::move(residual);
+  quantized_ = quantized;
 }
 
 void KiviPart::reserve(std::size_t entries) {

@@ -44,6 +44,11 @@ struct KiviLayout {
   }
 };
 
+// KiviPart::paged_bytes of a part holding `groups` key groups (keys) or `quantized` rows (values) and
+// `residual_rows` full-precision rows; the CUDA cache counts its pages with it too.
+std::size_t kivi_paged_bytes(const KiviLayout& layout, std::size_t groups, std::size_t quantized,
+                             std::size_t residual_rows, int page_tokens);
+
 class KiviPart {
  public:
   explicit KiviPart(KiviLayout layout) : layout_(layout) {}
@@ -72,6 +77,15 @@ class KiviPart {
   std::size_t allocated_bytes() const { return packed_.capacity() + residual_.capacity() * sizeof(float); }
   void reserve(std::size_t entries);
   void release_slack();
+
+  // The stored state itself: key groups or value rows in entry order, the keys' group sizes, the full-precision
+  // rows after the quantized ones. The CUDA cache's host side (kernels/cuda/kivi_plan.h) reads and sets it to
+  // run this class's merges on a head's bytes, and its reference test compares its bytes with these.
+  const std::vector<uint8_t>& packed() const { return packed_; }
+  const std::vector<uint16_t>& group_sizes() const { return group_sizes_; }
+  const std::vector<float>& residual() const { return residual_; }
+  void assign(std::vector<uint8_t> packed, std::vector<uint16_t> group_sizes, std::vector<float> residual,
+              std::size_t quantized);
 
   // Attention over the entries as stored, no dequantized copy: out[j] = scale * q . k_j (keys), and
   // out = sum_j p[j] v_j (values).

@@ -51,6 +51,17 @@ __device__ inline void load_stored_tile(const uint8_t* rows, RowType type, int d
   }
 }
 
+// Rows [first, first + tile_rows) of KV head g's KIVI part into a shared tile, a thread per value read in place
+// (kivi_entry_value: its key group, value row or residual row); rows at or past `end` become zeros.
+__device__ inline void load_kivi_tile(const DeviceKiviHead* heads, int g, bool per_channel, int bits, int group, int d,
+                                      int first, int end, int tile_rows, float* tile, int stride) {
+  const DeviceKiviHead head = heads[g];
+  for (int i = threadIdx.x; i < tile_rows * d; i += blockDim.x) {
+    const int j = i / d, c = i % d;
+    tile[j * stride + c] = first + j < end ? kivi_entry_value(head, per_channel, bits, group, d, first + j, c) : 0.0f;
+  }
+}
+
 // A head's rows of `type` as bytes (float32 rows included).
 __device__ inline const uint8_t* head_rows(const void* rows, RowType type, int g, int capacity, int d) {
   return static_cast<const uint8_t*>(rows) + static_cast<int64_t>(g) * capacity * stored_row_bytes(type, d);
@@ -74,7 +85,7 @@ __global__ void attention_output_kernel(const float* q, const int32_t* query_pos
   const int row = blockIdx.x * kRowWarps + warp;
   const bool active = row < shape.n_queries;
   const int length = cache.lengths[g];
-  const bool f32_rows = cache.key_type == RowType::F32 && cache.value_type == RowType::F32;
+  const bool f32_rows = !cache.kivi_keys && cache.key_type == RowType::F32 && cache.value_type == RowType::F32;
   const float* keys = static_cast<const float*>(cache.keys) + static_cast<int64_t>(g) * cache.capacity * d;
   const float* values = static_cast<const float*>(cache.values) + static_cast<int64_t>(g) * cache.capacity * d;
   const int32_t* positions = cache.positions + static_cast<int64_t>(g) * cache.capacity;
@@ -104,6 +115,11 @@ __global__ void attention_output_kernel(const float* q, const int32_t* query_pos
         k_tile[j][t] = in ? keys[static_cast<int64_t>(t0 + j) * d + t] : 0.0f;
         v_tile[j][t] = in ? values[static_cast<int64_t>(t0 + j) * d + t] : 0.0f;
       }
+    } else if (cache.kivi_keys) {
+      load_kivi_tile(cache.kivi_keys, g, true, cache.kivi_key_bits, cache.kivi_group, d, t0, key_end, kKeyTile,
+                     &k_tile[0][0], kPadded);
+      load_kivi_tile(cache.kivi_values, g, false, cache.kivi_value_bits, cache.kivi_group, d, t0, key_end, kKeyTile,
+                     &v_tile[0][0], kMaxAttentionHeadDim);
     } else {
       load_stored_tile(head_rows(cache.keys, cache.key_type, g, cache.capacity, d), cache.key_type, d, t0, key_end,
                        kKeyTile, &k_tile[0][0], kPadded);
@@ -199,7 +215,10 @@ __global__ void attention_side_outputs_kernel(const float* q, const int32_t* que
   const int window = min(o.window, n);
   const int64_t head_out = static_cast<int64_t>(h) * cache.capacity;
 
-  if (cache.key_type == RowType::F32) {
+  if (cache.kivi_keys) {
+    load_kivi_tile(cache.kivi_keys, g, true, cache.kivi_key_bits, cache.kivi_group, d, blockIdx.x * kKeysPerBlock,
+                   length, kKeysPerBlock, &k_tile[0][0], kPadded);
+  } else if (cache.key_type == RowType::F32) {
     for (int i = threadIdx.x; i < kKeysPerBlock * d; i += blockDim.x) {
       const int j = i / d, t = i % d;
       const int k = blockIdx.x * kKeysPerBlock + j;

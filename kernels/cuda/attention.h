@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/common/cache_rows.h"
+#include "kernels/cuda/kivi_tasks.h"
 
 namespace kvscope::kernels::cuda {
 
@@ -26,7 +27,9 @@ struct AttentionShape {
 // One layer's cache: KV head g's entry j lives at [g * capacity + j]. Keys and values are rows of key_type and
 // value_type (kernels/common/cache_rows.h): float32 rows, or f16, bf16, q8_0, q4_0, q4_1 rows of
 // stored_row_bytes(type, head_dim) bytes, which the kernels dequantize a tile at a time in shared memory (each
-// thread one 32-value block), never into a copy of the cache.
+// thread one 32-value block), never into a copy of the cache. A KIVI cache (kivi_keys set; keys and values both
+// KIVI) is read the same way through kivi_entry_value: each tile's entries from their key groups, value rows or
+// float32 residual rows.
 struct DeviceLayerCache {
   const void* keys = nullptr;          // [n_kv_heads][capacity][row], after RoPE
   const void* values = nullptr;        // [n_kv_heads][capacity][row]
@@ -35,6 +38,10 @@ struct DeviceLayerCache {
   int capacity = 0;
   int max_length = 0;  // the largest of lengths (sizes the grids)
   RowType key_type = RowType::F32, value_type = RowType::F32;
+  // KIVI, keys and values both, when kivi_keys is set (keys, values, key_type and value_type are then unused).
+  const DeviceKiviHead* kivi_keys = nullptr;    // [n_kv_heads]
+  const DeviceKiviHead* kivi_values = nullptr;  // [n_kv_heads]
+  int kivi_key_bits = 2, kivi_value_bits = 2, kivi_group = 32;
 };
 
 // Null pointers are side outputs nobody asked for. Per-head outputs have row stride `capacity`; a head's

@@ -143,4 +143,95 @@ void edit_stored_reference(HostStoredLayer& cache, int kv_head, std::span<const 
   cache.lengths[kv_head] = static_cast<int32_t>(keep.size());
 }
 
+HostKiviLayer::HostKiviLayer(const KVCacheTypes& types, int heads, int d)
+    : n_kv_heads(heads), head_dim(d), group(types.kivi.group), positions(heads) {
+  for (KVPart p : {KVPart::Keys, KVPart::Values}) {
+    parts[p == KVPart::Values].resize(heads);
+    for (KiviHostPart& part : parts[p == KVPart::Values])
+      part.state.layout = KiviLayout{kivi_bits(types.of(p)), types.kivi.group, types.kivi.residual, d, p == KVPart::Keys};
+  }
+}
+
+std::vector<double> kivi_append_reference(HostKiviLayer& cache, const std::vector<float>& k, const std::vector<float>& v,
+                                          const std::vector<int32_t>& new_positions) {
+  const int n = static_cast<int>(new_positions.size()), d = cache.head_dim;
+  std::vector<double> sums(4, 0.0);
+  for (KVPart p : {KVPart::Keys, KVPart::Values})
+    for (int g = 0; g < cache.n_kv_heads; ++g) {
+      KiviHostPart& part = cache.part(p, g);
+      const KiviAppendShape shape = kivi_append_shape(part.state, n);
+      part.packed.resize(part.state.packed_bytes + shape.packed_growth);
+      std::vector<KiviQuantizeTask> tasks;
+      std::vector<ByteCopy> copies;
+      const float* fresh = (p == KVPart::Keys ? k : v).data() + static_cast<std::size_t>(g) * d;
+      double* error_sums = sums.data() + 2 * (p == KVPart::Values);
+      // As the device: in place when nothing leaves the residual, else into a second buffer.
+      std::vector<float> moved;
+      if (shape.ready == 0) {
+        part.residual.resize(shape.residual_after * d);
+        kivi_plan_append(part.state, shape, part.packed.data(), part.residual.data(), fresh, cache.n_kv_heads * d,
+                         part.residual.data(), error_sums, tasks, copies);
+      } else {
+        moved.resize(shape.residual_after * d);
+        kivi_plan_append(part.state, shape, part.packed.data(), part.residual.data(), fresh, cache.n_kv_heads * d,
+                         moved.data(), error_sums, tasks, copies);
+      }
+      kivi_quantize_reference(tasks, d, cache.group);
+      copy_byte_ranges_reference(copies);
+      if (shape.ready > 0) part.residual.swap(moved);
+    }
+  for (auto& positions : cache.positions) positions.insert(positions.end(), new_positions.begin(), new_positions.end());
+  return sums;
+}
+
+void kivi_edit_reference(HostKiviLayer& cache, int kv_head, std::span<const int32_t> keep,
+                         std::span<const RowMerge> merges, std::span<const ValueMerge> value_merges,
+                         StorageError merge_errors[2]) {
+  KiviHostPart& keys = cache.part(KVPart::Keys, kv_head);
+  KiviHostPart& values = cache.part(KVPart::Values, kv_head);
+  if (!merges.empty() || !value_merges.empty()) {
+    kivi_edit_on_host(keys, values, keep, merges, value_merges, merge_errors);
+  } else {
+    for (KiviHostPart* part : {&keys, &values}) {
+      std::vector<uint8_t> packed(part->state.packed_bytes);
+      std::vector<float> residual(part->residual.size());
+      std::vector<ByteCopy> copies;
+      kivi_plan_compact(part->state, keep, part->packed.data(), packed.data(), part->residual.data(), residual.data(),
+                        copies);
+      copy_byte_ranges_reference(copies);
+      packed.resize(part->state.packed_bytes);
+      residual.resize(part->state.residual_rows * cache.head_dim);
+      part->packed.swap(packed);
+      part->residual.swap(residual);
+    }
+  }
+  std::vector<int32_t>& positions = cache.positions[kv_head];
+  std::vector<int32_t> kept;
+  for (int32_t i : keep) kept.push_back(positions[i]);
+  positions.swap(kept);
+}
+
+HostLayerCache kivi_dequantized_layer(const HostKiviLayer& cache) {
+  HostLayerCache out;
+  const int d = cache.head_dim;
+  for (const auto& positions : cache.positions) out.capacity = std::max(out.capacity, static_cast<int>(positions.size()));
+  out.positions.assign(static_cast<std::size_t>(cache.n_kv_heads) * out.capacity, 0);
+  out.lengths.assign(cache.n_kv_heads, 0);
+  for (KVPart p : {KVPart::Keys, KVPart::Values}) {
+    std::vector<float>& rows = p == KVPart::Keys ? out.keys : out.values;
+    rows.assign(static_cast<std::size_t>(cache.n_kv_heads) * out.capacity * d, 0.0f);
+    for (int g = 0; g < cache.n_kv_heads; ++g) {
+      const KiviHostPart& part = cache.part(p, g);
+      kivi_load_rows(part.state, part.packed.data(), part.residual.data(), 0, part.state.size(),
+                     rows.data() + static_cast<std::size_t>(g) * out.capacity * d);
+    }
+  }
+  for (int g = 0; g < cache.n_kv_heads; ++g) {
+    const auto& positions = cache.positions[g];
+    out.lengths[g] = static_cast<int32_t>(positions.size());
+    std::copy(positions.begin(), positions.end(), out.positions.begin() + static_cast<std::ptrdiff_t>(g) * out.capacity);
+  }
+  return out;
+}
+
 }  // namespace kvscope::kernels::cuda

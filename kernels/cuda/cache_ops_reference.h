@@ -1,13 +1,15 @@
 #pragma once
-// The host reference of cache_ops.cu: merges then compaction of one KV head's rows, by direct loops; and of the
-// CUDA cache of stored rows (f16, bf16, q8_0, q4_0, q4_1: append, edit, and the floats attention reads).
+// The host reference of cache_ops.cu: merges then compaction of one KV head's rows, by direct loops; of the
+// CUDA cache of stored rows (f16, bf16, q8_0, q4_0, q4_1: append, edit, and the floats attention reads); and of
+// its KIVI cache (kivi2, kivi4: the same, planned by kivi_plan.h and run by the kernels' host references).
 #include <cstdint>
 #include <span>
 #include <vector>
 
 #include "kernels/common/cache_rows.h"
 #include "kernels/cuda/attention_reference.h"  // HostLayerCache
-#include "kernels/kv_storage.h"                // RowMerge, ValueMerge
+#include "kernels/cuda/kivi_plan.h"
+#include "kernels/kv_storage.h"  // RowMerge, ValueMerge
 
 namespace kvscope::kernels::cuda {
 
@@ -56,5 +58,33 @@ HostLayerCache dequantized_layer(const HostStoredLayer& cache);
 // computed in float32 from the dequantized rows and stored once; then the kept rows, whole, in order.
 void edit_stored_reference(HostStoredLayer& cache, int kv_head, std::span<const int32_t> keep,
                            std::span<const RowMerge> merges, std::span<const ValueMerge> value_merges);
+
+// One layer's KIVI cache as CudaKVStorage keeps it, in host memory: per part and KV head the state, packed bytes
+// and residual rows, and each head's positions.
+struct HostKiviLayer {
+  int n_kv_heads = 0, head_dim = 0, group = 0;
+  std::vector<KiviHostPart> parts[2];  // [keys, values][n_kv_heads]
+  std::vector<std::vector<int32_t>> positions;
+  HostKiviLayer(const KVCacheTypes& types, int n_kv_heads, int head_dim);
+  KiviHostPart& part(KVPart p, int g) { return parts[p == KVPart::Values][g]; }
+  const KiviHostPart& part(KVPart p, int g) const { return parts[p == KVPart::Values][g]; }
+};
+
+// The reference of CudaKVStorage::append on a KIVI cache: k, v [n][n_kv_heads][head_dim]; every head's part
+// planned by kivi_plan_append and run by kivi_quantize_reference and copy_byte_ranges_reference. Returns [keys
+// error, keys reference, values error, values reference] as the kernel adds them.
+std::vector<double> kivi_append_reference(HostKiviLayer& cache, const std::vector<float>& k,
+                                          const std::vector<float>& v, const std::vector<int32_t>& new_positions);
+
+// The reference of CudaKVStorage::edit of one head of a KIVI cache: with merges, kivi_edit_on_host (the CPU cache's
+// code; the merged rows' error added to merge_errors[keys, values]); without, kivi_plan_compact's copies run by
+// copy_byte_ranges_reference.
+void kivi_edit_reference(HostKiviLayer& cache, int kv_head, std::span<const int32_t> keep,
+                         std::span<const RowMerge> merges, std::span<const ValueMerge> value_merges,
+                         StorageError merge_errors[2]);
+
+// The floats attention.cu reads from a KIVI cache (kivi_entry_value over every entry), capacity the longest head;
+// attention_reference over it is the reference of attention.cu over that cache.
+HostLayerCache kivi_dequantized_layer(const HostKiviLayer& cache);
 
 }  // namespace kvscope::kernels::cuda

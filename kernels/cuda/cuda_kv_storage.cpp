@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/cuda/cache_ops.h"
+#include "kernels/cuda/kivi_ops.h"
 #include "kernels/error.h"
 
 namespace kvscope::kernels::cuda {
@@ -58,18 +59,30 @@ DeviceMergeGroups upload_groups(const HostMergeGroups& g, DeviceBuffer<int32_t>&
   return {offsets.data(), members.data(), weights.data(), static_cast<int>(g.offsets.size()) - 1};
 }
 
+// Grows a buffer to at least n values, by half again at least, keeping its first `keep` values (a device copy,
+// then a synchronisation before the old allocation is freed).
+template <typename T>
+void grow_keeping(DeviceBuffer<T>& buffer, std::size_t n, std::size_t keep, cudaStream_t stream) {
+  if (buffer.size() >= n) return;
+  DeviceBuffer<T> bigger(std::max(n, buffer.size() + buffer.size() / 2 + 64));
+  if (keep > 0) {
+    check_cuda(cudaMemcpyAsync(bigger.data(), buffer.data(), keep * sizeof(T), cudaMemcpyDeviceToDevice, stream),
+               "KV grow");
+    check_cuda(cudaStreamSynchronize(stream), "KV grow");
+  }
+  buffer = std::move(bigger);
+}
+
 }  // namespace
 
 CudaKVStorage::CudaKVStorage(int n_layers, int n_kv_heads, int head_dim, KVCacheTypes type, cudaStream_t stream)
     : KVStorage(n_layers, n_kv_heads, head_dim, type), stream_(stream), staging_(stream, kStagingBytes),
       layers_(n_layers) {
-  for (CacheType part_type : {type.keys, type.values})
-    if (is_kivi(part_type))
-      throw UsageError(std::string("cache type ") + cache_type_name(part_type) +
-                       " is not implemented on the CUDA backend: KIVI's key groups span tokens and are re-packed on "
-                       "eviction, and its float32 residual changes form at every append, which the device cache "
-                       "(rows of one fixed size) does not store; use --device cpu for KIVI, or f16, bf16, q8_0, q4_0 "
-                       "or q4_1 on cuda");
+  if (is_kivi(type.keys) != is_kivi(type.values))
+    throw UsageError("cache type " + cache_type_name(type) +
+                     " mixes KIVI with another type, which the CUDA backend does not store: its KIVI cache holds "
+                     "keys and values both as KIVI (kivi2 or kivi4 each); use --device cpu for the mix, or KIVI "
+                     "for both parts on cuda");
   if (type.rotate_keys || type.rotate_values)
     throw UsageError("cache type " + cache_type_name(type) +
                      " rotates the stored rows (Hadamard), which the CUDA backend does not do; use --device cpu, "
@@ -78,18 +91,32 @@ CudaKVStorage::CudaKVStorage(int n_layers, int n_kv_heads, int head_dim, KVCache
   if (head_dim > kMaxAttentionHeadDim)
     throw UsageError("the CUDA backend handles head_dim up to " + std::to_string(kMaxAttentionHeadDim) +
                      ", the model has " + std::to_string(head_dim));
-  key_type_ = row_type(type.keys);
-  value_type_ = row_type(type.values);
-  if (!all_f32() && n_kv_heads > kMaxAppendHeads)
+  kivi_ = is_kivi(type.keys);
+  if (!kivi_) {
+    key_type_ = row_type(type.keys);
+    value_type_ = row_type(type.values);
+  }
+  if (!all_f32() && !kivi_ && n_kv_heads > kMaxAppendHeads)
     throw UsageError("the CUDA backend stores cache type " + cache_type_name(type) + " for up to " +
                      std::to_string(kMaxAppendHeads) + " KV heads, the model has " + std::to_string(n_kv_heads) +
                      " (use --cache-type f32 on cuda, or --device cpu)");
   errors_.resize(static_cast<std::size_t>(std::max(n_layers, 1)) * 8);
   check_cuda(cudaMemsetAsync(errors_.data(), 0, errors_.size() * sizeof(double), stream_), "KV storage errors");
+  kivi_merge_errors_.resize(n_layers);
   for (Layer& layer : layers_) {
     layer.host_positions.assign(n_kv_heads, {});
     layer.lengths.resize(n_kv_heads);
     upload_lengths(layer);
+    if (!kivi_) continue;
+    for (KVPart part : {KVPart::Keys, KVPart::Values}) {
+      const KiviLayout layout{kivi_bits(type.of(part)), type.kivi.group, type.kivi.residual, head_dim,
+                              part == KVPart::Keys};
+      auto& heads = layer.kivi[part == KVPart::Values];
+      heads.resize(n_kv_heads);
+      for (KiviHeadPart& head : heads) head.state.layout = layout;
+    }
+    layer.kivi_heads.resize(2 * static_cast<std::size_t>(n_kv_heads));
+    upload_kivi_heads(layer);
   }
 }
 
@@ -126,13 +153,15 @@ void CudaKVStorage::reallocate(Layer& layer, int capacity) {
   DeviceBuffer<uint8_t> keys(heads * capacity * key_row), values(heads * capacity * value_row);
   DeviceBuffer<int32_t> positions(heads * capacity);
   const int rows = std::min(layer.capacity, capacity);
-  if (rows > 0) {
+  if (rows > 0 && key_row > 0) {
     check_cuda(cudaMemcpy2DAsync(keys.data(), capacity * key_row, layer.keys.data(), layer.capacity * key_row,
                                  rows * key_row, heads, cudaMemcpyDeviceToDevice, stream_),
                "KV reallocate (keys)");
     check_cuda(cudaMemcpy2DAsync(values.data(), capacity * value_row, layer.values.data(), layer.capacity * value_row,
                                  rows * value_row, heads, cudaMemcpyDeviceToDevice, stream_),
                "KV reallocate (values)");
+  }
+  if (rows > 0) {
     check_cuda(cudaMemcpy2DAsync(positions.data(), capacity * sizeof(int32_t), layer.positions.data(),
                                  layer.capacity * sizeof(int32_t), rows * sizeof(int32_t), heads,
                                  cudaMemcpyDeviceToDevice, stream_),
@@ -158,6 +187,16 @@ void CudaKVStorage::append(int layer_index, const float* k, const float* v, int 
   int longest = 0;
   for (const auto& p : layer.host_positions) longest = std::max(longest, static_cast<int>(p.size()));
   if (longest + n > layer.capacity) reallocate(layer, std::max({longest + n, 2 * layer.capacity, kMinCapacity}));
+  if (kivi_) {
+    append_kivi(layer, layer_index, k, v, n);
+    for (std::size_t g = 0; g < heads; ++g) {
+      auto& host = layer.host_positions[g];
+      staging_.upload(layer.positions.data() + g * layer.capacity + host.size(), positions, n * sizeof(int32_t));
+      host.insert(host.end(), positions, positions + n);
+    }
+    upload_lengths(layer);
+    return;
+  }
   if (!all_f32()) {
     // Every head's keys and values quantized in one launch (the constructor refused more heads than it takes).
     DeviceStoredAppendTarget target;
@@ -306,7 +345,9 @@ void CudaKVStorage::edit_stored(Layer& layer, int layer_index, int kv_head, std:
 void CudaKVStorage::edit(int layer_index, int kv_head, std::span<const int32_t> keep, std::span<const RowMerge> merges,
                          std::span<const ValueMerge> value_merges) {
   Layer& layer = checked(layer_index, kv_head, "edit");
-  if (all_f32())
+  if (kivi_)
+    edit_kivi(layer, layer_index, kv_head, keep, merges, value_merges);
+  else if (all_f32())
     edit_f32(layer, kv_head, keep, merges, value_merges);
   else
     edit_stored(layer, layer_index, kv_head, keep, merges, value_merges);
@@ -333,6 +374,22 @@ void CudaKVStorage::read_rows(int layer_index, int kv_head, KVPart part, int fir
     throw Error("CUDA KV storage read_rows: rows " + std::to_string(first) + ".." + std::to_string(first + count) +
                 " outside the head's " + std::to_string(length) + " entries");
   if (count == 0) return;
+  if (kivi_) {
+    // Rows of the float32 residual (what a decode step adds) come back as they are; otherwise the part's bytes
+    // come back and are read by the function attention.cu reads them with.
+    const KiviHeadPart& stored = layer.kivi[part == KVPart::Values][kv_head];
+    if (static_cast<std::size_t>(first) >= stored.state.quantized) {
+      const std::size_t d = head_dim();
+      check_cuda(cudaMemcpyAsync(host_out, stored.residual[stored.current].data() + (first - stored.state.quantized) * d,
+                                 count * d * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+                 "KV read_rows (KIVI residual)");
+      check_cuda(cudaStreamSynchronize(stream_), "KV read_rows");
+      return;
+    }
+    const KiviHostPart host = download_kivi(stored);
+    kivi_load_rows(host.state, host.packed.data(), host.residual.data(), first, count, host_out);
+    return;
+  }
   const RowType type = part == KVPart::Keys ? key_type_ : value_type_;
   const std::size_t row_bytes = part_row_bytes(part);
   const uint8_t* rows = (part == KVPart::Keys ? layer.keys : layer.values).data() +
@@ -353,6 +410,13 @@ void CudaKVStorage::read_rows(int layer_index, int kv_head, KVPart part, int fir
 }
 
 std::size_t CudaKVStorage::layer_bytes(int layer) const {
+  if (kivi_) {
+    std::size_t total = 0;
+    for (const auto& heads : checked(layer, 0, "layer_bytes").kivi)
+      for (const KiviHeadPart& head : heads)
+        total += head.packed.size() + (head.residual[0].size() + head.residual[1].size()) * sizeof(float);
+    return total;
+  }
   return static_cast<std::size_t>(checked(layer, 0, "layer_bytes").capacity) * n_kv_heads() *
          (part_row_bytes(KVPart::Keys) + part_row_bytes(KVPart::Values));
 }
@@ -364,11 +428,30 @@ StorageError CudaKVStorage::storage_error(int layer, KVPart part, bool as_merged
                              cudaMemcpyDeviceToHost, stream_),
              "KV storage_error");
   check_cuda(cudaStreamSynchronize(stream_), "KV storage_error");
-  return {sums[0], sums[1]};
+  StorageError error{sums[0], sums[1]};
+  if (kivi_ && as_merged) {
+    const StorageError& host = kivi_merge_errors_[layer][part == KVPart::Values];
+    error.error += host.error;
+    error.reference += host.reference;
+  }
+  return error;
+}
+
+std::size_t CudaKVStorage::entry_bytes(int layer, int kv_head) const {
+  const Layer& l = checked(layer, kv_head, "entry_bytes");
+  if (!kivi_) return KVStorage::entry_bytes(layer, kv_head);
+  return l.kivi[0][kv_head].state.entry_bytes() + l.kivi[1][kv_head].state.entry_bytes();
+}
+
+std::size_t CudaKVStorage::paged_bytes(int layer, int kv_head, int page_tokens) const {
+  const Layer& l = checked(layer, kv_head, "paged_bytes");
+  if (!kivi_) return KVStorage::paged_bytes(layer, kv_head, page_tokens);
+  return l.kivi[0][kv_head].state.paged_bytes(page_tokens) + l.kivi[1][kv_head].state.paged_bytes(page_tokens);
 }
 
 std::vector<uint8_t> CudaKVStorage::stored_bytes(int layer_index, int kv_head, KVPart part) const {
   const Layer& layer = checked(layer_index, kv_head, "stored_bytes");
+  if (kivi_) throw Error("CUDA KV storage stored_bytes: a KIVI cache has no fixed rows (use kivi_part)");
   const std::size_t row_bytes = part_row_bytes(part);
   std::vector<uint8_t> bytes(layer.host_positions[kv_head].size() * row_bytes);
   if (bytes.empty()) return bytes;
@@ -391,8 +474,159 @@ DeviceLayerCache CudaKVStorage::layer_view(int layer_index) const {
   view.capacity = layer.capacity;
   view.key_type = key_type_;
   view.value_type = value_type_;
+  if (kivi_) {
+    view.keys = view.values = nullptr;
+    view.kivi_keys = layer.kivi_heads.data();
+    view.kivi_values = layer.kivi_heads.data() + n_kv_heads();
+    view.kivi_key_bits = kivi_bits(type().keys);
+    view.kivi_value_bits = kivi_bits(type().values);
+    view.kivi_group = type().kivi.group;
+  }
   for (const auto& p : layer.host_positions) view.max_length = std::max(view.max_length, static_cast<int>(p.size()));
   return view;
+}
+
+// Every head's keys and values in two launches: the groups and rows the residual rule releases quantized (read
+// from the residual and the new rows), then the rows that stay float32 copied into the other residual buffer
+// (or, when nothing left the residual, the new rows after the held ones).
+void CudaKVStorage::append_kivi(Layer& layer, int layer_index, const float* k, const float* v, int n) {
+  const int d = head_dim(), heads = n_kv_heads();
+  std::vector<KiviQuantizeTask> tasks;
+  std::vector<ByteCopy> copies;
+  for (KVPart p : {KVPart::Keys, KVPart::Values}) {
+    double* error_sums = errors_.data() + error_offset(layer_index, p, false);
+    for (int g = 0; g < heads; ++g) {
+      KiviHeadPart& part = layer.kivi[p == KVPart::Values][g];
+      const KiviAppendShape shape = kivi_append_shape(part.state, n);
+      grow_keeping(part.packed, part.state.packed_bytes + shape.packed_growth, part.state.packed_bytes, stream_);
+      DeviceBuffer<float>& held = part.residual[part.current];
+      const std::size_t held_floats = part.state.residual_rows * d, after = shape.residual_after * d;
+      const bool in_place = shape.ready == 0 && held.size() >= after;
+      DeviceBuffer<float>& out = in_place ? held : part.residual[1 - part.current];
+      if (!in_place && out.size() < after) out.resize(std::max(after, held_floats + held_floats / 2 + 64));
+      const float* fresh = (p == KVPart::Keys ? k : v) + static_cast<std::size_t>(g) * d;
+      kivi_plan_append(part.state, shape, part.packed.data(), held.data(), fresh, heads * d, out.data(), error_sums,
+                       tasks, copies);
+      if (!in_place) part.current = 1 - part.current;
+      if (p == KVPart::Keys && shape.ready > 0) upload_group_tables(part);
+    }
+  }
+  if (!tasks.empty()) {
+    upload_into(kivi_tasks_, tasks, staging_);
+    kivi_quantize(kivi_tasks_.data(), static_cast<int>(tasks.size()), d, type().kivi.group, stream_);
+  }
+  if (!copies.empty()) {
+    upload_into(kivi_copies_, copies, staging_);
+    copy_byte_ranges(kivi_copies_.data(), static_cast<int>(copies.size()), stream_);
+  }
+  upload_kivi_heads(layer);
+}
+
+void CudaKVStorage::edit_kivi(Layer& layer, int layer_index, int kv_head, std::span<const int32_t> keep,
+                              std::span<const RowMerge> merges, std::span<const ValueMerge> value_merges) {
+  KiviHeadPart& keys = layer.kivi[0][kv_head];
+  KiviHeadPart& values = layer.kivi[1][kv_head];
+  if (!merges.empty() || !value_merges.empty()) {
+    // Merges are the CPU cache's code on this head's bytes: one download and one upload per part.
+    KiviHostPart host_keys = download_kivi(keys), host_values = download_kivi(values);
+    kivi_edit_on_host(host_keys, host_values, keep, merges, value_merges, kivi_merge_errors_[layer_index].data());
+    upload_kivi(keys, host_keys);
+    upload_kivi(values, host_values);
+  } else {
+    // Eviction: each part's kept bytes gathered into scratch (keys first, then values) and the kept residual rows
+    // into the other residual buffer, in one launch; then the scratch copied back over each packed store.
+    const std::size_t key_bytes = keys.state.packed_bytes, value_bytes = values.state.packed_bytes;
+    if (edit_bytes_.size() < key_bytes + value_bytes) edit_bytes_.resize(key_bytes + value_bytes);
+    std::vector<ByteCopy> copies;
+    std::size_t scratch_at = 0;
+    for (KiviHeadPart* part : {&keys, &values}) {
+      DeviceBuffer<float>& out = part->residual[1 - part->current];
+      const std::size_t rows = part->state.residual_rows * head_dim();
+      if (out.size() < rows) out.resize(rows);
+      kivi_plan_compact(part->state, keep, part->packed.data(), edit_bytes_.data() + scratch_at,
+                        part->residual[part->current].data(), out.data(), copies);
+      part->current = 1 - part->current;
+      scratch_at += part == &keys ? key_bytes : 0;
+    }
+    if (!copies.empty()) {
+      upload_into(kivi_copies_, copies, staging_);
+      copy_byte_ranges(kivi_copies_.data(), static_cast<int>(copies.size()), stream_);
+    }
+    scratch_at = 0;
+    for (KiviHeadPart* part : {&keys, &values}) {
+      if (part->state.packed_bytes > 0)
+        check_cuda(cudaMemcpyAsync(part->packed.data(), edit_bytes_.data() + scratch_at, part->state.packed_bytes,
+                                   cudaMemcpyDeviceToDevice, stream_),
+                   "KV edit (KIVI compact)");
+      scratch_at += part == &keys ? key_bytes : 0;
+    }
+  }
+  upload_group_tables(keys);
+  upload_kivi_heads(layer);
+}
+
+KiviHostPart CudaKVStorage::download_kivi(const KiviHeadPart& part) const {
+  KiviHostPart host;
+  host.state = part.state;
+  host.packed.resize(part.state.packed_bytes);
+  host.residual.resize(part.state.residual_rows * head_dim());
+  if (!host.packed.empty())
+    check_cuda(cudaMemcpyAsync(host.packed.data(), part.packed.data(), host.packed.size(), cudaMemcpyDeviceToHost,
+                               stream_),
+               "KV KIVI download (packed)");
+  if (!host.residual.empty())
+    check_cuda(cudaMemcpyAsync(host.residual.data(), part.residual[part.current].data(),
+                               host.residual.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+               "KV KIVI download (residual)");
+  check_cuda(cudaStreamSynchronize(stream_), "KV KIVI download");
+  return host;
+}
+
+void CudaKVStorage::upload_kivi(KiviHeadPart& part, const KiviHostPart& host) {
+  if (part.packed.size() < host.packed.size()) part.packed.resize(host.packed.size());
+  DeviceBuffer<float>& residual = part.residual[part.current];
+  if (residual.size() < host.residual.size()) residual.resize(host.residual.size());
+  if (!host.packed.empty())
+    check_cuda(cudaMemcpyAsync(part.packed.data(), host.packed.data(), host.packed.size(), cudaMemcpyHostToDevice,
+                               stream_),
+               "KV KIVI upload (packed)");
+  if (!host.residual.empty())
+    check_cuda(cudaMemcpyAsync(residual.data(), host.residual.data(), host.residual.size() * sizeof(float),
+                               cudaMemcpyHostToDevice, stream_),
+               "KV KIVI upload (residual)");
+  check_cuda(cudaStreamSynchronize(stream_), "KV KIVI upload");  // `host` is freed by the caller
+  part.state = host.state;
+}
+
+void CudaKVStorage::upload_group_tables(KiviHeadPart& part) {
+  if (!part.state.layout.per_channel || part.state.group_sizes.empty()) return;
+  const std::vector<int32_t> firsts = part.state.group_firsts(), offsets = part.state.group_offsets();
+  for (auto* table : {&part.group_first, &part.group_offset})
+    if (table->size() < firsts.size()) table->resize(std::max(firsts.size(), 2 * table->size()));
+  staging_.upload(part.group_first.data(), firsts);
+  staging_.upload(part.group_offset.data(), offsets);
+}
+
+void CudaKVStorage::upload_kivi_heads(Layer& layer) {
+  std::vector<DeviceKiviHead> heads;
+  for (const auto& parts : layer.kivi)
+    for (const KiviHeadPart& part : parts) {
+      DeviceKiviHead h;
+      h.packed = part.packed.data();
+      h.group_first = part.group_first.data();
+      h.group_offset = part.group_offset.data();
+      h.residual = part.residual[part.current].data();
+      h.n_groups = static_cast<int>(part.state.group_sizes.size());
+      h.quantized = static_cast<int>(part.state.quantized);
+      heads.push_back(h);
+    }
+  staging_.upload(layer.kivi_heads.data(), heads);
+}
+
+KiviHostPart CudaKVStorage::kivi_part(int layer, int kv_head, KVPart part) const {
+  const Layer& l = checked(layer, kv_head, "kivi_part");
+  if (!kivi_) throw Error("CUDA KV storage kivi_part: cache type " + cache_type_name(type()) + " is not KIVI");
+  return download_kivi(l.kivi[part == KVPart::Values][kv_head]);
 }
 
 }  // namespace kvscope::kernels::cuda

@@ -6,10 +6,13 @@ twice, which checks this script on a machine without a GPU (it must pass there).
 Both devices store the same bytes (the same quantizer, kernels/common/cache_rows.h) and read the same floats from
 them; they differ in the model's arithmetic (CUDA multiplies float16 weights and activations, the CPU reads the
 GGUF blocks in float32: tests/gpu/cuda_vs_cpu_policies.py), so greedy tokens may part only at a near tie. For each
-of q4_0, q8_0 and keys q8_0 / values q4_0, full cache, one prompt x 16 greedy tokens: the same tokens (or a parting
+of q4_0, q8_0, keys q8_0 / values q4_0 and kivi2 (G 32, R 32, so that the prompt's keys leave the residual),
+full cache, one prompt x 16 greedy tokens: the same tokens (or a parting
 where the two devices' log-probabilities of their own choices are within 0.05 nats: a near tie), the chosen
 tokens' log-probabilities within 0.1 nats before any parting, and `cache.entry_bytes` and `cache.type` equal. Then
-SnapKV at 50 % on q4_0 with 4 tokens: the same first token and the same kept counts per layer and KV head.
+SnapKV at 50 % on q4_0 and on kivi4 (an eviction re-packs key groups), and KVMerger at 50 % on kivi4 (merges
+quantize key groups again), 4 tokens each: the same first token and the same kept counts per layer and KV head
+(not the bytes: which entries a policy evicts may differ at near ties, and a KIVI group's bytes depend on it).
 The CUDA side of this test was written and compiled without a GPU and has not run yet (docs/gpu.md).
 """
 import argparse
@@ -24,7 +27,9 @@ from checks import FAILURES, check, passed  # noqa: E402
 PROMPT = ("The history of the printing press begins with movable type in East Asia and continues with Gutenberg's "
           "press in Mainz around 1450, which made books cheap enough for ordinary readers. Summarise this in one "
           "sentence.")
-TYPES = [["--cache-type", "q4_0"], ["--cache-type", "q8_0"], ["--cache-type-k", "q8_0", "--cache-type-v", "q4_0"]]
+TYPES = [["--cache-type", "q4_0"], ["--cache-type", "q8_0"], ["--cache-type-k", "q8_0", "--cache-type-v", "q4_0"],
+         ["--cache-type", "kivi2:group=32,residual=32"]]
+KIVI4 = ["--cache-type", "kivi4:group=32,residual=16"]
 
 
 def generate(binary, device, extra, tokens, policy="full", budget=None):
@@ -79,10 +84,13 @@ def main():
         return 77
     for extra in TYPES:
         compare(args.kvscope, devices, extra)
-    a, b = (generate(args.kvscope, d, ["--cache-type", "q4_0"], 4, "snapkv", "50%") for d in devices)
-    if a is not None and b is not None:
-        check(a["generated_tokens"][:1] == b["generated_tokens"][:1], "snapkv 50% q4_0: the same first token")
-        check(a["cache"]["kept"] == b["cache"]["kept"], "snapkv 50% q4_0: kept counts per layer and KV head equal")
+    for policy, extra in [("snapkv", ["--cache-type", "q4_0"]), ("snapkv", KIVI4), ("kvmerger", KIVI4)]:
+        name = f"{policy} 50% {extra[1]}"
+        a, b = (generate(args.kvscope, d, extra, 4, policy, "50%") for d in devices)
+        if a is None or b is None:
+            continue
+        check(a["generated_tokens"][:1] == b["generated_tokens"][:1], f"{name}: the same first token")
+        check(a["cache"]["kept"] == b["cache"]["kept"], f"{name}: kept counts per layer and KV head equal")
     print(f"{passed()} checks passed, {len(FAILURES)} failed")
     return 1 if FAILURES else 0
 

@@ -1,8 +1,8 @@
 #!/bin/bash
 # Runs the GPU checks on a machine with an NVIDIA GPU from a bundle of tests/gpu/make_gpu_bundle.sh, writing logs to
 # $OUT (or ./gpu-out). Stages, so that a bundle can arrive in two transfers:
-#   kernels  unpack the bundle, list the device, run test_gpu_kernels and CUDA generates (f32, f16, bf16 caches) on
-#            a tiny fixture model
+#   kernels  unpack the bundle, list the device, run test_gpu_kernels (and its KIVI cases, "[kivi]", apart: never
+#            run before) and CUDA generates (f32, f16, bf16 caches) on a tiny fixture model
 #   model    join the model's parts (this transfer's .gpu/model.xz.part-b and the part-a kept from the first), then
 #            tests/gpu/cuda_vs_cpu_model.py, tests/gpu/cuda_vs_cpu_policies.py, tests/gpu/cuda_vs_cpu_cache_types.py
 #            and bench/gpu_bench.py
@@ -40,6 +40,9 @@ if [ "$stage" = kernels ] || [ "$stage" = all ]; then
   "$KVSCOPE_BINARY" info --devices --json > "$out/info.json" 2>&1; tail -c 600 "$out/info.json"; echo
   timeout 300 "$keep/bin/test_gpu_kernels" --durations yes > "$out/test_gpu_kernels.log" 2>&1
   echo "test_gpu_kernels exit $?"; grep -E "FAILED|passed|failed|SKIPPED|assertions" "$out/test_gpu_kernels.log" | tail -40
+  # The KIVI cache on the device (kivi_cache_gpu.cpp) against its host references: its own log and exit status.
+  timeout 120 "$keep/bin/test_gpu_kernels" "[kivi]" --durations yes > "$out/test_gpu_kivi.log" 2>&1
+  echo "test_gpu_kernels [kivi] exit $?"; grep -E "FAILED|passed|failed|assertions" "$out/test_gpu_kivi.log" | tail -20
   tiny=$root/tests/fixtures/hf_synthetic/llama3.gguf
   # The fixture's head_dim (14) takes f32, f16 and bf16 only; the block formats run in the model stage.
   for cache in f32 f16 bf16; do

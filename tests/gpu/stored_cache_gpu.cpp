@@ -312,10 +312,3 @@ TEST_CASE("CudaKVStorage's edit of stored rows equals edit_stored_reference; mer
     }
   }
 }
-
-TEST_CASE("the CUDA backend refuses KIVI and a block format that does not divide head_dim, naming why") {
-  auto gpu = make_cuda_backend({});
-  REQUIRE_THROWS_WITH(gpu->make_kv_storage(1, 2, 64, CacheType::KIVI2),
-                      Catch::Contains("kivi2 is not implemented on the CUDA backend"));
-  REQUIRE_THROWS_WITH(gpu->make_kv_storage(1, 2, 48, CacheType::Q4_0), Catch::Contains("not a multiple of 32"));
-}

@@ -49,6 +49,11 @@ def main():
     lines = [line for line in q4.stderr.splitlines() if warning in line]
     check(len(lines) == 1 and lines[0].startswith("kvscope: warning: --device cuda with cache type q4_0:"),
           f"--device cuda --cache-type q4_0 prints one warning line (stderr: {q4.stderr.strip()[-400:]})")
+    kivi = subprocess.run([binary, *GENERATE, "--device", "cuda", "--cache-type", "kivi2"], capture_output=True,
+                          text=True)
+    lines = [line for line in kivi.stderr.splitlines() if warning in line]
+    check(len(lines) == 1 and lines[0].startswith("kvscope: warning: --device cuda with cache type kivi2:"),
+          f"--device cuda --cache-type kivi2 prints one warning line (stderr: {kivi.stderr.strip()[-400:]})")
     check(warning not in gpu.stderr, "--device cuda at f32 prints no such warning")
     q4_cpu = subprocess.run([binary, *GENERATE, "--device", "cpu", "--cache-type", "q4_0"], capture_output=True,
                             text=True)
