@@ -158,11 +158,28 @@ LAYER_RATIOS = [0.1, 0.25, 0.5, 0.75, 0.9, 0.3] * 5
 PER_LAYER = {"per_layer_knorm": "knorm", "per_layer_snapkv": "snapkv"}
 
 # kvpress's ComposedPress([first(R1), then(R2)]) as kvscope's `compose:first=...,then=...,then_ratio=R2` at
-# --compression-ratio R1: name -> (first, then, R2, the R1s), presses of BUILTINS or PRESSES. The second press
-# scores the first's kept keys; kvscope's second scores every entry and ranks the kept ones, the same for a press
-# whose score of an entry does not depend on the others (KnormPress). SnapKV's window (64) is above the first
-# stage's budget at R1 = 0.75 (all max + 1, exact ties): left out, as for criticalkv_snapkv.
-COMPOSED = {"composed_snapkv_knorm": ("snapkv", "knorm", 0.5, [0.25, 0.5])}
+# --compression-ratio R1: name -> (first, then, R2, the R1s[, the second press's kwargs]), presses of BUILTINS or
+# PRESSES. The second press scores the first's kept keys, in the order the first's scores.topk returned them; an
+# attention-based second press (SnapKVPress) recomputes its window attention over them (run with sdpa: with eager
+# attention kvpress would hand it the layer's attention weights over every key, whose shape does not fit). kvscope's
+# second scores that view (core/policy/compose_subset.h); one that does not read attention (KnormPress) scores every
+# entry and ranks the kept ones, the same for a score of each entry alone. SnapKV's window (64) is above the first
+# stage's budget at R1 = 0.75 (all max + 1, exact ties): left out, as for criticalkv_snapkv; a second SnapKV's window
+# must stay below what it keeps (n_kept above the window: the padded window would otherwise tie), hence window 16 where
+# it keeps 38-60 entries.
+COMPOSED = {
+    "composed_snapkv_knorm": ("snapkv", "knorm", 0.5, [0.25, 0.5]),
+    "composed_knorm_snapkv": ("knorm", "snapkv", 0.25, [0.25], {}),
+    "composed_knorm_snapkv16": ("knorm", "snapkv", 0.5, [0.5], {"window_size": 16}),
+    "composed_snapkv_snapkv16": ("snapkv", "snapkv", 0.5, [0.25], {"window_size": 16}),
+}
+ATTENTION_PRESSES = {"SnapKVPress"}  # second presses that recompute attention: the golden runs them with sdpa
+# Such a press scores the first's keys in their topk order (SnapKV pools neighbours in it, its window is the last
+# handed on): two of the first's kept scores within ORDER_NEAR_REL (relative) of each other are float noise apart (on
+# these prompts, layer 0's repeated tokens, whose keys differ only by RoPE: KnormPress's norms tie), so the two engines
+# may hand them on in either order, and the head is listed in stage_ties ("first press order"). SnapKV's padded window
+# ties exactly in both, in torch's order, which kvscope replays.
+ORDER_NEAR_REL = 1e-6
 
 
 # kvpress's BlockPress(press, block_size): one exact forward pass, then each layer's entries scored in blocks (the first
@@ -640,19 +657,26 @@ def press_of(name):
 
 
 @torch.no_grad()
-def run_composed_case(model, ids, first_cls, then_cls, r1, r2):
-    """ComposedPress([first(r1), then(r2)]) on one prefill: kept positions per (layer, KV head), the second
-    stage's near-tie band (positions), and the heads whose first stage ends in a near tie (stage_ties)."""
+def run_composed_case(model, ids, first_cls, then_cls, r1, r2, then_kwargs=None):
+    """ComposedPress([first(r1), then(r2, **then_kwargs)]) on one prefill: kept positions per (layer, KV head), the
+    second stage's near-tie band (positions), and the heads whose first stage ends in a near tie (stage_ties)."""
     import kvpress
     from kvpress.utils import compute_n_kept
     from transformers import DynamicCache
 
     first = getattr(kvpress, first_cls)(compression_ratio=r1)
-    then = getattr(kvpress, then_cls)(compression_ratio=r2)
+    then = getattr(kvpress, then_cls)(compression_ratio=r2, **(then_kwargs or {}))
     o1, o2 = PressObserver(first), PressObserver(then)
     cache = DynamicCache()
-    with kvpress.ComposedPress([first, then])(model):
-        model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+    attention = then_cls in ATTENTION_PRESSES
+    if attention:  # the second press then computes its window attention from the keys it is given
+        model.set_attn_implementation("sdpa")
+    try:
+        with kvpress.ComposedPress([first, then])(model):
+            model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+    finally:
+        if attention:
+            model.set_attn_implementation("eager")
     q_len = len(ids)
     n1 = compute_n_kept(q_len, r1)
     n2 = compute_n_kept(n1, r2)
@@ -667,11 +691,19 @@ def run_composed_case(model, ids, first_cls, then_cls, r1, r2):
             assert torch.equal(b["keys_in"][0, h], a["keys_out"][0, h])
             pos = [pos1[i] for i in match_rows(b["keys_out"][0, h], b["keys_in"][0, h])]
             layer_kept.append(sorted(pos))
+            if then_cls in ATTENTION_PRESSES:
+                first_scores = a["scores"][0, h].double()
+                v = torch.sort(first_scores, descending=True).values[:n1]
+                close = (v[:-1] - v[1:]).abs() <= ORDER_NEAR_REL * v[:-1].abs()
+                close &= v[:-1] != first_scores.max()  # the padded window: exact ties in both engines
+                if bool(close.any()):
+                    stage_ties.append([layer, h, "first press order"])
             for stage, scores, k, where in (("first", a["scores"][0, h].double(), n1, None),
                                             ("then", b["scores"][0, h].double(), n2, pos1)):
                 srt = torch.sort(scores, descending=True).values
                 mid = float(srt[k - 1] + srt[k]) / 2
-                body = scores[scores != scores.max()] if first_cls in PADDED and stage == "first" else scores
+                padded = first_cls in PADDED if stage == "first" else then_cls in PADDED
+                body = scores[scores != scores.max()] if padded else scores
                 tol = NEAR_REL * max(abs(mid), float(body.std()))
                 band = torch.nonzero((scores - mid).abs() <= tol).flatten().tolist()
                 kept_idx = set(scores.topk(k).indices.tolist())
@@ -688,32 +720,40 @@ def run_composed_case(model, ids, first_cls, then_cls, r1, r2):
 
 
 def write_composed_golden(name, model, prompts, args, model_sha, n_tok_checked, t0):
-    first, then, r2, r1s = COMPOSED[name]
+    first, then, r2, r1s, *rest = COMPOSED[name]
+    then_kwargs = rest[0] if rest else {}
     (first_cls, first_policy, first_fixed), (then_cls, then_policy, then_fixed) = press_of(first), press_of(then)
+    if then_kwargs:  # mapped as the built-in's own variants are (BUILTINS)
+        then_fixed = {**then_fixed, **{BUILTINS[then][3][k]: v for k, v in then_kwargs.items()}}
     params = {"first": first_policy, "then": then_policy, "then_ratio": r2,
               **{f"first.{k}": v for k, v in first_fixed.items()}, **{f"then.{k}": v for k, v in then_fixed.items()}}
+    then_text = "".join(f", {k}={v}" for k, v in then_kwargs.items())
     cases = []
     for pi, p in enumerate(prompts):
         for r1 in r1s:
-            c = run_composed_case(model, p["ids"], first_cls, then_cls, r1, r2)
-            c = {"prompt": pi, "press_kwargs": {"presses": f"{first_cls}({r1}), {then_cls}({r2})"},
+            c = run_composed_case(model, p["ids"], first_cls, then_cls, r1, r2, then_kwargs)
+            c = {"prompt": pi, "press_kwargs": {"presses": f"{first_cls}({r1}), {then_cls}({r2}{then_text})"},
                  "policy_params": params, **c}
             print(f"{name} {p['prompt_file']} r1={r1} r2={r2}: n_kept {c['n_kept']}, {len(c['near_boundary'])} "
                   f"heads with bands, {len(c['stage_ties'])} first-stage ties", file=sys.stderr)
             cases.append(c)
     write_golden(name, t0, {
         "press": f"kvpress.ComposedPress([kvpress.{first_cls}(compression_ratio=r1), "
-                 f"kvpress.{then_cls}(compression_ratio={r2})])",
+                 f"kvpress.{then_cls}(compression_ratio={r2}{then_text})])",
         "policy": "compose",
         "model": model_record(args, model_sha, model.config),
         "reference": reference_record(
             args, n_tok_checked,
             load="AutoModelForCausalLM.from_pretrained(dir, gguf_file=file, dtype=torch.float32, "
-                 "attn_implementation='eager'), CPU"),
+                 "attn_implementation='eager'), CPU" + (
+                     "; model.set_attn_implementation('sdpa') for the forward (the second press recomputes its "
+                     "attention over the first's keys, in their topk order)" if then_cls in ATTENTION_PRESSES else "")),
         "conventions": "As tools/make_kvpress_goldens.py's other goldens. compression_ratio is the first press's "
                        "(kvscope's --compression-ratio); n_kept = compute_n_kept(compute_n_kept(n, r1), r2). "
                        "near_boundary: the second press's band, as original positions; stage_ties: heads whose "
-                       "first press ends in a near tie. A policy_params value python:PATH is relative to the "
+                       "first press ends in a near tie, and (a second press that reads attention, which scores "
+                       "the first's keys in their topk order) whose first press's kept scores hold two within "
+                       "ORDER_NEAR_REL of each other. A policy_params value python:PATH is relative to the "
                        "repository.",
     }, prompts, cases)
 

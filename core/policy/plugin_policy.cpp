@@ -33,7 +33,8 @@ std::vector<std::string> needs_names(uint32_t needs) {
   static const std::pair<uint32_t, const char*> flags[] = {
       {KVSCOPE_NEEDS_COLUMN_SUMS, "column_sums"}, {KVSCOPE_NEEDS_WINDOW_SUMS, "window_sums"},
       {KVSCOPE_NEEDS_WINDOW_ROWS, "window_rows"}, {KVSCOPE_NEEDS_LAST_ROW, "last_row"},
-      {KVSCOPE_NEEDS_LOG_SUM_EXP, "log_sum_exp"}, {KVSCOPE_NEEDS_QUERIES, "queries"}};
+      {KVSCOPE_NEEDS_LOG_SUM_EXP, "log_sum_exp"}, {KVSCOPE_NEEDS_QUERIES, "queries"},
+      {KVSCOPE_NEEDS_HIDDEN_STATES, "hidden_states"}};
   std::vector<std::string> out;
   for (const auto& [flag, name] : flags)
     if (needs & flag) out.push_back(name);
@@ -97,6 +98,11 @@ class PluginPolicy final : public UserScorer {
     o.log_sum_exp = table(obs.log_sum_exp, tables_[4]);
     o.queries = obs.queries.empty() ? nullptr : obs.queries.data();
     o.params = values_.data();
+    // ABI 2's fields: a version-1 plugin's struct ends before them and never reads them.
+    if (!obs.hidden_states.empty() && obs.n_queries() > 0) {
+      o.hidden_dim = static_cast<int32_t>(obs.hidden_states.size() / obs.n_queries());
+      o.hidden_states = obs.hidden_states.data();
+    }
     std::vector<float> scores(n, 0.0f);
     char error[1024] = {0};
     const std::string where = what() + " score() for layer " + std::to_string(obs.layer) + " KV head " + std::to_string(kv_head);
@@ -147,10 +153,17 @@ PolicyInfo load_plugin_policy(const std::filesystem::path& file) {
   }
   const kvscope_policy_plugin* p = library->plugin;
   if (!p) throw UsageError(where + ": " KVSCOPE_POLICY_PLUGIN_ENTRY_NAME "() returned NULL");
-  if (p->abi_version != KVSCOPE_POLICY_ABI_VERSION)
+  if (p->abi_version < KVSCOPE_POLICY_ABI_VERSION_MIN || p->abi_version > KVSCOPE_POLICY_ABI_VERSION)
     throw UsageError(where + " was built for policy ABI version " + std::to_string(p->abi_version) +
-                     "; this kvscope speaks version " + std::to_string(KVSCOPE_POLICY_ABI_VERSION) + " (rebuild it against "
-                     "include/kvscope/policy_plugin.h)");
+                     "; this kvscope speaks versions " + std::to_string(KVSCOPE_POLICY_ABI_VERSION_MIN) + " to " +
+                     std::to_string(KVSCOPE_POLICY_ABI_VERSION) + " (rebuild it against include/kvscope/policy_plugin.h)");
+  // A version-1 description ends at `sinks`: what version 2 added is read only from a plugin that states it.
+  const bool abi2 = p->abi_version >= 2;
+  const uint32_t needs = abi2 ? p->needs : p->needs & ~static_cast<uint32_t>(KVSCOPE_NEEDS_HIDDEN_STATES);
+  const int32_t block_scoring = abi2 ? p->block_scoring : 0;
+  if (block_scoring < 0)
+    throw UsageError(where + ": its description's block_scoring is " + std::to_string(block_scoring) +
+                     "; expected 0 (every entry scored at once) or a block size above 0");
   if (!p->score) throw UsageError(where + " has no score function");
   if (p->n_params < 0 || (p->n_params > 0 && !p->params)) throw UsageError(where + " declares parameters without a table");
 
@@ -159,6 +172,7 @@ PolicyInfo load_plugin_policy(const std::filesystem::path& file) {
   std::map<std::string, int> framework_defaults;
   Protocol protocol{
       .block = p->block, .decode_evict = p->decode_evict != 0, .trim_before_output = p->trim_before_output != 0};
+  protocol.block_scoring = block_scoring;
   for (int i = 0; i < p->n_params; ++i) {
     const kvscope_param_spec& s = p->params[i];
     if (!s.name || !*s.name) throw UsageError(where + ": parameter " + std::to_string(i) + " has no name");
@@ -207,7 +221,7 @@ PolicyInfo load_plugin_policy(const std::filesystem::path& file) {
   for (auto& s : scorer_framework_params(framework_defaults)) own.push_back(std::move(s));
   if (const std::string problem = protocol_problem(protocol); !problem.empty())
     throw UsageError(where + ": its protocol defaults: " + problem);
-  const ObservationRequest request = request_for_needs(needs_names(p->needs), file);
+  const ObservationRequest request = request_for_needs(needs_names(needs), file);
 
   PolicyInfo info;
   info.name = "plugin:" + std::string(p->name && *p->name ? p->name : file.stem().string());

@@ -10,6 +10,7 @@
 #include "core/policy/allocation_catalog.h"
 #include "core/policy/allocation_report.h"
 #include "core/policy/block_scoring.h"
+#include "core/policy/compose_subset.h"
 #include "core/policy/selection.h"
 #include "kernels/common/dequantize.h"
 
@@ -157,6 +158,7 @@ void ScoredPolicy::chain(std::unique_ptr<ScoredPolicy> then, double then_ratio) 
   if (protocol_.block_scoring > 0) throw UsageError("compose: policy '" + name_ + "' scores in blocks (block_scoring)");
   then_ = std::move(then);
   then_ratio_ = then_ratio;
+  then_reads_attention_ = then_ && then_->scorer_reads_attention();
 }
 
 std::unique_ptr<LayerAllocation> ScoredPolicy::make_layer_allocation() const {
@@ -169,7 +171,17 @@ ObservationRequest ScoredPolicy::request(int layer, Phase phase) const {
   const bool scores = phase == Phase::Prefill ? protocol_.prefill_evict : protocol_.decode_evict;
   ObservationRequest r = scores ? scorer_request(phase) : ObservationRequest{};
   if (phase == Phase::Prefill && allocation_) r.merge(allocation_->request(layer));
-  if (then_ && scores) r.merge(then_->scorer_request(phase));
+  if (then_ && scores) {
+    ObservationRequest t = then_->scorer_request(phase);
+    if (then_reads_attention_) {
+      // Its attention is recomputed over the first's entries from the queries (compose_subset.h): the engine's own
+      // reductions, over every entry, are not asked for (nor would the first's window widen to the second's).
+      t.window = 0;
+      t.column_sums = t.window_sums = t.window_rows = t.last_row = t.log_sum_exp = t.rows = false;
+      t.queries = true;
+    }
+    r.merge(t);
+  }
   return r;
 }
 
@@ -208,6 +220,7 @@ void ScoredPolicy::begin(const RunInfo& info) {
   if (then_) {
     then_->begin(info);
     then_pending_.assign(layers, std::vector<std::vector<float>>(heads));
+    then_obs_.assign(layers, std::nullopt);
   }
 }
 
@@ -245,7 +258,7 @@ cache::CacheEdit ScoredPolicy::after_layer(const AttentionObservation& obs, cach
                   std::to_string(obs.layer) + " kv head " + std::to_string(h) + ", which holds " +
                   std::to_string(cache.size(obs.layer, h)));
     pending_[obs.layer][h] = std::move(s);
-    if (!then_) continue;
+    if (!then_ || then_reads_attention_) continue;
     std::vector<float> t = then_->score(seen, h, cache);
     if (!t.empty() && static_cast<int>(t.size()) != cache.size(obs.layer, h))
       throw Error("policy '" + then_->name_ + "' (compose's second) scored " + std::to_string(t.size()) +
@@ -253,6 +266,7 @@ cache::CacheEdit ScoredPolicy::after_layer(const AttentionObservation& obs, cach
                   std::to_string(cache.size(obs.layer, h)));
     then_pending_[obs.layer][h] = std::move(t);
   }
+  if (then_reads_attention_) then_obs_[obs.layer] = seen;  // scored on the first's entries once they are chosen
   // Otherwise evicting waits for after_step: no later layer of this step reads this layer's cache, so the
   // result is the same, and adaptive allocations need every layer's observation first.
   cache::CacheEdit edit;
@@ -344,9 +358,14 @@ void ScoredPolicy::evict_layer_chunk_scored(int layer, cache::KVCache& cache, ca
 }
 
 void ScoredPolicy::evict_layer_topk(int layer, cache::KVCache& cache, cache::CacheEdit& edit) {
-  const int heads = cache.n_kv_heads();
+  const int heads = cache.n_kv_heads(), budget = budgets_[layer];
+  // Each head's kept entries, its scores and ranking; a composed second policy then picks among them (then_keep*).
+  std::vector<std::vector<int32_t>> keep(heads);
+  std::vector<std::vector<float>> scores(heads);
+  std::vector<std::vector<double>> ranking(heads);
+  std::vector<bool> evicts(heads, false);
   for (int h = 0; h < heads; ++h) {
-    const int n = cache.size(layer, h), budget = budgets_[layer];
+    const int n = cache.size(layer, h);
     // The promise is independent of the selection below: whatever is kept, it is this many.
     expected_[static_cast<std::size_t>(layer) * heads + h] = std::min(budget, n);
     if (n <= budget && !then_) continue;
@@ -357,16 +376,20 @@ void ScoredPolicy::evict_layer_topk(int layer, cache::KVCache& cache, cache::Cac
       complete_edit(edit.heads.back(), cache);
       continue;
     }
-    std::vector<float> scores = std::move(pending_[layer][h]);
-    const std::vector<double> ranking = scores.empty() ? std::vector<double>(n, 0.0) : rank_scores(layer, h, scores);
-    std::vector<int32_t> keep =
-        keep_top_scores(std::span<const double>(ranking), budget, sinks(budget), recent(budget));
+    scores[h] = std::move(pending_[layer][h]);
+    ranking[h] = scores[h].empty() ? std::vector<double>(n, 0.0) : rank_scores(layer, h, scores[h]);
+    keep[h] = keep_top_scores(std::span<const double>(ranking[h]), budget, sinks(budget), recent(budget));
+    evicts[h] = true;
+  }
+  if (then_ && then_reads_attention_ && then_obs_[layer]) then_keep_subset(layer, budget, cache, keep, ranking);
+  for (int h = 0; h < heads; ++h) {
+    if (!evicts[h]) continue;
     if (then_) {
-      keep = then_keep(layer, h, keep);
-      expected_[static_cast<std::size_t>(layer) * heads + h] = static_cast<int>(keep.size());
-      if (static_cast<int>(keep.size()) >= n) continue;
+      if (!then_reads_attention_) keep[h] = then_keep(layer, h, keep[h]);
+      expected_[static_cast<std::size_t>(layer) * heads + h] = static_cast<int>(keep[h].size());
+      if (static_cast<int>(keep[h].size()) >= cache.size(layer, h)) continue;
     }
-    edit.heads.push_back(keep_edit(layer, h, std::move(keep), std::move(scores)));
+    edit.heads.push_back(keep_edit(layer, h, std::move(keep[h]), std::move(scores[h])));
     complete_edit(edit.heads.back(), cache);
   }
 }
@@ -537,6 +560,43 @@ std::vector<int32_t> ScoredPolicy::then_keep(int layer, int kv_head, const std::
   return out;
 }
 
+void ScoredPolicy::then_keep_subset(int layer, int budget, cache::KVCache& cache,
+                                    std::vector<std::vector<int32_t>>& kept,
+                                    const std::vector<std::vector<double>>& ranking) {
+  const AttentionObservation obs = std::move(*then_obs_[layer]);
+  then_obs_[layer].reset();
+  // kvpress ScorerPress.compress on the first press's k entries: a ratio of 0 keeps them all, else compute_n_kept
+  if (then_ratio_ == 0.0) return;
+  const int heads = static_cast<int>(kept.size());
+  // The first's entries as kvpress hands them on: its protected ones first (padded), then by its scores.
+  const int n_sinks = std::clamp(sinks(budget), 0, budget);
+  const int n_recent = std::clamp(recent(budget), 0, budget - n_sinks);
+  std::vector<std::vector<int32_t>> order(heads);
+  for (int h = 0; h < heads; ++h)
+    order[h] = kvpress_handoff_order(ranking[h], kept[h], n_sinks, n_recent);
+  const AttentionObservation sub = subset_attention_observation(obs, cache, order, then_->scorer_request(obs.phase));
+  for (int h = 0; h < heads; ++h) {
+    const int k = static_cast<int>(order[h].size());
+    if (k == 0) continue;
+    cache::KVCache scratch = head_subset_cache(cache, layer, h, order[h]);
+    // A scorer may score every head at its head 0 (a Python file does): the call for h then reads this view's.
+    if (h != 0) then_->score(sub, 0, scratch);
+    const std::vector<float> s = then_->score(sub, h, scratch);
+    if (!s.empty() && static_cast<int>(s.size()) != k)
+      throw Error("policy '" + then_->name_ + "' (compose's second) scored " + std::to_string(s.size()) +
+                  " entries of layer " + std::to_string(layer) + " kv head " + std::to_string(h) +
+                  ", given the first's " + std::to_string(k));
+    const std::vector<double> among = s.empty() ? std::vector<double>(k, 0.0) : then_->rank_scores(layer, h, s);
+    const int n_kept = std::clamp(static_cast<int>(k * (1.0 - then_ratio_)), 1, k);
+    std::vector<int32_t> out;
+    for (int32_t i : keep_top_scores(std::span<const double>(among), n_kept, then_->sinks(n_kept),
+                                     then_->recent(n_kept)))
+      out.push_back(order[h][i]);
+    std::sort(out.begin(), out.end());
+    kept[h] = std::move(out);
+  }
+}
+
 double ScoredPolicy::kept_share(int layer, int budget, int n) const {
   if (const double r = allocation_->layer_compression_ratio(layer); r >= 0.0) return 1.0 - r;
   return run_.compression_ratio >= 0.0 && budget == run_.budget ? 1.0 - run_.compression_ratio
@@ -621,6 +681,7 @@ cache::CacheEdit ScoredPolicy::after_step(const StepInfo& step, cache::KVCache& 
   }
   expected_seq_len_ = step.seq_len;
   for (auto& o : block_obs_) o.reset();
+  for (auto& o : then_obs_) o.reset();
   for (auto& layer : pending_)
     for (auto& s : layer) s.clear();
   return edit;

@@ -56,9 +56,11 @@ class ScoredPolicy : public Policy {
   std::vector<int> layer_budgets() const final { return budgets_; }
 
   // kvpress's ComposedPress of two presses: after this policy keeps its budget of a (layer, KV head)'s k entries,
-  // `then` keeps max(1, int(k (1 - then_ratio))) of those by its own scores (computed on the same observation,
-  // of every entry, and ranked among the kept ones), protecting its own sinks and recent entries among them.
-  // Both policies select per head (selection=topk); compose_policy.h builds the pair from a `compose:` spec.
+  // `then` keeps max(1, int(k (1 - then_ratio))) of those by its own scores, protecting its own sinks and recent
+  // entries among them. A `then` that reads attention scores only those k entries, in the order kvpress hands them
+  // on, with attention recomputed over them (compose_subset.h); any other scores every entry of the same
+  // observation, ranked among the kept ones (the same for a score of each entry alone). Both policies select per
+  // head (selection=topk); compose_policy.h builds the pair from a `compose:` spec.
   void chain(std::unique_ptr<ScoredPolicy> then, double then_ratio);
 
  protected:
@@ -123,6 +125,10 @@ class ScoredPolicy : public Policy {
   bool output_aware() const { return selection_ == Selection::CriticalKV || selection_ == Selection::CriticalAdaKV; }
   // chain(): the second policy's pick among the entries `kept` (ascending) of (layer, kv_head).
   std::vector<int32_t> then_keep(int layer, int kv_head, const std::vector<int32_t>& kept);
+  // chain() with a second policy that reads attention: every head's pick among its `kept` entries (ascending, replaced
+  // by the pick), scored on the layer's observation restricted to them (compose_subset.h); `ranking` the first's.
+  void then_keep_subset(int layer, int budget, cache::KVCache& cache, std::vector<std::vector<int32_t>>& kept,
+                        const std::vector<std::vector<double>>& ranking);
   // kvpress's 1 - R for this layer: the allocation's ratio of the layer when it states one (per_layer), the run's
   // when the budget was a compression ratio and the layer has the run's budget, else the layer's kept share
   // budget / n.
@@ -143,6 +149,8 @@ class ScoredPolicy : public Policy {
   std::vector<std::vector<float>> output_projection_;        // [layer]: W_o dequantized, (dim, n_heads x head_dim)
   std::unique_ptr<ScoredPolicy> then_;                         // chain()
   double then_ratio_ = 0.0;                                    // chain()
+  bool then_reads_attention_ = false;                          // chain(): then_ scores compose_subset.h's view
+  std::vector<std::optional<AttentionObservation>> then_obs_;  // [layers]: the observation it is scored on
   std::vector<std::vector<std::vector<float>>> then_pending_;  // [layers][kv_heads][entries]: then_'s scores
   RunInfo run_;
   std::vector<int> budgets_;  // [layers]

@@ -2,7 +2,10 @@
  * `--policy plugin:PATH.so[,name=value...]`. The only public header of kvscope: plain C, no kvscope types.
  *
  * The library exports one function, KVSCOPE_POLICY_PLUGIN_ENTRY, returning a description whose first field is
- * the ABI version it was built against; kvscope refuses another version, naming both. kvscope runs the
+ * the ABI version it was built against. kvscope loads every version from KVSCOPE_POLICY_ABI_VERSION_MIN to its own
+ * (a plugin built for version 1 runs as it did: kvscope reads its description only up to version 1's fields) and
+ * refuses any other, naming both. Version 2 added what is marked "ABI 2": the hidden-states need and observation
+ * fields, and the description's block_scoring. kvscope runs the
  * scorer as it runs its built-in scorers: it spreads the budget over layers, protects `sinks` and the last
  * max(`recent`, `window`) entries, and keeps the highest scores of each (layer, KV head); the protocol
  * switches block, decode_evict, trim and decode_interval and the allocation parameters apply as for H2O.
@@ -20,7 +23,8 @@
 extern "C" {
 #endif
 
-#define KVSCOPE_POLICY_ABI_VERSION 1u
+#define KVSCOPE_POLICY_ABI_VERSION 2u
+#define KVSCOPE_POLICY_ABI_VERSION_MIN 1u /* the oldest version kvscope still loads */
 #define KVSCOPE_POLICY_PLUGIN_ENTRY kvscope_get_policy_plugin
 #define KVSCOPE_POLICY_PLUGIN_ENTRY_NAME "kvscope_get_policy_plugin"
 
@@ -31,7 +35,8 @@ enum kvscope_needs {
   KVSCOPE_NEEDS_WINDOW_ROWS = 1u << 2, /* the window's probability rows */
   KVSCOPE_NEEDS_LAST_ROW = 1u << 3,    /* the last query's probability row */
   KVSCOPE_NEEDS_LOG_SUM_EXP = 1u << 4, /* per query, log sum exp of its scaled scores */
-  KVSCOPE_NEEDS_QUERIES = 1u << 5      /* the step's queries after RoPE */
+  KVSCOPE_NEEDS_QUERIES = 1u << 5,     /* the step's queries after RoPE */
+  KVSCOPE_NEEDS_HIDDEN_STATES = 1u << 6 /* ABI 2: the layer's attention input after its norm (hidden_states) */
 };
 
 enum kvscope_param_kind { KVSCOPE_PARAM_INT = 0, KVSCOPE_PARAM_FLOAT = 1, KVSCOPE_PARAM_BOOL = 2 };
@@ -72,6 +77,12 @@ typedef struct kvscope_observation {
   const float* const* log_sum_exp;  /* [group] -> [n_queries] */
   const float* queries;             /* [n_queries][n_heads][head_dim] */
   const double* params;             /* every declared parameter's value, in declaration order */
+  /* ABI 2 (after the version-1 fields, so a version-1 plugin never sees them). With KVSCOPE_NEEDS_HIDDEN_STATES:
+   * the layer's attention input after its norm, one row per query (at a decode eviction under decode_interval, the
+   * buffered steps' rows; under block_scoring, BlockPress's gather: row j holds each KV head's hidden_dim /
+   * n_kv_heads slice of the row of that head's j-th entry, as a Python file's obs.hidden_states). NULL otherwise. */
+  int32_t hidden_dim;
+  const float* hidden_states; /* [n_queries][hidden_dim] */
 } kvscope_observation;
 
 typedef struct kvscope_policy_plugin {
@@ -91,6 +102,9 @@ typedef struct kvscope_policy_plugin {
    * head) of `budget` entries keeps whatever their score, from the parameters' values. */
   int32_t (*recent)(int32_t budget, const double* params);
   int32_t (*sinks)(int32_t budget, const double* params);
+  /* ABI 2 (read only from a plugin whose abi_version is 2 or more): the protocol's block_scoring default, kvpress
+   * BlockPress's block size (0: every entry scored at once; a Python file's protocol {"block_scoring": m}). */
+  int32_t block_scoring;
 } kvscope_policy_plugin;
 
 /* The one exported symbol. */

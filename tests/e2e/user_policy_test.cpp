@@ -270,6 +270,42 @@ TEST_CASE("a Python file states block_scoring in its protocol as the spec would"
              Catch::Matchers::Contains("['block_scoring'] = -2"));
 }
 
+// Plugin ABI 2: a plugin declares block_scoring in its description and reads the layer's hidden states, the rows a
+// Python file's obs.hidden_states holds (BlockPress's gathered subset rows, the buffered decode steps' rows); a plugin
+// built for ABI 1 still loads and keeps what it kept.
+TEST_CASE("a plugin declares block_scoring and reads hidden states as a Python file does; an ABI 1 plugin runs as "
+          "before", "[e2e][user_policy]") {
+  const model::Model* model = test::default_model();
+  auto prompt = test::sample_prompt_tokens(*model, "heat_pump.txt");
+  prompt.resize(std::min<std::size_t>(prompt.size(), 56));  // 34 entries past a 40% budget: three blocks of 16
+  // tests/support/plugins/hidden_states_plugin.c's score: keys against the mean of each head's slice of the rows
+  const std::string twin = "python:" + write_policy("hidden_states_twin", R"PY(
+import numpy as np
+needs = ["hidden_states"]
+protocol = {"block_scoring": 16}
+def score(obs):
+    k = obs.keys.astype(np.float64)
+    n_kv, _, d = k.shape
+    h = obs.hidden_states.astype(np.float64)
+    s = h.shape[1] // n_kv
+    mean = np.stack([h[:, i * s:i * s + d].mean(axis=0) for i in range(n_kv)])
+    return np.einsum("hnd,hd->hn", k, mean).astype(np.float32)
+)PY");
+  const std::string hidden = "plugin:" + plugin("hidden_states_plugin");
+  const Outcome blocked = run(*model, prompt, hidden, "40%", 2);
+  require_same_kept_sets(blocked, run(*model, prompt, twin, "40%", 2));
+  // One pass (block_scoring=0), then a decode eviction every second step, which sees both buffered steps' rows.
+  const std::string interval = ",block_scoring=0,decode_evict=true,decode_interval=2";
+  const Outcome decoded = run(*model, prompt, hidden + interval, "40%", 3);
+  require_same_kept_sets(decoded, run(*model, prompt, twin + interval, "40%", 3));
+  // The mean is over the subset's rows: one pass keeps other entries, so the declared block_scoring took effect.
+  CHECK(blocked.kept.steps.front() != decoded.kept.steps.front());
+  // Built against the version-1 header, with values past its description that version 2 would read as its
+  // block_scoring (-7, refused): it loads, and keeps what the version-2 example keeps at every step.
+  require_same_kept_sets(run(*model, prompt, "plugin:" + plugin("abi_v1_key_norm_plugin"), "40%", 2),
+                         run(*model, prompt, "plugin:" + plugin("key_norm_plugin"), "40%", 2));
+}
+
 TEST_CASE("a Python scorer's own allocation and merges are applied", "[e2e][user_policy]") {
   const model::Model* model = test::default_model();
   const auto prompt = test::sample_prompt_tokens(*model, "lighthouse_story.txt");
@@ -386,7 +422,7 @@ TEST_CASE("mistakes in a policy file are errors naming the file and line", "[e2e
   CHECK_THAT(load_error("plugin:" + plugin("not_a_policy_plugin")),
              Catch::Contains("not_a_policy_plugin.so") && Catch::Contains("no entry point kvscope_get_policy_plugin"));
   CHECK_THAT(load_error("plugin:" + plugin("abi_v999_plugin")),
-             Catch::Contains("ABI version 999") && Catch::Contains("speaks version 1"));
+             Catch::Contains("ABI version 999") && Catch::Contains("speaks versions 1 to 2"));
   CHECK_THAT(error_of(*model, prompt, "plugin:" + plugin("failing_plugin")),
              Catch::Contains("failing_plugin.so") && Catch::Contains("layer 0 KV head 0 failed: scorer refuses"));
 }

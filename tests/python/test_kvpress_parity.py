@@ -2,7 +2,8 @@
 
 Each tests/fixtures/kvpress_<press>/golden.json (a shipped file's press, a built-in's such as SnapKVPress, or a
 wrapper such as AdaKVPress around one, kvscope's `selection=`; PerLayerCompressionPress, kvscope's
-`allocation=per_layer`; ComposedPress of two, kvscope's `compose:`) (tools/make_kvpress_goldens.py: NVIDIA kvpress 0.5.5's press on
+`allocation=per_layer`; ComposedPress of two, kvscope's `compose:`, also with a second SnapKVPress that recomputes
+its attention over the first's keys) (tools/make_kvpress_goldens.py: NVIDIA kvpress 0.5.5's press on
 the same GGUF through transformers) lists, per prompt and compression ratio, the positions the press kept in every
 (layer, KV head) after the prefill, and the near-tie bands where another implementation may choose otherwise. Here
 kvscope traces the golden's prompt (`--prompt-file` with its exact text; the trace's prompt ids must be the
