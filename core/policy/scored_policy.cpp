@@ -221,6 +221,7 @@ void ScoredPolicy::begin(const RunInfo& info) {
     then_->begin(info);
     then_pending_.assign(layers, std::vector<std::vector<float>>(heads));
     then_obs_.assign(layers, std::nullopt);
+    then_counts_.assign(static_cast<std::size_t>(layers) * heads, -1);
   }
 }
 
@@ -368,7 +369,12 @@ void ScoredPolicy::evict_layer_topk(int layer, cache::KVCache& cache, cache::Cac
     const int n = cache.size(layer, h);
     // The promise is independent of the selection below: whatever is kept, it is this many.
     expected_[static_cast<std::size_t>(layer) * heads + h] = std::min(budget, n);
-    if (n <= budget && !then_) continue;
+    if (n <= budget) {
+      if (!then_) continue;
+      // compose: once the second's count is fixed, a cache within it has nothing to give up
+      const int fixed = then_counts_[static_cast<std::size_t>(layer) * heads + h];
+      if (then_ratio_ == 0.0 || (fixed >= 0 && n <= fixed)) continue;
+    }
     if (block_obs_[layer]) {  // block_scoring: kvpress BlockPress's blocks of the one-pass prefill
       if (h == 0)
         block_keep_ = block_scored_keep(*block_obs_[layer], cache, budget, protocol_.block_scoring, subset_ranking());
@@ -548,7 +554,7 @@ std::vector<int32_t> ScoredPolicy::then_keep(int layer, int kv_head, const std::
   const int k = static_cast<int>(kept.size());
   // kvpress ScorerPress.compress on the first press's k entries: a ratio of 0 keeps them all, else compute_n_kept
   if (then_ratio_ == 0.0 || k == 0) return kept;
-  const int n_kept = std::clamp(static_cast<int>(k * (1.0 - then_ratio_)), 1, k);
+  const int n_kept = then_count(layer, kv_head, k);
   std::vector<double> among(k, 0.0);
   if (!scores.empty()) {
     const std::vector<double> all = then_->rank_scores(layer, kv_head, scores);
@@ -558,6 +564,12 @@ std::vector<int32_t> ScoredPolicy::then_keep(int layer, int kv_head, const std::
   for (int32_t i : keep_top_scores(std::span<const double>(among), n_kept, then_->sinks(n_kept), then_->recent(n_kept)))
     out.push_back(kept[i]);
   return out;
+}
+
+int ScoredPolicy::then_count(int layer, int kv_head, int k) {
+  int& fixed = then_counts_.at(static_cast<std::size_t>(layer) * run_.config.n_kv_heads + kv_head);
+  if (fixed < 0) fixed = std::clamp(static_cast<int>(k * (1.0 - then_ratio_)), 1, std::max(k, 1));
+  return std::min(fixed, k);
 }
 
 void ScoredPolicy::then_keep_subset(int layer, int budget, cache::KVCache& cache,
@@ -587,7 +599,7 @@ void ScoredPolicy::then_keep_subset(int layer, int budget, cache::KVCache& cache
                   " entries of layer " + std::to_string(layer) + " kv head " + std::to_string(h) +
                   ", given the first's " + std::to_string(k));
     const std::vector<double> among = s.empty() ? std::vector<double>(k, 0.0) : then_->rank_scores(layer, h, s);
-    const int n_kept = std::clamp(static_cast<int>(k * (1.0 - then_ratio_)), 1, k);
+    const int n_kept = then_count(layer, h, k);
     std::vector<int32_t> out;
     for (int32_t i : keep_top_scores(std::span<const double>(among), n_kept, then_->sinks(n_kept),
                                      then_->recent(n_kept)))

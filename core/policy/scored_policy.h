@@ -125,6 +125,10 @@ class ScoredPolicy : public Policy {
   bool output_aware() const { return selection_ == Selection::CriticalKV || selection_ == Selection::CriticalAdaKV; }
   // chain(): the second policy's pick among the entries `kept` (ascending) of (layer, kv_head).
   std::vector<int32_t> then_keep(int layer, int kv_head, const std::vector<int32_t>& kept);
+  // How many of the first's k entries the second keeps on (layer, kv_head): kvpress's int(k (1 - R2)) at the
+  // head's first eviction, and that count at every later one (ComposedPress compresses once, so a decode
+  // eviction holds the composed size rather than cutting R2 again).
+  int then_count(int layer, int kv_head, int k);
   // chain() with a second policy that reads attention: every head's pick among its `kept` entries (ascending, replaced
   // by the pick), scored on the layer's observation restricted to them (compose_subset.h); `ranking` the first's.
   void then_keep_subset(int layer, int budget, cache::KVCache& cache, std::vector<std::vector<int32_t>>& kept,
@@ -152,6 +156,7 @@ class ScoredPolicy : public Policy {
   bool then_reads_attention_ = false;                          // chain(): then_ scores compose_subset.h's view
   std::vector<std::optional<AttentionObservation>> then_obs_;  // [layers]: the observation it is scored on
   std::vector<std::vector<std::vector<float>>> then_pending_;  // [layers][kv_heads][entries]: then_'s scores
+  std::vector<int> then_counts_;  // [layers * kv_heads]: what the second keeps, fixed at the first eviction; -1 before
   RunInfo run_;
   std::vector<int> budgets_;  // [layers]
   bool budgets_final_ = false;

@@ -155,6 +155,27 @@ TEST_CASE("generate runs with a half cache, and --device cuda without CUDA is a 
   CHECK((cuda.exit_code == 0 || (cuda.exit_code == 1 && cuda.output.find("cuda") != std::string::npos)));
 }
 
+TEST_CASE("compose holds its composed count through a first policy's decode evictions") {
+  if (!model_available()) {
+    WARN("default model missing; run make");
+    return;
+  }
+  for (const int steps : {2, 6}) {
+    const auto o = run("generate --prompt 'The heat pump moves heat from the cold outside air into the warm house by "
+                       "compressing a refrigerant.' --policy compose:first=h2o,then=h2o,then_ratio=0.5 "
+                       "--compression-ratio 0.5 --ignore-eos --threads 1 --json --max-new-tokens " +
+                       std::to_string(steps));
+    REQUIRE(o.exit_code == 0);
+    const auto j = nlohmann::json::parse(o.output);
+    // kvpress ComposedPress: int(int(n (1 - R1)) (1 - R2)) once; h2o's later evictions hold it (one f32 entry is
+    // 30 layers x 3 KV heads x 64 x (K, V) x 4 bytes).
+    const long n = static_cast<long>(j["prompt_tokens"].size());
+    const long composed = static_cast<long>(static_cast<long>(n * 0.5) * 0.5);
+    INFO("steps " << steps << ", prompt " << n);
+    CHECK(j["cache"]["entry_bytes"].get<long>() == composed * 30 * 3 * 64 * 2 * 4);
+  }
+}
+
 TEST_CASE("generate --chat on the Llama 2 and Mistral folders sends transformers' chat-template ids") {
   std::ifstream in(std::filesystem::path(KVSCOPE_FIXTURES_DIR) / "hf_synthetic" / "golden.json");
   const auto golden = nlohmann::json::parse(in);
