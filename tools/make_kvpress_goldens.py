@@ -251,6 +251,28 @@ DECODING = {
         (8, 96, {"decode_evict": "true", "decode_interval": 8, "prefill_evict": "false", "n_sink": 0}, []),
         (1, "prompt+12", {"decode_evict": "true", "prefill_evict": "false", "n_sink": 0}, []),
         (8, "prompt+12", {"decode_evict": "true", "decode_interval": 8, "prefill_evict": "false", "n_sink": 0}, []),
+        # hidden_states_buffer_size 3 (kvscope's decode_buffer): at interval 8 every compression scores the last 3
+        # buffered rows and its own, 4, not 8
+        (8, 96, {"decode_evict": "true", "decode_interval": 8, "prefill_evict": "false", "n_sink": 0,
+                 "decode_buffer": 3}, [], {"hidden_states_buffer_size": 3}),
+    ]),
+    # Attention-based presses (kvscope built-ins, BUILTINS' parameters), run with sdpa attention, kvpress's usual: then
+    # no attention weights reach the press, and SnapKVPress recomputes its window's attention from the buffered hidden
+    # states (the last window_size rows, re-projected by q_proj and all rotated with the compressing step's own RoPE
+    # angles, position_embeddings of that one-token forward) against the whole cache under a causal mask; kvscope's
+    # snapkv does the same under decode_interval > 1 (docs/policies.md). SnapKVPress asserts the buffer holds more
+    # rows than its window: interval 1 (one row) fails for any window, so only interval 8 with window 4.
+    "decoding_snapkv": ("snapkv", {"window_size": 4}, [
+        (8, 96, {"decode_evict": "true", "decode_interval": 8, "prefill_evict": "false"}, []),
+        (8, "prompt+12", {"decode_evict": "true", "decode_interval": 8, "prefill_evict": "false"}, []),
+    ]),
+    # TOVAPress scores by the last buffered row alone (its window of one: the compressing step's own query), the
+    # attention averaged over every head of the layer, the step's own entry kept (max + 1)
+    "decoding_tova": ("tova", {}, [
+        (1, 96, {"decode_evict": "true", "prefill_evict": "false"}, []),
+        (8, 96, {"decode_evict": "true", "decode_interval": 8, "prefill_evict": "false"}, []),
+        (1, "prompt+12", {"decode_evict": "true", "prefill_evict": "false"}, []),
+        (8, "prompt+12", {"decode_evict": "true", "decode_interval": 8, "prefill_evict": "false"}, []),
     ]),
 }
 # kvpress's PrefillDecodingPress(prefilling_press=P(compression_ratio=R), decoding_press=DecodingPress(P, N, T)) with
@@ -260,6 +282,8 @@ DECODING = {
 PREFILL_DECODING = {"prefill_decoding_knorm": 0.5}
 DECODING["prefill_decoding_knorm"] = ("knorm", {}, [(1, "prefill", {"decode_evict": "true"}, []),
                                                     (8, "prefill", {"decode_evict": "true", "decode_interval": 8}, [])])
+# DecodingPress goldens run with sdpa attention (the others with eager, as the prefill goldens)
+DECODING_SDPA = {"decoding_snapkv", "decoding_tova"}
 N_DECODE = 24
 # A decode token's key is each engine's own computation over a context that decoding keeps changing, and each of the
 # 24 (interval 1) compressions is a new boundary that an entry never returns from: a head whose boundary at any
@@ -833,17 +857,19 @@ def run_block_case(model, ids, inner_cls, block_size, ratio, staged=False):
 
 
 @torch.no_grad()
-def run_decoding_case(model, ids, inner_cls, interval, target, n_decode, inner_kwargs=None, prefill_ratio=None):
-    """DecodingPress(inner, interval, target) over the prefill and n_decode greedy decode steps (as kvpress's pipeline
-    decodes: explicit position ids): the generated ids, and per (layer, KV head) the original positions of the entries
-    in the cache at the end, tracked through every compression (rows matched bitwise). With `prefill_ratio`,
-    PrefillDecodingPress(prefilling_press=inner's class(compression_ratio=prefill_ratio), decoding_press=that
-    DecodingPress): the prefill compressed too."""
+def run_decoding_case(model, ids, inner_cls, interval, target, n_decode, inner_kwargs=None, press_kwargs=None,
+                      attn="eager", prefill_ratio=None):
+    """DecodingPress(inner, interval, target, **press_kwargs) over the prefill and n_decode greedy decode steps (as
+    kvpress's pipeline decodes: explicit position ids) with attention `attn`: the generated ids, and per (layer, KV
+    head) the original positions of the entries in the cache at the end, tracked through every compression (rows
+    matched bitwise). With `prefill_ratio`, PrefillDecodingPress(prefilling_press=inner's class(compression_ratio=
+    prefill_ratio), decoding_press=that DecodingPress): the prefill compressed too."""
     import kvpress
     from transformers import DynamicCache
 
     inner = getattr(kvpress, inner_cls)(**(inner_kwargs or {}))
-    decoding = kvpress.DecodingPress(base_press=inner, compression_interval=interval, target_size=target)
+    decoding = kvpress.DecodingPress(base_press=inner, compression_interval=interval, target_size=target,
+                                     **(press_kwargs or {}))
     press = decoding
     if prefill_ratio is not None:
         prefilling = getattr(kvpress, inner_cls)(compression_ratio=prefill_ratio, **(inner_kwargs or {}))
@@ -892,16 +918,20 @@ def run_decoding_case(model, ids, inner_cls, interval, target, n_decode, inner_k
 
         prefilling.compress = compress_prefill
     cache = DynamicCache()
-    with press(model):
-        out = model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
-        generated = [int(out.logits[0, -1].argmax())]
-        for step in range(n_decode):
-            for layer in range(n_layer):
-                for h in range(n_kv):
-                    positions[layer][h].append(q_len + step)
-            out = model(input_ids=torch.tensor([[generated[-1]]]), past_key_values=cache,
-                        position_ids=torch.tensor([[q_len + step]]), use_cache=True)
-            generated.append(int(out.logits[0, -1].argmax()))
+    model.set_attn_implementation(attn)
+    try:
+        with press(model):
+            out = model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+            generated = [int(out.logits[0, -1].argmax())]
+            for step in range(n_decode):
+                for layer in range(n_layer):
+                    for h in range(n_kv):
+                        positions[layer][h].append(q_len + step)
+                out = model(input_ids=torch.tensor([[generated[-1]]]), past_key_values=cache,
+                            position_ids=torch.tensor([[q_len + step]]), use_cache=True)
+                generated.append(int(out.logits[0, -1].argmax()))
+    finally:
+        model.set_attn_implementation("eager")
     assert len(set(compressions)) == 1 and all(b == buffered[0] for b in buffered), (compressions, buffered)
     for layer in range(n_layer):
         assert cache.layers[layer].keys.shape[2] == len(positions[layer][0])
@@ -1117,20 +1147,27 @@ def write_block_golden(name, model, prompts, args, model_sha, n_tok_checked, t0)
 
 def write_decoding_golden(name, model, prompts, args, model_sha, n_tok_checked, t0):
     inner, inner_kwargs, intervals = DECODING[name]
-    inner_cls, _, stem, _ = PRESSES[inner]
+    inner_cls, policy, fixed = press_of(inner)
+    attn = "sdpa" if name in DECODING_SDPA else "eager"
+    # a built-in's parameters that make it the press (BUILTINS), with the inner press's kwargs mapped
+    if inner in BUILTINS:
+        param_map = BUILTINS[inner][3]
+        fixed = {**fixed, **{param_map[k]: v for k, v in inner_kwargs.items() if k in param_map}}
     cases = []
     for pi, p in enumerate(prompts):
-        for interval, target_rule, held, measured in intervals:
+        for interval, target_rule, held, measured, *extra in intervals:
+            press_kwargs = extra[0] if extra else {}
             prefill_ratio = PREFILL_DECODING.get(name)
             target = target_rule if isinstance(target_rule, int) else \
                 max(1, int(len(p["ids"]) * (1 - prefill_ratio))) if target_rule == "prefill" else \
                 len(p["ids"]) + int(target_rule[len("prompt"):] or 0)
-            c = run_decoding_case(model, p["ids"], inner_cls, interval, target, N_DECODE, inner_kwargs, prefill_ratio)
+            c = run_decoding_case(model, p["ids"], inner_cls, interval, target, N_DECODE, inner_kwargs, press_kwargs,
+                                  attn, prefill_ratio)
             # the harness's run key: a budget in tokens (the target) instead of a compression ratio
             c = {"prompt": pi, "press_kwargs": {"compression_interval": interval, "target_size": target,
-                                                **({"press": inner_kwargs} if inner_kwargs else {})},
-                 "budget_tokens": target, "policy_params": held if held is not None else {},
-                 "measured_params": measured, "compression_ratio": None, **c}
+                                                **press_kwargs, **({"press": inner_kwargs} if inner_kwargs else {})},
+                 "budget_tokens": target, "policy_params": {**fixed, **held} if held is not None else {},
+                 "measured_params": [{**fixed, **m} for m in measured], "compression_ratio": None, **c}
             if held is None:
                 c["measured_only"] = True
             print(f"{name} {p['prompt_file']} interval={interval} target={target}: {c['compressions']} compressions "
@@ -1139,20 +1176,20 @@ def write_decoding_golden(name, model, prompts, args, model_sha, n_tok_checked, 
             cases.append(c)
     decoding = (f"kvpress.DecodingPress(base_press=kvpress.{inner_cls}("
                 f"{'**press_kwargs[press]' if inner_kwargs else ''}), compression_interval=i, target_size="
-                f"{'t' if inner_kwargs or name in PREFILL_DECODING else 'n'})")
+                f"{'t' if inner_kwargs or name in PREFILL_DECODING else 'n'}, **the other press_kwargs)")
     if name in PREFILL_DECODING:
         decoding = (f"kvpress.PrefillDecodingPress(prefilling_press=kvpress.{inner_cls}(compression_ratio="
                     f"{PREFILL_DECODING[name]}), decoding_press={decoding}) with t = int(n (1 - "
                     f"{PREFILL_DECODING[name]}))")
     write_golden(name, t0, {
         "press": decoding,
-        "policy_file": f"examples/policies/{stem}.py",
+        **({"policy": policy} if inner in BUILTINS else {"policy_file": policy[len("python:"):]}),
         "model": model_record(args, model_sha, model.config),
         "reference": reference_record(
             args, n_tok_checked,
             load="AutoModelForCausalLM.from_pretrained(dir, gguf_file=file, dtype=torch.float32, "
-                 "attn_implementation='eager'), CPU; greedy decoding with explicit position ids as kvpress's "
-                 "pipeline decodes"),
+                 f"attn_implementation='eager'), CPU; greedy decoding with explicit position ids as kvpress's "
+                 f"pipeline decodes{'' if attn == 'eager' else ', model.set_attn_implementation(' + repr(attn) + ') for the run'}"),
         "conventions": "As tools/make_kvpress_goldens.py's other goldens. target_size is a case's own (the "
                        "prompt's length, or tokens below or above it; budget_tokens: kvscope's --budget); "
                        "buffered_rows: the hidden-state rows the press scored at each compression; decode_steps forward passes after the prefill, each "

@@ -27,7 +27,10 @@ bool DecodeRowBuffer::carries_rows(const observation::AttentionObservation& obs)
          !obs.hidden_states.empty();
 }
 
-void DecodeRowBuffer::reset(int layers) { layers_.assign(layers, Rows{}); }
+void DecodeRowBuffer::reset(int layers, int earlier_steps) {
+  layers_.assign(layers, Rows{});
+  earlier_steps_ = earlier_steps;
+}
 
 void DecodeRowBuffer::append(const observation::AttentionObservation& obs) {
   Rows& r = layers_.at(obs.layer);
@@ -46,7 +49,7 @@ void DecodeRowBuffer::append(const observation::AttentionObservation& obs) {
 
 void DecodeRowBuffer::trim(int layer) {
   Rows& r = layers_.at(layer);
-  const int rows = static_cast<int>(r.positions.size()), drop = rows - (kMaxRows - 1);
+  const int rows = static_cast<int>(r.positions.size()), drop = rows - earlier_steps_;
   if (drop <= 0) return;
   for (auto* part : {&r.queries, &r.queries_pre_rope, &r.keys_pre_rope, &r.hidden_states}) drop_rows(*part, rows, drop);
   r.positions.erase(r.positions.begin(), r.positions.begin() + drop);

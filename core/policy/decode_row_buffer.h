@@ -1,9 +1,9 @@
 #pragma once
 // kvpress DecodingPress's hidden-states buffer: between two decode evictions (decode_interval N > 1) each layer keeps
 // the per-query rows of the decode steps since its last eviction, and the step that evicts is scored on all of them
-// (a scorer that computes queries from the layer's input, or reads them, sees the buffered window). The buffer holds
-// at most kMaxRows rows: DecodingPress trims its buffer to hidden_states_buffer_size (256) after every step, so the
-// step that compresses adds its own row to at most 256. The prefill's rows are never buffered, and an eviction
+// (a scorer that computes queries from the layer's input, or reads them, sees the buffered window). DecodingPress
+// trims its buffer to hidden_states_buffer_size (the protocol's decode_buffer, default 256) after every step, so the
+// step that compresses adds its own row to at most that many. The prefill's rows are never buffered, and an eviction
 // empties the buffer whether or not it removed anything (a budget above the cache).
 #include <vector>
 
@@ -13,15 +13,14 @@ namespace kvscope::policy {
 
 class DecodeRowBuffer {
  public:
-  static constexpr int kMaxRows = 257;
-
   // Whether `obs` carries per-query rows worth buffering: queries, queries or keys before RoPE, hidden states.
   static bool carries_rows(const observation::AttentionObservation& obs);
 
-  void reset(int layers);
+  // Empty buffers for `layers` layers, each keeping the rows of at most `earlier_steps` steps between evictions.
+  void reset(int layers, int earlier_steps);
   // Appends the per-query rows of `obs` (query positions, the parts above, log-sum-exp) to its layer's buffer.
   void append(const observation::AttentionObservation& obs);
-  // After a step that does not evict: keeps the layer's last kMaxRows - 1 rows.
+  // After a step that does not evict: keeps the layer's last `earlier_steps` rows (none for 0).
   void trim(int layer);
   // `obs` with its per-query rows replaced by every row buffered for its layer (the current step's last), and the
   // buffer emptied. The attention reductions (column sums, window rows and sums, last row) stay the step's own.
@@ -34,6 +33,7 @@ class DecodeRowBuffer {
     std::vector<std::vector<float>> log_sum_exp;  // [query head][row]
   };
   std::vector<Rows> layers_;
+  int earlier_steps_ = 0;
 };
 
 }  // namespace kvscope::policy

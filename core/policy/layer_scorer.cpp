@@ -113,7 +113,8 @@ std::vector<ParamSpec> layer_scorer_params(std::vector<ParamSpec> own) {
       scored_policy_params(std::move(own), Protocol{.block = 0, .decode_evict = false, .trim_before_output = false});
   std::erase_if(all,
                 [](const ParamSpec& s) {
-                  return s.name == "block" || s.name == "decode_evict" || s.name == "trim" || s.name == "prefill_evict";
+                  return s.name == "block" || s.name == "decode_evict" || s.name == "trim" || s.name == "prefill_evict" ||
+                         s.name == "decode_buffer";
                 });
   return all;
 }

@@ -187,6 +187,13 @@ PolicyInfo load_plugin_policy(const std::filesystem::path& file) {
       protocol.decode_interval = static_cast<int>(s.default_value);
       continue;
     }
+    if (name == "decode_buffer") {
+      if (!(s.default_value == std::floor(s.default_value) && s.default_value >= 0 && s.default_value <= (1 << 20)))
+        throw UsageError(where + ": parameter 'decode_buffer' has default " + std::to_string(s.default_value) +
+                         ", not an integer in [0, 1048576] (earlier decode steps an evicting step is scored on)");
+      protocol.decode_buffer = static_cast<int>(s.default_value);
+      continue;
+    }
     // prefill_evict likewise: a bool parameter of that name sets the protocol's default.
     if (name == "prefill_evict") {
       if (s.kind != KVSCOPE_PARAM_BOOL || (s.default_value != 0.0 && s.default_value != 1.0))
@@ -237,7 +244,8 @@ PolicyInfo load_plugin_policy(const std::filesystem::path& file) {
   info.resolve_params = [declared, framework_defaults, what = where](PolicyParams& params) {
     std::vector<std::string> own_names;
     for (const auto& n : declared)
-      if (!is_framework_param(n) && n != "decode_interval" && n != "prefill_evict") own_names.push_back(n);
+      if (!is_framework_param(n) && n != "decode_interval" && n != "prefill_evict" && n != "decode_buffer")
+        own_names.push_back(n);
     resolve_allocation_params(what, own_names, framework_defaults, params);
   };
   info.make = [library, request, declared, name = info.name](const PolicyParams& params) -> std::unique_ptr<Policy> {

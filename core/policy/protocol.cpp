@@ -44,6 +44,10 @@ std::vector<ParamSpec> protocol_params(const Protocol& defaults) {
                          "protocol: kvpress BlockPress(block_size=m): the prompt in one exact pass, then each layer "
                          "scored in blocks of m, each with the entries kept so far, keeping the budget's best (a "
                          "score that depends on the other entries, KeyDiff's, changes); 0: all entries at once"),
+      ParamSpec::integer("decode_buffer", defaults.decode_buffer, 0, 1 << 20,
+                         "protocol: with decode_evict and decode_interval N > 1, the evicting step is scored on its "
+                         "own row and those of at most this many earlier decode steps since the last eviction "
+                         "(kvpress DecodingPress hidden_states_buffer_size, default 256; 0: the step's own only)"),
   };
 }
 
@@ -55,6 +59,7 @@ Protocol protocol_of(const PolicyParams& params) {
   p.decode_interval = params.has("decode_interval") ? params.get_int("decode_interval") : 1;
   p.prefill_evict = params.has("prefill_evict") ? params.get_bool("prefill_evict") : true;
   p.block_scoring = params.has("block_scoring") ? params.get_int("block_scoring") : 0;
+  p.decode_buffer = params.has("decode_buffer") ? params.get_int("decode_buffer") : Protocol::kDefaultDecodeBuffer;
   if (const std::string problem = protocol_problem(p); !problem.empty()) throw UsageError(problem);
   return p;
 }
@@ -75,6 +80,12 @@ std::string protocol_problem(const Protocol& p) {
   if (p.block_scoring > 0 && p.block > 0)
     return "block_scoring=" + std::to_string(p.block_scoring) + " scores one exact pass in blocks; with block=" +
            std::to_string(p.block) + " the prefill itself runs in blocks: use one of them";
+  if (p.decode_buffer < 0)
+    return "decode_buffer=" + std::to_string(p.decode_buffer) +
+           " must be at least 0 (earlier decode steps whose rows an evicting step sees)";
+  if (p.decode_buffer != Protocol::kDefaultDecodeBuffer && !p.decode_evict)
+    return "decode_buffer=" + std::to_string(p.decode_buffer) +
+           " needs decode_evict=true (it bounds the decode steps an evicting decode step is scored on)";
   if (p.block_scoring > 0 && !p.prefill_evict)
     return "block_scoring=" + std::to_string(p.block_scoring) + " scores the prefill, which prefill_evict=false does "
            "not evict";
@@ -88,6 +99,7 @@ void publish_protocol(const Protocol& protocol, int budget, const std::string& s
   out.set_setting("decode_interval", std::to_string(protocol.decode_interval));
   out.set_setting("prefill_evict", protocol.prefill_evict ? "true" : "false");
   out.set_setting("block_scoring", std::to_string(protocol.block_scoring));
+  out.set_setting("decode_buffer", std::to_string(protocol.decode_buffer));
   if (protocol.trim_before_output && protocol.block > budget)
     out.warn(source + ": prefill blocks of " + std::to_string(protocol.block) +
              " tokens are longer than the budget of " + std::to_string(budget) +

@@ -8,7 +8,9 @@
 //                 scoring and the output (before_output, CAOTE Eq. 7)
 // and, with decode_evict, decode_interval: evict every N-th decode step only, the cache growing by one entry per
 // step between (kvpress DecodingPress's compression_interval), and prefill_evict: false leaves the prefill
-// uncompressed, so that only decoding evicts (kvpress DecodingPress with a target below the prompt).
+// uncompressed, so that only decoding evicts (kvpress DecodingPress with a target below the prompt), and
+// decode_buffer: how many earlier decode steps' rows an evicting step may see at most (DecodingPress's
+// hidden_states_buffer_size).
 #include <string>
 #include <vector>
 
@@ -25,6 +27,10 @@ struct Protocol {
   int decode_interval = 1;
   bool prefill_evict = true;
   int block_scoring = 0;  // kvpress BlockPress's block_size: one pass, its end scored in blocks (block_scoring.h)
+  // With decode_interval > 1: the rows of at most this many earlier decode steps reach the evicting step besides
+  // its own (kvpress DecodingPress's hidden_states_buffer_size; decode_row_buffer.h).
+  int decode_buffer = kDefaultDecodeBuffer;
+  static constexpr int kDefaultDecodeBuffer = 256;
 
   // Whether a policy following this protocol evicts at the end of a step of `phase` (`prefill_done`: the
   // step is the last prefill block, or a decode step; `step`: the step's index, counted from 0 in decode).
@@ -35,11 +41,11 @@ struct Protocol {
 };
 
 // The protocol's parameters with a policy's paper defaults (block, decode_evict, trim, decode_interval,
-// prefill_evict).
+// prefill_evict, block_scoring, decode_buffer).
 std::vector<ParamSpec> protocol_params(const Protocol& defaults);
 // Throws UsageError for decode_interval > 1 without decode_evict, or with trim=before_output, and for
-// prefill_evict=false without decode_evict or with block > 0, and for block_scoring with block > 0 or
-// prefill_evict=false.
+// prefill_evict=false without decode_evict or with block > 0, for block_scoring with block > 0 or
+// prefill_evict=false, and for a decode_buffer other than the default without decode_evict.
 Protocol protocol_of(const PolicyParams& params);
 // What protocol_of refuses in `p` ("decode_interval=4 needs decode_evict=true ..."), or "": for the defaults a
 // Python file's `protocol` or a plugin's declarations state, which its loader refuses naming the file.

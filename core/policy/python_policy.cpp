@@ -174,7 +174,8 @@ Protocol protocol_from_python(const py::module_& m, const std::filesystem::path&
   const std::string where = "policy file '" + file.string() + "', protocol";
   py::object o = m.attr("protocol");
   if (!py::isinstance<py::dict>(o))
-    throw UsageError(where + " must be a dict (block, decode_evict, trim, decode_interval, prefill_evict, block_scoring)");
+    throw UsageError(where + " must be a dict (block, decode_evict, trim, decode_interval, prefill_evict, block_scoring, "
+                     "decode_buffer)");
   for (auto item : o.cast<py::dict>()) {
     const auto key = py::str(item.first).cast<std::string>();
     if (key == "block") {
@@ -201,9 +202,15 @@ Protocol protocol_from_python(const py::module_& m, const std::filesystem::path&
       if (p.block_scoring < 0)
         throw UsageError(where + "['block_scoring'] = " + std::to_string(p.block_scoring) +
                          ": it is BlockPress's block size, at least 1 (0: every entry scored at once)");
+    } else if (key == "decode_buffer") {
+      p.decode_buffer = int_field(item.second, where + "['decode_buffer']");
+      if (p.decode_buffer < 0)
+        throw UsageError(where + "['decode_buffer'] = " + std::to_string(p.decode_buffer) +
+                         ": it counts earlier decode steps an evicting step is scored on, at least 0");
     } else {
       throw UsageError(where + " has key '" + key +
-                       "'; valid: block, decode_evict, trim, decode_interval, prefill_evict, block_scoring");
+                       "'; valid: block, decode_evict, trim, decode_interval, prefill_evict, block_scoring, "
+                       "decode_buffer");
     }
   }
   if (const std::string problem = protocol_problem(p); !problem.empty())

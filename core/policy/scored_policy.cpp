@@ -207,7 +207,7 @@ void ScoredPolicy::begin(const RunInfo& info) {
   allocated_layers_ = PolicyLayers(info.config, allocation_->sets_own_budgets() ? SwaMode::Compress : swa_mode());
   budgets_final_ = false;
   pending_.assign(layers, std::vector<std::vector<float>>(heads));
-  decode_rows_.reset(layers);
+  decode_rows_.reset(layers, protocol_.decode_buffer);
   block_obs_.assign(layers, std::nullopt);
   expected_.assign(static_cast<std::size_t>(layers) * heads, 0);
   output_projection_.assign(layers, {});

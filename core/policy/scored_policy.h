@@ -93,6 +93,7 @@ class ScoredPolicy : public Policy {
 
   const RunInfo& run_info() const { return run_; }
   const PolicyParams& params() const { return params_; }
+  const Protocol& protocol() const { return protocol_; }
 
  private:
   bool is_final_prefill(const AttentionObservation& obs) const;

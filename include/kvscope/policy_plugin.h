@@ -45,7 +45,9 @@ enum kvscope_param_kind { KVSCOPE_PARAM_INT = 0, KVSCOPE_PARAM_FLOAT = 1, KVSCOP
  * of them sets its default. So does declaring `decode_interval` (an int, at least 1): the protocol's decode
  * interval, which this description has no field for (with decode_evict: evict at every N-th decode step only,
  * kvpress DecodingPress's compression_interval); its value reaches score() in `params` like any other's. A bool
- * named `prefill_evict` likewise sets whether the prefill evicts (0: only decoding evicts, kvpress DecodingPress). */
+ * named `prefill_evict` likewise sets whether the prefill evicts (0: only decoding evicts, kvpress DecodingPress),
+ * and an int `decode_buffer` (at least 0) how many earlier decode steps an evicting step is scored on at most
+ * (DecodingPress's hidden_states_buffer_size, default 256). */
 typedef struct kvscope_param_spec {
   const char* name;
   int32_t kind; /* enum kvscope_param_kind */

@@ -190,7 +190,7 @@ std::set<std::string> with(std::set<std::string> a, const std::set<std::string>&
 
 const std::set<std::string> kFramework = {"window",          "recent",        "sinks",         "block",
                                           "decode_evict",    "trim",          "decode_interval", "prefill_evict",
-                                          "block_scoring",   "allocation",    "selection"};
+                                          "block_scoring",   "decode_buffer", "allocation",    "selection"};
 
 }  // namespace
 
@@ -201,7 +201,7 @@ TEST_CASE("obs.params holds the file's and the framework's parameters, and only 
 import numpy as np
 params = {"alpha": 0.5, "expected": {"default": "", "choices": ["", "uniform", "pyramid", "dynamickv", "adakv"]}}
 FRAMEWORK = {"window", "recent", "sinks", "block", "decode_evict", "trim", "decode_interval", "prefill_evict",
-             "block_scoring", "allocation", "selection"}
+             "block_scoring", "decode_buffer", "allocation", "selection"}
 BY_ALLOCATION = {"": set(), "uniform": set(), "pyramid": {"beta", "pyramid_arithmetic"},
                  "dynamickv": {"kernel", "pooling", "group_reduce", "r_max", "arithmetic"},
                  "adakv": {"alpha_safeguard"}}

@@ -192,6 +192,16 @@ def score(obs):
              Catch::Contains(no_evict) && Catch::Contains("protocol: decode_interval=4 needs decode_evict=true"));
   const auto zero = write_policy("interval_zero", "protocol = {'decode_evict': True, 'decode_interval': 0}\n" + body);
   CHECK_THAT(load_error("python:" + zero), Catch::Contains(zero) && Catch::Contains("at least 1"));
+  // DecodingPress's hidden_states_buffer_size as the protocol's decode_buffer
+  const auto negative_buffer =
+      write_policy("buffer_negative", "protocol = {'decode_evict': True, 'decode_interval': 4, 'decode_buffer': -1}\n" + body);
+  CHECK_THAT(load_error("python:" + negative_buffer),
+             Catch::Contains(negative_buffer) && Catch::Contains("['decode_buffer'] = -1") && Catch::Contains("at least 0"));
+  const auto buffer_no_evict = write_policy("buffer_no_evict", "protocol = {'decode_buffer': 8}\n" + body);
+  CHECK_THAT(load_error("python:" + buffer_no_evict),
+             Catch::Contains(buffer_no_evict) && Catch::Contains("protocol: decode_buffer=8 needs decode_evict=true"));
+  const auto buffer = write_policy("buffer_8", "protocol = {'decode_evict': True, 'decode_interval': 4, 'decode_buffer': 8}\n" + body);
+  CHECK(policy::make_policy("python:" + buffer).params.get_int("decode_buffer") == 8);
 }
 
 // kvpress DecodingPress buffers the hidden states of the decode steps since its last compression and scores them

@@ -14,7 +14,9 @@ band (counted and printed per press and ratio). The files of the presses that dr
 (RandomPress, LeverageScorePress, CompactorPress) replay it from the golden's seed, so they are held to the same.
 BlockPress (kvpress_block_*) is one exact pass scored in blocks; DecodingPress (kvpress_decoding_*) compresses
 every N decode steps (kvpress_decoding_expected_attention: below the prompt too, prefill_evict=false, and around a press
-that reads DecodingPress's buffered hidden states): its cases trace at --budget (the golden's budget_tokens) with
+that reads DecodingPress's buffered hidden states, one case with a smaller buffer, decode_buffer;
+kvpress_decoding_snapkv and kvpress_decoding_tova: the built-ins around attention presses, which kvpress under sdpa
+attention recomputes from the buffered steps): its cases trace at --budget (the golden's budget_tokens) with
 decode steps, must generate kvpress's tokens, and compare the kept sets after the last step (heads with a near-tie
 boundary at any compression excused, at least min_exact_share of heads exact); PrefillDecodingPress
 (kvpress_prefill_decoding_*) likewise, with the prefill evicting too (decode_evict=true at --budget the prefill's count).

@@ -32,6 +32,7 @@ inline model::ModelConfig config_of(const Shape& s) {
   c.head_dim = s.head_dim;
   c.dim = s.heads * s.head_dim;
   c.context_length = 4096;
+  c.rope_dim = s.head_dim;  // rope_base 10000, adjacent pairs: for scorers that rotate queries (snapkv's decode window)
   return c;
 }
 
@@ -177,8 +178,24 @@ class PolicyDriver {
         if (request.last_row && i == n - 1) obs.last_row[h].assign(p.begin(), p.end());
       }
     }
+    if (request.queries_pre_rope) obs.queries_pre_rope = queries_pre_rope(layer, queries);
     return obs;
   }
+
+ public:
+  // Queries before RoPE [query][head][head_dim] for the `queries` positions of `layer`: normal draws seeded by
+  // (layer, position), so that a position's queries are the same wherever they are asked for.
+  std::vector<float> queries_pre_rope(int layer, const std::vector<int32_t>& queries) const {
+    std::vector<float> out;
+    for (const int32_t q : queries) {
+      std::mt19937 rng(static_cast<unsigned>(layer * 100003 + q * 7 + 1));
+      std::normal_distribution<float> normal;
+      for (int e = 0; e < shape_.heads * shape_.head_dim; ++e) out.push_back(normal(rng));
+    }
+    return out;
+  }
+
+ private:
 
   const AttentionTable& table_;
   policy::Policy& policy_;

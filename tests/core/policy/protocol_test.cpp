@@ -11,6 +11,7 @@
 #include "core/common/error.h"
 #include "core/policy/allocation_catalog.h"
 #include "core/policy/allocation_report.h"
+#include "core/policy/decode_row_buffer.h"
 #include "core/policy/protocol.h"
 #include "core/policy/registry.h"
 #include "tests/core/policy/policy_harness.h"
@@ -257,6 +258,127 @@ TEST_CASE("prefill_evict=false leaves the prompt whole and only decoding evicts"
   CHECK_THROWS_WITH(make_policy("h2o:prefill_evict=false,block=8"), Catch::Contains("use block=0"));
   CHECK_THROWS_WITH(make_policy("caote:block=0,prefill_evict=false"),
                     Catch::Contains("prefill_evict=false is not supported"));
+}
+
+TEST_CASE("decode_buffer bounds the earlier decode steps an evicting step is scored on", "[policy][protocol]") {
+  // kvpress DecodingPress trims its buffer to hidden_states_buffer_size after every step that does not compress, so
+  // the compressing step scores its own row and at most that many earlier ones (none for 0).
+  for (const auto& [buffer, rows] : {std::pair{256, 6}, std::pair{3, 4}, std::pair{0, 1}}) {
+    INFO("decode_buffer " << buffer);
+    policy::DecodeRowBuffer b;
+    b.reset(1, buffer);
+    observation::AttentionObservation obs;
+    obs.phase = observation::Phase::Decode;
+    for (int step = 0; step < 6; ++step) {
+      obs.query_positions = {100 + step};
+      obs.queries_pre_rope = {static_cast<float>(step), static_cast<float>(-step)};
+      b.append(obs);
+      if (step < 5) b.trim(0);
+    }
+    const observation::AttentionObservation taken = b.take(obs);
+    std::vector<int32_t> want;
+    std::vector<float> want_queries;
+    for (int step = 6 - rows; step < 6; ++step) {
+      want.push_back(100 + step);
+      want_queries.insert(want_queries.end(), {static_cast<float>(step), static_cast<float>(-step)});
+    }
+    CHECK(taken.query_positions == want);
+    CHECK(taken.queries_pre_rope == want_queries);
+  }
+  auto inst = make_policy("h2o:decode_evict=true,decode_interval=4");
+  CHECK(inst.params.get_int("decode_buffer") == 256);
+  AttentionTable table(kGqa, 64, 43);
+  PolicyDriver d(table, *inst.policy, 10, 8, 1);
+  CHECK(inst.policy->diagnostics().settings().at("decode_buffer") == "256");
+  CHECK_THROWS_WITH(make_policy("snapkv:decode_evict=true,decode_interval=4,decode_buffer=-1"),
+                    Catch::Contains("decode_buffer") && Catch::Contains("-1"));
+  CHECK_THROWS_WITH(make_policy("snapkv:decode_buffer=8"),
+                    Catch::Contains("decode_buffer=8 needs decode_evict=true"));
+}
+
+namespace {
+// RoPE by hand: pair (2i, 2i+1) of a head vector turned by position x 10000^(-2i / head_dim) (the harness's model).
+std::vector<double> rotated(std::vector<double> v, int position) {
+  const int d = static_cast<int>(v.size());
+  for (int i = 0; i < d / 2; ++i) {
+    const double theta = position * std::pow(10000.0, -2.0 * i / d), a = v[2 * i], b = v[2 * i + 1];
+    v[2 * i] = a * std::cos(theta) - b * std::sin(theta);
+    v[2 * i + 1] = a * std::sin(theta) + b * std::cos(theta);
+  }
+  return v;
+}
+}  // namespace
+
+TEST_CASE("snapkv under decode_interval scores the buffered steps' last queries, rotated to the evicting step, as "
+          "kvpress's SnapKVPress under DecodingPress", "[policy][protocol]") {
+  // DecodingPress(SnapKVPress(window_size=2, kernel_size=3), compression_interval=4, target_size=9) on a 12-token
+  // prompt: at decode steps 3 and 7 each KV head keeps its last 2 entries and the 7 best of the rest by the window's
+  // attention: the last 2 buffered queries before RoPE, both rotated to the evicting step's position, over the whole
+  // cache (query i seeing entries up to n - 2 + i), averaged over the KV head's query heads, pooled (3 wide, zero
+  // padded) over the entries before the window in kvpress's cache order: by position at first; after a compression
+  // the window (newest first) and then the kept entries by decreasing score, the decode tokens appended after them.
+  const int prompt = 12, budget = 9, decode = 8, window = 2, kernel = 3, d = kGqa.head_dim, group = kGqa.group();
+  AttentionTable table(kGqa, 64, 47);
+  // The same keys, never evicted: the harness draws them in the same order whatever the policy does.
+  auto full = make_policy("full");
+  PolicyDriver all(table, *full.policy, prompt, 1000, decode);
+  all.run(decode);
+  auto inst = make_policy("snapkv:window=2,kernel=3,decode_evict=true,decode_interval=4,prefill_evict=false");
+  PolicyDriver drv(table, *inst.policy, prompt, budget, decode);
+  std::vector<std::vector<std::vector<int>>> held(kGqa.layers, std::vector<std::vector<int>>(kGqa.kv_heads));
+  auto kvpress_order = held;  // positions in kvpress's cache order
+  int checked = 0;
+  drv.run(decode, [&](const observation::StepInfo& step) {
+    for (int l = 0; l < kGqa.layers; ++l)
+      for (int g = 0; g < kGqa.kv_heads; ++g) {
+        std::vector<int> before = held[l][g];
+        const int current = prompt + (step.phase == observation::Phase::Decode ? step.step : -1);
+        if (step.phase == observation::Phase::Decode) before.push_back(current);
+        held[l][g] = drv.kept(l, g);
+        std::vector<int>& order = kvpress_order[l][g];
+        if (step.phase == observation::Phase::Prefill) order = drv.kept(l, g);
+        else order.push_back(current);
+        if (step.phase != observation::Phase::Decode || (step.step + 1) % 4 != 0) continue;
+        const int n = static_cast<int>(before.size());
+        REQUIRE(sorted(order) == before);
+        std::vector<double> scores(n, 0.0);
+        for (int h = g * group; h < (g + 1) * group; ++h)
+          for (int i = 0; i < window; ++i) {
+            const std::vector<float> q32 = drv.queries_pre_rope(l, {current - window + 1 + i});
+            const std::vector<double> q =
+                rotated({q32.begin() + h * d, q32.begin() + (h + 1) * d}, current);
+            std::vector<double> p;
+            double total = 0.0;
+            for (int j = 0; j <= n - window + i; ++j) {
+              const auto keys = all.cache().keys(l, g);  // position x is entry x: nothing evicted there
+              double dot = 0.0;
+              for (int e = 0; e < d; ++e) dot += q[e] * keys[static_cast<std::size_t>(before[j]) * d + e];
+              p.push_back(std::exp(dot / std::sqrt(static_cast<double>(d))));
+              total += p.back();
+            }
+            for (std::size_t j = 0; j < p.size(); ++j) scores[j] += p[j] / total / group;
+          }
+        auto score_of = [&](int position) {
+          return scores[std::find(before.begin(), before.end(), position) - before.begin()];
+        };
+        std::vector<std::pair<int, double>> prefix;
+        for (int k = 0; k < n - window; ++k) {
+          double pooled = 0.0;
+          for (int m = k - kernel / 2; m <= k + kernel / 2; ++m)
+            if (m >= 0 && m < n - window) pooled += score_of(order[m]);
+          prefix.push_back({order[k], pooled / kernel});
+        }
+        std::vector<int> want = top_k_by_hand(prefix, budget - window);
+        std::vector<int> next(order.rbegin(), order.rbegin() + window);
+        next.insert(next.end(), want.begin(), want.end());
+        want.insert(want.end(), order.end() - window, order.end());
+        INFO("layer " << l << " kv head " << g << " decode step " << step.step);
+        CHECK(sorted(want) == drv.kept(l, g));
+        order = next;
+        ++checked;
+      }
+  });
+  CHECK(checked == 2 * kGqa.layers * kGqa.kv_heads);
 }
 
 TEST_CASE("block_scoring is refused where it cannot act",
