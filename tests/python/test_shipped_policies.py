@@ -23,6 +23,7 @@ PORTS = {
     "non_causal_attn": "kvpress NonCausalAttnPress",
     "leverage": "kvpress LeverageScorePress",
     "compactor": "kvpress CompactorPress",
+    "cap": "kvpress CapPress",
     "observed_attention": "kvpress ObservedAttentionPress",
     "random_press": "kvpress RandomPress",
     "key_norm": "kvpress KnormPress",
