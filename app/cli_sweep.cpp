@@ -311,8 +311,10 @@ int run_sweep(SweepArgs a, const CLI::App& cmd) {
       take(answer);
     }
   } else if (!pending.empty()) {
+    // Called for queued cells at every hand-out, so derived from the index alone (cell() parses the cache type).
     const auto locality = [&p](std::size_t cell) {
-      return CellLocality{p.grid.cell(cell).prompt, p.grid.prefill_group(cell)};
+      const std::size_t group = p.grid.prefill_group(cell);
+      return CellLocality{group / p.grid.cache_type_count(), group};
     };
     run_in_workers(worker_commands(a), pending, locality, take);
   }

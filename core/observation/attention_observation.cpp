@@ -6,6 +6,17 @@
 
 namespace kvscope::observation {
 
+AttentionObservation same_step(const AttentionObservation& obs) {
+  AttentionObservation out;
+  out.layer = obs.layer;
+  out.phase = obs.phase;
+  out.step = obs.step;
+  out.prefill_done = obs.prefill_done;
+  out.n_heads = obs.n_heads;
+  out.n_kv_heads = obs.n_kv_heads;
+  return out;
+}
+
 AttentionObservation narrowed(const AttentionObservation& obs, int window) {
   const int w = std::min(window, obs.n_queries());
   if (w == obs.window) return obs;

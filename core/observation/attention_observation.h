@@ -34,6 +34,10 @@ struct AttentionObservation : kernels::AttentionSideOutputs {
   int keys_of(int head) const { return n_keys[kv_head_of(head)]; }
 };
 
+// An observation of the same layer and step (phase, step, prefill_done, head counts) that holds nothing else:
+// the start of a view built from some of `obs`'s parts (a subset of its entries, another query set).
+AttentionObservation same_step(const AttentionObservation& obs);
+
 // The same observation seen through a smaller window (the last `window` queries): window rows and sums are
 // recomputed from the wider window's rows. Several observers may ask for different windows; the engine
 // computes the widest and narrows it for each, so nobody silently gets someone else's window.

@@ -49,13 +49,7 @@ std::vector<float> gather(const std::vector<float>& part, int n, int heads,
 
 AttentionObservation subset_observation(const AttentionObservation& obs,
                                         const std::vector<std::vector<int32_t>>& subset) {
-  AttentionObservation out;
-  out.layer = obs.layer;
-  out.phase = obs.phase;
-  out.step = obs.step;
-  out.prefill_done = obs.prefill_done;
-  out.n_heads = obs.n_heads;
-  out.n_kv_heads = obs.n_kv_heads;
+  AttentionObservation out = observation::same_step(obs);
   const int n = obs.n_queries(), group = obs.n_heads / obs.n_kv_heads;
   for (int32_t j : subset[0]) out.query_positions.push_back(obs.query_positions.at(j));
   auto by_kv_head = [&](int h) -> const std::vector<int32_t>& { return subset[h]; };

@@ -39,13 +39,7 @@ std::vector<int32_t> kvpress_handoff_order(std::span<const double> ranking, cons
 AttentionObservation subset_attention_observation(const AttentionObservation& obs, const cache::KVCache& cache,
                                                   const std::vector<std::vector<int32_t>>& order,
                                                   const observation::ObservationRequest& need) {
-  AttentionObservation out;
-  out.layer = obs.layer;
-  out.phase = obs.phase;
-  out.step = obs.step;
-  out.prefill_done = obs.prefill_done;
-  out.n_heads = obs.n_heads;
-  out.n_kv_heads = obs.n_kv_heads;
+  AttentionObservation out = observation::same_step(obs);
   out.query_positions = obs.query_positions;
   out.queries = obs.queries;
   out.queries_pre_rope = obs.queries_pre_rope;

@@ -83,6 +83,7 @@ TEST_CASE("cells run in prefill groups: a prompt's cells of one cache type one a
     if (a.prompt != b.prompt || a.cache_type != b.cache_type) ++changes;
     else CHECK(order[k - 1] < order[k]);  // policy, then budget, within a group
     CHECK((g.prefill_group(order[k - 1]) == g.prefill_group(order[k])) == (a.prompt == b.prompt && a.cache_type == b.cache_type));
+    CHECK(g.prefill_group(order[k]) / g.cache_type_count() == b.prompt);  // what sweep workers' locality derives
   }
   CHECK(changes == 5);
   CHECK(g.cell(order[0]).prompt == 0);
